@@ -1,0 +1,1 @@
+"""podvisor.services.status."""
