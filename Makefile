@@ -1,0 +1,40 @@
+# podvisor developer tasks. `make run` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+CONFIG ?= deploy/examples/podvisor.yaml
+
+.PHONY: venv run test lint typecheck soak bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(VENV)/bin/podvisor run --config $(CONFIG)
+
+# mypy cannot follow setuptools' editable import hook, so check the package through a tree of
+# symlinks that spells the installed layout (podvisor/{supervisor,ipc,services}).
+typecheck: venv
+	rm -rf .typecheck && mkdir -p .typecheck/podvisor
+	for d in supervisor ipc services; do ln -s ../../$$d .typecheck/podvisor/$$d; done
+	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p podvisor
+
+lint: venv typecheck
+	$(VENV)/bin/ruff check .
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+soak: venv
+	$(VENV)/bin/pytest -q -m slow
+
+bench: venv
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .typecheck build *.egg-info

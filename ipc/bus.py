@@ -1,0 +1,148 @@
+"""The bus: PUB/SUB over a supervisor-run XSUB/XPUB forwarder, on ``ipc://`` sockets.
+
+Publishers connect PUB sockets to ``paths.bus_pub``; subscribers connect SUB sockets to
+``paths.bus_sub``; the supervisor runs ``BusProxy`` between them. Thread-safety: like every zmq
+socket, a ``Publisher`` or ``Subscriber`` belongs to one thread.
+
+Blind spot: ZeroMQ PUB drops silently when a queue reaches its high-water mark, and a message sent
+before subscriptions propagate (a slow joiner) is lost. State that must not be lost therefore
+travels through ``podvisor.ipc.clone``, whose sequence numbers and snapshots recover from both.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import zmq
+
+from podvisor.ipc.codec import DEFAULT_MAX_BYTES, Codec, DecodeError, Envelope
+from podvisor.ipc.messages import Message
+from podvisor.ipc.paths import RunPaths
+
+HWM = 100_000
+
+
+class Publisher:
+    """Publishes declared messages with a per-publisher sequence number. Never blocks."""
+
+    def __init__(
+        self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, source: str,
+        codec: Codec | None = None,
+    ) -> None:
+        self.source = source
+        self.codec = codec or Codec()
+        self.seq = 0
+        self.dropped = 0
+        self.socket = zctx.socket(zmq.PUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDHWM, HWM)
+        self.socket.connect(paths.bus_pub)
+
+    def publish(self, msg: Message, topic: str | None = None) -> bool:
+        """Send ``msg``; False means it was dropped (and counted), never that we waited."""
+        self.seq += 1
+        frames = self.codec.encode(msg, self.source, self.seq, time.monotonic(), topic)
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self.dropped += 1
+            return False
+        return True
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+class Subscriber:
+    """Receives declared messages on topic prefixes; drops and counts anything malformed."""
+
+    def __init__(
+        self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, topics: Sequence[str],
+        codec: Codec | None = None,
+    ) -> None:
+        self.codec = codec or Codec()
+        self.drops: Counter[str] = Counter()
+        self.received = 0
+        self.socket = zctx.socket(zmq.SUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.RCVHWM, HWM)
+        for topic in topics:
+            self.socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        self.socket.connect(paths.bus_sub)
+
+    def recv(self, timeout: float | None = 0.0) -> Envelope | None:
+        """The next valid envelope, or None when none arrives within ``timeout`` seconds
+        (0 = only what is already queued; None = wait forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait_ms = None
+            if deadline is not None:
+                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not self.socket.poll(wait_ms):
+                return None
+            frames = self.socket.recv_multipart(copy=False)
+            try:
+                env = self.codec.decode(frames)
+            except DecodeError as e:
+                self.drops[e.reason] += 1
+                continue
+            self.received += 1
+            return env
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+class BusProxy:
+    """The XSUB/XPUB forwarder, on its own thread (libzmq's C proxy; the GIL is released)."""
+
+    def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths) -> None:
+        self._zctx = zctx
+        self._paths = paths
+        self._thread: threading.Thread | None = None
+        self._ctl_addr = f"inproc://bus-proxy-{id(self)}"
+        self._ctl: zmq.Socket[bytes] | None = None
+        self._ready = threading.Event()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bus-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("bus proxy did not start")
+
+    def _run(self) -> None:
+        xsub = self._zctx.socket(zmq.XSUB)
+        xpub = self._zctx.socket(zmq.XPUB)
+        ctl = self._zctx.socket(zmq.PAIR)
+        for s in (xsub, xpub, ctl):
+            s.setsockopt(zmq.LINGER, 0)
+        xsub.setsockopt(zmq.RCVHWM, HWM)
+        xpub.setsockopt(zmq.SNDHWM, HWM)
+        xsub.bind(self._paths.bus_pub)
+        xpub.bind(self._paths.bus_sub)
+        ctl.bind(self._ctl_addr)
+        self._ready.set()
+        try:
+            zmq.proxy_steerable(xsub, xpub, None, ctl)
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            for s in (xsub, xpub, ctl):
+                s.close(linger=0)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        ctl = self._zctx.socket(zmq.PAIR)
+        ctl.setsockopt(zmq.LINGER, 0)
+        ctl.connect(self._ctl_addr)
+        ctl.send(b"TERMINATE")
+        self._thread.join(5)
+        ctl.close(linger=0)
+        self._thread = None
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "BusProxy", "Envelope", "Publisher", "Subscriber"]

@@ -1,0 +1,229 @@
+"""Replicated maps, as in the ZeroMQ Guide's Clone pattern.
+
+The owner keeps the authoritative ``key -> value`` map. Each change gets the next sequence number
+and is published on the bus as a ``MapUpdate`` (topic ``clone.<map>.update``); when idle the owner
+publishes a ``MapHeartbeat`` carrying its current sequence. The owner also answers snapshot
+requests on a ROUTER socket at ``paths.snapshot(map)``.
+
+A replica subscribes first, then asks for a snapshot, then applies the updates it buffered whose
+sequence is above the snapshot's. It asks again whenever it sees a gap in the sequence, a heartbeat
+ahead of what it has, or a new owner epoch (the owner restarted and rebuilt its map). So a killed
+subscriber, a slow joiner or a lost message loses nothing once the next snapshot lands.
+
+Thread-safety: owner and replica each belong to one thread, like their sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import zmq
+
+from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.codec import Envelope
+from podvisor.ipc.messages import MapHeartbeat, MapUpdate
+from podvisor.ipc.paths import RunPaths
+
+Clock = Callable[[], float]
+OnChange = Callable[[str, Any, Any], None]
+SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024
+REPLICA_BUFFER = 100_000
+
+
+def _topic(map_name: str) -> str:
+    return f"clone.{map_name}."
+
+
+class MapOwner:
+    """The authoritative copy of one map. Call ``serve()`` whenever ``socket`` is readable and
+    ``tick(now)`` from the owner's loop (it sends the idle heartbeat)."""
+
+    def __init__(
+        self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, publisher: Publisher,
+        map_name: str, heartbeat_interval: float = 1.0, clock: Clock = time.monotonic,
+    ) -> None:
+        self.map_name = map_name
+        self.epoch = os.urandom(8).hex()
+        self.seq = 0
+        self._items: dict[str, Any] = {}
+        self._pub = publisher
+        self._clock = clock
+        self._hb_interval = heartbeat_interval
+        self._last_sent = clock()
+        self.socket = zctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(paths.snapshot(map_name))
+
+    def items(self) -> dict[str, Any]:
+        return dict(self._items)
+
+    def get(self, key: str) -> Any:
+        return self._items.get(key)
+
+    def set(self, key: str, value: Any) -> bool:
+        """Store ``value``; publishes only when it differs. Returns whether it changed."""
+        if key in self._items and self._items[key] == value:
+            return False
+        self._items[key] = value
+        self._send(key, value, deleted=False)
+        return True
+
+    def delete(self, key: str) -> bool:
+        if key not in self._items:
+            return False
+        del self._items[key]
+        self._send(key, None, deleted=True)
+        return True
+
+    def _send(self, key: str, value: Any, deleted: bool) -> None:
+        self.seq += 1
+        msg = MapUpdate(map=self.map_name, epoch=self.epoch, seq=self.seq, key=key, value=value,
+                        deleted=deleted)
+        self._pub.publish(msg, topic=_topic(self.map_name) + "update")
+        self._last_sent = self._clock()
+
+    def tick(self, now: float) -> None:
+        if now - self._last_sent >= self._hb_interval:
+            self._pub.publish(MapHeartbeat(map=self.map_name, epoch=self.epoch, seq=self.seq),
+                              topic=_topic(self.map_name) + "heartbeat")
+            self._last_sent = now
+
+    def serve(self) -> int:
+        """Answer every pending snapshot request without blocking; returns how many."""
+        served = 0
+        while True:
+            try:
+                frames = self.socket.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return served
+            if len(frames) < 2:
+                continue  # malformed request: nothing to answer
+            snapshot = {"map": self.map_name, "epoch": self.epoch, "seq": self.seq,
+                        "items": self._items}
+            self.socket.send_multipart([frames[0], msgpack.packb(snapshot, use_bin_type=True)])
+            served += 1
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+class MapReplica:
+    """A follower's copy of one map. Poll ``socket``; call ``pump()`` when it is readable (and
+    from time to time: it retries a snapshot the owner did not answer)."""
+
+    def __init__(
+        self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, map_name: str,
+        on_change: OnChange | None = None, snapshot_timeout: float = 2.0,
+    ) -> None:
+        self.map_name = map_name
+        self.epoch: str | None = None
+        self.seq = 0
+        self.synced = False
+        self.resyncs = 0
+        self._items: dict[str, Any] = {}
+        self._buffer: list[MapUpdate] = []
+        self._need_sync = True
+        self._zctx = zctx
+        self._paths = paths
+        self._on_change = on_change
+        self._timeout = snapshot_timeout
+        self._sub = Subscriber(zctx, paths, [_topic(map_name)])
+        self.socket = self._sub.socket
+
+    @property
+    def drops(self) -> Any:
+        return self._sub.drops
+
+    def items(self) -> dict[str, Any]:
+        return dict(self._items)
+
+    def get(self, key: str) -> Any:
+        return self._items.get(key)
+
+    def pump(self, timeout: float = 0.0) -> None:
+        """Handle every queued update (waiting up to ``timeout`` for the first), then fetch a
+        snapshot if one is needed."""
+        env = self._sub.recv(timeout)
+        while env is not None:
+            self.handle(env)
+            env = self._sub.recv(0)
+        if self._need_sync:
+            self.sync()
+
+    def handle(self, env: Envelope) -> None:
+        msg = env.message
+        if isinstance(msg, MapUpdate) and msg.map == self.map_name:
+            self._on_update(msg)
+        elif (isinstance(msg, MapHeartbeat) and msg.map == self.map_name
+              and (msg.epoch != self.epoch or msg.seq > self.seq)):
+            self._need_sync = True
+
+    def _on_update(self, msg: MapUpdate) -> None:
+        if self._need_sync or msg.epoch != self.epoch or msg.seq > self.seq + 1:
+            self._need_sync = True
+            if len(self._buffer) < REPLICA_BUFFER:
+                self._buffer.append(msg)
+            return
+        if msg.seq <= self.seq:
+            return  # already in the snapshot
+        self._apply(msg)
+
+    def _apply(self, msg: MapUpdate) -> None:
+        old = self._items.get(msg.key)
+        if msg.deleted:
+            self._items.pop(msg.key, None)
+        else:
+            self._items[msg.key] = msg.value
+        self.seq = msg.seq
+        if self._on_change is not None and old != (None if msg.deleted else msg.value):
+            self._on_change(msg.key, old, None if msg.deleted else msg.value)
+
+    def sync(self) -> bool:
+        """Fetch a snapshot from the owner. False (and still stale) if it does not answer."""
+        snap = self._request_snapshot()
+        if snap is None:
+            return False
+        old, self._items = self._items, dict(snap["items"])
+        self.epoch, self.seq = snap["epoch"], snap["seq"]
+        pending, self._buffer = self._buffer, []
+        self._need_sync = False
+        self.synced = True
+        self.resyncs += 1
+        self._notify_diff(old)
+        for msg in pending:
+            if msg.epoch == self.epoch and msg.seq > self.seq:
+                self._on_update(msg)
+        return True
+
+    def _notify_diff(self, old: dict[str, Any]) -> None:
+        if self._on_change is None:
+            return
+        for key in old.keys() | self._items.keys():
+            if old.get(key) != self._items.get(key):
+                self._on_change(key, old.get(key), self._items.get(key))
+
+    def _request_snapshot(self) -> dict[str, Any] | None:
+        dealer = self._zctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.MAXMSGSIZE, SNAPSHOT_MAX_BYTES)
+        try:
+            dealer.connect(self._paths.snapshot(self.map_name))
+            dealer.send_multipart([b"", b"SNAPSHOT"])
+            if not dealer.poll(int(self._timeout * 1000)):
+                return None
+            frames = dealer.recv_multipart()
+            snap = msgpack.unpackb(frames[-1], raw=False)
+        except (zmq.ZMQError, ValueError, msgpack.UnpackException):
+            return None
+        finally:
+            dealer.close(linger=0)
+        ok = (isinstance(snap, dict) and snap.get("map") == self.map_name
+              and isinstance(snap.get("seq"), int) and isinstance(snap.get("items"), dict))
+        return snap if ok else None
+
+    def close(self) -> None:
+        self._sub.close()

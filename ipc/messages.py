@@ -1,0 +1,79 @@
+"""Every message that travels on the bus, declared once.
+
+Each message is a frozen dataclass with ``TYPE`` (unique), ``VERSION`` (bumped on any incompatible
+change) and ``TOPIC`` (``<subsystem>.<entity>.<event>``; subscribers filter on topic prefixes).
+Fields hold msgpack-able values only. Encoding happens only in ``podvisor.ipc.codec``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Message:
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    TOPIC: ClassVar[str] = ""
+
+
+# --- supervisor ---
+
+
+@dataclass(frozen=True)
+class ProcessStateChanged(Message):
+    """A supervised process moved from one state to another (every transition is published)."""
+
+    TYPE: ClassVar[str] = "supervisor.process.state"
+    TOPIC: ClassVar[str] = "supervisor.process.state"
+    name: str
+    from_state: str
+    to_state: str
+    pid: int | None
+    restarts: int
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str = ""
+    ts: float = 0.0
+
+
+# --- clone-pattern replicated maps (ipc/clone.py) ---
+
+
+@dataclass(frozen=True)
+class MapUpdate(Message):
+    """One sequenced change to a replicated map. Published on topic ``clone.<map>.update``."""
+
+    TYPE: ClassVar[str] = "clone.map.update"
+    TOPIC: ClassVar[str] = "clone"
+    map: str
+    epoch: str
+    seq: int
+    key: str
+    value: Any = None
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class MapHeartbeat(Message):
+    """The owner's current sequence, sent when idle so replicas notice a lost tail update."""
+
+    TYPE: ClassVar[str] = "clone.map.heartbeat"
+    TOPIC: ClassVar[str] = "clone"
+    map: str
+    epoch: str
+    seq: int
+
+
+# --- test and benchmark traffic ---
+
+
+@dataclass(frozen=True)
+class Probe(Message):
+    """Free-form payload for bus tests and benchmarks; no subsystem consumes it."""
+
+    TYPE: ClassVar[str] = "bus.probe.sent"
+    TOPIC: ClassVar[str] = "bus.probe.sent"
+    n: int
+    payload: dict[str, Any] = field(default_factory=dict)

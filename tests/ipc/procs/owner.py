@@ -1,0 +1,48 @@
+"""A real owner process for bus tests: owns map ``test`` and applies commands read from stdin.
+
+stdin lines: ``set KEY VALUE``, ``del KEY``, ``burst N`` (sets b0..bN-1 to their index).
+stdout: ``ready`` once bound, then ``seq N`` after each command.
+"""
+
+import selectors
+import sys
+import time
+from pathlib import Path
+
+import zmq
+
+from podvisor.ipc.bus import Publisher
+from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.paths import RunPaths
+
+
+def main() -> None:
+    paths = RunPaths(Path(sys.argv[1]))
+    zctx = zmq.Context()
+    pub = Publisher(zctx, paths, "test-owner")
+    owner = MapOwner(zctx, paths, pub, "test", heartbeat_interval=0.2)
+    sel = selectors.DefaultSelector()
+    sel.register(sys.stdin, selectors.EVENT_READ)
+    sel.register(owner.socket.getsockopt(zmq.FD), selectors.EVENT_READ)
+    print("ready", flush=True)
+    while True:
+        for key, _ in sel.select(0.05):
+            if key.fileobj is sys.stdin:
+                line = sys.stdin.readline()
+                if not line:
+                    return
+                cmd = line.split()
+                if cmd[0] == "set":
+                    owner.set(cmd[1], cmd[2])
+                elif cmd[0] == "del":
+                    owner.delete(cmd[1])
+                elif cmd[0] == "burst":
+                    for i in range(int(cmd[1])):
+                        owner.set(f"b{i}", i)
+                print(f"seq {owner.seq}", flush=True)
+        owner.serve()
+        owner.tick(time.monotonic())
+
+
+if __name__ == "__main__":
+    main()

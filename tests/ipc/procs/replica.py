@@ -1,0 +1,31 @@
+"""A real replica process for bus tests: mirrors map ``test`` and reports its state.
+
+stdout: one JSON line ``{"seq", "epoch", "items", "drops", "synced"}`` whenever anything changed.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import zmq
+
+from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.paths import RunPaths
+
+
+def main() -> None:
+    paths = RunPaths(Path(sys.argv[1]))
+    zctx = zmq.Context()
+    replica = MapReplica(zctx, paths, "test", snapshot_timeout=0.5)
+    last = None
+    while True:
+        replica.pump(timeout=0.1)
+        state = {"seq": replica.seq, "epoch": replica.epoch, "items": replica.items(),
+                 "drops": dict(replica.drops), "synced": replica.synced}
+        if state != last:
+            print(json.dumps(state), flush=True)
+            last = state
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Clone-pattern replication between real processes over the real bus."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import msgpack
+import zmq
+
+from podvisor.ipc.bus import Publisher
+from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.ipc.paths import RunPaths
+
+Bus = tuple["zmq.Context[Any]", RunPaths]
+
+
+def _owner_seq(owner: Any, cmd: str) -> int:
+    owner.send(cmd)
+    return int(owner.wait_line(lambda s: s.startswith("seq ")).split()[1])
+
+
+def test_slow_joiner_loses_nothing(procs: Any) -> None:
+    owner = procs("owner.py")
+    owner.wait_line(lambda s: s == "ready")
+    seq = _owner_seq(owner, "burst 500")
+    replica = procs("replica.py")
+    state = replica.wait_state(lambda st: st["seq"] == seq)
+    assert state["items"] == {f"b{i}": i for i in range(500)}
+
+
+def test_replica_killed_mid_stream_ends_with_the_owners_map(procs: Any) -> None:
+    owner = procs("owner.py")
+    owner.wait_line(lambda s: s == "ready")
+    first = procs("replica.py")
+    first.wait_state(lambda st: st["synced"])
+    owner.send("burst 3000")
+    first.wait_state(lambda st: st["seq"] > 0)  # it is receiving the stream
+    os.kill(first.popen.pid, signal.SIGKILL)
+    first.kill()
+    seq = int(owner.wait_line(lambda s: s.startswith("seq ")).split()[1])
+    for i in range(20):
+        seq = _owner_seq(owner, f"set k{i} v{i}")
+    seq = _owner_seq(owner, "del b7")
+    second = procs("replica.py")
+    state = second.wait_state(lambda st: st["seq"] == seq)
+    expected: dict[str, Any] = {f"b{i}": i for i in range(3000)}
+    expected.pop("b7")
+    expected.update({f"k{i}": f"v{i}" for i in range(20)})
+    assert state["items"] == expected
+
+
+def test_replica_follows_a_restarted_owner(procs: Any) -> None:
+    owner = procs("owner.py")
+    owner.wait_line(lambda s: s == "ready")
+    _owner_seq(owner, "set a 1")
+    replica = procs("replica.py")
+    old = replica.wait_state(lambda st: st["items"] == {"a": "1"})
+    owner.kill()
+    owner2 = procs("owner.py")
+    owner2.wait_line(lambda s: s == "ready")
+    _owner_seq(owner2, "set b 2")
+    new = replica.wait_state(lambda st: st["items"] == {"b": "2"})
+    assert new["epoch"] != old["epoch"]
+
+
+def test_sequence_gap_triggers_a_resync(bus: Bus) -> None:
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "gap-owner")
+    owner = MapOwner(zctx, paths, pub, "gap")
+    changes: list[tuple[str, Any, Any]] = []
+    replica = MapReplica(zctx, paths, "gap", on_change=lambda k, o, n: changes.append((k, o, n)))
+    _wait_subscribed(replica, owner)
+    _sync_with_owner(replica, owner)
+    owner.set("x", 1)
+    owner.set("y", 2)  # this one is "lost": the replica never handles it
+    owner.set("z", 3)
+    envs = _collect(replica, {"x", "y", "z"})
+    resyncs = replica.resyncs
+    replica.handle(envs["x"])
+    replica.handle(envs["z"])
+    assert "y" not in replica.items()
+    _sync_with_owner(replica, owner)
+    assert replica.resyncs == resyncs + 1
+    assert replica.items() == owner.items()
+    assert ("y", None, 2) in changes
+    replica.close()
+    owner.close()
+    pub.close()
+
+
+def _sync_with_owner(replica: MapReplica, owner: MapOwner) -> None:
+    """Run the replica's blocking snapshot request while a thread plays the owner's loop."""
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            if owner.socket.poll(20):
+                owner.serve()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        assert replica.sync()
+    finally:
+        done.set()
+        t.join()
+
+
+def _wait_subscribed(replica: MapReplica, owner: MapOwner) -> None:
+    """Publish until one update reaches the replica's socket: its subscription is then active."""
+    for i in range(1000):
+        owner.set("probe", i)
+        if replica._sub.recv(0.01) is not None:
+            owner.delete("probe")
+            return
+    raise AssertionError("subscription never became active")
+
+
+def _collect(replica: MapReplica, keys: set[str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    while set(found) != keys:
+        env = replica._sub.recv(5.0)
+        assert env is not None, "update not delivered"
+        key = getattr(env.message, "key", None)
+        if key in keys:
+            found[key] = env
+    return found
+
+
+def test_garbage_wrong_types_and_a_100mb_frame_are_dropped_and_counted(
+    bus: Bus, procs: Any
+) -> None:
+    zctx, paths = bus
+    owner = procs("owner.py")
+    owner.wait_line(lambda s: s == "ready")
+    _owner_seq(owner, "set a 1")
+    replica = procs("replica.py")
+    replica.wait_state(lambda st: st["items"] == {"a": "1"})
+    evil = zctx.socket(zmq.PUB)
+    evil.setsockopt(zmq.LINGER, 0)
+    evil.connect(paths.bus_pub)
+    topic = b"clone.test.update"
+    header = msgpack.packb({"t": "clone.map.update", "v": 1, "src": "evil", "seq": 1, "ts": 0})
+    bad = [
+        [topic, b"\x00garbage\xff"],
+        [topic, b"\xc1", b"\xc1"],
+        [topic, header, msgpack.packb({"map": 5})],
+        [topic, msgpack.packb({"t": "who.knows", "v": 1, "src": "e", "seq": 1, "ts": 0}), b"\x80"],
+        [topic, header, b"\x00" * (100 * 1024 * 1024)],
+    ]
+    reasons = {"frames", "malformed", "fields", "unknown_type", "oversize"}
+    # Keep sending until the replica reports every reason: the evil socket may take a moment
+    # to learn the replica's subscription (slow joiner), and messages before that are not sent.
+    state: dict[str, Any] = {}
+    for _ in range(100):
+        for frames in bad:
+            evil.send_multipart(frames)
+        try:
+            state = replica.wait_state(lambda st: reasons <= set(st["drops"]), timeout=0.5)
+            break
+        except TimeoutError:
+            continue
+    evil.close(linger=0)
+    assert reasons <= set(state["drops"]), state["drops"]
+    assert replica.popen.poll() is None
+    seq = _owner_seq(owner, "set b 2")
+    state = replica.wait_state(lambda st: st["seq"] == seq)
+    assert state["items"] == {"a": "1", "b": "2"}

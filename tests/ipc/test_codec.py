@@ -1,0 +1,87 @@
+"""The envelope codec: every declared message round-trips; anything else is rejected by reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import msgpack
+import pytest
+
+from podvisor.ipc.codec import Codec, DecodeError, _all_message_types
+from podvisor.ipc.messages import MapUpdate, Message, Probe, ProcessStateChanged
+
+
+def _pack(obj: object) -> bytes:
+    return bytes(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_round_trip_keeps_header_and_fields() -> None:
+    codec = Codec()
+    msg = ProcessStateChanged(name="pleg", from_state="STARTING", to_state="RUNNING", pid=42,
+                              restarts=3, exit_code=None, reason="", ts=1.5)
+    env = codec.decode(codec.encode(msg, "supervisor", 7, 12.25))
+    assert (env.type, env.source, env.seq, env.ts, env.topic) == (
+        "supervisor.process.state", "supervisor", 7, 12.25, "supervisor.process.state")
+    assert env.message == msg
+
+
+def test_topic_override_and_any_values() -> None:
+    codec = Codec()
+    msg = MapUpdate(map="pods", epoch="e", seq=1, key="k", value={"a": [1, b"x", None]})
+    env = codec.decode(codec.encode(msg, "o", 1, 0.0, topic="clone.pods.update"))
+    assert env.topic == "clone.pods.update" and env.message == msg
+
+
+def test_every_declared_message_has_unique_type_topic_and_version() -> None:
+    types = _all_message_types()
+    assert len(types) >= 4
+    for name, cls in types.items():
+        assert name == cls.TYPE and cls.TOPIC and cls.VERSION >= 1
+        assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def _header(t: str = "bus.probe.sent", v: int = 1) -> bytes:
+    return _pack({"t": t, "v": v, "src": "x", "seq": 1, "ts": 0.0})
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        ([b"garbage"], "frames"),
+        ([b"t", b"\xc1\xc1\xc1", b"x"], "malformed"),
+        ([b"t", _pack([1, 2]), _pack({})], "malformed"),
+        ([b"t", _header("no.such.type"), _pack({"n": 1})], "unknown_type"),
+        ([b"t", _header(v=99), _pack({"n": 1})], "version"),
+        ([b"t", _pack({"t": "bus.probe.sent", "v": 1, "src": 3, "seq": 1, "ts": 0}),
+          _pack({"n": 1})], "malformed"),
+        ([b"t", _header(), _pack({"n": "one"})], "fields"),
+        ([b"t", _header(), _pack({"n": True})], "fields"),
+        ([b"t", _header(), _pack({})], "fields"),
+        ([b"t", _header(), _pack({"n": 1, "extra": 2})], "fields"),
+        ([b"t", _header(), _pack({"n": 1, "payload": {1: 2}})], "malformed"),
+        ([b"\xff", _header(), _pack({"n": 1})], "malformed"),
+    ],
+)
+def test_bad_frames_are_rejected_with_a_reason(frames: list[bytes], reason: str) -> None:
+    with pytest.raises(DecodeError) as err:
+        Codec().decode(frames)
+    assert err.value.reason == reason
+
+
+def test_oversize_is_rejected_before_unpacking() -> None:
+    codec = Codec(max_bytes=1024)
+    frames = codec.encode(Probe(n=1, payload={"x": "y" * 2000}), "s", 1, 0.0)
+    with pytest.raises(DecodeError) as err:
+        codec.decode(frames)
+    assert err.value.reason == "oversize"
+
+
+def test_undeclared_message_cannot_be_encoded() -> None:
+    @dataclass(frozen=True)
+    class Stray(Message):
+        TYPE: ClassVar[str] = ""
+        n: int = 0
+
+    with pytest.raises(TypeError):
+        Codec().encode(Stray(), "s", 1, 0.0)
