@@ -1,0 +1,221 @@
+"""The real RuntimeClient: runtime.v1 over gRPC on a unix socket."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import grpc
+from cri_api.v1 import api_pb2 as pb
+from cri_api.v1 import api_pb2_grpc as pb_grpc
+
+from podvisor.services.cri.client import EventStream, RuntimeClient
+from podvisor.services.cri.errors import CriError, from_rpc_error
+
+# The kubelet's limit for CRI messages (pkg/kubelet/cri/remote: maxMsgSize).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_PULL_TIMEOUT = 300.0
+
+R = TypeVar("R")
+_IMAGE_METHODS = frozenset(
+    {"ListImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo"}
+)
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """``/x.sock``, ``unix:/x.sock`` and ``unix:///x.sock`` all become ``unix:///x.sock``."""
+    if endpoint.startswith("unix://"):
+        path = endpoint[len("unix://"):]
+    elif endpoint.startswith("unix:"):
+        path = endpoint[len("unix:"):]
+    elif endpoint.startswith("/"):
+        path = endpoint
+    else:
+        raise ValueError(f"unsupported CRI endpoint {endpoint!r}: want unix:///path/to/socket")
+    if not path.startswith("/"):
+        raise ValueError(f"CRI endpoint {endpoint!r} must name an absolute socket path")
+    return "unix://" + path
+
+
+class _GrpcEventStream:
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[pb.ContainerEventResponse]:
+        try:
+            yield from self._call
+        except grpc.RpcError as err:
+            if self._closed.is_set() and err.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise from_rpc_error("GetContainerEvents", err) from None
+
+    def close(self) -> None:
+        self._closed.set()
+        self._call.cancel()
+
+
+class _GrpcRuntimeClient:
+    def __init__(self, endpoint: str, timeout: float, pull_timeout: float) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        self._timeout = timeout
+        self._pull_timeout = pull_timeout
+        self._channel = grpc.insecure_channel(
+            normalize_endpoint(endpoint),
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        stubs: Any = pb_grpc
+        self._rt: Any = stubs.RuntimeServiceStub(self._channel)
+        self._img: Any = stubs.ImageServiceStub(self._channel)
+
+    def _call(self, name: str, req: Any, resp: type[R], timeout: float | None = None) -> R:
+        stub = self._img if name in _IMAGE_METHODS else self._rt
+        try:
+            out = getattr(stub, name)(req, timeout=timeout or self._timeout)
+        except grpc.RpcError as err:
+            raise from_rpc_error(name, err) from None
+        return cast(R, out)
+
+    # --- runtime ---
+    def version(self) -> pb.VersionResponse:
+        return self._call("Version", pb.VersionRequest(version="v1"), pb.VersionResponse)
+
+    def status(self, verbose: bool = False) -> pb.StatusResponse:
+        return self._call("Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse)
+
+    # --- sandboxes ---
+    def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "") -> str:
+        req = pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler)
+        return self._call("RunPodSandbox", req, pb.RunPodSandboxResponse).pod_sandbox_id
+
+    def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        req = pb.StopPodSandboxRequest(pod_sandbox_id=sandbox_id)
+        self._call("StopPodSandbox", req, pb.StopPodSandboxResponse)
+
+    def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        req = pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id)
+        self._call("RemovePodSandbox", req, pb.RemovePodSandboxResponse)
+
+    def pod_sandbox_status(self, sandbox_id: str) -> pb.PodSandboxStatus:
+        req = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
+        return self._call("PodSandboxStatus", req, pb.PodSandboxStatusResponse).status
+
+    def list_pod_sandbox(self, filter: pb.PodSandboxFilter | None = None) -> list[pb.PodSandbox]:
+        req = pb.ListPodSandboxRequest(filter=filter)
+        return list(self._call("ListPodSandbox", req, pb.ListPodSandboxResponse).items)
+
+    # --- containers ---
+    def create_container(
+        self, sandbox_id: str, config: pb.ContainerConfig, sandbox_config: pb.PodSandboxConfig
+    ) -> str:
+        req = pb.CreateContainerRequest(
+            pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox_config
+        )
+        return self._call("CreateContainer", req, pb.CreateContainerResponse).container_id
+
+    def start_container(self, container_id: str) -> None:
+        req = pb.StartContainerRequest(container_id=container_id)
+        self._call("StartContainer", req, pb.StartContainerResponse)
+
+    def stop_container(self, container_id: str, timeout: int) -> None:
+        req = pb.StopContainerRequest(container_id=container_id, timeout=timeout)
+        deadline = self._timeout + max(timeout, 0)
+        self._call("StopContainer", req, pb.StopContainerResponse, deadline)
+
+    def remove_container(self, container_id: str) -> None:
+        req = pb.RemoveContainerRequest(container_id=container_id)
+        self._call("RemoveContainer", req, pb.RemoveContainerResponse)
+
+    def list_containers(self, filter: pb.ContainerFilter | None = None) -> list[pb.Container]:
+        req = pb.ListContainersRequest(filter=filter)
+        return list(self._call("ListContainers", req, pb.ListContainersResponse).containers)
+
+    def container_status(self, container_id: str) -> pb.ContainerStatus:
+        req = pb.ContainerStatusRequest(container_id=container_id)
+        return self._call("ContainerStatus", req, pb.ContainerStatusResponse).status
+
+    def exec_sync(
+        self, container_id: str, cmd: Sequence[str], timeout: float
+    ) -> pb.ExecSyncResponse:
+        secs = math.ceil(timeout) if timeout > 0 else 0
+        req = pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=secs)
+        # No exec timeout means no deadline at all, as in the kubelet.
+        deadline = self._timeout + secs if secs else 365 * 86400.0
+        return self._call("ExecSync", req, pb.ExecSyncResponse, deadline)
+
+    def reopen_container_log(self, container_id: str) -> None:
+        req = pb.ReopenContainerLogRequest(container_id=container_id)
+        self._call("ReopenContainerLog", req, pb.ReopenContainerLogResponse)
+
+    def container_stats(self, container_id: str) -> pb.ContainerStats:
+        req = pb.ContainerStatsRequest(container_id=container_id)
+        return self._call("ContainerStats", req, pb.ContainerStatsResponse).stats
+
+    def list_container_stats(
+        self, filter: pb.ContainerStatsFilter | None = None
+    ) -> list[pb.ContainerStats]:
+        req = pb.ListContainerStatsRequest(filter=filter)
+        return list(self._call("ListContainerStats", req, pb.ListContainerStatsResponse).stats)
+
+    def update_container_resources(
+        self, container_id: str, linux: pb.LinuxContainerResources
+    ) -> None:
+        req = pb.UpdateContainerResourcesRequest(container_id=container_id, linux=linux)
+        self._call("UpdateContainerResources", req, pb.UpdateContainerResourcesResponse)
+
+    def container_events(self) -> EventStream:
+        try:
+            call = self._rt.GetContainerEvents(pb.GetEventsRequest())
+        except grpc.RpcError as err:
+            raise from_rpc_error("GetContainerEvents", err) from None
+        return _GrpcEventStream(call)
+
+    # --- images ---
+    def list_images(self, filter: pb.ImageFilter | None = None) -> list[pb.Image]:
+        req = pb.ListImagesRequest(filter=filter)
+        return list(self._call("ListImages", req, pb.ListImagesResponse).images)
+
+    def image_status(self, image: str) -> pb.Image | None:
+        req = pb.ImageStatusRequest(image=pb.ImageSpec(image=image))
+        resp = self._call("ImageStatus", req, pb.ImageStatusResponse)
+        return resp.image if resp.HasField("image") else None
+
+    def pull_image(
+        self,
+        image: str,
+        sandbox_config: pb.PodSandboxConfig | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> str:
+        spec = pb.ImageSpec(image=image, annotations=dict(annotations or {}))
+        req = pb.PullImageRequest(image=spec, sandbox_config=sandbox_config)
+        return self._call("PullImage", req, pb.PullImageResponse, self._pull_timeout).image_ref
+
+    def remove_image(self, image: str) -> None:
+        req = pb.RemoveImageRequest(image=pb.ImageSpec(image=image))
+        self._call("RemoveImage", req, pb.RemoveImageResponse)
+
+    def image_fs_info(self) -> pb.ImageFsInfoResponse:
+        return self._call("ImageFsInfo", pb.ImageFsInfoRequest(), pb.ImageFsInfoResponse)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def new_runtime_client(
+    endpoint: str, timeout: float = 2.0, pull_timeout: float = DEFAULT_PULL_TIMEOUT
+) -> RuntimeClient:
+    """A RuntimeClient over gRPC to ``endpoint`` (``unix:///path``). Connects lazily.
+
+    ``timeout`` (seconds) is the deadline of every unary call (the kubelet uses 2 min; podvisor
+    defaults to 2 s because its runtime is local and a hung call should fail fast).
+    """
+    return _GrpcRuntimeClient(endpoint, timeout, pull_timeout)
+
+
+__all__ = ["CriError", "new_runtime_client", "normalize_endpoint"]

@@ -1,0 +1,194 @@
+"""A RuntimeClient wrapper that counts calls and errors and times them, per CRI method.
+
+Metrics (registered on the registry passed in, never the global one):
+  podvisor_cri_calls_total{method}                 every call, failed or not
+  podvisor_cri_errors_total{method,code}           calls that raised CriError (code = gRPC code)
+  podvisor_cri_call_duration_seconds{method}       latency histogram
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from cri_api.v1 import api_pb2 as pb
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from podvisor.services.cri.client import EventStream, RuntimeClient
+from podvisor.services.cri.errors import CriError
+
+R = TypeVar("R")
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "podvisor_cri_calls", "CRI calls made, by method", ["method"], registry=registry
+        )
+        self.errors = Counter(
+            "podvisor_cri_errors", "CRI calls that failed, by method and gRPC code",
+            ["method", "code"], registry=registry,
+        )
+        self.latency = Histogram(
+            "podvisor_cri_call_duration_seconds", "CRI call latency, by method", ["method"],
+            buckets=_BUCKETS, registry=registry,
+        )
+
+
+class _CountingStream:
+    def __init__(self, inner: EventStream, metrics: _Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    def __iter__(self) -> Iterator[pb.ContainerEventResponse]:
+        try:
+            yield from self._inner
+        except CriError as err:
+            self._metrics.errors.labels("GetContainerEvents", err.code.name).inc()
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _InstrumentedRuntimeClient:
+    def __init__(
+        self, inner: RuntimeClient, metrics: _Metrics, clock: Callable[[], float]
+    ) -> None:
+        self._inner = inner
+        self._m = metrics
+        self._clock = clock
+
+    def _observe(self, method: str, fn: Callable[[], R]) -> R:
+        self._m.calls.labels(method).inc()
+        start = self._clock()
+        try:
+            return fn()
+        except CriError as err:
+            self._m.errors.labels(method, err.code.name).inc()
+            raise
+        finally:
+            self._m.latency.labels(method).observe(self._clock() - start)
+
+    def version(self) -> pb.VersionResponse:
+        return self._observe("Version", self._inner.version)
+
+    def status(self, verbose: bool = False) -> pb.StatusResponse:
+        return self._observe("Status", lambda: self._inner.status(verbose))
+
+    def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "") -> str:
+        return self._observe(
+            "RunPodSandbox", lambda: self._inner.run_pod_sandbox(config, runtime_handler)
+        )
+
+    def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        self._observe("StopPodSandbox", lambda: self._inner.stop_pod_sandbox(sandbox_id))
+
+    def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        self._observe("RemovePodSandbox", lambda: self._inner.remove_pod_sandbox(sandbox_id))
+
+    def pod_sandbox_status(self, sandbox_id: str) -> pb.PodSandboxStatus:
+        return self._observe(
+            "PodSandboxStatus", lambda: self._inner.pod_sandbox_status(sandbox_id)
+        )
+
+    def list_pod_sandbox(self, filter: pb.PodSandboxFilter | None = None) -> list[pb.PodSandbox]:
+        return self._observe("ListPodSandbox", lambda: self._inner.list_pod_sandbox(filter))
+
+    def create_container(
+        self, sandbox_id: str, config: pb.ContainerConfig, sandbox_config: pb.PodSandboxConfig
+    ) -> str:
+        return self._observe(
+            "CreateContainer",
+            lambda: self._inner.create_container(sandbox_id, config, sandbox_config),
+        )
+
+    def start_container(self, container_id: str) -> None:
+        self._observe("StartContainer", lambda: self._inner.start_container(container_id))
+
+    def stop_container(self, container_id: str, timeout: int) -> None:
+        self._observe(
+            "StopContainer", lambda: self._inner.stop_container(container_id, timeout)
+        )
+
+    def remove_container(self, container_id: str) -> None:
+        self._observe("RemoveContainer", lambda: self._inner.remove_container(container_id))
+
+    def list_containers(self, filter: pb.ContainerFilter | None = None) -> list[pb.Container]:
+        return self._observe("ListContainers", lambda: self._inner.list_containers(filter))
+
+    def container_status(self, container_id: str) -> pb.ContainerStatus:
+        return self._observe(
+            "ContainerStatus", lambda: self._inner.container_status(container_id)
+        )
+
+    def exec_sync(
+        self, container_id: str, cmd: Sequence[str], timeout: float
+    ) -> pb.ExecSyncResponse:
+        return self._observe(
+            "ExecSync", lambda: self._inner.exec_sync(container_id, cmd, timeout)
+        )
+
+    def reopen_container_log(self, container_id: str) -> None:
+        self._observe(
+            "ReopenContainerLog", lambda: self._inner.reopen_container_log(container_id)
+        )
+
+    def container_stats(self, container_id: str) -> pb.ContainerStats:
+        return self._observe("ContainerStats", lambda: self._inner.container_stats(container_id))
+
+    def list_container_stats(
+        self, filter: pb.ContainerStatsFilter | None = None
+    ) -> list[pb.ContainerStats]:
+        return self._observe(
+            "ListContainerStats", lambda: self._inner.list_container_stats(filter)
+        )
+
+    def update_container_resources(
+        self, container_id: str, linux: pb.LinuxContainerResources
+    ) -> None:
+        self._observe(
+            "UpdateContainerResources",
+            lambda: self._inner.update_container_resources(container_id, linux),
+        )
+
+    def container_events(self) -> EventStream:
+        inner = self._observe("GetContainerEvents", self._inner.container_events)
+        return _CountingStream(inner, self._m)
+
+    def list_images(self, filter: pb.ImageFilter | None = None) -> list[pb.Image]:
+        return self._observe("ListImages", lambda: self._inner.list_images(filter))
+
+    def image_status(self, image: str) -> pb.Image | None:
+        return self._observe("ImageStatus", lambda: self._inner.image_status(image))
+
+    def pull_image(
+        self,
+        image: str,
+        sandbox_config: pb.PodSandboxConfig | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> str:
+        return self._observe(
+            "PullImage", lambda: self._inner.pull_image(image, sandbox_config, annotations)
+        )
+
+    def remove_image(self, image: str) -> None:
+        self._observe("RemoveImage", lambda: self._inner.remove_image(image))
+
+    def image_fs_info(self) -> pb.ImageFsInfoResponse:
+        return self._observe("ImageFsInfo", self._inner.image_fs_info)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def new_instrumented_client(
+    inner: RuntimeClient,
+    registry: CollectorRegistry,
+    clock: Callable[[], float] = time.monotonic,
+) -> RuntimeClient:
+    """Wrap ``inner``; metrics go to ``registry``. One wrapper per registry (names are fixed)."""
+    return _InstrumentedRuntimeClient(inner, _Metrics(registry), clock)
