@@ -66,6 +66,24 @@ class MapHeartbeat(Message):
     seq: int
 
 
+# --- pleg ---
+
+
+@dataclass(frozen=True)
+class PodLifecycleEvent(Message):
+    """A container of a pod changed state in the runtime (kubelet PodLifecycleEvent).
+
+    ``type``: ContainerStarted | ContainerDied | ContainerRemoved | PodSync | ContainerChanged.
+    ``container_id`` names the container or sandbox; ``ts`` is time.monotonic of the relist."""
+
+    TYPE: ClassVar[str] = "pleg.pod.event"
+    TOPIC: ClassVar[str] = "pleg.pod.event"
+    pod_uid: str
+    type: str
+    container_id: str
+    ts: float
+
+
 # --- test and benchmark traffic ---
 
 
