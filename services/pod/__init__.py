@@ -1,1 +1,116 @@
-"""podvisor.services.pod."""
+"""podvisor.services.pod: the Pod model every process shares.
+
+- ``decode_pod(bytes, where)`` / ``decode_pod_or_list`` / ``load_document``: manifest bytes in.
+- ``pod_from_dict(obj, where) -> ParsedPod(pod, warnings)``: validate + default a decoded
+  manifest or rebuild a pod from its wire form ``Pod.to_dict()``.
+- ``PodValidationError(where, errors)``: every rejection, each ``FieldIssue(field, reason)``.
+- ``apply_static_defaults``: the kubelet's defaults for file/HTTP pods (UID, name, annotations).
+- ``container_hash``: the spec hash that triggers a restart when a container's spec changes.
+"""
+
+from podvisor.services.pod.container import (
+    Container,
+    ContainerPort,
+    EnvVar,
+    ExecAction,
+    GRPCAction,
+    HTTPGetAction,
+    HTTPHeader,
+    Lifecycle,
+    LifecycleHandler,
+    PortProtocol,
+    Probe,
+    ProbeHandler,
+    PullPolicy,
+    ResourceList,
+    Resources,
+    SleepAction,
+    TCPSocketAction,
+    URIScheme,
+    VolumeMount,
+)
+from podvisor.services.pod.errors import FieldIssue, PodValidationError
+from podvisor.services.pod.hashing import canonical_json, container_hash
+from podvisor.services.pod.manifest import (
+    MAX_MANIFEST_BYTES,
+    decode_pod,
+    decode_pod_or_list,
+    load_document,
+)
+from podvisor.services.pod.model import (
+    CONFIG_HASH_ANNOTATION,
+    CONFIG_MIRROR_ANNOTATION,
+    CONFIG_SEEN_ANNOTATION,
+    CONFIG_SOURCE_ANNOTATION,
+    LOCAL_ANNOTATION_PREFIX,
+    EmptyDirVolume,
+    HostPathType,
+    HostPathVolume,
+    ObjectMeta,
+    Origin,
+    Pod,
+    PodSpec,
+    RestartPolicy,
+    StorageMedium,
+    Volume,
+)
+from podvisor.services.pod.parse import ParsedPod, pod_from_dict
+from podvisor.services.pod.static import (
+    SOURCE_FILE,
+    SOURCE_HTTP,
+    apply_static_defaults,
+    rfc3339,
+    static_pod_uid,
+)
+
+__all__ = [
+    "CONFIG_HASH_ANNOTATION",
+    "CONFIG_MIRROR_ANNOTATION",
+    "CONFIG_SEEN_ANNOTATION",
+    "CONFIG_SOURCE_ANNOTATION",
+    "LOCAL_ANNOTATION_PREFIX",
+    "MAX_MANIFEST_BYTES",
+    "SOURCE_FILE",
+    "SOURCE_HTTP",
+    "Container",
+    "ContainerPort",
+    "EmptyDirVolume",
+    "EnvVar",
+    "ExecAction",
+    "FieldIssue",
+    "GRPCAction",
+    "HTTPGetAction",
+    "HTTPHeader",
+    "HostPathType",
+    "HostPathVolume",
+    "Lifecycle",
+    "LifecycleHandler",
+    "ObjectMeta",
+    "Origin",
+    "ParsedPod",
+    "Pod",
+    "PodSpec",
+    "PodValidationError",
+    "PortProtocol",
+    "Probe",
+    "ProbeHandler",
+    "PullPolicy",
+    "ResourceList",
+    "Resources",
+    "RestartPolicy",
+    "SleepAction",
+    "StorageMedium",
+    "TCPSocketAction",
+    "URIScheme",
+    "Volume",
+    "VolumeMount",
+    "apply_static_defaults",
+    "canonical_json",
+    "container_hash",
+    "decode_pod",
+    "decode_pod_or_list",
+    "load_document",
+    "pod_from_dict",
+    "rfc3339",
+    "static_pod_uid",
+]

@@ -1,0 +1,250 @@
+"""The typed model of one container, as far as podvisor supports it (frozen dataclasses).
+
+Every class has ``to_dict()`` giving the defaulted Kubernetes wire form (camelCase keys, empty
+optional fields left out), which ``podvisor.services.pod.parse`` reads back to an equal object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from podvisor.services.pod.quantity import format_cpu
+
+
+class PullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class PortProtocol(StrEnum):
+    TCP = "TCP"
+    UDP = "UDP"
+    SCTP = "SCTP"
+
+
+class URIScheme(StrEnum):
+    HTTP = "HTTP"
+    HTTPS = "HTTPS"
+
+
+@dataclass(frozen=True)
+class ExecAction:
+    KIND: ClassVar[str] = "exec"
+    command: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"command": list(self.command)}
+
+
+@dataclass(frozen=True)
+class HTTPHeader:
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class HTTPGetAction:
+    """``port`` is a number or the name of one of the container's ports."""
+
+    KIND: ClassVar[str] = "httpGet"
+    port: int | str
+    path: str = "/"
+    host: str = ""
+    scheme: URIScheme = URIScheme.HTTP
+    http_headers: tuple[HTTPHeader, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "port": self.port, "scheme": str(self.scheme)}
+        if self.host:
+            out["host"] = self.host
+        if self.http_headers:
+            out["httpHeaders"] = [{"name": h.name, "value": h.value} for h in self.http_headers]
+        return out
+
+
+@dataclass(frozen=True)
+class TCPSocketAction:
+    KIND: ClassVar[str] = "tcpSocket"
+    port: int | str
+    host: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"port": self.port}
+        if self.host:
+            out["host"] = self.host
+        return out
+
+
+@dataclass(frozen=True)
+class GRPCAction:
+    KIND: ClassVar[str] = "grpc"
+    port: int
+    service: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"port": self.port}
+        if self.service:
+            out["service"] = self.service
+        return out
+
+
+@dataclass(frozen=True)
+class SleepAction:
+    KIND: ClassVar[str] = "sleep"
+    seconds: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds}
+
+
+ProbeHandler = ExecAction | HTTPGetAction | TCPSocketAction | GRPCAction
+LifecycleHandler = ExecAction | HTTPGetAction | SleepAction
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe with the kubelet's defaults (0 s delay, 10 s period, 1 s timeout, 1/3)."""
+
+    handler: ProbeHandler
+    initial_delay_seconds: int = 0
+    period_seconds: int = 10
+    timeout_seconds: int = 1
+    success_threshold: int = 1
+    failure_threshold: int = 3
+    termination_grace_period_seconds: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            self.handler.KIND: self.handler.to_dict(),
+            "initialDelaySeconds": self.initial_delay_seconds,
+            "periodSeconds": self.period_seconds,
+            "timeoutSeconds": self.timeout_seconds,
+            "successThreshold": self.success_threshold,
+            "failureThreshold": self.failure_threshold,
+        }
+        if self.termination_grace_period_seconds is not None:
+            out["terminationGracePeriodSeconds"] = self.termination_grace_period_seconds
+        return out
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    pre_stop: LifecycleHandler | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.pre_stop is None:
+            return {}
+        return {"preStop": {self.pre_stop.KIND: self.pre_stop.to_dict()}}
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class ContainerPort:
+    """``host_port`` 0 means none; with hostNetwork it defaults to ``container_port``."""
+
+    container_port: int
+    host_port: int = 0
+    protocol: PortProtocol = PortProtocol.TCP
+    name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"containerPort": self.container_port,
+                               "protocol": str(self.protocol)}
+        if self.host_port:
+            out["hostPort"] = self.host_port
+        if self.name:
+            out["name"] = self.name
+        return out
+
+
+@dataclass(frozen=True)
+class ResourceList:
+    """CPU in millicores and memory in bytes; None when not given."""
+
+    cpu_millis: int | None = None
+    memory_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.cpu_millis is not None:
+            out["cpu"] = format_cpu(self.cpu_millis)
+        if self.memory_bytes is not None:
+            out["memory"] = self.memory_bytes
+        return out
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Requests default to the limits, as the API server defaults them."""
+
+    limits: ResourceList = field(default_factory=ResourceList)
+    requests: ResourceList = field(default_factory=ResourceList)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if limits := self.limits.to_dict():
+            out["limits"] = limits
+        if requests := self.requests.to_dict():
+            out["requests"] = requests
+        return out
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    name: str
+    mount_path: str
+    read_only: bool = False
+    sub_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
+        if self.read_only:
+            out["readOnly"] = True
+        if self.sub_path:
+            out["subPath"] = self.sub_path
+        return out
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    image: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    working_dir: str = ""
+    ports: tuple[ContainerPort, ...] = ()
+    resources: Resources = field(default_factory=Resources)
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
+    volume_mounts: tuple[VolumeMount, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "image": self.image,
+                               "imagePullPolicy": str(self.image_pull_policy)}
+        optional: dict[str, Any] = {
+            "command": list(self.command),
+            "args": list(self.args),
+            "env": [{"name": e.name, "value": e.value} for e in self.env],
+            "workingDir": self.working_dir,
+            "ports": [p.to_dict() for p in self.ports],
+            "resources": self.resources.to_dict(),
+            "livenessProbe": self.liveness_probe and self.liveness_probe.to_dict(),
+            "readinessProbe": self.readiness_probe and self.readiness_probe.to_dict(),
+            "startupProbe": self.startup_probe and self.startup_probe.to_dict(),
+            "lifecycle": self.lifecycle.to_dict(),
+            "volumeMounts": [m.to_dict() for m in self.volume_mounts],
+        }
+        out.update((key, value) for key, value in optional.items() if value)
+        return out

@@ -1,0 +1,24 @@
+"""Stable hashes of model objects (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from podvisor.services.pod.container import Container
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Key-sorted, whitespace-free JSON: equal objects give equal bytes in any process."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def container_hash(container: Container) -> str:
+    """The container spec hash (16 hex digits), like the kubelet's ``HashContainer``.
+
+    It covers the whole defaulted container spec (the kubelet >= 1.31 hashes only name and
+    image because API pods' specs are immutable; a static pod's spec is not). A running
+    container whose recorded hash differs from its spec's hash is restarted.
+    """
+    return hashlib.sha256(canonical_json(container.to_dict())).hexdigest()[:16]

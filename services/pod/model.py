@@ -1,0 +1,193 @@
+"""The typed Pod model (frozen dataclasses) and its wire form.
+
+``Pod.to_dict()`` is the plain dict published on the bus: the defaulted manifest plus a
+top-level ``podvisor`` key holding where the pod came from (``Origin``). Any process rebuilds
+the model with ``podvisor.services.pod.pod_from_dict()``; the round trip is exact.
+
+The mappings inside (labels, annotations, status) are plain dicts typed read-only: treat them
+as immutable and build changed copies with ``dataclasses.replace``. Models are not hashable.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from podvisor.services.pod.container import Container
+
+CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+CONFIG_SEEN_ANNOTATION = "kubernetes.io/config.seen"
+CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# The annotations the kubelet owns; changing only these is not an update.
+LOCAL_ANNOTATION_PREFIX = "kubernetes.io/config."
+
+
+class RestartPolicy(StrEnum):
+    ALWAYS = "Always"
+    ON_FAILURE = "OnFailure"
+    NEVER = "Never"
+
+
+class StorageMedium(StrEnum):
+    DEFAULT = ""
+    MEMORY = "Memory"
+
+
+class HostPathType(StrEnum):
+    UNSET = ""
+    DIRECTORY_OR_CREATE = "DirectoryOrCreate"
+    DIRECTORY = "Directory"
+    FILE_OR_CREATE = "FileOrCreate"
+    FILE = "File"
+    SOCKET = "Socket"
+    CHAR_DEVICE = "CharDevice"
+    BLOCK_DEVICE = "BlockDevice"
+
+
+@dataclass(frozen=True)
+class EmptyDirVolume:
+    medium: StorageMedium = StorageMedium.DEFAULT
+    size_limit_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.medium:
+            out["medium"] = str(self.medium)
+        if self.size_limit_bytes is not None:
+            out["sizeLimit"] = self.size_limit_bytes
+        return {"emptyDir": out}
+
+
+@dataclass(frozen=True)
+class HostPathVolume:
+    path: str
+    type: HostPathType = HostPathType.UNSET
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hostPath": {"path": self.path, "type": str(self.type)}}
+
+
+@dataclass(frozen=True)
+class Volume:
+    name: str
+    source: EmptyDirVolume | HostPathVolume
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **self.source.to_dict()}
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        optional: dict[str, Any] = {
+            "namespace": self.namespace,
+            "uid": self.uid,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "deletionTimestamp": self.deletion_timestamp,
+        }
+        out.update((key, value) for key, value in optional.items() if value)
+        if self.deletion_grace_period_seconds is not None:
+            out["deletionGracePeriodSeconds"] = self.deletion_grace_period_seconds
+        return out
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    containers: tuple[Container, ...]
+    init_containers: tuple[Container, ...] = ()
+    restart_policy: RestartPolicy = RestartPolicy.ALWAYS
+    termination_grace_period_seconds: int = 30
+    host_network: bool = False
+    volumes: tuple[Volume, ...] = ()
+    node_name: str = ""
+    priority: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"containers": [c.to_dict() for c in self.containers]}
+        if self.init_containers:
+            out["initContainers"] = [c.to_dict() for c in self.init_containers]
+        out["restartPolicy"] = str(self.restart_policy)
+        out["terminationGracePeriodSeconds"] = self.termination_grace_period_seconds
+        if self.host_network:
+            out["hostNetwork"] = True
+        if self.volumes:
+            out["volumes"] = [v.to_dict() for v in self.volumes]
+        if self.node_name:
+            out["nodeName"] = self.node_name
+        if self.priority:
+            out["priority"] = self.priority
+        return out
+
+
+@dataclass(frozen=True)
+class Origin:
+    """podvisor's own metadata: which source (``file``/``http``/``api``), which file or URL,
+    and the warnings found while reading it (unsupported fields that were ignored)."""
+
+    source: str
+    location: str
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "location": self.location,
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class Pod:
+    metadata: ObjectMeta
+    spec: PodSpec
+    status: Mapping[str, Any] = field(default_factory=dict)
+    origin: Origin | None = None
+
+    @property
+    def uid(self) -> str:
+        return self.metadata.uid
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def full_name(self) -> str:
+        """``<name>_<namespace>``, the kubelet's unique pod name on a node."""
+        return f"{self.metadata.name}_{self.metadata.namespace}"
+
+    def all_containers(self) -> tuple[Container, ...]:
+        """Init containers first, then regular containers."""
+        return self.spec.init_containers + self.spec.containers
+
+    def with_annotations(self, updates: Mapping[str, str]) -> Pod:
+        """A copy with ``updates`` merged into the annotations."""
+        merged = {**self.metadata.annotations, **updates}
+        return replace(self, metadata=replace(self.metadata, annotations=merged))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": self.metadata.to_dict(),
+            "spec": self.spec.to_dict(),
+            "status": copy.deepcopy(dict(self.status)),
+        }
+        if self.origin is not None:
+            out["podvisor"] = self.origin.to_dict()
+        return out

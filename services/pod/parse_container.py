@@ -1,0 +1,205 @@
+"""Readers for containers: ports, env, resources, mounts (part of ``parse``)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from podvisor.services.pod import names, policy
+from podvisor.services.pod.container import (
+    Container,
+    ContainerPort,
+    EnvVar,
+    PortProtocol,
+    PullPolicy,
+    ResourceList,
+    Resources,
+    VolumeMount,
+)
+from podvisor.services.pod.fields import (
+    Findings,
+    as_map,
+    check_fields,
+    get_bool,
+    get_enum,
+    get_int,
+    get_list,
+    get_opt_int,
+    get_str,
+    get_str_list,
+    join,
+)
+from podvisor.services.pod.parse_probe import parse_lifecycle, parse_probe
+from podvisor.services.pod.quantity import QuantityError, cpu_millis, memory_bytes
+
+
+def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[str],
+                    host_network: bool) -> Container | None:
+    m = as_map(f, raw, path)
+    if m is None:
+        return None
+    check_fields(f, m, path, policy.CONTAINER_KNOWN, policy.CONTAINER_UNSUPPORTED)
+    name = get_str(f, m, "name", path, required=True)
+    if name and (reason := names.dns1123_label(name)):
+        f.error(join(path, "name"), reason)
+    image = get_str(f, m, "image", path, required=True)
+    if image and image.strip() != image:
+        f.error(join(path, "image"), "must not have leading or trailing whitespace")
+    ports = _parse_ports(f, m, path, host_network)
+    port_names = {p.name for p in ports if p.name}
+    probes = {key: parse_probe(f, m[key], join(path, key), port_names,
+                               readiness=key == "readinessProbe")
+              for key in ("livenessProbe", "readinessProbe", "startupProbe")
+              if m.get(key) is not None}
+    lifecycle = parse_lifecycle(f, m.get("lifecycle") or {}, join(path, "lifecycle"), port_names)
+    return Container(
+        name=name,
+        image=image,
+        command=get_str_list(f, m, "command", path),
+        args=get_str_list(f, m, "args", path),
+        env=_parse_env(f, m, path),
+        working_dir=get_str(f, m, "workingDir", path),
+        ports=ports,
+        resources=_parse_resources(f, m.get("resources"), join(path, "resources")),
+        liveness_probe=probes.get("livenessProbe"),
+        readiness_probe=probes.get("readinessProbe"),
+        startup_probe=probes.get("startupProbe"),
+        lifecycle=lifecycle,
+        image_pull_policy=get_enum(f, m, "imagePullPolicy", path, PullPolicy,
+                                   default_pull_policy(image)),
+        volume_mounts=_parse_mounts(f, m, path, volume_names),
+    )
+
+
+def default_pull_policy(image: str) -> PullPolicy:
+    """Always for ``:latest`` or untagged images, IfNotPresent otherwise (API defaulting)."""
+    if "@" in image:
+        return PullPolicy.IF_NOT_PRESENT
+    last = image.rsplit("/", 1)[-1]
+    tag = last.rpartition(":")[2] if ":" in last else ""
+    return PullPolicy.ALWAYS if tag in ("", "latest") else PullPolicy.IF_NOT_PRESENT
+
+
+def _parse_ports(f: Findings, m: Mapping[str, Any], path: str,
+                 host_network: bool) -> tuple[ContainerPort, ...]:
+    out: list[ContainerPort] = []
+    seen_names: set[str] = set()
+    for where, item in get_list(f, m, "ports", path):
+        p = as_map(f, item, where)
+        if p is None:
+            continue
+        check_fields(f, p, where, policy.PORT_KNOWN, policy.PORT_UNSUPPORTED)
+        port = get_opt_int(f, p, "containerPort", where, minimum=1, maximum=65535,
+                           required=True) or 0
+        host_port = get_int(f, p, "hostPort", where, 0, minimum=0, maximum=65535)
+        if host_network and host_port == 0:
+            host_port = port
+        elif host_network and host_port != port:
+            f.error(join(where, "hostPort"), "must equal containerPort when hostNetwork is true")
+        name = get_str(f, p, "name", where)
+        if name and (reason := names.port_name(name)):
+            f.error(join(where, "name"), reason)
+        elif name in seen_names:
+            f.error(join(where, "name"), f"duplicate port name {name!r}")
+        seen_names.add(name)
+        protocol = get_enum(f, p, "protocol", where, PortProtocol, PortProtocol.TCP)
+        out.append(ContainerPort(port, host_port, protocol, name))
+    return tuple(out)
+
+
+def _parse_env(f: Findings, m: Mapping[str, Any], path: str) -> tuple[EnvVar, ...]:
+    out: list[EnvVar] = []
+    for where, item in get_list(f, m, "env", path):
+        e = as_map(f, item, where)
+        if e is None:
+            continue
+        check_fields(f, e, where, policy.ENV_KNOWN, {})
+        name = get_str(f, e, "name", where, required=True)
+        if name and (reason := names.env_var_name(name)):
+            f.error(join(where, "name"), reason)
+        value_from = e.get("valueFrom")
+        if value_from is not None:
+            _reject_value_from(f, value_from, join(where, "valueFrom"))
+        out.append(EnvVar(name, get_str(f, e, "value", where)))
+    return tuple(out)
+
+
+def _reject_value_from(f: Findings, raw: Any, where: str) -> None:
+    m = as_map(f, raw, where)
+    if m is None:
+        return
+    for key in m:
+        kind = policy.VALUE_FROM_API.get(key)
+        if kind:
+            f.error(join(where, key), f"static pods may not reference API objects ({kind})")
+        else:
+            f.error(join(where, key), "valueFrom is not supported (use value)")
+    if not m:
+        f.error(where, "valueFrom is not supported (use value)")
+
+
+def _parse_resources(f: Findings, raw: Any, path: str) -> Resources:
+    if raw is None:
+        return Resources()
+    m = as_map(f, raw, path)
+    if m is None:
+        return Resources()
+    check_fields(f, m, path, policy.RESOURCES_KNOWN, policy.RESOURCES_UNSUPPORTED)
+    limits = _parse_resource_list(f, m.get("limits"), join(path, "limits"))
+    requests = _parse_resource_list(f, m.get("requests"), join(path, "requests"))
+    cpu = requests.cpu_millis if requests.cpu_millis is not None else limits.cpu_millis
+    memory = requests.memory_bytes if requests.memory_bytes is not None else limits.memory_bytes
+    for key, request, limit in (("cpu", cpu, limits.cpu_millis),
+                                ("memory", memory, limits.memory_bytes)):
+        if request is not None and limit is not None and request > limit:
+            f.error(join(path, f"requests.{key}"), f"must be less than or equal to {key} limit")
+    return Resources(limits=limits, requests=ResourceList(cpu, memory))
+
+
+def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
+    if raw is None:
+        return ResourceList()
+    m = as_map(f, raw, path)
+    if m is None:
+        return ResourceList()
+    cpu: int | None = None
+    memory: int | None = None
+    for key, value in m.items():
+        where = join(path, key)
+        try:
+            if key == "cpu":
+                cpu = cpu_millis(value)
+            elif key == "memory":
+                memory = memory_bytes(value)
+            elif key.startswith(policy.RESOURCE_WARN_PREFIXES):
+                f.warn(where, "not enforced by podvisor; ignored")
+            else:
+                f.error(where, f"extended resource {key!r} is not available on this node")
+        except QuantityError as exc:
+            f.error(where, str(exc))
+    return ResourceList(cpu, memory)
+
+
+def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,
+                  volume_names: Collection[str]) -> tuple[VolumeMount, ...]:
+    out: list[VolumeMount] = []
+    seen_paths: set[str] = set()
+    for where, item in get_list(f, m, "volumeMounts", path):
+        v = as_map(f, item, where)
+        if v is None:
+            continue
+        check_fields(f, v, where, policy.MOUNT_KNOWN, policy.MOUNT_UNSUPPORTED)
+        name = get_str(f, v, "name", where, required=True)
+        if name and name not in volume_names:
+            f.error(join(where, "name"), f"no volume named {name!r} in spec.volumes")
+        mount_path = get_str(f, v, "mountPath", where, required=True)
+        if mount_path and not mount_path.startswith("/"):
+            f.error(join(where, "mountPath"), "must be an absolute path")
+        elif mount_path in seen_paths:
+            f.error(join(where, "mountPath"), f"{mount_path!r} is mounted twice")
+        seen_paths.add(mount_path)
+        sub_path = get_str(f, v, "subPath", where)
+        if sub_path.startswith("/") or ".." in sub_path.split("/"):
+            f.error(join(where, "subPath"), "must be a relative path without '..'")
+        out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path))
+    return tuple(out)

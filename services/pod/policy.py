@@ -1,0 +1,149 @@
+"""What podvisor does with each Pod field it does not support: reject or warn.
+
+docs/ARCHITECTURE.md ("Pods and sources") renders these tables; keep the two in step.
+Rule of thumb: a field whose absence would change what the workload sees or can reach
+(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod; a field
+that only tunes scheduling, security hardening or terminal handling is ignored with a warning.
+"""
+
+from __future__ import annotations
+
+from podvisor.services.pod.fields import Unsupported
+
+_API = "static pods may not reference API objects"
+
+
+def _reject(reason: str) -> Unsupported:
+    return Unsupported(reject=True, reason=reason)
+
+
+def _warn(reason: str) -> Unsupported:
+    return Unsupported(reject=False, reason=reason)
+
+
+_SERVER_SET = _warn("set by the API server; ignored")
+_SCHEDULING = _warn("scheduling field; a static pod is already bound to this node; ignored")
+_NOT_ENFORCED = _warn("not enforced by podvisor; ignored")
+_DNS = _warn("podvisor does not configure pod DNS or hostnames; ignored")
+
+POD_KNOWN = frozenset({"apiVersion", "kind", "metadata", "spec", "status", "podvisor"})
+
+METADATA_KNOWN = frozenset({"name", "namespace", "uid", "labels", "annotations",
+                            "deletionTimestamp", "deletionGracePeriodSeconds"})
+METADATA_UNSUPPORTED = {
+    "generateName": _warn("not supported for static pods (use name); ignored"),
+    "creationTimestamp": _SERVER_SET,
+    "resourceVersion": _SERVER_SET,
+    "generation": _SERVER_SET,
+    "selfLink": _SERVER_SET,
+    "managedFields": _SERVER_SET,
+    "ownerReferences": _warn("garbage collection is done by the API server; ignored"),
+    "finalizers": _warn("finalizers are handled by the API server; ignored"),
+}
+
+SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
+                        "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
+                        "priority", "serviceAccountName", "serviceAccount"})
+SPEC_UNSUPPORTED = {
+    "imagePullSecrets": _reject(f"{_API} (Secret)"),
+    "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
+    "ephemeralContainers": _reject("ephemeral containers are not supported"),
+    "affinity": _SCHEDULING,
+    "tolerations": _SCHEDULING,
+    "nodeSelector": _SCHEDULING,
+    "schedulerName": _SCHEDULING,
+    "schedulingGates": _SCHEDULING,
+    "priorityClassName": _SCHEDULING,
+    "preemptionPolicy": _SCHEDULING,
+    "topologySpreadConstraints": _SCHEDULING,
+    "runtimeClassName": _warn("runtime classes are not supported; the default runtime handler "
+                              "is used"),
+    "overhead": _NOT_ENFORCED,
+    "resources": _NOT_ENFORCED,
+    "activeDeadlineSeconds": _NOT_ENFORCED,
+    "securityContext": _NOT_ENFORCED,
+    "hostPID": _warn("host PID namespace is not supported; ignored"),
+    "hostIPC": _warn("host IPC namespace is not supported; ignored"),
+    "hostUsers": _NOT_ENFORCED,
+    "shareProcessNamespace": _warn("a shared process namespace is not supported; ignored"),
+    "dnsPolicy": _DNS,
+    "dnsConfig": _DNS,
+    "hostname": _DNS,
+    "subdomain": _DNS,
+    "setHostnameAsFQDN": _DNS,
+    "hostAliases": _DNS,
+    "enableServiceLinks": _warn("service environment variables are not injected; ignored"),
+    "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
+    "readinessGates": _warn("readiness gates are not supported; ignored"),
+    "os": _warn("the pod runs on this node's OS; ignored"),
+}
+
+CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",
+                             "resources", "livenessProbe", "readinessProbe", "startupProbe",
+                             "lifecycle", "imagePullPolicy", "volumeMounts"})
+CONTAINER_UNSUPPORTED = {
+    "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
+    "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
+                             "may not reference"),
+    "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
+    "securityContext": _NOT_ENFORCED,
+    "resizePolicy": _warn("in-place resize is not supported; ignored"),
+    "stdin": _warn("attaching a terminal is not supported; ignored"),
+    "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
+    "tty": _warn("attaching a terminal is not supported; ignored"),
+    "terminationMessagePath": _warn("termination messages are not collected; ignored"),
+    "terminationMessagePolicy": _warn("termination messages are not collected; ignored"),
+}
+
+LIFECYCLE_KNOWN = frozenset({"preStop"})
+LIFECYCLE_UNSUPPORTED = {
+    "postStart": _reject("postStart hooks are not supported; do the work in the command"),
+    "stopSignal": _warn("custom stop signals are not supported; SIGTERM is sent; ignored"),
+}
+
+PROBE_KNOWN = frozenset({"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds",
+                         "periodSeconds", "timeoutSeconds", "successThreshold",
+                         "failureThreshold", "terminationGracePeriodSeconds"})
+PRE_STOP_KNOWN = frozenset({"exec", "httpGet", "sleep"})
+PRE_STOP_UNSUPPORTED = {
+    "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler"),
+}
+
+PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name"})
+PORT_UNSUPPORTED = {"hostIP": _warn("host ports bind all addresses; hostIP ignored")}
+
+MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath"})
+MOUNT_UNSUPPORTED = {
+    "subPathExpr": _reject("subPathExpr is not supported (use subPath)"),
+    "mountPropagation": _warn("mount propagation is not supported; ignored"),
+    "recursiveReadOnly": _warn("recursive read-only mounts are not supported; ignored"),
+}
+
+ENV_KNOWN = frozenset({"name", "value", "valueFrom"})
+VALUE_FROM_API = {"secretKeyRef": "Secret", "configMapKeyRef": "ConfigMap"}
+
+RESOURCES_KNOWN = frozenset({"limits", "requests"})
+RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
+RESOURCE_WARN_PREFIXES = ("ephemeral-storage", "hugepages-")
+
+VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath"})
+VOLUME_UNSUPPORTED = {
+    "secret": _reject(f"{_API} (Secret volume)"),
+    "configMap": _reject(f"{_API} (ConfigMap volume)"),
+    "persistentVolumeClaim": _reject(f"{_API} (PersistentVolumeClaim volume)"),
+    "projected": _reject(f"{_API} (projected volume)"),
+    "ephemeral": _reject(f"{_API} (ephemeral volume claim)"),
+    "csi": _reject("CSI volumes are not supported"),
+    "downwardAPI": _reject("downwardAPI volumes are not supported"),
+}
+VOLUME_UNKNOWN_REASON = "unsupported volume type (podvisor supports emptyDir and hostPath)"
+
+HANDLER_KNOWN = {
+    "exec": frozenset({"command"}),
+    "httpGet": frozenset({"path", "port", "host", "scheme", "httpHeaders"}),
+    "tcpSocket": frozenset({"port", "host"}),
+    "grpc": frozenset({"port", "service"}),
+    "sleep": frozenset({"seconds"}),
+}
+EMPTY_DIR_KNOWN = frozenset({"medium", "sizeLimit"})
+HOST_PATH_KNOWN = frozenset({"path", "type"})

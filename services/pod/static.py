@@ -1,0 +1,59 @@
+"""Defaults for static pods (file and HTTP sources), as the kubelet's ``applyDefaults``."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from podvisor.services.pod import names
+from podvisor.services.pod.errors import FieldIssue, PodValidationError
+from podvisor.services.pod.hashing import canonical_json
+from podvisor.services.pod.model import (
+    CONFIG_HASH_ANNOTATION,
+    CONFIG_SEEN_ANNOTATION,
+    CONFIG_SOURCE_ANNOTATION,
+    Origin,
+    Pod,
+)
+
+SOURCE_FILE = "file"
+SOURCE_HTTP = "http"
+DEFAULT_NAMESPACE = "default"
+
+
+def rfc3339(wall_seconds: float) -> str:
+    """Wall-clock seconds -> ``2024-05-01T12:00:00.123456Z``."""
+    return datetime.fromtimestamp(wall_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def static_pod_uid(pod: Pod, node_name: str, source: str, location: str) -> str:
+    """md5 of the defaulted pod, then ``host:<node>`` and ``file:<path>`` (or ``url:<url>``)."""
+    digest = hashlib.md5(usedforsecurity=False)
+    digest.update(canonical_json(replace(pod, origin=None).to_dict()))
+    if source == SOURCE_FILE:
+        digest.update(f"host:{node_name}".encode())
+        digest.update(f"file:{location}".encode())
+    else:
+        digest.update(f"url:{location}".encode())
+    return digest.hexdigest()
+
+
+def apply_static_defaults(pod: Pod, *, node_name: str, source: str, location: str, seen: str,
+                          warnings: tuple[str, ...] = ()) -> Pod:
+    """UID (unless the manifest sets one), name ``<name>-<node>``, namespace ``default``,
+    ``spec.nodeName``, the ``kubernetes.io/config.{hash,source,seen}`` annotations, phase
+    Pending and ``origin``. Raises ``PodValidationError`` if the new name is invalid."""
+    uid = pod.metadata.uid or static_pod_uid(pod, node_name, source, location)
+    name = f"{pod.metadata.name}-{node_name.lower()}"
+    if reason := names.dns1123_subdomain(name):
+        raise PodValidationError(location, [FieldIssue("metadata.name",
+                                                       f"with the node name: {reason}")])
+    annotations = {**pod.metadata.annotations, CONFIG_HASH_ANNOTATION: uid,
+                   CONFIG_SOURCE_ANNOTATION: source, CONFIG_SEEN_ANNOTATION: seen}
+    metadata = replace(pod.metadata, uid=uid, name=name,
+                       namespace=pod.metadata.namespace or DEFAULT_NAMESPACE,
+                       annotations=annotations)
+    return Pod(metadata=metadata, spec=replace(pod.spec, node_name=node_name),
+               status={**pod.status, "phase": "Pending"},
+               origin=Origin(source=source, location=location, warnings=warnings))
