@@ -1,0 +1,160 @@
+"""From CRI listings to PLEG records: group by pod UID, inspect, and render the ``pleg`` map value.
+
+A pod's record (the value under its UID in the ``pleg`` map; see docs/ARCHITECTURE.md "PLEG"):
+``{"ts", "name", "namespace", "sandboxes": [...], "containers": [...]}``. Only sandboxes and
+containers that carry the ``io.kubernetes.pod.uid`` label (containers may instead inherit it from
+their sandbox) are podvisor's; everything else in the runtime is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.pleg.events import Snapshot, state_of_container, state_of_sandbox
+
+UID_LABEL = "io.kubernetes.pod.uid"
+NAME_LABEL = "io.kubernetes.pod.name"
+NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+HASH_ANNOTATION = "io.kubernetes.container.hash"
+RESTART_ANNOTATION = "io.kubernetes.container.restartCount"
+
+
+@dataclass
+class ListedPod:
+    """One pod as seen by ListPodSandbox + ListContainers."""
+
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    sandboxes: list[pb.PodSandbox] = field(default_factory=list)
+    containers: list[pb.Container] = field(default_factory=list)
+
+
+def sandbox_state(s: pb.PodSandbox | pb.PodSandboxStatus) -> str:
+    return str(pb.PodSandboxState.Name(s.state))
+
+
+def container_state(c: pb.Container | pb.ContainerStatus) -> str:
+    return str(pb.ContainerState.Name(c.state))
+
+
+def group_by_pod(
+    sandboxes: Iterable[pb.PodSandbox], containers: Iterable[pb.Container]
+) -> dict[str, ListedPod]:
+    """Group a listing by pod UID (label first, sandbox metadata as fallback)."""
+    pods: dict[str, ListedPod] = {}
+    sandbox_uid: dict[str, str] = {}
+    for s in sandboxes:
+        uid = s.labels.get(UID_LABEL) or s.metadata.uid
+        if not uid:
+            continue
+        sandbox_uid[s.id] = uid
+        pod = pods.setdefault(uid, ListedPod(uid))
+        pod.name = pod.name or s.labels.get(NAME_LABEL) or s.metadata.name
+        pod.namespace = pod.namespace or s.labels.get(NAMESPACE_LABEL) or s.metadata.namespace
+        pod.sandboxes.append(s)
+    for c in containers:
+        uid = c.labels.get(UID_LABEL) or sandbox_uid.get(c.pod_sandbox_id, "")
+        if not uid:
+            continue
+        pod = pods.setdefault(uid, ListedPod(uid))
+        pod.name = pod.name or c.labels.get(NAME_LABEL, "")
+        pod.namespace = pod.namespace or c.labels.get(NAMESPACE_LABEL, "")
+        pod.containers.append(c)
+    return pods
+
+
+def snapshot_of(pods: dict[str, ListedPod]) -> Snapshot:
+    """The PLEG state of every container and sandbox, for ``generate_events``."""
+    out: dict[str, dict[str, Any]] = {}
+    for uid, pod in pods.items():
+        states = {s.id: state_of_sandbox(sandbox_state(s)) for s in pod.sandboxes}
+        states.update({c.id: state_of_container(container_state(c)) for c in pod.containers})
+        out[uid] = states
+    return out
+
+
+def _restart_count(annotations: Any, attempt: int) -> int:
+    try:
+        return int(annotations.get(RESTART_ANNOTATION, attempt))
+    except (TypeError, ValueError):
+        return attempt
+
+
+def sandbox_record(s: pb.PodSandbox, status: pb.PodSandboxStatus | None) -> dict[str, Any]:
+    src = status if status is not None else s
+    return {
+        "id": s.id,
+        "state": sandbox_state(src),
+        "created_at": int(s.created_at),
+        "attempt": int(s.metadata.attempt),
+        "ip": status.network.ip if status is not None else "",
+    }
+
+
+def container_record(c: pb.Container, status: pb.ContainerStatus | None) -> dict[str, Any]:
+    """The contract's container dict; without ``status`` (inspection failed) from the listing."""
+    st = status if status is not None else pb.ContainerStatus()
+    annotations = c.annotations if status is None else status.annotations or c.annotations
+    return {
+        "id": c.id,
+        "name": c.metadata.name,
+        "sandbox_id": c.pod_sandbox_id,
+        "attempt": int(c.metadata.attempt),
+        "state": container_state(status if status is not None else c),
+        "created_at": int(c.created_at),
+        "started_at": int(st.started_at),
+        "finished_at": int(st.finished_at),
+        "exit_code": int(st.exit_code),
+        "reason": st.reason,
+        "message": st.message,
+        "image": (st.image.image if status is not None else "") or c.image.image,
+        "image_ref": st.image_ref or c.image_ref,
+        "hash": annotations.get(HASH_ANNOTATION, ""),
+        "restart_count": _restart_count(annotations, int(c.metadata.attempt)),
+        "log_path": st.log_path,
+    }
+
+
+Beat = Callable[[], object]
+
+
+def inspect_pod(
+    client: RuntimeClient, pod: ListedPod, ts: float, beat: Beat = lambda: None
+) -> tuple[dict[str, Any], bool]:
+    """Inspect every sandbox and container of ``pod``; returns ``(record, complete)``.
+
+    ``complete`` is False when some inspection failed (other than NOT_FOUND, which means it was
+    removed meanwhile): the record then carries the listing's data and the pod is re-inspected
+    on the next relist (kubelet ``needsReinspection``). ``beat`` runs between CRI calls so a slow
+    runtime cannot starve the heartbeat.
+    """
+    complete = True
+    sandboxes: list[dict[str, Any]] = []
+    for s in sorted(pod.sandboxes, key=lambda s: (s.created_at, s.id)):
+        beat()
+        try:
+            sandboxes.append(sandbox_record(s, client.pod_sandbox_status(s.id)))
+        except CriError as err:
+            if err.not_found:
+                continue
+            complete = False
+            sandboxes.append(sandbox_record(s, None))
+    containers: list[dict[str, Any]] = []
+    for c in sorted(pod.containers, key=lambda c: (c.created_at, c.id)):
+        beat()
+        try:
+            containers.append(container_record(c, client.container_status(c.id)))
+        except CriError as err:
+            if err.not_found:
+                continue
+            complete = False
+            containers.append(container_record(c, None))
+    record = {"ts": ts, "name": pod.name, "namespace": pod.namespace,
+              "sandboxes": sandboxes, "containers": containers}
+    return record, complete
