@@ -1,0 +1,157 @@
+"""The PLEG loop over a real bus (proxy, map replica, event subscriber) and the fake runtime."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import zmq
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.paths import RunPaths
+from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.pleg.main import serve
+from podvisor.supervisor.child import ChildContext
+from podvisor.supervisor.config import Config
+from podvisor.supervisor.logs import MemoryLogger
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 15.0, pump: Callable[[], Any] | None = None
+             ) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        if pump is not None:
+            pump()
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)  # polling interval, not synchronisation
+
+
+class Harness:
+    def __init__(self, root: Path, client: FakeRuntimeClient) -> None:
+        self.paths = RunPaths(root)
+        self.paths.ensure()
+        self.zctx: zmq.Context[Any] = zmq.Context()
+        self.proxy = BusProxy(self.zctx, self.paths)
+        self.proxy.start()
+        self.client = client
+        self.log = MemoryLogger()
+        self.ctx = ChildContext("pleg", Config(root_dir=str(root)), self.paths,
+                                self.log, self.zctx)  # type: ignore[arg-type]
+        self.replica = MapReplica(self.zctx, self.paths, "pleg")
+        self.events = Subscriber(self.zctx, self.paths, ["pleg.pod.event"])
+        self.seen: list[tuple[str, str, str]] = []
+        self.thread = threading.Thread(target=serve, args=(self.ctx, client), daemon=True)
+        self.thread.start()
+
+    def pump(self) -> None:
+        self.replica.pump(0.01)
+        while (env := self.events.recv(0)) is not None:
+            m = env.message
+            self.seen.append((m.pod_uid, m.type, m.container_id))  # type: ignore[attr-defined]
+
+    def health(self) -> dict[str, Any]:
+        return dict(self.replica.get("_health") or {})
+
+    def close(self) -> None:
+        self.ctx.stop.set()
+        self.thread.join(10)
+        self.replica.close()
+        self.events.close()
+        self.proxy.stop()
+        self.zctx.destroy(linger=0)
+
+
+@pytest.fixture
+def harness() -> Iterator[Callable[[FakeRuntimeClient], Harness]]:
+    made: list[Harness] = []
+    root = Path(tempfile.mkdtemp(prefix="pvpleg", dir="/tmp"))
+
+    def make(client: FakeRuntimeClient) -> Harness:
+        h = Harness(root, client)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def add_pod(client: FakeRuntimeClient, uid: str) -> tuple[str, str]:
+    lab = {"io.kubernetes.pod.uid": uid, "io.kubernetes.pod.name": "p",
+           "io.kubernetes.pod.namespace": "default"}
+    scfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="p", uid=uid), labels=lab)
+    sid = client.run_pod_sandbox(scfg)
+    cfg = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="app"),
+                             image=pb.ImageSpec(image="host"),
+                             labels={**lab, "io.kubernetes.container.name": "app"})
+    cid = client.create_container(sid, cfg, scfg)
+    client.start_container(cid)
+    return sid, cid
+
+
+def test_stream_mode_publishes_cache_and_events(harness: Any) -> None:
+    client = FakeRuntimeClient()
+    _sid, cid = add_pod(client, "u1")
+    h: Harness = harness(client)
+    wait_for(lambda: h.health().get("events_mode") == "stream", pump=h.pump)
+    rec = wait_for(lambda: h.replica.get("u1"), pump=h.pump)
+    assert rec["containers"][0]["state"] == "CONTAINER_RUNNING"
+    wait_for(lambda: ("u1", "ContainerStarted", cid) in h.seen, pump=h.pump)
+    client.exit_container(cid, 1)
+    wait_for(lambda: ("u1", "ContainerDied", cid) in h.seen, pump=h.pump)
+    died = h.replica.get("u1")["containers"][0]
+    assert died["state"] == "CONTAINER_EXITED" and died["exit_code"] == 1
+    # the event ts never runs ahead of the replicated cache's global ts
+    assert h.health()["ts"] >= rec["ts"]
+    assert h.health()["last_relist_ok"] > 0 and h.health()["event_drops"] == 0
+
+
+def test_unimplemented_stream_falls_back_to_relist(harness: Any) -> None:
+    client = FakeRuntimeClient()
+    client.fail("GetContainerEvents", grpc.StatusCode.UNIMPLEMENTED)
+    _sid, cid = add_pod(client, "u1")
+    h: Harness = harness(client)
+    wait_for(lambda: h.health().get("events_mode") == "relist"
+             and h.health().get("relists", 0) >= 2, pump=h.pump)
+    client.exit_container(cid, 0)
+    wait_for(lambda: ("u1", "ContainerDied", cid) in h.seen, pump=h.pump)
+    assert h.log.named("pleg.events_unsupported")
+
+
+def test_stream_disconnect_relists_and_reconnects(harness: Any) -> None:
+    client = FakeRuntimeClient()
+    add_pod(client, "u1")
+    h: Harness = harness(client)
+    wait_for(lambda: h.health().get("events_mode") == "stream", pump=h.pump)
+    client.streams[0].close()
+    wait_for(lambda: h.log.named("pleg.events_stream_ended"), pump=h.pump)
+    wait_for(lambda: len(client.streams) >= 2 and h.log.named("pleg.events_mode")[-1]["mode"]
+             == "stream", pump=h.pump)
+
+
+def test_runtime_down_keeps_loop_alive_then_recovers(harness: Any) -> None:
+    client = FakeRuntimeClient()
+    client.fail("ListPodSandbox", grpc.StatusCode.UNAVAILABLE)
+    add_pod(client, "u1")
+    beats: list[float] = []
+    h: Harness = harness(client)
+    h.ctx.beat = lambda: beats.append(time.monotonic())
+    wait_for(lambda: h.log.named("pleg.relist_failed") and len(beats) > 3, pump=h.pump)
+    assert h.replica.get("u1") is None
+    client.clear_failures()
+    wait_for(lambda: h.replica.get("u1"), pump=h.pump)
+    assert h.log.named("pleg.relist_recovered")
