@@ -1,0 +1,127 @@
+"""The composition root: builds every part of the agent from `Dependencies` and runs it.
+
+Nothing else in `podvisor.supervisor` constructs clocks, spawners, sockets or registries; tests
+replace any field of `Dependencies` (a fake spawner, a fake clock, extra control commands,
+another list of built-ins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import zmq
+
+from podvisor.ipc.bus import BusProxy, Publisher
+from podvisor.ipc.paths import RunPaths
+from podvisor.supervisor.commands import Command, default_commands
+from podvisor.supervisor.config import Config, load_config, write_config_json
+from podvisor.supervisor.control import ControlServer
+from podvisor.supervisor.core import CoreDeps, Supervisor
+from podvisor.supervisor.logs import setup_logging
+from podvisor.supervisor.loop import Agent, AgentParts
+from podvisor.supervisor.registry import BUILTINS, Builtin, ProcessSpec, resolve_specs
+from podvisor.supervisor.spawner import Spawner, new_spawner
+from podvisor.supervisor.states import StateChange
+
+__all__ = ["AgentLockedError", "Dependencies", "run_agent"]
+
+
+@dataclass
+class Dependencies:
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    rand: Callable[[], float] = random.random
+    spawner: Spawner = field(default_factory=new_spawner)
+    commands: Mapping[str, Command] = field(default_factory=default_commands)
+    builtins: tuple[Builtin, ...] = BUILTINS
+
+
+class AgentLockedError(RuntimeError):
+    """Another agent already runs on this rootDir."""
+
+
+def _lock(paths: RunPaths) -> IO[str]:
+    lock = (paths.run_dir / "agent.lock").open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        other = lock.read().strip()
+        lock.close()
+        raise AgentLockedError(
+            f"another agent (pid {other or '?'}) runs on {paths.root}") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def run_agent(
+    config_path: Path | None,
+    overrides: Mapping[str, Any],
+    config: Config,
+    deps: Dependencies | None = None,
+) -> int:
+    """Run the agent in the foreground until SIGTERM/SIGINT/`shutdown`; returns the exit code.
+    `config` is the already validated `load_config(config_path, overrides)`."""
+    deps = deps or Dependencies()
+    paths = RunPaths(Path(config.root_dir))
+    paths.ensure()
+    lock = _lock(paths)
+    sup_cfg = config.supervision
+    log = setup_logging("supervisor", paths.logs_dir, sup_cfg.log_level, sup_cfg.log_max_size,
+                        sup_cfg.log_max_files)
+    write_config_json(config, paths.config_json)
+
+    def resolve(cfg: Config) -> tuple[ProcessSpec, ...]:
+        return resolve_specs(cfg, deps.builtins)
+
+    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    proxy = BusProxy(zctx, paths)
+    proxy.start()
+    publisher = Publisher(zctx, paths, "supervisor")
+    agent_box: list[Agent] = []
+
+    def notify(change: StateChange) -> None:
+        agent_box[0].publish_change(change)
+
+    env = {"PODVISOR_ROOT_DIR": str(paths.root), "PODVISOR_SUPERVISOR_PID": str(os.getpid())}
+    core = CoreDeps(deps.clock, deps.wall, deps.spawner, notify, log, deps.rand, env)
+    sup = Supervisor(resolve(config), core)
+    parts = AgentParts(
+        config=config, sup=sup, zctx=zctx, publisher=publisher, log=log,
+        logs_dir=paths.logs_dir, config_json=paths.config_json,
+        heartbeat_endpoint=paths.heartbeat,
+        reload_config=lambda: load_config(config_path, overrides),
+        resolve=resolve, clock=deps.clock, wall=deps.wall,
+    )
+    agent = Agent(parts)
+    agent_box.append(agent)
+    control = ControlServer(zctx, paths.control, deps.commands, agent, log)
+    try:
+        return agent.run(control)
+    finally:
+        control.close()
+        agent.close()
+        publisher.close()
+        proxy.stop()
+        zctx.destroy(linger=0)
+        for endpoint in (paths.control, paths.heartbeat):
+            _unlink_ipc(endpoint)
+        lock.close()
+        sys.stderr.flush()
+
+
+def _unlink_ipc(endpoint: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(endpoint.removeprefix("ipc://"))

@@ -1,0 +1,158 @@
+"""The harness every supervised process runs in: `python -m podvisor.supervisor.child NAME`.
+
+Start-up order: set PR_SET_PDEATHSIG (SIGTERM) and check the parent is still the supervisor;
+read `run/config.json`; set up JSON logging to stderr and `logs/<NAME>.log`; install SIGTERM/SIGINT
+handlers (they only set `ctx.stop`, and arm an alarm so a child whose service ignores the stop
+still dies when its supervisor is gone); import the service module; send `ready`; call
+`run(ctx)`. Exit status: 0 when `run` returns, 1 (with a `child.crashed` event carrying the
+traceback) when it raises, or the code given to `sys.exit`.
+
+The supervisor passes, in the environment: `PODVISOR_ROOT_DIR`, `PODVISOR_MODULE` (the module with
+`run(ctx)`), `PODVISOR_SUPERVISOR_PID` and `PODVISOR_STOP_TIMEOUT` (seconds).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` to this process when its parent (thread) exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _early_start() -> None:
+    set_parent_death_signal()
+    expected = os.environ.get("PODVISOR_SUPERVISOR_PID")
+    if expected and os.getppid() != int(expected):
+        # The supervisor died before the death signal was armed.
+        os._exit(3)
+
+
+if __name__ == "__main__":
+    _early_start()
+
+import importlib  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import FrameType  # noqa: E402
+
+import zmq  # noqa: E402
+
+from podvisor.ipc.paths import RunPaths  # noqa: E402
+from podvisor.supervisor.config import Config, read_config_json  # noqa: E402
+from podvisor.supervisor.heartbeat import HeartbeatSender  # noqa: E402
+from podvisor.supervisor.logs import EventLogger, setup_logging  # noqa: E402
+
+__all__ = ["ChildContext", "main", "set_parent_death_signal"]
+
+
+@dataclass
+class ChildContext:
+    """What a service's `run(ctx)` gets. Use from the main thread (`heartbeat` is not
+    thread-safe; `stop` is)."""
+
+    name: str
+    config: Config
+    paths: RunPaths
+    log: EventLogger
+    zctx: zmq.Context[zmq.Socket[bytes]]
+    stop: threading.Event = field(default_factory=threading.Event)
+    beat: Callable[[], object] | None = None
+
+    def heartbeat(self) -> None:
+        """Tell the supervisor this process is alive. Cheap and rate-limited: call it from the
+        main loop at least every `supervision.heartbeatInterval` (default 1 s)."""
+        if self.beat is not None:
+            self.beat()
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait up to `seconds`, heartbeating meanwhile; True as soon as `stop` is set."""
+        deadline = time.monotonic() + seconds
+        step = max(0.01, self.config.supervision.heartbeat_interval / 2)
+        while True:
+            self.heartbeat()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self.stop.is_set()
+            if self.stop.wait(min(step, left)):
+                return True
+
+
+def _install_signals(stop: threading.Event, stop_timeout: float) -> None:
+    alarm = max(1, math.ceil(stop_timeout) + 1)
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        if not stop.is_set():
+            stop.set()
+            signal.alarm(alarm)  # default SIGALRM action ends us if the service ignores stop
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+
+
+def _run_service(ctx: ChildContext, module_name: str, send_ready: Callable[[], object]) -> int:
+    try:
+        module = importlib.import_module(module_name)
+        run = module.run
+    except BaseException:
+        ctx.log.exception("child.import_failed", module=module_name)
+        return 1
+    send_ready()
+    ctx.log.info("child.started", module=module_name, pid=os.getpid())
+    try:
+        run(ctx)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        ctx.log.info("child.exit", code=code)
+        return code
+    except BaseException:
+        ctx.log.exception("child.crashed", module=module_name)
+        return 1
+    ctx.log.info("child.returned", stopping=ctx.stop.is_set())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m podvisor.supervisor.child NAME", file=sys.stderr)
+        return 2
+    name = args[0]
+    root = os.environ.get("PODVISOR_ROOT_DIR", "")
+    module_name = os.environ.get("PODVISOR_MODULE", f"podvisor.services.{name}.main")
+    stop_timeout = float(os.environ.get("PODVISOR_STOP_TIMEOUT", "5"))
+    stop = threading.Event()
+    _install_signals(stop, stop_timeout)
+    paths = RunPaths(Path(root))
+    try:
+        config = read_config_json(paths.config_json)
+    except (OSError, ValueError) as exc:
+        print(f"podvisor child {name}: cannot read {paths.config_json}: {exc}", file=sys.stderr)
+        return 1
+    sup = config.supervision
+    log = setup_logging(name, paths.logs_dir, sup.log_level, sup.log_max_size, sup.log_max_files)
+    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sender = HeartbeatSender(zctx, paths.heartbeat, name, os.getpid(),
+                             sup.heartbeat_interval / 2)
+    ctx = ChildContext(name, config, paths, log, zctx, stop, sender.beat)
+    try:
+        return _run_service(ctx, module_name, sender.ready)
+    finally:
+        sender.close()
+        zctx.destroy(linger=0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

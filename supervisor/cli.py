@@ -1,0 +1,66 @@
+"""`podvisor`: the agent's command line.
+
+    podvisor run --config FILE [--node-name N] [--root-dir DIR] ...   run in the foreground
+    podvisor config --config FILE [flags]                             print the effective config
+
+Exit codes: 0 after a clean shutdown, 2 for a bad config (the message names the key), 1 when
+another agent already runs on the same rootDir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, load_config
+from podvisor.supervisor.flags import add_config_flags, overrides_from_args
+from podvisor.supervisor.registry import resolve_specs
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="podvisor", description="kubelet-style node agent")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name, text in (("run", "run the agent in the foreground (SIGHUP reloads)"),
+                       ("config", "validate and print the effective config as JSON")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                       help="YAML config file (KubeletConfiguration key names)")
+        add_config_flags(p)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> tuple[Config, dict[str, object]]:
+    overrides = overrides_from_args(args)
+    config = load_config(args.config, overrides)
+    resolve_specs(config)  # custom processes must name a module, etc.
+    return config, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config, overrides = _load(args)
+    except ConfigError as exc:
+        print(f"podvisor: {exc}", file=sys.stderr)
+        return 2
+    if args.cmd == "config":
+        print(json.dumps(config_to_mapping(config), indent=2, sort_keys=True))
+        return 0
+    from podvisor.supervisor.app import AgentLockedError, run_agent
+
+    try:
+        return run_agent(args.config, overrides, config)
+    except AgentLockedError as exc:
+        print(f"podvisor: {exc}", file=sys.stderr)
+        return 1
+    except ConfigError as exc:
+        print(f"podvisor: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

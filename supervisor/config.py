@@ -1,0 +1,309 @@
+"""The agent's configuration: one YAML file with KubeletConfiguration key names, plus flags.
+
+`Config` is a frozen dataclass; attribute names are the snake_case of the YAML keys. The schema
+is data (`TOP_KEYS`, `SUPERVISION_KEYS`, `SPEC_KEYS`): adding a key is one line in a table plus
+one dataclass field. `config_from_mapping()` is the single parser, used for the YAML file (merged
+with flags) and for `run/config.json` which children read back; `config_to_mapping()` is its
+inverse. Unknown keys and bad values raise `ConfigError` naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from podvisor.supervisor.values import (
+    ConfigError,
+    format_duration,
+    parse_bool,
+    parse_duration,
+    parse_endpoint,
+    parse_float,
+    parse_headers,
+    parse_int,
+    parse_quantity,
+    parse_str,
+)
+
+__all__ = [
+    "SPEC_KEYS",
+    "SUPERVISION_KEYS",
+    "TOP_KEYS",
+    "Config",
+    "ConfigError",
+    "Key",
+    "Kind",
+    "SupervisionConfig",
+    "config_from_mapping",
+    "config_to_mapping",
+    "load_config",
+    "read_config_json",
+    "write_config_json",
+]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of value is parsed from YAML/flags and written back to JSON."""
+
+    parse: Callable[[str, object], Any]
+    dump: Callable[[Any], Any] = _same
+    metavar: str = "VALUE"
+
+
+STR = Kind(parse_str, metavar="STRING")
+BOOL = Kind(parse_bool, metavar="BOOL")
+DURATION = Kind(parse_duration, format_duration, "DURATION")
+QUANTITY = Kind(parse_quantity, metavar="SIZE")
+ENDPOINT = Kind(parse_endpoint, metavar="ENDPOINT")
+HEADERS = Kind(parse_headers, metavar="NAME:VALUE")
+INT = Kind(lambda k, v: parse_int(k, v, minimum=0), metavar="INT")
+PORT = Kind(lambda k, v: parse_int(k, v, minimum=0, maximum=65535), metavar="PORT")
+PERCENT = Kind(lambda k, v: parse_int(k, v, minimum=0, maximum=100), metavar="PERCENT")
+COUNT = Kind(lambda k, v: parse_int(k, v, minimum=1), metavar="INT")
+FACTOR = Kind(parse_float, metavar="NUMBER")
+LEVEL = Kind(
+    lambda k, v: _parse_choice(k, v, ("debug", "info", "warning", "error")), metavar="LEVEL"
+)
+
+
+def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
+    text = parse_str(key, raw).strip().lower()
+    if text not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: its YAML name, the dataclass attribute, its kind and help text."""
+
+    name: str
+    attr: str
+    kind: Kind
+    help: str
+
+
+TOP_KEYS: tuple[Key, ...] = (
+    Key("nodeName", "node_name", STR, "node name (default: the host name)"),
+    Key("rootDir", "root_dir", STR, "all state, sockets and logs live under it"),
+    Key("staticPodPath", "static_pod_path", STR, "directory (or file) of static pod manifests"),
+    Key("staticPodURL", "static_pod_url", STR, "URL serving a Pod or PodList"),
+    Key("staticPodURLHeader", "static_pod_url_header", HEADERS, "headers for staticPodURL"),
+    Key("fileCheckFrequency", "file_check_frequency", DURATION, "static pod path relist period"),
+    Key("httpCheckFrequency", "http_check_frequency", DURATION, "static pod URL poll period"),
+    Key("syncFrequency", "sync_frequency", DURATION, "full pod resync period"),
+    Key("runtimeEndpoint", "runtime_endpoint", ENDPOINT, "'embedded' or unix:///path"),
+    Key("runtimeRequestTimeout", "runtime_request_timeout", DURATION, "CRI call timeout"),
+    Key("address", "address", STR, "HTTP server bind address"),
+    Key("port", "port", PORT, "HTTP server port"),
+    Key("readOnlyPort", "read_only_port", PORT, "read-only HTTP port (0 disables)"),
+    Key("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", PERCENT, "GC above"),
+    Key("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", PERCENT, "GC down to"),
+    Key("imageMinimumGCAge", "image_minimum_gc_age", DURATION, "minimum age of a GCed image"),
+    Key("containerLogMaxSize", "container_log_max_size", QUANTITY, "rotate container logs at"),
+    Key("containerLogMaxFiles", "container_log_max_files", COUNT, "container log files kept"),
+    Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
+    Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
+)
+
+SUPERVISION_KEYS: tuple[Key, ...] = (
+    Key("heartbeatInterval", "heartbeat_interval", DURATION, "how often children heartbeat"),
+    Key("shutdownTimeout", "shutdown_timeout", DURATION, "bound on stopping all children"),
+    Key("builtins", "builtins", BOOL, "run the built-in subsystems"),
+    Key("logLevel", "log_level", LEVEL, "debug, info, warning or error"),
+    Key("logMaxSize", "log_max_size", QUANTITY, "rotate logs/<process>.log at this size"),
+    Key("logMaxFiles", "log_max_files", COUNT, "rotated log files kept per process"),
+)
+
+# Keys of a restart spec (`supervision.defaults` and `supervision.processes.<name>`).
+SPEC_KEYS: tuple[Key, ...] = (
+    Key("module", "module", STR, "module with run(ctx) (custom processes)"),
+    Key("enabled", "enabled", BOOL, "run this process"),
+    Key("period", "period", DURATION, "re-run this long after a normal return"),
+    Key("jitter", "jitter", FACTOR, "add rand[0,1) * jitter * period"),
+    Key("backoffBase", "backoff_base", DURATION, "delay after the 2nd crash in a row"),
+    Key("backoffCap", "backoff_cap", DURATION, "maximum crash back-off delay"),
+    Key("backoffResetAfter", "backoff_reset_after", DURATION, "stable run that resets back-off"),
+    Key("intensity", "intensity", COUNT, "crash restarts allowed within intensityPeriod"),
+    Key("intensityPeriod", "intensity_period", DURATION, "window of the intensity limit"),
+    Key("heartbeatTimeout", "heartbeat_timeout", DURATION, "kill when silent this long"),
+    Key("stopTimeout", "stop_timeout", DURATION, "SIGTERM to SIGKILL grace"),
+)
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    """The `supervision` section. `defaults` and `processes` hold validated partial restart
+    specs keyed by attribute name (e.g. `{"period": 1.0}`); `podvisor.supervisor.registry`
+    resolves them into full `ProcessSpec`s."""
+
+    heartbeat_interval: float = 1.0
+    shutdown_timeout: float = 20.0
+    builtins: bool = True
+    log_level: str = "info"
+    log_max_size: int = 10 * 1024 * 1024
+    log_max_files: int = 3
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    processes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective agent config. Defaults mirror the kubelet's (KUBELET.md)."""
+
+    node_name: str = field(default_factory=lambda: socket.gethostname().lower())
+    root_dir: str = "/var/lib/podvisor"
+    static_pod_path: str = ""
+    static_pod_url: str = ""
+    static_pod_url_header: Mapping[str, list[str]] = field(default_factory=dict)
+    file_check_frequency: float = 20.0
+    http_check_frequency: float = 20.0
+    sync_frequency: float = 60.0
+    runtime_endpoint: str = "embedded"
+    runtime_request_timeout: float = 120.0
+    address: str = "127.0.0.1"
+    port: int = 10250
+    read_only_port: int = 0
+    image_gc_high_threshold_percent: int = 85
+    image_gc_low_threshold_percent: int = 80
+    image_minimum_gc_age: float = 120.0
+    container_log_max_size: int = 10 * 1024 * 1024
+    container_log_max_files: int = 5
+    kubeconfig: str = ""
+    stop_pods_on_exit: bool = False
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+
+
+def _parse_section(
+    prefix: str, raw: object, keys: tuple[Key, ...], skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(prefix or "<root>", f"expected a map, got {type(raw).__name__}")
+    by_name = {k.name: k for k in keys}
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        path = f"{prefix}.{name}" if prefix else str(name)
+        if name in skip:
+            continue
+        key = by_name.get(name) if isinstance(name, str) else None
+        if key is None:
+            raise ConfigError(path, "unknown key")
+        out[key.attr] = key.kind.parse(path, value)
+    return out
+
+
+def _parse_supervision(raw: object) -> SupervisionConfig:
+    base = _parse_section("supervision", raw, SUPERVISION_KEYS, skip=("defaults", "processes"))
+    section: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    defaults = _parse_section("supervision.defaults", section.get("defaults"), SPEC_KEYS)
+    if "module" in defaults:
+        raise ConfigError("supervision.defaults.module", "a module is per process")
+    procs_raw = section.get("processes") or {}
+    if not isinstance(procs_raw, Mapping):
+        raise ConfigError("supervision.processes", "expected a map of process name to spec")
+    processes: dict[str, Mapping[str, Any]] = {}
+    for name, spec in procs_raw.items():
+        path = f"supervision.processes.{name}"
+        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(path, "process names use letters, digits, '-' and '_'")
+        processes[name] = _parse_section(path, spec, SPEC_KEYS)
+    return SupervisionConfig(**base, defaults=defaults, processes=processes)
+
+
+def config_from_mapping(raw: object) -> Config:
+    """Validate a parsed YAML/JSON document into a `Config` (raises `ConfigError`)."""
+    values = _parse_section("", raw, TOP_KEYS, skip=("supervision",))
+    section = raw.get("supervision") if isinstance(raw, Mapping) else None
+    config = Config(**values, supervision=_parse_supervision(section))
+    if config.image_gc_low_threshold_percent > config.image_gc_high_threshold_percent:
+        raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
+    if not config.root_dir:
+        raise ConfigError("rootDir", "must not be empty")
+    if config.supervision.heartbeat_interval <= 0:
+        raise ConfigError("supervision.heartbeatInterval", "must be > 0")
+    return config
+
+
+def _dump_section(obj: object, keys: tuple[Key, ...]) -> dict[str, Any]:
+    return {k.name: k.kind.dump(getattr(obj, k.attr)) for k in keys}
+
+
+def _dump_spec(partial: Mapping[str, Any]) -> dict[str, Any]:
+    return {k.name: k.kind.dump(partial[k.attr]) for k in SPEC_KEYS if k.attr in partial}
+
+
+def config_to_mapping(config: Config) -> dict[str, Any]:
+    """The inverse of `config_from_mapping` (camelCase keys, durations as strings)."""
+    out = _dump_section(config, TOP_KEYS)
+    sup = config.supervision
+    out["supervision"] = {
+        **_dump_section(sup, SUPERVISION_KEYS),
+        "defaults": _dump_spec(sup.defaults),
+        "processes": {name: _dump_spec(spec) for name, spec in sup.processes.items()},
+    }
+    return out
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read the YAML file (if any), apply `overrides` (flags, as a nested camelCase mapping,
+    which win over the file), validate, and make `rootDir` absolute."""
+    import yaml  # imported here: children read JSON and should not pay for yaml
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError("--config", f"invalid YAML in {path}: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError("<root>", f"expected a map at the top of {path}")
+        data = loaded or {}
+    data = _merge(data, overrides or {})
+    if isinstance(data.get("rootDir"), str) and data["rootDir"]:
+        data["rootDir"] = os.path.abspath(data["rootDir"])
+    return config_from_mapping(data)
+
+
+def write_config_json(config: Config, path: Path) -> None:
+    """Write the effective config atomically (mode 0600) for children to read."""
+    tmp = path.with_suffix(".json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(config_to_mapping(config), out, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_config_json(path: Path) -> Config:
+    """Read `run/config.json` back (raises `ConfigError` or `OSError`)."""
+    with path.open(encoding="utf-8") as src:
+        return config_from_mapping(json.load(src))
+
+
+def dataclass_attrs(cls: type[Any]) -> set[str]:
+    """Attribute names of a config dataclass (used by a test that keeps tables and classes
+    in sync)."""
+    return {f.name for f in fields(cls)}

@@ -1,0 +1,150 @@
+"""`podvisorctl`: control a running agent.
+
+    podvisorctl [--root-dir DIR | --endpoint URL] [--timeout S] COMMAND ...
+      status [NAME] [--json]      every supervised process: name, state, pid, restarts, uptime,
+                                  last exit (code/signal/reason/time)
+      start|stop|restart NAME     waits until the process runs (or no longer runs)
+      kill NAME [--signal SIG]    deliver exactly SIG (default KILL) for fault injection
+      tail NAME [-n N]            the last N lines of logs/NAME.log (`supervisor` = the agent)
+      reload                      like SIGHUP
+      shutdown [--pods]           stop the agent (and every pod with --pods)
+      pods|events [--json], logs POD [CONTAINER]   answered once the server process exists
+
+Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
+stderr); 2 the agent is not running or did not answer in time, or bad usage.
+`--json` prints the command's result object as JSON on stdout (documented in ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from podvisor.supervisor.client import AgentNotRunning, ControlClient, endpoint_for_root
+from podvisor.supervisor.faults import ControlFault
+
+__all__ = ["format_status", "main"]
+
+DEFAULT_ROOT = "/var/lib/podvisor"
+WAITING_COMMANDS = {"start", "stop", "restart", "shutdown", "reload"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="podvisorctl", description="control a podvisor agent")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--root-dir", default=None, help="the agent's rootDir")
+    where.add_argument("--endpoint", default=None, help="control endpoint URL (ipc:// or tcp://)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait for a reply")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("status", help="list supervised processes")
+    st.add_argument("name", nargs="?")
+    st.add_argument("--json", action="store_true")
+    for name in ("start", "stop", "restart"):
+        c = sub.add_parser(name, help=f"{name} a process")
+        c.add_argument("name")
+        c.add_argument("--json", action="store_true")
+    k = sub.add_parser("kill", help="send a signal to a process")
+    k.add_argument("name")
+    k.add_argument("--signal", "-s", default="KILL")
+    k.add_argument("--json", action="store_true")
+    t = sub.add_parser("tail", help="last lines of a process log")
+    t.add_argument("name")
+    t.add_argument("-n", "--lines", type=int, default=20)
+    t.add_argument("--json", action="store_true")
+    sh = sub.add_parser("shutdown", help="stop the agent")
+    sh.add_argument("--pods", action="store_true", help="stop every pod too")
+    sub.add_parser("reload", help="re-read the config file")
+    for name in ("pods", "events"):
+        sub.add_parser(name).add_argument("--json", action="store_true")
+    lg = sub.add_parser("logs", help="container logs")
+    lg.add_argument("pod")
+    lg.add_argument("container", nargs="?")
+    lg.add_argument("--follow", "-f", action="store_true")
+    lg.add_argument("--tail", type=int, default=None)
+    return p
+
+
+def _ago(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "-"
+    secs = max(0, int(now - ts))
+    return f"{secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+
+
+def format_status(result: dict[str, Any], now: float | None = None) -> str:
+    """The human table of `status`."""
+    now = time.time() if now is None else now
+    rows = [("NAME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT")]
+    for p in result.get("processes", []):
+        last = p.get("lastExit")
+        last_text = "-" if not last else f"{last['reason']} ({_ago(last['time'], now)} ago)"
+        uptime = "-" if p.get("uptime") is None else _ago(now - float(p["uptime"]), now)
+        rows.append((p["name"], p["state"], str(p["pid"] or "-"), str(p["restarts"]), uptime,
+                     last_text))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+        for r in rows
+    )
+
+
+def _args_for(ns: argparse.Namespace) -> dict[str, Any]:
+    cmd = ns.cmd
+    if cmd == "status":
+        return {"name": ns.name} if ns.name else {}
+    if cmd in ("start", "stop", "restart"):
+        return {"name": ns.name}
+    if cmd == "kill":
+        return {"name": ns.name, "signal": ns.signal}
+    if cmd == "tail":
+        return {"name": ns.name, "lines": ns.lines}
+    if cmd == "shutdown":
+        return {"pods": ns.pods}
+    if cmd == "logs":
+        args = {"pod": ns.pod, "container": ns.container, "follow": ns.follow, "tail": ns.tail}
+        return {k: v for k, v in args.items() if v not in (None, False)}
+    return {}
+
+
+def _print(ns: argparse.Namespace, result: Any) -> None:
+    if getattr(ns, "json", False):
+        print(json.dumps(result, indent=2, sort_keys=True))
+    elif ns.cmd == "status":
+        print(format_status(result))
+    elif ns.cmd == "tail":
+        print("\n".join(result["lines"]))
+    elif ns.cmd in ("start", "stop", "restart", "kill"):
+        print(f"{result['name']}: {result['state']} (pid {result['pid'] or '-'})")
+    elif ns.cmd == "reload":
+        print("\n".join(result["changes"]) or "no changes")
+    elif ns.cmd == "shutdown":
+        print("shutting down")
+    else:
+        print(json.dumps(result, indent=2, sort_keys=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    endpoint = ns.endpoint or endpoint_for_root(
+        ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT))
+    timeout = ns.timeout if ns.timeout is not None else (
+        120.0 if ns.cmd in WAITING_COMMANDS else 5.0)
+    client = ControlClient(endpoint, timeout=timeout)
+    try:
+        result = client.call(ns.cmd, **_args_for(ns))
+    except AgentNotRunning as exc:
+        print(f"podvisorctl: {exc}", file=sys.stderr)
+        return 2
+    except ControlFault as exc:
+        print(f"podvisorctl: {exc.fault.name}({int(exc.fault)}): {exc.message}", file=sys.stderr)
+        return 1
+    _print(ns, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Command-line flags for every config key, generated from the key tables in `config.py`.
+
+`nodeName` -> `--node-name`; `supervision.heartbeatInterval` -> `--supervision-heartbeat-interval`;
+a per-process spec key -> `--process NAME.KEY=VALUE` (repeatable, e.g.
+`--process pleg.heartbeatTimeout=30s`). `staticPodURLHeader` takes `--static-pod-url-header
+NAME:VALUE` (repeatable). Flags are parsed with the same parsers as the file and win over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from podvisor.supervisor.config import BOOL, HEADERS, SUPERVISION_KEYS, TOP_KEYS, ConfigError, Key
+
+__all__ = ["add_config_flags", "flag_name", "overrides_from_args"]
+
+
+def flag_name(key: str) -> str:
+    """camelCase -> kebab-case (`staticPodURL` -> `static-pod-url`)."""
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", key)
+    return "-".join(w.lower() for w in words)
+
+
+def _add(group: argparse._ArgumentGroup, flag: str, dest: str, key: Key) -> None:
+    if key.kind is BOOL:
+        group.add_argument(flag, dest=dest, nargs="?", const="true", default=None,
+                           metavar="BOOL", help=key.help)
+    elif key.kind is HEADERS:
+        group.add_argument(flag, dest=dest, action="append", default=None,
+                           metavar=key.kind.metavar, help=key.help)
+    else:
+        group.add_argument(flag, dest=dest, default=None, metavar=key.kind.metavar,
+                           help=key.help)
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    top = parser.add_argument_group("config keys (override the file)")
+    for key in TOP_KEYS:
+        _add(top, f"--{flag_name(key.name)}", f"cfg__{key.name}", key)
+    sup = parser.add_argument_group("supervision keys (override the file)")
+    for key in SUPERVISION_KEYS:
+        _add(sup, f"--supervision-{flag_name(key.name)}", f"sup__{key.name}", key)
+    sup.add_argument("--process", dest="process_overrides", action="append", default=[],
+                     metavar="NAME.KEY=VALUE",
+                     help="a restart spec key of one process, e.g. pleg.heartbeatTimeout=30s")
+
+
+def _headers(values: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in values:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError("staticPodURLHeader", f"expected NAME:VALUE, got {item!r}")
+        out.setdefault(name.strip(), []).append(value.strip())
+    return out
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags given, as a nested camelCase mapping to merge over the file."""
+    out: dict[str, Any] = {}
+    ns: Mapping[str, Any] = vars(args)
+    for key in TOP_KEYS:
+        value = ns.get(f"cfg__{key.name}")
+        if value is not None:
+            out[key.name] = _headers(value) if key.kind is HEADERS else value
+    sup: dict[str, Any] = {}
+    for key in SUPERVISION_KEYS:
+        value = ns.get(f"sup__{key.name}")
+        if value is not None:
+            sup[key.name] = value
+    procs: dict[str, dict[str, Any]] = {}
+    for item in ns.get("process_overrides") or []:
+        target, sep, value = item.partition("=")
+        name, dot, key_name = target.partition(".")
+        if not sep or not dot or not name or not key_name:
+            raise ConfigError("--process", f"expected NAME.KEY=VALUE, got {item!r}")
+        procs.setdefault(name, {})[key_name] = value
+    if procs:
+        sup["processes"] = procs
+    if sup:
+        out["supervision"] = sup
+    return out

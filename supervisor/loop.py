@@ -1,0 +1,201 @@
+"""The supervisor's event loop: one thread, one `zmq.Poller` over everything that can happen.
+
+Polled: the heartbeat PULL socket, the control ROUTER, a self-pipe that `signal.set_wakeup_fd`
+writes signal numbers to (the Python handlers do nothing else), and one pidfd per child (readable
+the instant it exits). The poll timeout is the nearest deadline from `Supervisor.tick()` (respawn,
+heartbeat staleness, SIGKILL escalation) or a pending control reply, so nothing is polled slowly.
+Signals become the same actions as control commands: SIGTERM/SIGINT -> shutdown, SIGHUP -> reload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import zmq
+
+from podvisor.ipc.bus import Publisher
+from podvisor.ipc.messages import ProcessStateChanged
+from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.supervisor.control import ControlServer
+from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.faults import ControlFault, Fault
+from podvisor.supervisor.heartbeat import decode_beat
+from podvisor.supervisor.logs import EventLog
+from podvisor.supervisor.reconcile import apply_specs
+from podvisor.supervisor.registry import ProcessSpec
+from podvisor.supervisor.states import StateChange
+
+__all__ = ["Agent", "AgentParts"]
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass
+class AgentParts:
+    """What the composition root (`app.py`) builds for the loop."""
+
+    config: Config
+    sup: Supervisor
+    zctx: zmq.Context[zmq.Socket[bytes]]
+    publisher: Publisher
+    log: EventLog
+    logs_dir: Path
+    config_json: Path
+    heartbeat_endpoint: str
+    reload_config: Callable[[], Config]
+    resolve: Callable[[Config], tuple[ProcessSpec, ...]]
+    clock: Callable[[], float]
+    wall: Callable[[], float]
+
+
+def _noop_handler(signum: int, frame: FrameType | None) -> None:
+    """Handlers only make the wakeup fd carry the signal number to the loop."""
+
+
+class Agent:
+    """Runs the loop; also the `CommandContext` control commands use."""
+
+    def __init__(self, parts: AgentParts) -> None:
+        self.p = parts
+        self.sup = parts.sup
+        self.logs_dir = parts.logs_dir
+        self.started_at = parts.wall()
+        self.control: ControlServer | None = None
+        self._stop_pods = False
+        self._heartbeats = parts.zctx.socket(zmq.PULL)
+        self._heartbeats.setsockopt(zmq.LINGER, 0)
+        self._heartbeats.bind(parts.heartbeat_endpoint)
+        self._sig_r, self._sig_w = socket.socketpair()
+        self.bad_beats = 0
+
+    # --- CommandContext ----------------------------------------------------------------------
+
+    def request_shutdown(self, pods: bool) -> None:
+        if not self.sup.shutting_down:
+            self._stop_pods = pods
+            self.p.log.info("agent.shutdown", stop_pods=pods)
+            self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+
+    def reload(self) -> list[str]:
+        try:
+            config = self.p.reload_config()
+            specs = self.p.resolve(config)
+        except (ConfigError, OSError) as exc:
+            self.p.log.error("agent.reload_failed", error=str(exc))
+            raise ControlFault(Fault.CANT_REREAD, str(exc)) from None
+        if config.root_dir != self.p.config.root_dir:
+            self.p.log.warning("agent.reload_ignored", key="rootDir",
+                               reason="a new rootDir needs an agent restart")
+            raise ControlFault(Fault.CANT_REREAD, "rootDir cannot change without a restart")
+        changes = self._config_changes(self.p.config, config)
+        self.p.config = config
+        write_config_json(config, self.p.config_json)
+        changes += apply_specs(self.sup, specs)
+        self.p.log.info("agent.reloaded", changes=changes)
+        return changes
+
+    @staticmethod
+    def _config_changes(old: Config, new: Config) -> list[str]:
+        a, b = config_to_mapping(old), config_to_mapping(new)
+        a.pop("supervision")
+        b.pop("supervision")
+        return [f"{k}: {a[k]!r} -> {b[k]!r} (seen by processes as they restart)"
+                for k in a if a[k] != b[k]]
+
+    # --- events ------------------------------------------------------------------------------
+
+    def publish_change(self, change: StateChange) -> None:
+        self.p.publisher.publish(ProcessStateChanged(
+            name=change.name, from_state=change.from_state.value, to_state=change.to_state.value,
+            pid=change.pid, restarts=change.restarts, exit_code=change.exit_code,
+            exit_signal=change.exit_signal, reason=change.reason, ts=change.ts))
+        self.p.log.info("process.state", process=change.name, pid=change.pid,
+                        to=change.to_state.value, **{"from": change.from_state.value},
+                        restarts=change.restarts, reason=change.reason)
+
+    def _drain_heartbeats(self) -> None:
+        while True:
+            try:
+                data = self._heartbeats.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            beat = decode_beat(data)
+            if beat is None:
+                self.bad_beats += 1
+                continue
+            self.sup.on_beat(beat)
+
+    def _drain_signals(self) -> None:
+        try:
+            data = self._sig_r.recv(512)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                self.p.log.info("agent.signal", signal=signal.Signals(signum).name)
+                self.request_shutdown(self.p.config.stop_pods_on_exit)
+            elif signum == signal.SIGHUP:
+                self.p.log.info("agent.signal", signal="SIGHUP")
+                # a failure is logged by reload(); the old config stays in force
+                with contextlib.suppress(ControlFault):
+                    self.reload()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        self._sig_r.setblocking(False)
+        self._sig_w.setblocking(False)
+        signal.set_wakeup_fd(self._sig_w.fileno(), warn_on_full_buffer=False)
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, _noop_handler)
+
+    def _timeout_ms(self, control: ControlServer) -> int | None:
+        deadlines = [d for d in (self.sup.tick(), control.next_deadline()) if d is not None]
+        if not deadlines:
+            return None
+        return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
+
+    def run(self, control: ControlServer) -> int:
+        """Start every enabled process and serve until shutdown completes. Returns 0."""
+        self.control = control
+        self._install_signals()
+        self.p.log.info("agent.started", pid=os.getpid(), root_dir=self.p.config.root_dir,
+                        processes=list(self.sup.procs))
+        self.sup.start_all()
+        while True:
+            timeout = self._timeout_ms(control)
+            control.check_pending(self.p.clock())
+            if self.sup.shutdown_done:
+                break
+            poller = zmq.Poller()
+            poller.register(self._heartbeats, zmq.POLLIN)
+            poller.register(control.socket, zmq.POLLIN)
+            poller.register(self._sig_r.fileno(), zmq.POLLIN)
+            fds = self.sup.fds()
+            for fd in fds:
+                poller.register(fd, zmq.POLLIN)
+            ready = dict(poller.poll(timeout))
+            if self._sig_r.fileno() in ready:
+                self._drain_signals()
+            if self._heartbeats in ready:
+                self._drain_heartbeats()
+            for fd, name in fds.items():
+                if fd in ready:
+                    self.sup.on_exit(name)
+            if control.socket in ready:
+                control.serve(self.p.clock())
+        self.p.log.info("agent.stopped", bad_heartbeats=self.bad_beats)
+        return 0
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(-1)
+        self._heartbeats.close(linger=0)
+        self._sig_r.close()
+        self._sig_w.close()

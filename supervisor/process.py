@@ -1,0 +1,98 @@
+"""The supervisor's record of one supervised process (mutable; owned by the loop thread)."""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from podvisor.supervisor.policy import History
+from podvisor.supervisor.registry import ProcessSpec
+from podvisor.supervisor.spawner import ChildHandle
+from podvisor.supervisor.states import ALIVE_STATES, ProcessState
+
+__all__ = ["ExitInfo", "Intent", "SupervisedProcess"]
+
+
+class Intent(enum.Enum):
+    """Why a process is being stopped, which decides what happens when it exits."""
+
+    NONE = "NONE"
+    STOP = "STOP"  # operator stop or disabled by reload: stay STOPPED
+    RESTART = "RESTART"  # operator restart: start again at once
+    HUNG = "HUNG"  # missed heartbeats: counts as a crash
+    REMOVE = "REMOVE"  # removed from the config by reload: forget it once stopped
+    SHUTDOWN = "SHUTDOWN"  # agent shutdown: stay STOPPED
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """The last exit of a process. `time` is wall-clock; `ran_for` in seconds."""
+
+    code: int | None
+    signal: int | None
+    reason: str
+    time: float
+    ran_for: float
+
+    def to_dict(self) -> dict[str, Any]:
+        signame = None
+        if self.signal is not None:
+            try:
+                signame = signal.Signals(self.signal).name
+            except ValueError:
+                signame = str(self.signal)
+        return {"code": self.code, "signal": self.signal, "signame": signame,
+                "reason": self.reason, "time": self.time, "ranFor": round(self.ran_for, 3)}
+
+
+@dataclass
+class SupervisedProcess:
+    spec: ProcessSpec
+    state: ProcessState = ProcessState.STOPPED
+    handle: ChildHandle | None = None
+    restarts: int = 0
+    state_since: float = 0.0
+    started_at: float = 0.0
+    last_beat: float = 0.0
+    last_exit: ExitInfo | None = None
+    history: History = field(default_factory=History)
+    intent: Intent = Intent.NONE
+    due_at: float | None = None  # respawn time (EXITED/BACKOFF) or SIGKILL time (STOPPING)
+    reason: str = ""  # why the last transition happened (published with it)
+    last_pid: int | None = None  # the pid of the latest incarnation, even after it exited
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the latest incarnation (published with state changes)."""
+        return self.handle.pid if self.handle is not None else self.last_pid
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ALIVE_STATES
+
+    def exit_fields(self) -> tuple[int | None, int | None, str]:
+        if self.last_exit is None:
+            return None, None, self.reason
+        return self.last_exit.code, self.last_exit.signal, self.reason
+
+    def status(self, now: float, wall: float) -> dict[str, Any]:
+        """The `status` row of this process (the stable `podvisorctl status --json` shape)."""
+        uptime = round(now - self.started_at, 3) if self.state == ProcessState.RUNNING else None
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "pid": self.handle.pid if self.handle is not None else None,
+            "restarts": self.restarts,
+            "uptime": uptime,
+            "since": round(wall - (now - self.state_since), 3),
+            "module": self.spec.module,
+            "enabled": self.spec.enabled,
+            "reason": self.reason,
+            "lastExit": self.last_exit.to_dict() if self.last_exit else None,
+        }

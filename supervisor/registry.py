@@ -1,0 +1,122 @@
+"""Which processes the supervisor runs, and with which restart spec.
+
+`BUILTINS` is the one list of built-in subsystems, in start order (stopped in reverse). To add a
+subsystem, add one `Builtin(...)` line; it runs only once its module `podvisor.services.<pkg>.main`
+is importable (so the list can name subsystems that land later). Custom processes come from
+`supervision.processes.<name>.module` in the config.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from podvisor.supervisor.config import Config, ConfigError
+
+__all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "resolve_specs"]
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """The full restart spec of one supervised process (durations in seconds).
+
+    Back-off: the first crash after a stable run restarts at once; the n-th crash in a row
+    waits min(backoff_cap, backoff_base * 2**(n-2)). `intensity` crash restarts within
+    `intensity_period` seconds make the process FATAL.
+    """
+
+    name: str
+    module: str
+    enabled: bool = True
+    period: float = 1.0
+    jitter: float = 0.0
+    backoff_base: float = 0.1
+    backoff_cap: float = 5.0
+    backoff_reset_after: float = 10.0
+    intensity: int = 10
+    intensity_period: float = 60.0
+    heartbeat_timeout: float = 10.0
+    stop_timeout: float = 5.0
+
+
+def _always(config: Config) -> bool:
+    return True
+
+
+def _embedded_runtime(config: Config) -> bool:
+    return config.runtime_endpoint == "embedded"
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in subsystem: its process name, its module, when it runs, and spec overrides."""
+
+    name: str
+    module: str
+    when: Callable[[Config], bool] = _always
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+BUILTINS: tuple[Builtin, ...] = (
+    Builtin("runtime", "podvisor.services.runtime.main", _embedded_runtime),
+    Builtin("status", "podvisor.services.status.main"),
+    Builtin("pleg", "podvisor.services.pleg.main"),
+    Builtin("syncloop", "podvisor.services.syncloop.main"),
+    Builtin("sources", "podvisor.services.sources.main"),
+    Builtin("prober", "podvisor.services.prober.main"),
+    Builtin("imagegc", "podvisor.services.imagegc.main"),
+    Builtin("server", "podvisor.services.server.main"),
+)
+
+
+def module_exists(module: str) -> bool:
+    """True when `module` can be imported (its parent packages are imported to find out)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _spec(name: str, module: str, *layers: Mapping[str, Any]) -> ProcessSpec:
+    values: dict[str, Any] = {}
+    for layer in layers:
+        values.update(layer)
+    values.pop("module", None)
+    spec = replace(ProcessSpec(name=name, module=module), **values)
+    if spec.backoff_cap < spec.backoff_base:
+        raise ConfigError(f"supervision.processes.{name}.backoffCap", "must be >= backoffBase")
+    return spec
+
+
+def resolve_specs(
+    config: Config,
+    builtins: tuple[Builtin, ...] = BUILTINS,
+    exists: Callable[[str], bool] = module_exists,
+) -> tuple[ProcessSpec, ...]:
+    """Every process to supervise, in start order: enabled-or-not built-ins whose module exists
+    (when `supervision.builtins` is true), then custom processes in config order.
+
+    Precedence: ProcessSpec defaults < built-in overrides < supervision.defaults <
+    supervision.processes.<name>. A configured process that is not a built-in needs `module`.
+    """
+    sup = config.supervision
+    specs: list[ProcessSpec] = []
+    builtin_names = {b.name for b in builtins}
+    if sup.builtins:
+        for b in builtins:
+            if b.when(config) and exists(b.module):
+                mine = sup.processes.get(b.name, {})
+                specs.append(_spec(b.name, b.module, b.overrides, sup.defaults, mine))
+    for name, partial in sup.processes.items():
+        if name in builtin_names:
+            if "module" in partial:
+                raise ConfigError(f"supervision.processes.{name}.module", "built-in process")
+            continue
+        module = partial.get("module")
+        if not module:
+            raise ConfigError(f"supervision.processes.{name}.module",
+                              "required for a custom process")
+        specs.append(_spec(name, str(module), sup.defaults, partial))
+    return tuple(specs)

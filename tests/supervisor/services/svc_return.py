@@ -1,0 +1,7 @@
+"""Test service: does one unit of work and returns normally (re-run after `period`)."""
+
+from podvisor.supervisor.child import ChildContext
+
+
+def run(ctx: ChildContext) -> None:
+    ctx.log.info("return.ran")
