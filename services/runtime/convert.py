@@ -1,0 +1,51 @@
+"""Records -> runtime.v1 protobuf messages. Pure functions."""
+
+from __future__ import annotations
+
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.runtime.model import Container, ContainerState, Sandbox
+
+
+def sandbox_item(sb: Sandbox) -> pb.PodSandbox:
+    return pb.PodSandbox(
+        id=sb.id, metadata=sb.config.metadata, state=sb.state.to_pb(), created_at=sb.created_at,
+        labels=sb.config.labels, annotations=sb.config.annotations,
+        runtime_handler=sb.runtime_handler,
+    )
+
+
+def sandbox_status(sb: Sandbox) -> pb.PodSandboxStatus:
+    ns = sb.config.linux.security_context.namespace_options
+    return pb.PodSandboxStatus(
+        id=sb.id, metadata=sb.config.metadata, state=sb.state.to_pb(), created_at=sb.created_at,
+        network=pb.PodSandboxNetworkStatus(ip=""),
+        linux=pb.LinuxPodSandboxStatus(namespaces=pb.Namespace(options=ns)),
+        labels=sb.config.labels, annotations=sb.config.annotations,
+        runtime_handler=sb.runtime_handler,
+    )
+
+
+def container_item(c: Container) -> pb.Container:
+    return pb.Container(
+        id=c.id, pod_sandbox_id=c.sandbox_id, metadata=c.config.metadata, image=c.config.image,
+        image_ref=c.image_ref, image_id=c.image_ref, state=c.state.to_pb(),
+        created_at=c.created_at, labels=c.config.labels, annotations=c.config.annotations,
+    )
+
+
+def container_status(c: Container) -> pb.ContainerStatus:
+    status = pb.ContainerStatus(
+        id=c.id, metadata=c.config.metadata, state=c.state.to_pb(), created_at=c.created_at,
+        image=c.config.image, image_ref=c.image_ref, image_id=c.image_ref,
+        labels=c.config.labels, annotations=c.config.annotations, mounts=c.config.mounts,
+        log_path=c.log_path, stop_signal=c.config.stop_signal,
+    )
+    if c.started is not None:
+        status.started_at = c.started.started_at
+    if c.state is ContainerState.EXITED and c.exited is not None:
+        status.finished_at = c.exited.finished_at
+        status.exit_code = c.exited.exit_code
+        status.reason = c.exited.reason
+        status.message = c.exited.message
+    return status

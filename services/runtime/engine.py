@@ -1,0 +1,328 @@
+"""The embedded runtime's core: sandboxes and containers, their states, durability and events.
+
+No gRPC here (the servicer translates). Thread-safety: every public method may be called from
+any gRPC worker thread; one lock guards the two maps, and waits (stop) happen outside it on a
+condition variable that the exit watcher notifies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.runtime import convert, images
+from podvisor.services.runtime.events import EventBroadcaster
+from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
+from podvisor.services.runtime.model import (
+    Container,
+    ContainerState,
+    ExitInfo,
+    Sandbox,
+    SandboxState,
+)
+from podvisor.services.runtime.monitor import LOG_FLAGS
+from podvisor.services.runtime.procfs import is_alive, signal_group
+from podvisor.services.runtime.store import Store
+from podvisor.services.runtime.watcher import ExitWatcher
+from podvisor.services.runtime.zygote import Spawner, SpawnError
+
+KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
+
+
+class Logger(Protocol):
+    def info(self, event: str, **fields: Any) -> None: ...
+    def warning(self, event: str, **fields: Any) -> None: ...
+    def error(self, event: str, **fields: Any) -> None: ...
+
+
+class Engine:
+    def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = time.time_ns) -> None:
+        self.store = Store(root)
+        self.log = log
+        self.wall = wall
+        self.events = EventBroadcaster()
+        self._lock = threading.RLock()
+        self._exited = threading.Condition(self._lock)
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._containers: dict[str, Container] = {}
+        self._starting: set[str] = set()
+        self._spawner = Spawner()
+        self._watcher = ExitWatcher(self._on_monitor_exit)
+
+    # --- lifecycle ---
+    def start(self) -> None:
+        """Load state from disk and re-adopt running containers (same IDs, pids, start times)."""
+        for sb in self.store.load_sandboxes():
+            self._sandboxes[sb.id] = sb
+        self._watcher.start()
+        for c in self.store.load_containers():
+            self._containers[c.id] = c
+            if c.state is ContainerState.RUNNING and c.started is not None:
+                self._watcher.watch(c.id, c.started.monitor_pid, c.started.monitor_ticks)
+        self._spawner.start()
+        self.log.info("runtime.adopted", sandboxes=len(self._sandboxes),
+                      containers=len(self._containers),
+                      running=sum(c.state is ContainerState.RUNNING
+                                  for c in self._containers.values()))
+
+    def close(self) -> None:
+        """Stop watching; running containers and their monitors keep running."""
+        self.events.close_all()
+        self._watcher.stop()
+        self._spawner.close()
+
+    # --- lookups ---
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        with self._lock:
+            sb = self._sandboxes.get(sandbox_id)
+        if sb is None:
+            raise not_found("pod sandbox", sandbox_id)
+        return sb
+
+    def container(self, container_id: str) -> Container:
+        with self._lock:
+            c = self._containers.get(container_id)
+        if c is None:
+            raise not_found("container", container_id)
+        return c
+
+    def sandboxes(self) -> list[Sandbox]:
+        with self._lock:
+            return list(self._sandboxes.values())
+
+    def containers(self) -> list[Container]:
+        with self._lock:
+            return list(self._containers.values())
+
+    def containers_of(self, sandbox_id: str) -> list[Container]:
+        with self._lock:
+            return [c for c in self._containers.values() if c.sandbox_id == sandbox_id]
+
+    # --- sandboxes ---
+    def run_sandbox(self, config: pb.PodSandboxConfig, handler: str) -> str:
+        md = config.metadata
+        if not md.name or not md.namespace or not md.uid:
+            raise invalid("sandbox config needs metadata.name, .namespace and .uid")
+        with self._lock:
+            for sb in self._sandboxes.values():
+                m = sb.config.metadata
+                if (m.name, m.namespace, m.uid, m.attempt) == (
+                        md.name, md.namespace, md.uid, md.attempt):
+                    raise Fault(grpc.StatusCode.ALREADY_EXISTS,
+                                f"sandbox name {md.name}_{md.namespace}_{md.uid}_{md.attempt} "
+                                f"is reserved for {sb.id}")
+            sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
+            self.store.save_sandbox(sb)
+            self._sandboxes[sb.id] = sb
+        self.log.info("sandbox.created", pod=md.name, namespace=md.namespace, sandbox=sb.id)
+        return sb.id
+
+    def stop_sandbox(self, sandbox_id: str) -> None:
+        sb = self.sandbox(sandbox_id)
+        for c in self.containers_of(sandbox_id):
+            self.stop_container(c.id, 0)
+        with self._lock:
+            if sandbox_id in self._sandboxes and sb.state is SandboxState.READY:
+                sb = replace(self._sandboxes[sandbox_id], state=SandboxState.NOTREADY)
+                self.store.save_sandbox(sb)
+                self._sandboxes[sandbox_id] = sb
+
+    def remove_sandbox(self, sandbox_id: str) -> None:
+        with self._lock:
+            if sandbox_id not in self._sandboxes:
+                return  # idempotent, as the CRI asks
+        for c in self.containers_of(sandbox_id):
+            self.remove_container(c.id)
+        with self._lock:
+            self._sandboxes.pop(sandbox_id, None)
+            self.store.delete_sandbox(sandbox_id)
+        self.log.info("sandbox.removed", sandbox=sandbox_id)
+
+    # --- containers ---
+    def create_container(self, sandbox_id: str, config: pb.ContainerConfig) -> str:
+        sb = self.sandbox(sandbox_id)
+        if sb.state is not SandboxState.READY:
+            raise precondition(f"pod sandbox {sandbox_id} is not ready")
+        md = config.metadata
+        if not md.name:
+            raise invalid("container config needs metadata.name")
+        image = images.require(config.image.image)
+        argv = list(config.command) + list(config.args)
+        if not argv:
+            raise invalid(f"container {md.name!r}: no command (image 'host' has no entrypoint)")
+        env = dict(images.HOST_ENV)
+        for kv in config.envs:
+            if not kv.key or "=" in kv.key or "\0" in kv.key + kv.value:
+                raise invalid(f"container {md.name!r}: bad environment variable {kv.key[:64]!r}")
+            env[kv.key] = kv.value
+        log_path = _log_path(sb.config.log_directory, config.log_path)
+        spec = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
+                "cwd": config.working_dir or images.HOST_WORKDIR, "log_path": log_path}
+        with self._lock:
+            for other in self._containers.values():
+                om = other.config.metadata
+                if other.sandbox_id == sandbox_id and (om.name, om.attempt) == (
+                        md.name, md.attempt):
+                    raise Fault(grpc.StatusCode.ALREADY_EXISTS,
+                                f"container name {md.name} attempt {md.attempt} is reserved "
+                                f"for {other.id}")
+            c = Container(secrets.token_hex(32), sandbox_id, config, self.wall(), log_path,
+                          image.id)
+            self.store.save_container(c, spec)
+            self._containers[c.id] = c
+        self._publish(c, pb.CONTAINER_CREATED_EVENT)
+        return c.id
+
+    def start_container(self, container_id: str) -> None:
+        with self._lock:
+            c = self.container(container_id)
+            if c.state is not ContainerState.CREATED or container_id in self._starting:
+                raise precondition(f"container {container_id} is {c.state.value}, not created")
+            self._starting.add(container_id)
+        try:
+            self._start(c)
+        finally:
+            with self._lock:
+                self._starting.discard(container_id)
+
+    def _start(self, c: Container) -> None:
+        log_fd = self._open_log(c)
+        try:
+            result = self._spawner.spawn(str(self.store.container_dir(c.id)), log_fd)
+        except SpawnError as err:
+            self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", str(err)))
+            raise Fault(grpc.StatusCode.INTERNAL, f"starting container {c.id}: {err}") from None
+        finally:
+            if log_fd >= 0:
+                os.close(log_fd)
+        if not result.ok:
+            self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", result.error))
+            raise invalid(f"failed to start container {c.id}: {result.error}")
+        started = self.store.read_started(c.id)
+        if started is None:
+            raise Fault(grpc.StatusCode.INTERNAL, f"monitor of {c.id} left no started.json")
+        with self._lock:
+            c = self._containers.get(c.id, c)
+            self._containers[c.id] = c = replace(c, started=started)
+        self._publish(c, pb.CONTAINER_STARTED_EVENT)
+        self._watcher.watch(c.id, started.monitor_pid, started.monitor_ticks)
+
+    def stop_container(self, container_id: str, timeout: int) -> None:
+        """Stop signal (default TERM) to the container's process group, KILL after ``timeout``."""
+        c = self.container(container_id)
+        if c.state is not ContainerState.RUNNING or c.started is None:
+            return  # idempotent
+        st = c.started
+        if timeout > 0:
+            signal_group(st.pid, st.pid_ticks, _stop_signal(c.config.stop_signal))
+            if self._wait_exit(container_id, float(timeout)):
+                return
+        signal_group(st.pid, st.pid_ticks, signal.SIGKILL)
+        if not self._wait_exit(container_id, KILL_WAIT):
+            raise Fault(grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"container {container_id} did not exit {KILL_WAIT} s after SIGKILL")
+
+    def remove_container(self, container_id: str) -> None:
+        with self._lock:
+            c = self._containers.get(container_id)
+        if c is None:
+            return  # idempotent, as the CRI asks
+        self.stop_container(container_id, 0)
+        with self._lock:
+            if self._containers.pop(container_id, None) is None:
+                return
+            self.store.delete_container(container_id)
+        self._publish(c, pb.CONTAINER_DELETED_EVENT)
+
+    def reopen_log(self, container_id: str) -> None:
+        c = self.container(container_id)
+        if c.state is not ContainerState.RUNNING or c.started is None:
+            raise precondition(f"container {container_id} is not running")
+        if not c.log_path:
+            return
+        st = c.started
+        if not is_alive(st.monitor_pid, st.monitor_ticks):
+            raise precondition(f"container {container_id}'s monitor is gone")
+        os.kill(st.monitor_pid, signal.SIGHUP)
+        deadline = time.monotonic() + 2.0
+        while not os.path.exists(c.log_path):
+            if time.monotonic() > deadline:
+                raise Fault(grpc.StatusCode.INTERNAL, f"log {c.log_path} was not reopened")
+            time.sleep(0.001)
+
+    # --- internals ---
+    def _open_log(self, c: Container) -> int:
+        if not c.log_path:
+            return -1
+        try:
+            os.makedirs(os.path.dirname(c.log_path), exist_ok=True)
+            return os.open(c.log_path, LOG_FLAGS, 0o640)
+        except OSError as err:
+            raise invalid(f"cannot open log file {c.log_path!r}: {err.strerror} "
+                          f"(errno {err.errno})") from None
+
+    def _wait_exit(self, container_id: str, timeout: float) -> bool:
+        def done() -> bool:
+            c = self._containers.get(container_id)
+            return c is None or c.exited is not None
+        with self._exited:
+            return self._exited.wait_for(done, timeout)
+
+    def _record_exit(self, container_id: str, info: ExitInfo) -> None:
+        with self._lock:
+            c = self._containers.get(container_id)
+            if c is None or c.exited is not None:
+                return
+            if self.store.read_exit(container_id) is None:
+                with contextlib.suppress(OSError):
+                    self.store.save_exit(container_id, info)
+            self._containers[container_id] = c = replace(c, exited=info)
+            self._exited.notify_all()
+        self.log.info("container.exited", container=container_id, exit_code=info.exit_code,
+                      reason=info.reason)
+        self._publish(c, pb.CONTAINER_STOPPED_EVENT)
+
+    def _on_monitor_exit(self, container_id: str) -> None:
+        info = self.store.read_exit(container_id)
+        if info is None:
+            c = self._containers.get(container_id)
+            if c is not None and c.started is not None:
+                signal_group(c.started.pid, c.started.pid_ticks, signal.SIGKILL)
+            info = ExitInfo(255, self.wall(), "Unknown",
+                            "the container's monitor exited without recording an exit code")
+        self._record_exit(container_id, info)
+
+    def _publish(self, c: Container, kind: pb.ContainerEventType.ValueType) -> None:
+        with self._lock:
+            sb = self._sandboxes.get(c.sandbox_id)
+        event = pb.ContainerEventResponse(
+            container_id=c.id, container_event_type=kind, created_at=self.wall(),
+            pod_sandbox_status=convert.sandbox_status(sb) if sb else None,
+            containers_statuses=[convert.container_status(c)],
+        )
+        self.events.publish(event)
+
+
+def _log_path(log_directory: str, log_path: str) -> str:
+    if not log_path:
+        return ""
+    if os.path.isabs(log_path):
+        return os.path.normpath(log_path)
+    return os.path.normpath(os.path.join(log_directory, log_path)) if log_directory else ""
+
+
+def _stop_signal(value: int) -> int:
+    if value == pb.RUNTIME_DEFAULT:
+        return int(signal.SIGTERM)
+    return int(getattr(signal, pb.Signal.Name(value), signal.SIGTERM))

@@ -1,0 +1,50 @@
+"""ExecSync: run a command in a running container's context (its env and working dir)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.runtime.faults import Fault, invalid
+
+MAX_OUTPUT = 16 * 1024 * 1024 - 64 * 1024  # stay under the kubelet's 16 MiB message limit
+
+
+def exec_sync(state_dir: Path, cmd: Sequence[str], timeout: int) -> pb.ExecSyncResponse:
+    if not cmd:
+        raise invalid("exec: empty command")
+    spec = json.loads((state_dir / "spec.json").read_text())
+    env = dict(item.split("=", 1) for item in spec["env"])
+    try:
+        proc = subprocess.Popen(
+            list(cmd), env=env, cwd=spec.get("cwd") or "/", stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+    except OSError as err:
+        raise invalid(f'exec "{cmd[0]}": {err.strerror} (errno {err.errno})') from None
+    try:
+        out, err_out = proc.communicate(timeout=timeout if timeout > 0 else None)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise Fault(grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"exec {list(cmd)!r} timed out after {timeout} s") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    code = proc.returncode
+    return pb.ExecSyncResponse(stdout=out[:MAX_OUTPUT], stderr=err_out[:MAX_OUTPUT],
+                               exit_code=128 - code if code < 0 else code)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()

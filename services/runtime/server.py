@@ -1,0 +1,63 @@
+"""The embedded runtime's gRPC server on a unix socket: Engine + servicers, started and stopped
+as one unit. Used by the supervised process (main.py) and the standalone entry (__main__.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cri_api.v1 import api_pb2_grpc as pb_grpc
+
+from podvisor.services.runtime.engine import Engine, Logger
+from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_WORKERS = 64
+
+
+class RuntimeServer:
+    def __init__(self, root: Path, socket_path: Path, log: Logger) -> None:
+        self.root = root
+        self.socket_path = socket_path
+        self.log = log
+        self.engine = Engine(root, log)
+        self._server: Any = None
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.engine.start()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)  # a stale socket of a killed predecessor
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="cri"),
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        stubs: Any = pb_grpc
+        stubs.add_RuntimeServiceServicer_to_server(RuntimeServicer(self.engine), server)
+        stubs.add_ImageServiceServicer_to_server(ImageServicer(self.engine), server)
+        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
+            raise RuntimeError(f"cannot listen on unix://{self.socket_path}")
+        server.start()
+        os.chmod(self.socket_path, 0o600)
+        self._server = server
+        self.log.info("runtime.serving", socket=str(self.socket_path), root=str(self.root))
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop serving. Containers and their monitors keep running."""
+        self.engine.events.close_all()
+        if self._server is not None:
+            self._server.stop(grace).wait(grace + 1)
+            self._server = None
+        self.engine.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        self.log.info("runtime.stopped", socket=str(self.socket_path))

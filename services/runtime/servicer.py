@@ -1,0 +1,226 @@
+"""runtime.v1 RuntimeService and ImageService over the Engine.
+
+Every handler runs inside ``_guard``: a Fault becomes its gRPC status; anything unexpected is
+logged and answered with INTERNAL, so bad input never takes the server down. Methods not defined
+here fall through to the generated base class, which answers UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+from cri_api.v1 import api_pb2 as pb
+from cri_api.v1 import api_pb2_grpc as pb_grpc
+
+from podvisor.services.runtime import cgroups, convert, execsync, images
+from podvisor.services.runtime.engine import Engine
+from podvisor.services.runtime.faults import Fault, precondition
+from podvisor.services.runtime.model import Container, ContainerState, Sandbox, labels_match
+from podvisor.services.runtime.procfs import group_members
+from podvisor.services.runtime.stats import StatsCollector
+
+VERSION = "0.1.0"
+RUNTIME_NAME = "podvisor-embedded"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guard(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return fn(self, request, context)
+        except Fault as fault:
+            context.abort(fault.code, fault.message)
+        except Exception as err:
+            self.engine.log.error("cri.internal_error", method=fn.__name__, error=repr(err))
+            context.abort(grpc.StatusCode.INTERNAL, f"{fn.__name__}: {err!r}")
+    return wrapper  # type: ignore[return-value]
+
+
+def _prefix(value: str, want: str) -> bool:
+    return not want or value.startswith(want)
+
+
+def _filter_sandboxes(items: list[Sandbox], f: pb.PodSandboxFilter) -> list[Sandbox]:
+    return [s for s in items if _prefix(s.id, f.id)
+            and (not f.HasField("state") or s.state.to_pb() == f.state.state)
+            and labels_match(s.config.labels, f.label_selector)]
+
+
+def _filter_containers(items: list[Container], f: pb.ContainerFilter) -> list[Container]:
+    return [c for c in items if _prefix(c.id, f.id) and _prefix(c.sandbox_id, f.pod_sandbox_id)
+            and (not f.HasField("state") or c.state.to_pb() == f.state.state)
+            and labels_match(c.config.labels, f.label_selector)]
+
+
+class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.stats = StatsCollector(engine.wall)
+
+    @_guard
+    def Version(self, request: pb.VersionRequest, context: Any) -> pb.VersionResponse:
+        return pb.VersionResponse(version="0.1.0", runtime_name=RUNTIME_NAME,
+                                  runtime_version=VERSION, runtime_api_version="v1")
+
+    @_guard
+    def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
+        conds = [pb.RuntimeCondition(type="RuntimeReady", status=True),
+                 pb.RuntimeCondition(type="NetworkReady", status=True,
+                                     message="host network only")]
+        return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds))
+
+    @_guard
+    def RunPodSandbox(self, request: pb.RunPodSandboxRequest, context: Any) -> Any:
+        sid = self.engine.run_sandbox(request.config, request.runtime_handler)
+        return pb.RunPodSandboxResponse(pod_sandbox_id=sid)
+
+    @_guard
+    def StopPodSandbox(self, request: pb.StopPodSandboxRequest, context: Any) -> Any:
+        self.engine.stop_sandbox(request.pod_sandbox_id)
+        return pb.StopPodSandboxResponse()
+
+    @_guard
+    def RemovePodSandbox(self, request: pb.RemovePodSandboxRequest, context: Any) -> Any:
+        self.engine.remove_sandbox(request.pod_sandbox_id)
+        return pb.RemovePodSandboxResponse()
+
+    @_guard
+    def PodSandboxStatus(self, request: pb.PodSandboxStatusRequest, context: Any) -> Any:
+        sb = self.engine.sandbox(request.pod_sandbox_id)
+        statuses = [convert.container_status(c) for c in self.engine.containers_of(sb.id)]
+        return pb.PodSandboxStatusResponse(status=convert.sandbox_status(sb),
+                                           containers_statuses=statuses,
+                                           timestamp=self.engine.wall())
+
+    @_guard
+    def ListPodSandbox(self, request: pb.ListPodSandboxRequest, context: Any) -> Any:
+        items = self.engine.sandboxes()
+        if request.HasField("filter"):
+            items = _filter_sandboxes(items, request.filter)
+        return pb.ListPodSandboxResponse(items=[convert.sandbox_item(s) for s in items])
+
+    @_guard
+    def CreateContainer(self, request: pb.CreateContainerRequest, context: Any) -> Any:
+        cid = self.engine.create_container(request.pod_sandbox_id, request.config)
+        return pb.CreateContainerResponse(container_id=cid)
+
+    @_guard
+    def StartContainer(self, request: pb.StartContainerRequest, context: Any) -> Any:
+        self.engine.start_container(request.container_id)
+        return pb.StartContainerResponse()
+
+    @_guard
+    def StopContainer(self, request: pb.StopContainerRequest, context: Any) -> Any:
+        self.engine.stop_container(request.container_id, int(request.timeout))
+        return pb.StopContainerResponse()
+
+    @_guard
+    def RemoveContainer(self, request: pb.RemoveContainerRequest, context: Any) -> Any:
+        self.engine.remove_container(request.container_id)
+        self.stats.forget(request.container_id)
+        cgroups.remove(request.container_id)
+        return pb.RemoveContainerResponse()
+
+    @_guard
+    def ListContainers(self, request: pb.ListContainersRequest, context: Any) -> Any:
+        items = self.engine.containers()
+        if request.HasField("filter"):
+            items = _filter_containers(items, request.filter)
+        return pb.ListContainersResponse(containers=[convert.container_item(c) for c in items])
+
+    @_guard
+    def ContainerStatus(self, request: pb.ContainerStatusRequest, context: Any) -> Any:
+        c = self.engine.container(request.container_id)
+        return pb.ContainerStatusResponse(status=convert.container_status(c))
+
+    @_guard
+    def ExecSync(self, request: pb.ExecSyncRequest, context: Any) -> pb.ExecSyncResponse:
+        c = self.engine.container(request.container_id)
+        if c.state is not ContainerState.RUNNING:
+            raise precondition(f"container {c.id} is not running")
+        state_dir = self.engine.store.container_dir(c.id)
+        return execsync.exec_sync(state_dir, list(request.cmd), int(request.timeout))
+
+    @_guard
+    def ReopenContainerLog(self, request: pb.ReopenContainerLogRequest, context: Any) -> Any:
+        self.engine.reopen_log(request.container_id)
+        return pb.ReopenContainerLogResponse()
+
+    @_guard
+    def ContainerStats(self, request: pb.ContainerStatsRequest, context: Any) -> Any:
+        c = self.engine.container(request.container_id)
+        return pb.ContainerStatsResponse(stats=self.stats.collect([c])[0])
+
+    @_guard
+    def ListContainerStats(self, request: pb.ListContainerStatsRequest, context: Any) -> Any:
+        f = request.filter
+        items = [c for c in self.engine.containers()
+                 if _prefix(c.id, f.id) and _prefix(c.sandbox_id, f.pod_sandbox_id)
+                 and labels_match(c.config.labels, f.label_selector)]
+        return pb.ListContainerStatsResponse(stats=self.stats.collect(items))
+
+    @_guard
+    def UpdateContainerResources(
+        self, request: pb.UpdateContainerResourcesRequest, context: Any
+    ) -> Any:
+        c = self.engine.container(request.container_id)
+        if c.state is not ContainerState.RUNNING or c.started is None:
+            raise precondition(f"container {c.id} is not running")
+        pids = group_members().get(c.started.pid, [])
+        cgroups.apply(c.id, pids, request.linux)
+        return pb.UpdateContainerResourcesResponse()
+
+    def GetContainerEvents(
+        self, request: pb.GetEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ContainerEventResponse]:
+        sub = self.engine.events.subscribe()
+        if sub is None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many event subscribers")
+            return
+        context.add_callback(sub.close)
+        try:
+            while context.is_active() and not sub.closed:
+                event = sub.get(timeout=1.0)
+                if event is not None:
+                    yield event
+        finally:
+            sub.close()
+
+
+class ImageServicer(pb_grpc.ImageServiceServicer):  # type: ignore[misc]
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @_guard
+    def ListImages(self, request: pb.ListImagesRequest, context: Any) -> Any:
+        want = request.filter.image.image
+        listed = [images.host_image()]
+        return pb.ListImagesResponse(images=[i for i in listed if not want or
+                                             images.is_host(want)])
+
+    @_guard
+    def ImageStatus(self, request: pb.ImageStatusRequest, context: Any) -> Any:
+        return pb.ImageStatusResponse(image=images.resolve(request.image.image))
+
+    @_guard
+    def PullImage(self, request: pb.PullImageRequest, context: Any) -> Any:
+        return pb.PullImageResponse(image_ref=images.pull(request.image.image))
+
+    @_guard
+    def RemoveImage(self, request: pb.RemoveImageRequest, context: Any) -> Any:
+        images.remove(request.image.image)
+        return pb.RemoveImageResponse()
+
+    @_guard
+    def ImageFsInfo(self, request: pb.ImageFsInfoRequest, context: Any) -> Any:
+        root = self.engine.store.root
+        now = self.engine.wall()
+        # The host image occupies nothing: report the runtime root's filesystem with 0 used.
+        fs = pb.FilesystemUsage(
+            timestamp=now, fs_id=pb.FilesystemIdentifier(mountpoint=str(root)),
+            used_bytes=pb.UInt64Value(value=0), inodes_used=pb.UInt64Value(value=0))
+        return pb.ImageFsInfoResponse(image_filesystems=[fs], container_filesystems=[fs])
