@@ -46,7 +46,7 @@ class Publisher:
         self.seq += 1
         frames = self.codec.encode(msg, self.source, self.seq, time.monotonic(), topic)
         try:
-            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             self.dropped += 1
             return False
@@ -78,12 +78,15 @@ class Subscriber:
         (0 = only what is already queued; None = wait forever)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            wait_ms = None
-            if deadline is not None:
-                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            if not self.socket.poll(wait_ms):
-                return None
-            frames = self.socket.recv_multipart(copy=False)
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                wait_ms = None
+                if deadline is not None:
+                    wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                if not self.socket.poll(wait_ms):
+                    return None
+                continue
             try:
                 env = self.codec.decode(frames)
             except DecodeError as e:

@@ -1,10 +1,11 @@
 """The one place bus messages meet msgpack.
 
-Wire form: three frames ``[topic, header, body]``. The header is a msgpack map
-``{t: type, v: version, src: source process, seq: per-publisher sequence, ts: monotonic time}``;
-the body is the message's fields as a msgpack map. Anything that does not decode to a declared
-message of a supported version with well-typed fields raises ``DecodeError`` naming the reason, so
-receivers can drop and count it. Never pickle.
+Wire form: two frames ``[topic, packed]`` where ``packed`` is the msgpack array
+``[type, version, source process, per-publisher sequence, monotonic timestamp, fields]`` and
+``fields`` is the array of the message's field values in declaration order (one unpack per
+message keeps the bus within reach of raw pyzmq; see bench/bus.py). Anything that does not decode
+to a declared message of a supported version with well-typed fields raises ``DecodeError`` naming
+the reason, so receivers can drop and count it. Never pickle.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -31,8 +32,9 @@ class DecodeError(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(NamedTuple):
+    """A decoded message with its header. (A NamedTuple: built for every message received.)"""
+
     type: str
     source: str
     seq: int
@@ -55,74 +57,83 @@ def _all_message_types() -> dict[str, type[Message]]:
     return found
 
 
+@dataclass(frozen=True)
+class _Schema:
+    names: tuple[str, ...]
+    checks: tuple[tuple[str, Check | None], ...]  # None: Any, nothing to check
+    required: int  # fields without a default
+
+
+def _schema(cls: type[Message]) -> _Schema:
+    fields = dataclasses.fields(cls)
+    checks = field_checks(cls)
+    required = sum(
+        1 for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+    return _Schema(
+        names=tuple(f.name for f in fields),
+        checks=tuple((f.name, checks[f.name]) for f in fields),
+        required=required,
+    )
+
+
 class Codec:
-    """Encodes and decodes envelopes. Immutable after construction; safe to share across threads."""
+    """Encodes and decodes envelopes. Immutable after construction; safe to share across threads
+    except ``encode``, which reuses one msgpack Packer (one Codec per publishing thread)."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._types = _all_message_types()
-        self._checks: dict[type[Message], dict[str, Check]] = {
-            cls: field_checks(cls) for cls in self._types.values()
-        }
+        self._schemas = {cls: _schema(cls) for cls in self._types.values()}
         self._packer = msgpack.Packer(use_bin_type=True)
 
     def encode(
         self, msg: Message, source: str, seq: int, ts: float, topic: str | None = None
     ) -> list[bytes]:
         cls = type(msg)
-        if self._types.get(cls.TYPE) is not cls:
+        schema = self._schemas.get(cls)
+        if schema is None or self._types.get(cls.TYPE) is not cls:
             raise TypeError(f"{cls.__name__} is not a declared bus message")
-        header = {"t": cls.TYPE, "v": cls.VERSION, "src": source, "seq": seq, "ts": ts}
-        body = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
-        return [
-            (topic or cls.TOPIC).encode(),
-            msgpack.packb(header, use_bin_type=True),
-            msgpack.packb(body, use_bin_type=True),
-        ]
+        fields = [getattr(msg, n) for n in schema.names]
+        packed = self._packer.pack([cls.TYPE, cls.VERSION, source, seq, ts, fields])
+        return [(topic or cls.TOPIC).encode(), packed]
 
     def decode(self, frames: Sequence[Any]) -> Envelope:
-        """Decode ``[topic, header, body]`` (bytes or zmq Frames). Raises ``DecodeError``."""
-        if len(frames) != 3:
-            raise DecodeError("frames", f"expected 3 frames, got {len(frames)}")
+        """Decode ``[topic, packed]`` (bytes or zmq Frames). Raises ``DecodeError``."""
+        if len(frames) != 2:
+            raise DecodeError("frames", f"expected 2 frames, got {len(frames)}")
         raw = [f.buffer if hasattr(f, "buffer") else f for f in frames]
-        size = sum(len(r) for r in raw)
+        size = len(raw[0]) + len(raw[1])
         if size > self.max_bytes:
             raise DecodeError("oversize", f"{size} bytes > {self.max_bytes}")
-        header = self._unpack(raw[1])
-        cls = self._types.get(header.get("t"))  # type: ignore[arg-type]
+        try:
+            value = msgpack.unpackb(raw[1], raw=False, strict_map_key=True, use_list=True)
+        except Exception as e:  # msgpack raises several unrelated types on garbage
+            raise DecodeError("malformed", type(e).__name__) from e
+        if not isinstance(value, list) or len(value) != 6:
+            raise DecodeError("malformed", "not a 6-item envelope")
+        type_, version, src, seq, ts, fields = value
+        cls = self._types.get(type_) if isinstance(type_, str) else None
         if cls is None:
-            raise DecodeError("unknown_type", repr(header.get("t"))[:80])
-        if header.get("v") != cls.VERSION:
-            raise DecodeError("version", f"{cls.TYPE} v{header.get('v')!r}")
-        src, seq, ts = header.get("src"), header.get("seq"), header.get("ts")
-        if not (isinstance(src, str) and isinstance(seq, int) and isinstance(ts, (int, float))):
-            raise DecodeError("malformed", "bad header fields")
-        body = self._unpack(raw[2])
-        msg = self._build(cls, body)
+            raise DecodeError("unknown_type", repr(type_)[:80])
+        if version != cls.VERSION:
+            raise DecodeError("version", f"{cls.TYPE} v{version!r}")
+        if not (isinstance(src, str) and isinstance(seq, int) and isinstance(ts, (int, float))
+                and isinstance(fields, list)):
+            raise DecodeError("malformed", "bad envelope fields")
+        msg = self._build(cls, fields)
         try:
             topic = bytes(raw[0]).decode()
         except UnicodeDecodeError as e:
             raise DecodeError("malformed", "topic is not utf-8") from e
         return Envelope(cls.TYPE, src, seq, float(ts), topic, msg)
 
-    def _unpack(self, raw: Any) -> dict[str, Any]:
-        try:
-            value = msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
-        except Exception as e:  # msgpack raises several unrelated types on garbage
-            raise DecodeError("malformed", type(e).__name__) from e
-        if not isinstance(value, dict):
-            raise DecodeError("malformed", "not a map")
-        return value
-
-    def _build(self, cls: type[Message], body: dict[str, Any]) -> Message:
-        checks = self._checks[cls]
-        unknown = set(body) - set(checks)
-        if unknown:
-            raise DecodeError("fields", f"{cls.TYPE}: unknown fields {sorted(unknown)[:5]}")
-        for name, check in checks.items():
-            if name in body and not check(body[name]):
+    def _build(self, cls: type[Message], fields: list[Any]) -> Message:
+        schema = self._schemas[cls]
+        if not schema.required <= len(fields) <= len(schema.checks):
+            raise DecodeError("fields", f"{cls.TYPE}: {len(fields)} fields")
+        for (name, check), value in zip(schema.checks, fields, strict=False):
+            if check is not None and not check(value):
                 raise DecodeError("fields", f"{cls.TYPE}.{name}: wrong type")
-        try:
-            return cls(**body)
-        except TypeError as e:  # a required field is missing
-            raise DecodeError("fields", f"{cls.TYPE}: {e}") from e
+        return cls(*fields)

@@ -34,18 +34,21 @@ def _check_for(tp: Any) -> Check:
         checks = [_check_for(a) for a in args]
         return lambda v: any(c(v) for c in checks)
     if origin is list:
-        item = _check_for(args[0]) if args else _check_for(Any)
+        if not args or args[0] is Any:
+            return lambda v: isinstance(v, list)
+        item = _check_for(args[0])
         return lambda v: isinstance(v, list) and all(item(x) for x in v)
     if origin is dict:
-        val = _check_for(args[1]) if args else _check_for(Any)
-        return lambda v: isinstance(v, dict) and all(
-            isinstance(k, str) and val(x) for k, x in v.items()
-        )
+        # Keys are str or bytes already: the codec unpacks with strict_map_key.
+        if len(args) < 2 or args[1] is Any:
+            return lambda v: isinstance(v, dict)
+        val = _check_for(args[1])
+        return lambda v: isinstance(v, dict) and all(val(x) for x in v.values())
     raise TypeError(f"unsupported message field type {tp!r}")
 
 
-def field_checks(cls: type) -> dict[str, Check]:
-    """One check per declared dataclass field of ``cls``."""
+def field_checks(cls: type) -> dict[str, Check | None]:
+    """One check per declared dataclass field of ``cls``; None for ``Any`` (nothing to check)."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    return {name: _check_for(hints[name]) for name in names}
+    return {name: None if hints[name] is Any else _check_for(hints[name]) for name in names}

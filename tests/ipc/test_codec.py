@@ -41,26 +41,31 @@ def test_every_declared_message_has_unique_type_topic_and_version() -> None:
         assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 
-def _header(t: str = "bus.probe.sent", v: int = 1) -> bytes:
-    return _pack({"t": t, "v": v, "src": "x", "seq": 1, "ts": 0.0})
+def _env(t: object = "bus.probe.sent", v: object = 1, src: object = "x",
+         fields: object = None) -> bytes:
+    return _pack([t, v, src, 1, 0.0, [1] if fields is None else fields])
 
 
 @pytest.mark.parametrize(
     ("frames", "reason"),
     [
         ([b"garbage"], "frames"),
-        ([b"t", b"\xc1\xc1\xc1", b"x"], "malformed"),
-        ([b"t", _pack([1, 2]), _pack({})], "malformed"),
-        ([b"t", _header("no.such.type"), _pack({"n": 1})], "unknown_type"),
-        ([b"t", _header(v=99), _pack({"n": 1})], "version"),
-        ([b"t", _pack({"t": "bus.probe.sent", "v": 1, "src": 3, "seq": 1, "ts": 0}),
-          _pack({"n": 1})], "malformed"),
-        ([b"t", _header(), _pack({"n": "one"})], "fields"),
-        ([b"t", _header(), _pack({"n": True})], "fields"),
-        ([b"t", _header(), _pack({})], "fields"),
-        ([b"t", _header(), _pack({"n": 1, "extra": 2})], "fields"),
-        ([b"t", _header(), _pack({"n": 1, "payload": {1: 2}})], "malformed"),
-        ([b"\xff", _header(), _pack({"n": 1})], "malformed"),
+        ([b"t", b"x", b"y"], "frames"),
+        ([b"t", b"\xc1\xc1\xc1"], "malformed"),
+        ([b"t", _pack({"t": 1})], "malformed"),
+        ([b"t", _pack([1, 2])], "malformed"),
+        ([b"t", _env(t="no.such.type")], "unknown_type"),
+        ([b"t", _env(t=7)], "unknown_type"),
+        ([b"t", _env(v=99)], "version"),
+        ([b"t", _env(src=3)], "malformed"),
+        ([b"t", _env(fields={"n": 1})], "malformed"),
+        ([b"t", _env(fields=["one"])], "fields"),
+        ([b"t", _env(fields=[True])], "fields"),
+        ([b"t", _env(fields=[])], "fields"),
+        ([b"t", _env(fields=[1, {}, "extra"])], "fields"),
+        ([b"t", _env(fields=[1, [1]])], "fields"),
+        ([b"t", _pack(["bus.probe.sent", 1, "x", 1, 0.0, [1, {1: 2}]])], "malformed"),
+        ([b"\xff", _env()], "malformed"),
     ],
 )
 def test_bad_frames_are_rejected_with_a_reason(frames: list[bytes], reason: str) -> None:
