@@ -1,0 +1,76 @@
+"""Process ``source-file``: publish the static pods under ``staticPodPath`` as ``PodSet``s.
+
+Stateless: every change and every relist (``fileCheckFrequency``) publishes the FULL set.
+Invalid manifests are logged (``source.pod.invalid`` with file, field and reason) when first
+seen or changed, and travel in ``PodSet.errors`` every time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+from podvisor.ipc.bus import Publisher
+from podvisor.services.sources.common import SourceSet
+from podvisor.services.sources.file_source import FileSource
+from podvisor.services.sources.files import SourceReadError
+from podvisor.services.sources.report import Reporter
+from podvisor.services.sources.watcher import new_inotify_watcher
+from podvisor.supervisor.child import ChildContext
+
+POLL = 0.25  # seconds between heartbeats at most
+
+
+class _Publish(Protocol):
+    def __call__(self, result: SourceSet) -> None: ...
+
+
+def run(ctx: ChildContext) -> None:
+    config = ctx.config
+    path = Path(config.static_pod_path) if config.static_pod_path else None
+    publisher = Publisher(ctx.zctx, ctx.paths, source=ctx.name)
+    reporter = Reporter(ctx.log, key="file")
+    try:
+        if path is None:
+            ctx.log.info("source.disabled", reason="staticPodPath is not set")
+            _idle(ctx, lambda r: _publish(publisher, r), config.file_check_frequency)
+            return
+        ctx.log.info("source.started", path=str(path), period=config.file_check_frequency)
+        source = FileSource(path, config.node_name, config.file_check_frequency,
+                            new_inotify_watcher(path), tick=ctx.heartbeat)
+        try:
+
+            def publish(result: SourceSet) -> None:
+                reporter.report(result)
+                _publish(publisher, result)
+
+            _loop(ctx, source, publish)
+        finally:
+            source.close()
+    finally:
+        publisher.close()
+
+
+def _loop(ctx: ChildContext, source: FileSource, publish: _Publish) -> None:
+    while not ctx.stop.is_set():
+        ctx.heartbeat()
+        try:
+            result = source.poll(POLL)
+        except SourceReadError as exc:
+            ctx.log.error("source.read_failed", path=str(exc.filename or ""), reason=str(exc))
+            continue
+        if result is not None:
+            publish(result)
+
+
+def _idle(ctx: ChildContext, publish: _Publish, period: float) -> None:
+    """No path configured: an empty set now and every period (the source counts as seen)."""
+    while not ctx.stop.is_set():
+        publish(SourceSet("file"))
+        if ctx.sleep(period):
+            return
+
+
+def _publish(publisher: Publisher, result: SourceSet) -> None:
+    publisher.publish(result.to_message(time.monotonic()))
