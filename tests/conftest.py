@@ -1,0 +1,251 @@
+"""Shared test plumbing for every area (owned by the supervisor engineer).
+
+- The pytest process is a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants orphaned by
+  a test re-parent to it and can be found.
+- `_no_leaked_processes` (autouse): fails a test that leaves a new descendant process alive, then
+  kills those by PID so one leak does not cascade. Opt out with `@pytest.mark.no_leak_check`.
+- `wait_for(predicate, timeout=..., interval=..., message=...)`: poll until truthy (no sleeps to
+  synchronise).
+- `agent(config=None, ...)`: start `podvisor run` as a real subprocess in a short temp rootDir;
+  returns an `AgentHandle` (`.call()`, `.status()`, `.ctl()`, `.wait_state()`, `.stop()`,
+  `.paths`). Stopped by PID at teardown.
+- `ctl(handle, *args)`: run `podvisorctl --root-dir <root> *args`, returns CompletedProcess.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import pytest
+import yaml
+
+from podvisor.ipc.paths import RunPaths
+from podvisor.supervisor.client import AgentNotRunning, ControlClient
+
+PR_SET_CHILD_SUBREAPER = 36
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+TEST_SERVICES = REPO / "tests" / "supervisor" / "services"
+T = TypeVar("T")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "no_leak_check: skip the leaked-process check")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+# --- polling -----------------------------------------------------------------------------------
+
+
+def wait_for_impl(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+                  message: str = "") -> T:
+    """Call `predicate` until it returns something truthy (returned); AssertionError after
+    `timeout` seconds, with `message` and the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for "
+                                 f"{message or predicate}: last value {value!r}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    return wait_for_impl
+
+
+# --- leaked processes --------------------------------------------------------------------------
+
+
+def _descendants() -> dict[int, psutil.Process]:
+    try:
+        return {p.pid: p for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _reap_new_zombies(before: set[int]) -> None:
+    """Reap orphans that re-parented to us and died (only ones born during the test)."""
+    for pid, proc in _descendants().items():
+        try:
+            if pid in before or proc.ppid() != os.getpid() or _alive(proc):
+                continue
+            os.waitpid(pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError):
+            pass
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    before = set(_descendants())
+    yield
+    if request.node.get_closest_marker("no_leak_check"):
+        return
+    new = [p for pid, p in _descendants().items() if pid not in before and _alive(p)]
+    if new:
+        _, alive = psutil.wait_procs(new, timeout=5.0)
+        alive = [p for p in alive if _alive(p)]
+    else:
+        alive = []
+    described = []
+    for proc in alive:
+        try:
+            described.append(f"{proc.pid} {' '.join(proc.cmdline())[:200]}")
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5.0)
+    _reap_new_zombies(before)
+    if described:
+        pytest.fail("test left processes behind (killed now):\n  " + "\n  ".join(described))
+
+
+# --- the agent ---------------------------------------------------------------------------------
+
+
+def short_tmp_dir(prefix: str = "pv") -> Path:
+    """A short temp dir (unix socket paths are limited to 107 bytes)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+class AgentHandle:
+    """A `podvisor run` subprocess with its config, rootDir and a control client."""
+
+    def __init__(self, root: Path, config: dict[str, Any], extra_args: list[str],
+                 env: dict[str, str]) -> None:
+        self.root = root
+        self.paths = RunPaths(root / "root")
+        self.config = config
+        self.config_path = root / "config.yaml"
+        self.write_config(config)
+        self.stderr_path = root / "agent.stderr"
+        self._stderr = self.stderr_path.open("wb")
+        self.proc = subprocess.Popen(
+            [str(BIN / "podvisor"), "run", "--config", str(self.config_path), *extra_args],
+            stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr, env=env,
+            cwd=str(root))
+        self.client = ControlClient(self.paths.control, timeout=10.0)
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    def call(self, command: str, timeout: float | None = None, **args: Any) -> Any:
+        return self.client.call(command, timeout=timeout, **args)
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {p["name"]: p for p in self.call("status")["processes"]}
+
+    def state(self, name: str) -> dict[str, Any]:
+        return self.status()[name]
+
+    def wait_state(self, name: str, state: str, timeout: float = 15.0,
+                   where: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            row = self.status().get(name)
+            if row and row["state"] == state and (where is None or where(row)):
+                return row
+            return None
+        return wait_for_impl(check, timeout, 0.02, f"{name} to be {state}")
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode}:\n{self.stderr()}")
+            try:
+                self.call("status", timeout=1.0)
+            except AgentNotRunning:
+                return False
+            return True
+        wait_for_impl(up, timeout, 0.02, "agent control endpoint")
+
+    def ctl(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "podvisorctl"), "--root-dir", str(self.paths.root),
+                               *args], capture_output=True, text=True, timeout=timeout)
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")[-20000:]
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM the agent (by PID) and wait for it; SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        return self.proc.returncode
+
+
+def base_config(root: Path) -> dict[str, Any]:
+    """A test config: built-ins off, brisk heartbeats."""
+    return {
+        "rootDir": str(root),
+        "nodeName": "test-node",
+        "supervision": {"builtins": False, "heartbeatInterval": "200ms",
+                        "shutdownTimeout": "15s", "logLevel": "debug"},
+    }
+
+
+@pytest.fixture
+def agent() -> Iterator[Callable[..., AgentHandle]]:
+    """Factory: `agent(processes={...}, config=None, extra_args=(), pythonpath=(), wait=True)`.
+    `processes` goes to `supervision.processes`; `config` (a full dict) replaces the base."""
+    handles: list[AgentHandle] = []
+    dirs: list[Path] = []
+
+    def start(processes: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
+              extra_args: tuple[str, ...] = (), pythonpath: tuple[str, ...] = (),
+              wait: bool = True) -> AgentHandle:
+        tmp = short_tmp_dir()
+        dirs.append(tmp)
+        cfg = config if config is not None else base_config(tmp / "root")
+        cfg.setdefault("rootDir", str(tmp / "root"))
+        if processes:
+            cfg.setdefault("supervision", {})["processes"] = processes
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [*pythonpath, str(TEST_SERVICES), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        handle = AgentHandle(tmp, cfg, list(extra_args), env)
+        handles.append(handle)
+        if wait:
+            handle.wait_ready()
+        return handle
+
+    yield start
+    for handle in handles:
+        handle.stop()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def ctl() -> Callable[..., subprocess.CompletedProcess[str]]:
+    def run(handle: AgentHandle, *args: str) -> subprocess.CompletedProcess[str]:
+        return handle.ctl(*args)
+    return run

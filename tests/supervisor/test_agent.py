@@ -1,0 +1,164 @@
+"""The supervisor with real processes and real sockets (fault injection included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+IDLE = {"module": "svc_idle", "heartbeatTimeout": "1500ms", "stopTimeout": "2s"}
+
+
+def _pids(agent_handle: Any) -> dict[str, int | None]:
+    return {name: row["pid"] for name, row in agent_handle.status().items()}
+
+
+def test_kill_9_restarts_only_that_process(agent: Any) -> None:
+    a = agent({"one": IDLE, "two": IDLE, "three": IDLE})
+    before = {n: a.wait_state(n, "RUNNING")["pid"] for n in ("one", "two", "three")}
+    os.kill(before["two"], signal.SIGKILL)
+    row = a.wait_state("two", "RUNNING", where=lambda r: r["pid"] != before["two"])
+    assert row["restarts"] == 1
+    assert row["lastExit"]["signal"] == signal.SIGKILL
+    assert row["lastExit"]["reason"] == "killed by SIGKILL"
+    after = _pids(a)
+    assert after["one"] == before["one"] and after["three"] == before["three"]
+
+
+def test_sigstop_is_detected_by_missing_heartbeats_and_replaced(agent: Any) -> None:
+    a = agent({"frozen": IDLE, "other": IDLE})
+    pid = a.wait_state("frozen", "RUNNING")["pid"]
+    other = a.wait_state("other", "RUNNING")["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    row = a.wait_state("frozen", "RUNNING", where=lambda r: r["pid"] != pid)
+    assert "no heartbeat" in row["lastExit"]["reason"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert a.state("other")["pid"] == other
+
+
+def test_crash_at_start_goes_fatal_and_others_keep_running(agent: Any) -> None:
+    spec = {"module": "svc_crash", "intensity": 3, "intensityPeriod": "1m",
+            "backoffBase": "10ms", "backoffCap": "50ms"}
+    a = agent({"crasher": spec, "steady": IDLE})
+    steady = a.wait_state("steady", "RUNNING")["pid"]
+    row = a.wait_state("crasher", "FATAL")
+    assert row["restarts"] == 3
+    assert row["lastExit"]["code"] == 1
+    assert "intensity 3" in row["reason"]
+    out = a.ctl("status", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {p["name"]: p for p in json.loads(out.stdout)["processes"]}
+    assert rows["crasher"]["state"] == "FATAL"
+    assert rows["crasher"]["lastExit"]["reason"] == "exit code 1"
+    assert rows["steady"]["pid"] == steady and rows["steady"]["state"] == "RUNNING"
+    log = (a.paths.logs_dir / "crasher.log").read_text()
+    events = [json.loads(line) for line in log.splitlines()]
+    crashed = [e for e in events if e["event"] == "child.crashed"]
+    assert crashed and "boom at start" in crashed[0]["exc"]
+    assert crashed[0]["subsystem"] == "crasher"
+
+
+def test_normal_return_is_rerun_after_period(agent: Any) -> None:
+    a = agent({"job": {"module": "svc_return", "period": "100ms"}})
+    row = a.wait_state("job", "EXITED", where=lambda r: r["restarts"] >= 2)
+    assert row["lastExit"]["reason"] == "exited normally"
+
+
+def test_sigterm_stops_every_child_and_exits_0(agent: Any, wait_for: Any) -> None:
+    a = agent({"one": IDLE, "two": IDLE, "stubborn": {**IDLE, "module": "svc_stubborn",
+                                                        "stopTimeout": "300ms"}})
+    pids = [a.wait_state(n, "RUNNING")["pid"] for n in ("one", "two", "stubborn")]
+    assert a.stop() == 0
+    assert all(not psutil.pid_exists(p) for p in pids)
+    log = [json.loads(line) for line in (a.paths.logs_dir / "supervisor.log").read_text()
+           .splitlines()]
+    stopping = [e["process"] for e in log if e["event"] == "process.stopping"]
+    assert stopping == ["stubborn", "two", "one"]  # reverse start order
+    kills = [e["process"] for e in log if e["event"] == "process.kill"]
+    assert kills == ["stubborn"]
+
+
+def test_agent_death_takes_children_down(agent: Any, wait_for: Any) -> None:
+    a = agent({"one": IDLE})
+    pid = a.wait_state("one", "RUNNING")["pid"]
+    a.proc.kill()
+    a.proc.wait()
+    wait_for(lambda: not psutil.pid_exists(pid) or
+             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, message="orphan exit")
+
+
+def test_sighup_reload_applies_changes(agent: Any, wait_for: Any) -> None:
+    a = agent({"keep": IDLE, "drop": IDLE, "off": {**IDLE, "enabled": False}})
+    keep = a.wait_state("keep", "RUNNING")["pid"]
+    drop = a.wait_state("drop", "RUNNING")["pid"]
+    assert a.state("off")["state"] == "STOPPED"
+    cfg = a.config
+    cfg["supervision"]["processes"] = {
+        "keep": {**IDLE, "period": "3s"},
+        "off": IDLE,
+        "new": IDLE,
+    }
+    a.write_config(cfg)
+    a.proc.send_signal(signal.SIGHUP)
+    a.wait_state("new", "RUNNING")
+    a.wait_state("off", "RUNNING")
+    wait_for(lambda: "drop" not in a.status(), message="drop removed")
+    assert not psutil.pid_exists(drop) or psutil.Process(drop).status() == "zombie"
+    assert a.state("keep")["pid"] == keep
+    log = (a.paths.logs_dir / "supervisor.log").read_text()
+    reloaded = [json.loads(x) for x in log.splitlines() if '"agent.reloaded"' in x]
+    changes = reloaded[-1]["changes"]
+    assert "keep: period 1.0 -> 3.0" in changes and "new: added" in changes
+
+
+def test_bad_reload_keeps_old_config(agent: Any) -> None:
+    a = agent({"keep": IDLE})
+    a.wait_state("keep", "RUNNING")
+    Path(a.config_path).write_text("supervision: {bogusKey: 1}\n")
+    out = a.ctl("reload")
+    assert out.returncode == 1
+    assert "CANT_REREAD" in out.stderr and "supervision.bogusKey" in out.stderr
+    assert a.state("keep")["state"] == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"syncFrequency": "ten seconds"}, "syncFrequency"),
+        ({"readOnlyPort": "x"}, "readOnlyPort"),
+        ({"runtimeEndpoint": "tcp://1.2.3.4"}, "runtimeEndpoint"),
+        ({"supervision": {"processes": {"p": {"period": "5 parsecs", "module": "m"}}}},
+         "supervision.processes.p.period"),
+        ({"supervision": {"processes": {"p": {"period": "1s"}}}}, "supervision.processes.p.module"),
+    ],
+)
+def test_config_errors_exit_non_zero_naming_the_key(
+    agent: Any, config: dict[str, Any], key: str
+) -> None:
+    a = agent(config=config, wait=False)
+    assert a.proc.wait(30) == 2
+    assert f"'{key}'" in a.stderr()
+
+
+def test_flags_override_the_file(agent: Any) -> None:
+    a = agent({"one": IDLE}, extra_args=("--node-name", "from-flag", "--read-only-port", "0",
+                                         "--process", "one.period=7s"))
+    effective = json.loads(a.paths.config_json.read_text())
+    assert effective["nodeName"] == "from-flag"
+    assert effective["supervision"]["processes"]["one"]["period"] == "7.0s"
+    assert yaml.safe_load(a.config_path.read_text())["nodeName"] == "test-node"
+    assert oct(a.paths.run_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def test_second_agent_on_same_root_is_refused(agent: Any) -> None:
+    a = agent({"one": IDLE})
+    b = agent(config={**a.config}, wait=False)
+    assert b.proc.wait(30) == 1
+    assert "another agent" in b.stderr()
