@@ -1,0 +1,21 @@
+"""RFC 3339 timestamps as Kubernetes writes them (second precision, UTC, ``Z``)."""
+
+from __future__ import annotations
+
+import time
+
+
+def rfc3339(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+def rfc3339_ns(ns: int) -> str | None:
+    """A CRI nanosecond timestamp; None for 0 (never happened)."""
+    return rfc3339(ns / 1e9) if ns > 0 else None
+
+
+def parse_rfc3339(text: str) -> float:
+    """The inverse of ``rfc3339`` (raises ValueError)."""
+    import calendar
+
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))

@@ -1,0 +1,255 @@
+"""compute_pod_status and get_phase: phases, conditions, container statuses, versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from podvisor.services.status.compute import compute_pod_status, get_phase
+from podvisor.services.status.timefmt import rfc3339
+
+T0 = 1_700_000_000.0
+NS = 1_000_000_000
+
+
+def pod(containers: list[dict[str, Any]] | None = None, policy: str = "Always",
+        init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers or [{"name": "app", "image": "host"}],
+                            "restartPolicy": policy}
+    if init:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-node", "namespace": "default", "uid": "u1"}, "spec": spec}
+
+
+def desired(p: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"pod": p or pod(), "source": "file", "worker": "syncing",
+                             "admitted": True, "reason": "", "message": "", "waiting": {}}
+    entry.update(kw)
+    return entry
+
+
+def ctr(cid: str, state: str = "CONTAINER_RUNNING", name: str = "app", created: int = 1,
+        exit_code: int = 0, restarts: int = 0, reason: str = "") -> dict[str, Any]:
+    return {"id": cid, "name": name, "sandbox_id": "sb1", "attempt": restarts, "state": state,
+            "created_at": created * NS, "started_at": (created + 1) * NS,
+            "finished_at": (created + 5) * NS if state == "CONTAINER_EXITED" else 0,
+            "exit_code": exit_code, "reason": reason, "message": "", "image": "host",
+            "image_ref": "sha256:host", "hash": "h", "restart_count": restarts, "log_path": ""}
+
+
+def pleg(*containers: dict[str, Any], sandbox: str = "SANDBOX_READY") -> dict[str, Any]:
+    return {"ts": 1.0, "sandboxes": [{"id": "sb1", "state": sandbox, "created_at": NS,
+                                      "attempt": 0, "ip": "10.0.0.5"}],
+            "containers": list(containers)}
+
+
+def conds(status: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in status["conditions"]}
+
+
+def test_running_pod_is_ready_with_all_conditions() -> None:
+    s = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
+    assert s["phase"] == "Running"
+    assert conds(s) == {"PodReadyToStartContainers": "True", "Initialized": "True",
+                        "ContainersReady": "True", "Ready": "True", "PodScheduled": "True"}
+    assert all(c["lastTransitionTime"] == rfc3339(T0) for c in s["conditions"])
+    cs = s["containerStatuses"][0]
+    assert cs["name"] == "app" and cs["containerID"] == "embedded://c1"
+    assert cs["state"] == {"running": {"startedAt": rfc3339(2)}} and cs["lastState"] == {}
+    assert cs["ready"] is True and cs["started"] is True and cs["restartCount"] == 0
+    assert cs["image"] == "host" and cs["imageID"] == "sha256:host"
+    assert s["podIP"] == "10.0.0.5" and s["startTime"] == rfc3339(T0) and s["_version"] == 1
+    assert s["_pod"] == {"name": "web-node", "namespace": "default", "uid": "u1"}
+    assert s["initContainerStatuses"] == []
+
+
+def test_nothing_in_runtime_is_pending_container_creating() -> None:
+    s = compute_pod_status(desired(), None, None, T0)
+    assert s["phase"] == "Pending"
+    assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    c = conds(s)
+    assert c["PodReadyToStartContainers"] == "False" and c["Ready"] == "False"
+    ready = next(x for x in s["conditions"] if x["type"] == "Ready")
+    assert ready["reason"] == "ContainersNotReady" and "[app]" in ready["message"]
+
+
+def test_transition_time_kept_while_unchanged_and_moves_on_change() -> None:
+    s1 = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
+    s2 = compute_pod_status(desired(), pleg(ctr("c1")), s1, T0 + 50)
+    assert s2 == s1 and s2["_version"] == 1
+    s3 = compute_pod_status(desired(), pleg(ctr("c1", "CONTAINER_EXITED", exit_code=1)),
+                            s2, T0 + 100)
+    assert s3["_version"] == 2
+    times = {c["type"]: c["lastTransitionTime"] for c in s3["conditions"]}
+    assert times["Ready"] == rfc3339(T0 + 100) and times["PodScheduled"] == rfc3339(T0)
+    assert s3["startTime"] == rfc3339(T0)
+
+
+def test_crash_loop_waiting_with_last_state() -> None:
+    d = desired(waiting={"app": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}})
+    s = compute_pod_status(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=2, restarts=3)),
+                           None, T0)
+    cs = s["containerStatuses"][0]
+    assert cs["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}
+    term = cs["lastState"]["terminated"]
+    assert term["exitCode"] == 2 and term["reason"] == "Error"
+    assert term["containerID"] == "embedded://c1" and cs["restartCount"] == 3
+    assert s["phase"] == "Running"  # Always: in the process of restarting
+
+
+def test_restarted_container_has_previous_as_last_state() -> None:
+    old = ctr("c1", "CONTAINER_EXITED", created=1, exit_code=137)
+    new = ctr("c2", created=10, restarts=1)
+    cs = compute_pod_status(desired(), pleg(old, new), None, T0)["containerStatuses"][0]
+    assert cs["containerID"] == "embedded://c2" and cs["restartCount"] == 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 137
+    assert cs["lastState"]["terminated"]["containerID"] == "embedded://c1"
+
+
+def test_waiting_reason_does_not_hide_a_running_container() -> None:
+    d = desired(waiting={"app": {"reason": "CrashLoopBackOff"}})
+    cs = compute_pod_status(d, pleg(ctr("c1")), None, T0)["containerStatuses"][0]
+    assert "running" in cs["state"]
+
+
+@pytest.mark.parametrize(("policy", "code", "phase"), [
+    ("Always", 0, "Running"), ("Always", 1, "Running"),
+    ("OnFailure", 0, "Succeeded"), ("OnFailure", 1, "Running"),
+    ("Never", 0, "Succeeded"), ("Never", 1, "Failed"),
+])
+def test_exited_phase_by_policy(policy: str, code: int, phase: str) -> None:
+    d = desired(pod(policy=policy))
+    s = compute_pod_status(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=code)), None, T0)
+    assert s["phase"] == phase
+    assert s["containerStatuses"][0]["state"]["terminated"]["exitCode"] == code
+    if phase == "Succeeded":
+        ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "PodCompleted"
+
+
+def test_terminal_phase_never_goes_back() -> None:
+    d = desired(pod(policy="Never"))
+    failed = compute_pod_status(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=1)), None, T0)
+    assert failed["phase"] == "Failed"
+    later = compute_pod_status(d, pleg(ctr("c2")), failed, T0 + 1)
+    assert later["phase"] == "Failed"
+    gone = compute_pod_status(d, None, later, T0 + 2)
+    assert gone["phase"] == "Failed"
+
+
+def test_mixed_containers_some_running_is_running() -> None:
+    p = pod([{"name": "a", "image": "host"}, {"name": "b", "image": "host"}], policy="Never")
+    s = compute_pod_status(desired(p), pleg(ctr("c1", name="a"),
+                                            ctr("c2", "CONTAINER_EXITED", name="b", exit_code=1)),
+                           None, T0)
+    assert s["phase"] == "Running"
+    assert conds(s)["ContainersReady"] == "False"
+
+
+def test_one_container_not_yet_created_is_pending() -> None:
+    p = pod([{"name": "a", "image": "host"}, {"name": "b", "image": "host"}])
+    s = compute_pod_status(desired(p), pleg(ctr("c1", name="a")), None, T0)
+    assert s["phase"] == "Pending"
+    assert [c["name"] for c in s["containerStatuses"]] == ["a", "b"]
+
+
+def test_init_containers_block_and_report() -> None:
+    p = pod(init=[{"name": "i1", "image": "host"}, {"name": "i2", "image": "host"}])
+    s = compute_pod_status(desired(p), pleg(ctr("x1", name="i1")), None, T0)
+    assert s["phase"] == "Pending"
+    init = next(c for c in s["conditions"] if c["type"] == "Initialized")
+    assert init["status"] == "False" and init["reason"] == "ContainersNotInitialized"
+    assert init["message"] == "containers with incomplete status: [i1 i2]"
+    assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert s["initContainerStatuses"][1]["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert "running" in s["initContainerStatuses"][0]["state"]
+    done = pleg(ctr("x1", "CONTAINER_EXITED", name="i1"),
+                ctr("x2", "CONTAINER_EXITED", name="i2", created=3), ctr("c1", created=5))
+    s2 = compute_pod_status(desired(p), done, s, T0 + 10)
+    assert s2["phase"] == "Running" and conds(s2)["Initialized"] == "True"
+    assert s2["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_init_done_regular_not_yet_created_is_container_creating() -> None:
+    p = pod(init=[{"name": "i1", "image": "host"}])
+    s = compute_pod_status(desired(p), pleg(ctr("x1", "CONTAINER_EXITED", name="i1")), None, T0)
+    assert conds(s)["Initialized"] == "True" and s["phase"] == "Pending"
+    assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+
+
+def test_failed_init_with_never_fails_the_pod() -> None:
+    p = pod(policy="Never", init=[{"name": "i1", "image": "host"}])
+    s = compute_pod_status(desired(p), pleg(ctr("x1", "CONTAINER_EXITED", name="i1",
+                                                exit_code=1)), None, T0)
+    assert s["phase"] == "Failed"
+
+
+def test_failed_init_with_always_stays_pending() -> None:
+    p = pod(policy="Always", init=[{"name": "i1", "image": "host"}])
+    d = desired(p, waiting={"i1": {"reason": "CrashLoopBackOff"}})
+    s = compute_pod_status(d, pleg(ctr("x1", "CONTAINER_EXITED", name="i1", exit_code=1)),
+                           None, T0)
+    assert s["phase"] == "Pending"
+    assert s["initContainerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+
+
+def test_admission_rejected_is_failed_with_reason() -> None:
+    d = desired(admitted=False, reason="HostPortConflict", message="port 80 in use")
+    s = compute_pod_status(d, None, None, T0)
+    assert s["phase"] == "Failed" and s["reason"] == "HostPortConflict"
+    assert s["message"] == "port 80 in use" and conds(s) == {"PodScheduled": "True"}
+
+
+def test_readiness_probe_means_not_ready_until_a_prober_says_so() -> None:
+    p = pod([{"name": "app", "image": "host", "readinessProbe": {"exec": {"command": ["x"]}}}])
+    s = compute_pod_status(desired(p), pleg(ctr("c1")), None, T0)
+    assert s["containerStatuses"][0]["ready"] is False and conds(s)["Ready"] == "False"
+    s2 = compute_pod_status(desired(p), pleg(ctr("c1")), s, T0, readiness={"app": True})
+    assert s2["containerStatuses"][0]["ready"] is True and conds(s2)["Ready"] == "True"
+
+
+def test_startup_probe_means_not_started() -> None:
+    p = pod([{"name": "app", "image": "host", "startupProbe": {"exec": {"command": ["x"]}}}])
+    cs = compute_pod_status(desired(p), pleg(ctr("c1")), None, T0)["containerStatuses"][0]
+    assert cs["started"] is False
+
+
+def test_not_ready_sandbox_condition() -> None:
+    s = compute_pod_status(desired(), pleg(ctr("c1"), sandbox="SANDBOX_NOTREADY"), None, T0)
+    assert conds(s)["PodReadyToStartContainers"] == "False"
+
+
+def test_created_container_is_waiting_container_creating() -> None:
+    s = compute_pod_status(desired(), pleg(ctr("c1", "CONTAINER_CREATED")), None, T0)
+    assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert s["phase"] == "Pending"
+
+
+def test_containerd_scheme_and_host_network_ip() -> None:
+    p = pod()
+    p["spec"]["hostNetwork"] = True
+    pl = pleg(ctr("c1"))
+    pl["sandboxes"][0]["ip"] = ""
+    s = compute_pod_status(desired(p), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    assert s["containerStatuses"][0]["containerID"] == "containerd://c1"
+    assert s["podIP"] == "10.1.1.1" and s["hostIP"] == "10.1.1.1"
+
+
+def test_pod_level_reason_is_reported() -> None:
+    s = compute_pod_status(desired(reason="Terminating", message="deleted"), pleg(ctr("c1")),
+                           None, T0)
+    assert s["reason"] == "Terminating" and s["message"] == "deleted"
+
+
+@pytest.mark.parametrize(("regular", "phase"), [
+    ([], "Pending"),
+    ([{"running": {}}], "Running"),
+    ([{"waiting": {}}], "Pending"),
+    ([{"running": {}}, {"waiting": {}}], "Pending"),
+])
+def test_get_phase_table(regular: list[dict[str, Any]], phase: str) -> None:
+    statuses = [{"name": f"c{i}", "state": st, "lastState": {}, "containerID": "x"}
+                for i, st in enumerate(regular)]
+    assert get_phase({"restartPolicy": "Always"}, [], statuses) == phase
