@@ -1,0 +1,158 @@
+"""Config parsing, flags and the effective config round trip."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podvisor.supervisor.config import (
+    SUPERVISION_KEYS,
+    TOP_KEYS,
+    Config,
+    ConfigError,
+    SupervisionConfig,
+    config_from_mapping,
+    config_to_mapping,
+    dataclass_attrs,
+    load_config,
+    read_config_json,
+    write_config_json,
+)
+from podvisor.supervisor.flags import add_config_flags, flag_name, overrides_from_args
+from podvisor.supervisor.registry import Builtin, ProcessSpec, resolve_specs
+from podvisor.supervisor.values import parse_duration, parse_quantity
+
+
+def test_tables_match_dataclasses() -> None:
+    sections = {f.name for f in fields(Config)
+                if f.default_factory is not MISSING and is_dataclass(f.default_factory)}
+    assert "supervision" in sections
+    assert {k.attr for k in TOP_KEYS} == dataclass_attrs(Config) - sections
+    assert {k.attr for k in SUPERVISION_KEYS} == dataclass_attrs(SupervisionConfig) - {
+        "defaults", "processes"}
+
+
+def test_defaults_mirror_kubelet() -> None:
+    c = config_from_mapping({})
+    assert c.file_check_frequency == 20.0 and c.http_check_frequency == 20.0
+    assert c.sync_frequency == 60.0 and c.runtime_endpoint == "embedded"
+    assert c.address == "127.0.0.1" and c.read_only_port == 0 and not c.stop_pods_on_exit
+    assert (c.image_gc_high_threshold_percent, c.image_gc_low_threshold_percent) == (85, 80)
+    assert c.container_log_max_size == 10 * 1024 * 1024
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("20s", 20.0), ("1m", 60.0), ("1m30s", 90.0), ("300ms", 0.3), ("1.5h", 5400.0),
+    ("0", 0.0), ("2h45m", 9900.0), ("10us", 1e-5),
+])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration("k", text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "10", "-1s", "1 s", "1d", "s", True, 1.5, None, [1]])
+def test_bad_durations(bad: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_duration("a.b", bad)
+    assert err.value.key == "a.b"
+
+
+def test_quantities() -> None:
+    assert parse_quantity("k", "10Mi") == 10 * 1024**2
+    assert parse_quantity("k", "500k") == 500_000
+    assert parse_quantity("k", 7) == 7
+    with pytest.raises(ConfigError):
+        parse_quantity("k", "10MB")
+
+
+@pytest.mark.parametrize(("raw", "key"), [
+    ({"nodename": "x"}, "nodename"),
+    ({"port": 70000}, "port"),
+    ({"port": True}, "port"),
+    ({"stopPodsOnExit": "maybe"}, "stopPodsOnExit"),
+    ({"nodeName": 5}, "nodeName"),
+    ({"runtimeEndpoint": "unix://relative"}, "runtimeEndpoint"),
+    ({"staticPodURLHeader": {"X": 1}}, "staticPodURLHeader.X"),
+    ({"imageGCLowThresholdPercent": 90}, "imageGCLowThresholdPercent"),
+    ({"supervision": {"heartbeatInterval": "0"}}, "supervision.heartbeatInterval"),
+    ({"supervision": {"processes": {"x": {"intensity": 0}}}}, "supervision.processes.x.intensity"),
+    ({"supervision": {"processes": {"x": {"wat": 1}}}}, "supervision.processes.x.wat"),
+    ({"supervision": {"defaults": {"module": "m"}}}, "supervision.defaults.module"),
+    ({"supervision": {"processes": {"a b": {}}}}, "supervision.processes.a b"),
+    ({"supervision": []}, "supervision"),
+])
+def test_bad_values_name_the_key(raw: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping(raw)
+    assert err.value.key == key
+    assert repr(key) in str(err.value)
+
+
+def test_round_trip_through_json(tmp_path: Path) -> None:
+    raw = {"nodeName": "n1", "syncFrequency": "90s", "staticPodURLHeader": {"A": ["b"]},
+           "supervision": {"heartbeatInterval": "250ms", "defaults": {"backoffCap": "2s"},
+                           "processes": {"x": {"module": "m", "period": "1.5s"}}}}
+    c = config_from_mapping(raw)
+    assert config_from_mapping(config_to_mapping(c)) == c
+    write_config_json(c, tmp_path / "config.json")
+    assert read_config_json(tmp_path / "config.json") == c
+    assert (tmp_path / "config.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_load_yaml_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("nodeName: file\nport: 1234\nrootDir: rel\n")
+    c = load_config(f, {"nodeName": "flag", "supervision": {"logLevel": "debug"}})
+    assert (c.node_name, c.port, c.supervision.log_level) == ("flag", 1234, "debug")
+    assert Path(c.root_dir).is_absolute()
+    f.write_text("nodeName: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(f)
+    f.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="expected a map"):
+        load_config(f)
+
+
+def test_flags(tmp_path: Path) -> None:
+    assert flag_name("staticPodURL") == "static-pod-url"
+    assert flag_name("imageGCHighThresholdPercent") == "image-gc-high-threshold-percent"
+    p = argparse.ArgumentParser()
+    add_config_flags(p)
+    ns = p.parse_args(["--node-name", "n", "--stop-pods-on-exit", "--read-only-port", "10255",
+                       "--static-pod-url-header", "A:1", "--static-pod-url-header", "A:2",
+                       "--supervision-heartbeat-interval", "2s",
+                       "--process", "pleg.heartbeatTimeout=30s"])
+    over = overrides_from_args(ns)
+    c = config_from_mapping(over)
+    assert c.node_name == "n" and c.stop_pods_on_exit and c.read_only_port == 10255
+    assert c.static_pod_url_header == {"A": ["1", "2"]}
+    assert c.supervision.heartbeat_interval == 2.0
+    assert c.supervision.processes["pleg"] == {"heartbeat_timeout": 30.0}
+    with pytest.raises(ConfigError, match=r"NAME\.KEY=VALUE"):
+        overrides_from_args(p.parse_args(["--process", "nodot=1"]))
+
+
+def test_resolve_specs_layers_and_builtins() -> None:
+    builtins = (Builtin("a", "mod.a", overrides={"period": 5.0}),
+                Builtin("b", "mod.b", when=lambda c: c.runtime_endpoint == "embedded"),
+                Builtin("missing", "mod.missing"))
+    c = config_from_mapping({"supervision": {
+        "defaults": {"stopTimeout": "1s"},
+        "processes": {"a": {"heartbeatTimeout": "3s"}, "c": {"module": "mod.c"}}}})
+    specs = resolve_specs(c, builtins, exists=lambda m: m != "mod.missing")
+    assert [s.name for s in specs] == ["a", "b", "c"]
+    a = specs[0]
+    assert (a.period, a.heartbeat_timeout, a.stop_timeout) == (5.0, 3.0, 1.0)
+    assert specs[2] == ProcessSpec(name="c", module="mod.c", stop_timeout=1.0)
+    no_b = config_from_mapping({"runtimeEndpoint": "unix:///x.sock"})
+    assert [s.name for s in resolve_specs(no_b, builtins, exists=lambda m: True)] == [
+        "a", "missing"]
+    off = config_from_mapping({"supervision": {"builtins": False}})
+    assert resolve_specs(off, builtins, exists=lambda m: True) == ()
+    with pytest.raises(ConfigError) as err:
+        resolve_specs(config_from_mapping({"supervision": {"processes": {"a": {"module": "x"}}}}),
+                      builtins, exists=lambda m: True)
+    assert err.value.key == "supervision.processes.a.module"
