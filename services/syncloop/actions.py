@@ -1,0 +1,249 @@
+"""``compute_pod_actions``: what SyncPod must do to move a pod's runtime state toward its spec.
+
+A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
+``kuberuntime_manager.computePodActions`` plus its crash back-off (``doBackOff``):
+
+- Recreate the sandbox when there is none, the newest is not ready, or several are ready; a new
+  sandbox kills every container and starts over from the first init container (containers that
+  succeeded under restartPolicy OnFailure, or any under Never, are not run again).
+- Kill running containers whose spec hash changed, whose liveness probe failed, or that no
+  longer appear in the spec.
+- Init containers run one at a time in order; the next starts only after the previous exited 0.
+  A failed init container restarts unless restartPolicy is Never, which fails the pod.
+- Then every regular container; a stopped one restarts by policy (Always: yes; OnFailure: if the
+  exit code != 0; Never: no).
+- A restart waits out the crash back-off of its (pod uid, container name); meanwhile the
+  container is reported waiting with reason ``CrashLoopBackOff``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from podvisor.services.pod.container import Container
+from podvisor.services.pod.model import Pod, RestartPolicy
+from podvisor.services.syncloop.backoff import BackoffKey
+from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
+from podvisor.services.syncloop.spec import container_hash
+
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+POD_INITIALIZING = "PodInitializing"
+
+
+class BackoffView(Protocol):
+    def remaining(self, key: BackoffKey, finished_at: float, now: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class KillAction:
+    container_id: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StartAction:
+    name: str
+    init: bool
+    restart_count: int
+    previous_finished_at: float = 0.0  # monotonic; 0 = first start, no back-off to record
+
+
+@dataclass(frozen=True)
+class PodActions:
+    kill_pod: bool = False          # stop every container and the sandbox(es) first
+    create_sandbox: bool = False
+    sandbox_id: str = ""            # the sandbox to start containers in (when not created)
+    attempt: int = 0                # the new sandbox's attempt number
+    kill: tuple[KillAction, ...] = ()
+    start: tuple[StartAction, ...] = ()
+    waiting: Mapping[str, Waiting] = field(default_factory=dict)
+    pod_failed: bool = False        # an init container failed under restartPolicy Never
+    retry_after: float | None = None  # seconds until the earliest back-off ends
+
+    @property
+    def noop(self) -> bool:
+        return not (self.kill_pod or self.create_sandbox or self.kill or self.start)
+
+
+Hasher = Callable[[Container], str]
+
+
+def _sandbox_changed(rt: PodRuntime) -> tuple[bool, int, str]:
+    """(create a new sandbox?, its attempt, the current sandbox id)."""
+    if not rt.sandboxes:
+        return True, 0, ""
+    latest = rt.sandboxes[0]
+    ready = sum(1 for s in rt.sandboxes if s.ready)
+    if ready > 1 or not latest.ready:
+        return True, latest.attempt + 1, latest.id
+    return False, latest.attempt, latest.id
+
+
+def _restarts_on_failure(pod: Pod) -> bool:
+    return pod.spec.restart_policy is not RestartPolicy.NEVER
+
+
+def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
+    """The kubelet's shouldContainerBeRestarted, for a container that is not running."""
+    if status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+        return True
+    if status.state is ContainerState.RUNNING:
+        return False
+    policy = pod.spec.restart_policy
+    if policy is RestartPolicy.NEVER:
+        return False
+    return not (policy is RestartPolicy.ON_FAILURE and status.exit_code == 0)
+
+
+def _init_failed(status: ContainerInfo) -> bool:
+    return status.state is ContainerState.UNKNOWN or (
+        status.state is ContainerState.EXITED and status.exit_code != 0)
+
+
+def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container | None, bool]:
+    """(last failed init status, next init container to run, all init containers done)."""
+    inits = pod.spec.init_containers
+    if not inits:
+        return None, None, True
+    for c in pod.spec.containers:
+        status = rt.latest(c.name)
+        if status is not None and status.state is ContainerState.RUNNING:
+            return None, None, True
+    for c in reversed(inits):
+        status = rt.latest(c.name)
+        if status is not None and _init_failed(status):
+            return status, c, False
+    for i in range(len(inits) - 1, -1, -1):
+        status = rt.latest(inits[i].name)
+        if status is None:
+            continue
+        if status.state in (ContainerState.RUNNING, ContainerState.CREATED):
+            return None, None, False
+        if status.state is ContainerState.EXITED:
+            if i == len(inits) - 1:
+                return None, None, True
+            return None, inits[i + 1], False
+    return None, inits[0], False
+
+
+def _start(name: str, init: bool, status: ContainerInfo | None) -> StartAction:
+    if status is None:
+        return StartAction(name, init, 0)
+    return StartAction(name, init, status.restart_count + 1, status.finished_at)
+
+
+class _Builder:
+    """Collects actions; applies the crash back-off to every start."""
+
+    def __init__(self, pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView) -> None:
+        self.pod, self.rt, self.now, self.backoff = pod, rt, now, backoff
+        self.kill: list[KillAction] = []
+        self.start: list[StartAction] = []
+        self.waiting: dict[str, Waiting] = {}
+        self.retry_after: float | None = None
+
+    def want_start(self, container: Container, init: bool, kill_stale: bool = True) -> None:
+        status = self.rt.latest(container.name)
+        if (kill_stale and status is not None
+                and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):
+            self.kill.append(KillAction(status.id, container.name, "stale container"))
+        action = _start(container.name, init, status)
+        if status is not None and status.finished_at > 0:
+            left = self.backoff.remaining((self.pod.uid, container.name), status.finished_at,
+                                          self.now)
+            if left > 0:
+                self.waiting[container.name] = Waiting(
+                    CRASH_LOOP_BACK_OFF,
+                    f"back-off {left:.0f}s restarting failed container={container.name} "
+                    f"pod={self.pod.full_name}({self.pod.uid})")
+                self.retry_after = left if self.retry_after is None else min(
+                    self.retry_after, left)
+                return
+        self.start.append(action)
+
+
+def _kill_unknown(b: _Builder, pod: Pod, rt: PodRuntime) -> None:
+    names = {c.name for c in pod.all_containers()}
+    for c in rt.containers:
+        if c.name not in names and c.state in (ContainerState.RUNNING, ContainerState.CREATED):
+            b.kill.append(KillAction(c.id, c.name, "not in the pod spec"))
+
+
+def _new_sandbox_actions(pod: Pod, rt: PodRuntime, b: _Builder, attempt: int,
+                         sandbox_id: str) -> PodActions:
+    base = PodActions(kill_pod=True, create_sandbox=True, sandbox_id=sandbox_id, attempt=attempt)
+    if not _restarts_on_failure(pod) and attempt != 0 and rt.containers:
+        return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    regular = [c for c in pod.spec.containers
+               if not (pod.spec.restart_policy is RestartPolicy.ON_FAILURE
+                       and _succeeded(rt.latest(c.name)))]
+    if not regular:
+        return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    if pod.spec.init_containers:
+        b.want_start(pod.spec.init_containers[0], init=True, kill_stale=False)
+        b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
+    else:
+        for c in regular:
+            b.want_start(c, init=False, kill_stale=False)
+    return PodActions(kill_pod=base.kill_pod, create_sandbox=True, sandbox_id=sandbox_id,
+                      attempt=attempt, start=tuple(b.start), waiting=dict(b.waiting),
+                      retry_after=b.retry_after)
+
+
+def _succeeded(status: ContainerInfo | None) -> bool:
+    return (status is not None and status.state is ContainerState.EXITED
+            and status.exit_code == 0)
+
+
+def compute_pod_actions(
+    pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
+    liveness_failed: Collection[str] = (), hasher: Hasher = container_hash,
+) -> PodActions:
+    """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
+
+    ``liveness_failed``: IDs of running containers whose liveness or startup probe failed.
+    """
+    b = _Builder(pod, rt, now, backoff)
+    create, attempt, sandbox_id = _sandbox_changed(rt)
+    if create:
+        return _new_sandbox_actions(pod, rt, b, attempt, sandbox_id)
+    _kill_unknown(b, pod, rt)
+    last_failed, next_init, done = _next_init(pod, rt)
+    if not done:
+        b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
+        failed_never = last_failed is not None and not _restarts_on_failure(pod)
+        if next_init is not None and not failed_never:
+            b.want_start(next_init, init=True)
+        return PodActions(kill_pod=failed_never, sandbox_id=sandbox_id, attempt=attempt,
+                          kill=tuple(b.kill), start=tuple(b.start), waiting=dict(b.waiting),
+                          pod_failed=failed_never, retry_after=b.retry_after)
+    keep = 0
+    for c in pod.spec.containers:
+        status = rt.latest(c.name)
+        if status is None or status.state is not ContainerState.RUNNING:
+            if _should_restart(pod, status):
+                b.want_start(c, init=False)
+            continue
+        if status.hash != hasher(c):
+            reason, restart = "container spec changed", True
+        elif status.id in liveness_failed:
+            reason, restart = "liveness probe failed", _restarts_on_failure(pod)
+        else:
+            keep += 1
+            continue
+        b.kill.append(KillAction(status.id, c.name, reason))
+        if restart:
+            b.want_start(c, init=False)
+    kill_pod = keep == 0 and not b.start and not b.waiting
+    return PodActions(kill_pod=kill_pod, sandbox_id=sandbox_id, attempt=attempt,
+                      kill=tuple(b.kill), start=tuple(b.start), waiting=dict(b.waiting),
+                      retry_after=b.retry_after)

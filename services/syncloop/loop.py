@@ -1,0 +1,247 @@
+"""The sync loop's brain: sources in, pod workers driven, ``desired`` out. No sockets here.
+
+``SyncLoop`` runs on one thread (the process's main loop in ``main.py`` feeds it bus messages
+and calls ``step(now)``). Syncs, terminations and housekeeping run on a thread pool through
+``submit``; each posts its result back with ``wake()`` and the loop thread applies it in
+``step``. Tests drive it with the CRI fake and an inline ``submit``.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+
+from podvisor.services.cri.errors import CriError
+from podvisor.services.pod import Pod, PodValidationError, pod_from_dict
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.admission import admit
+from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
+from podvisor.services.syncloop.runtime_state import read_pod_runtime
+from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
+from podvisor.services.syncloop.terminate import orphan_grace, teardown
+from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
+
+HOUSEKEEPING_INTERVAL = 2.0
+
+
+class DesiredSink(Protocol):
+    """Where the ``desired`` map goes (a ``MapOwner`` in the process)."""
+
+    def set(self, key: str, value: Any) -> bool: ...
+
+    def delete(self, key: str) -> bool: ...
+
+
+@dataclass
+class LoopDeps:
+    sync: SyncDeps
+    pod_config: PodConfig
+    table: WorkerTable
+    desired: DesiredSink
+    submit: Callable[[Callable[[], None]], None]
+    wake: Callable[[], None]
+    housekeeping_interval: float = HOUSEKEEPING_INTERVAL
+
+
+def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
+    assert w.pod is not None
+    return {
+        "pod": w.pod.to_dict(), "source": w.source, "worker": str(w.state),
+        "admitted": w.admitted, "reason": w.reason, "message": w.message or w.last_error,
+        "waiting": {n: {"reason": x.reason, "message": x.message} for n, x in w.waiting.items()},
+        "sandbox_id": w.sandbox_id, "updated_at": updated_at,
+    }
+
+
+def _runtime_down(err: Exception) -> bool:
+    return isinstance(err, CriError) and err.code == grpc.StatusCode.UNAVAILABLE
+
+
+class SyncLoop:
+    def __init__(self, deps: LoopDeps) -> None:
+        self.deps = deps
+        self.log = deps.sync.log
+        self._results: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._published: dict[str, dict[str, Any]] = {}
+        self._next_housekeeping = 0.0
+        self._housekeeping_busy = False
+        self.stopping = False
+
+    # --- inputs (loop thread) ---
+    def handle_pod_set(self, source: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
+        parsed: list[Pod] = []
+        for raw in pods:
+            try:
+                parsed.append(pod_from_dict(raw, where=f"{source} set").pod)
+            except PodValidationError as err:
+                self.log.warning("syncloop.pod.invalid", source=source, error=str(err))
+        for update in self.deps.pod_config.apply(source, parsed):
+            self._apply(update, now)
+
+    def _apply(self, update: PodUpdate, now: float) -> None:
+        table = self.deps.table
+        for pod in update.pods:
+            w = table.get(pod.uid)
+            if update.op in (PodOp.ADD, PodOp.UPDATE):
+                if self.stopping and w is None:
+                    continue
+                if w is None or not w.admitted:
+                    self._admit(pod, update.source, now)
+                else:
+                    table.update(pod, update.source, now)
+                self.log.info("syncloop.pod.update", op=str(update.op), pod=pod.full_name,
+                              pod_uid=pod.uid, source=update.source)
+            elif update.op in (PodOp.DELETE, PodOp.REMOVE):
+                grace = (pod.metadata.deletion_grace_period_seconds
+                         if update.op is PodOp.DELETE else None)
+                self._kill(pod.uid, grace, now)
+            self._publish(pod.uid)
+
+    def _admit(self, pod: Pod, source: str, now: float) -> None:
+        admitted = [w.pod for w in self.deps.table.workers.values()
+                    if w.admitted and w.pod is not None and w.uid != pod.uid]
+        rejection = admit(pod, admitted)
+        if rejection is None:
+            if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
+                del self.deps.table.workers[pod.uid]
+            self.deps.table.update(pod, source, now)
+            return
+        self.deps.table.reject(pod, source, rejection.reason, rejection.message)
+        self.log.warning("syncloop.pod.rejected", pod=pod.full_name, pod_uid=pod.uid,
+                         reason=rejection.reason, message=rejection.message)
+
+    def _kill(self, uid: str, grace: int | None, now: float) -> None:
+        w = self.deps.table.get(uid)
+        if w is not None and not w.admitted:
+            del self.deps.table.workers[uid]
+            return
+        if self.deps.table.kill(uid, grace, now):
+            self.log.info("syncloop.pod.kill", pod_uid=uid, grace=grace)
+
+    def handle_pleg_event(self, uid: str, now: float) -> None:
+        self.deps.table.trigger(uid, now)
+
+    def stop_all(self, now: float) -> None:
+        """Terminate every pod (each within its grace) and admit nothing new."""
+        self.stopping = True
+        for uid in list(self.deps.table.workers):
+            self._kill(uid, None, now)
+            self._publish(uid)
+        self.log.info("syncloop.pods.stopall", pods=len(self.deps.table.workers))
+
+    def all_stopped(self) -> bool:
+        return not self.deps.table.workers and not self._housekeeping_busy
+
+    # --- the step (loop thread) ---
+    def step(self, now: float) -> float | None:
+        """Apply finished work, hand out due work, housekeep; returns seconds until the next
+        deadline (None = nothing scheduled)."""
+        while True:
+            try:
+                self._results.get_nowait()()
+            except queue.Empty:
+                break
+        for work in self.deps.table.due(now):
+            self._publish(work.uid)
+            self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
+        if now >= self._next_housekeeping and not self._housekeeping_busy:
+            self._next_housekeeping = now + self.deps.housekeeping_interval
+            self._housekeeping_busy = True
+            self.deps.submit(self._housekeeping)
+        deadline = self.deps.table.next_deadline()
+        waits = [self._next_housekeeping - now]
+        if deadline is not None:
+            waits.append(deadline - now)
+        return max(0.0, min(waits))
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        self._results.put(fn)
+        self.deps.wake()
+
+    # --- work (pool threads) ---
+    def _run(self, work: Work) -> None:
+        try:
+            outcome = self._sync(work) if work.kind is WorkKind.SYNC else self._terminate(work)
+        except Exception as err:  # never let one pod take the loop down
+            if not isinstance(err, CriError):
+                self.log.exception("syncloop.work.crashed", pod_uid=work.uid, kind=str(work.kind))
+            else:
+                self.log.warning("syncloop.work.failed", pod_uid=work.uid, kind=str(work.kind),
+                                 error=str(err))
+            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err))
+        self._post(lambda: self._finish(work, outcome))
+
+    def _sync(self, work: Work) -> Outcome:
+        assert work.pod is not None
+        r = sync_pod(self.deps.sync, work.pod)
+        return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
+                       waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed)
+
+    def _terminate(self, work: Work) -> Outcome:
+        d = self.deps.sync
+        rt = read_pod_runtime(d.cri, work.uid, d.mono, d.wall)
+        grace: float
+        if work.grace is not None:
+            grace = work.grace
+        elif work.pod is not None:
+            grace = work.pod.spec.termination_grace_period_seconds
+        else:
+            grace = orphan_grace(rt)
+        if not rt.empty:
+            self.log.info("syncloop.pod.terminating", pod_uid=work.uid, grace=grace,
+                          containers=len(rt.running()))
+        teardown(d.cri, d.log, work.pod, rt, grace, d.sleep, d.mono, d.pods_dir / work.uid)
+        left = read_pod_runtime(d.cri, work.uid, d.mono, d.wall)
+        if not left.empty:
+            return Outcome(ok=False, error="containers or sandboxes remain after teardown")
+        d.backoff.forget_pod(work.uid)
+        return Outcome(ok=True)
+
+    def _finish(self, work: Work, outcome: Outcome) -> None:
+        w = self.deps.table.finish(work, outcome, self.deps.sync.mono())
+        if work.kind is WorkKind.TERMINATE and w is None:
+            self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
+        self._publish(work.uid)
+
+    def _housekeeping(self) -> None:
+        uids: set[str] = set()
+        error: Exception | None = None
+        if self.deps.pod_config.sources_ready():
+            try:
+                d = self.deps.sync
+                uids = {s.labels.get(L.POD_UID, "") for s in d.cri.list_pod_sandbox()}
+                uids |= {c.labels.get(L.POD_UID, "") for c in d.cri.list_containers()}
+                uids.discard("")
+            except CriError as err:
+                error = err
+        self.deps.sync.backoff.gc(self.deps.sync.mono())
+        self._post(lambda: self._housekeeping_done(uids, error))
+
+    def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None) -> None:
+        self._housekeeping_busy = False
+        if error is not None:
+            self.log.warning("syncloop.housekeeping.failed", error=str(error))
+            return
+        now = self.deps.sync.mono()
+        for uid in runtime_uids - set(self.deps.table.workers):
+            self.log.info("syncloop.pod.orphan", pod_uid=uid)
+            self.deps.table.kill(uid, None, now, orphan=True)
+
+    # --- desired map ---
+    def _publish(self, uid: str) -> None:
+        w = self.deps.table.get(uid)
+        if w is None or w.pod is None:
+            self._published.pop(uid, None)
+            self.deps.desired.delete(uid)
+            return
+        value = desired_value(w, 0.0)
+        old = self._published.get(uid)
+        if old is not None and {**old, "updated_at": 0.0} == value:
+            return
+        value["updated_at"] = self.deps.sync.wall()
+        self._published[uid] = value
+        self.deps.desired.set(uid, value)

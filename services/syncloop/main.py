@@ -1,0 +1,161 @@
+"""The syncloop process: ``run(ctx)`` wires the bus, CRI and the ``desired`` map to ``SyncLoop``.
+
+One poll loop over: pod sets (``sources.pods.set``), PLEG events (``pleg.pod.event``, which
+trigger the pod's worker at once), stop-all requests (``syncloop.pods.stopall``), snapshot
+requests on the ``desired`` map's ROUTER, and a wake pipe the worker threads write when work
+finishes; the poll timeout is the next due pod, housekeeping (2 s) or at most 1 s (the tick).
+
+SIGTERM: with ``stopPodsOnExit`` every pod is terminated (within its grace) before exiting;
+otherwise the process exits at once and pods keep running (a restarted sync loop adopts them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import zmq
+
+from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.codec import Envelope
+from podvisor.ipc.messages import AllPodsStopped
+from podvisor.services.cri import new_runtime_client
+from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.podconfig import new_pod_config
+from podvisor.services.syncloop.syncpod import SyncDeps
+from podvisor.services.syncloop.workers import Timing, WorkerTable
+from podvisor.supervisor.child import ChildContext
+
+TOPICS = ("sources.pods.set", "pleg.pod.event", "syncloop.pods.stopall")
+TICK = 1.0
+POOL_THREADS = 128
+IMAGE_BACKOFF = BackoffPolicy(initial=10.0, cap=300.0, reset_after=600.0)
+
+
+class _WakePipe:
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        for fd in (self.read_fd, self.write_fd):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):  # full pipe: already awake; closed: stopping
+            os.write(self.write_fd, b"x")
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.read_fd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def _sources(ctx: ChildContext) -> set[str]:
+    out = set()
+    if ctx.config.static_pod_path:
+        out.add("file")
+    if ctx.config.static_pod_url:
+        out.add("http")
+    return out
+
+
+def _endpoint(ctx: ChildContext) -> str:
+    ep: str = ctx.config.runtime_endpoint
+    return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
+
+
+def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
+          wake: _WakePipe) -> tuple[SyncLoop, MapOwner]:
+    """The composition root: every part of the sync loop, from the config."""
+    cfg = ctx.config
+    sl = cfg.syncloop
+    policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
+                           sl.crash_loop_backoff_reset)
+    cri = new_runtime_client(_endpoint(ctx), timeout=cfg.runtime_request_timeout)
+    ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
+    ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
+    sync = SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
+                    backoff=SharedBackoff(CrashBackoff(policy)),
+                    image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
+                    mono=time.monotonic, wall=time.time, log=ctx.log, sleep=time.sleep)
+    owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
+                     heartbeat_interval=cfg.supervision.heartbeat_interval)
+
+    def submit(fn: Callable[[], None]) -> None:
+        pool.submit(fn)
+
+    table = WorkerTable(Timing(resync=cfg.sync_frequency))
+    loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
+                             desired=owner, submit=submit,
+                             wake=wake.wake))
+    return loop, owner
+
+
+def _dispatch(loop: SyncLoop, env: Envelope, now: float) -> bool:
+    """Handle one bus message; True when it asks to stop every pod."""
+    msg = env.message
+    if env.type == "sources.pods.set":
+        loop.handle_pod_set(str(getattr(msg, "source", "")), list(getattr(msg, "pods", [])), now)
+    elif env.type == "pleg.pod.event":
+        loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now)
+    elif env.type == "syncloop.pods.stopall":
+        return True
+    return False
+
+
+def run(ctx: ChildContext) -> None:
+    publisher = Publisher(ctx.zctx, ctx.paths, ctx.name)
+    subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS)
+    pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
+    wake = _WakePipe()
+    loop, owner = build(ctx, publisher, pool, wake)
+    poller = zmq.Poller()
+    poller.register(subscriber.socket, zmq.POLLIN)
+    poller.register(owner.socket, zmq.POLLIN)
+    poller.register(wake.read_fd, zmq.POLLIN)
+    ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
+    stopping_pods, stopped_count = False, 0
+    try:
+        while True:
+            now = time.monotonic()
+            if ctx.stop.is_set() and not stopping_pods:
+                if not ctx.config.stop_pods_on_exit:
+                    break
+                stopping_pods, stopped_count = True, len(loop.deps.table.workers)
+                loop.stop_all(now)
+            timeout = loop.step(now)
+            if stopping_pods and loop.all_stopped():
+                publisher.publish(AllPodsStopped(pods=stopped_count, ts=time.monotonic()))
+                ctx.log.info("syncloop.pods.stopped", pods=stopped_count)
+                if ctx.stop.is_set():
+                    break
+                stopping_pods = False
+            wait = TICK if timeout is None else min(TICK, timeout)
+            ready = dict(poller.poll(max(0, int(wait * 1000))))
+            if wake.read_fd in ready:
+                wake.drain()
+            while (env := subscriber.recv(0)) is not None:
+                if _dispatch(loop, env, time.monotonic()) and not stopping_pods:
+                    stopping_pods = True
+                    stopped_count = len(loop.deps.table.workers)
+                    loop.stop_all(time.monotonic())
+            owner.serve()
+            owner.tick(time.monotonic())
+            ctx.heartbeat()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        owner.close()
+        subscriber.close()
+        publisher.close()
+        wake.close()
+        loop.deps.sync.cri.close()

@@ -1,0 +1,135 @@
+"""A pod's runtime state as the sync loop sees it, read fresh from CRI before every sync.
+
+``PodRuntime`` is plain data (frozen dataclasses) so ``compute_pod_actions`` stays pure. CRI
+reports wall-clock nanoseconds; ``read_pod_runtime`` converts them once, at this boundary, to
+the caller's monotonic clock (``mono = now_mono - (now_wall - wall)``), so nothing downstream
+mixes clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri.client import RuntimeClient
+from podvisor.services.cri.errors import CriError
+from podvisor.services.syncloop import labels as L
+
+
+class ContainerState(StrEnum):
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+_STATES = {
+    pb.CONTAINER_CREATED: ContainerState.CREATED,
+    pb.CONTAINER_RUNNING: ContainerState.RUNNING,
+    pb.CONTAINER_EXITED: ContainerState.EXITED,
+}
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    id: str
+    ready: bool
+    attempt: int
+    created_at: int  # ns, only for ordering
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    name: str
+    sandbox_id: str
+    state: ContainerState
+    hash: str
+    restart_count: int
+    created_at: int           # ns, only for ordering (newest first)
+    exit_code: int = 0
+    started_at: float = 0.0   # monotonic seconds (0 = unknown)
+    finished_at: float = 0.0  # monotonic seconds (0 = unknown)
+    reason: str = ""
+    grace: int = -1           # terminationGracePeriodSeconds recorded at creation (-1 unknown)
+
+
+@dataclass(frozen=True)
+class PodRuntime:
+    """Sandboxes and containers carrying the pod's UID label (newest first)."""
+
+    sandboxes: tuple[SandboxInfo, ...] = ()
+    containers: tuple[ContainerInfo, ...] = ()
+
+    def latest(self, name: str) -> ContainerInfo | None:
+        """The newest container with this name."""
+        for c in self.containers:
+            if c.name == name:
+                return c
+        return None
+
+    def running(self) -> tuple[ContainerInfo, ...]:
+        return tuple(c for c in self.containers if c.state is ContainerState.RUNNING)
+
+    @property
+    def empty(self) -> bool:
+        return not self.sandboxes and not self.containers
+
+
+def _to_mono(ns: int, now_mono: float, now_wall: float) -> float:
+    if ns <= 0:
+        return 0.0
+    return now_mono - (now_wall - ns / 1e9)
+
+
+def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: float,
+               now_wall: float) -> ContainerInfo:
+    ann = c.annotations
+    info = ContainerInfo(
+        id=c.id, name=c.labels.get(L.CONTAINER_NAME, c.metadata.name),
+        sandbox_id=c.pod_sandbox_id, state=_STATES.get(c.state, ContainerState.UNKNOWN),
+        hash=ann.get(L.CONTAINER_HASH, ""), restart_count=L.parse_int(ann.get(L.RESTART_COUNT)),
+        created_at=c.created_at, grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
+    )
+    if status is None:
+        return info
+    return replace(
+        info,
+        state=_STATES.get(status.state, ContainerState.UNKNOWN), exit_code=status.exit_code,
+        started_at=_to_mono(status.started_at, now_mono, now_wall),
+        finished_at=_to_mono(status.finished_at, now_mono, now_wall), reason=status.reason,
+    )
+
+
+def read_pod_runtime(cri: RuntimeClient, uid: str, now_mono: Callable[[], float],
+                     now_wall: Callable[[], float]) -> PodRuntime:
+    """List the pod's sandboxes and containers by its UID label, with the status of each
+    newest-per-name container that is not running (exit code, finish time)."""
+    selector = {L.POD_UID: uid}
+    sandboxes = cri.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
+    containers = cri.list_containers(pb.ContainerFilter(label_selector=selector))
+    containers.sort(key=lambda c: c.created_at, reverse=True)
+    mono, wall = now_mono(), now_wall()
+    seen: set[str] = set()
+    out: list[ContainerInfo] = []
+    for c in containers:
+        name = c.labels.get(L.CONTAINER_NAME, c.metadata.name)
+        status = None
+        if name not in seen:
+            seen.add(name)
+            try:
+                status = cri.container_status(c.id)
+            except CriError as err:
+                if not err.not_found:
+                    raise
+                continue
+        out.append(_container(c, status, mono, wall))
+    boxes = sorted(
+        (SandboxInfo(s.id, s.state == pb.SANDBOX_READY, s.metadata.attempt, s.created_at)
+         for s in sandboxes),
+        key=lambda s: s.created_at, reverse=True,
+    )
+    return PodRuntime(tuple(boxes), tuple(out))

@@ -1,0 +1,213 @@
+"""SyncPod: read the pod's runtime state fresh from CRI, compute the actions, carry them out.
+
+Thin effects over ``compute_pod_actions`` and the ``cri_config`` builders. Errors of one
+container do not stop the others (regular containers); every error is reported in the result,
+and the worker requeues the pod after the error delay. Runs on a worker thread: everything it
+touches (CRI client, shared back-off, logger) is thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from podvisor.services.cri.client import RuntimeClient
+from podvisor.services.cri.errors import CriError
+from podvisor.services.pod.container import Container, PullPolicy
+from podvisor.services.pod.model import EmptyDirVolume, Pod
+from podvisor.services.syncloop import cri_config
+from podvisor.services.syncloop.actions import (
+    PodActions,
+    StartAction,
+    Waiting,
+    compute_pod_actions,
+)
+from podvisor.services.syncloop.backoff import SharedBackoff
+from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
+from podvisor.services.syncloop.terminate import Log, kill_containers
+
+IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+ERR_IMAGE_PULL = "ErrImagePull"
+ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
+CREATE_CONTAINER_ERROR = "CreateContainerError"
+RUN_CONTAINER_ERROR = "RunContainerError"
+KEEP_DEAD_PER_CONTAINER = 1
+
+
+@dataclass(frozen=True)
+class SyncDeps:
+    cri: RuntimeClient
+    pods_dir: Path
+    pod_logs_dir: Path
+    backoff: SharedBackoff
+    image_backoff: SharedBackoff
+    mono: Callable[[], float]
+    wall: Callable[[], float]
+    log: Log
+    sleep: Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    ok: bool
+    errors: tuple[str, ...] = ()
+    waiting: Mapping[str, Waiting] = field(default_factory=dict)
+    sandbox_id: str | None = None
+    retry_after: float | None = None
+    pod_failed: bool = False
+
+
+def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
+    for c in pod.all_containers():
+        latest = rt.latest(c.name)
+        if latest is not None and latest.started_at > 0:
+            deps.backoff.seed((pod.uid, c.name), latest.restart_count, latest.started_at)
+
+
+def ensure_volumes(pod: Pod, pods_dir: Path) -> None:
+    for v in pod.spec.volumes:
+        if isinstance(v.source, EmptyDirVolume):
+            path = cri_config.empty_dir_path(pods_dir, pod.uid, v.name)
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o777)
+
+
+class _Run:
+    """One SyncPod execution: the pod, its actions, and what happened."""
+
+    def __init__(self, deps: SyncDeps, pod: Pod, actions: PodActions) -> None:
+        self.deps, self.pod, self.actions = deps, pod, actions
+        self.errors: list[str] = []
+        self.waiting: dict[str, Waiting] = dict(actions.waiting)
+        self.sandbox_id = actions.sandbox_id
+        self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir)
+        self.retry_after = actions.retry_after
+
+    def fail(self, name: str, reason: str, message: str) -> None:
+        self.waiting[name] = Waiting(reason, message)
+        self.errors.append(f"{name}: {reason}: {message}")
+        self.deps.log.warning("syncloop.container.error", pod=self.pod.full_name,
+                              pod_uid=self.pod.uid, container=name, reason=reason,
+                              message=message)
+
+    def create_sandbox(self) -> bool:
+        ensure_volumes(self.pod, self.deps.pods_dir)
+        log_dir = Path(self.sandbox_cfg.log_directory)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
+        self.deps.log.info("syncloop.sandbox.created", pod=self.pod.full_name,
+                           pod_uid=self.pod.uid, sandbox_id=self.sandbox_id,
+                           attempt=self.actions.attempt)
+        return True
+
+    def ensure_image(self, c: Container) -> bool:
+        deps, key = self.deps, (self.pod.uid, "image:" + c.name)
+        present = (c.image_pull_policy is not PullPolicy.ALWAYS
+                   and deps.cri.image_status(c.image) is not None)
+        if present:
+            return True
+        if c.image_pull_policy is PullPolicy.NEVER:
+            self.fail(c.name, ERR_IMAGE_NEVER_PULL,
+                      f'image "{c.image}" is not present with pull policy of Never')
+            return False
+        entry = deps.image_backoff.entry(key)
+        now = deps.mono()
+        if entry is not None:
+            left = deps.image_backoff.remaining(key, entry.last_update, now)
+            if left > 0:
+                self.waiting[c.name] = Waiting(IMAGE_PULL_BACK_OFF,
+                                               f'Back-off pulling image "{c.image}"')
+                self.retry_after = min(self.retry_after or left, left)
+                return False
+        try:
+            deps.cri.pull_image(c.image, self.sandbox_cfg)
+        except CriError as err:
+            deps.image_backoff.record_restart(key, now, now)
+            self.fail(c.name, ERR_IMAGE_PULL, err.message)
+            return False
+        deps.image_backoff.forget_key(key)
+        return True
+
+    def start(self, action: StartAction, spec: Container) -> bool:
+        deps = self.deps
+        if not self.ensure_image(spec):
+            return False
+        volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
+        try:
+            config = cri_config.container_config(self.pod, spec, action.restart_count, volumes)
+        except KeyError as err:
+            self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
+            return False
+        if action.previous_finished_at > 0:
+            deps.backoff.record_restart((self.pod.uid, spec.name), action.previous_finished_at,
+                                        deps.mono())
+        try:
+            cid = deps.cri.create_container(self.sandbox_id, config, self.sandbox_cfg)
+        except CriError as err:
+            self.fail(spec.name, CREATE_CONTAINER_ERROR, err.message)
+            return False
+        try:
+            deps.cri.start_container(cid)
+        except CriError as err:
+            self.fail(spec.name, RUN_CONTAINER_ERROR, err.message)
+            return False
+        self.waiting.pop(spec.name, None)
+        deps.log.info("syncloop.container.started", pod=self.pod.full_name, pod_uid=self.pod.uid,
+                      container=spec.name, container_id=cid, restart_count=action.restart_count)
+        return True
+
+
+def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str]) -> None:
+    """Remove exited containers of ``names`` beyond the newest dead one (container GC)."""
+    dead_seen: dict[str, int] = {}
+    for c in rt.containers:
+        if c.name not in names or c.state is ContainerState.RUNNING:
+            continue
+        dead_seen[c.name] = dead_seen.get(c.name, 0) + 1
+        if dead_seen[c.name] > KEEP_DEAD_PER_CONTAINER:
+            try:
+                deps.cri.remove_container(c.id)
+            except CriError as err:
+                deps.log.warning("syncloop.container.remove_failed", container_id=c.id,
+                                 error=err.message)
+
+
+def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions) -> SyncResult:
+    run = _Run(deps, pod, actions)
+    grace = pod.spec.termination_grace_period_seconds
+    if actions.kill_pod:
+        kill_containers(deps.cri, deps.log, pod, rt.running(), grace, deps.sleep, deps.mono)
+        for s in rt.sandboxes:
+            if s.ready:
+                deps.cri.stop_pod_sandbox(s.id)
+    if actions.kill:
+        ids = {k.container_id for k in actions.kill}
+        victims = tuple(c for c in rt.containers if c.id in ids)
+        kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
+    if actions.create_sandbox:
+        run.create_sandbox()
+    specs = {c.name: c for c in pod.all_containers()}
+    _prune_dead(deps, rt, [a.name for a in actions.start])
+    for action in actions.start:
+        if not run.start(action, specs[action.name]) and action.init:
+            break
+    return SyncResult(ok=not run.errors, errors=tuple(run.errors), waiting=run.waiting,
+                      sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
+                      pod_failed=actions.pod_failed)
+
+
+def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = ()) -> SyncResult:
+    """One SyncPod. Raises CriError when the runtime cannot be read or a pod-level call fails."""
+    rt = read_pod_runtime(deps.cri, pod.uid, deps.mono, deps.wall)
+    _seed_backoff(deps, pod, rt)
+    actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
+    if actions.noop:
+        sandbox = rt.sandboxes[0].id if rt.sandboxes else None
+        return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
+                          retry_after=actions.retry_after, pod_failed=actions.pod_failed)
+    deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,
+                   kill_pod=actions.kill_pod, create_sandbox=actions.create_sandbox,
+                   kill=[k.name for k in actions.kill], start=[s.name for s in actions.start])
+    return execute(deps, pod, rt, actions)

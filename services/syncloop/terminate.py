@@ -1,0 +1,126 @@
+"""Stopping containers and tearing a pod down, as the kubelet's killContainer / killPod.
+
+Grace: the caller gives it (deletion grace, else the kill override, else the pod's
+``terminationGracePeriodSeconds``). Per container, in parallel: run the preStop hook (exec
+through ``exec_sync`` or a sleep) within the grace, then ``StopContainer`` with what is left of
+it, never less than 2 s between TERM and KILL. Tearing down then stops and removes the
+sandboxes and containers, and the pod's emptyDir volumes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from podvisor.services.cri.client import RuntimeClient
+from podvisor.services.cri.errors import CriError
+from podvisor.services.pod.container import ExecAction, SleepAction
+from podvisor.services.pod.model import Pod
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime
+
+MIN_KILL_GRACE = 2
+DEFAULT_GRACE = 30
+
+
+class Log(Protocol):
+    def debug(self, event: str, **fields: Any) -> None: ...
+    def info(self, event: str, **fields: Any) -> None: ...
+    def warning(self, event: str, **fields: Any) -> None: ...
+    def error(self, event: str, **fields: Any) -> None: ...
+    def exception(self, event: str, **fields: Any) -> None: ...
+
+
+def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, grace: float,
+              sleep: Callable[[float], None]) -> None:
+    spec = next((s for s in pod.all_containers() if s.name == c.name), None) if pod else None
+    hook = spec.lifecycle.pre_stop if spec is not None else None
+    if hook is None:
+        return
+    try:
+        if isinstance(hook, ExecAction):
+            resp = cri.exec_sync(c.id, hook.command, max(1.0, grace))
+            if resp.exit_code != 0:
+                log.warning("syncloop.prestop.failed", pod_uid=pod.uid if pod else "",
+                            container=c.name, exit_code=resp.exit_code)
+        elif isinstance(hook, SleepAction):
+            sleep(min(float(hook.seconds), grace))
+        else:
+            log.warning("syncloop.prestop.unsupported", container=c.name, kind=hook.KIND)
+    except CriError as err:
+        log.warning("syncloop.prestop.failed", container=c.name, error=err.message)
+
+
+def stop_container(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo,
+                   grace: float, sleep: Callable[[float], None],
+                   mono: Callable[[], float]) -> None:
+    """preStop, then TERM, then KILL after what is left of ``grace`` (at least 2 s)."""
+    start = mono()
+    _pre_stop(cri, log, pod, c, grace, sleep)
+    left = max(MIN_KILL_GRACE, round(grace - (mono() - start)))
+    log.info("syncloop.container.killing", pod_uid=pod.uid if pod else "", container=c.name,
+             container_id=c.id, grace=left)
+    try:
+        cri.stop_container(c.id, left)
+    except CriError as err:
+        if not err.not_found:
+            raise
+
+
+def kill_containers(cri: RuntimeClient, log: Log, pod: Pod | None,
+                    containers: Sequence[ContainerInfo], grace: float,
+                    sleep: Callable[[float], None], mono: Callable[[], float]) -> None:
+    """Stop ``containers`` in parallel; raises the first CriError after all were tried."""
+    errors: list[CriError] = []
+
+    def one(c: ContainerInfo) -> None:
+        try:
+            stop_container(cri, log, pod, c, grace, sleep, mono)
+        except CriError as err:
+            errors.append(err)
+
+    if len(containers) == 1:
+        one(containers[0])
+    else:
+        threads = [threading.Thread(target=one, args=(c,), daemon=True) for c in containers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+
+
+def orphan_grace(rt: PodRuntime) -> int:
+    """The grace of a pod no source knows: the largest one recorded on its containers."""
+    values = [c.grace for c in rt.containers if c.grace >= 0]
+    return max(values) if values else DEFAULT_GRACE
+
+
+def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grace: float,
+             sleep: Callable[[float], None], mono: Callable[[], float],
+             pod_dir: Path | None) -> None:
+    """Kill the running containers, then stop and remove every sandbox and container."""
+    kill_containers(cri, log, pod, rt.running(), grace, sleep, mono)
+    for s in rt.sandboxes:
+        _ignore_missing(cri.stop_pod_sandbox, s.id)
+    for c in rt.containers:
+        _ignore_missing(cri.remove_container, c.id)
+    for s in rt.sandboxes:
+        _ignore_missing(cri.remove_pod_sandbox, s.id)
+    if pod_dir is not None:
+        shutil.rmtree(pod_dir, ignore_errors=True)
+
+
+def _ignore_missing(fn: Callable[[str], None], ident: str) -> None:
+    try:
+        fn(ident)
+    except CriError as err:
+        if not err.not_found:
+            raise
+
+
+__all__ = ["L", "Log", "kill_containers", "orphan_grace", "stop_container", "teardown"]

@@ -1,0 +1,209 @@
+"""The pod worker table: one worker per pod UID, driven by one thread (the sync loop's).
+
+A single-threaded scheduler over a table, not a thread per pod: the loop thread owns every
+worker's state and hands each due piece of work (a sync or a termination) to a bounded thread
+pool; at most one piece per pod is in flight. Updates that arrive while a pod's work is in
+flight coalesce: the latest pod wins and it runs again at once when the work finishes. A kill
+is never overwritten: once terminating, later updates only record that the source wants the
+pod again (it restarts from scratch after it is terminated), and a later kill can only shrink
+the grace.
+
+Requeue: after a successful sync at ``resync * (1 + jitter * rand)``, or earlier when a
+back-off ends; after an error at ``error_delay * (1 + jitter * rand)``, or at the runtime
+back-off (100 ms doubling to 5 s) when the runtime itself was unreachable.
+
+Not thread-safe: the loop thread only.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from podvisor.services.pod.model import Pod
+from podvisor.services.syncloop.actions import Waiting
+from podvisor.services.syncloop.states import WorkerState, check_transition
+
+
+class WorkKind(StrEnum):
+    SYNC = "sync"
+    TERMINATE = "terminate"
+
+
+@dataclass(frozen=True)
+class Work:
+    uid: str
+    kind: WorkKind
+    pod: Pod | None
+    grace: int | None   # None: the pod's own (or, for an orphan, what its containers recorded)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    error: str = ""
+    retry_after: float | None = None   # seconds; a back-off ends then
+    runtime_down: bool = False         # the runtime could not be reached
+    waiting: Mapping[str, Waiting] = field(default_factory=dict)
+    sandbox_id: str | None = None
+    pod_failed: bool = False
+
+
+@dataclass
+class Worker:
+    uid: str
+    pod: Pod | None          # None for a runtime pod no source knows (an orphan)
+    source: str
+    state: WorkerState = WorkerState.SYNCING
+    admitted: bool = True
+    reason: str = ""
+    message: str = ""
+    in_flight: bool = False
+    pending: bool = True     # sync (or terminate) as soon as not in flight
+    next_at: float = 0.0
+    grace: int | None = None
+    wanted_again: Pod | None = None
+    waiting: Mapping[str, Waiting] = field(default_factory=dict)
+    sandbox_id: str | None = None
+    last_error: str = ""
+
+    def set_state(self, new: WorkerState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+
+@dataclass(frozen=True)
+class Timing:
+    resync: float = 60.0
+    error_delay: float = 10.0
+    jitter: float = 0.5
+    runtime_backoff_initial: float = 0.1
+    runtime_backoff_cap: float = 5.0
+
+
+class WorkerTable:
+    def __init__(self, timing: Timing, rand: Callable[[], float] = random.random) -> None:
+        self.timing = timing
+        self._rand = rand
+        self.workers: dict[str, Worker] = {}
+        self.runtime_delay = 0.0
+        self.runtime_down_until = 0.0
+
+    def _jitter(self, delay: float) -> float:
+        return delay * (1 + self.timing.jitter * self._rand())
+
+    def get(self, uid: str) -> Worker | None:
+        return self.workers.get(uid)
+
+    def update(self, pod: Pod, source: str, now: float) -> Worker:
+        """A source wants ``pod`` (added or changed): sync it now (or after its work)."""
+        w = self.workers.get(pod.uid)
+        if w is None:
+            w = Worker(pod.uid, pod, source, next_at=now)
+            self.workers[pod.uid] = w
+            return w
+        if w.state is not WorkerState.SYNCING:
+            w.wanted_again = pod   # a kill is never overwritten
+            return w
+        w.pod, w.source, w.pending = pod, source, True
+        return w
+
+    def reject(self, pod: Pod, source: str, reason: str, message: str) -> Worker:
+        """Admission refused ``pod``: keep it (for reporting) but never run it."""
+        w = Worker(pod.uid, pod, source, admitted=False, reason=reason, message=message,
+                   pending=False, next_at=float("inf"))
+        self.workers[pod.uid] = w
+        return w
+
+    def kill(self, uid: str, grace: int | None, now: float, orphan: bool = False) -> bool:
+        """Terminate the pod (``grace`` None = the pod's own). Returns whether it is known."""
+        w = self.workers.get(uid)
+        if w is None:
+            if not orphan:
+                return False
+            w = Worker(uid, None, "runtime")
+            self.workers[uid] = w
+        w.wanted_again = None
+        if w.state is WorkerState.SYNCING:
+            w.set_state(WorkerState.TERMINATING)
+            w.pending, w.next_at = True, now
+        if grace is not None:
+            w.grace = grace if w.grace is None else min(w.grace, grace)
+        return True
+
+    def trigger(self, uid: str, now: float) -> None:
+        """Something changed in the runtime for this pod (a PLEG event): sync it now."""
+        w = self.workers.get(uid)
+        if w is not None and w.admitted and w.state is not WorkerState.TERMINATED:
+            w.pending = True
+
+    def due(self, now: float) -> list[Work]:
+        """Work to hand out now; marks each worker in flight."""
+        if now < self.runtime_down_until:
+            return []
+        out: list[Work] = []
+        for w in self.workers.values():
+            if w.in_flight or not w.admitted or w.state is WorkerState.TERMINATED:
+                continue
+            if not (w.pending or w.next_at <= now):
+                continue
+            w.in_flight, w.pending = True, False
+            kind = WorkKind.SYNC if w.state is WorkerState.SYNCING else WorkKind.TERMINATE
+            out.append(Work(w.uid, kind, w.pod, w.grace))
+        return out
+
+    def finish(self, work: Work, outcome: Outcome, now: float) -> Worker | None:
+        """Record the result of ``work``; returns the worker, or None once it is gone."""
+        w = self.workers.get(work.uid)
+        if w is None:
+            return None
+        w.in_flight = False
+        self._runtime_health(outcome, now)
+        if outcome.ok:
+            w.last_error = ""
+            if work.kind is WorkKind.TERMINATE:
+                return self._terminated(w, now)
+            w.waiting, w.sandbox_id = outcome.waiting, outcome.sandbox_id
+            w.next_at = now + self._jitter(self.timing.resync)
+            if outcome.retry_after is not None:
+                w.next_at = min(w.next_at, now + outcome.retry_after)
+            return w
+        w.last_error = outcome.error
+        if work.kind is WorkKind.SYNC:
+            w.waiting = outcome.waiting or w.waiting
+        delay = self.runtime_delay if outcome.runtime_down else self._jitter(
+            self.timing.error_delay)
+        if outcome.retry_after is not None:
+            delay = min(delay, outcome.retry_after)
+        w.next_at = now + delay
+        return w
+
+    def _runtime_health(self, outcome: Outcome, now: float) -> None:
+        if not outcome.runtime_down:
+            self.runtime_delay = 0.0
+            self.runtime_down_until = 0.0
+            return
+        t = self.timing
+        self.runtime_delay = min(t.runtime_backoff_cap,
+                                 max(t.runtime_backoff_initial, self.runtime_delay * 2))
+        self.runtime_down_until = now + self.runtime_delay
+
+    def _terminated(self, w: Worker, now: float) -> Worker | None:
+        w.set_state(WorkerState.TERMINATED)
+        del self.workers[w.uid]
+        if w.wanted_again is not None:
+            return self.update(w.wanted_again, w.source, now)
+        return None
+
+    def next_deadline(self) -> float | None:
+        """The earliest ``next_at`` of an idle worker (for the loop's poll timeout)."""
+        times = [w.next_at for w in self.workers.values()
+                 if not w.in_flight and w.admitted and w.state is not WorkerState.TERMINATED]
+        if any(w.pending for w in self.workers.values() if not w.in_flight):
+            return 0.0
+        return min(times, default=None)
+
+    def idle(self) -> bool:
+        return not any(w.in_flight for w in self.workers.values())
