@@ -105,6 +105,31 @@ class PodSet(Message):
     ts: float
 
 
+# --- syncloop ---
+
+
+@dataclass(frozen=True)
+class StopAllPods(Message):
+    """Ask the sync loop to terminate every pod (each within its grace) and admit no new one
+    until it restarts (``podvisorctl shutdown --pods``; also what SIGTERM does with
+    ``stopPodsOnExit``). The sync loop answers with ``AllPodsStopped`` once none is left."""
+
+    TYPE: ClassVar[str] = "syncloop.pods.stopall"
+    TOPIC: ClassVar[str] = "syncloop.pods.stopall"
+    reason: str = ""
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
+class AllPodsStopped(Message):
+    """Every pod the sync loop knew is terminated (``pods``: how many it stopped)."""
+
+    TYPE: ClassVar[str] = "syncloop.pods.stopped"
+    TOPIC: ClassVar[str] = "syncloop.pods.stopped"
+    pods: int
+    ts: float = 0.0
+
+
 # --- test and benchmark traffic ---
 
 

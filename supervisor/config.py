@@ -125,6 +125,23 @@ SUPERVISION_KEYS: tuple[Key, ...] = (
     Key("logMaxFiles", "log_max_files", COUNT, "rotated log files kept per process"),
 )
 
+# [syncloop engineer] The `syncloop` section: crash back-off (KUBELET.md; configurable cap, KEP-4603).
+SYNCLOOP_KEYS: tuple[Key, ...] = (
+    Key("crashLoopBackOffInitial", "crash_loop_backoff_initial", DURATION,
+        "first crash back-off delay (doubles per restart)"),
+    Key("crashLoopBackOffMax", "crash_loop_backoff_max", DURATION, "crash back-off cap"),
+    Key("crashLoopBackOffReset", "crash_loop_backoff_reset", DURATION,
+        "a container not restarted this long starts its back-off over"),
+)
+
+
+@dataclass(frozen=True)
+class SyncloopConfig:
+    crash_loop_backoff_initial: float = 10.0
+    crash_loop_backoff_max: float = 300.0
+    crash_loop_backoff_reset: float = 600.0
+
+
 # Keys of a restart spec (`supervision.defaults` and `supervision.processes.<name>`).
 SPEC_KEYS: tuple[Key, ...] = (
     Key("module", "module", STR, "module with run(ctx) (custom processes)"),
@@ -182,6 +199,7 @@ class Config:
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
 
 
 def _parse_section(
@@ -224,9 +242,11 @@ def _parse_supervision(raw: object) -> SupervisionConfig:
 
 def config_from_mapping(raw: object) -> Config:
     """Validate a parsed YAML/JSON document into a `Config` (raises `ConfigError`)."""
-    values = _parse_section("", raw, TOP_KEYS, skip=("supervision",))
+    values = _parse_section("", raw, TOP_KEYS, skip=("supervision", "syncloop"))
     section = raw.get("supervision") if isinstance(raw, Mapping) else None
-    config = Config(**values, supervision=_parse_supervision(section))
+    sl_raw = raw.get("syncloop") if isinstance(raw, Mapping) else None
+    syncloop = SyncloopConfig(**_parse_section("syncloop", sl_raw, SYNCLOOP_KEYS))
+    config = Config(**values, supervision=_parse_supervision(section), syncloop=syncloop)
     if config.image_gc_low_threshold_percent > config.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:
@@ -247,6 +267,7 @@ def _dump_spec(partial: Mapping[str, Any]) -> dict[str, Any]:
 def config_to_mapping(config: Config) -> dict[str, Any]:
     """The inverse of `config_from_mapping` (camelCase keys, durations as strings)."""
     out = _dump_section(config, TOP_KEYS)
+    out["syncloop"] = _dump_section(config.syncloop, SYNCLOOP_KEYS)
     sup = config.supervision
     out["supervision"] = {
         **_dump_section(sup, SUPERVISION_KEYS),
