@@ -125,7 +125,7 @@ SUPERVISION_KEYS: tuple[Key, ...] = (
     Key("logMaxFiles", "log_max_files", COUNT, "rotated log files kept per process"),
 )
 
-# [syncloop engineer] The `syncloop` section: crash back-off (KUBELET.md; configurable cap, KEP-4603).
+# [syncloop engineer] The `syncloop` section: crash back-off (configurable cap, KEP-4603).
 SYNCLOOP_KEYS: tuple[Key, ...] = (
     Key("crashLoopBackOffInitial", "crash_loop_backoff_initial", DURATION,
         "first crash back-off delay (doubles per restart)"),
