@@ -1,0 +1,79 @@
+"""The aiohttp application of the read-only port: ``/healthz``, ``/pods``, ``/runningpods/``.
+
+Handlers read an immutable ``View`` through ``get_view()`` (never zmq). Errors are Kubernetes
+``Status`` JSON objects with a 4xx code: unknown path 404, wrong method 405, unexpected query
+parameters 400.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from podvisor.services.server.podlist import check_health, pod_list, running_pods
+from podvisor.services.server.replicas import View
+
+Clock = Callable[[], float]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def status_error(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+    return web.json_response(body, status=code)
+
+
+def _json(obj: Any) -> web.Response:
+    return web.Response(text=json.dumps(obj, separators=(",", ":")),
+                        content_type="application/json")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed:
+        return status_error(405, "MethodNotAllowed",
+                            f"method {request.method} not allowed on {request.path}; use GET")
+    except web.HTTPNotFound:
+        return status_error(404, "NotFound", f"no such endpoint {request.path}; "
+                            "the read-only port serves /healthz, /pods and /runningpods/")
+
+
+def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
+             wall: Clock = time.time) -> web.Application:
+    def no_query(request: web.Request) -> web.Response | None:
+        if request.query:
+            names = ", ".join(sorted(request.query))
+            return status_error(400, "BadRequest", f"unexpected query parameters: {names}")
+        return None
+
+    async def healthz(request: web.Request) -> web.Response:
+        view = get_view()
+        age = None if view.desired_heard is None else clock() - view.desired_heard
+        health = check_health(view.pleg.get("_health"), wall(), view.desired_synced, age)
+        return web.Response(text=health.text(), status=200 if health.ok else 500)
+
+    async def pods(request: web.Request) -> web.Response:
+        bad = no_query(request)
+        if bad is not None:
+            return bad
+        view = get_view()
+        return _json(pod_list(view.desired, view.statuses))
+
+    async def runningpods(request: web.Request) -> web.Response:
+        bad = no_query(request)
+        if bad is not None:
+            return bad
+        return _json(running_pods(get_view().pleg))
+
+    app = web.Application(middlewares=[_errors])
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/pods", pods)
+    app.router.add_get("/runningpods/", runningpods)
+    app.router.add_get("/runningpods", runningpods)
+    return app

@@ -1,0 +1,55 @@
+"""The server process: the read-only HTTP port (kubelet ``readOnlyPort``) on ``address``.
+
+Threads: the main thread runs the asyncio loop (aiohttp, and a task that heartbeats and watches
+``ctx.stop`` and the pump thread); one ``ReplicaPump`` thread owns every zmq socket. If the pump
+thread dies the process exits with an error so the supervisor restarts it. ``readOnlyPort: 0``
+disables the port: the process then only heartbeats until it is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from podvisor.services.server.app import make_app
+from podvisor.services.server.replicas import ReplicaPump
+from podvisor.supervisor.child import ChildContext
+
+TICK = 0.25
+
+
+class PumpDied(RuntimeError):
+    pass
+
+
+async def _serve(ctx: ChildContext, pump: ReplicaPump) -> None:
+    app = make_app(lambda: pump.view)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    address = ctx.config.address or "127.0.0.1"
+    site = web.TCPSite(runner, address, ctx.config.read_only_port, reuse_address=True)
+    await site.start()
+    ctx.log.info("server.listening", address=address, port=ctx.config.read_only_port)
+    try:
+        while not ctx.stop.is_set():
+            ctx.heartbeat()
+            if not pump.alive():
+                raise PumpDied(f"replica pump thread died: {pump.error!r}")
+            await asyncio.sleep(TICK)
+    finally:
+        await runner.cleanup()
+
+
+def run(ctx: ChildContext) -> None:
+    if ctx.config.read_only_port == 0:
+        ctx.log.info("server.disabled", reason="readOnlyPort is 0")
+        while not ctx.sleep(3600):
+            pass
+        return
+    pump = ReplicaPump(ctx.zctx, ctx.paths)
+    pump.start()
+    try:
+        asyncio.run(_serve(ctx, pump))
+    finally:
+        pump.close()

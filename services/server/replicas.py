@@ -1,0 +1,101 @@
+"""Replicas for the HTTP server, pumped on one thread (zmq sockets are thread-bound).
+
+``ReplicaPump`` owns the ``desired``, ``statuses`` and ``pleg`` replicas and a subscriber on the
+``desired`` owner's traffic (updates and idle heartbeats) to know when the sync loop was last
+heard. After every change it publishes a new immutable ``View`` by swapping one attribute (atomic
+under the GIL); aiohttp handlers read ``pump.view`` and never touch zmq.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import zmq
+
+from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.paths import RunPaths
+
+Clock = Callable[[], float]
+SNAPSHOT_TIMEOUT = 0.5
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class View:
+    """What the handlers see. Never mutated after publication."""
+
+    desired: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    statuses: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    pleg: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    desired_synced: bool = False
+    desired_heard: float | None = None  # monotonic time the desired owner was last heard
+
+
+class ReplicaPump:
+    def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths,
+                 clock: Clock = time.monotonic) -> None:
+        self._zctx = zctx
+        self._paths = paths
+        self._clock = clock
+        self.view = View()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.pumps = 0
+        self._key: tuple[Any, ...] = ()
+        self._thread = threading.Thread(target=self._run, name="replica-pump", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as err:  # reported to the main thread, which exits
+            self.error = err
+
+    def _loop(self) -> None:
+        maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT)
+                for name in ("desired", "statuses", "pleg")}
+        owner = Subscriber(self._zctx, self._paths, ["clone.desired."])
+        poller = zmq.Poller()
+        for sock in [r.socket for r in maps.values()] + [owner.socket]:
+            poller.register(sock, zmq.POLLIN)
+        heard: float | None = None
+        try:
+            while not self.stop.is_set():
+                ready = dict(poller.poll(250))
+                if owner.socket in ready:
+                    while owner.recv(0) is not None:
+                        heard = self._clock()
+                for replica in maps.values():
+                    if replica.socket in ready or not replica.synced:
+                        replica.pump(0)
+                self._publish(maps, heard)
+        finally:
+            for replica in maps.values():
+                replica.close()
+            owner.close()
+
+    def _publish(self, maps: Mapping[str, MapReplica], heard: float | None) -> None:
+        self.pumps += 1
+        key = (*[(r.epoch, r.seq, r.synced) for r in maps.values()], heard)
+        if key == self._key:
+            return  # nothing moved: keep the current view
+        self._key = key
+        d, s, p = maps["desired"], maps["statuses"], maps["pleg"]
+        self.view = View(MappingProxyType(d.items()), MappingProxyType(s.items()),
+                         MappingProxyType(p.items()), d.synced, heard)
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
