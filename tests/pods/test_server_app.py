@@ -1,0 +1,126 @@
+"""HTTP handlers with the replica view faked; PodList/table helpers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from podvisor.services.server.app import make_app
+from podvisor.services.server.podlist import check_health, running_pods, table_rows
+from podvisor.services.server.replicas import View
+
+WALL = 1_700_000_000.0
+
+
+def pod(uid: str, name: str) -> dict[str, Any]:
+    return {"pod": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default", "uid": uid},
+                    "spec": {"containers": [{"name": "app", "image": "host"}]},
+                    "status": {}, "podvisor": {"source": "file"}},
+            "worker": "syncing", "admitted": True}
+
+
+STATUS = {"phase": "Running", "_version": 3, "_pod": {"name": "b"},
+          "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
+                                 "state": {"running": {}}}],
+          "startTime": "2023-11-14T22:13:20Z"}
+PLEG = {
+    "_health": {"last_relist_ok": WALL - 1, "events_mode": "stream"},
+    "u1": {"name": "b", "namespace": "default", "containers": [
+        {"name": "app", "image": "host", "state": "CONTAINER_RUNNING"},
+        {"name": "old", "image": "host", "state": "CONTAINER_EXITED"}]},
+    "u9": {"name": "dead", "namespace": "default", "containers": [
+        {"name": "x", "image": "host", "state": "CONTAINER_EXITED"}]},
+}
+
+
+def healthy_view() -> View:
+    return View(desired={"u1": pod("u1", "b"), "u2": pod("u2", "a"), "_meta": {}},
+                statuses={"u1": STATUS}, pleg=PLEG, desired_synced=True, desired_heard=99.0)
+
+
+def call(view: View, method: str, path: str, now: float = 100.0) -> tuple[int, Any, str]:
+    async def go() -> tuple[int, Any, str]:
+        app = make_app(lambda: view, clock=lambda: now, wall=lambda: WALL)
+        async with TestClient(TestServer(app)) as client:
+            resp = await client.request(method, path)
+            text = await resp.text()
+            body = await resp.json() if resp.content_type == "application/json" else None
+            return resp.status, body, text
+    return asyncio.run(go())
+
+
+def test_pods_is_a_podlist_with_statuses() -> None:
+    code, body, _ = call(healthy_view(), "GET", "/pods")
+    assert code == 200 and body["kind"] == "PodList" and body["apiVersion"] == "v1"
+    names = [p["metadata"]["name"] for p in body["items"]]
+    assert names == ["a", "b"]  # sorted, reserved keys skipped
+    b = body["items"][1]
+    assert b["status"]["phase"] == "Running" and "_version" not in b["status"]
+    assert "podvisor" not in b and b["spec"]["containers"][0]["name"] == "app"
+    assert body["items"][0]["status"] == {"phase": "Pending"}  # no status yet
+
+
+def test_runningpods_lists_only_running_containers() -> None:
+    code, body, _ = call(healthy_view(), "GET", "/runningpods/")
+    assert code == 200 and body["kind"] == "PodList"
+    assert [p["metadata"]["uid"] for p in body["items"]] == ["u1"]
+    assert body["items"][0]["spec"]["containers"] == [
+        {"name": "app", "image": "host", "resources": {}}]
+    assert call(healthy_view(), "GET", "/runningpods")[1] == body
+
+
+def test_healthz_ok() -> None:
+    assert call(healthy_view(), "GET", "/healthz")[::2] == (200, "ok")
+
+
+def test_healthz_fails_on_stale_pleg() -> None:
+    stale = {"_health": {"last_relist_ok": WALL - 400}}
+    view = View(desired={}, statuses={}, pleg=stale, desired_synced=True, desired_heard=99.0)
+    code, _, text = call(view, "GET", "/healthz")
+    assert code == 500 and "[-]pleg failed: PLEG last relisted 400s ago" in text
+    assert "[+]syncloop ok" in text
+
+
+def test_healthz_fails_without_syncloop() -> None:
+    view = View(pleg=PLEG)
+    code, _, text = call(view, "GET", "/healthz")
+    assert code == 500 and "[-]syncloop failed" in text
+    code, _, text = call(View(pleg=PLEG, desired_synced=True, desired_heard=10.0), "GET",
+                         "/healthz", now=100.0)
+    assert code == 500 and "silent for 90s" in text
+
+
+def test_bad_requests_are_json_4xx() -> None:
+    code, body, _ = call(healthy_view(), "GET", "/nope")
+    assert code == 404 and body["kind"] == "Status" and body["reason"] == "NotFound"
+    code, body, _ = call(healthy_view(), "POST", "/pods")
+    assert code == 405 and body["reason"] == "MethodNotAllowed" and "GET" in body["message"]
+    code, body, _ = call(healthy_view(), "GET", "/pods?x=1")
+    assert code == 400 and "x" in body["message"]
+
+
+def test_check_health_before_first_relist() -> None:
+    h = check_health(None, WALL, True, 1.0)
+    assert not h.ok and "not relisted" in h.text()
+
+
+def test_table_rows() -> None:
+    crash = {"metadata": {"name": "c"}, "status": {"phase": "Running", "containerStatuses": [
+        {"ready": False, "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    rejected = {"metadata": {"name": "r"}, "status": {"phase": "Failed", "reason": "Rejected"}}
+    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS}, crash, rejected]}
+    def age(start: Any) -> str:
+        return "5m" if start else "<unknown>"
+    assert table_rows(podlist, age) == [
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        ["b", "1/1", "Running", "2", "5m"],
+        ["c", "0/1", "CrashLoopBackOff", "4", "<unknown>"],
+        ["r", "0/0", "Rejected", "0", "<unknown>"],
+    ]
+
+
+def test_running_pods_empty() -> None:
+    assert running_pods({})["items"] == []
