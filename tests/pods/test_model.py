@@ -1,0 +1,377 @@
+"""Pod model: parse, validate, default, round trip (pure, no I/O)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from podvisor.services.pod import (
+    ContainerPort,
+    EmptyDirVolume,
+    ExecAction,
+    GRPCAction,
+    HostPathType,
+    HTTPGetAction,
+    PodValidationError,
+    PullPolicy,
+    RestartPolicy,
+    SleepAction,
+    TCPSocketAction,
+    decode_pod,
+    decode_pod_or_list,
+    pod_from_dict,
+)
+
+WEB = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+  annotations: {note: hello}
+spec:
+  containers:
+  - name: web
+    image: host
+    command: [python3, -m, http.server, "8080", --bind, 127.0.0.1]
+    args: ["-d", /tmp]
+    env: [{name: A, value: "1"}, {name: B}]
+    workingDir: /tmp
+    ports: [{containerPort: 8080, name: http}]
+    resources:
+      limits: {cpu: 500m, memory: 128Mi}
+      requests: {cpu: "0.25"}
+    readinessProbe:
+      httpGet: {port: http, path: /healthz, httpHeaders: [{name: X, value: y}]}
+      periodSeconds: 2
+    livenessProbe:
+      tcpSocket: {port: 8080}
+    startupProbe:
+      exec: {command: ["true"]}
+      failureThreshold: 30
+    lifecycle: {preStop: {sleep: {seconds: 2}}}
+    volumeMounts: [{name: data, mountPath: /data}, {name: etc, mountPath: /e, readOnly: true}]
+  initContainers:
+  - name: init
+    image: busybox:1.36
+    command: [sh, -c, "echo init"]
+  restartPolicy: OnFailure
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - {name: data, emptyDir: {sizeLimit: 1Gi}}
+  - {name: etc, hostPath: {path: /etc, type: Directory}}
+  priority: 7
+"""
+
+
+def manifest(**spec_overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                           "spec": {"containers": [{"name": "c", "image": "host"}]}}
+    doc["spec"].update(spec_overrides)
+    return doc
+
+
+def errors_of(obj: Any) -> list[str]:
+    with pytest.raises(PodValidationError) as info:
+        pod_from_dict(obj, "pods/x.yaml")
+    return [str(e) for e in info.value.errors]
+
+
+def test_full_manifest_parses_with_defaults() -> None:
+    parsed = decode_pod(WEB.encode(), "pods/web.yaml")
+    assert parsed.warnings == ()
+    pod = parsed.pod
+    web = pod.spec.containers[0]
+    assert pod.name == "web" and pod.metadata.labels == {"app": "web"}
+    assert web.command[3] == "8080" and web.args == ("-d", "/tmp")
+    assert [(e.name, e.value) for e in web.env] == [("A", "1"), ("B", "")]
+    assert web.ports == (ContainerPort(8080, 0, name="http"),)
+    assert web.resources.limits.cpu_millis == 500
+    assert web.resources.limits.memory_bytes == 128 * 2**20
+    assert web.resources.requests.cpu_millis == 250
+    assert web.resources.requests.memory_bytes == 128 * 2**20  # defaulted from the limit
+    assert web.readiness_probe is not None and web.readiness_probe.period_seconds == 2
+    assert isinstance(web.readiness_probe.handler, HTTPGetAction)
+    assert web.readiness_probe.handler.port == "http"
+    assert web.liveness_probe is not None
+    assert isinstance(web.liveness_probe.handler, TCPSocketAction)
+    assert (web.liveness_probe.period_seconds, web.liveness_probe.timeout_seconds,
+            web.liveness_probe.success_threshold, web.liveness_probe.failure_threshold,
+            web.liveness_probe.initial_delay_seconds) == (10, 1, 1, 3, 0)
+    assert web.startup_probe is not None
+    assert isinstance(web.startup_probe.handler, ExecAction)
+    assert web.lifecycle.pre_stop == SleepAction(2)
+    assert web.image_pull_policy is PullPolicy.ALWAYS  # untagged
+    assert pod.spec.init_containers[0].image_pull_policy is PullPolicy.IF_NOT_PRESENT
+    assert pod.spec.restart_policy is RestartPolicy.ON_FAILURE
+    assert pod.spec.termination_grace_period_seconds == 5
+    assert pod.spec.volumes[0].source == EmptyDirVolume(size_limit_bytes=2**30)
+    assert pod.spec.volumes[1].source.type is HostPathType.DIRECTORY  # type: ignore[union-attr]
+    assert pod.spec.priority == 7
+
+
+def test_minimal_pod_defaults() -> None:
+    pod = pod_from_dict(manifest()).pod
+    assert pod.spec.restart_policy is RestartPolicy.ALWAYS
+    assert pod.spec.termination_grace_period_seconds == 30
+    assert pod.spec.host_network is False and pod.status == {}
+    assert pod.all_containers()[0].name == "c"
+
+
+def test_json_manifest() -> None:
+    parsed = decode_pod(json.dumps(manifest()).encode(), "pods/p.json")
+    assert parsed.pod.spec.containers[0].image == "host"
+
+
+@pytest.mark.parametrize("image,policy", [
+    ("host", PullPolicy.ALWAYS), ("busybox:latest", PullPolicy.ALWAYS),
+    ("localhost:5000/busybox", PullPolicy.ALWAYS), ("localhost:5000/busybox:1", "IfNotPresent"),
+    ("busybox@sha256:" + "a" * 64, PullPolicy.IF_NOT_PRESENT),
+])
+def test_image_pull_policy_default(image: str, policy: str) -> None:
+    doc = manifest(containers=[{"name": "c", "image": image}])
+    assert pod_from_dict(doc).pod.spec.containers[0].image_pull_policy == policy
+
+
+def test_round_trip_is_exact() -> None:
+    pod = decode_pod(WEB.encode(), "pods/web.yaml").pod
+    wire = pod.to_dict()
+    again = pod_from_dict(json.loads(json.dumps(wire)))
+    assert again.pod == pod and again.warnings == ()
+    assert again.pod.to_dict() == wire
+
+
+def test_round_trip_keeps_every_probe_kind() -> None:
+    doc = manifest(containers=[{
+        "name": "c", "image": "host",
+        "livenessProbe": {"grpc": {"port": 9090, "service": "s"},
+                          "terminationGracePeriodSeconds": 3},
+        "readinessProbe": {"exec": {"command": ["true"]}, "successThreshold": 2},
+        "lifecycle": {"preStop": {"httpGet": {"port": 80, "host": "h", "scheme": "HTTPS"}}},
+    }], hostNetwork=True)
+    pod = pod_from_dict(doc).pod
+    c = pod.spec.containers[0]
+    assert c.liveness_probe is not None and c.liveness_probe.handler == GRPCAction(9090, "s")
+    assert pod_from_dict(pod.to_dict()).pod == pod
+
+
+def test_host_network_defaults_host_port() -> None:
+    doc = manifest(hostNetwork=True,
+                   containers=[{"name": "c", "image": "host", "ports": [{"containerPort": 80}]}])
+    assert pod_from_dict(doc).pod.spec.containers[0].ports[0].host_port == 80
+
+
+def test_timestamps_stay_strings() -> None:
+    text = WEB.replace("  name: web\n", "  name: web\n  deletionTimestamp: 2024-05-01T10:00:00Z\n"
+                       "  deletionGracePeriodSeconds: 3\n")
+    pod = decode_pod(text.encode(), "pods/web.yaml").pod
+    assert pod.metadata.deletion_timestamp == "2024-05-01T10:00:00Z"
+    assert pod.metadata.deletion_grace_period_seconds == 3
+
+
+REJECTED = [
+    # (description, mutate(doc), expected substring of one error line)
+    ("wrong kind", lambda d: d.update(kind="Deployment", apiVersion="apps/v1"),
+     "kind: expected a Pod, got 'Deployment'"),
+    ("missing image", lambda d: d["spec"]["containers"][0].pop("image"),
+     "spec.containers[0].image: required"),
+    ("empty image", lambda d: d["spec"]["containers"][0].update(image=""),
+     "spec.containers[0].image: required"),
+    ("no containers", lambda d: d["spec"].update(containers=[]),
+     "spec.containers: required"),
+    ("duplicate container", lambda d: d["spec"].update(
+        initContainers=[{"name": "c", "image": "host"}]),
+     "spec.containers[0].name: duplicate container name 'c'"),
+    ("bad restartPolicy", lambda d: d["spec"].update(restartPolicy="Sometimes"),
+     "spec.restartPolicy: unsupported value 'Sometimes'"),
+    ("bad pod name", lambda d: d["metadata"].update(name="Web_1"),
+     "metadata.name: 'Web_1' is not a valid DNS-1123 subdomain"),
+    ("bad container name", lambda d: d["spec"]["containers"][0].update(name="a.b"),
+     "spec.containers[0].name: 'a.b' is not a valid DNS-1123 label"),
+    ("missing name", lambda d: d["metadata"].pop("name"), "metadata.name: required"),
+    ("missing spec", lambda d: d.pop("spec"), "spec: required"),
+    ("wrong apiVersion", lambda d: d.update(apiVersion="v2"), "apiVersion: expected 'v1'"),
+    ("number in command", lambda d: d["spec"]["containers"][0].update(command=["sleep", 5]),
+     "spec.containers[0].command[1]: must be a string"),
+    ("secret volume", lambda d: d["spec"].update(volumes=[{"name": "s", "secret": {}}]),
+     "spec.volumes[0].secret: static pods may not reference API objects (Secret volume)"),
+    ("configMap volume", lambda d: d["spec"].update(volumes=[{"name": "s", "configMap": {}}]),
+     "static pods may not reference API objects (ConfigMap volume)"),
+    ("pvc volume", lambda d: d["spec"].update(
+        volumes=[{"name": "s", "persistentVolumeClaim": {"claimName": "x"}}]),
+     "(PersistentVolumeClaim volume)"),
+    ("projected volume", lambda d: d["spec"].update(volumes=[{"name": "s", "projected": {}}]),
+     "(projected volume)"),
+    ("nfs volume", lambda d: d["spec"].update(volumes=[{"name": "s", "nfs": {}}]),
+     "spec.volumes[0].nfs: unsupported volume type"),
+    ("service account", lambda d: d["spec"].update(serviceAccountName="robot"),
+     "spec.serviceAccountName: static pods may not reference API objects (ServiceAccount"),
+    ("envFrom", lambda d: d["spec"]["containers"][0].update(envFrom=[{"secretRef": {}}]),
+     "spec.containers[0].envFrom: static pods may not reference API objects"),
+    ("secretKeyRef", lambda d: d["spec"]["containers"][0].update(
+        env=[{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+     "spec.containers[0].env[0].valueFrom.secretKeyRef: static pods may not reference API "
+     "objects (Secret)"),
+    ("configMapKeyRef", lambda d: d["spec"]["containers"][0].update(
+        env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "s", "key": "k"}}}]),
+     "(ConfigMap)"),
+    ("fieldRef", lambda d: d["spec"]["containers"][0].update(
+        env=[{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
+     "env[0].valueFrom.fieldRef: valueFrom is not supported"),
+    ("imagePullSecrets", lambda d: d["spec"].update(imagePullSecrets=[{"name": "x"}]),
+     "spec.imagePullSecrets: static pods may not reference API objects (Secret)"),
+    ("postStart", lambda d: d["spec"]["containers"][0].update(
+        lifecycle={"postStart": {"exec": {"command": ["x"]}}}),
+     "lifecycle.postStart: postStart hooks are not supported"),
+    ("sidecar", lambda d: d["spec"].update(
+        initContainers=[{"name": "s", "image": "host", "restartPolicy": "Always"}]),
+     "spec.initContainers[0].restartPolicy: sidecar containers"),
+    ("probe without handler", lambda d: d["spec"]["containers"][0].update(
+        livenessProbe={"periodSeconds": 3}),
+     "spec.containers[0].livenessProbe: must specify a handler"),
+    ("probe with two handlers", lambda d: d["spec"]["containers"][0].update(
+        livenessProbe={"exec": {"command": ["x"]}, "tcpSocket": {"port": 1}}),
+     "must specify only one handler, found exec and tcpSocket"),
+    ("liveness success 2", lambda d: d["spec"]["containers"][0].update(
+        livenessProbe={"exec": {"command": ["x"]}, "successThreshold": 2}),
+     "livenessProbe.successThreshold: must be 1"),
+    ("period 0", lambda d: d["spec"]["containers"][0].update(
+        readinessProbe={"exec": {"command": ["x"]}, "periodSeconds": 0}),
+     "readinessProbe.periodSeconds: must be at least 1"),
+    ("unknown named port", lambda d: d["spec"]["containers"][0].update(
+        readinessProbe={"httpGet": {"port": "web"}}),
+     "readinessProbe.httpGet.port: no container port named 'web'"),
+    ("port out of range", lambda d: d["spec"]["containers"][0].update(
+        ports=[{"containerPort": 70000}]),
+     "ports[0].containerPort: must be at most 65535"),
+    ("mount of unknown volume", lambda d: d["spec"]["containers"][0].update(
+        volumeMounts=[{"name": "v", "mountPath": "/v"}]),
+     "volumeMounts[0].name: no volume named 'v'"),
+    ("relative hostPath", lambda d: d["spec"].update(
+        volumes=[{"name": "v", "hostPath": {"path": "etc"}}]),
+     "spec.volumes[0].hostPath.path: must be an absolute path"),
+    ("bad cpu", lambda d: d["spec"]["containers"][0].update(
+        resources={"limits": {"cpu": "lots"}}),
+     "resources.limits.cpu: 'lots' is not a valid quantity"),
+    ("request over limit", lambda d: d["spec"]["containers"][0].update(
+        resources={"limits": {"memory": "1Mi"}, "requests": {"memory": "2Mi"}}),
+     "resources.requests.memory: must be less than or equal to memory limit"),
+    ("extended resource", lambda d: d["spec"]["containers"][0].update(
+        resources={"limits": {"nvidia.com/gpu": 1}}),
+     "extended resource 'nvidia.com/gpu' is not available"),
+    ("negative grace", lambda d: d["spec"].update(terminationGracePeriodSeconds=-1),
+     "spec.terminationGracePeriodSeconds: must be at least 0"),
+    ("label value", lambda d: d["metadata"].update(labels={"a": "b c"}),
+     "metadata.labels.a: 'b c' is not a valid label value"),
+    ("label not a string", lambda d: d["metadata"].update(labels={"a": 1}),
+     "metadata.labels.a: must be a string"),
+    ("bool as string", lambda d: d["spec"].update(hostNetwork="yes"),
+     "spec.hostNetwork: must be true or false"),
+    ("ephemeral containers", lambda d: d["spec"].update(ephemeralContainers=[{}]),
+     "spec.ephemeralContainers: ephemeral containers are not supported"),
+    ("bad deletion timestamp", lambda d: d["metadata"].update(deletionTimestamp="yesterday"),
+     "metadata.deletionTimestamp: 'yesterday' is not an RFC 3339 time"),
+]
+
+
+@pytest.mark.parametrize("mutate,expected", [(m, e) for _, m, e in REJECTED],
+                         ids=[name for name, _, _ in REJECTED])
+def test_rejected(mutate: Any, expected: str) -> None:
+    doc = manifest()
+    mutate(doc)
+    errors = errors_of(doc)
+    assert any(expected in line for line in errors), errors
+
+
+def test_error_names_file_and_field() -> None:
+    doc = manifest()
+    doc["spec"]["containers"][0].pop("image")
+    with pytest.raises(PodValidationError) as info:
+        pod_from_dict(doc, "pods/web.yaml")
+    assert str(info.value) == "pods/web.yaml: spec.containers[0].image: required"
+    assert info.value.where == "pods/web.yaml"
+
+
+def test_every_error_reported_at_once() -> None:
+    doc = manifest(restartPolicy="Bad", containers=[{"name": "A"}, {"name": "A", "image": 1}])
+    errors = errors_of(doc)
+    assert len(errors) >= 4, errors
+
+
+WARNED = [
+    ("dnsPolicy", lambda d: d["spec"].update(dnsPolicy="ClusterFirst"), "spec.dnsPolicy"),
+    ("securityContext", lambda d: d["spec"]["containers"][0].update(
+        securityContext={"runAsUser": 1}), "spec.containers[0].securityContext"),
+    ("unknown spec field", lambda d: d["spec"].update(frobnicate=1), "spec.frobnicate"),
+    ("unknown container field", lambda d: d["spec"]["containers"][0].update(colour="red"),
+     "spec.containers[0].colour"),
+    ("creationTimestamp", lambda d: d["metadata"].update(creationTimestamp="2024-01-01T00:00Z"),
+     "metadata.creationTimestamp"),
+    ("tolerations", lambda d: d["spec"].update(tolerations=[]), "spec.tolerations"),
+    ("hostIP", lambda d: d["spec"]["containers"][0].update(
+        ports=[{"containerPort": 1, "hostIP": "1.2.3.4"}]), "ports[0].hostIP"),
+    ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(
+        resources={"limits": {"ephemeral-storage": "1Gi"}}), "limits.ephemeral-storage"),
+    ("unknown top-level", lambda d: d.update(extra=1), "extra"),
+]
+
+
+@pytest.mark.parametrize("mutate,field", [(m, f) for _, m, f in WARNED],
+                         ids=[name for name, _, _ in WARNED])
+def test_unsupported_fields_warned_not_ignored(mutate: Any, field: str) -> None:
+    doc = manifest()
+    mutate(doc)
+    parsed = pod_from_dict(doc, "pods/x.yaml")
+    assert any(w.field.endswith(field) for w in parsed.warnings), parsed.warnings
+    assert pod_from_dict(parsed.pod.to_dict()).warnings == ()
+
+
+def test_null_fields_count_as_absent() -> None:
+    doc = manifest(dnsPolicy=None, volumes=None)
+    doc["metadata"]["creationTimestamp"] = None
+    doc["status"] = {}
+    assert pod_from_dict(doc).warnings == ()
+
+
+@pytest.mark.parametrize("data,expected", [
+    (b"apiVersion: v1\nkind: Pod\nmetadata: {name: [\n", "invalid YAML"),
+    (b"", "empty manifest"),
+    (b"   \n# just a comment\n", "empty manifest"),
+    (b"\xff\xfe\x00", "not UTF-8"),
+    (b"- 1\n- 2\n", "must be an object"),
+    (yaml.safe_dump(manifest()).encode() + b"---\n" + yaml.safe_dump(manifest()).encode(),
+     "found 2 YAML documents; put one Pod per file"),
+    (b"{\"kind\": \"Pod\",", "invalid YAML"),
+])
+def test_bad_documents(data: bytes, expected: str) -> None:
+    with pytest.raises(PodValidationError) as info:
+        decode_pod(data, "pods/bad.yaml")
+    assert expected in str(info.value)
+    assert str(info.value).startswith("pods/bad.yaml: ")
+
+
+def test_oversized_document_rejected_before_parsing() -> None:
+    with pytest.raises(PodValidationError, match="larger than 10 MiB"):
+        decode_pod(b"#" * (20 * 1024 * 1024), "pods/big.yaml")
+
+
+def test_yaml_alias_bomb_in_status_is_bounded() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]"
+              for i in range(1, 9)]
+    doc = yaml.safe_dump(manifest()) + "status:\n" + "".join(f"  {line}\n" for line in lines)
+    with pytest.raises(PodValidationError, match="status: too large"):
+        decode_pod(doc.encode(), "pods/bomb.yaml")
+
+
+def test_pod_list() -> None:
+    bad = manifest()
+    bad["spec"]["containers"][0].pop("image")
+    body = json.dumps({"kind": "PodList", "apiVersion": "v1", "items": [manifest(), bad]})
+    pods, errors = decode_pod_or_list(body.encode(), "http://x/pods")
+    assert [p.pod.name for p in pods] == ["p"]
+    assert [str(e) for e in errors] == ["http://x/pods: items[1].spec.containers[0].image: "
+                                        "required"]
