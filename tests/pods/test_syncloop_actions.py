@@ -1,0 +1,224 @@
+"""Table tests for compute_pod_actions (pure) and the crash back-off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from podvisor.services.pod import Pod, pod_from_dict
+from podvisor.services.syncloop.actions import CRASH_LOOP_BACK_OFF, compute_pod_actions
+from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff
+from podvisor.services.syncloop.runtime_state import (
+    ContainerInfo,
+    ContainerState,
+    PodRuntime,
+    SandboxInfo,
+)
+from podvisor.services.syncloop.runtime_state import ContainerState as S
+from podvisor.services.syncloop.spec import container_hash
+
+
+def make_pod(containers: list[dict[str, Any]] | None = None, *, uid: str = "u1",
+             name: str = "p", init: list[dict[str, Any]] | None = None,
+             policy: str = "Always", grace: int = 30, **spec: Any) -> Pod:
+    containers = containers or [{"name": "c", "image": "host", "command": ["sleep", "1000"]}]
+    body: dict[str, Any] = {"containers": containers, "restartPolicy": policy,
+                            "terminationGracePeriodSeconds": grace, **spec}
+    if init:
+        body["initContainers"] = init
+    return pod_from_dict({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": name, "namespace": "default", "uid": uid},
+                          "spec": body}).pod
+
+
+def spec_hash(pod: Pod, name: str) -> str:
+    return container_hash(next(c for c in pod.all_containers() if c.name == name))
+
+
+_n = [0]
+
+
+def ctr(pod: Pod, name: str, state: ContainerState, *, exit_code: int = 0, restarts: int = 0,
+        finished: float = 0.0, started: float = 0.0, sandbox: str = "s1",
+        hash_: str | None = None) -> ContainerInfo:
+    _n[0] += 1
+    return ContainerInfo(
+        id=f"{name}-{_n[0]}", name=name, sandbox_id=sandbox, state=state,
+        hash=hash_ if hash_ is not None else spec_hash(pod, name), restart_count=restarts,
+        created_at=10_000 - _n[0], exit_code=exit_code, started_at=started,
+        finished_at=finished)
+
+
+def rt(*containers: ContainerInfo, sandboxes: tuple[SandboxInfo, ...] | None = None
+       ) -> PodRuntime:
+    boxes = sandboxes if sandboxes is not None else (SandboxInfo("s1", True, 0, 1),)
+    return PodRuntime(boxes, tuple(containers))
+
+
+RUN, EXIT, CREATED, UNKNOWN = S.RUNNING, S.EXITED, S.CREATED, S.UNKNOWN
+NOW = 1000.0
+
+
+def fresh() -> CrashBackoff:
+    return CrashBackoff(BackoffPolicy(initial=10, cap=300, reset_after=600))
+
+
+def names(actions: object) -> list[str]:
+    return [s.name for s in actions.start]  # type: ignore[attr-defined]
+
+
+TWO = [{"name": "a", "image": "host"}, {"name": "b", "image": "host"}]
+INITS = [{"name": "i1", "image": "host"}, {"name": "i2", "image": "host"}]
+
+
+def test_no_sandbox_creates_one_and_starts_all() -> None:
+    pod = make_pod(TWO)
+    a = compute_pod_actions(pod, PodRuntime(), NOW, fresh())
+    assert (a.create_sandbox, a.kill_pod, a.attempt) == (True, True, 0)
+    assert names(a) == ["a", "b"]
+    assert [s.restart_count for s in a.start] == [0, 0]
+
+
+@pytest.mark.parametrize("boxes, attempt", [
+    ((SandboxInfo("s2", False, 3, 2), SandboxInfo("s1", True, 0, 1)), 4),   # newest not ready
+    ((SandboxInfo("s2", True, 1, 2), SandboxInfo("s1", True, 0, 1)), 2),    # two ready
+])
+def test_sandbox_recreated_kills_all_and_restarts_init(boxes: tuple[SandboxInfo, ...],
+                                                       attempt: int) -> None:
+    pod = make_pod(TWO, init=INITS)
+    state = rt(ctr(pod, "a", RUN), ctr(pod, "i2", EXIT), ctr(pod, "i1", EXIT), sandboxes=boxes)
+    a = compute_pod_actions(pod, state, NOW, fresh())
+    assert a.create_sandbox and a.kill_pod and a.attempt == attempt
+    assert names(a) == ["i1"]
+    assert a.waiting["a"].reason == "PodInitializing"
+
+
+def test_all_running_with_right_hash_is_noop() -> None:
+    pod = make_pod(TWO)
+    a = compute_pod_actions(pod, rt(ctr(pod, "a", RUN), ctr(pod, "b", RUN)), NOW, fresh())
+    assert a.noop and not a.waiting
+
+
+def test_hash_change_kills_and_restarts_only_that_container() -> None:
+    pod = make_pod(TWO)
+    old = ctr(pod, "a", RUN, hash_="stale", restarts=2)
+    a = compute_pod_actions(pod, rt(old, ctr(pod, "b", RUN)), NOW, fresh())
+    assert [(k.container_id, k.reason) for k in a.kill] == [(old.id, "container spec changed")]
+    assert names(a) == ["a"] and a.start[0].restart_count == 3 and not a.kill_pod
+
+
+def test_unknown_container_is_killed() -> None:
+    pod = make_pod(TWO)
+    stray = ctr(make_pod([{"name": "gone", "image": "host"}]), "gone", RUN)
+    a = compute_pod_actions(pod, rt(stray, ctr(pod, "a", RUN), ctr(pod, "b", RUN)), NOW, fresh())
+    assert [k.container_id for k in a.kill] == [stray.id] and not a.start
+
+
+def test_liveness_failure_restarts_unless_never() -> None:
+    for policy, restart in (("Always", True), ("OnFailure", True), ("Never", False)):
+        pod = make_pod(TWO, policy=policy)
+        bad = ctr(pod, "a", RUN)
+        a = compute_pod_actions(pod, rt(bad, ctr(pod, "b", RUN)), NOW, fresh(),
+                                liveness_failed={bad.id})
+        assert [k.container_id for k in a.kill] == [bad.id]
+        assert names(a) == (["a"] if restart else [])
+
+
+@pytest.mark.parametrize("policy, code, restart", [
+    ("Always", 0, True), ("Always", 1, True),
+    ("OnFailure", 0, False), ("OnFailure", 1, True),
+    ("Never", 0, False), ("Never", 1, False),
+])
+def test_restart_policy(policy: str, code: int, restart: bool) -> None:
+    pod = make_pod(TWO, policy=policy)
+    state = rt(ctr(pod, "a", EXIT, exit_code=code, finished=NOW - 1), ctr(pod, "b", RUN))
+    a = compute_pod_actions(pod, state, NOW, fresh())
+    assert names(a) == (["a"] if restart else [])
+    assert not a.kill_pod  # b still runs
+
+
+@pytest.mark.parametrize("state", [CREATED, UNKNOWN])
+def test_stale_created_or_unknown_container_is_replaced(state: S) -> None:
+    pod = make_pod(TWO, policy="Never")
+    stale = ctr(pod, "a", state)
+    a = compute_pod_actions(pod, rt(stale, ctr(pod, "b", RUN)), NOW, fresh())
+    assert [k.container_id for k in a.kill] == [stale.id] and names(a) == ["a"]
+
+
+def test_all_done_under_never_kills_pod_and_does_not_recreate_sandbox() -> None:
+    pod = make_pod(TWO, policy="Never")
+    done = rt(ctr(pod, "a", EXIT, exit_code=0), ctr(pod, "b", EXIT, exit_code=1))
+    a = compute_pod_actions(pod, done, NOW, fresh())
+    assert a.kill_pod and not a.start
+    stopped = PodRuntime((SandboxInfo("s1", False, 0, 1),), done.containers)
+    b = compute_pod_actions(pod, stopped, NOW, fresh())
+    assert not b.create_sandbox and not b.start
+
+
+def test_onfailure_succeeded_containers_not_rerun_in_new_sandbox() -> None:
+    pod = make_pod(TWO, policy="OnFailure")
+    state = PodRuntime((SandboxInfo("s1", False, 0, 1),),
+                       (ctr(pod, "a", EXIT, exit_code=0), ctr(pod, "b", EXIT, exit_code=2)))
+    a = compute_pod_actions(pod, state, NOW, fresh())
+    assert a.create_sandbox and names(a) == ["b"]
+
+
+@pytest.mark.parametrize("have, expect_start, done", [
+    ((), ["i1"], False),
+    ((("i1", RUN, 0),), [], False),
+    ((("i1", EXIT, 0),), ["i2"], False),
+    ((("i2", RUN, 0), ("i1", EXIT, 0)), [], False),
+    ((("i2", EXIT, 0), ("i1", EXIT, 0)), ["a", "b"], True),
+    ((("i1", EXIT, 1),), ["i1"], False),
+])
+def test_init_containers_in_order(have: tuple[tuple[str, S, int], ...],
+                                  expect_start: list[str], done: bool) -> None:
+    pod = make_pod(TWO, init=INITS)
+    state = rt(*(ctr(pod, n, st, exit_code=code, finished=NOW - 100) for n, st, code in have))
+    a = compute_pod_actions(pod, state, NOW, fresh())
+    assert names(a) == expect_start
+    assert ("a" in a.waiting) is (not done)
+    assert all(s.init for s in a.start) is (not done)
+
+
+def test_failed_init_under_never_fails_pod() -> None:
+    pod = make_pod(TWO, init=INITS, policy="Never")
+    a = compute_pod_actions(pod, rt(ctr(pod, "i1", EXIT, exit_code=1)), NOW, fresh())
+    assert a.pod_failed and a.kill_pod and not a.start
+
+
+def test_crash_loop_backoff_delays_double_and_cap() -> None:
+    pod = make_pod(TWO)
+    b = CrashBackoff(BackoffPolicy(initial=10, cap=40, reset_after=600))
+    key = (pod.uid, "a")
+    t, delays = 0.0, []
+    for _ in range(6):
+        # the container crashes right after it started; find when it may restart
+        finished = t + 1
+        state = rt(ctr(pod, "a", EXIT, exit_code=1, finished=finished), ctr(pod, "b", RUN))
+        wait = b.remaining(key, finished, finished)
+        a = compute_pod_actions(pod, state, finished, b)
+        if wait > 0:
+            assert names(a) == [] and a.waiting["a"].reason == CRASH_LOOP_BACK_OFF
+            assert a.retry_after == pytest.approx(wait)
+        t = finished + wait
+        a = compute_pod_actions(pod, state, t, b)
+        assert names(a) == ["a"]
+        b.record_restart(key, finished, t)
+        delays.append(wait)
+    assert delays == [0, 10, 20, 40, 40, 40]
+
+
+def test_backoff_resets_after_quiet_period_and_seeds_from_runtime() -> None:
+    b = CrashBackoff(BackoffPolicy(initial=10, cap=300, reset_after=600))
+    key = ("u", "c")
+    b.record_restart(key, 0.0, 0.0)
+    b.record_restart(key, 1.0, 11.0)      # next wait 20
+    assert b.remaining(key, 12.0, 12.0) == 20
+    assert b.remaining(key, 700.0, 700.0) == 0   # finished > 600 s after the last restart
+    assert b.record_restart(key, 700.0, 700.0) == 10
+    seeded = CrashBackoff(BackoffPolicy(initial=10, cap=300, reset_after=600))
+    seeded.seed(key, restart_count=3, started_at=100.0)
+    assert seeded.remaining(key, 101.0, 101.0) == 40
+    assert seeded.gc(800.0) == 1
