@@ -30,6 +30,7 @@ from podvisor.services.runtime.model import (
     ExitInfo,
     Sandbox,
     SandboxState,
+    StartInfo,
 )
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.procfs import is_alive, signal_group
@@ -209,9 +210,8 @@ class Engine:
         if not result.ok:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", result.error))
             raise invalid(f"failed to start container {c.id}: {result.error}")
-        started = self.store.read_started(c.id)
-        if started is None:
-            raise Fault(grpc.StatusCode.INTERNAL, f"monitor of {c.id} left no started.json")
+        started = StartInfo(result.monitor_pid, result.monitor_ticks, result.pid,
+                            result.pid_ticks, result.started_at)
         with self._lock:
             c = self._containers.get(c.id, c)
             self._containers[c.id] = c = replace(c, started=started)

@@ -1,7 +1,7 @@
 """The per-container monitor (conmon / containerd-shim style).
 
 A monitor is forked by the zygote (never a child of the runtime), leaves the runtime's session,
-forks+execs the container in its own session/process group, copies the container's stdout and
+posix_spawns the container in its own session/process group, copies the container's stdout and
 stderr into the CRI log file, waits for it, and writes the exit code and finish time atomically
 into the container's state directory. It outlives the runtime: its only links to it are files in
 the state directory, the reply pipe (used once, to report exec success or failure) and SIGHUP
@@ -9,7 +9,7 @@ the state directory, the reply pipe (used once, to report exec success or failur
 drained.
 
 Files in the container state dir (written atomically: tmp + rename):
-  spec.json     read:  {"argv", "env", "cwd", "log_path"}
+  spec.json     (read by the zygote) {"argv", "env", "cwd", "log_path"}
   started.json  write: {"monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"}
   exit.json     write: {"exit_code", "finished_at", "reason", "message"}
 Only the standard library is imported here: the zygote forks this code, so it stays small.
@@ -18,6 +18,7 @@ Only the standard library is imported here: the zygote forks this code, so it st
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -90,59 +91,37 @@ class _LogWriter:
         self.fd = fd
 
 
-def _exec_child(spec: dict[str, Any], out_w: int, err_w: int, exec_w: int) -> NoReturn:
-    """In the forked child: become the container's process (own session), or report why not."""
+def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
+    """posix_spawn (vfork+exec: no copy of this Python process) the container's process in its
+    own session; exec errors (ENOENT, EACCES, E2BIG...) come back here as OSError."""
     argv: list[str] = spec["argv"]
+    env = dict(item.split("=", 1) for item in spec["env"])
+    cwd = spec.get("cwd") or "/"
     try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, exec_w)
-        os.closerange(exec_w + 1, 1 << 20)
-        for sig in (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        if spec.get("cwd"):
-            os.chdir(spec["cwd"])
-        env = dict(item.split("=", 1) for item in spec["env"])
-        os.execvpe(argv[0], argv, env)
+        os.chdir(cwd)  # the monitor's own cwd is irrelevant; posix_spawn inherits it
     except OSError as err:
-        msg = f'exec "{argv[0]}": {err.strerror} (errno {err.errno} {_errname(err.errno)})'
-        os.write(exec_w, msg.encode())
-    except BaseException as err:
-        os.write(exec_w, f'exec "{argv[0]}": {err!r}'.encode())
-    os._exit(127)
+        raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
+    os.environ["PATH"] = env.get("PATH", os.defpath)  # posix_spawnp searches the caller's PATH
+    try:
+        return os.posix_spawnp(
+            argv[0], argv, env,
+            file_actions=[(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)],
+            setsid=True,
+            setsigdef=[signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM,
+                       signal.SIGCHLD, signal.SIGQUIT],
+            setsigmask=[],
+        )
+    except OSError as err:
+        raise OSError(f'exec "{argv[0]}": {err.strerror} (errno {err.errno} '
+                      f"{errno.errorcode.get(err.errno or 0, '')})") from None
 
 
-def _errname(errno_: int | None) -> str:
-    import errno as errno_mod
-
-    return errno_mod.errorcode.get(errno_ or 0, "")
-
-
-def _start(spec: dict[str, Any], state_dir: str) -> tuple[int, int, int]:
+def _start(spec: dict[str, Any]) -> tuple[int, int, int]:
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        _exec_child(spec, out_w, err_w, exec_w)
-    for fd in (out_w, err_w, exec_w):
-        os.close(fd)
-    failure = b""
-    while chunk := os.read(exec_r, 4096):
-        failure += chunk
-    os.close(exec_r)
-    if failure:
-        os.waitpid(pid, 0)
-        raise OSError(failure.decode(errors="replace"))
-    me = os.getpid()
-    write_json_atomic(os.path.join(state_dir, "started.json"), {
-        "monitor_pid": me, "monitor_ticks": start_ticks(me), "pid": pid,
-        "pid_ticks": start_ticks(pid), "started_at": time.time_ns(),
-    })
+    pid = _spawn_container(spec, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
     return pid, out_r, err_r
 
 
@@ -188,26 +167,45 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
     return result
 
 
-def run_monitor(state_dir: str, reply_fd: int, log_fd: int) -> NoReturn:
-    """The monitor's whole life. Called in a freshly forked child of the zygote."""
+def warm_up() -> int:
+    """Run in a spare monitor right after the fork, before any request: touch what a start
+    touches (copy-on-write faults, lazy imports) so the start itself is quick. Returns our
+    start ticks."""
+    json.loads(json.dumps({"argv": ["x"], "env": ["A=b"], "ok": True}))
+    rfc3339nano(time.time_ns())
+    return start_ticks(os.getpid()) or 0
+
+
+def run_monitor(
+    state_dir: str, spec: dict[str, Any], reply_fd: int, log_fd: int, my_ticks: int
+) -> NoReturn:
+    """The monitor's whole life, in a (spare) child of the zygote that was handed a container.
+
+    Replies first, then records started.json: the start is on the caller's critical path, and
+    the runtime keeps what the reply says.
+    """
     os.setsid()
     err = os.open(os.path.join(state_dir, "monitor.err"), LOG_FLAGS, 0o600)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.dup2(err, 2)
+    for fd in (null, err, reply_fd, log_fd):
+        if fd > 2:
+            os.set_inheritable(fd, False)  # fds passed over SCM_RIGHTS arrive inheritable
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with open(os.path.join(state_dir, "spec.json")) as f:
-        spec = json.load(f)
     try:
-        pid, out_r, err_r = _start(spec, state_dir)
+        pid, out_r, err_r = _start(spec)
     except OSError as exc:
         os.write(reply_fd, json.dumps({"ok": False, "error": str(exc)}).encode())
         os._exit(0)
-    os.write(reply_fd, json.dumps({"ok": True, "pid": pid}).encode())
+    started = {"monitor_pid": os.getpid(), "monitor_ticks": my_ticks, "pid": pid,
+               "pid_ticks": start_ticks(pid) or 0, "started_at": time.time_ns()}
+    os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
     os.close(reply_fd)
+    write_json_atomic(os.path.join(state_dir, "started.json"), started)
     code, finished = _pump(pid, out_r, err_r, _LogWriter(log_fd, spec.get("log_path", "")))
     reason = "Completed" if code == 0 else "Error"
     write_json_atomic(os.path.join(state_dir, "exit.json"), {
