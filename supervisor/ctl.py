@@ -129,6 +129,11 @@ def _print(ns: argparse.Namespace, result: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
+    if ns.cmd == "pods":  # served by the pleg/status/server engineer's module
+        from podvisor.supervisor.ctl_pods import main_pods
+
+        root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
+        return main_pods(root, ns.json, ns.timeout or 5.0)
     endpoint = ns.endpoint or endpoint_for_root(
         ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT))
     timeout = ns.timeout if ns.timeout is not None else (
