@@ -111,7 +111,8 @@ def read_pod_runtime(cri: RuntimeClient, uid: str, now_mono: Callable[[], float]
     selector = {L.POD_UID: uid}
     sandboxes = cri.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
     containers = cri.list_containers(pb.ContainerFilter(label_selector=selector))
-    containers.sort(key=lambda c: c.created_at, reverse=True)
+    containers.sort(key=lambda c: (c.created_at, L.parse_int(c.annotations.get(L.RESTART_COUNT))),
+                    reverse=True)
     mono, wall = now_mono(), now_wall()
     seen: set[str] = set()
     out: list[ContainerInfo] = []

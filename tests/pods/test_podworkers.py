@@ -1,0 +1,298 @@
+"""Pod workers: the worker table (coalescing, kills, requeue) and SyncLoop over the CRI fake."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri.errors import CriError
+from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.pod import Pod, pod_from_dict
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.podconfig import new_pod_config
+from podvisor.services.syncloop.states import WorkerState
+from podvisor.services.syncloop.syncpod import SyncDeps
+from podvisor.services.syncloop.workers import Outcome, Timing, WorkerTable, WorkKind
+from podvisor.supervisor.logs import MemoryLogger
+
+
+def manifest(name: str = "p", uid: str = "u1", containers: list[dict[str, Any]] | None = None,
+             **spec: Any) -> dict[str, Any]:
+    containers = containers or [{"name": "a", "image": "host", "command": ["sleep", "100"]},
+                                {"name": "b", "image": "host", "command": ["sleep", "200"]}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"containers": containers, **spec}}
+
+
+def pod(**kw: Any) -> Pod:
+    return pod_from_dict(manifest(**kw)).pod
+
+
+# --- the worker table -------------------------------------------------------------------------
+
+def table() -> WorkerTable:
+    return WorkerTable(Timing(resync=60, error_delay=10, jitter=0.5), rand=lambda: 1.0)
+
+
+def test_updates_to_a_busy_worker_coalesce_latest_wins() -> None:
+    t = table()
+    t.update(pod(), "file", 0.0)
+    [work] = t.due(0.0)
+    t.update(pod(containers=[{"name": "a", "image": "host", "command": ["v2"]}]), "file", 1.0)
+    t.update(pod(containers=[{"name": "a", "image": "host", "command": ["v3"]}]), "file", 2.0)
+    assert t.due(2.0) == []                      # one piece of work per pod at a time
+    t.finish(work, Outcome(ok=True), 3.0)
+    [again] = t.due(3.0)
+    assert again.pod is not None and again.pod.spec.containers[0].command == ("v3",)
+
+
+def test_kill_is_never_overwritten_and_grace_only_shrinks() -> None:
+    t = table()
+    t.update(pod(grace=30), "file", 0.0)
+    t.kill("u1", 20, 0.0)
+    t.kill("u1", 25, 1.0)
+    t.update(pod(), "file", 1.0)                # the source wants it again: wait for the kill
+    [work] = t.due(1.0)
+    assert (work.kind, work.grace) == (WorkKind.TERMINATE, 20)
+    w = t.finish(work, Outcome(ok=True), 2.0)
+    assert w is not None and w.state is WorkerState.SYNCING  # restarted from scratch
+    assert [x.kind for x in t.due(2.0)] == [WorkKind.SYNC]
+
+
+def test_requeue_after_success_error_and_runtime_down() -> None:
+    t = table()
+    t.update(pod(), "file", 0.0)
+    [work] = t.due(0.0)
+    w = t.finish(work, Outcome(ok=True), 0.0)
+    assert w is not None and w.next_at == 90.0           # 60 s * (1 + 0.5 * 1.0)
+    w.pending = True
+    [work] = t.due(0.0)
+    w = t.finish(work, Outcome(ok=True, retry_after=5.0), 0.0)
+    assert w is not None and w.next_at == 5.0            # a back-off ends first
+    w.pending = True
+    [work] = t.due(0.0)
+    w = t.finish(work, Outcome(ok=False, error="x"), 0.0)
+    assert w is not None and w.next_at == 15.0           # 10 s * 1.5
+    delays = []
+    for _ in range(8):
+        w.pending = True
+        [work] = t.due(t.runtime_down_until)
+        now = t.runtime_down_until
+        t.finish(work, Outcome(ok=False, runtime_down=True), now)
+        delays.append(round(t.runtime_delay, 3))
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert t.due(t.runtime_down_until - 0.01) == []       # nothing runs while it is down
+
+
+def test_pleg_trigger_makes_pod_due_now() -> None:
+    t = table()
+    t.update(pod(), "file", 0.0)
+    [work] = t.due(0.0)
+    t.finish(work, Outcome(ok=True), 0.0)
+    assert t.due(1.0) == []
+    t.trigger("u1", 1.0)
+    assert [w.uid for w in t.due(1.0)] == ["u1"]
+
+
+# --- SyncLoop over the CRI fake ---------------------------------------------------------------
+
+class Desired:
+    def __init__(self) -> None:
+        self.items: dict[str, Any] = {}
+
+    def set(self, key: str, value: Any) -> bool:
+        self.items[key] = value
+        return True
+
+    def delete(self, key: str) -> bool:
+        return self.items.pop(key, None) is not None
+
+
+class Harness:
+    def __init__(self, tmp: Path, cri: FakeRuntimeClient | None = None,
+                 sources: tuple[str, ...] = ("file",)) -> None:
+        self.now = 100.0
+        self.cri = cri or FakeRuntimeClient(clock=lambda: int((1e9 + self.now) * 1e9))
+        self.log = MemoryLogger()
+        self.slept: list[float] = []
+        self.desired = Desired()
+        self.sync = SyncDeps(
+            cri=self.cri, pods_dir=tmp / "pods", pod_logs_dir=tmp / "pod-logs",
+            backoff=SharedBackoff(CrashBackoff(BackoffPolicy(1, 4, 600))),
+            image_backoff=SharedBackoff(CrashBackoff(BackoffPolicy(1, 4, 600))),
+            mono=lambda: self.now, wall=lambda: 1e9 + self.now, log=self.log,
+            sleep=self.slept.append)
+        def run_inline(fn: Callable[[], None]) -> None:
+            return fn()
+        self.loop = SyncLoop(LoopDeps(
+            sync=self.sync, pod_config=new_pod_config(sources),
+            table=WorkerTable(Timing(), rand=lambda: 0.0), desired=self.desired,
+            submit=run_inline, wake=lambda: None))
+
+    def settle(self, rounds: int = 5) -> None:
+        for _ in range(rounds):
+            self.loop.step(self.now)
+
+    def set(self, *pods: dict[str, Any]) -> None:
+        self.loop.handle_pod_set("file", list(pods), self.now)
+        self.settle()
+
+    def running(self) -> dict[str, str]:
+        return {c.labels[L.CONTAINER_NAME]: c.id
+                for c in self.cri.list_containers() if c.state == pb.CONTAINER_RUNNING}
+
+
+def test_pod_runs_with_sandbox_config_labels_and_volumes(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    m = manifest(hostNetwork=True, volumes=[{"name": "scratch", "emptyDir": {}}])
+    m["spec"]["containers"][0].update(
+        env=[{"name": "X", "value": "1"}], workingDir="/tmp",
+        volumeMounts=[{"name": "scratch", "mountPath": "/data"}])
+    h.set(m)
+    assert set(h.running()) == {"a", "b"}
+    [(sb_cfg, _handler)] = h.cri.method_calls("RunPodSandbox")
+    ns = sb_cfg.linux.security_context.namespace_options
+    assert (ns.network, ns.pid, sb_cfg.hostname) == (pb.NODE, pb.CONTAINER, "")
+    assert sb_cfg.labels[L.POD_UID] == "u1"
+    assert sb_cfg.log_directory.endswith("pod-logs/default_p_u1")
+    cfg = h.cri.method_calls("CreateContainer")[0][1]
+    assert cfg.linux.security_context.namespace_options.pid == pb.CONTAINER
+    assert cfg.annotations[L.RESTART_COUNT] == "0" and cfg.log_path == "a/0.log"
+    assert [(e.key, e.value) for e in cfg.envs] == [("X", "1")] and cfg.working_dir == "/tmp"
+    vol = tmp_path / "pods/u1/volumes/kubernetes.io~empty-dir/scratch"
+    assert vol.is_dir() and [m.host_path for m in cfg.mounts] == [str(vol)]
+    entry = h.desired.items["u1"]
+    assert entry["worker"] == "syncing" and entry["admitted"] and entry["sandbox_id"]
+
+
+def test_edit_command_replaces_only_that_container(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.set(manifest())
+    before = h.running()
+    edited = manifest()
+    edited["spec"]["containers"][0]["command"] = ["sleep", "101"]
+    h.set(edited)
+    after = h.running()
+    assert after["b"] == before["b"] and after["a"] != before["a"]
+    assert [args[0] for args in h.cri.method_calls("StopContainer")] == [before["a"]]
+
+
+def test_removed_pod_terminates_in_order(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    m = manifest(terminationGracePeriodSeconds=1)
+    m["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["bye"]}}}
+    h.set(m)
+    ids = h.running()
+    h.cri.calls.clear()
+    h.set()
+    order = [(name, args[0]) for name, args in h.cri.calls if name in (
+        "ExecSync", "StopContainer", "StopPodSandbox", "RemoveContainer", "RemovePodSandbox")]
+    sandbox = next(a for n, a in order if n == "StopPodSandbox")
+    pos = order.index
+    assert pos(("ExecSync", ids["a"])) < pos(("StopContainer", ids["a"]))
+    assert pos(("StopContainer", ids["a"])) < pos(("StopPodSandbox", sandbox))
+    assert pos(("StopContainer", ids["b"])) < pos(("StopPodSandbox", sandbox))
+    assert pos(("StopPodSandbox", sandbox)) < pos(("RemovePodSandbox", sandbox))
+    stops = {args[0]: args[1] for args in h.cri.method_calls("StopContainer")}
+    assert stops == {ids["a"]: 2, ids["b"]: 2}            # grace 1 s, but never < 2 s
+    assert h.cri.method_calls("ExecSync")[0][1] == ("bye",)
+    assert not h.cri.containers and not h.cri.sandboxes and "u1" not in h.desired.items
+
+
+def test_crash_loop_backoff_reported_and_restart_after_delay(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    for expected_wait in (0, 1, 2, 4, 4):
+        cid = h.running()["a"]
+        h.cri.exit_container(cid, 1)
+        h.loop.handle_pleg_event("u1", h.now)
+        h.settle()
+        if expected_wait:
+            assert "a" not in h.running()
+            assert h.desired.items["u1"]["waiting"]["a"]["reason"] == "CrashLoopBackOff"
+            h.now += expected_wait + 0.01
+            h.settle()
+        assert "a" in h.running(), expected_wait
+    restarts = [c.annotations[L.RESTART_COUNT] for c in h.cri.list_containers()
+                if c.state == pb.CONTAINER_RUNNING]
+    assert restarts == ["5"]
+    assert len(h.cri.list_containers()) == 2               # dead ones pruned to one
+
+
+def test_host_port_conflict_rejects_second_pod(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    port = [{"containerPort": 8080, "hostPort": 18080}]
+    one = manifest("one", "u1", [{"name": "a", "image": "host", "ports": port}])
+    two = manifest("two", "u2", [{"name": "a", "image": "host", "ports": port}])
+    h.set(one, two)
+    entry = h.desired.items["u2"]
+    assert entry["admitted"] is False and entry["reason"] == "HostPortConflict"
+    assert {s.labels[L.POD_UID] for s in h.cri.list_pod_sandbox()} == {"u1"}
+
+
+def test_orphans_removed_only_after_sources_ready_and_pods_adopted(tmp_path: Path) -> None:
+    first = Harness(tmp_path)
+    first.set(manifest("keep", "u1"), manifest("gone", "u2"))
+    kept = {c.id for c in first.cri.list_containers() if c.labels[L.POD_UID] == "u1"}
+    # a new sync loop (after a restart) over the same runtime
+    h = Harness(tmp_path, cri=first.cri)
+    h.cri.calls.clear()
+    h.settle()
+    assert {s.labels[L.POD_UID] for s in h.cri.list_pod_sandbox()} == {"u1", "u2"}
+    h.set(manifest("keep", "u1"))
+    h.now += 3
+    h.settle()
+    assert {s.labels[L.POD_UID] for s in h.cri.list_pod_sandbox()} == {"u1"}
+    assert h.cri.method_calls("CreateContainer") == []     # adopted, not restarted
+    assert {c.id for c in h.cri.list_containers()} == kept
+
+
+def test_runtime_unavailable_backs_off_then_recovers(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.cri.fail("ListPodSandbox", grpc.StatusCode.UNAVAILABLE, times=3)
+    h.loop.handle_pod_set("file", [manifest()], h.now)
+    for _ in range(10):
+        h.settle(1)
+        h.now += 0.5
+    assert set(h.running()) == {"a", "b"}
+
+
+def test_stop_all_terminates_everything_and_admits_nothing(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.set(manifest("one", "u1"), manifest("two", "u2"))
+    h.loop.stop_all(h.now)
+    h.settle()
+    assert h.loop.all_stopped() and not h.cri.containers and not h.cri.sandboxes
+    h.set(manifest("one", "u1"), manifest("two", "u2"))
+    assert not h.cri.containers
+
+
+@pytest.mark.parametrize("policy, code, restarts", [
+    ("Always", 0, True), ("OnFailure", 0, False), ("OnFailure", 1, True), ("Never", 1, False)])
+def test_restart_policy_over_fake(tmp_path: Path, policy: str, code: int, restarts: bool) -> None:
+    h = Harness(tmp_path)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}], restartPolicy=policy))
+    h.cri.exit_container(h.running()["a"], code)
+    h.loop.handle_pleg_event("u1", h.now)
+    h.settle()
+    assert ("a" in h.running()) is restarts
+
+
+def test_cri_error_in_sync_is_reported_not_raised(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.cri.fail("CreateContainer", grpc.StatusCode.INTERNAL, "boom", times=1)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    assert h.desired.items["u1"]["waiting"]["a"]["reason"] == "CreateContainerError"
+    assert "boom" in h.desired.items["u1"]["message"]
+    h.now += 20
+    h.settle()
+    assert "a" in h.running()
+    assert isinstance(CriError("x", grpc.StatusCode.INTERNAL, "y"), Exception)
