@@ -38,7 +38,9 @@ class FileSource:
     def poll(self, timeout: float) -> SourceSet | None:
         now = self._clock()
         changed = False
-        if self._next is not None and now < self._next:
+        if self._next is None:
+            self._watcher.wait(0)  # watch first, then read: no change slips in between
+        elif now < self._next:
             changed = self._watcher.wait(min(timeout, self._next - now))
             now = self._clock()
         if not changed and self._next is not None and now < self._next:
