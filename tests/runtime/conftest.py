@@ -1,0 +1,245 @@
+"""Fixtures for the CRI contract suite and the embedded runtime's own tests.
+
+- ``EmbeddedRuntime``: the real standalone runtime process (``python -m
+  podvisor.services.runtime``) on a socket in a short temp dir; kill -9 / restart for durability
+  tests; always stopped by PID at teardown.
+- ``cri_runtime`` (params ``embedded``, ``containerd``): a ``RuntimeUnderTest`` with a
+  RuntimeClient, the image to use and config builders. containerd comes from
+  ``tests/runtime/containerd.py`` (``containerd_or_skip()``, owned by the containerd engineer) and
+  is skipped with its reason when unavailable.
+- ``sandbox_config`` / ``container_config``: the one place test configs are built; they apply
+  what containerd on these machines needs (host network with empty hostname, PID namespace
+  CONTAINER in sandbox and container) to both runtimes alike.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+
+HERE = Path(__file__).resolve().parent
+TEST_LABEL = "podvisor.test/run"
+
+
+def poll(predicate: Callable[[], Any], timeout: float = 15.0, message: str = "") -> Any:
+    """Poll until truthy; AssertionError after ``timeout``. Never used to synchronise by sleeping:
+    the short interval only bounds CPU use while the condition is not yet true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+        time.sleep(0.005)
+
+
+class EmbeddedRuntime:
+    """The standalone embedded runtime as a real subprocess."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.root = base / "root"
+        self.socket = base / "cri.sock"
+        self.stderr_path = base / "runtime.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client = new_runtime_client(f"unix://{self.socket}", timeout=10.0)
+
+    def start(self) -> None:
+        with self.stderr_path.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "podvisor.services.runtime", "--root", str(self.root),
+                 "--socket", str(self.socket)],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        poll(self._up, 30.0, "embedded runtime to answer Version")
+
+    def _up(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"runtime exited {self.proc.returncode}: {self.stderr()}")
+        try:
+            self.client.version()
+        except CriError:
+            return False
+        return True
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")[-5000:]
+
+
+def cleanup(client: RuntimeClient, run_label: str | None = None) -> None:
+    """Stop and remove every sandbox (and so container) this test made."""
+    want = pb.PodSandboxFilter(label_selector={TEST_LABEL: run_label}) if run_label else None
+    for sb in client.list_pod_sandbox(want):
+        for c in client.list_containers(pb.ContainerFilter(pod_sandbox_id=sb.id)):
+            client.stop_container(c.id, 0)
+            client.remove_container(c.id)
+        client.stop_pod_sandbox(sb.id)
+        client.remove_pod_sandbox(sb.id)
+
+
+@dataclass
+class RuntimeUnderTest:
+    name: str
+    client: RuntimeClient
+    image: str
+    tmp: Path
+    run_label: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    embedded: EmbeddedRuntime | None = None
+
+    def sandbox_config(self, name: str = "pod", labels: dict[str, str] | None = None,
+                       log_dir: Path | None = None) -> pb.PodSandboxConfig:
+        log_directory = log_dir if log_dir is not None else self.tmp / "logs" / name
+        log_directory.mkdir(parents=True, exist_ok=True)
+        ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
+        return pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=name, namespace="contract",
+                                           uid=f"{self.run_label}-{name}", attempt=0),
+            hostname="", log_directory=str(log_directory),
+            labels={TEST_LABEL: self.run_label, **(labels or {})},
+            linux=pb.LinuxPodSandboxConfig(
+                security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns)),
+        )
+
+    def container_config(self, name: str, cmd: Sequence[str], *, attempt: int = 0,
+                         env: dict[str, str] | None = None,
+                         labels: dict[str, str] | None = None) -> pb.ContainerConfig:
+        ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
+        return pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=name, attempt=attempt),
+            image=pb.ImageSpec(image=self.image), command=list(cmd),
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            labels=labels or {}, log_path=f"{name}/{attempt}.log",
+            linux=pb.LinuxContainerConfig(
+                security_context=pb.LinuxContainerSecurityContext(namespace_options=ns)),
+        )
+
+    # --- conveniences ---
+    def run(self, name: str = "pod", labels: dict[str, str] | None = None
+            ) -> tuple[str, pb.PodSandboxConfig]:
+        config = self.sandbox_config(name, labels)
+        return self.client.run_pod_sandbox(config), config
+
+    def start(self, sandbox: tuple[str, pb.PodSandboxConfig], name: str, cmd: Sequence[str],
+              **kw: Any) -> str:
+        sid, sconfig = sandbox
+        cid = self.client.create_container(sid, self.container_config(name, cmd, **kw), sconfig)
+        self.client.start_container(cid)
+        return cid
+
+    def wait_exited(self, cid: str, timeout: float = 15.0) -> pb.ContainerStatus:
+        def exited() -> pb.ContainerStatus | None:
+            st = self.client.container_status(cid)
+            return st if st.state == pb.CONTAINER_EXITED else None
+        return poll(exited, timeout, f"container {cid[:12]} to exit")
+
+
+def _load_containerd_module() -> Any:
+    path = HERE / "containerd.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("podvisor_tests_runtime_containerd", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def short_tmp(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+@pytest.fixture
+def embedded_runtime() -> Iterator[EmbeddedRuntime]:
+    base = short_tmp("pvrt")
+    rt = EmbeddedRuntime(base)
+    rt.start()
+    try:
+        yield rt
+    finally:
+        try:
+            if rt.proc is None:
+                rt.start()
+            cleanup(rt.client)
+        finally:
+            rt.stop()
+            rt.client.close()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
+def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
+    tmp = short_tmp("pvct")
+    try:
+        if request.param == "embedded":
+            rt: EmbeddedRuntime = request.getfixturevalue("embedded_runtime")
+            yield RuntimeUnderTest("embedded", rt.client, "host", tmp, embedded=rt)
+            return
+        module = _load_containerd_module()
+        if module is None:
+            pytest.skip("containerd: tests/runtime/containerd.py (containerd_or_skip) not "
+                        "available yet")
+        handle = module.containerd_or_skip()
+        client = new_runtime_client(handle.endpoint, timeout=30.0)
+        under = RuntimeUnderTest("containerd", client, handle.image, tmp)
+        try:
+            yield under
+        finally:
+            try:
+                cleanup(client, under.run_label)
+            finally:
+                client.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def only_embedded(rt: RuntimeUnderTest, why: str) -> None:
+    if rt.name != "embedded":
+        pytest.skip(f"{rt.name}: {why}")
+
+
+def os_pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(name="poll")
+def poll_fixture() -> Callable[..., Any]:
+    """``poll(predicate, timeout=15.0, message="")`` for test modules (they cannot import
+    conftest under --import-mode=importlib)."""
+    return poll
