@@ -181,8 +181,7 @@ def run_monitor(
 ) -> NoReturn:
     """The monitor's whole life, in a (spare) child of the zygote that was handed a container.
 
-    Replies first, then records started.json: the start is on the caller's critical path, and
-    the runtime keeps what the reply says.
+    Records started.json, then replies (the runtime keeps what the reply says).
     """
     os.setsid()
     err = os.open(os.path.join(state_dir, "monitor.err"), LOG_FLAGS, 0o600)
@@ -203,9 +202,11 @@ def run_monitor(
         os._exit(0)
     started = {"monitor_pid": os.getpid(), "monitor_ticks": my_ticks, "pid": pid,
                "pid_ticks": start_ticks(pid) or 0, "started_at": time.time_ns()}
+    # Durable before the caller hears "started": a runtime killed right after StartContainer
+    # returned must find the container running, not created.
+    write_json_atomic(os.path.join(state_dir, "started.json"), started)
     os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
     os.close(reply_fd)
-    write_json_atomic(os.path.join(state_dir, "started.json"), started)
     code, finished = _pump(pid, out_r, err_r, _LogWriter(log_fd, spec.get("log_path", "")))
     reason = "Completed" if code == 0 else "Error"
     write_json_atomic(os.path.join(state_dir, "exit.json"), {
