@@ -1,0 +1,121 @@
+"""The CRI client layer: endpoint parsing, deadlines, the instrumented wrapper, the fake, and a
+client nobody here wrote (the ``cri_api`` package's own helpers) against the embedded server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import pytest
+from cri_api.channel import Channel
+from cri_api.containers import Containers
+from cri_api.images import Images
+from cri_api.v1 import api_pb2 as pb
+from prometheus_client import CollectorRegistry, generate_latest
+
+from podvisor.services.cri import CriError, new_instrumented_client, new_runtime_client
+from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.cri.grpc_client import normalize_endpoint
+
+
+@pytest.mark.parametrize(("given", "want"), [
+    ("unix:///run/x.sock", "unix:///run/x.sock"),
+    ("unix:/run/x.sock", "unix:///run/x.sock"),
+    ("/run/x.sock", "unix:///run/x.sock"),
+])
+def test_normalize_endpoint(given: str, want: str) -> None:
+    assert normalize_endpoint(given) == want
+
+
+@pytest.mark.parametrize("bad", ["tcp://127.0.0.1:1", "unix://relative.sock", "x.sock"])
+def test_bad_endpoints_are_rejected(bad: str) -> None:
+    with pytest.raises(ValueError):
+        normalize_endpoint(bad)
+
+
+def test_unreachable_runtime_fails_within_the_timeout(tmp_path: Any) -> None:
+    client = new_runtime_client(f"unix://{tmp_path}/nothing.sock", timeout=0.5)
+    start = time.monotonic()
+    with pytest.raises(CriError) as info:
+        client.version()
+    assert info.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert time.monotonic() - start < 10  # generous: a deadline exists at all
+    client.close()
+
+
+def test_instrumented_counts_calls_errors_and_latency() -> None:
+    fake = FakeRuntimeClient()
+    ticks = iter(range(100))
+    registry = CollectorRegistry()
+    client = new_instrumented_client(fake, registry, clock=lambda: float(next(ticks)))
+    client.version()
+    client.version()
+    fake.fail("ContainerStatus", grpc.StatusCode.NOT_FOUND, "nope")
+    with pytest.raises(CriError):
+        client.container_status("x")
+
+    def value(name: str, labels: dict[str, str]) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("podvisor_cri_calls_total", {"method": "Version"}) == 2
+    assert value("podvisor_cri_calls_total", {"method": "ContainerStatus"}) == 1
+    assert value("podvisor_cri_errors_total",
+                 {"method": "ContainerStatus", "code": "NOT_FOUND"}) == 1
+    assert value("podvisor_cri_call_duration_seconds_sum", {"method": "Version"}) == 2.0
+    assert b"podvisor_cri_calls_total" in generate_latest(registry)
+
+
+def test_fake_models_lifecycle_and_records_calls() -> None:
+    fake = FakeRuntimeClient()
+    events = fake.container_events()
+    config = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="p", namespace="n", uid="u"))
+    sid = fake.run_pod_sandbox(config)
+    cid = fake.create_container(sid, pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image="host")), config)
+    fake.start_container(cid)
+    assert fake.container_status(cid).state == pb.CONTAINER_RUNNING
+    fake.exit_container(cid, 2)
+    status = fake.container_status(cid)
+    assert (status.state, status.exit_code) == (pb.CONTAINER_EXITED, 2)
+    running = pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
+    assert fake.list_containers(running) == []
+    assert [name for name, _ in fake.calls][:3] == [
+        "GetContainerEvents", "RunPodSandbox", "CreateContainer"]
+    fake.fail("Version", times=1)
+    with pytest.raises(CriError):
+        fake.version()
+    fake.version()  # only once
+    fake.close()
+    kinds = [e.container_event_type for e in events]
+    assert kinds == [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_STARTED_EVENT,
+                     pb.CONTAINER_STOPPED_EVENT]
+
+
+def test_fake_latency_knob_uses_injected_sleep() -> None:
+    slept: list[float] = []
+    fake = FakeRuntimeClient(sleep=slept.append)
+    fake.latency = 0.25
+    fake.version()
+    assert slept == [0.25]
+
+
+def test_cri_api_helper_client_against_embedded(cri_runtime: Any) -> None:
+    """A client that nobody here wrote: the PyPI package's own helpers."""
+    if cri_runtime.name != "embedded":
+        pytest.skip("the helper client is exercised against our own server")
+    cid = cri_runtime.start(cri_runtime.run("helper"), "c", ["sleep", "1000"])
+    channel = Channel(f"unix://{cri_runtime.embedded.socket}")
+    try:
+        assert channel.version == "v1"
+        containers = Containers(channel)
+        listed = containers.list_containers()
+        assert [c["id"] for c in listed] == [cid]
+        assert containers.get_container(cid)["state"] == "CONTAINER_RUNNING"
+        images = Images(channel)
+        assert "host" in [tag for i in images.list_images() for tag in i.get("repoTags", [])]
+        cri_runtime.client.stop_container(cid, 0)
+        containers.remove_container(cid)
+        assert containers.list_containers() == []
+    finally:
+        channel.channel.close()
