@@ -29,7 +29,7 @@ from podvisor.supervisor.core import CoreDeps, Supervisor
 from podvisor.supervisor.logs import setup_logging
 from podvisor.supervisor.loop import Agent, AgentParts
 from podvisor.supervisor.registry import BUILTINS, Builtin, ProcessSpec, resolve_specs
-from podvisor.supervisor.spawner import Spawner, new_spawner
+from podvisor.supervisor.spawner import Spawner, new_forkserver_spawner, new_spawner
 from podvisor.supervisor.states import StateChange
 
 __all__ = ["AgentLockedError", "Dependencies", "run_agent"]
@@ -40,7 +40,7 @@ class Dependencies:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     rand: Callable[[], float] = random.random
-    spawner: Spawner = field(default_factory=new_spawner)
+    spawner: Spawner | None = None  # None: as `supervision.spawnMethod` says
     commands: Mapping[str, Command] = field(default_factory=default_commands)
     builtins: tuple[Builtin, ...] = BUILTINS
 
@@ -95,9 +95,11 @@ def run_agent(
     def notify(change: StateChange) -> None:
         agent_box[0].publish_change(change)
 
+    specs = resolve(config)
     env = {"PODVISOR_ROOT_DIR": str(paths.root), "PODVISOR_SUPERVISOR_PID": str(os.getpid())}
-    core = CoreDeps(deps.clock, deps.wall, deps.spawner, notify, log, deps.rand, env)
-    sup = Supervisor(resolve(config), core)
+    spawner = deps.spawner or _default_spawner(config, specs)
+    core = CoreDeps(deps.clock, deps.wall, spawner, notify, log, deps.rand, env)
+    sup = Supervisor(specs, core)
     parts = AgentParts(
         config=config, sup=sup, zctx=zctx, publisher=publisher, log=log,
         logs_dir=paths.logs_dir, config_json=paths.config_json,
@@ -111,15 +113,22 @@ def run_agent(
     try:
         return agent.run(control)
     finally:
+        sup.kill_all()  # only does something when the loop failed
         control.close()
         agent.close()
         publisher.close()
         proxy.stop()
         zctx.destroy(linger=0)
-        for endpoint in (paths.control, paths.heartbeat):
+        for endpoint in (paths.control, paths.heartbeat, paths.bus_pub, paths.bus_sub):
             _unlink_ipc(endpoint)
         lock.close()
         sys.stderr.flush()
+
+
+def _default_spawner(config: Config, specs: tuple[ProcessSpec, ...]) -> Spawner:
+    if config.supervision.spawn_method == "exec":
+        return new_spawner()
+    return new_forkserver_spawner([s.module for s in specs])
 
 
 def _unlink_ipc(endpoint: str) -> None:

@@ -123,6 +123,9 @@ SUPERVISION_KEYS: tuple[Key, ...] = (
     Key("logLevel", "log_level", LEVEL, "debug, info, warning or error"),
     Key("logMaxSize", "log_max_size", QUANTITY, "rotate logs/<process>.log at this size"),
     Key("logMaxFiles", "log_max_files", COUNT, "rotated log files kept per process"),
+    Key("spawnMethod", "spawn_method", Kind(
+        lambda k, v: _parse_choice(k, v, ("forkserver", "exec")), metavar="METHOD"),
+        "forkserver (fast restarts) or exec (a fresh interpreter per start)"),
 )
 
 # [syncloop engineer] The `syncloop` section: crash back-off (configurable cap, KEP-4603).
@@ -170,6 +173,7 @@ class SupervisionConfig:
     log_level: str = "info"
     log_max_size: int = 10 * 1024 * 1024
     log_max_files: int = 3
+    spawn_method: str = "forkserver"
     defaults: Mapping[str, Any] = field(default_factory=dict)
     processes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

@@ -9,6 +9,7 @@ tests drive it with a fake clock and `FakeSpawner`. Not thread-safe: the loop th
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -280,6 +281,18 @@ class Supervisor:
     @property
     def shutdown_done(self) -> bool:
         return self.shutting_down and not any(p.alive for p in self.procs.values())
+
+    def kill_all(self) -> None:
+        """SIGKILL and reap every live child (the last resort when the loop itself failed)."""
+        for proc in self.procs.values():
+            if proc.handle is not None:
+                proc.handle.send_signal(signal.SIGKILL)
+                for _ in range(200):
+                    if proc.handle.poll() is not None:
+                        break
+                    time.sleep(0.01)
+                proc.handle.close()
+                proc.handle = None
 
     def fds(self) -> dict[int, str]:
         """pidfd -> process name, for every process with a live OS process."""

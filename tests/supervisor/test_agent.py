@@ -162,3 +162,11 @@ def test_second_agent_on_same_root_is_refused(agent: Any) -> None:
     b = agent(config={**a.config}, wait=False)
     assert b.proc.wait(30) == 1
     assert "another agent" in b.stderr()
+
+
+def test_exec_spawn_method_also_restarts(agent: Any) -> None:
+    a = agent({"one": IDLE}, extra_args=("--supervision-spawn-method", "exec"))
+    pid = a.wait_state("one", "RUNNING")["pid"]
+    assert "podvisor.supervisor.child" in " ".join(psutil.Process(pid).cmdline())
+    os.kill(pid, signal.SIGKILL)
+    a.wait_state("one", "RUNNING", where=lambda r: r["pid"] != pid)

@@ -64,7 +64,7 @@ def test_ctl_faults(agent: Any) -> None:
         (("kill", "web", "--signal", "SIGBOGUS"), "BAD_SIGNAL(11)"),
         (("kill", "web", "--signal", "999"), "BAD_SIGNAL(11)"),
         (("tail", "nope"), "BAD_NAME(10)"),
-        (("pods",), "NOT_AVAILABLE(110)"),
+        (("events",), "NOT_AVAILABLE(110)"),
     ]
     for args, fault in cases:
         out = a.ctl(*args)
