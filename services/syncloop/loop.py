@@ -21,6 +21,7 @@ from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import admit
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_state import read_pod_runtime
+from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
 from podvisor.services.syncloop.terminate import orphan_grace, teardown
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
@@ -103,7 +104,8 @@ class SyncLoop:
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:
         admitted = [w.pod for w in self.deps.table.workers.values()
-                    if w.admitted and w.pod is not None and w.uid != pod.uid]
+                    if w.admitted and w.pod is not None and w.uid != pod.uid
+                    and w.state is WorkerState.SYNCING]
         rejection = admit(pod, admitted)
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
