@@ -251,6 +251,17 @@ def test_watcher_survives_directory_removal_and_recreation(
 # --- the poll loop -----------------------------------------------------------------------------
 
 
+def poll_until(source: FileSource, match: Callable[[SourceSet], bool],
+               timeout: float = 10.0) -> SourceSet:
+    """Poll the source (each poll waits on inotify) until it returns a matching set."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = source.poll(0.2)
+        if result is not None and match(result):
+            return result
+    raise AssertionError("no matching set in time")
+
+
 class ManualClock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -274,10 +285,7 @@ def test_file_source_reads_at_once_on_change_and_on_relist(tmp_path: Path) -> No
         seen_at = first.pods[0].metadata.annotations[CONFIG_SEEN_ANNOTATION]
 
         (tmp_path / "b.yaml").write_text(pod_yaml("b"))
-        results: list[SourceSet | None] = []
-        eventually(lambda: bool(results.append(source.poll(0.2)) or results[-1]))
-        latest = results[-1]
-        assert latest is not None and names(latest) == [f"a-{NODE}", f"b-{NODE}"]
+        latest = poll_until(source, lambda r: names(r) == [f"a-{NODE}", f"b-{NODE}"])
         assert latest.pods[0].metadata.annotations[CONFIG_SEEN_ANNOTATION] == seen_at
 
         eventually(lambda: source.poll(0.05) is None)
@@ -297,8 +305,6 @@ def test_file_source_missing_dir_then_created(tmp_path: Path) -> None:
         assert first is not None and first.pods == ()
         target.mkdir()
         (target / "a.yaml").write_text(pod_yaml("a"))
-        results: list[SourceSet | None] = []
-        eventually(lambda: bool(results.append(source.poll(0.2)) or
-                                names(results[-1]) == [f"a-{NODE}"]))
+        poll_until(source, lambda r: names(r) == [f"a-{NODE}"])
     finally:
         source.close()
