@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import zmq
 
-from podvisor.ipc.bus import BusProxy, Publisher
+from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.commands import Command, default_commands
 from podvisor.supervisor.config import Config, load_config, write_config_json
@@ -90,6 +90,7 @@ def run_agent(
     proxy = BusProxy(zctx, paths)
     proxy.start()
     publisher = Publisher(zctx, paths, "supervisor")
+    subscriber = Subscriber(zctx, paths, ["syncloop.pods.stopped"])
     agent_box: list[Agent] = []
 
     def notify(change: StateChange) -> None:
@@ -101,7 +102,7 @@ def run_agent(
     core = CoreDeps(deps.clock, deps.wall, spawner, notify, log, deps.rand, env)
     sup = Supervisor(specs, core)
     parts = AgentParts(
-        config=config, sup=sup, zctx=zctx, publisher=publisher, log=log,
+        config=config, sup=sup, zctx=zctx, publisher=publisher, subscriber=subscriber, log=log,
         logs_dir=paths.logs_dir, config_json=paths.config_json,
         heartbeat_endpoint=paths.heartbeat,
         reload_config=lambda: load_config(config_path, overrides),
@@ -117,6 +118,7 @@ def run_agent(
         control.close()
         agent.close()
         publisher.close()
+        subscriber.close()
         proxy.stop()
         zctx.destroy(linger=0)
         for endpoint in (paths.control, paths.heartbeat, paths.bus_pub, paths.bus_sub):

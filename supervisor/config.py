@@ -119,6 +119,8 @@ TOP_KEYS: tuple[Key, ...] = (
 SUPERVISION_KEYS: tuple[Key, ...] = (
     Key("heartbeatInterval", "heartbeat_interval", DURATION, "how often children heartbeat"),
     Key("shutdownTimeout", "shutdown_timeout", DURATION, "bound on stopping all children"),
+    Key("stopPodsTimeout", "stop_pods_timeout", DURATION,
+        "bound on waiting for the sync loop to stop every pod before shutdown"),
     Key("builtins", "builtins", BOOL, "run the built-in subsystems"),
     Key("logLevel", "log_level", LEVEL, "debug, info, warning or error"),
     Key("logMaxSize", "log_max_size", QUANTITY, "rotate logs/<process>.log at this size"),
@@ -169,6 +171,7 @@ class SupervisionConfig:
 
     heartbeat_interval: float = 1.0
     shutdown_timeout: float = 20.0
+    stop_pods_timeout: float = 60.0
     builtins: bool = True
     log_level: str = "info"
     log_max_size: int = 10 * 1024 * 1024

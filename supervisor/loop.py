@@ -20,8 +20,8 @@ from types import FrameType
 
 import zmq
 
-from podvisor.ipc.bus import Publisher
-from podvisor.ipc.messages import ProcessStateChanged
+from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.messages import AllPodsStopped, ProcessStateChanged, StopAllPods
 from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
@@ -45,6 +45,7 @@ class AgentParts:
     sup: Supervisor
     zctx: zmq.Context[zmq.Socket[bytes]]
     publisher: Publisher
+    subscriber: Subscriber  # topic `syncloop.pods.stopped`
     log: EventLog
     logs_dir: Path
     config_json: Path
@@ -68,7 +69,7 @@ class Agent:
         self.logs_dir = parts.logs_dir
         self.started_at = parts.wall()
         self.control: ControlServer | None = None
-        self._stop_pods = False
+        self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._heartbeats = parts.zctx.socket(zmq.PULL)
         self._heartbeats.setsockopt(zmq.LINGER, 0)
         self._heartbeats.bind(parts.heartbeat_endpoint)
@@ -78,9 +79,33 @@ class Agent:
     # --- CommandContext ----------------------------------------------------------------------
 
     def request_shutdown(self, pods: bool) -> None:
-        if not self.sup.shutting_down:
-            self._stop_pods = pods
-            self.p.log.info("agent.shutdown", stop_pods=pods)
+        """Stop every process (reverse start order). With `pods`, first ask the sync loop to
+        stop every pod (`StopAllPods`) and wait for `AllPodsStopped`, at most
+        `supervision.stopPodsTimeout`."""
+        if self.sup.shutting_down or self._pods_deadline is not None:
+            return
+        syncloop = self.sup.procs.get("syncloop")
+        self.p.log.info("agent.shutdown", stop_pods=pods)
+        if pods and syncloop is not None and syncloop.alive:
+            self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
+            self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
+            return
+        self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+
+    def _check_pods_stopped(self) -> None:
+        if self._pods_deadline is None:
+            return
+        done = False
+        while (env := self.p.subscriber.recv(0)) is not None:
+            if isinstance(env.message, AllPodsStopped):
+                self.p.log.info("agent.pods_stopped", pods=env.message.pods)
+                done = True
+        if not done and self.p.clock() >= self._pods_deadline:
+            self.p.log.warning("agent.pods_stop_timeout",
+                               timeout=self.p.config.supervision.stop_pods_timeout)
+            done = True
+        if done:
+            self._pods_deadline = None
             self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
 
     def reload(self) -> list[str]:
@@ -157,7 +182,9 @@ class Agent:
             signal.signal(sig, _noop_handler)
 
     def _timeout_ms(self, control: ControlServer) -> int | None:
-        deadlines = [d for d in (self.sup.tick(), control.next_deadline()) if d is not None]
+        self._check_pods_stopped()
+        deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline)
+                     if d is not None]
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
@@ -178,6 +205,8 @@ class Agent:
             poller.register(self._heartbeats, zmq.POLLIN)
             poller.register(control.socket, zmq.POLLIN)
             poller.register(self._sig_r.fileno(), zmq.POLLIN)
+            if self._pods_deadline is not None:
+                poller.register(self.p.subscriber.socket, zmq.POLLIN)
             fds = self.sup.fds()
             for fd in fds:
                 poller.register(fd, zmq.POLLIN)

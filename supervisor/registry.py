@@ -99,11 +99,13 @@ def resolve_specs(
     (when `supervision.builtins` is true), then custom processes in config order.
 
     Precedence: ProcessSpec defaults < built-in overrides < supervision.defaults <
-    supervision.processes.<name>. A configured process that is not a built-in needs `module`.
+    supervision.processes.<name>. A configured process that is not a built-in needs `module`;
+    a built-in's entry may not set `module` (with built-ins off, it is a custom process).
     """
     sup = config.supervision
     specs: list[ProcessSpec] = []
-    builtin_names = {b.name for b in builtins}
+    # With built-ins off, their names are free for custom processes (tests use that).
+    builtin_names = {b.name for b in builtins} if sup.builtins else set()
     if sup.builtins:
         for b in builtins:
             if b.when(config) and exists(b.module):

@@ -130,3 +130,16 @@ def test_sigint_to_agent_also_stops_cleanly(agent: Any) -> None:
     a.wait_state("web", "RUNNING")
     a.proc.send_signal(signal.SIGINT)
     assert a.proc.wait(30) == 0
+
+
+def test_shutdown_pods_waits_for_the_sync_loop(agent: Any) -> None:
+    a = agent({"syncloop": {**IDLE, "module": "svc_fake_syncloop"}, "web": IDLE})
+    a.wait_state("syncloop", "RUNNING")
+    a.wait_state("web", "RUNNING")
+    out = a.ctl("shutdown", "--pods")
+    assert out.returncode == 0
+    assert a.proc.wait(60) == 0
+    events = [json.loads(x)["event"] for x in
+              (a.paths.logs_dir / "supervisor.log").read_text().splitlines()]
+    assert events.index("agent.pods_stopped") < events.index("process.stopping")
+    assert "fake.stopall" in (a.paths.logs_dir / "syncloop.log").read_text()
