@@ -6,6 +6,8 @@ has too.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,18 +88,26 @@ def test_exit_code_137_after_kill(cri_runtime: Any) -> None:
     assert cri_runtime.client.container_status(cid).exit_code == 137
 
 
-def test_exit_code_143_after_term(cri_runtime: Any) -> None:
+def _wait_ready(rt: Any, cid: str, poll: Any) -> None:
+    """Wait until the container's script logged "ready" (its trap is installed)."""
+    path = rt.client.container_status(cid).log_path
+    poll(lambda: os.path.exists(path) and " ready" in Path(path).read_text(), message="ready")
+
+
+def test_exit_code_143_after_term(cri_runtime: Any, poll: Any) -> None:
     # A shell that exits on TERM the way an unhandled TERM reports (128 + 15). As PID 1 of a
     # container (containerd) a process without a handler would ignore TERM, so trap it.
-    cmd = ["sh", "-c", "trap 'exit 143' TERM; sleep 1000 & wait"]
+    cmd = ["sh", "-c", "trap 'exit 143' TERM; echo ready; sleep 1000 & wait"]
     cid = cri_runtime.start(cri_runtime.run("term"), "termed", cmd)
+    _wait_ready(cri_runtime, cid, poll)
     cri_runtime.client.stop_container(cid, 30)
     assert cri_runtime.client.container_status(cid).exit_code == 143
 
 
-def test_stop_timeout_escalates_to_kill(cri_runtime: Any) -> None:
-    cmd = ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+def test_stop_timeout_escalates_to_kill(cri_runtime: Any, poll: Any) -> None:
+    cmd = ["sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done"]
     cid = cri_runtime.start(cri_runtime.run("stubborn"), "stubborn", cmd)
+    _wait_ready(cri_runtime, cid, poll)
     cri_runtime.client.stop_container(cid, 1)
     status = cri_runtime.client.container_status(cid)
     assert status.state == pb.CONTAINER_EXITED
