@@ -2,7 +2,8 @@
 
 Handlers read an immutable ``View`` through ``get_view()`` (never zmq). Errors are Kubernetes
 ``Status`` JSON objects with a 4xx code: unknown path 404, wrong method 405, unexpected query
-parameters 400.
+parameters 400; 503 until the replicas have their first snapshot (so a
+restarted server never serves an empty PodList).
 """
 
 from __future__ import annotations
@@ -63,13 +64,19 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
         if bad is not None:
             return bad
         view = get_view()
+        if not (view.desired_synced and view.statuses_synced):
+            return status_error(503, "ServiceUnavailable",
+                                "not synced yet with the sync loop's and status's maps; retry")
         return _json(pod_list(view.desired, view.statuses))
 
     async def runningpods(request: web.Request) -> web.Response:
         bad = no_query(request)
         if bad is not None:
             return bad
-        return _json(running_pods(get_view().pleg))
+        view = get_view()
+        if not view.pleg_synced:
+            return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
+        return _json(running_pods(view.pleg))
 
     app = web.Application(middlewares=[_errors])
     app.router.add_get("/healthz", healthz)

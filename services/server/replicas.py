@@ -34,6 +34,8 @@ class View:
     statuses: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     pleg: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     desired_synced: bool = False
+    statuses_synced: bool = False
+    pleg_synced: bool = False
     desired_heard: float | None = None  # monotonic time the desired owner was last heard
 
 
@@ -93,7 +95,7 @@ class ReplicaPump:
         self._key = key
         d, s, p = maps["desired"], maps["statuses"], maps["pleg"]
         self.view = View(MappingProxyType(d.items()), MappingProxyType(s.items()),
-                         MappingProxyType(p.items()), d.synced, heard)
+                         MappingProxyType(p.items()), d.synced, s.synced, p.synced, heard)
 
     def close(self, timeout: float = 2.0) -> None:
         self.stop.set()

@@ -38,7 +38,8 @@ PLEG = {
 
 def healthy_view() -> View:
     return View(desired={"u1": pod("u1", "b"), "u2": pod("u2", "a"), "_meta": {}},
-                statuses={"u1": STATUS}, pleg=PLEG, desired_synced=True, desired_heard=99.0)
+                statuses={"u1": STATUS}, pleg=PLEG, desired_synced=True, statuses_synced=True,
+                pleg_synced=True, desired_heard=99.0)
 
 
 def call(view: View, method: str, path: str, now: float = 100.0) -> tuple[int, Any, str]:
@@ -124,3 +125,9 @@ def test_table_rows() -> None:
 
 def test_running_pods_empty() -> None:
     assert running_pods({})["items"] == []
+
+
+def test_unsynced_replicas_are_503_not_an_empty_list() -> None:
+    code, body, _ = call(View(), "GET", "/pods")
+    assert code == 503 and body["reason"] == "ServiceUnavailable"
+    assert call(View(), "GET", "/runningpods/")[0] == 503
