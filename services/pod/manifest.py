@@ -18,6 +18,9 @@ from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.parse import ParsedPod, pod_from_dict
 
 MAX_MANIFEST_BYTES = 10 * 1024 * 1024
+# Values in a decoded document, counting each use of a YAML alias again: bounds the work done
+# on a small file whose aliases expand it a millionfold.
+MAX_DOCUMENT_NODES = 500_000
 
 _SafeBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
@@ -61,7 +64,25 @@ def load_document(data: bytes, where: str) -> Any:
         raise _fail(where, "empty manifest (no YAML document)")
     if len(docs) > 1:
         raise _fail(where, f"found {len(docs)} YAML documents; put one Pod per file")
+    if not _within_nodes(docs[0], MAX_DOCUMENT_NODES):
+        raise _fail(where, f"more than {MAX_DOCUMENT_NODES} values once YAML aliases are "
+                    "expanded")
     return docs[0]
+
+
+def _within_nodes(doc: Any, budget: int) -> bool:
+    """True if ``doc`` holds at most ``budget`` values (iterative; stops early)."""
+    stack = [doc]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True
 
 
 def decode_pod(data: bytes, where: str) -> ParsedPod:

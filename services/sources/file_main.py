@@ -17,6 +17,7 @@ from podvisor.services.sources.file_source import FileSource
 from podvisor.services.sources.files import SourceReadError
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.watcher import new_inotify_watcher
+from podvisor.services.sources.worker import LoopWorker, Progress
 from podvisor.supervisor.child import ChildContext
 
 POLL = 0.25  # seconds between heartbeats at most
@@ -28,40 +29,51 @@ class _Publish(Protocol):
 
 def run(ctx: ChildContext) -> None:
     config = ctx.config
-    path = Path(config.static_pod_path) if config.static_pod_path else None
     publisher = Publisher(ctx.zctx, ctx.paths, source=ctx.name)
     reporter = Reporter(ctx.log, key="file")
+
+    def publish(result: SourceSet) -> None:
+        reporter.report(result)
+        publisher.publish(result.to_message(time.monotonic()))
+
     try:
-        if path is None:
+        if not config.static_pod_path:
             ctx.log.info("source.disabled", reason="staticPodPath is not set")
-            _idle(ctx, lambda r: _publish(publisher, r), config.file_check_frequency)
+            _idle(ctx, publish, config.file_check_frequency)
             return
+        path = Path(config.static_pod_path)
         ctx.log.info("source.started", path=str(path), period=config.file_check_frequency)
+        progress = Progress()
         source = FileSource(path, config.node_name, config.file_check_frequency,
-                            new_inotify_watcher(path), tick=ctx.heartbeat)
+                            new_inotify_watcher(path), tick=progress.tick)
         try:
-
-            def publish(result: SourceSet) -> None:
-                reporter.report(result)
-                _publish(publisher, result)
-
-            _loop(ctx, source, publish)
+            _loop(ctx, source, progress, publish)
         finally:
             source.close()
     finally:
         publisher.close()
 
 
-def _loop(ctx: ChildContext, source: FileSource, publish: _Publish) -> None:
+def _loop(ctx: ChildContext, source: FileSource, progress: Progress,
+          publish: _Publish) -> None:
+    """Reads run on a helper thread (a big manifest parses for seconds); this thread
+    heartbeats and publishes."""
+
+    def step() -> SourceSet | None:
+        try:
+            return source.poll(POLL)
+        except SourceReadError as exc:
+            ctx.log.error("source.read_failed", path=str(source.path), reason=str(exc))
+            return None
+
+    worker = LoopWorker(step, ctx.stop, progress, name="source-file-read")
+    worker.start()
     while not ctx.stop.is_set():
         ctx.heartbeat()
-        try:
-            result = source.poll(POLL)
-        except SourceReadError as exc:
-            ctx.log.error("source.read_failed", path=str(exc.filename or ""), reason=str(exc))
-            continue
+        result = worker.next(POLL)
         if result is not None:
             publish(result)
+    worker.join(2 * POLL)
 
 
 def _idle(ctx: ChildContext, publish: _Publish, period: float) -> None:
@@ -70,7 +82,3 @@ def _idle(ctx: ChildContext, publish: _Publish, period: float) -> None:
         publish(SourceSet("file"))
         if ctx.sleep(period):
             return
-
-
-def _publish(publisher: Publisher, result: SourceSet) -> None:
-    publisher.publish(result.to_message(time.monotonic()))

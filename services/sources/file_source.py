@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from podvisor.services.sources.common import FirstSeen, SourceSet
-from podvisor.services.sources.files import read_static_pods
+from podvisor.services.sources.files import ParseCache, read_static_pods
 from podvisor.services.sources.watcher import DirWatcher
 
 Clock = Callable[[], float]
@@ -25,13 +25,14 @@ class FileSource:
     def __init__(self, path: Path, node_name: str, period: float, watcher: DirWatcher, *,
                  clock: Clock = time.monotonic, wall: Clock = time.time,
                  tick: Callable[[], None] = lambda: None) -> None:
-        self._path = path
+        self.path = path
         self._node = node_name
         self._period = period
         self._watcher = watcher
         self._clock = clock
         self._tick = tick
         self._seen = FirstSeen(wall)
+        self.cache = ParseCache()
         self._next: float | None = None
         self.reads = 0
 
@@ -47,7 +48,7 @@ class FileSource:
             return None
         delay = EARLY_REPUBLISH if self.reads == 0 else self._period
         self._next = now + min(delay, self._period)
-        result = read_static_pods(self._path, self._node, self._seen, self._tick)
+        result = read_static_pods(self.path, self._node, self._seen, self._tick, self.cache)
         self.reads += 1
         self._seen.forget_except(p.uid for p in result.pods)
         return result

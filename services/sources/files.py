@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from podvisor.services.pod import (
     MAX_MANIFEST_BYTES,
     FieldIssue,
+    ParsedPod,
     PodValidationError,
     decode_pod,
 )
@@ -37,8 +38,10 @@ class SourceReadError(OSError):
 
 
 def read_static_pods(path: Path, node_name: str, seen: Seen,
-                     tick: Callable[[], None] = lambda: None) -> SourceSet:
-    """Read every manifest under ``path``; ``tick`` is called between files (heartbeats)."""
+                     tick: Callable[[], None] = lambda: None,
+                     cache: ParseCache | None = None) -> SourceSet:
+    """Read every manifest under ``path``; ``tick`` is called between files (progress).
+    With a ``cache``, files whose stat did not change are not parsed again."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -46,7 +49,7 @@ def read_static_pods(path: Path, node_name: str, seen: Seen,
     except OSError as exc:
         raise SourceReadError(exc.errno, f"cannot stat {path}: {exc.strerror}") from exc
     if not stat.S_ISDIR(info.st_mode):
-        return within_budget(_read_files([path], node_name, seen, tick, []))
+        return within_budget(_read_files([path], node_name, seen, tick, [], cache))
     try:
         entries = sorted(os.scandir(path), key=lambda e: e.name)
     except OSError as exc:
@@ -60,7 +63,7 @@ def read_static_pods(path: Path, node_name: str, seen: Seen,
             notes.append(f"{entry.path}: a directory; not recursing")
         else:
             files.append(Path(entry.path))
-    return within_budget(_read_files(files, node_name, seen, tick, notes))
+    return within_budget(_read_files(files, node_name, seen, tick, notes, cache))
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -71,16 +74,18 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 
 def _read_files(files: list[Path], node_name: str, seen: Seen, tick: Callable[[], None],
-                notes: list[str]) -> SourceSet:
+                notes: list[str], cache: ParseCache | None) -> SourceSet:
     pods = []
     errors: list[SourceError] = []
     for file in files:
         tick()
         where = str(file)
         try:
-            data = read_capped(file, MAX_MANIFEST_BYTES)
-            parsed = decode_pod(data, where)
-            pods.append(build_static_pod(parsed, node_name=node_name, source=SOURCE,
+            outcome = _decode_file(file, where, cache)
+            if isinstance(outcome, PodValidationError):
+                errors.extend(errors_of(outcome))
+                continue
+            pods.append(build_static_pod(outcome, node_name=node_name, source=SOURCE,
                                          location=where, seen=seen))
         except PodValidationError as exc:
             errors.extend(errors_of(exc))
@@ -88,7 +93,51 @@ def _read_files(files: list[Path], node_name: str, seen: Seen, tick: Callable[[]
             notes.append(f"{where}: not a regular file; ignored")
         except OSError as exc:
             errors.append(SourceError(where, "", f"cannot read: {exc.strerror or exc}"))
+    if cache is not None:
+        cache.keep_only(str(f) for f in files)
     return SourceSet(SOURCE, tuple(pods), tuple(errors), tuple(notes))
+
+
+Outcome = ParsedPod | PodValidationError
+
+
+def _decode_file(file: Path, where: str, cache: ParseCache | None) -> Outcome:
+    info = os.stat(file)
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if cache is not None and (hit := cache.get(where, key)) is not None:
+        return hit
+    outcome: Outcome
+    try:
+        outcome = decode_pod(read_capped(file, MAX_MANIFEST_BYTES), where)
+    except PodValidationError as exc:
+        outcome = exc
+    if cache is not None:
+        cache.put(where, key, outcome)
+    return outcome
+
+
+class ParseCache:
+    """Decoded manifests by file name, reused while the file's stat (device, inode, size,
+    mtime and ctime in ns) is unchanged: a relist then costs a stat per file, not a parse
+    (parsing a large YAML file takes seconds). One thread."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[tuple[int, ...], Outcome]] = {}
+        self.hits = 0
+
+    def get(self, where: str, key: tuple[int, ...]) -> Outcome | None:
+        entry = self._entries.get(where)
+        if entry is None or entry[0] != key:
+            return None
+        self.hits += 1
+        return entry[1]
+
+    def put(self, where: str, key: tuple[int, ...], outcome: Outcome) -> None:
+        self._entries[where] = (key, outcome)
+
+    def keep_only(self, wheres: Iterable[str]) -> None:
+        keep = set(wheres)
+        self._entries = {w: e for w, e in self._entries.items() if w in keep}
 
 
 class _NotRegular(Exception):

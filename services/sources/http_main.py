@@ -6,11 +6,8 @@ The GET runs on a helper thread so the main loop keeps heartbeating through a sl
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
 
 import requests
 
@@ -19,10 +16,10 @@ from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.http_source import HttpSource
 from podvisor.services.sources.httpfetch import fetch, flatten_headers
 from podvisor.services.sources.report import Reporter
+from podvisor.services.sources.worker import run_in_thread
 from podvisor.supervisor.child import ChildContext
 
 POLL = 0.25
-T = TypeVar("T")
 
 
 def run(ctx: ChildContext) -> None:
@@ -57,7 +54,7 @@ def _loop(ctx: ChildContext, source: HttpSource, publisher: Publisher,
         if wait > 0:
             ctx.stop.wait(min(POLL, wait))
             continue
-        done, result = _in_thread(ctx, source.refresh)
+        done, result = run_in_thread(source.refresh, ctx.heartbeat, ctx.stop, POLL)
         if not done:
             return
         if source.last_error and source.last_error != last_error:
@@ -67,27 +64,3 @@ def _loop(ctx: ChildContext, source: HttpSource, publisher: Publisher,
         if result is not None:
             reporter.report(result)
             publisher.publish(result.to_message(time.monotonic()))
-
-
-def _in_thread(ctx: ChildContext, fn: Callable[[], T]) -> tuple[bool, T | None]:
-    """Run ``fn`` on a daemon thread, heartbeating meanwhile. (False, None) if stopped first;
-    an exception in ``fn`` is re-raised here (a crash the supervisor restarts)."""
-    box: list[T] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            box.append(fn())
-        except BaseException as exc:
-            error.append(exc)
-
-    thread = threading.Thread(target=target, name="source-http-fetch", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        ctx.heartbeat()
-        thread.join(POLL)
-        if ctx.stop.is_set() and thread.is_alive():
-            return False, None
-    if error:
-        raise error[0]
-    return True, box[0]

@@ -358,13 +358,20 @@ def test_oversized_document_rejected_before_parsing() -> None:
         decode_pod(b"#" * (20 * 1024 * 1024), "pods/big.yaml")
 
 
-def test_yaml_alias_bomb_in_status_is_bounded() -> None:
+def test_yaml_alias_bomb_is_bounded() -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]"
               for i in range(1, 9)]
     doc = yaml.safe_dump(manifest()) + "status:\n" + "".join(f"  {line}\n" for line in lines)
-    with pytest.raises(PodValidationError, match="status: too large"):
+    with pytest.raises(PodValidationError, match="once YAML aliases are expanded"):
         decode_pod(doc.encode(), "pods/bomb.yaml")
+
+
+def test_status_is_bounded() -> None:
+    doc = manifest()
+    doc["status"] = {"big": list(range(20_000))}
+    with pytest.raises(PodValidationError, match="status: too large"):
+        pod_from_dict(doc, "pods/x.yaml")
 
 
 def test_pod_list() -> None:

@@ -1,0 +1,112 @@
+"""Keeping a source process's main thread free to heartbeat while slow work runs elsewhere.
+
+Parsing a 10 MiB YAML file or waiting on a slow server takes seconds; the supervisor kills a
+process that stops heartbeating. So the work runs on a helper thread and the main thread
+heartbeats, publishes (zmq sockets stay on the main thread) and watches the helper: work that
+makes no progress for ``STALL_LIMIT`` seconds is a hang, raised as ``WorkerStalled`` so the
+supervisor restarts the process (a hung subsystem counts as a dead one).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+STALL_LIMIT = 120.0
+Clock = Callable[[], float]
+
+
+class WorkerStalled(RuntimeError):
+    """The helper thread made no progress for too long."""
+
+
+class Progress:
+    """A timestamp the worker refreshes (``tick``) and the main thread reads. Thread-safe (one
+    float assignment)."""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self._last = clock()
+
+    def tick(self) -> None:
+        self._last = self._clock()
+
+    def stalled_for(self) -> float:
+        return self._clock() - self._last
+
+
+class LoopWorker(Generic[T]):
+    """Runs ``step()`` over and over on a daemon thread until ``stop`` is set; each non-None
+    result is queued for ``next(timeout)`` on the main thread. An exception in ``step`` ends
+    the worker and is re-raised by ``next``; so is ``WorkerStalled`` after ``limit`` seconds
+    without a tick (``step`` may call ``progress.tick`` itself while it works)."""
+
+    def __init__(self, step: Callable[[], T | None], stop: threading.Event,
+                 progress: Progress, limit: float = STALL_LIMIT, name: str = "worker") -> None:
+        self._step = step
+        self._stop = stop
+        self.progress = progress
+        self._limit = limit
+        self._queue: queue.Queue[T | BaseException] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.progress.tick()
+                result = self._step()
+                if result is not None:
+                    self._queue.put(result)
+        except BaseException as exc:
+            self._queue.put(exc)
+
+    def next(self, timeout: float) -> T | None:
+        """The next result, or None after ``timeout``. Raises the worker's failure."""
+        if self.progress.stalled_for() > self._limit:
+            raise WorkerStalled(f"no progress for {self.progress.stalled_for():.0f} s")
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def run_in_thread(fn: Callable[[], T], heartbeat: Callable[[], None], stop: threading.Event,
+                  poll: float, limit: float = STALL_LIMIT) -> tuple[bool, T | None]:
+    """Run ``fn`` once on a daemon thread, calling ``heartbeat`` every ``poll`` seconds.
+    (False, None) if ``stop`` is set first; re-raises ``fn``'s exception; ``WorkerStalled``
+    if it runs longer than ``limit`` seconds."""
+    box: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:
+            error.append(exc)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=target, name="source-once", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        heartbeat()
+        thread.join(poll)
+        if stop.is_set() and thread.is_alive():
+            return False, None
+        if time.monotonic() - started > limit and thread.is_alive():
+            raise WorkerStalled(f"still running after {limit:.0f} s")
+    if error:
+        raise error[0]
+    return True, box[0]
