@@ -49,6 +49,14 @@ def _embedded_runtime(config: Config) -> bool:
     return config.runtime_endpoint == "embedded"
 
 
+def _has_static_pod_path(config: Config) -> bool:
+    return bool(config.static_pod_path)
+
+
+def _has_static_pod_url(config: Config) -> bool:
+    return bool(config.static_pod_url)
+
+
 @dataclass(frozen=True)
 class Builtin:
     """A built-in subsystem: its process name, its module, when it runs, and spec overrides."""
@@ -64,7 +72,8 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("status", "podvisor.services.status.main"),
     Builtin("pleg", "podvisor.services.pleg.main"),
     Builtin("syncloop", "podvisor.services.syncloop.main"),
-    Builtin("sources", "podvisor.services.sources.main"),
+    Builtin("source-file", "podvisor.services.sources.file_main", _has_static_pod_path),
+    Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
     Builtin("server", "podvisor.services.server.main"),
