@@ -14,7 +14,8 @@
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import importlib
 import os
 import shutil
 import signal
@@ -102,10 +103,17 @@ class EmbeddedRuntime:
 def cleanup(client: RuntimeClient, run_label: str | None = None) -> None:
     """Stop and remove every sandbox (and so container) this test made."""
     want = pb.PodSandboxFilter(label_selector={TEST_LABEL: run_label}) if run_label else None
+    def removed(cid: str) -> bool:
+        try:
+            client.stop_container(cid, 0)
+            client.remove_container(cid)
+        except CriError:
+            return False  # containerd can briefly refuse ("still running") right after a stop
+        return True
+
     for sb in client.list_pod_sandbox(want):
         for c in client.list_containers(pb.ContainerFilter(pod_sandbox_id=sb.id)):
-            client.stop_container(c.id, 0)
-            client.remove_container(c.id)
+            poll(lambda cid=c.id: removed(cid), 30.0, f"removal of container {c.id[:12]}")
         client.stop_pod_sandbox(sb.id)
         client.remove_pod_sandbox(sb.id)
 
@@ -118,18 +126,24 @@ class RuntimeUnderTest:
     tmp: Path
     run_label: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     embedded: EmbeddedRuntime | None = None
+    cgroup_parent: str = ""  # containerd: pods get f"{cgroup_parent}/pod{uid}"
+    pod_cgroups: list[str] = field(default_factory=list)
 
     def sandbox_config(self, name: str = "pod", labels: dict[str, str] | None = None,
                        log_dir: Path | None = None) -> pb.PodSandboxConfig:
         log_directory = log_dir if log_dir is not None else self.tmp / "logs" / name
         log_directory.mkdir(parents=True, exist_ok=True)
         ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
+        uid = f"{self.run_label}-{name}"
+        cgroup = f"{self.cgroup_parent}/pod{uid}" if self.cgroup_parent else ""
+        if cgroup:
+            self.pod_cgroups.append(cgroup)
         return pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name=name, namespace="contract",
-                                           uid=f"{self.run_label}-{name}", attempt=0),
+            metadata=pb.PodSandboxMetadata(name=name, namespace="contract", uid=uid, attempt=0),
             hostname="", log_directory=str(log_directory),
             labels={TEST_LABEL: self.run_label, **(labels or {})},
             linux=pb.LinuxPodSandboxConfig(
+                cgroup_parent=cgroup,
                 security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns)),
         )
 
@@ -167,18 +181,28 @@ class RuntimeUnderTest:
 
 
 def _load_containerd_module() -> Any:
-    path = HERE / "containerd.py"
-    if not path.exists():
+    """tests/runtime/containerd.py, imported by the one name its owner asks for (one session
+    cache, so one containerd instance per session)."""
+    if not (HERE / "containerd.py").exists():
         return None
-    spec = importlib.util.spec_from_file_location("podvisor_tests_runtime_containerd", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("tests.runtime.containerd")
 
 
 def short_tmp(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _containerd_session(request: pytest.FixtureRequest) -> None:
+    """Start the session's containerd (if any containerd-parametrised test was collected) before
+    any test's leak check takes its "before" snapshot: containerd outlives single tests."""
+    wanted = any("[containerd" in item.name for item in request.session.items)
+    module = _load_containerd_module() if wanted else None
+    if module is None:
+        return
+    # Each containerd test reports the same (cached) outcome itself.
+    with contextlib.suppress(pytest.skip.Exception, pytest.fail.Exception):
+        module.containerd_or_skip()
 
 
 @pytest.fixture
@@ -213,7 +237,8 @@ def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
                         "available yet")
         handle = module.containerd_or_skip()
         client = new_runtime_client(handle.endpoint, timeout=30.0)
-        under = RuntimeUnderTest("containerd", client, handle.image, tmp)
+        under = RuntimeUnderTest("containerd", client, handle.image, tmp,
+                                 cgroup_parent=handle.cgroup_parent)
         try:
             yield under
         finally:
@@ -221,6 +246,8 @@ def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
                 cleanup(client, under.run_label)
             finally:
                 client.close()
+                for cgroup in under.pod_cgroups:
+                    module.remove_pod_cgroup(cgroup)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
