@@ -37,8 +37,7 @@ echo "containerd: starting"
 if ! out="$(bash deploy/containerd/start.sh "$DIR" 2>&1)"; then
     indent <<<"$out"
     bash deploy/containerd/stop.sh "$DIR" 2>&1 | indent
-    unavailable "start failed: $(grep -m1 '^start.sh:.*\(failed\|exited\|did not\|missing\|needs\)' \
-        <<<"$out" || tail -n 1 <<<"$out")"
+    unavailable "start failed: $(tail -n 1 <<<"$out")"  # start.sh prints its reason last
 fi
 indent <<<"$out"
 endpoint="$(sed -n 's/^ENDPOINT=//p' <<<"$out" | tail -n 1)"

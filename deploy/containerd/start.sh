@@ -14,12 +14,16 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TIMEOUT="${PODVISOR_CONTAINERD_START_TIMEOUT:-30}"
 
-die() {
-    echo "start.sh: $*" >&2
+started=""
+die() {  # the reason goes last, so callers showing the tail of stderr show it
     if [[ -n "${DIR:-}" && -f "$DIR/containerd.log" ]]; then
         echo "--- last lines of $DIR/containerd.log:" >&2
         tail -n 15 "$DIR/containerd.log" >&2
     fi
+    if [[ -n "$started" ]] && kill -0 "$started" 2>/dev/null; then
+        "$HERE/stop.sh" "$DIR" >/dev/null 2>&1  # do not leave a half-started instance behind
+    fi
+    echo "start.sh: $*" >&2
     exit 1
 }
 
@@ -50,6 +54,7 @@ else
     # containerd directly (no extra fork) and $! is containerd's pid.
     setsid "$CONTAINERD" --config "$DIR/config.toml" </dev/null >>"$DIR/containerd.log" 2>&1 &
     pid=$!
+    started="$pid"
     echo "$pid" >"$DIR/containerd.pid"
     echo "start.sh: started containerd (pid $pid), log $DIR/containerd.log"
 fi

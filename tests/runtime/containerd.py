@@ -97,10 +97,15 @@ def stop_session_instance() -> None:
     outcome = _session_outcome() if _session_outcome.cache_info().currsize else None
     if outcome is None or outcome.handle is None or outcome.handle.instance_dir is None:
         return
-    directory = outcome.handle.instance_dir
-    if directory.exists():
+    _stop(outcome.handle.instance_dir)
+
+
+def _stop(directory: Path) -> None:
+    if (directory / "config.toml").exists():
         subprocess.run([str(DEPLOY_DIR / "stop.sh"), "--purge", str(directory)],
                        capture_output=True, text=True, timeout=120, check=False)
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
     for pid in _session_pids:  # under a subreaping pytest, containerd is our child: reap it
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
@@ -183,13 +188,15 @@ def _start_private() -> _Outcome:
     if pid_file.exists():
         register_session_process(int(pid_file.read_text().strip()))
     handle = _handle_for(f"unix://{directory}/run/containerd.sock", directory)
-    atexit.register(stop_session_instance)
+    problem = None
     if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
-        return _Outcome(skip=f"containerd start failed: {tail}")
-    problem = _wait_ready(handle)
+        problem = "\n".join(done.stderr.strip().splitlines()[-8:])
+    else:
+        problem = _wait_ready(handle)
     if problem:
+        _stop(directory)
         return _Outcome(skip=f"containerd start failed: {problem}")
+    atexit.register(stop_session_instance)
     return _Outcome(handle=handle)
 
 
