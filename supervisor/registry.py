@@ -109,7 +109,8 @@ def resolve_specs(
 
     Precedence: ProcessSpec defaults < built-in overrides < supervision.defaults <
     supervision.processes.<name>. A configured process that is not a built-in needs `module`;
-    a built-in's entry may not set `module` (with built-ins off, it is a custom process).
+    a built-in's entry may set `module` to replace its implementation (it still runs only when
+    the built-in would). With built-ins off, built-in names are free for custom processes.
     """
     sup = config.supervision
     specs: list[ProcessSpec] = []
@@ -117,13 +118,12 @@ def resolve_specs(
     builtin_names = {b.name for b in builtins} if sup.builtins else set()
     if sup.builtins:
         for b in builtins:
-            if b.when(config) and exists(b.module):
-                mine = sup.processes.get(b.name, {})
-                specs.append(_spec(b.name, b.module, b.overrides, sup.defaults, mine))
+            mine = sup.processes.get(b.name, {})
+            module = str(mine.get("module") or b.module)
+            if b.when(config) and exists(module):
+                specs.append(_spec(b.name, module, b.overrides, sup.defaults, mine))
     for name, partial in sup.processes.items():
         if name in builtin_names:
-            if "module" in partial:
-                raise ConfigError(f"supervision.processes.{name}.module", "built-in process")
             continue
         module = partial.get("module")
         if not module:

@@ -152,7 +152,9 @@ def test_resolve_specs_layers_and_builtins() -> None:
         "a", "missing"]
     off = config_from_mapping({"supervision": {"builtins": False}})
     assert resolve_specs(off, builtins, exists=lambda m: True) == ()
+    replaced = config_from_mapping({"supervision": {"processes": {"a": {"module": "x"}}}})
+    assert resolve_specs(replaced, builtins, exists=lambda m: True)[0].module == "x"
     with pytest.raises(ConfigError) as err:
-        resolve_specs(config_from_mapping({"supervision": {"processes": {"a": {"module": "x"}}}}),
+        resolve_specs(config_from_mapping({"supervision": {"processes": {"z": {}}}}),
                       builtins, exists=lambda m: True)
-    assert err.value.key == "supervision.processes.a.module"
+    assert err.value.key == "supervision.processes.z.module"
