@@ -112,12 +112,15 @@ class MapOwner:
 
 
 class MapReplica:
-    """A follower's copy of one map. Poll ``socket``; call ``pump()`` when it is readable (and
-    from time to time: it retries a snapshot the owner did not answer)."""
+    """A follower's copy of one map. Poll ``sockets`` (the update SUB and the snapshot DEALER);
+    call ``pump()`` when either is readable and from time to time (it re-asks an owner that did
+    not answer). ``pump`` never blocks longer than its timeout: snapshots are asked for and
+    received asynchronously; ``sync()`` is the blocking variant for one-shot readers."""
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, map_name: str,
         on_change: OnChange | None = None, snapshot_timeout: float = 2.0,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.map_name = map_name
         self.epoch: str | None = None
@@ -127,12 +130,19 @@ class MapReplica:
         self._items: dict[str, Any] = {}
         self._buffer: list[MapUpdate] = []
         self._need_sync = True
+        self._asked_at: float | None = None
         self._zctx = zctx
         self._paths = paths
         self._on_change = on_change
         self._timeout = snapshot_timeout
+        self._clock = clock
         self._sub = Subscriber(zctx, paths, [_topic(map_name)])
         self.socket = self._sub.socket
+        self._dealer = self._new_dealer()
+
+    @property
+    def sockets(self) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
+        return (self._sub.socket, self._dealer)
 
     @property
     def drops(self) -> Any:
@@ -145,14 +155,20 @@ class MapReplica:
         return self._items.get(key)
 
     def pump(self, timeout: float = 0.0) -> None:
-        """Handle every queued update (waiting up to ``timeout`` for the first), then fetch a
-        snapshot if one is needed."""
-        env = self._sub.recv(timeout)
+        """Handle queued updates and snapshot replies, waiting up to ``timeout`` for the first;
+        ask for a snapshot when one is needed and none is outstanding."""
+        if timeout > 0:
+            poller = zmq.Poller()
+            for sock in self.sockets:
+                poller.register(sock, zmq.POLLIN)
+            poller.poll(int(timeout * 1000))
+        env = self._sub.recv(0)
         while env is not None:
             self.handle(env)
             env = self._sub.recv(0)
+        self._take_reply()
         if self._need_sync:
-            self.sync()
+            self._ask()
 
     def handle(self, env: Envelope) -> None:
         msg = env.message
@@ -182,11 +198,55 @@ class MapReplica:
         if self._on_change is not None and old != (None if msg.deleted else msg.value):
             self._on_change(msg.key, old, None if msg.deleted else msg.value)
 
-    def sync(self) -> bool:
-        """Fetch a snapshot from the owner. False (and still stale) if it does not answer."""
-        snap = self._request_snapshot()
-        if snap is None:
+    def sync(self, timeout: float | None = None) -> bool:
+        """Ask for a snapshot and wait for it. False (and still stale) if the owner is silent."""
+        self._asked_at = None
+        self._ask()
+        if not self._dealer.poll(int((self._timeout if timeout is None else timeout) * 1000)):
             return False
+        return self._take_reply()
+
+    def _new_dealer(self) -> zmq.Socket[bytes]:
+        dealer = self._zctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.MAXMSGSIZE, SNAPSHOT_MAX_BYTES)
+        dealer.connect(self._paths.snapshot(self.map_name))
+        return dealer
+
+    def _ask(self) -> None:
+        now = self._clock()
+        if self._asked_at is not None and now - self._asked_at < self._timeout:
+            return  # one request outstanding
+        if self._asked_at is not None:
+            # Unanswered: drop it (and any late reply) with the socket, then ask again.
+            self._dealer.close(linger=0)
+            self._dealer = self._new_dealer()
+        try:
+            self._dealer.send_multipart([b"", b"SNAPSHOT"], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        self._asked_at = now
+
+    def _take_reply(self) -> bool:
+        try:
+            frames = self._dealer.recv_multipart(flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        if self._asked_at is None:
+            return False  # a duplicate answer to a request already served
+        self._asked_at = None
+        try:
+            snap = msgpack.unpackb(frames[-1], raw=False)
+        except (ValueError, msgpack.UnpackException):
+            return False
+        ok = (isinstance(snap, dict) and snap.get("map") == self.map_name
+              and isinstance(snap.get("seq"), int) and isinstance(snap.get("items"), dict))
+        if not ok:
+            return False
+        self._install(snap)
+        return True
+
+    def _install(self, snap: dict[str, Any]) -> None:
         old, self._items = self._items, dict(snap["items"])
         self.epoch, self.seq = snap["epoch"], snap["seq"]
         pending, self._buffer = self._buffer, []
@@ -197,7 +257,6 @@ class MapReplica:
         for msg in pending:
             if msg.epoch == self.epoch and msg.seq > self.seq:
                 self._on_update(msg)
-        return True
 
     def _notify_diff(self, old: dict[str, Any]) -> None:
         if self._on_change is None:
@@ -206,24 +265,6 @@ class MapReplica:
             if old.get(key) != self._items.get(key):
                 self._on_change(key, old.get(key), self._items.get(key))
 
-    def _request_snapshot(self) -> dict[str, Any] | None:
-        dealer = self._zctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.setsockopt(zmq.MAXMSGSIZE, SNAPSHOT_MAX_BYTES)
-        try:
-            dealer.connect(self._paths.snapshot(self.map_name))
-            dealer.send_multipart([b"", b"SNAPSHOT"])
-            if not dealer.poll(int(self._timeout * 1000)):
-                return None
-            frames = dealer.recv_multipart()
-            snap = msgpack.unpackb(frames[-1], raw=False)
-        except (zmq.ZMQError, ValueError, msgpack.UnpackException):
-            return None
-        finally:
-            dealer.close(linger=0)
-        ok = (isinstance(snap, dict) and snap.get("map") == self.map_name
-              and isinstance(snap.get("seq"), int) and isinstance(snap.get("items"), dict))
-        return snap if ok else None
-
     def close(self) -> None:
+        self._dealer.close(linger=0)
         self._sub.close()

@@ -1,4 +1,4 @@
-"""Process ``source-file``: publish the static pods under ``staticPodPath`` as ``PodSet``s.
+"""Process ``source-file``: publish the static pods under ``staticPodPath`` (see publish.py).
 
 Stateless: every change and every relist (``fileCheckFrequency``) publishes the FULL set.
 Invalid manifests are logged (``source.pod.invalid`` with file, field and reason) when first
@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from podvisor.ipc.bus import Publisher
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.file_source import FileSource
 from podvisor.services.sources.files import SourceReadError
+from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.watcher import new_inotify_watcher
 from podvisor.services.sources.worker import LoopWorker, Progress
@@ -24,17 +24,20 @@ POLL = 0.25  # seconds between heartbeats at most
 
 
 class _Publish(Protocol):
-    def __call__(self, result: SourceSet) -> None: ...
+    def __call__(self, result: SourceSet | None) -> None: ...
 
 
 def run(ctx: ChildContext) -> None:
     config = ctx.config
-    publisher = Publisher(ctx.zctx, ctx.paths, source=ctx.name)
+    publisher = SetPublisher(ctx, "file")
     reporter = Reporter(ctx.log, key="file")
 
-    def publish(result: SourceSet) -> None:
-        reporter.report(result)
-        publisher.publish(result.to_message(time.monotonic()))
+    def publish(result: SourceSet | None) -> None:
+        """Publish ``result`` (when there is one) and answer pending snapshot requests."""
+        if result is not None:
+            reporter.report(result)
+            publisher.publish(result)
+        publisher.service()
 
     try:
         if not config.static_pod_path:
@@ -70,15 +73,16 @@ def _loop(ctx: ChildContext, source: FileSource, progress: Progress,
     worker.start()
     while not ctx.stop.is_set():
         ctx.heartbeat()
-        result = worker.next(POLL)
-        if result is not None:
-            publish(result)
+        publish(worker.next(POLL))
     worker.join(2 * POLL)
 
 
 def _idle(ctx: ChildContext, publish: _Publish, period: float) -> None:
     """No path configured: an empty set now and every period (the source counts as seen)."""
+    due = 0.0
     while not ctx.stop.is_set():
-        publish(SourceSet("file"))
-        if ctx.sleep(period):
-            return
+        now = time.monotonic()
+        publish(SourceSet("file") if now >= due else None)
+        due = now + period if now >= due else due
+        ctx.heartbeat()
+        ctx.stop.wait(POLL)

@@ -11,10 +11,10 @@ from functools import partial
 
 import requests
 
-from podvisor.ipc.bus import Publisher
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.http_source import HttpSource
 from podvisor.services.sources.httpfetch import fetch, flatten_headers
+from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.worker import run_in_thread
 from podvisor.supervisor.child import ChildContext
@@ -24,14 +24,18 @@ POLL = 0.25
 
 def run(ctx: ChildContext) -> None:
     config = ctx.config
-    publisher = Publisher(ctx.zctx, ctx.paths, source=ctx.name)
+    publisher = SetPublisher(ctx, "http")
     try:
         if not config.static_pod_url:
             ctx.log.info("source.disabled", reason="staticPodURL is not set")
+            due = 0.0
             while not ctx.stop.is_set():
-                publisher.publish(SourceSet("http").to_message(time.monotonic()))
-                if ctx.sleep(config.http_check_frequency):
-                    return
+                if time.monotonic() >= due:
+                    publisher.publish(SourceSet("http"))
+                    due = time.monotonic() + config.http_check_frequency
+                publisher.service()
+                ctx.heartbeat()
+                ctx.stop.wait(POLL)
             return
         with requests.Session() as session:
             fetcher = partial(fetch, session, config.static_pod_url,
@@ -45,16 +49,21 @@ def run(ctx: ChildContext) -> None:
         publisher.close()
 
 
-def _loop(ctx: ChildContext, source: HttpSource, publisher: Publisher,
+def _loop(ctx: ChildContext, source: HttpSource, publisher: SetPublisher,
           reporter: Reporter) -> None:
     last_error = ""
-    while not ctx.stop.is_set():
+
+    def beat() -> None:
         ctx.heartbeat()
+        publisher.service()
+
+    while not ctx.stop.is_set():
+        beat()
         wait = source.due_in()
         if wait > 0:
             ctx.stop.wait(min(POLL, wait))
             continue
-        done, result = run_in_thread(source.refresh, ctx.heartbeat, ctx.stop, POLL)
+        done, result = run_in_thread(source.refresh, beat, ctx.stop, POLL)
         if not done:
             return
         if source.last_error and source.last_error != last_error:
@@ -63,4 +72,4 @@ def _loop(ctx: ChildContext, source: HttpSource, publisher: Publisher,
         last_error = source.last_error
         if result is not None:
             reporter.report(result)
-            publisher.publish(result.to_message(time.monotonic()))
+            publisher.publish(result)

@@ -1,9 +1,11 @@
 """The syncloop process: ``run(ctx)`` wires the bus, CRI and the ``desired`` map to ``SyncLoop``.
 
-One poll loop over: pod sets (``sources.pods.set``), PLEG events (``pleg.pod.event``, which
-trigger the pod's worker at once), stop-all requests (``syncloop.pods.stopall``), snapshot
-requests on the ``desired`` map's ROUTER, and a wake pipe the worker threads write when work
-finishes; the poll timeout is the next due pod, housekeeping (2 s) or at most 1 s (the tick).
+One poll loop over: pod sets (the replicated maps ``pods-file`` / ``pods-http`` that the source
+processes own, so a restarted sync loop has every set from a snapshot at once), PLEG events
+(``pleg.pod.event``, which trigger the pod's worker at once), stop-all requests
+(``syncloop.pods.stopall``), snapshot requests on the ``desired`` map's ROUTER, and a wake pipe
+the worker threads write when work finishes; the poll timeout is the next due pod, housekeeping
+(2 s) or at most 1 s (the tick).
 
 SIGTERM: with ``stopPodsOnExit`` every pod is terminated (within its grace) before exiting;
 otherwise the process exits at once and pods keep running (a restarted sync loop adopts them).
@@ -21,10 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 import zmq
 
 from podvisor.ipc.bus import Publisher, Subscriber
-from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.messages import AllPodsStopped
 from podvisor.services.cri import new_runtime_client
+from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.podconfig import new_pod_config
@@ -32,7 +35,7 @@ from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 from podvisor.supervisor.child import ChildContext
 
-TOPICS = ("sources.pods.set", "pleg.pod.event", "syncloop.pods.stopall")
+TOPICS = ("pleg.pod.event", "syncloop.pods.stopall")
 TICK = 1.0
 POOL_THREADS = 128
 IMAGE_BACKOFF = BackoffPolicy(initial=10.0, cap=300.0, reset_after=600.0)
@@ -104,13 +107,24 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
 def _dispatch(loop: SyncLoop, env: Envelope, now: float) -> bool:
     """Handle one bus message; True when it asks to stop every pod."""
     msg = env.message
-    if env.type == "sources.pods.set":
-        loop.handle_pod_set(str(getattr(msg, "source", "")), list(getattr(msg, "pods", [])), now)
-    elif env.type == "pleg.pod.event":
+    if env.type == "pleg.pod.event":
         loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now)
     elif env.type == "syncloop.pods.stopall":
         return True
     return False
+
+
+def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
+    """One replica per configured source; each new set of a source goes to the merge."""
+
+    def feeder(source: str) -> Callable[[str, object, object], None]:
+        def on_change(key: str, old: object, new: object) -> None:
+            if key == SET_KEY and isinstance(new, dict):
+                loop.handle_pod_set(source, list(new.get("pods", [])), time.monotonic())
+        return on_change
+
+    return [MapReplica(ctx.zctx, ctx.paths, map_name(src), feeder(src))
+            for src in sorted(_sources(ctx))]
 
 
 def run(ctx: ChildContext) -> None:
@@ -119,7 +133,11 @@ def run(ctx: ChildContext) -> None:
     pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
     wake = _WakePipe()
     loop, owner = build(ctx, publisher, pool, wake)
+    replicas = _source_replicas(ctx, loop)
     poller = zmq.Poller()
+    for replica in replicas:
+        for sock in replica.sockets:
+            poller.register(sock, zmq.POLLIN)
     poller.register(subscriber.socket, zmq.POLLIN)
     poller.register(owner.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
@@ -149,12 +167,16 @@ def run(ctx: ChildContext) -> None:
                     stopping_pods = True
                     stopped_count = len(loop.deps.table.workers)
                     loop.stop_all(time.monotonic())
+            for replica in replicas:
+                replica.pump(0)
             owner.serve()
             owner.tick(time.monotonic())
             ctx.heartbeat()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         owner.close()
+        for replica in replicas:
+            replica.close()
         subscriber.close()
         publisher.close()
         wake.close()
