@@ -1,0 +1,244 @@
+"""CRI runtime benchmark: embedded runtime vs containerd, side by side (not a test).
+
+  - to running: RunPodSandbox -> CreateContainer -> StartContainer returned (container running),
+    p50/p99 over N pods;
+  - relist: one ListPodSandbox + one ListContainers (what PLEG does every second) with 50, 200
+    and 1,000 containers (10 per sandbox), p50/p99;
+  - embedded only: a container's death (SIGKILL of its process) -> CONTAINER_STOPPED_EVENT on a
+    GetContainerEvents stream, p50/p99.
+containerd is measured when tests/runtime/containerd.py can provide one (root, containerd
+installed); otherwise its column says why not.
+
+    .venv/bin/python bench/runtime.py [-n 50] [--sizes 50,200,1000] [--no-containerd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+
+REPO = Path(__file__).resolve().parent.parent
+PER_SANDBOX = 10
+TARGETS = {"to_running": "<= 0.1 x containerd", "relist_110": "< 5 ms", "relist_1000": "< 50 ms"}
+
+
+class Target:
+    def __init__(self, name: str, client: RuntimeClient, image: str, cgroup_parent: str = "",
+                 cleanup_cgroup: Callable[[str], None] | None = None) -> None:
+        self.name = name
+        self.client = client
+        self.image = image
+        self.cgroup_parent = cgroup_parent
+        self.cleanup_cgroup = cleanup_cgroup
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"pvb{name[:3]}", dir="/tmp"))
+        self.pods: list[str] = []
+        self.seq = 0
+
+    def sandbox(self) -> tuple[str, pb.PodSandboxConfig]:
+        self.seq += 1
+        uid = f"bench-{os.getpid()}-{self.seq}"
+        cgroup = f"{self.cgroup_parent}/pod{uid}" if self.cgroup_parent else ""
+        ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
+        config = pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=f"b{self.seq}", namespace="bench", uid=uid),
+            hostname="", log_directory=str(self.tmp / uid), labels={"bench": "runtime"},
+            linux=pb.LinuxPodSandboxConfig(cgroup_parent=cgroup, security_context=(
+                pb.LinuxSandboxSecurityContext(namespace_options=ns))))
+        (self.tmp / uid).mkdir()
+        if cgroup:
+            self.pods.append(cgroup)
+        return self.client.run_pod_sandbox(config), config
+
+    def container(self, sandbox: tuple[str, pb.PodSandboxConfig], name: str) -> str:
+        ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
+        config = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=name), image=pb.ImageSpec(image=self.image),
+            command=["sleep", "100000"], log_path=f"{name}.log",
+            linux=pb.LinuxContainerConfig(security_context=(
+                pb.LinuxContainerSecurityContext(namespace_options=ns))))
+        cid = self.client.create_container(sandbox[0], config, sandbox[1])
+        self.client.start_container(cid)
+        return cid
+
+    def clean(self) -> None:
+        for sb in self.client.list_pod_sandbox(pb.PodSandboxFilter(label_selector={
+                "bench": "runtime"})):
+            for c in self.client.list_containers(pb.ContainerFilter(pod_sandbox_id=sb.id)):
+                for _ in range(50):
+                    try:
+                        self.client.stop_container(c.id, 0)
+                        self.client.remove_container(c.id)
+                        break
+                    except CriError:
+                        time.sleep(0.1)
+            self.client.stop_pod_sandbox(sb.id)
+            self.client.remove_pod_sandbox(sb.id)
+        for cgroup in self.pods:
+            if self.cleanup_cgroup is not None:
+                self.cleanup_cgroup(cgroup)
+        self.pods.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def to_running(t: Target, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        t.container(t.sandbox(), "main")
+        out.append(time.perf_counter() - start)
+    t.clean()
+    return out
+
+
+def relist(t: Target, count: int, reps: int = 30) -> list[float]:
+    made = 0
+    while made < count:
+        sandbox = t.sandbox()
+        for i in range(min(PER_SANDBOX, count - made)):
+            t.container(sandbox, f"c{i}")
+            made += 1
+    out = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        t.client.list_pod_sandbox()
+        t.client.list_containers()
+        out.append(time.perf_counter() - start)
+    t.clean()
+    return out
+
+
+def death_to_event(t: Target, root: Path, n: int) -> list[float]:
+    stream = t.client.container_events()
+    arrived: dict[str, float] = {}
+    cond = threading.Condition()
+
+    def read() -> None:
+        for event in stream:
+            if event.container_event_type == pb.CONTAINER_STOPPED_EVENT:
+                with cond:
+                    arrived[event.container_id] = time.perf_counter()
+                    cond.notify_all()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    out = []
+    sandbox = t.sandbox()
+    for i in range(n):
+        cid = t.container(sandbox, f"d{i}")
+        pid = json.loads((root / "containers" / cid / "started.json").read_text())["pid"]
+        start = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        with cond:
+            cond.wait_for(lambda cid=cid: cid in arrived, timeout=10)
+        out.append(arrived.get(cid, float("nan")) - start)
+    stream.close()
+    t.clean()
+    return out
+
+
+def start_embedded(base: Path) -> tuple[subprocess.Popen[bytes], RuntimeClient]:
+    sock = base / "cri.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "podvisor.services.runtime", "--root",
+                             str(base / "root"), "--socket", str(sock)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = new_runtime_client(f"unix://{sock}", timeout=60.0)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.version()
+            return proc, client
+        except CriError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def containerd_target() -> Target | str:
+    sys.path.insert(0, str(REPO))
+    try:
+        from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
+    except ImportError as err:
+        return f"tests/runtime/containerd.py not importable: {err}"
+    try:
+        handle = ctrd.containerd_or_skip()
+    except BaseException as err:  # pytest's skip/fail outcomes are BaseExceptions
+        return f"unavailable: {err}"
+    client = new_runtime_client(handle.endpoint, timeout=120.0)
+    return Target("containerd", client, handle.image, handle.cgroup_parent,
+                  ctrd.remove_pod_cgroup)
+
+
+def row(label: str, emb: list[float] | None, ctr: list[float] | str | None) -> None:
+    def fmt(v: list[float] | str | None) -> str:
+        if v is None:
+            return "-".center(24)
+        if isinstance(v, str):
+            return "n/a".center(24)
+        return f"{pct(v, .5) * 1e3:9.2f} {pct(v, .99) * 1e3:9.2f} ms"
+    ratio = ""
+    if emb and isinstance(ctr, list) and ctr:
+        ratio = f"{pct(emb, .5) / pct(ctr, .5):7.3f}x"
+    print(f"{label:<26} {fmt(emb)}   {fmt(ctr)}   {ratio}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-n", type=int, default=50, help="pods for the to-running figure")
+    parser.add_argument("--sizes", default="50,200,1000")
+    parser.add_argument("--no-containerd", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+
+    base = Path(tempfile.mkdtemp(prefix="pvbench", dir="/tmp"))
+    proc, client = start_embedded(base)
+    emb = Target("embedded", client, "host")
+    ctr: Target | str = "skipped (--no-containerd)" if args.no_containerd else containerd_target()
+    results: dict[str, tuple[list[float], list[float] | str]] = {}
+    try:
+        def both(key: str, fn: Callable[[Target], list[float]]) -> None:
+            e = fn(emb)
+            c = fn(ctr) if isinstance(ctr, Target) else ctr
+            results[key] = (e, c)
+        both("to running", lambda t: to_running(t, args.n))
+        for size in sizes:
+            both(f"relist {size} containers", lambda t, size=size: relist(t, size))
+        events = death_to_event(emb, base / "root", min(args.n, 30))
+    finally:
+        emb.clean()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        if isinstance(ctr, Target):
+            ctr.clean()
+        shutil.rmtree(base, ignore_errors=True)
+
+    print(f"\n{'':<26} {'embedded p50 / p99':^24}   {'containerd p50 / p99':^24}   ratio p50")
+    for key, (e, c) in results.items():
+        row(key, e, c)
+    row("death -> event (embedded)", events, None)
+    if isinstance(ctr, str):
+        print(f"\ncontainerd: {ctr}")
+    print("targets: to running <= 0.1 x containerd (171 ms measured on these VMs); relist "
+          "< 5 ms at 110 containers, < 50 ms at 1,000; death -> event within a few ms")
+
+
+if __name__ == "__main__":
+    main()
