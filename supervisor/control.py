@@ -109,7 +109,6 @@ class ControlServer:
                 self._waiting.append(_Waiting(route, reply, now + reply.timeout))
             else:
                 self._send(route, reply)
-        # (unreachable)
 
     def _finish(self, pending: Pending) -> dict[str, Any]:
         try:

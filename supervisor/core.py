@@ -25,6 +25,7 @@ __all__ = ["CoreDeps", "Supervisor"]
 
 S = ProcessState
 RESTARTABLE = frozenset({S.STOPPED, S.EXITED, S.BACKOFF, S.FATAL})
+LATE_WAKE = 2.0  # seconds past its deadline after which the loop counts as having been paused
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Supervisor:
         self.shutting_down = False
         self._shutdown_deadline = 0.0
         self._shutdown_queue: list[SupervisedProcess] = []
+        self._expected_wake: float | None = None
 
     # --- transitions -----------------------------------------------------------------------
 
@@ -164,13 +166,22 @@ class Supervisor:
             self._to(proc, S.RUNNING, "ready")
 
     def tick(self) -> float | None:
-        """Act on every deadline that passed; return the next deadline (monotonic) or None."""
+        """Act on every deadline that passed; return the next deadline (monotonic) or None.
+
+        If the loop itself woke up far too late (the agent was stopped or starved), heartbeat
+        ages are reset first: the silence was ours, not the children's."""
         now = self.d.clock()
+        if self._expected_wake is not None and now > self._expected_wake + LATE_WAKE:
+            self.d.log.warning("agent.late_wake", late=round(now - self._expected_wake, 3))
+            for proc in self.procs.values():
+                if proc.state == S.RUNNING:
+                    proc.last_beat = now
         for proc in list(self.procs.values()):
             self._tick_one(proc, now)
         if self.shutting_down:
             self._tick_shutdown(now)
-        return self.next_deadline()
+        self._expected_wake = self.next_deadline()
+        return self._expected_wake
 
     def _tick_one(self, proc: SupervisedProcess, now: float) -> None:
         spec = proc.spec

@@ -1,6 +1,7 @@
 """Command-line flags for every config key, generated from the key tables in `config.py`.
 
 `nodeName` -> `--node-name`; `supervision.heartbeatInterval` -> `--supervision-heartbeat-interval`;
+`syncloop.crashLoopBackOffMax` -> `--syncloop-crash-loop-back-off-max` (see `SECTIONS`);
 a per-process spec key -> `--process NAME.KEY=VALUE` (repeatable, e.g.
 `--process pleg.heartbeatTimeout=30s`). `staticPodURLHeader` takes `--static-pod-url-header
 NAME:VALUE` (repeatable). Flags are parsed with the same parsers as the file and win over it.
@@ -13,7 +14,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from podvisor.supervisor.config import BOOL, HEADERS, SUPERVISION_KEYS, TOP_KEYS, ConfigError, Key
+from podvisor.supervisor.config import (
+    BOOL,
+    HEADERS,
+    SUPERVISION_KEYS,
+    SYNCLOOP_KEYS,
+    TOP_KEYS,
+    ConfigError,
+    Key,
+)
+
+# Plain sections (a map of keys): `<section>.<key>` -> `--<section>-<kebab key>`.
+SECTIONS: tuple[tuple[str, tuple[Key, ...]], ...] = (("syncloop", SYNCLOOP_KEYS),)
 
 __all__ = ["add_config_flags", "flag_name", "overrides_from_args"]
 
@@ -40,6 +52,10 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     top = parser.add_argument_group("config keys (override the file)")
     for key in TOP_KEYS:
         _add(top, f"--{flag_name(key.name)}", f"cfg__{key.name}", key)
+    for section, keys in SECTIONS:
+        group = parser.add_argument_group(f"{section} keys (override the file)")
+        for key in keys:
+            _add(group, f"--{section}-{flag_name(key.name)}", f"sec__{section}__{key.name}", key)
     sup = parser.add_argument_group("supervision keys (override the file)")
     for key in SUPERVISION_KEYS:
         _add(sup, f"--supervision-{flag_name(key.name)}", f"sup__{key.name}", key)
@@ -66,6 +82,11 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         value = ns.get(f"cfg__{key.name}")
         if value is not None:
             out[key.name] = _headers(value) if key.kind is HEADERS else value
+    for section, keys in SECTIONS:
+        values = {k.name: ns[f"sec__{section}__{k.name}"] for k in keys
+                  if ns.get(f"sec__{section}__{k.name}") is not None}
+        if values:
+            out[section] = values
     sup: dict[str, Any] = {}
     for key in SUPERVISION_KEYS:
         value = ns.get(f"sup__{key.name}")

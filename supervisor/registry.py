@@ -125,9 +125,9 @@ def resolve_specs(
     for name, partial in sup.processes.items():
         if name in builtin_names:
             continue
-        module = partial.get("module")
-        if not module:
+        custom = partial.get("module")
+        if not custom:
             raise ConfigError(f"supervision.processes.{name}.module",
                               "required for a custom process")
-        specs.append(_spec(name, str(module), sup.defaults, partial))
+        specs.append(_spec(name, str(custom), sup.defaults, partial))
     return tuple(specs)

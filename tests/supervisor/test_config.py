@@ -124,13 +124,15 @@ def test_flags(tmp_path: Path) -> None:
     ns = p.parse_args(["--node-name", "n", "--stop-pods-on-exit", "--read-only-port", "10255",
                        "--static-pod-url-header", "A:1", "--static-pod-url-header", "A:2",
                        "--supervision-heartbeat-interval", "2s",
-                       "--process", "pleg.heartbeatTimeout=30s"])
+                       "--process", "pleg.heartbeatTimeout=30s",
+                       "--syncloop-crash-loop-back-off-max", "1m"])
     over = overrides_from_args(ns)
     c = config_from_mapping(over)
     assert c.node_name == "n" and c.stop_pods_on_exit and c.read_only_port == 10255
     assert c.static_pod_url_header == {"A": ["1", "2"]}
     assert c.supervision.heartbeat_interval == 2.0
     assert c.supervision.processes["pleg"] == {"heartbeat_timeout": 30.0}
+    assert c.syncloop.crash_loop_backoff_max == 60.0
     with pytest.raises(ConfigError, match=r"NAME\.KEY=VALUE"):
         overrides_from_args(p.parse_args(["--process", "nodot=1"]))
 

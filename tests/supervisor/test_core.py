@@ -184,3 +184,16 @@ def test_reload_adds_removes_enables() -> None:
     assert "b" not in sup.procs
     assert sup.procs["c"].state == S.STARTING and sup.procs["d"].state == S.STARTING
     assert list(sup.procs) == ["a", "c", "d"]
+
+
+def test_late_wake_of_the_loop_forgives_silence() -> None:
+    sup, clock, spawner, _ = make(spec(heartbeat_timeout=2.0))
+    sup.start_all()
+    ready(sup, spawner)
+    sup.tick()
+    clock.now += 30.0  # the agent itself was stopped
+    sup.tick()
+    assert sup.procs["p"].state == S.RUNNING
+    clock.now += 2.5
+    sup.tick()
+    assert sup.procs["p"].state == S.STOPPING
