@@ -147,3 +147,16 @@ def test_container_events_stream_or_unimplemented(cri_runtime: Any) -> None:
             assert info.value.code == grpc.StatusCode.UNIMPLEMENTED
     finally:
         stream.close()
+
+
+def test_update_container_resources_applies_or_says_why_not(cri_runtime: Any) -> None:
+    cid = cri_runtime.start(cri_runtime.run("resources"), "c", ["sleep", "1000"])
+    limits = pb.LinuxContainerResources(memory_limit_in_bytes=256 * 1024 * 1024,
+                                        cpu_period=100_000, cpu_quota=50_000)
+    try:
+        cri_runtime.client.update_container_resources(cid, limits)
+    except CriError as err:
+        assert "cgroup" in err.message, err
+        if cri_runtime.name == "embedded":
+            assert err.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert cri_runtime.client.container_status(cid).state == pb.CONTAINER_RUNNING
