@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-CONFIG ?= deploy/examples/podvisor.yaml
+CONFIG ?= deploy/podvisor.yaml
 
 .PHONY: venv run test lint typecheck soak bench clean
 
@@ -15,7 +15,11 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 run: venv
-	$(VENV)/bin/podvisor run --config $(CONFIG)
+	@echo "podvisor: pods from deploy/examples; in another shell try:"
+	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo status"
+	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo pods"
+	@echo "  curl -s http://127.0.0.1:10255/pods"
+	$(VENV)/bin/podvisor run --config $(CONFIG) --static-pod-path $(CURDIR)/deploy/examples
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of
 # symlinks that spells the installed layout (podvisor/{supervisor,ipc,services}).
