@@ -19,7 +19,7 @@ run: venv
 	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo status"
 	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo pods"
 	@echo "  curl -s http://127.0.0.1:10255/pods"
-	$(VENV)/bin/podvisor run --config $(CONFIG) --static-pod-path $(CURDIR)/deploy/examples
+	$(VENV)/bin/podvisor run --config $(CONFIG)
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of
 # symlinks that spells the installed layout (podvisor/{supervisor,ipc,services}).

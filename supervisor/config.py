@@ -294,9 +294,23 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Keys naming files: relative paths in the config file are relative to the file's folder (as
+# the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
+PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig")
+
+
+def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = dict(data)
+    for key in PATH_KEYS:
+        value = out.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            out[key] = os.path.normpath(os.path.join(base, value))
+    return out
+
+
 def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
     """Read the YAML file (if any), apply `overrides` (flags, as a nested camelCase mapping,
-    which win over the file), validate, and make `rootDir` absolute."""
+    which win over the file), validate, and make the path keys absolute (`PATH_KEYS`)."""
     import yaml  # imported here: children read JSON and should not pay for yaml
 
     data: dict[str, Any] = {}
@@ -309,10 +323,8 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
             raise ConfigError("--config", f"invalid YAML in {path}: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("<root>", f"expected a map at the top of {path}")
-        data = loaded or {}
-    data = _merge(data, overrides or {})
-    if isinstance(data.get("rootDir"), str) and data["rootDir"]:
-        data["rootDir"] = os.path.abspath(data["rootDir"])
+        data = _absolute_paths(loaded or {}, path.resolve().parent)
+    data = _absolute_paths(_merge(data, overrides or {}), Path.cwd())
     return config_from_mapping(data)
 
 

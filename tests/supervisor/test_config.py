@@ -160,3 +160,17 @@ def test_resolve_specs_layers_and_builtins() -> None:
         resolve_specs(config_from_mapping({"supervision": {"processes": {"z": {}}}}),
                       builtins, exists=lambda m: True)
     assert err.value.key == "supervision.processes.z.module"
+
+
+def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> None:
+    from podvisor.supervisor.config import load_config
+
+    conf_dir = tmp_path / "etc"
+    conf_dir.mkdir()
+    conf = conf_dir / "podvisor.yaml"
+    conf.write_text("rootDir: ../state\nstaticPodPath: manifests\n")
+    config = load_config(conf)
+    assert config.root_dir == str(tmp_path / "state")
+    assert config.static_pod_path == str(conf_dir / "manifests")
+    flagged = load_config(conf, {"staticPodPath": "from-flag"})
+    assert flagged.static_pod_path == str(Path.cwd() / "from-flag")
