@@ -130,6 +130,34 @@ class AllPodsStopped(Message):
     ts: float = 0.0
 
 
+# --- events ---
+
+
+@dataclass(frozen=True)
+class Event(Message):
+    """A Kubernetes-style event (``kubectl get events``): something an operator should see.
+
+    ``type``: "Normal" | "Warning". ``reason``: a short CamelCase code (``FailedValidation``,
+    ``FileTooLarge``, ``DuplicatePodName``, ``Started``, ``Killing``, ``BackOff``, ...).
+    ``object``: ``{kind, name, namespace, uid, file, fieldPath}`` (absent keys = unknown; a
+    manifest that failed to parse has only ``kind: "Manifest"`` and ``file``). ``source``: the
+    publishing process. ``count``/``first_ts``/``last_ts`` (wall clock): the publisher may
+    pre-aggregate; the keeper (the supervisor) aggregates identical events again.
+    Published with ``Publisher.publish`` (never blocks; a dropped event is counted, not retried).
+    """
+
+    TYPE: ClassVar[str] = "events.event.recorded"
+    TOPIC: ClassVar[str] = "events.event.recorded"
+    type: str
+    reason: str
+    message: str
+    object: dict[str, Any]
+    source: str
+    count: int = 1
+    first_ts: float = 0.0
+    last_ts: float = 0.0
+
+
 # --- test and benchmark traffic ---
 
 
