@@ -1,9 +1,16 @@
 """The status engine: which statuses to (re)compute, retire and publish. No I/O.
 
-``StatusEngine.reconcile(desired, pleg, now)`` recomputes every pod's status from the two
+``StatusEngine.reconcile(desired, pleg, now, mono)`` recomputes every pod's status from the two
 replicated maps (``desired`` from syncloop, ``pleg`` from pleg) and returns the changes to apply to
-the ``statuses`` map. It refuses to run (returns None) until the PLEG map carries ``_health``:
-an empty map from a PLEG that has not relisted yet must not turn Running pods into Pending.
+the ``statuses`` map. It refuses to run (returns None) while the PLEG cache is not usable:
+
+- no ``_health`` yet: an empty map from a PLEG that has not relisted must not turn Running pods
+  into Pending;
+- ``_health.ts`` older than the cache the current statuses were computed from (``pleg_ts``,
+  persisted with them): a restarted status process never recomputes loaded statuses from an
+  older view of the runtime. A persisted ``pleg_ts`` ahead of the monotonic clock (the machine
+  rebooted: CLOCK_MONOTONIC restarted) is dropped.
+
 Statuses of pods that left ``desired`` are retired (kept for ``RETIRE_AFTER`` seconds) so a pod
 that comes back resumes its versions and transition times.
 """
@@ -23,12 +30,49 @@ HEALTH_KEY = "_health"
 
 
 @dataclass(frozen=True)
+class Transition:
+    """A pod condition that changed status (for the log)."""
+
+    uid: str
+    type: str
+    old: str | None
+    new: str
+    at: str
+
+
+@dataclass(frozen=True)
 class Changes:
     set: dict[str, dict[str, Any]] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.set or self.deleted)
+
+
+def _conditions(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("type")): c for c in (status or {}).get("conditions", [])}
+
+
+def transitions(uid: str, old: Mapping[str, Any] | None,
+                new: Mapping[str, Any]) -> list[Transition]:
+    before = _conditions(old)
+    out = []
+    for ctype, cond in _conditions(new).items():
+        prev = before.get(ctype)
+        if prev is None or prev.get("lastTransitionTime") != cond.get("lastTransitionTime"):
+            out.append(Transition(uid, ctype, prev.get("status") if prev else None,
+                                  str(cond.get("status")), str(cond.get("lastTransitionTime"))))
+    return out
+
+
+def pleg_ts(pleg: Mapping[str, Any]) -> float | None:
+    """The cache's freshness (``_health.ts``), None when PLEG has not relisted."""
+    health = pleg.get(HEALTH_KEY)
+    if not isinstance(health, Mapping):
+        return None
+    ts = health.get("ts", 0.0)
+    return float(ts) if isinstance(ts, (int, float)) else 0.0
 
 
 class StatusEngine:
@@ -36,16 +80,25 @@ class StatusEngine:
                  ) -> None:
         self.statuses: dict[str, dict[str, Any]] = dict(saved.statuses)
         self.retired: dict[str, dict[str, Any]] = dict(saved.retired)
+        self.pleg_ts = saved.pleg_ts
         self._runtime = runtime
         self._host_ip = host_ip
 
     def saved(self) -> Saved:
-        return Saved(dict(self.statuses), dict(self.retired))
+        return Saved(dict(self.statuses), dict(self.retired), self.pleg_ts)
+
+    def usable(self, pleg: Mapping[str, Any], mono: float) -> bool:
+        """Whether ``pleg`` may be computed from (see the module docstring)."""
+        if self.pleg_ts > mono:
+            self.pleg_ts = 0.0  # persisted before a reboot: meaningless now
+        ts = pleg_ts(pleg)
+        return ts is not None and ts >= self.pleg_ts
 
     def reconcile(
-        self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float
+        self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float, mono: float
     ) -> Changes | None:
-        if HEALTH_KEY not in pleg:
+        """``now``: wall seconds (written into statuses); ``mono``: CLOCK_MONOTONIC seconds."""
+        if not self.usable(pleg, mono):
             return None
         changes = Changes()
         for uid, entry in desired.items():
@@ -59,10 +112,13 @@ class StatusEngine:
             if status != previous or uid not in self.statuses:
                 self.statuses[uid] = status
                 changes.set[uid] = status
+                changes.transitions.extend(transitions(uid, previous, status))
         for uid in sorted(self.statuses.keys() - desired.keys()):
             self.retired[uid] = {**self.statuses.pop(uid), "_retiredAt": rfc3339(now)}
             changes.deleted.append(uid)
         self._expire(now)
+        if changes:
+            self.pleg_ts = max(self.pleg_ts, pleg_ts(pleg) or 0.0)
         return changes
 
     def _expire(self, now: float) -> None:

@@ -1,16 +1,22 @@
 """The status process: replicate ``desired`` and ``pleg``, own and persist ``statuses``.
 
 Loop: poll both replicas and the ``statuses`` snapshot socket; when a replica changed (or every
-``SWEEP_PERIOD`` seconds, the kubelet's status sweep) recompute, publish the changes, and write
-``state/statuses.json`` at most every ``SAVE_DEBOUNCE`` seconds while something is dirty.
-At start the persisted statuses are published at once, before any recompute, so readers see the
-last known statuses during a restart.
+``SWEEP_PERIOD`` seconds, the kubelet's status sweep) recompute and queue the changes.
+
+Durable before visible (group commit): queued changes are written to ``state/statuses.json``
+first and published only then, at most every ``SAVE_DEBOUNCE`` seconds (the first change after a
+quiet period goes at once). So whatever a reader has seen is on disk: a status process killed at
+any moment comes back with statuses at least as new as any it published, and at start it
+publishes those at once, before any recompute (no ``_version`` going back, no readiness flip,
+no transition recomputed with a new time). If the disk fails, changes are still published (and
+the failure logged); the save is retried.
 
 Clocks: monotonic for the loop; wall time only for the timestamps written into statuses.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +63,8 @@ class StatusService:
         for uid, status in self.engine.statuses.items():
             self.owner.set(uid, status)
         self._dirty = False
+        self._pending_set: dict[str, dict[str, Any]] = {}
+        self._pending_deleted: set[str] = set()
         self._changed = True
         self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_change,
                                   snapshot_timeout=SNAPSHOT_TIMEOUT)
@@ -64,6 +72,7 @@ class StatusService:
                                snapshot_timeout=SNAPSHOT_TIMEOUT)
         self._last_save = 0.0
         self._last_sweep = clock()
+        self._inputs: tuple[str | None, str | None] | None = None
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True
@@ -74,49 +83,84 @@ class StatusService:
         result = None
         due = self._changed or now - self._last_sweep >= SWEEP_PERIOD
         if due and self.desired.synced and self.pleg.synced:
-            result = self.engine.reconcile(self.desired.items(), self.pleg.items(), self._wall())
+            result = self.engine.reconcile(self.desired.items(), self.pleg.items(), self._wall(),
+                                           now)
             if result is not None:
                 self._changed = False
                 self._last_sweep = now
-                self._publish(result)
-        if self._dirty and now - self._last_save >= SAVE_DEBOUNCE:
-            self.save()
+                self._queue(result)
+                self._log_inputs(result)
+        if (self._pending_set or self._pending_deleted or self._dirty) and (
+                now - self._last_save >= SAVE_DEBOUNCE):
+            self.commit()
         return result
 
-    def _publish(self, changes: Changes) -> None:
-        for uid, status in changes.set.items():
-            self.owner.set(uid, status)
-        for uid in changes.deleted:
-            self.owner.delete(uid)
-        if changes:
-            self._dirty = True
+    def poll_timeout(self) -> float:
+        """Seconds the loop may wait: until the next commit when changes are queued."""
+        if not (self._pending_set or self._pending_deleted or self._dirty):
+            return POLL_MAX
+        return min(POLL_MAX, max(0.0, self._last_save + SAVE_DEBOUNCE - self._clock()))
 
-    def save(self) -> None:
+    def _log_inputs(self, changes: Changes) -> None:
+        """``status.inputs`` once per pair of replica epochs: the first statuses computed by this
+        incarnation, or after an upstream owner restarted (tests wait for it)."""
+        for t in changes.transitions:
+            self.ctx.log.info("status.pod.condition", pod_uid=t.uid, condition=t.type,
+                              old=t.old, new=t.new, at=t.at)
+        inputs = (self.desired.epoch, self.pleg.epoch)
+        if inputs != self._inputs:
+            self._inputs = inputs
+            self.ctx.log.info("status.inputs", pid=os.getpid(), desired_epoch=inputs[0],
+                              pleg_epoch=inputs[1], pods=len(self.engine.statuses),
+                              changed=len(changes.set), deleted=len(changes.deleted))
+
+    def _queue(self, changes: Changes) -> None:
+        for uid, status in changes.set.items():
+            self._pending_set[uid] = status
+            self._pending_deleted.discard(uid)
+        for uid in changes.deleted:
+            self._pending_set.pop(uid, None)
+            self._pending_deleted.add(uid)
+
+    def commit(self) -> None:
+        """Save the engine's statuses, then publish what was queued."""
+        self.save()
+        pending, self._pending_set = self._pending_set, {}
+        deleted, self._pending_deleted = self._pending_deleted, set()
+        for uid, status in pending.items():
+            self.owner.set(uid, status)
+        for uid in sorted(deleted):
+            self.owner.delete(uid)
+
+    def save(self) -> bool:
+        self._last_save = self._clock()
         try:
             self.store.save(self.engine.saved())
-            self._dirty = False
         except OSError as err:
+            self._dirty = True
             self.ctx.log.error("status.save_failed", path=str(self.store.path), error=str(err))
-        self._last_save = self._clock()
+            return False
+        self._dirty = False
+        return True
 
     def run(self) -> None:
-        poller = zmq.Poller()
-        for sock in (self.owner.socket, self.desired.socket, self.pleg.socket):
-            poller.register(sock, zmq.POLLIN)
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
-            ready = dict(poller.poll(int(POLL_MAX * 1000)))
+            poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
+            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
+                poller.register(sock, zmq.POLLIN)
+            ready = dict(poller.poll(int(self.poll_timeout() * 1000)))
             if self.owner.socket in ready:
                 self.owner.serve()
             for replica in (self.desired, self.pleg):
-                if replica.socket in ready or not replica.synced:
+                if any(s in ready for s in replica.sockets) or not replica.synced:
                     replica.pump(0)
             self.step()
             self.owner.tick(self._clock())
 
     def close(self) -> None:
-        if self._dirty:
-            self.save()
+        if self._pending_set or self._pending_deleted or self._dirty:
+            self.commit()
         for closable in (self.desired, self.pleg, self.owner, self.pub):
             closable.close()
 

@@ -1,0 +1,170 @@
+"""StatusEngine and StatusStore: restart persistence (a new engine loaded from the store keeps
+lastTransitionTime and _version), PLEG cache freshness, retirement, corrupt files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from podvisor.services.status.engine import StatusEngine
+from podvisor.services.status.store import Saved, StatusStore
+from podvisor.services.status.timefmt import rfc3339
+from podvisor.supervisor.logs import MemoryLogger
+
+T0 = 1_700_000_000.0
+NS = 1_000_000_000
+MONO = 5_000.0  # CLOCK_MONOTONIC "now" of the tests
+
+
+def desired_entry(uid: str) -> dict[str, Any]:
+    return {"pod": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"web-{uid}", "namespace": "default", "uid": uid},
+                    "spec": {"containers": [{"name": "app", "image": "host"}],
+                             "restartPolicy": "Always"}},
+            "source": "file", "worker": "syncing", "admitted": True, "reason": "",
+            "message": "", "waiting": {}}
+
+
+def record(running: bool = True, ts: float = 10.0) -> dict[str, Any]:
+    containers = [{"id": "c1", "name": "app", "sandbox_id": "sb1", "attempt": 0,
+                   "state": "CONTAINER_RUNNING", "created_at": NS, "started_at": 2 * NS,
+                   "finished_at": 0, "exit_code": 0, "reason": "", "message": "",
+                   "image": "host", "image_ref": "sha256:x", "hash": "h", "restart_count": 0,
+                   "log_path": ""}] if running else []
+    return {"ts": ts, "sandboxes": [{"id": "sb1", "state": "SANDBOX_READY", "created_at": NS,
+                                     "attempt": 0, "ip": "10.0.0.5"}],
+            "containers": containers}
+
+
+def pleg_map(ts: float, **pods: dict[str, Any]) -> dict[str, Any]:
+    return {"_health": {"ts": ts, "last_relist_ok": T0}, **pods}
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["lastTransitionTime"]) for c in status["conditions"]}
+
+
+def store(tmp_path: Path) -> StatusStore:
+    return StatusStore(tmp_path / "state" / "statuses.json", MemoryLogger())
+
+
+def started_engine() -> StatusEngine:
+    """u1 created at T0 (not running yet), running (Ready) at T0+5."""
+    engine = StatusEngine(Saved())
+    assert engine.reconcile({"u1": desired_entry("u1")}, pleg_map(10.0, u1=record(False)), T0,
+                            MONO)
+    changes = engine.reconcile({"u1": desired_entry("u1")}, pleg_map(11.0, u1=record()), T0 + 5,
+                               MONO)
+    assert changes and conds(changes.set["u1"])["Ready"] == ("True", rfc3339(T0 + 5))
+    return engine
+
+
+def test_store_round_trip(tmp_path: Path) -> None:
+    saved = Saved({"u1": {"phase": "Running", "_version": 3}},
+                  {"u2": {"phase": "Failed", "_retiredAt": rfc3339(T0)}}, 42.5)
+    store(tmp_path).save(saved)
+    assert store(tmp_path).load() == saved
+
+
+def test_missing_store_is_empty(tmp_path: Path) -> None:
+    assert store(tmp_path).load() == Saved()
+
+
+def test_corrupt_store_is_set_aside(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    st.path.parent.mkdir(parents=True)
+    st.path.write_text("{not json", encoding="utf-8")
+    assert st.load() == Saved()
+    assert not st.path.exists()
+    assert st.path.with_name("statuses.json.corrupt").read_text(encoding="utf-8") == "{not json"
+
+
+def test_wrong_format_version_is_set_aside(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    st.path.parent.mkdir(parents=True)
+    st.path.write_text(json.dumps({"version": 99, "statuses": {}}), encoding="utf-8")
+    assert st.load() == Saved()
+    assert st.path.with_name("statuses.json.corrupt").exists()
+
+
+def test_bad_entries_are_dropped(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    st.path.parent.mkdir(parents=True)
+    st.path.write_text(json.dumps({"version": 1, "statuses": {"a": 1, "b": {"phase": "x"}},
+                                   "retired": [], "pleg_ts": "soon"}), encoding="utf-8")
+    assert st.load() == Saved({"b": {"phase": "x"}}, {}, 0.0)
+
+
+def test_restart_from_store_keeps_transition_times_and_versions(tmp_path: Path) -> None:
+    first = started_engine()
+    before = dict(first.statuses["u1"])
+    store(tmp_path).save(first.saved())
+
+    again = StatusEngine(store(tmp_path).load())
+    assert again.statuses["u1"] == before
+    # Recomputed much later from the same runtime state (a newer relist): nothing changes.
+    changes = again.reconcile({"u1": desired_entry("u1")}, pleg_map(90.0, u1=record(ts=11.0)),
+                              T0 + 3600, MONO)
+    assert changes is not None and not changes
+    assert again.statuses["u1"] == before
+    assert conds(again.statuses["u1"])["Ready"] == ("True", rfc3339(T0 + 5))
+    assert again.statuses["u1"]["_version"] == before["_version"]
+
+
+def test_restart_then_a_real_change_bumps_the_persisted_version(tmp_path: Path) -> None:
+    first = started_engine()
+    version = first.statuses["u1"]["_version"]
+    store(tmp_path).save(first.saved())
+    again = StatusEngine(store(tmp_path).load())
+    changes = again.reconcile({"u1": desired_entry("u1")}, pleg_map(90.0, u1=record(False)),
+                              T0 + 60, MONO)
+    assert changes and changes.set["u1"]["_version"] == version + 1
+    assert conds(changes.set["u1"])["Ready"] == ("False", rfc3339(T0 + 60))
+    assert [(t.type, t.old, t.new) for t in changes.transitions] == [
+        ("ContainersReady", "True", "False"), ("Ready", "True", "False")]
+
+
+def test_no_compute_before_pleg_relisted() -> None:
+    engine = StatusEngine(Saved())
+    assert engine.reconcile({"u1": desired_entry("u1")}, {}, T0, MONO) is None
+    assert engine.statuses == {}
+
+
+def test_no_compute_from_a_cache_older_than_the_persisted_statuses(tmp_path: Path) -> None:
+    first = started_engine()
+    assert first.pleg_ts == 11.0
+    store(tmp_path).save(first.saved())
+    again = StatusEngine(store(tmp_path).load())
+    stale = pleg_map(10.5, u1=record(False))  # a view of the runtime older than the statuses
+    assert again.reconcile({"u1": desired_entry("u1")}, stale, T0 + 60, MONO) is None
+    assert conds(again.statuses["u1"])["Ready"][0] == "True"
+    assert again.reconcile({"u1": desired_entry("u1")}, pleg_map(11.0, u1=record()), T0 + 60,
+                           MONO) is not None
+
+
+def test_persisted_cache_time_from_before_a_reboot_is_dropped() -> None:
+    engine = StatusEngine(Saved(pleg_ts=MONO + 1000))  # monotonic clock restarted since
+    changes = engine.reconcile({"u1": desired_entry("u1")}, pleg_map(3.0, u1=record()), T0, MONO)
+    assert changes and engine.pleg_ts == 3.0
+
+
+def test_retired_pod_resumes_after_reload(tmp_path: Path) -> None:
+    first = started_engine()
+    before = dict(first.statuses["u1"])
+    changes = first.reconcile({}, pleg_map(12.0, u1=record()), T0 + 10, MONO)
+    assert changes and changes.deleted == ["u1"] and "u1" not in first.statuses
+    store(tmp_path).save(first.saved())
+    again = StatusEngine(store(tmp_path).load())
+    changes = again.reconcile({"u1": desired_entry("u1")}, pleg_map(13.0, u1=record()), T0 + 20,
+                              MONO)
+    assert changes and changes.set["u1"] == before  # same times, same version
+    assert not changes.transitions
+
+
+def test_retired_statuses_expire() -> None:
+    engine = started_engine()
+    assert engine.reconcile({}, pleg_map(12.0), T0 + 10, MONO)
+    assert "u1" in engine.retired
+    assert engine.reconcile({}, pleg_map(13.0), T0 + 10 + 601, MONO) is not None
+    assert engine.retired == {}

@@ -1,0 +1,172 @@
+"""StatusService over a real bus (proxy, owners of ``desired`` and ``pleg`` in the test): what
+it publishes is on disk first, and a service killed at any point (no close, no final save) is
+replaced by one that publishes the same statuses at once and never goes back."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from podvisor.ipc.bus import BusProxy, Publisher
+from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.ipc.paths import RunPaths
+from podvisor.services.status.main import SAVE_DEBOUNCE, StatusService
+from podvisor.supervisor.child import ChildContext
+from podvisor.supervisor.config import Config
+from podvisor.supervisor.logs import MemoryLogger
+
+NS = 1_000_000_000
+WALL = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def entry(uid: str) -> dict[str, Any]:
+    return {"pod": {"metadata": {"name": uid, "namespace": "default", "uid": uid},
+                    "spec": {"containers": [{"name": "app", "image": "host"}]}},
+            "source": "file", "worker": "syncing", "admitted": True, "waiting": {}}
+
+
+def record(cid: str, running: bool) -> dict[str, Any]:
+    return {"ts": 1.0, "sandboxes": [{"id": "sb", "state": "SANDBOX_READY", "created_at": NS,
+                                      "attempt": 0, "ip": ""}],
+            "containers": [{"id": cid, "name": "app", "sandbox_id": "sb", "attempt": 0,
+                            "state": "CONTAINER_RUNNING" if running else "CONTAINER_CREATED",
+                            "created_at": NS, "started_at": 2 * NS if running else 0,
+                            "finished_at": 0, "exit_code": 0, "restart_count": 0}]}
+
+
+class Bus:
+    def __init__(self, root: Path) -> None:
+        self.paths = RunPaths(root)
+        self.paths.ensure()
+        self.zctx: zmq.Context[Any] = zmq.Context()
+        self.proxy = BusProxy(self.zctx, self.paths)
+        self.proxy.start()
+        self.pub = Publisher(self.zctx, self.paths, "test")
+        self.desired = MapOwner(self.zctx, self.paths, self.pub, "desired")
+        self.pleg = MapOwner(self.zctx, self.paths, self.pub, "pleg")
+        self.mono = Clock(1000.0)
+        self.relists = 0
+        self.wall = Clock(WALL)
+        self.log = MemoryLogger()
+        self.ctx = ChildContext("status", Config(root_dir=str(root)), self.paths,
+                                self.log, self.zctx)  # type: ignore[arg-type]
+
+    def relist(self, **records: dict[str, Any]) -> None:
+        """A PLEG relist "now" (the service's monotonic clock does not move)."""
+        self.relists += 1
+        for uid, rec in records.items():
+            self.pleg.set(uid, {**rec, "ts": self.mono.now})
+        self.pleg.set("_health", {"ts": self.mono.now, "last_relist_ok": self.wall.now,
+                                  "relists": self.relists})
+
+    def service(self) -> StatusService:
+        return StatusService(self.ctx, clock=self.mono, wall=self.wall)
+
+    def turn(self, svc: StatusService) -> None:
+        """One loop turn of the service, with the test's owners answering snapshots."""
+        self.desired.serve()
+        self.pleg.serve()
+        for replica in (svc.desired, svc.pleg):
+            replica.pump(0.01)
+        svc.step()
+        svc.owner.serve()
+        published = svc.owner.items()
+        on_disk = svc.store.load().statuses
+        assert all(on_disk.get(uid) == st for uid, st in published.items()), \
+            "a published status is not on disk"
+
+    def close(self) -> None:
+        for closable in (self.desired, self.pleg, self.pub):
+            closable.close()
+        self.proxy.stop()
+        self.zctx.destroy(linger=0)
+
+
+def kill(svc: StatusService) -> None:
+    """What kill -9 leaves: sockets gone, no final commit."""
+    for closable in (svc.desired, svc.pleg, svc.owner, svc.pub):
+        closable.close()
+
+
+def run_until(bus: Bus, svc: StatusService, cond: Callable[[], Any], timeout: float = 10.0
+              ) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := cond()):
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        bus.turn(svc)
+    return value
+
+
+@pytest.fixture
+def bus() -> Iterator[Bus]:
+    root = Path(tempfile.mkdtemp(prefix="pvst", dir="/tmp"))
+    b = Bus(root)
+    yield b
+    b.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def ready(svc: StatusService, uid: str) -> bool:
+    st = svc.owner.get(uid) or {}
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions", []))
+
+
+def test_changes_are_durable_before_they_are_published(bus: Bus) -> None:
+    svc = bus.service()
+    bus.desired.set("u1", entry("u1"))
+    bus.relist(u1=record("c1", running=False))
+    run_until(bus, svc, lambda: svc.owner.get("u1"))
+    first_commit = svc.store.writes
+    # A change within the debounce is queued: not visible (and not on disk) yet.
+    bus.relist(u1=record("c1", running=True))
+    run_until(bus, svc, lambda: svc.engine.statuses["u1"]["_version"] == 2)
+    assert svc.owner.get("u1")["_version"] == 1
+    bus.mono.now += SAVE_DEBOUNCE
+    run_until(bus, svc, lambda: ready(svc, "u1"))
+    assert svc.store.writes == first_commit + 1
+    kill(svc)
+
+
+def test_killed_service_is_replaced_without_going_back(bus: Bus) -> None:
+    svc = bus.service()
+    for uid in ("u1", "u2"):
+        bus.desired.set(uid, entry(uid))
+    bus.relist(u1=record("c1", False), u2=record("c2", False))
+    run_until(bus, svc, lambda: svc.owner.get("u2"))
+    bus.mono.now += SAVE_DEBOUNCE
+    bus.wall.now += 1
+    bus.relist(u1=record("c1", True), u2=record("c2", True))
+    run_until(bus, svc, lambda: ready(svc, "u1") and ready(svc, "u2"))
+    published = svc.owner.items()
+    kill(svc)
+
+    again = bus.service()
+    assert again.owner.items() == published  # at once, before any replica synced
+    reader = MapReplica(bus.zctx, bus.paths, "statuses")
+    try:
+        run_until(bus, again, lambda: again.owner.serve() >= 0 and reader.sync(0.2))
+        assert reader.items() == published
+    finally:
+        reader.close()
+    bus.wall.now += 100  # recomputed much later: same transition times and versions
+    bus.relist(u1=record("c1", True), u2=record("c2", True))
+    run_until(bus, again, lambda: any(e.get("event") == "status.inputs"
+                                      for e in bus.log.events[-5:]))
+    assert again.owner.items() == published
+    kill(again)
