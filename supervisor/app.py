@@ -22,6 +22,7 @@ import zmq
 
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.paths import RunPaths
+from podvisor.services.events.store import EventStore
 from podvisor.supervisor.commands import Command, default_commands
 from podvisor.supervisor.config import Config, load_config, write_config_json
 from podvisor.supervisor.control import ControlServer
@@ -91,6 +92,9 @@ def run_agent(
     proxy.start()
     publisher = Publisher(zctx, paths, "supervisor")
     subscriber = Subscriber(zctx, paths, ["syncloop.pods.stopped"])
+    events_sub = Subscriber(zctx, paths, ["events."])
+    events = EventStore(paths.state_dir / "events.jsonl", clock=deps.clock)
+    events.load()
     agent_box: list[Agent] = []
 
     def notify(change: StateChange) -> None:
@@ -106,7 +110,7 @@ def run_agent(
         logs_dir=paths.logs_dir, config_json=paths.config_json,
         heartbeat_endpoint=paths.heartbeat,
         reload_config=lambda: load_config(config_path, overrides),
-        resolve=resolve, clock=deps.clock, wall=deps.wall,
+        resolve=resolve, clock=deps.clock, wall=deps.wall, events=events, events_sub=events_sub,
     )
     agent = Agent(parts)
     agent_box.append(agent)
@@ -119,6 +123,7 @@ def run_agent(
         agent.close()
         publisher.close()
         subscriber.close()
+        events_sub.close()
         proxy.stop()
         zctx.destroy(linger=0)
         for endpoint in (paths.control, paths.heartbeat, paths.bus_pub, paths.bus_sub):

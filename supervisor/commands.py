@@ -276,6 +276,39 @@ class Reload(Command):
         return {"changes": ctx.reload()}
 
 
+class Events(Command):
+    """`{"command": "events", "args": {"limit"?: int, "pod"?: str}}` -> a Kubernetes
+    `EventList` `{"kind": "EventList", "apiVersion": "v1", "items": [{type, reason, message,
+    involvedObject {kind, name?, namespace?, uid?, file?|url?, fieldPath?}, source {component},
+    count, firstTimestamp, lastTimestamp}]}`, oldest first, at most the last `limit`; `pod`
+    keeps the events of pods with that name (`name` or `namespace/name`). Kept by the
+    supervisor (the last 1000, identical events counted), persisted in `state/events.jsonl`."""
+
+    name = "events"
+
+    def validate(self, args: Args) -> None:
+        limit = args.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or not 0 <= limit <= 100_000):
+            raise ControlFault(Fault.BAD_ARGUMENTS, "'limit' must be an integer 0..100000")
+        if not isinstance(args.get("pod", ""), str):
+            raise ControlFault(Fault.BAD_ARGUMENTS, "'pod' must be a string")
+
+    def execute(self, ctx: CommandContext, args: Args) -> Any:
+        store = getattr(ctx, "events", None)
+        if store is None:
+            raise ControlFault(Fault.NOT_AVAILABLE, "this agent keeps no events")
+        result: dict[str, Any] = store.event_list()
+        if pod := args.get("pod"):
+            ns, _, name = pod.rpartition("/")
+            result["items"] = [e for e in result["items"]
+                               if e["involvedObject"].get("name") == name
+                               and (not ns or e["involvedObject"].get("namespace") == ns)]
+        if args.get("limit") is not None:
+            result["items"] = result["items"][-args["limit"]:] if args["limit"] else []
+        return result
+
+
 class Unavailable(Command):
     """A command another process will answer (`pods`, `logs`, `events`); until then it faults
     NOT_AVAILABLE. Replace it in `Dependencies.commands` with the real one."""
@@ -289,6 +322,5 @@ class Unavailable(Command):
 
 def default_commands() -> dict[str, Command]:
     cmds: list[Command] = [Status(), Start(), Stop(), Restart(), Kill(), Tail(), Shutdown(),
-                           Reload(), Unavailable("pods"), Unavailable("logs"),
-                           Unavailable("events")]
+                           Reload(), Unavailable("pods"), Unavailable("logs"), Events()]
     return {c.name: c for c in cmds}

@@ -8,7 +8,10 @@
       tail NAME [-n N]            the last N lines of logs/NAME.log (`supervisor` = the agent)
       reload                      like SIGHUP
       shutdown [--pods]           stop the agent (and every pod with --pods)
-      pods|events [--json], logs POD [CONTAINER]   answered once the server process exists
+      pods [--json]               the PodList of GET /pods, as a table
+      events [--json] [--pod P] [--limit N]   the kept events (kubectl get events)
+      logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
+                                  rootDir/pod-logs; works while the agent is down)
 
 Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
 stderr); 2 the agent is not running or did not answer in time, or bad usage.
@@ -58,8 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("shutdown", help="stop the agent")
     sh.add_argument("--pods", action="store_true", help="stop every pod too")
     sub.add_parser("reload", help="re-read the config file")
-    for name in ("pods", "events"):
-        sub.add_parser(name).add_argument("--json", action="store_true")
+    sub.add_parser("pods").add_argument("--json", action="store_true")
+    ev = sub.add_parser("events", help="events (last 1000, oldest first)")
+    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--pod", default=None, help="only this pod's (name or namespace/name)")
+    ev.add_argument("--limit", type=int, default=None, help="only the last N")
     lg = sub.add_parser("logs", help="container logs")
     lg.add_argument("pod")
     lg.add_argument("container", nargs="?")
@@ -104,9 +110,9 @@ def _args_for(ns: argparse.Namespace) -> dict[str, Any]:
         return {"name": ns.name, "lines": ns.lines}
     if cmd == "shutdown":
         return {"pods": ns.pods}
-    if cmd == "logs":
-        args = {"pod": ns.pod, "container": ns.container, "follow": ns.follow, "tail": ns.tail}
-        return {k: v for k, v in args.items() if v not in (None, False)}
+    if cmd == "events":
+        args = {"pod": ns.pod, "limit": ns.limit}
+        return {k: v for k, v in args.items() if v is not None}
     return {}
 
 
@@ -123,6 +129,10 @@ def _print(ns: argparse.Namespace, result: Any) -> None:
         print("\n".join(result["changes"]) or "no changes")
     elif ns.cmd == "shutdown":
         print("shutting down")
+    elif ns.cmd == "events":
+        from podvisor.supervisor.ctl_logs import format_events
+
+        print(format_events(result))
     else:
         print(json.dumps(result, indent=2, sort_keys=True))
 
@@ -134,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_pods(root, ns.json, ns.timeout or 5.0)
+    if ns.cmd == "logs":  # read from rootDir/pod-logs by this process
+        from podvisor.supervisor.ctl_logs import main_logs
+
+        root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
+        return main_logs(root, ns.pod, ns.container, ns.follow, ns.tail)
     endpoint = ns.endpoint or endpoint_for_root(
         ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT))
     timeout = ns.timeout if ns.timeout is not None else (

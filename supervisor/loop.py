@@ -21,7 +21,8 @@ from types import FrameType
 import zmq
 
 from podvisor.ipc.bus import Publisher, Subscriber
-from podvisor.ipc.messages import AllPodsStopped, ProcessStateChanged, StopAllPods
+from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
+from podvisor.services.events.store import EventStore
 from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
@@ -54,6 +55,8 @@ class AgentParts:
     resolve: Callable[[Config], tuple[ProcessSpec, ...]]
     clock: Callable[[], float]
     wall: Callable[[], float]
+    events: EventStore | None = None  # the kept events (`podvisorctl events`)
+    events_sub: Subscriber | None = None  # topic `events.`
 
 
 def _noop_handler(signum: int, frame: FrameType | None) -> None:
@@ -69,6 +72,7 @@ class Agent:
         self.logs_dir = parts.logs_dir
         self.started_at = parts.wall()
         self.control: ControlServer | None = None
+        self.events = parts.events
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._heartbeats = parts.zctx.socket(zmq.PULL)
         self._heartbeats.setsockopt(zmq.LINGER, 0)
@@ -145,6 +149,18 @@ class Agent:
                         to=change.to_state.value, **{"from": change.from_state.value},
                         restarts=change.restarts, reason=change.reason)
 
+    def _drain_events(self) -> None:
+        sub, store = self.p.events_sub, self.events
+        if sub is None or store is None:
+            return
+        for _ in range(1000):  # bounded: the loop must come back to heartbeats and control
+            env = sub.recv(0)
+            if env is None:
+                break
+            if isinstance(env.message, Event):
+                store.add(env.message)
+        store.persist()
+
     def _drain_heartbeats(self) -> None:
         while True:
             try:
@@ -183,8 +199,9 @@ class Agent:
 
     def _timeout_ms(self, control: ControlServer) -> int | None:
         self._check_pods_stopped()
-        deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline)
-                     if d is not None]
+        persist = self.events.next_deadline() if self.events is not None else None
+        deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
+                                 persist) if d is not None]
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
@@ -207,6 +224,8 @@ class Agent:
             poller.register(self._sig_r.fileno(), zmq.POLLIN)
             if self._pods_deadline is not None:
                 poller.register(self.p.subscriber.socket, zmq.POLLIN)
+            if self.p.events_sub is not None:
+                poller.register(self.p.events_sub.socket, zmq.POLLIN)
             fds = self.sup.fds()
             for fd in fds:
                 poller.register(fd, zmq.POLLIN)
@@ -218,8 +237,12 @@ class Agent:
             for fd, name in fds.items():
                 if fd in ready:
                     self.sup.on_exit(name)
+            self._drain_events()
             if control.socket in ready:
                 control.serve(self.p.clock())
+        self._drain_events()
+        if self.events is not None:
+            self.events.persist(force=True)
         self.p.log.info("agent.stopped", bad_heartbeats=self.bad_beats)
         return 0
 

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from podvisor.services.events.publisher import EventPublisher
+from podvisor.services.events.recorder import Recorder
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.file_source import FileSource
 from podvisor.services.sources.files import SourceReadError
@@ -30,13 +32,16 @@ class _Publish(Protocol):
 def run(ctx: ChildContext) -> None:
     config = ctx.config
     publisher = SetPublisher(ctx, "file")
-    reporter = Reporter(ctx.log, key="file")
+    events = Recorder(ctx.name)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+    reporter = Reporter(ctx.log, key="file", events=events)
 
     def publish(result: SourceSet | None) -> None:
         """Publish ``result`` (when there is one) and answer pending snapshot requests."""
         if result is not None:
             reporter.report(result)
             publisher.publish(result)
+        events.flush(event_pub)
         publisher.service()
 
     try:
@@ -55,6 +60,7 @@ def run(ctx: ChildContext) -> None:
             source.close()
     finally:
         publisher.close()
+        event_pub.close()
 
 
 def _loop(ctx: ChildContext, source: FileSource, progress: Progress,

@@ -7,10 +7,14 @@ The GET runs on a helper thread so the main loop keeps heartbeating through a sl
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 
 import requests
 
+from podvisor.services.events import model as ev
+from podvisor.services.events.publisher import EventPublisher
+from podvisor.services.events.recorder import Recorder
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.http_source import HttpSource
 from podvisor.services.sources.httpfetch import fetch, flatten_headers
@@ -20,6 +24,12 @@ from podvisor.services.sources.worker import run_in_thread
 from podvisor.supervisor.child import ChildContext
 
 POLL = 0.25
+
+
+@dataclass(frozen=True)
+class _Events:
+    recorder: Recorder
+    sink: EventPublisher
 
 
 def run(ctx: ChildContext) -> None:
@@ -44,13 +54,19 @@ def run(ctx: ChildContext) -> None:
                                 config.http_check_frequency, fetcher)
             ctx.log.info("source.started", url=config.static_pod_url,
                          period=config.http_check_frequency)
-            _loop(ctx, source, publisher, Reporter(ctx.log, key="url"))
+            events = Recorder(ctx.name)
+            event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+            try:
+                _loop(ctx, source, publisher, Reporter(ctx.log, key="url", events=events),
+                      _Events(events, event_pub))
+            finally:
+                event_pub.close()
     finally:
         publisher.close()
 
 
 def _loop(ctx: ChildContext, source: HttpSource, publisher: SetPublisher,
-          reporter: Reporter) -> None:
+          reporter: Reporter, events: _Events) -> None:
     last_error = ""
 
     def beat() -> None:
@@ -69,7 +85,11 @@ def _loop(ctx: ChildContext, source: HttpSource, publisher: SetPublisher,
         if source.last_error and source.last_error != last_error:
             ctx.log.warning("source.fetch_failed", url=ctx.config.static_pod_url,
                             reason=source.last_error)
+            events.recorder.record(ev.WARNING, ev.FAILED_FETCH,
+                          f"{ctx.config.static_pod_url}: {source.last_error}",
+                          ev.manifest_object("url", ctx.config.static_pod_url))
         last_error = source.last_error
         if result is not None:
             reporter.report(result)
             publisher.publish(result)
+        events.recorder.flush(events.sink)

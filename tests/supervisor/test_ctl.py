@@ -64,7 +64,7 @@ def test_ctl_faults(agent: Any) -> None:
         (("kill", "web", "--signal", "SIGBOGUS"), "BAD_SIGNAL(11)"),
         (("kill", "web", "--signal", "999"), "BAD_SIGNAL(11)"),
         (("tail", "nope"), "BAD_NAME(10)"),
-        (("events",), "NOT_AVAILABLE(110)"),
+        (("events", "--limit", "-1"), "BAD_ARGUMENTS(3)"),
     ]
     for args, fault in cases:
         out = a.ctl(*args)
