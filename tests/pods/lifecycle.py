@@ -9,6 +9,7 @@ their processes directly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -111,7 +112,5 @@ def pid_alive(pid: int) -> bool:
 def kill_pids(pids: list[int]) -> None:
     """Best-effort SIGKILL of container processes a failed test may leave (by pid)."""
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, 9)
-        except OSError:
-            pass

@@ -7,6 +7,7 @@ generous slack."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -62,7 +63,7 @@ def test_crashloop_backoff_grows_to_cap(agent: Any, wait_for: Any) -> None:
         finally:
             cri.close()
         times = sorted(starts.values())
-        gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:])]
+        gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times)]
         assert "CrashLoopBackOff" in seen_reasons, seen_reasons
         assert counts and max(counts) >= 3 and counts == sorted(counts), counts
         # the delay grows (1 s, 2 s, 4 s ...) and stays under the cap (plus generous slack)
