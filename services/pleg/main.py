@@ -25,6 +25,7 @@ from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.messages import PodLifecycleEvent
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+from podvisor.services.events.model import container_died
 from podvisor.services.pleg.relist import Relister, RelistResult, new_relister
 from podvisor.services.pleg.stream import EventWatcher
 from podvisor.supervisor.child import ChildContext
@@ -94,6 +95,11 @@ class PlegLoop:
             self.counters.events += 1
             if not self._pub.publish(msg):
                 self.counters.event_drops += 1
+            if ev.type.value == "ContainerDied":  # an Event for `podvisorctl events` too
+                died = container_died(result.changed.get(ev.pod_uid), ev.container_id,
+                                      ev.pod_uid, "pleg", self._wall())
+                if died is not None:
+                    self._pub.publish(died)
         return result
 
     def _health(self, result: RelistResult, mode: str, stream_drops: int) -> dict[str, Any]:

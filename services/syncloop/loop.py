@@ -245,5 +245,11 @@ class SyncLoop:
         if old is not None and {**old, "updated_at": 0.0} == value:
             return
         value["updated_at"] = self.deps.sync.wall()
+        before = (old or {}).get("waiting", {})
+        for name, waiting in value["waiting"].items():  # a new waiting reason: log it (an event)
+            if before.get(name, {}).get("reason") != waiting["reason"]:
+                self.log.info("syncloop.container.waiting", pod=w.pod.full_name, pod_uid=uid,
+                              container=name, reason=waiting["reason"],
+                              message=waiting["message"])
         self._published[uid] = value
         self.deps.desired.set(uid, value)

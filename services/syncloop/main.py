@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import zmq
 
@@ -27,6 +28,9 @@ from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.messages import AllPodsStopped
 from podvisor.services.cri import new_runtime_client
+from podvisor.services.events.logbridge import EventingLog
+from podvisor.services.events.publisher import EventPublisher
+from podvisor.services.events.recorder import Recorder
 from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -78,7 +82,7 @@ def _endpoint(ctx: ChildContext) -> str:
 
 
 def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
-          wake: _WakePipe) -> tuple[SyncLoop, MapOwner]:
+          wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
     """The composition root: every part of the sync loop, from the config."""
     cfg = ctx.config
     sl = cfg.syncloop
@@ -90,7 +94,8 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     sync = SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
-                    mono=time.monotonic, wall=time.time, log=ctx.log, sleep=time.sleep)
+                    mono=time.monotonic, wall=time.time, sleep=time.sleep,
+                    log=EventingLog(ctx.log, events) if events is not None else ctx.log)
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)
 
@@ -102,6 +107,20 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
                              desired=owner, submit=submit,
                              wake=wake.wake))
     return loop, owner
+
+
+def _resolver(loop: SyncLoop) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Fill an event's pod name, namespace and manifest file from the worker table."""
+
+    def resolve(obj: dict[str, Any]) -> dict[str, Any]:
+        w = loop.deps.table.get(str(obj.get("uid", "")))
+        if w is not None and w.pod is not None:
+            obj.setdefault("name", w.pod.metadata.name)
+            obj.setdefault("namespace", w.pod.metadata.namespace)
+            if w.pod.origin is not None and w.pod.origin.location:
+                obj.setdefault("file", w.pod.origin.location)
+        return obj
+    return resolve
 
 
 def _dispatch(loop: SyncLoop, env: Envelope, now: float) -> bool:
@@ -132,7 +151,10 @@ def run(ctx: ChildContext) -> None:
     subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS)
     pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
     wake = _WakePipe()
-    loop, owner = build(ctx, publisher, pool, wake)
+    events = Recorder(ctx.name)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+    loop, owner = build(ctx, publisher, pool, wake, events)
+    events.resolve = _resolver(loop)
     replicas = _source_replicas(ctx, loop)
     poller = zmq.Poller()
     for replica in replicas:
@@ -171,6 +193,7 @@ def run(ctx: ChildContext) -> None:
                 replica.pump(0)
             owner.serve()
             owner.tick(time.monotonic())
+            events.flush(event_pub)
             ctx.heartbeat()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -179,5 +202,6 @@ def run(ctx: ChildContext) -> None:
             replica.close()
         subscriber.close()
         publisher.close()
+        event_pub.close()
         wake.close()
         loop.deps.sync.cri.close()

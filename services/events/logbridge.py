@@ -1,0 +1,108 @@
+"""The sync loop's log lines that are also events (the kubelet's ``recorder.Eventf`` calls).
+
+The sync loop already logs every step worth an event; ``EventingLog`` wraps its logger, passes
+every call through unchanged, and records an event for these (so the pod workers, on their pool
+threads, need no publisher):
+
+=============================  =======  ==================  ===================================
+log event                      type     reason              message
+=============================  =======  ==================  ===================================
+syncloop.container.started     Normal   Created, Started    Created/Started container X
+syncloop.container.killing     Normal   Killing             Stopping container X
+syncloop.container.error       Warning  Failed              <CreateContainerError...>: message
+syncloop.container.waiting     Warning  BackOff             Back-off restarting failed
+                                                            container X in pod P
+                                                            (CrashLoopBackOff; ImagePullBackOff
+                                                            is Normal, "Back-off pulling ...")
+syncloop.pod.rejected          Warning  <admission reason>  the admission message
+syncloop.work.failed/crashed   Warning  FailedSync          error syncing|terminating pod: ...
+syncloop.prestop.failed        Warning  FailedPreStopHook   PreStop hook of container X failed
+=============================  =======  ==================  ===================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from podvisor.services.events import model as ev
+from podvisor.services.events.recorder import Recorder
+
+Found = tuple[str, str, str]  # type, reason, message
+
+
+def _pod_obj(fields: Mapping[str, Any], container: str = "") -> dict[str, Any]:
+    name, _, namespace = str(fields.get("pod", "")).partition("_")
+    obj: dict[str, Any] = {"kind": "Pod", "uid": str(fields.get("pod_uid", ""))}
+    if name:
+        obj["name"], obj["namespace"] = name, namespace
+    if container:
+        obj["fieldPath"] = f"spec.containers{{{container}}}"
+    return obj
+
+
+def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
+    """The events one log line stands for (usually none)."""
+    c = str(fields.get("container", ""))
+    if event == "syncloop.container.started":
+        return [(ev.NORMAL, "Created", f"Created container {c}"),
+                (ev.NORMAL, "Started", f"Started container {c}")]
+    if event == "syncloop.container.killing":
+        return [(ev.NORMAL, "Killing", f"Stopping container {c}")]
+    if event == "syncloop.container.error":
+        return [(ev.WARNING, "Failed", f"{fields.get('reason', '')}: {fields.get('message', '')}")]
+    if event == "syncloop.container.waiting":
+        if fields.get("reason") == "CrashLoopBackOff":
+            pod = str(fields.get("pod", "")).replace("_", " in namespace ", 1)
+            return [(ev.WARNING, "BackOff", f"Back-off restarting failed container {c} in pod "
+                                            f"{pod}")]
+        if fields.get("reason") == "ImagePullBackOff":
+            return [(ev.NORMAL, "BackOff", str(fields.get("message", "Back-off pulling image")))]
+        return []
+    if event == "syncloop.pod.rejected":
+        return [(ev.WARNING, str(fields.get("reason") or "Rejected"),
+                 str(fields.get("message", "")))]
+    if event in ("syncloop.work.failed", "syncloop.work.crashed"):
+        kind = "terminating" if "terminat" in str(fields.get("kind", "")).lower() else "syncing"
+        return [(ev.WARNING, "FailedSync",
+                 f"error {kind} pod: {fields.get('error', 'see the syncloop log')}")]
+    if event == "syncloop.prestop.failed":
+        detail = fields.get("error") or f"exit code {fields.get('exit_code')}"
+        return [(ev.WARNING, "FailedPreStopHook", f"PreStop hook of container {c} failed: "
+                                                  f"{detail}")]
+    return []
+
+
+class EventingLog:
+    """A logger (the ``EventLog`` protocol) that also records the events above."""
+
+    def __init__(self, log: Any, recorder: Recorder) -> None:
+        self._log = log
+        self._recorder = recorder
+
+    def _also(self, event: str, fields: Mapping[str, Any]) -> None:
+        for type_, reason, message in events_for(event, fields):
+            self._recorder.record(type_, reason, message,
+                                  _pod_obj(fields, str(fields.get("container", ""))))
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._log.debug(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._log.info(event, **fields)
+        self._also(event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._log.warning(event, **fields)
+        self._also(event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._log.error(event, **fields)
+        self._also(event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._log.exception(event, **fields)
+        self._also(event, fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
