@@ -1,0 +1,1 @@
+"""The prober process: liveness, readiness and startup probes (see docs/ARCHITECTURE.md)."""

@@ -1,0 +1,204 @@
+"""The prober process: replicate ``desired`` and ``pleg``, run probe workers, own ``probes``.
+
+One loop thread owns every socket and the ``ProbeManager``; probes run on a bounded thread pool
+(``POOL_THREADS``) and post their outcomes back through a queue and a wake pipe, so a slow probe
+never delays heartbeats, snapshot answers or other probes. At start the results saved in
+``state/probes.json`` are published at once (before any replica is synced) and seed the workers
+whose container ID still runs, so a restarted prober never flips a Ready pod to NotReady.
+Nothing is computed until both replicas are synced and the PLEG cache has its ``_health`` key
+(a fresh PLEG's empty map must not drop every result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import queue
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import zmq
+
+from podvisor.ipc.bus import Publisher
+from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.services.cri import RuntimeClient, new_runtime_client
+from podvisor.services.prober.handlers import ProbeRunner, new_probe_runner
+from podvisor.services.prober.manager import ProbeManager, ProbeTask
+from podvisor.services.prober.outcome import Outcome
+from podvisor.services.prober.store import ProbeStore
+from podvisor.services.prober.worker import Result
+from podvisor.supervisor.child import ChildContext
+
+MAP_NAME = "probes"
+HEALTH_KEY = "_health"
+POOL_THREADS = 32
+SAVE_DEBOUNCE = 0.2
+POLL_MAX = 0.5
+SNAPSHOT_TIMEOUT = 0.5
+CALL_TIMEOUT = 4.0
+
+Clock = Callable[[], float]
+
+
+class _WakePipe:
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        for fd in (self.read_fd, self.write_fd):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.write_fd, b"x")
+
+    def drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self.read_fd, 4096):
+                pass
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def cri_endpoint(ctx: ChildContext) -> str:
+    ep: str = ctx.config.runtime_endpoint
+    return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
+
+
+class ProberService:
+    def __init__(self, ctx: ChildContext, runner: ProbeRunner, clock: Clock = time.monotonic,
+                 wall: Clock = time.time, rand: Callable[[], float] = random.random) -> None:
+        self.ctx, self._clock, self._wall = ctx, clock, wall
+        self.store = ProbeStore(ctx.paths.state_dir / "probes.json", ctx.log)
+        saved = self.store.load()
+        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name)
+        self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME,
+                              heartbeat_interval=ctx.config.supervision.heartbeat_interval)
+        for uid, value in saved.items():
+            self.owner.set(uid, value)
+        self.manager = ProbeManager(rand, clock(), saved)
+        self.runner = runner
+        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_change,
+                                  snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
+                               snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="probe")
+        self.results: queue.SimpleQueue[tuple[ProbeTask, Outcome]] = queue.SimpleQueue()
+        self.wake = _WakePipe()
+        self.ready = False
+        self._changed = True
+        self._dirty = False
+        self._last_save = -SAVE_DEBOUNCE
+        ctx.log.info("prober.started", loaded=sum(len(v) for v in saved.values()))
+
+    def _on_change(self, key: str, old: Any, new: Any) -> None:
+        self._changed = True
+
+    # --- probing (pool threads) ---
+    def _probe(self, task: ProbeTask) -> None:
+        try:
+            outcome = self.runner.run(task.probe, task.target)
+        except Exception as err:  # never lose the in-flight mark
+            outcome = Outcome(Result.FAILURE, f"probe error: {err}")
+        self.results.put((task, outcome))
+        self.wake.wake()
+
+    # --- the loop's step ---
+    def step(self) -> float:
+        """Update workers, apply outcomes, hand out due probes, publish, save. Returns the
+        seconds until the next due probe (capped)."""
+        now = self._clock()
+        pleg = self.pleg.items()
+        if self._changed and self.desired.synced and self.pleg.synced and HEALTH_KEY in pleg:
+            self._changed = False
+            self.manager.update(self.desired.items(), pleg, now, self._wall())
+            self.ready = True
+        while True:
+            try:
+                task, outcome = self.results.get_nowait()
+            except queue.Empty:
+                break
+            self._record(task, outcome, now)
+        if self.ready:
+            for task in self.manager.due(now):
+                self.pool.submit(self._probe, task)
+            self._publish(now)
+        if self._dirty and now - self._last_save >= SAVE_DEBOUNCE:
+            self.save()
+        deadline = self.manager.next_deadline() if self.ready else None
+        wait = POLL_MAX if deadline is None else deadline - self._clock()
+        if self._dirty:
+            wait = min(wait, self._last_save + SAVE_DEBOUNCE - self._clock())
+        return max(0.0, min(wait, POLL_MAX))
+
+    def _record(self, task: ProbeTask, outcome: Outcome, now: float) -> None:
+        uid, name, kind = task.key
+        before = self.manager.workers.get(task.key)
+        old = before.result if before is not None else None
+        changed = self.manager.complete(task, outcome.result, now)
+        if outcome.result is not Result.SUCCESS:
+            self.ctx.log.info("prober.probe.failed", pod_uid=uid, container=name,
+                              probe=str(kind), result=str(outcome.result),
+                              message=outcome.message[:300])
+        if changed and before is not None and before.result is not old:
+            self.ctx.log.info("prober.result", pod_uid=uid, container=name, probe=str(kind),
+                              result=str(before.result), container_id=task.target.container_id)
+
+    def _publish(self, now: float) -> None:
+        entries = self.manager.entries(now)
+        changed = False
+        for uid, value in entries.items():
+            changed |= self.owner.set(uid, value)
+        for uid in set(self.owner.items()) - set(entries):
+            changed |= self.owner.delete(uid)
+        self._dirty |= changed
+
+    def save(self) -> None:
+        try:
+            self.store.save(self.owner.items())
+            self._dirty = False
+        except OSError as err:
+            self.ctx.log.error("prober.save_failed", path=str(self.store.path), error=str(err))
+        self._last_save = self._clock()
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.owner.socket, zmq.POLLIN)
+        poller.register(self.wake.read_fd, zmq.POLLIN)
+        for replica in (self.desired, self.pleg):
+            for sock in replica.sockets:
+                poller.register(sock, zmq.POLLIN)
+        wait = 0.0
+        while not self.ctx.stop.is_set():
+            self.ctx.heartbeat()
+            ready = dict(poller.poll(int(wait * 1000)))
+            if self.wake.read_fd in ready:
+                self.wake.drain()
+            self.owner.serve()
+            for replica in (self.desired, self.pleg):
+                replica.pump(0)
+            wait = self.step()
+            self.owner.tick(self._clock())
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self._dirty:
+            self.save()
+        for closable in (self.desired, self.pleg, self.owner, self.pub):
+            closable.close()
+        self.wake.close()
+
+
+def run(ctx: ChildContext) -> None:
+    timeout = min(ctx.config.runtime_request_timeout, CALL_TIMEOUT)
+    cri: RuntimeClient = new_runtime_client(cri_endpoint(ctx), timeout=timeout)
+    service = ProberService(ctx, new_probe_runner(cri))
+    try:
+        service.run()
+    finally:
+        service.close()
+        cri.close()

@@ -1,0 +1,273 @@
+"""The prober's brain: which workers exist, which probes are due, what the ``probes`` map says.
+Pure (no I/O, no clock of its own): the process feeds it the ``desired`` and ``pleg`` maps,
+runs the probes it hands out and reports their outcomes.
+
+``probes`` map value (key = pod UID), one item per container that runs and has a probe:
+``{name: {"container_id", "ready": bool|None, "started": bool|None,
+"liveness": "success"|"failure"|None, "failed_probe": "liveness"|"startup"|None, "ts"}}``:
+``ready`` None = no readiness probe, else the readiness verdict (False until the startup probe
+succeeded); ``started`` None = no startup probe; ``liveness`` is "failure" when the liveness
+probe, or the startup probe, failed past its threshold: the sync loop kills the container;
+``failed_probe`` says which; ``ts`` (monotonic) is when the verdict last changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from podvisor.services.pod import Pod, PodValidationError, Probe, pod_from_dict
+from podvisor.services.prober.worker import (
+    ContainerObs,
+    Kind,
+    ProbeWorker,
+    Rand,
+    Result,
+    Seed,
+    Timing,
+)
+
+RUNNING = "CONTAINER_RUNNING"
+LOCALHOST = "127.0.0.1"
+SEED_GRACE = 60.0  # persisted results wait this long for their pod to reappear in ``desired``
+
+WorkerKey = tuple[str, str, Kind]  # (pod uid, container name, kind)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a probe goes: the pod's IP (127.0.0.1 for host-network pods) and named ports."""
+
+    host: str
+    ports: Mapping[str, int]
+    container_id: str
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    key: WorkerKey
+    probe: Probe
+    target: Target
+
+
+def timing_of(probe: Probe) -> Timing:
+    return Timing(float(probe.initial_delay_seconds), float(probe.period_seconds),
+                  float(probe.timeout_seconds), probe.success_threshold, probe.failure_threshold)
+
+
+def probes_of(pod: Pod, name: str) -> dict[Kind, Probe]:
+    for c in pod.spec.containers:
+        if c.name == name:
+            found = {Kind.LIVENESS: c.liveness_probe, Kind.READINESS: c.readiness_probe,
+                     Kind.STARTUP: c.startup_probe}
+            return {k: p for k, p in found.items() if p is not None}
+    return {}
+
+
+def newest(records: Any, name: str) -> Mapping[str, Any] | None:
+    mine = [c for c in records or [] if isinstance(c, Mapping) and c.get("name") == name]
+    if not mine:
+        return None
+    return max(mine, key=lambda c: (int(c.get("created_at", 0) or 0), str(c.get("id", ""))))
+
+
+def observe(record: Mapping[str, Any] | None, now: float, wall: float) -> ContainerObs | None:
+    if record is None or not record.get("id"):
+        return None
+    started_ns = int(record.get("started_at", 0) or 0)
+    started = now - max(0.0, wall - started_ns / 1e9) if started_ns else 0.0
+    return ContainerObs(str(record["id"]), record.get("state") == RUNNING, started)
+
+
+def pod_ip(pod: Pod, pleg: Mapping[str, Any] | None) -> str:
+    if pod.spec.host_network:
+        return LOCALHOST
+    sandboxes = [s for s in (pleg or {}).get("sandboxes", []) if isinstance(s, Mapping)]
+    ready = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
+    return str((ready or sandboxes or [{}])[-1].get("ip") or LOCALHOST)
+
+
+def seeds_from(entry: Mapping[str, Any]) -> dict[Kind, Seed]:
+    """The worker results a persisted ``probes`` item stands for."""
+    cid = str(entry.get("container_id", ""))
+    failed = entry.get("failed_probe")
+    out: dict[Kind, Seed] = {}
+    if entry.get("ready") is not None:
+        out[Kind.READINESS] = Seed(cid, Result.SUCCESS if entry["ready"] else Result.FAILURE)
+    if failed == "startup":
+        out[Kind.STARTUP] = Seed(cid, Result.FAILURE, on_hold=True)
+    elif entry.get("started"):
+        out[Kind.STARTUP] = Seed(cid, Result.SUCCESS)
+    if failed == "liveness":
+        out[Kind.LIVENESS] = Seed(cid, Result.FAILURE, on_hold=True)
+    return out
+
+
+class _PodCache:
+    """Parsed pods by UID, re-parsed only when their ``desired`` dict changes."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[Any, Pod | None]] = {}
+
+    def get(self, uid: str, raw: Any) -> Pod | None:
+        hit = self._pods.get(uid)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
+        try:
+            pod: Pod | None = pod_from_dict(raw, where=f"desired[{uid}]").pod
+        except PodValidationError:
+            pod = None
+        self._pods[uid] = (raw, pod)
+        return pod
+
+    def keep(self, uids: set[str]) -> None:
+        for uid in set(self._pods) - uids:
+            del self._pods[uid]
+
+
+def _active(entry: Any) -> bool:
+    return (isinstance(entry, Mapping) and entry.get("admitted", True)
+            and entry.get("worker") != "terminated" and isinstance(entry.get("pod"), Mapping))
+
+
+class ProbeManager:
+    def __init__(self, rand: Rand, prober_started: float,
+                 seeds: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._rand = rand
+        self._started = prober_started
+        self.workers: dict[WorkerKey, ProbeWorker] = {}
+        self._obs: dict[WorkerKey, ContainerObs | None] = {}
+        self._targets: dict[tuple[str, str], Target] = {}
+        self._probe: dict[WorkerKey, Probe] = {}
+        self._pods = _PodCache()
+        self._seeds = {uid: dict(v) for uid, v in (seeds or {}).items() if isinstance(v, Mapping)}
+        self._seed_until: float | None = None
+        self._entries: dict[str, dict[str, Any]] = {}
+
+    # --- inputs ---
+    def update(self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float,
+               wall: float) -> None:
+        """Reconcile workers with the pods and containers; call on any change of either map."""
+        if self._seed_until is None:
+            self._seed_until = now + SEED_GRACE
+        elif now > self._seed_until:
+            self._seeds.clear()
+        wanted: set[WorkerKey] = set()
+        uids = {u for u, e in desired.items() if not u.startswith("_") and _active(e)}
+        self._pods.keep(uids)
+        self._targets.clear()
+        for uid in uids:
+            pod = self._pods.get(uid, desired[uid]["pod"])
+            if pod is not None:
+                wanted |= self._update_pod(uid, pod, pleg.get(uid), now, wall)
+        for key in set(self.workers) - wanted:
+            del self.workers[key]
+            self._obs.pop(key, None)
+            self._probe.pop(key, None)
+
+    def _update_pod(self, uid: str, pod: Pod, record: Mapping[str, Any] | None, now: float,
+                    wall: float) -> set[WorkerKey]:
+        keys: set[WorkerKey] = set()
+        ip = pod_ip(pod, record)
+        for c in pod.spec.containers:
+            probes = probes_of(pod, c.name)
+            if not probes:
+                continue
+            obs = observe(newest((record or {}).get("containers"), c.name), now, wall)
+            if obs is not None:
+                ports = {p.name: p.container_port for p in c.ports if p.name}
+                self._targets[(uid, c.name)] = Target(ip, ports, obs.container_id)
+            seeds = seeds_from(self._seeds.get(uid, {}).get(c.name) or {})
+            for kind, probe in probes.items():
+                key = (uid, c.name, kind)
+                keys.add(key)
+                w = self.workers.get(key)
+                if w is None or self._probe.get(key) != probe:
+                    w = ProbeWorker(kind, timing_of(probe), now, self._started, self._rand,
+                                    seeds.get(kind))
+                    self.workers[key] = w
+                    self._probe[key] = probe
+                w.observe(obs, now)
+                self._obs[key] = obs
+            if obs is not None and self._seeds.get(uid, {}).pop(c.name, None) is not None \
+                    and not self._seeds[uid]:
+                del self._seeds[uid]
+        return keys
+
+    def started(self, uid: str, name: str) -> bool:
+        w = self.workers.get((uid, name, Kind.STARTUP))
+        return w is None or w.result is Result.SUCCESS
+
+    # --- probing ---
+    def due(self, now: float) -> list[ProbeTask]:
+        """The probes to run now (each worker has at most one in flight)."""
+        tasks = []
+        for key in sorted(self.workers, key=lambda k: k[2] != Kind.STARTUP):
+            w = self.workers[key]
+            if w.next_due > now:
+                continue
+            uid, name, _ = key
+            if w.tick(self._obs.get(key), now, self.started(uid, name)):
+                target = self._targets.get((uid, name))
+                if target is None or target.container_id != w.container_id:
+                    w.in_flight = False
+                    continue
+                tasks.append(ProbeTask(key, self._probe[key], target))
+        return tasks
+
+    def complete(self, task: ProbeTask, outcome: Result, now: float) -> bool:
+        """Record an outcome; True when the container's verdict may have changed. A startup
+        probe that succeeds makes the container's other probes due at once."""
+        w = self.workers.get(task.key)
+        if w is None or not w.complete(task.target.container_id, outcome):
+            return False
+        uid, name, kind = task.key
+        if kind is Kind.STARTUP and w.result is Result.SUCCESS:
+            for other in (Kind.LIVENESS, Kind.READINESS):
+                if (o := self.workers.get((uid, name, other))) is not None:
+                    o.next_due = min(o.next_due, max(now, o.first_due))
+        return True
+
+    def next_deadline(self) -> float | None:
+        return min((w.next_due for w in self.workers.values()), default=None)
+
+    # --- output ---
+    def entries(self, now: float) -> dict[str, dict[str, Any]]:
+        """The ``probes`` map as it should be now (``ts`` kept while a verdict holds)."""
+        out: dict[str, dict[str, Any]] = {}
+        for (uid, name), target in self._targets.items():
+            value = self._verdict(uid, name, target.container_id)
+            if value is None:
+                continue
+            old = self._entries.get(uid, {}).get(name)
+            same = old is not None and {k: v for k, v in old.items() if k != "ts"} == value
+            value["ts"] = old["ts"] if same and old is not None else now
+            out.setdefault(uid, {})[name] = value
+        self._entries = out
+        return out
+
+    def _verdict(self, uid: str, name: str, cid: str) -> dict[str, Any] | None:
+        obs = self._obs.get((uid, name, Kind.LIVENESS)) or self._obs.get(
+            (uid, name, Kind.READINESS)) or self._obs.get((uid, name, Kind.STARTUP))
+        if obs is None or not obs.running or obs.container_id != cid:
+            return None
+        ws = {k: self.workers.get((uid, name, k)) for k in Kind}
+        started = self.started(uid, name)
+        ready = ws[Kind.READINESS]
+        startup, live = ws[Kind.STARTUP], ws[Kind.LIVENESS]
+        failed = None
+        if startup is not None and startup.result is Result.FAILURE:
+            failed = "startup"
+        elif live is not None and live.result is Result.FAILURE:
+            failed = "liveness"
+        liveness = None
+        if failed is not None:
+            liveness = "failure"
+        elif live is not None:
+            liveness = "success"
+        return {"container_id": cid,
+                "ready": None if ready is None else (started and ready.result is Result.SUCCESS),
+                "started": None if startup is None else startup.result is Result.SUCCESS,
+                "liveness": liveness, "failed_probe": failed}
+
