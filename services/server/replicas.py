@@ -68,18 +68,18 @@ class ReplicaPump:
         maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT)
                 for name in ("desired", "statuses", "pleg")}
         owner = Subscriber(self._zctx, self._paths, ["clone.desired."])
-        poller = zmq.Poller()
-        for sock in [r.socket for r in maps.values()] + [owner.socket]:
-            poller.register(sock, zmq.POLLIN)
         heard: float | None = None
         try:
             while not self.stop.is_set():
+                poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
+                for sock in [s for r in maps.values() for s in r.sockets] + [owner.socket]:
+                    poller.register(sock, zmq.POLLIN)
                 ready = dict(poller.poll(250))
                 if owner.socket in ready:
                     while owner.recv(0) is not None:
                         heard = self._clock()
                 for replica in maps.values():
-                    if replica.socket in ready or not replica.synced:
+                    if any(s in ready for s in replica.sockets) or not replica.synced:
                         replica.pump(0)
                 self._publish(maps, heard)
         finally:
