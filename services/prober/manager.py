@@ -143,7 +143,7 @@ class ProbeManager:
         self._pods = _PodCache()
         self._seeds = {uid: dict(v) for uid, v in (seeds or {}).items() if isinstance(v, Mapping)}
         self._seed_until: float | None = None
-        self._entries: dict[str, dict[str, Any]] = {}
+        self._entries: dict[str, dict[str, Any]] = {u: dict(v) for u, v in self._seeds.items()}
 
     # --- inputs ---
     def update(self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float,

@@ -1,0 +1,154 @@
+"""ProbeManager (services/prober/manager.py) and the consumers' readers (verdicts.py): desired +
+pleg in, due probes out, the ``probes`` map values; injected clocks, no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podvisor.services.prober.manager import ProbeManager, ProbeTask
+from podvisor.services.prober.verdicts import liveness_failed, probe_verdicts
+from podvisor.services.prober.worker import Kind, Result
+
+S, F = Result.SUCCESS, Result.FAILURE
+WALL = 1_000_000.0
+
+
+def probe(period: int = 1, failure: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"exec": {"command": ["true"]}, "periodSeconds": period,
+            "failureThreshold": failure, **extra}
+
+
+def desired(**probes: Any) -> dict[str, Any]:
+    container = {"name": "app", "image": "host", "ports": [{"name": "web",
+                                                            "containerPort": 8080}], **probes}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+           "spec": {"containers": [container], "hostNetwork": True}}
+    return {"u1": {"pod": pod, "worker": "syncing", "admitted": True}}
+
+
+def pleg(cid: str = "c1", state: str = "CONTAINER_RUNNING", started: float = WALL - 50
+         ) -> dict[str, Any]:
+    return {"_health": {"ts": 1.0}, "u1": {"sandboxes": [{"id": "s1", "state": "SANDBOX_READY",
+                                                          "ip": ""}],
+                                           "containers": [{"id": cid, "name": "app", "state": state,
+                                                           "created_at": 1,
+                                                           "started_at": int(started * 1e9)}]}}
+
+
+def run_due(m: ProbeManager, now: float, outcome: Result | dict[Kind, Result]) -> list[ProbeTask]:
+    tasks = m.due(now)
+    for t in tasks:
+        r = outcome if isinstance(outcome, Result) else outcome[t.key[2]]
+        m.complete(t, r, now)
+    return tasks
+
+
+def manager(now: float = 0.0, seeds: Any = None) -> ProbeManager:
+    return ProbeManager(lambda: 0.0, now - 100.0, seeds)
+
+
+def test_readiness_flow_and_entry() -> None:
+    m = manager()
+    m.update(desired(readinessProbe=probe()), pleg(), 0.0, WALL)
+    assert m.entries(0.0)["u1"]["app"]["ready"] is False
+    tasks = run_due(m, 0.0, S)
+    assert [t.key for t in tasks] == [("u1", "app", Kind.READINESS)]
+    assert tasks[0].target.host == "127.0.0.1" and tasks[0].target.ports == {"web": 8080}
+    entry = m.entries(1.0)["u1"]["app"]
+    assert entry == {"container_id": "c1", "ready": True, "started": None, "liveness": None,
+                     "failed_probe": None, "ts": 1.0}
+    assert m.entries(5.0)["u1"]["app"]["ts"] == 1.0  # unchanged verdict keeps its ts
+    assert m.next_deadline() == 1.0
+
+
+def test_startup_gates_other_probes_then_releases_them() -> None:
+    m = manager()
+    m.update(desired(readinessProbe=probe(period=10), livenessProbe=probe(period=10),
+                     startupProbe=probe(period=10, failure=3)), pleg(), 0.0, WALL)
+    assert [t.key[2] for t in run_due(m, 0.0, F)] == [Kind.STARTUP]
+    e = m.entries(0.0)["u1"]["app"]
+    assert (e["ready"], e["started"], e["liveness"]) == (False, False, "success")
+    assert [t.key[2] for t in run_due(m, 10.0, S)] == [Kind.STARTUP]
+    # startup succeeded: liveness and readiness are due at once, startup no longer runs
+    assert sorted(t.key[2] for t in run_due(m, 10.0, S)) == [Kind.LIVENESS, Kind.READINESS]
+    e = m.entries(10.0)["u1"]["app"]
+    assert (e["ready"], e["started"], e["liveness"]) == (True, True, "success")
+    assert sorted(t.key[2] for t in run_due(m, 20.0, S)) == [Kind.LIVENESS, Kind.READINESS]
+
+
+def test_startup_failure_is_a_kill_verdict() -> None:
+    m = manager()
+    m.update(desired(startupProbe=probe(failure=1)), pleg(), 0.0, WALL)
+    run_due(m, 0.0, F)
+    e = m.entries(0.0)["u1"]["app"]
+    assert (e["liveness"], e["failed_probe"], e["started"]) == ("failure", "startup", False)
+    assert liveness_failed(m.entries(0.0)["u1"]) == {"c1"}
+
+
+def test_liveness_failure_then_new_container() -> None:
+    m = manager()
+    m.update(desired(livenessProbe=probe(failure=2)), pleg(), 0.0, WALL)
+    run_due(m, 0.0, F)
+    assert m.entries(0.0)["u1"]["app"]["liveness"] == "success"
+    run_due(m, 1.0, F)
+    assert m.entries(1.0)["u1"]["app"]["liveness"] == "failure"
+    assert run_due(m, 2.0, F) == []  # on hold
+    m.update(desired(livenessProbe=probe(failure=2)), pleg("c2", started=WALL), 2.5, WALL)
+    assert m.entries(2.5)["u1"]["app"] == {"container_id": "c2", "ready": None,
+                                          "started": None, "liveness": "success",
+                                          "failed_probe": None, "ts": 2.5}
+    assert [t.target.container_id for t in run_due(m, 2.5, S)] == ["c2"]
+
+
+def test_no_entry_for_stopped_container_and_removed_pod() -> None:
+    m = manager()
+    m.update(desired(readinessProbe=probe()), pleg(state="CONTAINER_EXITED"), 0.0, WALL)
+    assert m.due(0.0) == [] and m.entries(0.0) == {}
+    m.update({}, pleg(), 1.0, WALL)
+    assert m.workers == {} and m.entries(1.0) == {}
+
+
+def test_spec_change_restarts_worker() -> None:
+    m = manager()
+    m.update(desired(readinessProbe=probe()), pleg(), 0.0, WALL)
+    run_due(m, 0.0, S)
+    m.update(desired(readinessProbe=probe(period=5)), pleg(), 1.0, WALL)
+    assert m.entries(1.0)["u1"]["app"]["ready"] is False
+
+
+def test_initial_delay_uses_container_start_time() -> None:
+    m = manager()
+    # started 2 s ago (wall), initial delay 5 s: first probe 3 s from now
+    m.update(desired(readinessProbe=probe(10, initialDelaySeconds=5)), pleg(started=WALL - 2),
+             10.0, WALL)
+    assert m.due(10.0) == []
+    assert abs((m.next_deadline() or 0) - 13.0) < 1e-6
+    assert len(m.due(13.0)) == 1
+
+
+def test_seeds_keep_readiness_across_restart() -> None:
+    saved = {"u1": {"app": {"container_id": "c1", "ready": True, "started": None,
+                            "liveness": None, "failed_probe": None, "ts": 3.0}}}
+    m = manager(seeds=saved)
+    m.update(desired(readinessProbe=probe(failure=3)), pleg(), 0.0, WALL)
+    assert m.entries(0.0) == saved  # same verdict, same ts: nothing to publish
+    run_due(m, 0.0, F)
+    assert m.entries(0.0)["u1"]["app"]["ready"] is True
+    stale = manager(seeds=saved)
+    stale.update(desired(readinessProbe=probe()), pleg("c9"), 0.0, WALL)
+    assert stale.entries(0.0)["u1"]["app"]["ready"] is False
+
+
+def test_jittered_first_probe_after_prober_start() -> None:
+    m = ProbeManager(lambda: 0.5, 0.0)
+    m.update(desired(readinessProbe=probe(period=10)), pleg(), 1.0, WALL)
+    assert m.due(1.0) == [] and m.next_deadline() == 6.0
+
+
+def test_verdicts_only_for_current_container() -> None:
+    entry = {"app": {"container_id": "c1", "ready": True, "started": True, "liveness": None}}
+    assert probe_verdicts(entry, pleg()["u1"]) == ({"app": True}, {"app": True})
+    assert probe_verdicts(entry, pleg("c2")["u1"]) == ({}, {})
+    assert probe_verdicts(None, pleg()["u1"]) == ({}, {})
+    assert liveness_failed({"app": {"container_id": "c1", "liveness": "success"}}) == set()
