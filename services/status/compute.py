@@ -137,10 +137,12 @@ def compute_pod_status(
     runtime: str = "embedded",
     host_ip: str = "127.0.0.1",
     readiness: Mapping[str, bool] | None = None,
+    started: Mapping[str, bool] | None = None,
 ) -> dict[str, Any]:
     """The PodStatus of one pod. ``desired`` is the ``desired`` map entry, ``pleg`` the pod's
     ``pleg`` map record (None: no runtime objects), ``previous`` the last status computed (or
-    None), ``now`` wall-clock seconds, ``readiness`` a prober's verdict by container name."""
+    None), ``now`` wall-clock seconds, ``readiness`` / ``started`` the prober's verdicts by
+    container name."""
     pod = desired.get("pod") or {}
     spec = pod.get("spec") or {}
     prev_phase = (previous or {}).get("phase")
@@ -165,7 +167,8 @@ def compute_pod_status(
                              "PodInitializing", runtime) for c in init_specs]
     default = "PodInitializing" if init_pending else "ContainerCreating"
     regular = [container_status(c, records.get(c.get("name", ""), []), waiting.get(c.get("name")),
-                                default, runtime, (readiness or {}).get(c.get("name", "")))
+                                default, runtime, (readiness or {}).get(c.get("name", "")),
+                                (started or {}).get(c.get("name", "")))
                for c in spec.get("containers") or []]
     phase = get_phase(spec, init, regular)
     if prev_phase in TERMINAL:

@@ -55,9 +55,11 @@ def container_status(
     default_reason: str,
     runtime: str,
     ready_override: bool | None = None,
+    started_override: bool | None = None,
 ) -> dict[str, Any]:
     """One ``ContainerStatus`` dict. ``runtime_containers`` are this name's records in any order;
-    ``ready_override`` is a probe's readiness verdict when a prober reports one."""
+    ``ready_override`` / ``started_override`` are the prober's readiness / startup verdicts
+    when it reports them."""
     history = sorted(runtime_containers, key=lambda c: (c.get("created_at", 0), c.get("id", "")),
                      reverse=True)
     out: dict[str, Any] = {"name": spec.get("name", ""), "image": spec.get("image", ""),
@@ -81,7 +83,10 @@ def container_status(
     running = "running" in state
     out["state"] = state
     out["lastState"] = last
-    out["started"] = running and not _has_probe(spec, "startupProbe")
+    if started_override is not None:
+        out["started"] = running and started_override
+    else:
+        out["started"] = running and not _has_probe(spec, "startupProbe")
     if ready_override is not None:
         out["ready"] = running and ready_override
     else:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.services.prober.verdicts import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
 from podvisor.services.status.store import Saved
 from podvisor.services.status.timefmt import parse_rfc3339, rfc3339
@@ -95,9 +96,11 @@ class StatusEngine:
         return ts is not None and ts >= self.pleg_ts
 
     def reconcile(
-        self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float, mono: float
+        self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float, mono: float,
+        probes: Mapping[str, Any] | None = None,
     ) -> Changes | None:
-        """``now``: wall seconds (written into statuses); ``mono``: CLOCK_MONOTONIC seconds."""
+        """``now``: wall seconds (written into statuses); ``mono``: CLOCK_MONOTONIC seconds;
+        ``probes``: the prober's ``probes`` map (readiness and startup verdicts)."""
         if not self.usable(pleg, mono):
             return None
         changes = Changes()
@@ -107,8 +110,9 @@ class StatusEngine:
             previous = self.statuses.get(uid)
             if previous is None and uid in self.retired:
                 previous = {k: v for k, v in self.retired.pop(uid).items() if k != "_retiredAt"}
+            ready, started = probe_verdicts((probes or {}).get(uid), pleg.get(uid))
             status = compute_pod_status(entry, pleg.get(uid), previous, now, self._runtime,
-                                        self._host_ip)
+                                        self._host_ip, ready, started)
             if status != previous or uid not in self.statuses:
                 self.statuses[uid] = status
                 changes.set[uid] = status

@@ -34,6 +34,7 @@ SWEEP_PERIOD = 10.0
 SAVE_DEBOUNCE = 0.2
 POLL_MAX = 0.5
 SNAPSHOT_TIMEOUT = 0.5  # a missing owner stalls one loop turn at most this long per replica
+PROBES_WAIT = 10.0  # compute without the prober's ``probes`` map after this long (prober down)
 
 Clock = Callable[[], float]
 
@@ -70,6 +71,9 @@ class StatusService:
                                   snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
                                snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.probes = MapReplica(ctx.zctx, ctx.paths, "probes", self._on_change,
+                                 snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self._started = clock()
         self._last_save = 0.0
         self._last_sweep = clock()
         self._inputs: tuple[str | None, str | None] | None = None
@@ -82,9 +86,12 @@ class StatusService:
         now = self._clock()
         result = None
         due = self._changed or now - self._last_sweep >= SWEEP_PERIOD
-        if due and self.desired.synced and self.pleg.synced:
+        # Readiness verdicts come from the prober: wait for its map (bounded), so a restarted
+        # status process never turns probed Ready pods NotReady for lack of them.
+        probes_ok = self.probes.synced or now - self._started >= PROBES_WAIT
+        if due and self.desired.synced and self.pleg.synced and probes_ok:
             result = self.engine.reconcile(self.desired.items(), self.pleg.items(), self._wall(),
-                                           now)
+                                           now, self.probes.items())
             if result is not None:
                 self._changed = False
                 self._last_sweep = now
@@ -147,12 +154,13 @@ class StatusService:
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
             poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
-            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
+            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets,
+                         *self.probes.sockets):
                 poller.register(sock, zmq.POLLIN)
             ready = dict(poller.poll(int(self.poll_timeout() * 1000)))
             if self.owner.socket in ready:
                 self.owner.serve()
-            for replica in (self.desired, self.pleg):
+            for replica in (self.desired, self.pleg, self.probes):
                 if any(s in ready for s in replica.sockets) or not replica.synced:
                     replica.pump(0)
             self.step()
@@ -161,7 +169,7 @@ class StatusService:
     def close(self) -> None:
         if self._pending_set or self._pending_deleted or self._dirty:
             self.commit()
-        for closable in (self.desired, self.pleg, self.owner, self.pub):
+        for closable in (self.desired, self.pleg, self.probes, self.owner, self.pub):
             closable.close()
 
 
