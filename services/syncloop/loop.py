@@ -9,7 +9,7 @@ and calls ``step(now)``). Syncs, terminations and housekeeping run on a thread p
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,6 +29,10 @@ from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTabl
 HOUSEKEEPING_INTERVAL = 2.0
 
 
+def _no_failures(uid: str) -> Collection[str]:
+    return ()
+
+
 class DesiredSink(Protocol):
     """Where the ``desired`` map goes (a ``MapOwner`` in the process)."""
 
@@ -46,6 +50,9 @@ class LoopDeps:
     submit: Callable[[Callable[[], None]], None]
     wake: Callable[[], None]
     housekeeping_interval: float = HOUSEKEEPING_INTERVAL
+    # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
+    # called from pool threads.
+    liveness_failed: Callable[[str], Collection[str]] = _no_failures
 
 
 def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
@@ -179,7 +186,7 @@ class SyncLoop:
 
     def _sync(self, work: Work) -> Outcome:
         assert work.pod is not None
-        r = sync_pod(self.deps.sync, work.pod)
+        r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid))
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed)
 

@@ -31,6 +31,7 @@ from podvisor.services.cri import new_runtime_client
 from podvisor.services.events.logbridge import EventingLog
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
+from podvisor.services.prober.verdicts import liveness_failed
 from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -146,6 +147,24 @@ def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
             for src in sorted(_sources(ctx))]
 
 
+def _probes_replica(ctx: ChildContext, loop: SyncLoop) -> MapReplica:
+    """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
+    container is killed and restarted per policy); syncs read the failed IDs."""
+    failed: dict[str, frozenset[str]] = {}
+
+    def on_change(key: str, old: object, new: object) -> None:
+        ids = liveness_failed(new)
+        if ids:
+            failed[key] = ids
+        else:
+            failed.pop(key, None)
+        if ids - liveness_failed(old):
+            loop.handle_pleg_event(key, time.monotonic())
+
+    loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
+    return MapReplica(ctx.zctx, ctx.paths, "probes", on_change)
+
+
 def run(ctx: ChildContext) -> None:
     publisher = Publisher(ctx.zctx, ctx.paths, ctx.name)
     subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS)
@@ -156,10 +175,13 @@ def run(ctx: ChildContext) -> None:
     loop, owner = build(ctx, publisher, pool, wake, events)
     events.resolve = _resolver(loop)
     replicas = _source_replicas(ctx, loop)
+    probes = _probes_replica(ctx, loop)
     poller = zmq.Poller()
     for replica in replicas:
         for sock in replica.sockets:
             poller.register(sock, zmq.POLLIN)
+    for sock in probes.sockets:
+        poller.register(sock, zmq.POLLIN)
     poller.register(subscriber.socket, zmq.POLLIN)
     poller.register(owner.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
@@ -191,6 +213,7 @@ def run(ctx: ChildContext) -> None:
                     loop.stop_all(time.monotonic())
             for replica in replicas:
                 replica.pump(0)
+            probes.pump(0)
             owner.serve()
             owner.tick(time.monotonic())
             events.flush(event_pub)
@@ -200,6 +223,7 @@ def run(ctx: ChildContext) -> None:
         owner.close()
         for replica in replicas:
             replica.close()
+        probes.close()
         subscriber.close()
         publisher.close()
         event_pub.close()
