@@ -42,6 +42,7 @@ from podvisor.supervisor.child import ChildContext
 
 TOPICS = ("pleg.pod.event", "syncloop.pods.stopall")
 TICK = 1.0
+SOURCES_WAIT = 10.0  # serve `desired` without a source's set after this long (source down)
 POOL_THREADS = 128
 IMAGE_BACKOFF = BackoffPolicy(initial=10.0, cap=300.0, reset_after=600.0)
 
@@ -183,10 +184,13 @@ def run(ctx: ChildContext) -> None:
     for sock in probes.sockets:
         poller.register(sock, zmq.POLLIN)
     poller.register(subscriber.socket, zmq.POLLIN)
-    poller.register(owner.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
     ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
     stopping_pods, stopped_count = False, 0
+    # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is in, so
+    # a restarted sync loop never hands status/server an empty or partial map (they would
+    # retire every pod's status and list no pods).
+    started, serving = time.monotonic(), False
     try:
         while True:
             now = time.monotonic()
@@ -214,7 +218,12 @@ def run(ctx: ChildContext) -> None:
             for replica in replicas:
                 replica.pump(0)
             probes.pump(0)
-            owner.serve()
+            if not serving and (all(r.synced for r in replicas)
+                                or time.monotonic() - started >= SOURCES_WAIT):
+                serving = True
+                poller.register(owner.socket, zmq.POLLIN)  # polled only once served
+            if serving:
+                owner.serve()
             owner.tick(time.monotonic())
             events.flush(event_pub)
             ctx.heartbeat()
