@@ -1,0 +1,128 @@
+"""Idle CPU and memory sampling for bench/pods.py (not a test).
+
+CPU: user+system seconds of each process (keyed by PID and create time) at the start and the
+end of the window; a process born inside the window counts with all its CPU time, one that died
+inside it is listed as lost. RSS: the largest sum seen over samples every `sample_every` seconds
+(psutil `memory_info`, cheap). PSS (`memory_full_info`, reads smaps: costly) is taken once,
+after the window, because RSS counts pages a forked process shares with its parent once per
+process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+Key = tuple[int, float]
+
+
+@dataclass(frozen=True)
+class Usage:
+    label: str
+    processes: int
+    cpu_percent: float  # of one core, over the window
+    rss_mb: float  # largest sum over the samples
+    pss_mb: float  # after the window
+    lost: int  # processes that died inside the window
+    details: tuple[str, ...] = ()  # one line per process
+
+    def detail_lines(self) -> list[str]:
+        return [f"      {line}" for line in self.details]
+
+    def line(self) -> str:
+        return (f"  {self.label:34s} {self.processes:4d} procs  CPU {self.cpu_percent:6.2f} %"
+                f" of a core   RSS {self.rss_mb:7.1f} MB   PSS {self.pss_mb:7.1f} MB"
+                + (f"   ({self.lost} died in the window)" if self.lost else ""))
+
+
+def _key(proc: psutil.Process) -> Key | None:
+    try:
+        return (proc.pid, proc.create_time())
+    except psutil.Error:
+        return None
+
+
+def _cpu(procs: list[psutil.Process]) -> dict[Key, float]:
+    out: dict[Key, float] = {}
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            key = _key(proc)
+        except psutil.Error:
+            continue
+        if key is not None:
+            out[key] = times.user + times.system
+    return out
+
+
+def _rss(procs: list[psutil.Process]) -> float:
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total / 2**20
+
+
+def _pss(procs: list[psutil.Process]) -> float:
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error, AttributeError):
+            total += proc.memory_full_info().pss
+    return total / 2**20
+
+
+Group = tuple[str, Callable[[], list[psutil.Process]]]
+
+
+def measure_idle(groups: list[Group], seconds: float, sample_every: float = 5.0) -> list[Usage]:
+    """Measure every group over the same window; the caller must not poll anything during it."""
+    start = {label: _cpu(list_procs()) for label, list_procs in groups}
+    rss = {label: _rss(list_procs()) for label, list_procs in groups}
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while (now := time.monotonic()) < end:
+        time.sleep(min(sample_every, end - now))
+        for label, list_procs in groups:
+            rss[label] = max(rss[label], _rss(list_procs()))
+    wall = time.monotonic() - t0
+    out = []
+    for label, list_procs in groups:
+        procs = list_procs()
+        finish = _cpu(procs)
+        used = sum(cpu - start[label].get(key, 0.0) for key, cpu in finish.items())
+        lost = sum(1 for key in start[label] if key not in finish)
+        details = tuple(_detail(p, finish, start[label], wall) for p in procs)
+        out.append(Usage(label, len(procs), 100.0 * used / wall, rss[label], _pss(procs), lost,
+                         details))
+    return out
+
+
+def _role(proc: psutil.Process) -> str:
+    name = proc.name()
+    if not name.startswith("python"):
+        return name
+    cmd = " ".join(proc.cmdline())
+    for marker, role in (("resource_tracker", "multiprocessing resource tracker"),
+                         ("forkserver", "forkserver"), ("runtime.zygote", "zygote")):
+        if marker in cmd:
+            parent = proc.parent()
+            if role == "zygote" and parent and "runtime.zygote" in " ".join(parent.cmdline()):
+                return "spare monitor (zygote child)"
+            return role
+    return cmd[:40]
+
+
+def _detail(proc: psutil.Process, finish: dict[Key, float], start: dict[Key, float],
+            wall: float) -> str:
+    key = _key(proc)
+    cpu = finish.get(key, 0.0) - start.get(key, 0.0) if key else 0.0
+    try:
+        name = _role(proc)
+        rss = proc.memory_info().rss / 2**20
+    except psutil.Error:
+        return f"{proc.pid} (gone)"
+    return f"{proc.pid:7d} {name:40s} CPU {100.0 * cpu / wall:5.2f} %   RSS {rss:6.1f} MB"
