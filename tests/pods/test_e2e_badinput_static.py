@@ -60,6 +60,11 @@ SECRET = POD.format(name="secret", extra="""    volumeMounts:
 
 UNKNOWN = POD.format(name="unknown", extra="    frobnicate: 3\n")
 
+HOSTPORT = POD.format(name="hostport", extra="""    ports:
+    - {name: a, containerPort: 8080, hostPort: 18080}
+    - {name: b, containerPort: 8081, hostPort: 18080}
+""")
+
 # file -> (event reason, a word the log/event message must hold, log event name)
 BAD = {
     "broken.yaml": ("FailedParse", "invalid YAML", "source.pod.invalid"),
@@ -100,6 +105,7 @@ def write_manifests(d: Path) -> None:
     (d / "noimage.yaml").write_text(NO_IMAGE)
     (d / "secret.yaml").write_text(SECRET)
     (d / "unknown.yaml").write_text(UNKNOWN)
+    (d / "hostport.yaml").write_text(HOSTPORT)
     with (d / "huge.yaml").open("wb") as f:  # 20 MiB, sparse: the size alone rejects it
         f.write(b"apiVersion: v1\nkind: Pod\n# ")
         f.truncate(20 << 20)
@@ -199,6 +205,15 @@ def test_bad_manifests_reported_valid_ones_run(agent: Any, wait_for: Any) -> Non
         code, body = request(port, "/pods", method="POST")
         assert code == 405 and body["reason"] == "MethodNotAllowed"
         assert running(port) == RUNNING
+
+        # valid but not admitted: in /pods as Failed with the reason, and a Warning event
+        code, body = request(port, "/pods")
+        hp = next(p for p in body["items"] if p["metadata"]["name"] == "hostport-e2e")
+        assert hp["status"]["phase"] == "Failed", hp["status"]
+        assert hp["status"]["reason"] == "HostPortConflict" and "18080" in hp["status"]["message"]
+        assert any(e["reason"] == "HostPortConflict" and e["type"] == "Warning"
+                   and e["involvedObject"].get("name") == "hostport-e2e"
+                   and e["source"]["component"] == "syncloop" for e in events(handle))
     finally:
         shutil.rmtree(manifests, ignore_errors=True)
 
