@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +23,14 @@ import zmq
 
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
+from podvisor.ipc.paths import RunPaths
 from podvisor.services.events.store import EventStore
 from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.faults import ControlFault, Fault
 from podvisor.supervisor.heartbeat import decode_beat
+from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
@@ -74,6 +77,7 @@ class Agent:
         self.control: ControlServer | None = None
         self.events = parts.events
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
+        self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._heartbeats = parts.zctx.socket(zmq.PULL)
         self._heartbeats.setsockopt(zmq.LINGER, 0)
         self._heartbeats.bind(parts.heartbeat_endpoint)
@@ -94,7 +98,16 @@ class Agent:
             self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
             self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
             return
+        self._count_left_pods()
         self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+
+    def _count_left_pods(self) -> None:
+        """Ask the runtime (still up: shutdown has not begun) how many pods stay running."""
+        if "syncloop" not in self.sup.procs:
+            return  # this agent manages no pods
+        count = count_running_pods(self.p.config, RunPaths(Path(self.p.config.root_dir)))
+        self._left_pods = left_message(count)
+        self.p.log.info("agent.pods_left", pods=count)
 
     def _check_pods_stopped(self) -> None:
         if self._pods_deadline is None:
@@ -107,6 +120,7 @@ class Agent:
         if not done and self.p.clock() >= self._pods_deadline:
             self.p.log.warning("agent.pods_stop_timeout",
                                timeout=self.p.config.supervision.stop_pods_timeout)
+            self._count_left_pods()
             done = True
         if done:
             self._pods_deadline = None
@@ -244,6 +258,8 @@ class Agent:
         if self.events is not None:
             self.events.persist(force=True)
         self.p.log.info("agent.stopped", bad_heartbeats=self.bad_beats)
+        if self._left_pods:
+            print(self._left_pods, file=sys.stderr, flush=True)
         return 0
 
     def close(self) -> None:
