@@ -91,7 +91,8 @@ class ProberService:
         self.wake = _WakePipe()
         self.ready = False
         self._changed = True
-        self._dirty = False
+        self._entries: dict[str, dict[str, Any]] = saved
+        self._published = saved
         self._last_save = -SAVE_DEBOUNCE
         ctx.log.info("prober.started", loaded=sum(len(v) for v in saved.values()))
 
@@ -116,6 +117,10 @@ class ProberService:
         if self._changed and self.desired.synced and self.pleg.synced and HEALTH_KEY in pleg:
             self._changed = False
             self.manager.update(self.desired.items(), pleg, now, self._wall())
+            if not self.ready:
+                self.ctx.log.info("prober.synced", pid=os.getpid(),
+                                  workers=len(self.manager.workers),
+                                  desired_epoch=self.desired.epoch, pleg_epoch=self.pleg.epoch)
             self.ready = True
         while True:
             try:
@@ -126,12 +131,12 @@ class ProberService:
         if self.ready:
             for task in self.manager.due(now):
                 self.pool.submit(self._probe, task)
-            self._publish(now)
-        if self._dirty and now - self._last_save >= SAVE_DEBOUNCE:
-            self.save()
+            self._entries = self.manager.entries(now)
+        if self._entries != self._published and now - self._last_save >= SAVE_DEBOUNCE:
+            self.commit()
         deadline = self.manager.next_deadline() if self.ready else None
         wait = POLL_MAX if deadline is None else deadline - self._clock()
-        if self._dirty:
+        if self._entries != self._published:
             wait = min(wait, self._last_save + SAVE_DEBOUNCE - self._clock())
         return max(0.0, min(wait, POLL_MAX))
 
@@ -148,22 +153,21 @@ class ProberService:
             self.ctx.log.info("prober.result", pod_uid=uid, container=name, probe=str(kind),
                               result=str(before.result), container_id=task.target.container_id)
 
-    def _publish(self, now: float) -> None:
-        entries = self.manager.entries(now)
-        changed = False
-        for uid, value in entries.items():
-            changed |= self.owner.set(uid, value)
-        for uid in set(self.owner.items()) - set(entries):
-            changed |= self.owner.delete(uid)
-        self._dirty |= changed
-
-    def save(self) -> None:
+    def commit(self) -> None:
+        """Durable before visible: save the entries, then publish them. So a prober killed at
+        any moment restarts with results at least as new as any reader saw (a disk error is
+        logged and the entries are published anyway)."""
+        entries = self._entries
+        self._last_save = self._clock()
         try:
-            self.store.save(self.owner.items())
-            self._dirty = False
+            self.store.save(entries)
         except OSError as err:
             self.ctx.log.error("prober.save_failed", path=str(self.store.path), error=str(err))
-        self._last_save = self._clock()
+        for uid, value in entries.items():
+            self.owner.set(uid, value)
+        for uid in set(self.owner.items()) - set(entries):
+            self.owner.delete(uid)
+        self._published = entries
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -186,8 +190,8 @@ class ProberService:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
-        if self._dirty:
-            self.save()
+        if self._entries != self._published:
+            self.commit()
         for closable in (self.desired, self.pleg, self.owner, self.pub):
             closable.close()
         self.wake.close()
