@@ -184,6 +184,8 @@ def run_monitor(
     Records started.json, then replies (the runtime keeps what the reply says).
     """
     os.setsid()
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write("pv-monitor")  # what `ps -o comm`/`top` show for it
     err = os.open(os.path.join(state_dir, "monitor.err"), LOG_FLAGS, 0o600)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
