@@ -1,0 +1,45 @@
+"""The consumers of the ``probes`` map: status (ready/started verdicts into the PodStatus) and
+the sync loop (a liveness failure reaches ``compute_pod_actions``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podvisor.services.status.engine import StatusEngine
+from podvisor.services.status.store import Saved
+
+WALL = 1_000_000.0
+
+
+def desired() -> dict[str, Any]:
+    container = {"name": "app", "image": "host",
+                 "readinessProbe": {"exec": {"command": ["true"]}},
+                 "startupProbe": {"exec": {"command": ["true"]}}}
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+           "spec": {"containers": [container]}}
+    return {"u1": {"pod": pod, "worker": "syncing", "admitted": True}}
+
+
+def pleg(cid: str = "c1") -> dict[str, Any]:
+    return {"_health": {"ts": 1.0}, "u1": {
+        "sandboxes": [{"id": "s1", "state": "SANDBOX_READY", "ip": ""}],
+        "containers": [{"id": cid, "name": "app", "state": "CONTAINER_RUNNING",
+                        "created_at": 1, "started_at": int((WALL - 5) * 1e9)}]}}
+
+
+def app_status(probes: dict[str, Any] | None, cid: str = "c1") -> tuple[bool, bool, str]:
+    engine = StatusEngine(Saved())
+    changes = engine.reconcile(desired(), pleg(cid), WALL, 2.0, probes)
+    assert changes is not None
+    status = changes.set["u1"]
+    cs = status["containerStatuses"][0]
+    ready = {c["type"]: c["status"] for c in status["conditions"]}["Ready"]
+    return cs["ready"], cs["started"], ready
+
+
+def test_status_uses_probe_verdicts_of_current_container() -> None:
+    item = {"container_id": "c1", "ready": True, "started": True, "liveness": None}
+    assert app_status(None) == (False, False, "False")
+    assert app_status({"u1": {"app": item}}) == (True, True, "True")
+    assert app_status({"u1": {"app": {**item, "ready": False}}}) == (False, True, "False")
+    assert app_status({"u1": {"app": item}}, cid="c2") == (False, False, "False")
