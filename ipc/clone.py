@@ -93,7 +93,10 @@ class MapOwner:
             self._last_sent = now
 
     def serve(self) -> int:
-        """Answer every pending snapshot request without blocking; returns how many."""
+        """Answer every pending snapshot request without blocking; returns how many.
+
+        Request frames (after the ROUTER identity): ``[b"", b"SNAPSHOT", request id]``; the reply
+        carries the request id back so a replica can tell a stale answer from the current one."""
         served = 0
         while True:
             try:
@@ -102,8 +105,9 @@ class MapOwner:
                 return served
             if len(frames) < 2:
                 continue  # malformed request: nothing to answer
+            request_id = frames[3].decode(errors="replace") if len(frames) > 3 else None
             snapshot = {"map": self.map_name, "epoch": self.epoch, "seq": self.seq,
-                        "items": self._items}
+                        "items": self._items, "req": request_id}
             self.socket.send_multipart([frames[0], msgpack.packb(snapshot, use_bin_type=True)])
             served += 1
 
@@ -131,6 +135,7 @@ class MapReplica:
         self._buffer: list[MapUpdate] = []
         self._need_sync = True
         self._asked_at: float | None = None
+        self._request_id = 0
         self._zctx = zctx
         self._paths = paths
         self._on_change = on_change
@@ -147,6 +152,11 @@ class MapReplica:
     @property
     def drops(self) -> Any:
         return self._sub.drops
+
+    @property
+    def waiting_for_snapshot(self) -> bool:
+        """A snapshot request is out and not yet answered."""
+        return self._asked_at is not None
 
     def items(self) -> dict[str, Any]:
         return dict(self._items)
@@ -200,51 +210,64 @@ class MapReplica:
 
     def sync(self, timeout: float | None = None) -> bool:
         """Ask for a snapshot and wait for it. False (and still stale) if the owner is silent."""
+        deadline = self._clock() + (self._timeout if timeout is None else timeout)
         self._asked_at = None
-        self._ask()
-        if not self._dealer.poll(int((self._timeout if timeout is None else timeout) * 1000)):
-            return False
-        return self._take_reply()
+        while True:
+            if self._asked_at is None:
+                self._ask()
+            wait_ms = int((deadline - self._clock()) * 1000)
+            if wait_ms <= 0:
+                return False
+            if self._asked_at is None:  # not connected yet: wait until a request can go out
+                self._dealer.poll(wait_ms, zmq.POLLOUT)
+            elif self._dealer.poll(wait_ms) and self._take_reply():
+                return True
 
     def _new_dealer(self) -> zmq.Socket[bytes]:
         dealer = self._zctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.MAXMSGSIZE, SNAPSHOT_MAX_BYTES)
+        # Queue requests only to a connected owner: with the owner down a send fails at once
+        # instead of piling up requests that a restarted owner would all answer.
+        dealer.setsockopt(zmq.IMMEDIATE, 1)
         dealer.connect(self._paths.snapshot(self.map_name))
         return dealer
 
     def _ask(self) -> None:
+        """Send a snapshot request unless one is outstanding and not yet timed out. The DEALER
+        stays the same socket for the replica's life (callers register it in their pollers);
+        an unanswered request is superseded by the next request id."""
         now = self._clock()
         if self._asked_at is not None and now - self._asked_at < self._timeout:
-            return  # one request outstanding
-        if self._asked_at is not None:
-            # Unanswered: drop it (and any late reply) with the socket, then ask again.
-            self._dealer.close(linger=0)
-            self._dealer = self._new_dealer()
+            return
+        self._request_id += 1
         try:
-            self._dealer.send_multipart([b"", b"SNAPSHOT"], flags=zmq.NOBLOCK)
+            self._dealer.send_multipart(
+                [b"", b"SNAPSHOT", str(self._request_id).encode()], flags=zmq.NOBLOCK)
         except zmq.Again:
+            self._asked_at = None  # owner not connected: ask again on the next pump
             return
         self._asked_at = now
 
     def _take_reply(self) -> bool:
-        try:
-            frames = self._dealer.recv_multipart(flags=zmq.NOBLOCK)
-        except zmq.Again:
-            return False
-        if self._asked_at is None:
-            return False  # a duplicate answer to a request already served
-        self._asked_at = None
-        try:
-            snap = msgpack.unpackb(frames[-1], raw=False)
-        except (ValueError, msgpack.UnpackException):
-            return False
-        ok = (isinstance(snap, dict) and snap.get("map") == self.map_name
-              and isinstance(snap.get("seq"), int) and isinstance(snap.get("items"), dict))
-        if not ok:
-            return False
-        self._install(snap)
-        return True
+        """Read every queued reply; install the one that answers the outstanding request."""
+        installed = False
+        while True:
+            try:
+                frames = self._dealer.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return installed
+            try:
+                snap = msgpack.unpackb(frames[-1], raw=False)
+            except (ValueError, msgpack.UnpackException):
+                continue
+            ok = (isinstance(snap, dict) and snap.get("map") == self.map_name
+                  and isinstance(snap.get("seq"), int) and isinstance(snap.get("items"), dict))
+            if not ok or self._asked_at is None or snap.get("req") != str(self._request_id):
+                continue  # malformed, or the answer to a request already superseded
+            self._asked_at = None
+            self._install(snap)
+            installed = True
 
     def _install(self, snap: dict[str, Any]) -> None:
         old, self._items = self._items, dict(snap["items"])

@@ -168,3 +168,55 @@ def test_garbage_wrong_types_and_a_100mb_frame_are_dropped_and_counted(
     seq = _owner_seq(owner, "set b 2")
     state = replica.wait_state(lambda st: st["seq"] == seq)
     assert state["items"] == {"a": "1", "b": "2"}
+
+
+def test_one_shot_sync_right_after_construction(bus: Bus) -> None:
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "oneshot-owner")
+    owner = MapOwner(zctx, paths, pub, "oneshot")
+    owner.set("a", 1)
+    replica = MapReplica(zctx, paths, "oneshot")
+    _sync_with_owner(replica, owner)
+    assert replica.items() == {"a": 1}
+    replica.close()
+    owner.close()
+    pub.close()
+
+
+def test_unanswered_requests_keep_the_same_sockets_and_stale_answers_are_ignored(
+    bus: Bus,
+) -> None:
+    """Pollers register ``replica.sockets`` once: a timed-out request must not replace them,
+    and the answer to a superseded request must not be installed."""
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "slow-owner")
+    owner = MapOwner(zctx, paths, pub, "slow")
+    owner.set("v", "old")
+    clock = [0.0]
+    replica = MapReplica(zctx, paths, "slow", snapshot_timeout=1.0, clock=lambda: clock[0])
+    sockets = replica.sockets
+    _until(lambda: replica.pump(0.01) or replica.waiting_for_snapshot)  # request 1 is out
+    clock[0] += 5.0  # request 1 timed out: the next pump sends request 2 on the same socket
+    replica.pump(0)
+    assert replica.sockets == sockets and replica.waiting_for_snapshot
+    owner.set("v", "new")
+
+    def serve_and_pump() -> bool:
+        owner.serve()
+        replica.pump(0.05)
+        return replica.synced
+
+    _until(serve_and_pump)
+    assert replica.items() == {"v": "new"}
+    assert replica.resyncs == 1  # the answer to request 1 was dropped
+    assert replica.sockets == sockets
+    replica.close()
+    owner.close()
+    pub.close()
+
+
+def _until(done: Any, rounds: int = 500) -> None:
+    for _ in range(rounds):
+        if done():
+            return
+    raise AssertionError("condition never met")
