@@ -170,15 +170,13 @@ class ProberService:
         self._published = entries
 
     def run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.owner.socket, zmq.POLLIN)
-        poller.register(self.wake.read_fd, zmq.POLLIN)
-        for replica in (self.desired, self.pleg):
-            for sock in replica.sockets:
-                poller.register(sock, zmq.POLLIN)
         wait = 0.0
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
+            poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
+            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
+                poller.register(sock, zmq.POLLIN)
+            poller.register(self.wake.read_fd, zmq.POLLIN)
             ready = dict(poller.poll(int(wait * 1000)))
             if self.wake.read_fd in ready:
                 self.wake.drain()

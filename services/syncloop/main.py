@@ -181,8 +181,7 @@ def run(ctx: ChildContext) -> None:
     for replica in replicas:
         for sock in replica.sockets:
             poller.register(sock, zmq.POLLIN)
-    for sock in probes.sockets:
-        poller.register(sock, zmq.POLLIN)
+    poller.register(probes.socket, zmq.POLLIN)  # the SUB only: the snapshot DEALER is replaced
     poller.register(subscriber.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
     ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
