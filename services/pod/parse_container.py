@@ -99,9 +99,10 @@ def _parse_ports(f: Findings, m: Mapping[str, Any], path: str,
         name = get_str(f, p, "name", where)
         if name and (reason := names.port_name(name)):
             f.error(join(where, "name"), reason)
-        elif name in seen_names:
+        elif name and name in seen_names:  # unnamed ports are fine, as in Kubernetes
             f.error(join(where, "name"), f"duplicate port name {name!r}")
-        seen_names.add(name)
+        if name:
+            seen_names.add(name)
         protocol = get_enum(f, p, "protocol", where, PortProtocol, PortProtocol.TCP)
         out.append(ContainerPort(port, host_port, protocol, name))
     return tuple(out)

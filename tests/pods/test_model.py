@@ -382,3 +382,17 @@ def test_pod_list() -> None:
     assert [p.pod.name for p in pods] == ["p"]
     assert [str(e) for e in errors] == ["http://x/pods: items[1].spec.containers[0].image: "
                                         "required"]
+
+
+def test_several_unnamed_ports_are_allowed_and_named_ones_must_differ() -> None:
+    from podvisor.services.pod import PodValidationError, pod_from_dict
+
+    def pod(ports: list[dict[str, object]]) -> dict[str, object]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "image": "host", "ports": ports}]}}
+
+    parsed = pod_from_dict(pod([{"containerPort": 80}, {"containerPort": 81}]), "p.yaml")
+    assert [p.container_port for p in parsed.pod.spec.containers[0].ports] == [80, 81]
+    with pytest.raises(PodValidationError, match="duplicate port name 'web'"):
+        pod_from_dict(pod([{"containerPort": 80, "name": "web"},
+                           {"containerPort": 81, "name": "web"}]), "p.yaml")
