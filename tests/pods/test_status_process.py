@@ -59,6 +59,7 @@ class Bus:
         self.pub = Publisher(self.zctx, self.paths, "test")
         self.desired = MapOwner(self.zctx, self.paths, self.pub, "desired")
         self.pleg = MapOwner(self.zctx, self.paths, self.pub, "pleg")
+        self.probes = MapOwner(self.zctx, self.paths, self.pub, "probes")  # no probes: empty
         self.mono = Clock(1000.0)
         self.relists = 0
         self.wall = Clock(WALL)
@@ -79,9 +80,9 @@ class Bus:
 
     def turn(self, svc: StatusService) -> None:
         """One loop turn of the service, with the test's owners answering snapshots."""
-        self.desired.serve()
-        self.pleg.serve()
-        for replica in (svc.desired, svc.pleg):
+        for owner in (self.desired, self.pleg, self.probes):
+            owner.serve()
+        for replica in (svc.desired, svc.pleg, svc.probes):
             replica.pump(0.01)
         svc.step()
         svc.owner.serve()
@@ -91,7 +92,7 @@ class Bus:
             "a published status is not on disk"
 
     def close(self) -> None:
-        for closable in (self.desired, self.pleg, self.pub):
+        for closable in (self.desired, self.pleg, self.probes, self.pub):
             closable.close()
         self.proxy.stop()
         self.zctx.destroy(linger=0)
@@ -99,7 +100,7 @@ class Bus:
 
 def kill(svc: StatusService) -> None:
     """What kill -9 leaves: sockets gone, no final commit."""
-    for closable in (svc.desired, svc.pleg, svc.owner, svc.pub):
+    for closable in (svc.desired, svc.pleg, svc.probes, svc.owner, svc.pub):
         closable.close()
 
 
