@@ -93,10 +93,7 @@ class MapOwner:
             self._last_sent = now
 
     def serve(self) -> int:
-        """Answer every pending snapshot request without blocking; returns how many.
-
-        Request frames (after the ROUTER identity): ``[b"", b"SNAPSHOT", request id]``; the reply
-        carries the request id back so a replica can tell a stale answer from the current one."""
+        """Answer every pending snapshot request without blocking; returns how many."""
         served = 0
         while True:
             try:
@@ -105,9 +102,8 @@ class MapOwner:
                 return served
             if len(frames) < 2:
                 continue  # malformed request: nothing to answer
-            request_id = frames[3].decode(errors="replace") if len(frames) > 3 else None
             snapshot = {"map": self.map_name, "epoch": self.epoch, "seq": self.seq,
-                        "items": self._items, "req": request_id}
+                        "items": self._items}
             self.socket.send_multipart([frames[0], msgpack.packb(snapshot, use_bin_type=True)])
             served += 1
 
@@ -135,7 +131,6 @@ class MapReplica:
         self._buffer: list[MapUpdate] = []
         self._need_sync = True
         self._asked_at: float | None = None
-        self._request_id = 0
         self._zctx = zctx
         self._paths = paths
         self._on_change = on_change
@@ -235,22 +230,22 @@ class MapReplica:
 
     def _ask(self) -> None:
         """Send a snapshot request unless one is outstanding and not yet timed out. The DEALER
-        stays the same socket for the replica's life (callers register it in their pollers);
-        an unanswered request is superseded by the next request id."""
+        stays the same socket for the replica's life (callers register it in their pollers)."""
         now = self._clock()
         if self._asked_at is not None and now - self._asked_at < self._timeout:
             return
-        self._request_id += 1
         try:
-            self._dealer.send_multipart(
-                [b"", b"SNAPSHOT", str(self._request_id).encode()], flags=zmq.NOBLOCK)
+            self._dealer.send_multipart([b"", b"SNAPSHOT"], flags=zmq.NOBLOCK)
         except zmq.Again:
             self._asked_at = None  # owner not connected: ask again on the next pump
             return
         self._asked_at = now
 
     def _take_reply(self) -> bool:
-        """Read every queued reply; install the one that answers the outstanding request."""
+        """Read every queued reply. While a snapshot is wanted, the first well-formed answer (to
+        this request or to an earlier one that timed out: either was served after we asked) is
+        installed; answers arriving when none is wanted are dropped, so a late one can never take
+        a synced replica back in time."""
         installed = False
         while True:
             try:
@@ -263,8 +258,8 @@ class MapReplica:
                 continue
             ok = (isinstance(snap, dict) and snap.get("map") == self.map_name
                   and isinstance(snap.get("seq"), int) and isinstance(snap.get("items"), dict))
-            if not ok or self._asked_at is None or snap.get("req") != str(self._request_id):
-                continue  # malformed, or the answer to a request already superseded
+            if not ok or self._asked_at is None:
+                continue
             self._asked_at = None
             self._install(snap)
             installed = True
