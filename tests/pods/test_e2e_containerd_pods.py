@@ -6,6 +6,7 @@ removed, with its cgroup folders."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from tests.runtime.containerd import ContainerdHandle, containerd_or_skip, remov
 
 pytestmark = pytest.mark.containerd
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "containerd"
-NODE = "e2e"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,11 @@ def clean(cri: RuntimeClient, handle: ContainerdHandle, uids: set[str]) -> None:
             pass
     for uid in uids:
         remove_pod_cgroup(f"{handle.cgroup_parent}/pod{uid}")
+    # The sync loop sets no cgroup_parent yet, so containerd used its default `/k8s.io/<id>`
+    # (runc removes those); drop the parent folders too when empty (rmdir fails otherwise).
+    for folder in [CGROUP_ROOT / "k8s.io", *CGROUP_ROOT.glob("*/k8s.io")]:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 @pytest.fixture
