@@ -27,9 +27,12 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import zmq
 from cri_api.v1 import api_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +41,8 @@ from pods_agent import Agent, pod_name, poll
 from pods_idle import measure_idle
 from supervisord_peer import Supervisord, free_port, spawn_floor
 
+from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.messages import MapUpdate, PodLifecycleEvent
 from podvisor.services.syncloop import labels as L
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -65,33 +70,98 @@ def wait_empty(agent: Agent, timeout: float = 180.0) -> None:
          "every pod gone from /pods and the runtime")
 
 
-def one_pod(agent: Agent, n: int) -> list[float]:
-    """Manifest -> container running in /pods, one pod at a time; the first is a warm-up."""
-    out = []
-    for i in range(n + 1):
-        name = f"one{i}"
-        staged = agent.stage(name)
-        t0 = time.monotonic()
-        agent.drop(staged)
-        wanted = pod_name(name)
-        poll(lambda: wanted in agent.running_names(), 60.0, 0.002, f"{name} running")  # noqa: B023
-        if i:
-            out.append(time.monotonic() - t0)
-        (agent.manifests / staged.name).unlink()
-        wait_empty(agent)
+def _single_check(agent: Agent, name: str, seen: list[float]) -> Callable[[], bool]:
+    """Running in /pods yet? Appends to `seen` when CRI first shows the container RUNNING."""
+    def check() -> bool:
+        if not seen and any(c.state == pb.CONTAINER_RUNNING for c in agent.containers(name)):
+            seen.append(time.monotonic())
+        return pod_name(name) in agent.running_names()
+    return check
+
+
+def _map_times(sub: Subscriber, uid: str, default: float) -> tuple[float, float]:
+    """Bus times of the first `pleg` record and `statuses` value of pod `uid` that show its
+    container running (drains `sub`)."""
+    pleg = status = default
+    while (env := sub.recv(timeout=0.0)) is not None:
+        msg = env.message
+        if not isinstance(msg, MapUpdate) or msg.key != uid or not isinstance(msg.value, dict):
+            continue
+        if msg.map == "pleg" and any(c.get("state") == "CONTAINER_RUNNING"
+                                     for c in msg.value.get("containers", [])):
+            pleg = min(pleg, env.ts)
+        if msg.map == "statuses" and any("running" in c.get("state", {})
+                                         for c in msg.value.get("containerStatuses", [])):
+            status = min(status, env.ts)
+    return pleg, status
+
+
+@dataclass
+class Single:
+    """Seconds from the manifest's rename into staticPodPath to each milestone (lists over the
+    pods): container RUNNING over CRI, PLEG record running (bus), status running (bus), and
+    running in /pods."""
+
+    cri: list[float] = field(default_factory=list)
+    pleg: list[float] = field(default_factory=list)
+    status: list[float] = field(default_factory=list)
+    pods: list[float] = field(default_factory=list)
+
+
+def one_pod(agent: Agent, n: int) -> Single:
+    """One pod at a time, CRI and /pods polled every 2 ms; the first pod is a warm-up."""
+    out = Single()
+    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sub = Subscriber(zctx, agent.paths, ["clone.pleg.update", "clone.statuses.update"])
+    try:
+        for i in range(n + 1):
+            name = f"one{i}"
+            staged = agent.stage(name)
+            seen: list[float] = []
+            while sub.recv(timeout=0.0) is not None:
+                pass
+            t0 = time.monotonic()
+            agent.drop(staged)
+            poll(_single_check(agent, name, seen), 60.0, 0.002, f"{name} running")
+            t1 = time.monotonic()
+            uid = agent.containers(name)[0].labels[L.POD_UID]
+            pleg, status = _map_times(sub, uid, t1)
+            if i:
+                out.pods.append(t1 - t0)
+                out.cri.append((seen[0] if seen else t1) - t0)
+                out.pleg.append(pleg - t0)
+                out.status.append(status - t0)
+            (agent.manifests / staged.name).unlink()
+            wait_empty(agent)
+    finally:
+        sub.close()
+        zctx.destroy(linger=0)
     return out
 
 
-def many_pods(agent: Agent, count: int) -> float:
+def many_pods(agent: Agent, count: int) -> tuple[float, float, float]:
+    """(all listed in /pods, all containers RUNNING over CRI, all running in /pods) seconds
+    after `count` manifests were dropped at once."""
     staged = [agent.stage(f"many{i}") for i in range(count)]
+    listed: list[float] = []
+    in_cri: list[float] = []
     t0 = time.monotonic()
     for path in staged:
         agent.drop(path)
-    poll(lambda: len(agent.running_names()) >= count, 300.0, 0.02, f"{count} pods running")
-    took = time.monotonic() - t0
+
+    def done() -> bool:
+        running = agent.running_names()
+        if not listed and agent.pod_count() >= count:
+            listed.append(time.monotonic())
+        if not in_cri and sum(c.state == pb.CONTAINER_RUNNING
+                              for c in agent.all_containers()) >= count:
+            in_cri.append(time.monotonic())
+        return len(running) >= count
+    poll(done, 300.0, 0.02, f"{count} pods running")
+    t1 = time.monotonic()
     agent.remove_all()
     wait_empty(agent)
-    return took
+    return ((listed[0] if listed else t1) - t0, (in_cri[0] if in_cri else t1) - t0, t1 - t0)
 
 
 def supervisord_many(count: int) -> tuple[float, float]:
@@ -121,11 +191,16 @@ def stage_start(agent: Agent, args: argparse.Namespace) -> None:
     print(f"\n1. manifest -> container running in /pods ({args.n} pods one at a time, "
           f"then {args.many} at once)")
     single = one_pod(agent, args.n)
-    print(f"  podvisor, 1 pod               {ms(single)}")
-    many = many_pods(agent, args.many)
+    print(f"  podvisor, 1 pod               {ms(single.pods)}")
+    print(f"    -> RUNNING over CRI         {ms(single.cri)}")
+    print(f"    -> PLEG record running      {ms(single.pleg)}")
+    print(f"    -> status running           {ms(single.status)}")
+    listed, in_cri, many = many_pods(agent, args.many)
     update, cold = supervisord_many(args.many)
     floor = spawn_floor(args.many, ["sleep", "3600"])
-    print(f"  podvisor, {args.many} pods at once     {many * 1000:8.0f} ms")
+    print(f"  podvisor, {args.many} pods at once     {many * 1000:8.0f} ms   "
+          f"(all listed in /pods after {listed * 1000:.0f} ms, "
+          f"all RUNNING over CRI after {in_cri * 1000:.0f} ms)")
     print(f"  supervisord, update -> all RUNNING   {update * 1000:8.0f} ms")
     print(f"  supervisord, cold start -> all RUNNING {cold * 1000:6.0f} ms")
     print(f"  floor, {args.many} x subprocess.Popen     {floor * 1000:8.0f} ms")
@@ -135,26 +210,49 @@ def stage_start(agent: Agent, args: argparse.Namespace) -> None:
 
 # --- 2. kill -9 to replacement running ----------------------------------------------------------
 
-def replacement(agent: Agent, name: str) -> tuple[float, float]:
-    """kill -9 the pod's container process; seconds until the runtime reports the old container
-    EXITED, and until a RUNNING container of the pod with restartCount + 1 shows over CRI (both
-    polled every 1 ms)."""
+@dataclass(frozen=True)
+class Restart:
+    """Seconds from the kill -9 to: the runtime reporting the old container EXITED (CRI poll),
+    PLEG publishing ContainerDied (bus envelope time), the replacement created (its CRI
+    created_at), and the replacement RUNNING (CRI poll)."""
+
+    exited: float
+    died_event: float
+    created: float
+    running: float
+
+
+def replacement(agent: Agent, sub: Subscriber, name: str, interval: float) -> Restart:
+    """kill -9 the pod's container process; poll CRI every `interval` s until a RUNNING
+    container of the pod with restartCount + 1 shows."""
     [old] = [c for c in agent.containers(name) if c.state == pb.CONTAINER_RUNNING]
     count = int(old.annotations[L.RESTART_COUNT])
     pid = int(agent.started(old.id)["pid"])
+    while sub.recv(timeout=0.0) is not None:
+        pass
     exited: list[float] = []
+    found: list[pb.Container] = []
     t0 = time.monotonic()
     os.kill(pid, 9)
 
     def new() -> bool:
-        found = agent.containers(name)
-        if not exited and any(c.id == old.id and c.state == pb.CONTAINER_EXITED for c in found):
+        listed = agent.containers(name)
+        if not exited and any(c.id == old.id and c.state == pb.CONTAINER_EXITED for c in listed):
             exited.append(time.monotonic())
-        return any(c.state == pb.CONTAINER_RUNNING and c.id != old.id
-                   and int(c.annotations[L.RESTART_COUNT]) == count + 1 for c in found)
-    poll(new, 30.0, 0.001, f"{name} restarted")
+        found[:] = [c for c in listed if c.state == pb.CONTAINER_RUNNING and c.id != old.id
+                    and int(c.annotations[L.RESTART_COUNT]) == count + 1]
+        return bool(found)
+    poll(new, 30.0, interval, f"{name} restarted")
     t1 = time.monotonic()
-    return (exited[0] if exited else t1) - t0, t1 - t0
+    wall_to_mono = time.monotonic() - time.time()
+    created = found[0].created_at / 1e9 + wall_to_mono
+    died = t1
+    while (env := sub.recv(timeout=0.0)) is not None:
+        msg = env.message
+        if isinstance(msg, PodLifecycleEvent) and msg.type == "ContainerDied" \
+                and msg.container_id == old.id:
+            died = min(died, env.ts)
+    return Restart((exited[0] if exited else t1) - t0, died - t0, created - t0, t1 - t0)
 
 
 def stage_kill(agent: Agent, args: argparse.Namespace) -> None:
@@ -163,8 +261,16 @@ def stage_kill(agent: Agent, args: argparse.Namespace) -> None:
     for path in [agent.stage(n) for n in names]:
         agent.drop(path)
     poll(lambda: len(agent.running_names()) >= len(names), 120.0, 0.05, "kill pods running")
-    results = [replacement(agent, n) for n in names][1:]  # the first is a warm-up
-    ours = [r[1] for r in results]
+    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sub = Subscriber(zctx, agent.paths, [PodLifecycleEvent.TOPIC])
+    try:
+        interval = args.poll_ms / 1000
+        # the first kill is a warm-up
+        results = [replacement(agent, sub, n, interval) for n in names][1:]
+    finally:
+        sub.close()
+        zctx.destroy(linger=0)
+    ours = [r.running for r in results]
     agent.remove_all()
     wait_empty(agent)
     sd = Supervisord()
@@ -173,12 +279,15 @@ def stage_kill(agent: Agent, args: argparse.Namespace) -> None:
         sd.start()
         sd.wait_rpc()
         sd.wait_all_running(args.n + 1)
-        theirs = [sd.kill9_restart(f"r{i}") for i in range(args.n + 1)][1:]
+        theirs = [sd.kill9_restart(f"r{i}", interval=args.poll_ms / 1000)
+                  for i in range(args.n + 1)][1:]
     finally:
         sd.stop()
-    print(f"  podvisor (CRI poll 1 ms)      {ms(ours)}")
-    print(f"    of which kill -> EXITED     {ms([r[0] for r in results])}")
-    print(f"  supervisord (XML-RPC 1 ms)    {ms(theirs)}")
+    print(f"  podvisor (CRI poll {args.poll_ms:g} ms)      {ms(ours)}")
+    print(f"    kill -> runtime EXITED      {ms([r.exited for r in results])}")
+    print(f"    kill -> PLEG ContainerDied  {ms([r.died_event for r in results])}")
+    print(f"    kill -> replacement created {ms([r.created for r in results])}")
+    print(f"  supervisord (XML-RPC {args.poll_ms:g} ms)    {ms(theirs)}")
     print(f"  ratio podvisor / supervisord (p50) "
           f"{ratio(statistics.median(ours), statistics.median(theirs))}   target <= 1")
 
@@ -269,6 +378,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=15.0,
                     help="seconds after all are running before the idle window")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--poll-ms", type=float, default=1.0,
+                    help="poll interval of the kill -9 stage (CRI and XML-RPC)")
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.many, args.idle_pods = min(args.n, 5), min(args.many, 40), 30
