@@ -136,7 +136,8 @@ class AgentHandle:
     def __init__(self, root: Path, config: dict[str, Any], extra_args: list[str],
                  env: dict[str, str]) -> None:
         self.root = root
-        self.paths = RunPaths(root / "root")
+        # The agent's rootDir: the config's (a test may restart an agent on an existing one).
+        self.paths = RunPaths(Path(config.get("rootDir") or root / "root"))
         self.config = config
         self.config_path = root / "config.yaml"
         self.write_config(config)

@@ -27,8 +27,6 @@ from typing import Any
 import psutil
 import pytest
 
-from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.client import ControlClient
 from tests.pods.lifecycle import (
     agent_config,
     all_running,
@@ -80,15 +78,9 @@ def write_pods(p: Pods, stubborn_grace: int) -> None:
 def start(agent: Any, p: Pods, root: Path | None = None, **extra: Any) -> Any:
     args = tuple(extra.pop("extra_args", ()))
     cfg = agent_config(p.manifests, p.port, **extra)
-    if root is None:
-        return agent(config=cfg, extra_args=args)
-    # the fixture names its handle's paths after its own temp dir: point them at `root`
-    cfg["rootDir"] = str(root)
-    handle = agent(config=cfg, extra_args=args, wait=False)
-    handle.paths = RunPaths(root)
-    handle.client = ControlClient(handle.paths.control, timeout=10.0)
-    handle.wait_ready()
-    return handle
+    if root is not None:
+        cfg["rootDir"] = str(root)
+    return agent(config=cfg, extra_args=args)
 
 
 def running_podlist(p: Pods, wait_for: Any) -> dict[str, Any]:

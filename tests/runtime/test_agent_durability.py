@@ -51,9 +51,8 @@ def test_kill9_agent_keeps_containers_and_next_agent_readopts(agent: Any, poll: 
              message="the runtime to follow its supervisor down")
         assert container.is_running()
 
-        # Same rootDir. (The harness's handle.paths/control client name the handle's own temp
-        # dir, not the config's rootDir, so talk to the runtime through the first root's paths.)
-        agent(config=dict(first.config), wait=False)
+        # A new agent on the same rootDir.
+        agent(config=dict(first.config))
         client.close()
         client = _client_up(first.paths.cri_socket, poll)
         after = client.container_status(cid)
