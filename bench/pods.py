@@ -37,9 +37,9 @@ from cri_api.v1 import api_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pods_agent import Agent, pod_name, poll
+from pods_agent import Agent, alive_descendants, kill_descendants, pod_name, poll
 from pods_idle import measure_idle
-from supervisord_peer import Supervisord, free_port, spawn_floor
+from supervisord_peer import Supervisord, free_port, spawn_floor, supervisord_many
 
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.messages import MapUpdate, PodLifecycleEvent
@@ -162,29 +162,6 @@ def many_pods(agent: Agent, count: int) -> tuple[float, float, float]:
     agent.remove_all()
     wait_empty(agent)
     return ((listed[0] if listed else t1) - t0, (in_cri[0] if in_cri else t1) - t0, t1 - t0)
-
-
-def supervisord_many(count: int) -> tuple[float, float]:
-    """(update -> all RUNNING, cold start -> all RUNNING) for `count` programs."""
-    names = [f"p{i}" for i in range(count)]
-    sd = Supervisord()
-    try:
-        sd.start()
-        sd.wait_rpc()
-        sd.write_programs(names)
-        t0 = time.monotonic()
-        sd.update()
-        update = sd.wait_all_running(count) - t0
-    finally:
-        sd.stop()
-    sd = Supervisord()
-    try:
-        sd.write_programs(names)
-        t0 = sd.start()
-        cold = sd.wait_all_running(count) - t0
-    finally:
-        sd.stop()
-    return update, cold
 
 
 def stage_start(agent: Agent, args: argparse.Namespace) -> None:
@@ -340,32 +317,6 @@ def report_leftovers(what: str, leftovers: list[str]) -> None:
         print(f"  WARNING: {what} left processes behind (killed): {leftovers}")
 
 
-def _alive_descendants() -> bool:
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.Error:
-            pass
-    return False
-
-
-def descendants_alive() -> list[str]:
-    """Reap our zombies; kill (by PID) and list whatever descendant is still alive."""
-    out = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                if proc.ppid() == os.getpid():
-                    os.waitpid(proc.pid, os.WNOHANG)
-                continue
-            out.append(f"{proc.pid} {' '.join(proc.cmdline())[:80]}")
-            proc.kill()
-        except (psutil.Error, ChildProcessError):
-            pass
-    return out
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -413,9 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         # orphaned monitors exit right after their container: give them a moment
         deadline = time.monotonic() + 10.0
-        while _alive_descendants() and time.monotonic() < deadline:
+        while alive_descendants() and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = descendants_alive()
+        left = kill_descendants()
         if left:
             print(f"WARNING: processes left behind (killed now): {left}")
         load = os.getloadavg()

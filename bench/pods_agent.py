@@ -235,3 +235,29 @@ class Agent:
             with contextlib.suppress(psutil.Error):
                 out.append(psutil.Process(pid))
         return out
+
+
+def alive_descendants() -> bool:
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            pass
+    return False
+
+
+def kill_descendants() -> list[str]:
+    """Reap our zombies; kill (by PID) and list whatever descendant is still alive."""
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                if proc.ppid() == os.getpid():
+                    os.waitpid(proc.pid, os.WNOHANG)
+                continue
+            out.append(f"{proc.pid} {' '.join(proc.cmdline())[:80]}")
+            proc.kill()
+        except (psutil.Error, ChildProcessError):
+            pass
+    return out

@@ -196,3 +196,26 @@ def spawn_floor(count: int, command: list[str]) -> float:
             p.kill()
         for p in procs:
             p.wait()
+
+
+def supervisord_many(count: int) -> tuple[float, float]:
+    """(update -> all RUNNING, cold start -> all RUNNING) for `count` programs."""
+    names = [f"p{i}" for i in range(count)]
+    sd = Supervisord()
+    try:
+        sd.start()
+        sd.wait_rpc()
+        sd.write_programs(names)
+        t0 = time.monotonic()
+        sd.update()
+        update = sd.wait_all_running(count) - t0
+    finally:
+        sd.stop()
+    sd = Supervisord()
+    try:
+        sd.write_programs(names)
+        t0 = sd.start()
+        cold = sd.wait_all_running(count) - t0
+    finally:
+        sd.stop()
+    return update, cold
