@@ -74,6 +74,7 @@ FACTOR = Kind(parse_float, metavar="NUMBER")
 LEVEL = Kind(
     lambda k, v: _parse_choice(k, v, ("debug", "info", "warning", "error")), metavar="LEVEL"
 )
+CGROUP = Kind(lambda k, v: _parse_cgroup_path(k, v), metavar="PATH")
 
 
 def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
@@ -81,6 +82,18 @@ def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
     if text not in choices:
         raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw!r}")
     return text
+
+
+def _parse_cgroup_path(key: str, raw: object) -> str:
+    """'' (disabled) or an absolute cgroup path like /podvisor (no '..', no systemd slice)."""
+    text = parse_str(key, raw).strip()
+    if not text:
+        return ""
+    parts = [p for p in text.split("/") if p]
+    if not text.startswith("/") or ".." in parts or "." in parts or ":" in text:
+        raise ConfigError(key, f"expected '' or an absolute cgroup path like /podvisor, "
+                               f"got {raw!r}")
+    return "/" + "/".join(parts)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,8 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("containerLogMaxFiles", "container_log_max_files", COUNT, "container log files kept"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
+    Key("cgroupRoot", "cgroup_root", CGROUP,
+        "pods' cgroups go under <cgroupRoot>/pod<uid> ('' = the runtime's default place)"),
 )
 
 SUPERVISION_KEYS: tuple[Key, ...] = (
@@ -205,6 +220,7 @@ class Config:
     container_log_max_files: int = 5
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
+    cgroup_root: str = "/podvisor"
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
 

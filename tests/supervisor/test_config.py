@@ -174,3 +174,24 @@ def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> 
     assert config.static_pod_path == str(conf_dir / "manifests")
     flagged = load_config(conf, {"staticPodPath": "from-flag"})
     assert flagged.static_pod_path == str(Path.cwd() / "from-flag")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (None, "/podvisor"), ("", ""), ("/podvisor", "/podvisor"), ("/a/b/", "/a/b"),
+    ("//a//b", "/a/b"), ("/", "/"),
+])
+def test_cgroup_root(raw: str | None, expected: str) -> None:
+    c = config_from_mapping({} if raw is None else {"cgroupRoot": raw})
+    assert c.cgroup_root == expected
+    assert config_from_mapping(config_to_mapping(c)) == c
+    p = argparse.ArgumentParser()
+    add_config_flags(p)
+    over = overrides_from_args(p.parse_args(["--cgroup-root", "/x"]))
+    assert config_from_mapping(over).cgroup_root == "/x"
+
+
+@pytest.mark.parametrize("bad", ["podvisor", "/a/../b", "/a/./b", "system.slice:pv:x", 5])
+def test_bad_cgroup_root_names_the_key(bad: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"cgroupRoot": bad})
+    assert err.value.key == "cgroupRoot"
