@@ -1,7 +1,8 @@
 """Pure builders of the CRI configs for a pod: ``PodSandboxConfig`` and ``ContainerConfig``.
 
 hostNetwork pods get the node's network namespace and an empty hostname; the PID namespace mode
-is CONTAINER for the sandbox and every container (what containerd needs here). Labels,
+is CONTAINER for the sandbox and every container (what containerd needs here); the sandbox's
+``cgroup_parent`` is the pod's cgroup under ``cgroupRoot`` (``podcgroups``). Labels,
 annotations and log paths follow ``labels``. Volume host paths: emptyDir under
 ``<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>``, hostPath as given.
 """
@@ -47,7 +48,9 @@ def host_ports(pod: Pod) -> list[tuple[str, int]]:
     return out
 
 
-def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path) -> pb.PodSandboxConfig:
+def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
+                   cgroup_parent: str = "") -> pb.PodSandboxConfig:
+    """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's."""
     host_net = pod.spec.host_network
     ns = pb.NamespaceOption(network=pb.NODE if host_net else pb.POD, pid=pb.CONTAINER,
                             ipc=pb.POD)
@@ -66,6 +69,7 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path) -> pb.PodSandboxC
         labels={**pod.metadata.labels, **L.pod_labels(pod.name, pod.namespace, pod.uid)},
         annotations=dict(pod.metadata.annotations),
         linux=pb.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent,
             security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns)),
     )
 

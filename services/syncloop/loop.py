@@ -160,7 +160,8 @@ class SyncLoop:
         if now >= self._next_housekeeping and not self._housekeeping_busy:
             self._next_housekeeping = now + self.deps.housekeeping_interval
             self._housekeeping_busy = True
-            self.deps.submit(self._housekeeping)
+            known = frozenset(self.deps.table.workers)
+            self.deps.submit(lambda: self._housekeeping(known))
         deadline = self.deps.table.next_deadline()
         waits = [self._next_housekeeping - now]
         if deadline is not None:
@@ -208,6 +209,8 @@ class SyncLoop:
         if not left.empty:
             return Outcome(ok=False, error="containers or sandboxes remain after teardown")
         d.backoff.forget_pod(work.uid)
+        if d.cgroups is not None:  # a folder still busy is retried at housekeeping
+            d.cgroups.remove(work.uid)
         return Outcome(ok=True)
 
     def _finish(self, work: Work, outcome: Outcome) -> None:
@@ -216,22 +219,36 @@ class SyncLoop:
             self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
         self._publish(work.uid)
 
-    def _housekeeping(self) -> None:
+    def _housekeeping(self, known: frozenset[str]) -> None:
+        """Pool thread. ``known``: the workers' UIDs when it was submitted."""
         uids: set[str] = set()
         error: Exception | None = None
-        if self.deps.pod_config.sources_ready():
+        ready = self.deps.pod_config.sources_ready()
+        d = self.deps.sync
+        if ready:
             try:
-                d = self.deps.sync
                 uids = {s.labels.get(L.POD_UID, "") for s in d.cri.list_pod_sandbox()}
                 uids |= {c.labels.get(L.POD_UID, "") for c in d.cri.list_containers()}
                 uids.discard("")
             except CriError as err:
                 error = err
-        self.deps.sync.backoff.gc(self.deps.sync.mono())
-        self._post(lambda: self._housekeeping_done(uids, error))
+        stale: set[str] = set()  # pods whose cgroup folders should go
+        if d.cgroups is not None:
+            stale = d.cgroups.pending() - uids
+            if ready and error is None:
+                stale |= d.cgroups.leftovers(known | uids)
+        d.backoff.gc(d.mono())
+        self._post(lambda: self._housekeeping_done(uids, error, stale))
 
-    def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None) -> None:
+    def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None,
+                           stale_cgroups: set[str]) -> None:
         self._housekeeping_busy = False
+        # On the loop thread, so no worker for these UIDs can appear (and create the folder)
+        # while they are removed; rmdir of a few empty folders is quick.
+        cgroups = self.deps.sync.cgroups
+        if cgroups is not None:
+            for uid in sorted(stale_cgroups - set(self.deps.table.workers)):
+                cgroups.remove(uid)
         if error is not None:
             self.log.warning("syncloop.housekeeping.failed", error=str(error))
             return

@@ -34,7 +34,9 @@ from podvisor.services.events.recorder import Recorder
 from podvisor.services.prober.verdicts import liveness_failed
 from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
@@ -93,11 +95,14 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     cri = new_runtime_client(_endpoint(ctx), timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
+    log = EventingLog(ctx.log, events) if events is not None else ctx.log
+    cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log) if cfg.cgroup_root
+               else None)
     sync = SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
-                    mono=time.monotonic, wall=time.time, sleep=time.sleep,
-                    log=EventingLog(ctx.log, events) if events is not None else ctx.log)
+                    mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
+                    cgroups=cgroups)
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)
 

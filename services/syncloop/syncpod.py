@@ -25,6 +25,7 @@ from podvisor.services.syncloop.actions import (
     compute_pod_actions,
 )
 from podvisor.services.syncloop.backoff import SharedBackoff
+from podvisor.services.syncloop.podcgroups import PodCgroups
 from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
 from podvisor.services.syncloop.terminate import Log, kill_containers
 
@@ -47,6 +48,7 @@ class SyncDeps:
     wall: Callable[[], float]
     log: Log
     sleep: Callable[[float], None]
+    cgroups: PodCgroups | None = None  # None: no cgroup_parent, no cleanup (cgroupRoot: "")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class _Run:
         self.errors: list[str] = []
         self.waiting: dict[str, Waiting] = dict(actions.waiting)
         self.sandbox_id = actions.sandbox_id
-        self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir)
+        parent = deps.cgroups.parent(pod.uid) if deps.cgroups is not None else ""
+        self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir,
+                                                     parent)
         self.retry_after = actions.retry_after
 
     def fail(self, name: str, reason: str, message: str) -> None:
