@@ -2,11 +2,12 @@
 containerd example manifests (deploy/examples/containerd/, busybox image) to Running in /pods,
 and deleting a manifest removes its pod. Skipped with the reason when no containerd is
 available (tests/runtime/containerd.py `containerd_or_skip()`); every sandbox created here is
-removed, with its cgroup folders."""
+removed; pods go under a per-test `cgroupRoot`, removed at the end."""
 
 from __future__ import annotations
 
-import contextlib
+import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -19,12 +20,13 @@ import yaml
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
+from podvisor.services.syncloop.podcgroups import hierarchy_dirs, parse_mountinfo
 from tests.pods.lifecycle import agent_config, all_running, free_port, get_pods
 from tests.runtime.containerd import ContainerdHandle, containerd_or_skip, remove_pod_cgroup
 
 pytestmark = pytest.mark.containerd
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "containerd"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 @pytest.fixture(scope="module")
@@ -33,25 +35,24 @@ def containerd() -> ContainerdHandle:
     return containerd_or_skip()
 
 
+def folders(cgroup_path: str) -> list[str]:
+    return hierarchy_dirs(parse_mountinfo(new_cgroup_fs().mountinfo()), cgroup_path)
+
+
 def ours(cri: RuntimeClient, uids: set[str]) -> list[Any]:
     return [s for s in cri.list_pod_sandbox() if s.labels.get(L.POD_UID) in uids]
 
 
-def clean(cri: RuntimeClient, handle: ContainerdHandle, uids: set[str]) -> None:
-    """Remove every sandbox of `uids` the agent may have left, and the pods' cgroup folders."""
+def clean(cri: RuntimeClient, cgroup_root: str, uids: set[str]) -> None:
+    """Remove every sandbox of `uids` the agent may have left, and the test's cgroup root (the
+    agent removes the pods' own folders; the root stays, as the kubelet's does)."""
     for sandbox in ours(cri, uids):
         try:
             cri.stop_pod_sandbox(sandbox.id)
             cri.remove_pod_sandbox(sandbox.id)
         except CriError:
             pass
-    for uid in uids:
-        remove_pod_cgroup(f"{handle.cgroup_parent}/pod{uid}")
-    # The sync loop sets no cgroup_parent yet, so containerd used its default `/k8s.io/<id>`
-    # (runc removes those); drop the parent folders too when empty (rmdir fails otherwise).
-    for folder in [CGROUP_ROOT / "k8s.io", *CGROUP_ROOT.glob("*/k8s.io")]:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+    remove_pod_cgroup(cgroup_root)
 
 
 @pytest.fixture
@@ -73,9 +74,10 @@ def test_containerd_examples_run_and_delete(agent: Any, containerd: ContainerdHa
     port = free_port()
     cri = new_runtime_client(containerd.endpoint, timeout=30.0)
     uids: set[str] = set()
+    cgroup_root = f"/podvisor-test-{secrets.token_hex(4)}"  # pods go under it (cgroupRoot)
     try:
         handle = agent(config=agent_config(manifests, port, runtimeEndpoint=containerd.endpoint,
-                                           stopPodsOnExit=True))
+                                           stopPodsOnExit=True, cgroupRoot=cgroup_root))
         body = wait_for(lambda: (b := get_pods(port)) and all_running(b, {"logger", "with-init"})
                         and b, 120.0, 0.2, "both example pods Running in /pods")
         uids = {p["metadata"]["uid"] for p in body["items"]}
@@ -92,6 +94,10 @@ def test_containerd_examples_run_and_delete(agent: Any, containerd: ContainerdHa
         wait_for(lambda: not ours(cri, {logger_uid}), 60.0, 0.2, "the logger sandbox removed")
         assert handle.stop() == 0  # stopPodsOnExit: the other pod goes too
         wait_for(lambda: not ours(cri, uids), 60.0, 0.2, "every sandbox removed")
+        # the agent removed both pods' cgroup folders (one at deletion, one on exit)
+        left = [d for uid in uids for d in folders(f"{cgroup_root}/pod{uid}")
+                if os.path.exists(d)]
+        assert not left, left
     finally:
-        clean(cri, containerd, uids)
+        clean(cri, cgroup_root, uids)
         cri.close()
