@@ -13,7 +13,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.runtime import convert, images
 from podvisor.services.runtime.events import EventBroadcaster
 from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
+from podvisor.services.runtime.index import ID_LENGTH, Index, sandbox_name
 from podvisor.services.runtime.model import (
     Container,
     ContainerState,
@@ -58,6 +59,7 @@ class Engine:
         self._sandboxes: dict[str, Sandbox] = {}
         self._containers: dict[str, Container] = {}
         self._starting: set[str] = set()
+        self._index = Index()
         self._spawner = Spawner()
         self._watcher = ExitWatcher(self._on_monitor_exit)
 
@@ -66,9 +68,11 @@ class Engine:
         """Load state from disk and re-adopt running containers (same IDs, pids, start times)."""
         for sb in self.store.load_sandboxes():
             self._sandboxes[sb.id] = sb
+            self._index.add_sandbox(sb)
         self._watcher.start()
         for c in self.store.load_containers():
             self._containers[c.id] = c
+            self._index.add_container(c)
             if c.state is ContainerState.RUNNING and c.started is not None:
                 self._watcher.watch(c.id, c.started.monitor_pid, c.started.monitor_ticks)
         self._spawner.start()
@@ -108,7 +112,33 @@ class Engine:
 
     def containers_of(self, sandbox_id: str) -> list[Container]:
         with self._lock:
-            return [c for c in self._containers.values() if c.sandbox_id == sandbox_id]
+            return [self._containers[i] for i in self._index.by_sandbox.get(sandbox_id, ())]
+
+    def find_sandboxes(self, id_prefix: str, pod_uid: str | None) -> list[Sandbox]:
+        """Candidates for a filter, through the indexes (the caller applies the full filter):
+        a full ID or the pod UID label narrow it to a few records instead of all."""
+        with self._lock:
+            if len(id_prefix) == ID_LENGTH:
+                sb = self._sandboxes.get(id_prefix)
+                return [sb] if sb is not None else []
+            if pod_uid is not None:
+                return [self._sandboxes[i] for i in self._index.sandboxes_by_uid.get(pod_uid, ())]
+            return list(self._sandboxes.values())
+
+    def find_containers(self, id_prefix: str, sandbox_id: str,
+                        pod_uid: str | None) -> list[Container]:
+        """Like ``find_sandboxes``: by full ID, full sandbox ID or pod UID label, else all."""
+        with self._lock:
+            if len(id_prefix) == ID_LENGTH:
+                c = self._containers.get(id_prefix)
+                return [c] if c is not None else []
+            if len(sandbox_id) == ID_LENGTH:
+                ids: Iterable[str] = self._index.by_sandbox.get(sandbox_id, ())
+            elif pod_uid is not None:
+                ids = self._index.containers_by_uid.get(pod_uid, ())
+            else:
+                return list(self._containers.values())
+            return [self._containers[i] for i in ids]
 
     # --- sandboxes ---
     def run_sandbox(self, config: pb.PodSandboxConfig, handler: str) -> str:
@@ -116,16 +146,15 @@ class Engine:
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
         with self._lock:
-            for sb in self._sandboxes.values():
-                m = sb.config.metadata
-                if (m.name, m.namespace, m.uid, m.attempt) == (
-                        md.name, md.namespace, md.uid, md.attempt):
-                    raise Fault(grpc.StatusCode.ALREADY_EXISTS,
-                                f"sandbox name {md.name}_{md.namespace}_{md.uid}_{md.attempt} "
-                                f"is reserved for {sb.id}")
+            holder = self._index.sandbox_names.get(sandbox_name(config))
+            if holder is not None:
+                raise Fault(grpc.StatusCode.ALREADY_EXISTS,
+                            f"sandbox name {md.name}_{md.namespace}_{md.uid}_{md.attempt} "
+                            f"is reserved for {holder}")
             sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
             self.store.save_sandbox(sb)
             self._sandboxes[sb.id] = sb
+            self._index.add_sandbox(sb)
         self.log.info("sandbox.created", pod=md.name, namespace=md.namespace, sandbox=sb.id)
         return sb.id
 
@@ -146,7 +175,9 @@ class Engine:
         for c in self.containers_of(sandbox_id):
             self.remove_container(c.id)
         with self._lock:
-            self._sandboxes.pop(sandbox_id, None)
+            sb = self._sandboxes.pop(sandbox_id, None)
+            if sb is not None:
+                self._index.remove_sandbox(sb)
             self.store.delete_sandbox(sandbox_id)
         self.log.info("sandbox.removed", sandbox=sandbox_id)
 
@@ -171,17 +202,17 @@ class Engine:
         spec = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
                 "cwd": config.working_dir or images.HOST_WORKDIR, "log_path": log_path}
         with self._lock:
-            for other in self._containers.values():
-                om = other.config.metadata
-                if other.sandbox_id == sandbox_id and (om.name, om.attempt) == (
-                        md.name, md.attempt):
+            for other_id in self._index.by_sandbox.get(sandbox_id, ()):
+                om = self._containers[other_id].config.metadata
+                if (om.name, om.attempt) == (md.name, md.attempt):
                     raise Fault(grpc.StatusCode.ALREADY_EXISTS,
                                 f"container name {md.name} attempt {md.attempt} is reserved "
-                                f"for {other.id}")
+                                f"for {other_id}")
             c = Container(secrets.token_hex(32), sandbox_id, config, self.wall(), log_path,
                           image.id)
             self.store.save_container(c, spec)
             self._containers[c.id] = c
+            self._index.add_container(c)
         self._publish(c, pb.CONTAINER_CREATED_EVENT)
         return c.id
 
@@ -240,8 +271,10 @@ class Engine:
             return  # idempotent, as the CRI asks
         self.stop_container(container_id, 0)
         with self._lock:
-            if self._containers.pop(container_id, None) is None:
+            gone = self._containers.pop(container_id, None)
+            if gone is None:
                 return
+            self._index.remove_container(gone)
             self.store.delete_container(container_id)
         self._publish(c, pb.CONTAINER_DELETED_EVENT)
 

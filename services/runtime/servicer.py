@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -19,6 +19,7 @@ from cri_api.v1 import api_pb2_grpc as pb_grpc
 from podvisor.services.runtime import cgroups, convert, execsync, images
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.faults import Fault, precondition
+from podvisor.services.runtime.index import POD_UID_LABEL
 from podvisor.services.runtime.model import Container, ContainerState, Sandbox, labels_match
 from podvisor.services.runtime.procfs import group_members
 from podvisor.services.runtime.stats import StatsCollector
@@ -57,6 +58,10 @@ def _filter_containers(items: list[Container], f: pb.ContainerFilter) -> list[Co
             and labels_match(c.config.labels, f.label_selector)]
 
 
+def _pod_uid(selector: Mapping[str, str]) -> str | None:
+    return selector.get(POD_UID_LABEL)
+
+
 class _ItemCache:
     """pb.Container / pb.PodSandbox per record, rebuilt only when the (immutable) record object
     changed: relisting 1,000 containers then costs a dict lookup and a C++ copy each."""
@@ -65,7 +70,8 @@ class _ItemCache:
         self._containers: dict[str, tuple[Container, pb.Container]] = {}
         self._sandboxes: dict[str, tuple[Sandbox, pb.PodSandbox]] = {}
 
-    def containers(self, items: list[Container]) -> list[pb.Container]:
+    def containers(self, items: list[Container], complete: bool = True) -> list[pb.Container]:
+        """``complete``: ``items`` is every record, so entries of records gone can be pruned."""
         out = []
         for c in items:
             hit = self._containers.get(c.id)
@@ -73,12 +79,12 @@ class _ItemCache:
                 hit = (c, convert.container_item(c))
                 self._containers[c.id] = hit
             out.append(hit[1])
-        if len(self._containers) > 2 * len(items) + 64:
+        if complete and len(self._containers) > 2 * len(items) + 64:
             live = {c.id for c in items}
             self._containers = {k: v for k, v in self._containers.items() if k in live}
         return out
 
-    def sandboxes(self, items: list[Sandbox]) -> list[pb.PodSandbox]:
+    def sandboxes(self, items: list[Sandbox], complete: bool = True) -> list[pb.PodSandbox]:
         out = []
         for sb in items:
             hit = self._sandboxes.get(sb.id)
@@ -86,7 +92,7 @@ class _ItemCache:
                 hit = (sb, convert.sandbox_item(sb))
                 self._sandboxes[sb.id] = hit
             out.append(hit[1])
-        if len(self._sandboxes) > 2 * len(items) + 64:
+        if complete and len(self._sandboxes) > 2 * len(items) + 64:
             live = {sb.id for sb in items}
             self._sandboxes = {k: v for k, v in self._sandboxes.items() if k in live}
         return out
@@ -136,12 +142,14 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
 
     @_guard
     def ListPodSandbox(self, request: pb.ListPodSandboxRequest, context: Any) -> Any:
-        items = self.engine.sandboxes()
+        if not request.HasField("filter"):
+            items, complete = self.engine.sandboxes(), True
+        else:
+            f = request.filter
+            candidates = self.engine.find_sandboxes(f.id, _pod_uid(f.label_selector))
+            items, complete = _filter_sandboxes(candidates, f), False
         with self._cache_lock:
-            msgs = self._cache.sandboxes(items)
-        if request.HasField("filter"):
-            keep = {s.id for s in _filter_sandboxes(items, request.filter)}
-            msgs = [m for m in msgs if m.id in keep]
+            msgs = self._cache.sandboxes(items, complete)
         return pb.ListPodSandboxResponse(items=msgs)
 
     @_guard
@@ -168,12 +176,15 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
 
     @_guard
     def ListContainers(self, request: pb.ListContainersRequest, context: Any) -> Any:
-        items = self.engine.containers()
+        if not request.HasField("filter"):
+            items, complete = self.engine.containers(), True
+        else:
+            f = request.filter
+            candidates = self.engine.find_containers(f.id, f.pod_sandbox_id,
+                                                     _pod_uid(f.label_selector))
+            items, complete = _filter_containers(candidates, f), False
         with self._cache_lock:
-            msgs = self._cache.containers(items)
-        if request.HasField("filter"):
-            keep = {c.id for c in _filter_containers(items, request.filter)}
-            msgs = [m for m in msgs if m.id in keep]
+            msgs = self._cache.containers(items, complete)
         return pb.ListContainersResponse(containers=msgs)
 
     @_guard
