@@ -187,7 +187,8 @@ class SyncLoop:
 
     def _sync(self, work: Work) -> Outcome:
         assert work.pod is not None
-        r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid))
+        r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
+                     work.newer_than)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed)
 

@@ -36,8 +36,10 @@ from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.podcache import RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
+from podvisor.services.syncloop.runtime_events import new_stop_watcher, stopped_pods
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 from podvisor.supervisor.child import ChildContext
@@ -102,7 +104,7 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
-                    cgroups=cgroups)
+                    cgroups=cgroups, cache=RuntimeCache(cri, time.monotonic, time.time))
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)
 
@@ -134,7 +136,10 @@ def _dispatch(loop: SyncLoop, env: Envelope, now: float) -> bool:
     """Handle one bus message; True when it asks to stop every pod."""
     msg = env.message
     if env.type == "pleg.pod.event":
-        loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now)
+        # ContainerStarted is the sync loop's own doing (the kubelet syncs anyway: one wasted
+        # sync per start, three CRI calls); every other change syncs the pod.
+        if getattr(msg, "type", "") != "ContainerStarted":
+            loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now)
     elif env.type == "syncloop.pods.stopall":
         return True
     return False
@@ -189,6 +194,8 @@ def run(ctx: ChildContext) -> None:
     poller.register(probes.socket, zmq.POLLIN)  # the SUB only: the snapshot DEALER is replaced
     poller.register(subscriber.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
+    stops = new_stop_watcher(loop.deps.sync.cri, ctx.log)
+    poller.register(stops.wake_fd, zmq.POLLIN)
     ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
     stopping_pods, stopped_count = False, 0
     # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is in, so
@@ -214,6 +221,9 @@ def run(ctx: ChildContext) -> None:
             ready = dict(poller.poll(max(0, int(wait * 1000))))
             if wake.read_fd in ready:
                 wake.drain()
+            if stops.wake_fd in ready:
+                for uid in stopped_pods(stops.drain()):
+                    loop.handle_pleg_event(uid, time.monotonic())
             while (env := subscriber.recv(0)) is not None:
                 if _dispatch(loop, env, time.monotonic()) and not stopping_pods:
                     stopping_pods = True
@@ -232,6 +242,7 @@ def run(ctx: ChildContext) -> None:
             events.flush(event_pub)
             ctx.heartbeat()
     finally:
+        stops.stop()
         pool.shutdown(wait=False, cancel_futures=True)
         owner.close()
         for replica in replicas:

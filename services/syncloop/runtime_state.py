@@ -8,7 +8,7 @@ mixes clocks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -104,29 +104,50 @@ def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: flo
     )
 
 
+NeedStatus = Callable[[str, int], bool]  # (container name, restart count) of a running one
+
+
+def _always(name: str, restart_count: int) -> bool:
+    return True
+
+
 def read_pod_runtime(cri: RuntimeClient, uid: str, now_mono: Callable[[], float],
-                     now_wall: Callable[[], float]) -> PodRuntime:
+                     now_wall: Callable[[], float],
+                     running_status: NeedStatus = _always) -> PodRuntime:
     """List the pod's sandboxes and containers by its UID label, with the status of each
-    newest-per-name container that is not running (exit code, finish time)."""
+    newest-per-name container (exit code, finish time; for a running one only when
+    ``running_status`` asks: its start time)."""
     selector = {L.POD_UID: uid}
     sandboxes = cri.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
     containers = cri.list_containers(pb.ContainerFilter(label_selector=selector))
-    containers.sort(key=lambda c: (c.created_at, L.parse_int(c.annotations.get(L.RESTART_COUNT))),
-                    reverse=True)
+    return pod_runtime(cri, sandboxes, containers, now_mono, now_wall, running_status)
+
+
+def pod_runtime(cri: RuntimeClient, sandboxes: Sequence[pb.PodSandbox],
+                containers: Sequence[pb.Container], now_mono: Callable[[], float],
+                now_wall: Callable[[], float], running_status: NeedStatus = _always
+                ) -> PodRuntime:
+    """One pod's ``PodRuntime`` from its listed sandboxes and containers (ContainerStatus of
+    the newest per name, as ``read_pod_runtime`` says)."""
+    ordered = sorted(containers, key=lambda c: (
+        c.created_at, L.parse_int(c.annotations.get(L.RESTART_COUNT))), reverse=True)
     mono, wall = now_mono(), now_wall()
     seen: set[str] = set()
     out: list[ContainerInfo] = []
-    for c in containers:
+    for c in ordered:
         name = c.labels.get(L.CONTAINER_NAME, c.metadata.name)
         status = None
         if name not in seen:
             seen.add(name)
-            try:
-                status = cri.container_status(c.id)
-            except CriError as err:
-                if not err.not_found:
-                    raise
-                continue
+            running = c.state == pb.CONTAINER_RUNNING
+            if not running or running_status(
+                    name, L.parse_int(c.annotations.get(L.RESTART_COUNT))):
+                try:
+                    status = cri.container_status(c.id)
+                except CriError as err:
+                    if not err.not_found:
+                        raise
+                    continue
         out.append(_container(c, status, mono, wall))
     boxes = sorted(
         (SandboxInfo(s.id, s.state == pb.SANDBOX_READY, s.metadata.attempt, s.created_at)

@@ -25,6 +25,7 @@ from podvisor.services.syncloop.actions import (
     compute_pod_actions,
 )
 from podvisor.services.syncloop.backoff import SharedBackoff
+from podvisor.services.syncloop.podcache import RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroups
 from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
 from podvisor.services.syncloop.terminate import Log, kill_containers
@@ -49,6 +50,7 @@ class SyncDeps:
     log: Log
     sleep: Callable[[float], None]
     cgroups: PodCgroups | None = None  # None: no cgroup_parent, no cleanup (cgroupRoot: "")
+    cache: RuntimeCache | None = None  # a listing shared by workers; None: always read fresh
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,24 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions) -> Sy
                       pod_failed=actions.pod_failed)
 
 
-def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = ()) -> SyncResult:
-    """One SyncPod. Raises CriError when the runtime cannot be read or a pod-level call fails."""
-    rt = read_pod_runtime(deps.cri, pod.uid, deps.mono, deps.wall)
+def read_runtime(deps: SyncDeps, uid: str, newer_than: float | None) -> PodRuntime:
+    """The pod's runtime state: fresh (``newer_than`` None) or from the shared listing when it
+    started at or after ``newer_than``. The status of a running container is read only when
+    its crash back-off entry must be rebuilt from its start time (after a sync loop restart)."""
+
+    def running_status(name: str, restart_count: int) -> bool:
+        return restart_count > 0 and deps.backoff.entry((uid, name)) is None
+
+    if newer_than is None or deps.cache is None:
+        return read_pod_runtime(deps.cri, uid, deps.mono, deps.wall, running_status)
+    return deps.cache.pod(uid, newer_than, running_status)
+
+
+def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
+             newer_than: float | None = None) -> SyncResult:
+    """One SyncPod. Raises CriError when the runtime cannot be read or a pod-level call fails.
+    ``newer_than``: see ``read_runtime``."""
+    rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
     actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
     if actions.noop:

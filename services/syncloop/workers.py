@@ -38,6 +38,9 @@ class Work:
     kind: WorkKind
     pod: Pod | None
     grace: int | None   # None: the pod's own (or, for an orphan, what its containers recorded)
+    # A sync may use a shared runtime listing started at or after this (monotonic); None: read
+    # the pod fresh (the runtime changed: an event or a probe verdict triggered it).
+    newer_than: float | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class Worker:
     waiting: Mapping[str, Waiting] = field(default_factory=dict)
     sandbox_id: str | None = None
     last_error: str = ""
+    synced_at: float = 0.0   # when the last sync finished (or the worker was created)
+    fresh: bool = False      # the next sync reads the runtime fresh (see Work.newer_than)
 
     def set_state(self, new: WorkerState) -> None:
         check_transition(self.state, new)
@@ -101,7 +106,7 @@ class WorkerTable:
         """A source wants ``pod`` (added or changed): sync it now (or after its work)."""
         w = self.workers.get(pod.uid)
         if w is None:
-            w = Worker(pod.uid, pod, source, next_at=now)
+            w = Worker(pod.uid, pod, source, next_at=now, synced_at=now)
             self.workers[pod.uid] = w
             return w
         if w.state is not WorkerState.SYNCING:
@@ -137,7 +142,7 @@ class WorkerTable:
         """Something changed in the runtime for this pod (a PLEG event): sync it now."""
         w = self.workers.get(uid)
         if w is not None and w.admitted and w.state is not WorkerState.TERMINATED:
-            w.pending = True
+            w.pending = w.fresh = True
 
     def due(self, now: float) -> list[Work]:
         """Work to hand out now; marks each worker in flight."""
@@ -151,7 +156,8 @@ class WorkerTable:
                 continue
             w.in_flight, w.pending = True, False
             kind = WorkKind.SYNC if w.state is WorkerState.SYNCING else WorkKind.TERMINATE
-            out.append(Work(w.uid, kind, w.pod, w.grace))
+            out.append(Work(w.uid, kind, w.pod, w.grace, None if w.fresh else w.synced_at))
+            w.fresh = False
         return out
 
     def finish(self, work: Work, outcome: Outcome, now: float) -> Worker | None:
@@ -160,6 +166,7 @@ class WorkerTable:
         if w is None:
             return None
         w.in_flight = False
+        w.synced_at = now
         self._runtime_health(outcome, now)
         if outcome.ok:
             w.last_error = ""
@@ -171,6 +178,7 @@ class WorkerTable:
                 w.next_at = min(w.next_at, now + outcome.retry_after)
             return w
         w.last_error = outcome.error
+        w.fresh = True  # retry against a fresh read
         if work.kind is WorkKind.SYNC:
             w.waiting = outcome.waiting or w.waiting
         delay = self.runtime_delay if outcome.runtime_down else self._jitter(

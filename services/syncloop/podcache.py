@@ -1,0 +1,65 @@
+"""A runtime listing shared by pod workers (the kubelet's pod cache, ``GetNewerThan``).
+
+A worker must sync against a runtime snapshot newer than its last sync; it does not need one
+of its own. ``RuntimeCache.pod(uid, newer_than)`` returns the pod's ``PodRuntime`` from the
+last full listing (``ListPodSandbox`` + ``ListContainers``, grouped by the pod UID label) when
+that listing started at or after ``newer_than`` and is at most ``max_age`` old; otherwise it
+lists again first. So 200 new pods, or every pod due for its periodic resync within a few
+seconds, cost two list calls instead of two each. The ContainerStatus of a pod's newest
+container per name is still read per pod, and only when it is needed (not running, or a
+running one whose back-off entry must be rebuilt).
+
+Workers triggered by a runtime change (an event, a probe verdict) do not come here: they read
+their pod fresh (``read_pod_runtime``), which is cheaper than a full listing for one pod.
+
+Thread-safe: one lock serialises refreshes, so threads that wait for it find the listing that
+was taken meanwhile (started after their ``newer_than``) and reuse it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri.client import RuntimeClient
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.runtime_state import NeedStatus, PodRuntime, pod_runtime
+
+MAX_AGE = 5.0  # seconds: a resync never acts on an older listing (a missed event is caught)
+
+_Listing = tuple[list[pb.PodSandbox], list[pb.Container]]
+
+
+class RuntimeCache:
+    def __init__(self, cri: RuntimeClient, mono: Callable[[], float],
+                 wall: Callable[[], float], max_age: float = MAX_AGE) -> None:
+        self._cri = cri
+        self._mono = mono
+        self._wall = wall
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._ts = float("-inf")  # monotonic start of the last listing
+        self._pods: dict[str, _Listing] = {}
+        self.refreshes = 0
+
+    def pod(self, uid: str, newer_than: float, running_status: NeedStatus) -> PodRuntime:
+        """The pod's runtime state from a listing started at or after ``newer_than``.
+        Raises CriError when the runtime cannot be listed."""
+        with self._lock:
+            if self._ts < newer_than or self._mono() - self._ts > self._max_age:
+                self._refresh()
+            sandboxes, containers = self._pods.get(uid, ([], []))
+        return pod_runtime(self._cri, sandboxes, containers, self._mono, self._wall,
+                           running_status)
+
+    def _refresh(self) -> None:
+        started = self._mono()
+        pods: dict[str, _Listing] = {}
+        for s in self._cri.list_pod_sandbox():
+            pods.setdefault(s.labels.get(L.POD_UID, ""), ([], []))[0].append(s)
+        for c in self._cri.list_containers():
+            pods.setdefault(c.labels.get(L.POD_UID, ""), ([], []))[1].append(c)
+        self._pods, self._ts = pods, started
+        self.refreshes += 1
