@@ -86,6 +86,10 @@ class MapOwner:
         self._pub.publish(msg, topic=_topic(self.map_name) + "update")
         self._last_sent = self._clock()
 
+    def next_tick(self) -> float:
+        """When ``tick`` will next send the idle heartbeat (for a loop's poll timeout)."""
+        return self._last_sent + self._hb_interval
+
     def tick(self, now: float) -> None:
         if now - self._last_sent >= self._hb_interval:
             self._pub.publish(MapHeartbeat(map=self.map_name, epoch=self.epoch, seq=self.seq),

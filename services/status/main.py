@@ -1,21 +1,25 @@
 """The status process: replicate ``desired`` and ``pleg``, own and persist ``statuses``.
 
-Loop: poll both replicas and the ``statuses`` snapshot socket; when a replica changed (or every
-``SWEEP_PERIOD`` seconds, the kubelet's status sweep) recompute and queue the changes.
+Loop: block on both replicas, the ``statuses`` snapshot socket and the stop fd until something
+arrives or the next deadline (heartbeat, map heartbeat, the ``SWEEP_PERIOD`` sweep, a pending
+snapshot); when a replica changed (or the sweep is due: the kubelet's status sweep) recompute,
+then commit.
 
-Durable before visible (group commit): queued changes are written to ``state/statuses.json``
-first and published only then, at most every ``SAVE_DEBOUNCE`` seconds (the first change after a
-quiet period goes at once). So whatever a reader has seen is on disk: a status process killed at
-any moment comes back with statuses at least as new as any it published, and at start it
-publishes those at once, before any recompute (no ``_version`` going back, no readiness flip,
-no transition recomputed with a new time). If the disk fails, changes are still published (and
-the failure logged); the save is retried.
+Durable before visible: a commit writes the changed statuses to ``state/statuses/`` (store.py:
+one small file per pod, no fsync: the failure model is kill -9) and publishes them only then.
+Every turn that computed changes commits them at once; what arrived within one turn (every
+queued update is drained before computing) goes out in one commit. So whatever a reader has seen
+is on disk: a status process killed at any moment comes back with statuses at least as new as
+any it published, and at start it publishes those at once, before any recompute (no
+``_version`` going back, no readiness flip, no transition recomputed with a new time). If the
+disk fails, changes are still published (and the failure logged); the save is retried.
 
 Clocks: monotonic for the loop; wall time only for the timestamps written into statuses.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -31,8 +35,7 @@ from podvisor.supervisor.child import ChildContext
 
 MAP_NAME = "statuses"
 SWEEP_PERIOD = 10.0
-SAVE_DEBOUNCE = 0.2
-POLL_MAX = 0.5
+RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5  # a missing owner stalls one loop turn at most this long per replica
 PROBES_WAIT = 10.0  # compute without the prober's ``probes`` map after this long (prober down)
 
@@ -47,7 +50,7 @@ def runtime_name(runtime_endpoint: str) -> str:
 
 
 def store_path(ctx: ChildContext) -> Any:
-    return ctx.paths.state_dir / "statuses.json"
+    return ctx.paths.state_dir / "statuses"
 
 
 class StatusService:
@@ -74,7 +77,7 @@ class StatusService:
         self.probes = MapReplica(ctx.zctx, ctx.paths, "probes", self._on_change,
                                  snapshot_timeout=SNAPSHOT_TIMEOUT)
         self._started = clock()
-        self._last_save = 0.0
+        self._last_save = -RETRY_SAVE
         self._last_sweep = clock()
         self._inputs: tuple[str | None, str | None] | None = None
 
@@ -82,7 +85,8 @@ class StatusService:
         self._changed = True
 
     def step(self) -> Changes | None:
-        """Recompute when something changed or the sweep is due; publish; save if due."""
+        """Recompute when something changed or the sweep is due; commit (save, then publish)
+        what changed."""
         now = self._clock()
         result = None
         due = self._changed or now - self._last_sweep >= SWEEP_PERIOD
@@ -97,16 +101,24 @@ class StatusService:
                 self._last_sweep = now
                 self._queue(result)
                 self._log_inputs(result)
-        if (self._pending_set or self._pending_deleted or self._dirty) and (
-                now - self._last_save >= SAVE_DEBOUNCE):
+        if self._pending_set or self._pending_deleted or (
+                self._dirty and now - self._last_save >= RETRY_SAVE):
             self.commit()
         return result
 
     def poll_timeout(self) -> float:
-        """Seconds the loop may wait: until the next commit when changes are queued."""
-        if not (self._pending_set or self._pending_deleted or self._dirty):
-            return POLL_MAX
-        return min(POLL_MAX, max(0.0, self._last_save + SAVE_DEBOUNCE - self._clock()))
+        """Seconds the loop may block: until the nearest deadline (heartbeat, the map's idle
+        heartbeat, the sweep, a failed save's retry, a replica still fetching its snapshot,
+        the wait for the prober's map)."""
+        now = self._clock()
+        soon = now + SNAPSHOT_TIMEOUT  # an overdue sweep (inputs not usable yet) retries then
+        deadlines = [now + self.ctx.heartbeat_interval, self.owner.next_tick(),
+                     max(soon, self._last_sweep + SWEEP_PERIOD)]
+        if self._dirty:
+            deadlines.append(self._last_save + RETRY_SAVE)
+        if not all(r.synced for r in (self.desired, self.pleg, self.probes)):
+            deadlines.append(soon)
+        return max(0.0, min(deadlines) - now)
 
     def _log_inputs(self, changes: Changes) -> None:
         """``status.inputs`` once per pair of replica epochs: the first statuses computed by this
@@ -157,7 +169,9 @@ class StatusService:
             for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets,
                          *self.probes.sockets):
                 poller.register(sock, zmq.POLLIN)
-            ready = dict(poller.poll(int(self.poll_timeout() * 1000)))
+            if self.ctx.stop_fd is not None:
+                poller.register(self.ctx.stop_fd, zmq.POLLIN)
+            ready = dict(poller.poll(math.ceil(self.poll_timeout() * 1000)))
             if self.owner.socket in ready:
                 self.owner.serve()
             for replica in (self.desired, self.pleg, self.probes):

@@ -46,7 +46,7 @@ def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def store(tmp_path: Path) -> StatusStore:
-    return StatusStore(tmp_path / "state" / "statuses.json", MemoryLogger())
+    return StatusStore(tmp_path / "state" / "statuses", MemoryLogger())
 
 
 def started_engine() -> StatusEngine:
@@ -61,39 +61,65 @@ def started_engine() -> StatusEngine:
 
 
 def test_store_round_trip(tmp_path: Path) -> None:
-    saved = Saved({"u1": {"phase": "Running", "_version": 3}},
+    saved = Saved({"u1": {"phase": "Running", "_version": 3}, "odd/uid": {"phase": "Pending"}},
                   {"u2": {"phase": "Failed", "_retiredAt": rfc3339(T0)}}, 42.5)
     store(tmp_path).save(saved)
     assert store(tmp_path).load() == saved
+
+
+def test_store_writes_only_what_changed(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    a, b = {"phase": "Running", "_version": 1}, {"phase": "Pending", "_version": 1}
+    st.save(Saved({"u1": a, "u2": b}, {}, 1.0))
+    assert st.files == 3  # meta + 2 pods
+    b2 = {"phase": "Running", "_version": 2}
+    st.save(Saved({"u1": a, "u2": b2}, {}, 1.0))
+    assert st.files == 4
+    st.save(Saved({"u1": a}, {}, 2.0))  # u2 gone: its file removed; meta rewritten
+    assert st.files == 5
+    assert store(tmp_path).load() == Saved({"u1": a}, {}, 2.0)
+    assert sorted(p.name for p in st.path.iterdir()) == ["meta.json", "pod-u1.json"]
 
 
 def test_missing_store_is_empty(tmp_path: Path) -> None:
     assert store(tmp_path).load() == Saved()
 
 
-def test_corrupt_store_is_set_aside(tmp_path: Path) -> None:
+def test_corrupt_pod_file_is_set_aside(tmp_path: Path) -> None:
     st = store(tmp_path)
-    st.path.parent.mkdir(parents=True)
-    st.path.write_text("{not json", encoding="utf-8")
+    st.save(Saved({"u1": {"phase": "Running"}, "u2": {"phase": "Running"}}, {}, 3.0))
+    (st.path / "pod-u2.json").write_text("{not json", encoding="utf-8")
+    assert store(tmp_path).load() == Saved({"u1": {"phase": "Running"}}, {}, 3.0)
+    assert not (st.path / "pod-u2.json").exists()
+    assert (st.path / "pod-u2.json.corrupt").read_text(encoding="utf-8") == "{not json"
+
+
+def test_wrong_meta_version_keeps_statuses_drops_pleg_ts(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    st.save(Saved({"u1": {"phase": "Running"}}, {}, 3.0))
+    (st.path / "meta.json").write_text(json.dumps({"version": 99, "pleg_ts": 3.0}))
+    assert store(tmp_path).load() == Saved({"u1": {"phase": "Running"}}, {}, 0.0)
+    assert (st.path / "meta.json.corrupt").exists()
+
+
+def test_legacy_single_file_is_read_then_replaced(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    st.legacy.parent.mkdir(parents=True)
+    st.legacy.write_text(json.dumps({"version": 1, "statuses": {"a": 1, "b": {"phase": "x"}},
+                                     "retired": [], "pleg_ts": "soon"}), encoding="utf-8")
+    saved = st.load()
+    assert saved == Saved({"b": {"phase": "x"}}, {}, 0.0)
+    st.save(saved)
+    assert not st.legacy.exists()
+    assert store(tmp_path).load() == saved
+
+
+def test_corrupt_legacy_file_is_set_aside(tmp_path: Path) -> None:
+    st = store(tmp_path)
+    st.legacy.parent.mkdir(parents=True)
+    st.legacy.write_text("{not json", encoding="utf-8")
     assert st.load() == Saved()
-    assert not st.path.exists()
-    assert st.path.with_name("statuses.json.corrupt").read_text(encoding="utf-8") == "{not json"
-
-
-def test_wrong_format_version_is_set_aside(tmp_path: Path) -> None:
-    st = store(tmp_path)
-    st.path.parent.mkdir(parents=True)
-    st.path.write_text(json.dumps({"version": 99, "statuses": {}}), encoding="utf-8")
-    assert st.load() == Saved()
-    assert st.path.with_name("statuses.json.corrupt").exists()
-
-
-def test_bad_entries_are_dropped(tmp_path: Path) -> None:
-    st = store(tmp_path)
-    st.path.parent.mkdir(parents=True)
-    st.path.write_text(json.dumps({"version": 1, "statuses": {"a": 1, "b": {"phase": "x"}},
-                                   "retired": [], "pleg_ts": "soon"}), encoding="utf-8")
-    assert st.load() == Saved({"b": {"phase": "x"}}, {}, 0.0)
+    assert st.legacy.with_name("statuses.json.corrupt").read_text(encoding="utf-8") == "{not json"
 
 
 def test_restart_from_store_keeps_transition_times_and_versions(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import zmq
 from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.status.main import SAVE_DEBOUNCE, StatusService
+from podvisor.services.status.main import StatusService
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
@@ -133,14 +133,14 @@ def test_changes_are_durable_before_they_are_published(bus: Bus) -> None:
     bus.desired.set("u1", entry("u1"))
     bus.relist(u1=record("c1", running=False))
     run_until(bus, svc, lambda: svc.owner.get("u1"))
-    first_commit = svc.store.writes
-    # A change within the debounce is queued: not visible (and not on disk) yet.
+    first_commit, files = svc.store.writes, svc.store.files
+    # A change is committed (written, then published) in the turn that computed it, with no
+    # debounce; only the changed pod's file is written (bus.turn checks disk before readers).
     bus.relist(u1=record("c1", running=True))
-    run_until(bus, svc, lambda: svc.engine.statuses["u1"]["_version"] == 2)
-    assert svc.owner.get("u1")["_version"] == 1
-    bus.mono.now += SAVE_DEBOUNCE
     run_until(bus, svc, lambda: ready(svc, "u1"))
+    assert svc.owner.get("u1")["_version"] == 2
     assert svc.store.writes == first_commit + 1
+    assert svc.store.files == files + 1
     kill(svc)
 
 
@@ -150,7 +150,6 @@ def test_killed_service_is_replaced_without_going_back(bus: Bus) -> None:
         bus.desired.set(uid, entry(uid))
     bus.relist(u1=record("c1", False), u2=record("c2", False))
     run_until(bus, svc, lambda: svc.owner.get("u2"))
-    bus.mono.now += SAVE_DEBOUNCE
     bus.wall.now += 1
     bus.relist(u1=record("c1", True), u2=record("c2", True))
     run_until(bus, svc, lambda: ready(svc, "u1") and ready(svc, "u2"))
