@@ -57,9 +57,31 @@ from podvisor.supervisor.config import Config, read_config_json  # noqa: E402
 from podvisor.supervisor.heartbeat import HeartbeatSender  # noqa: E402
 from podvisor.supervisor.logs import EventLogger, setup_logging  # noqa: E402
 
-__all__ = ["ChildContext", "forked_main", "main", "set_parent_death_signal"]
+__all__ = ["ChildContext", "StopEvent", "forked_main", "main", "set_parent_death_signal"]
 
 PR_SET_NAME = 15
+# Beats go out at most this fraction of `heartbeatInterval` apart: a loop that wakes once per
+# interval beats every time, a busy one about once per interval (not on every turn).
+BEAT_RATE = 0.9
+
+
+class StopEvent(threading.Event):
+    """A ``threading.Event`` that a poller can wait on: once set, ``fileno()`` is readable (and
+    stays so). Loops register it beside their sockets and block until their next real deadline,
+    yet see a stop at once (a signal handler setting it writes the pipe, so a zmq poll that
+    resumes after the EINTR returns immediately)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def fileno(self) -> int:
+        return self._r
+
+    def set(self) -> None:
+        super().set()
+        with contextlib.suppress(OSError):  # full: readable already
+            os.write(self._w, b"x")
 
 
 @dataclass
@@ -72,8 +94,20 @@ class ChildContext:
     paths: RunPaths
     log: EventLogger
     zctx: zmq.Context[zmq.Socket[bytes]]
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=StopEvent)
     beat: Callable[[], object] | None = None
+
+    @property
+    def stop_fd(self) -> int | None:
+        """A file descriptor readable once ``stop`` is set (None for a plain Event): register it
+        in a poller so a long wait ends at once on stop."""
+        fileno = getattr(self.stop, "fileno", None)
+        return fileno() if callable(fileno) else None
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """The longest a main loop may block between two ``heartbeat()`` calls."""
+        return float(self.config.supervision.heartbeat_interval)
 
     def heartbeat(self) -> None:
         """Tell the supervisor this process is alive. Cheap and rate-limited: call it from the
@@ -84,7 +118,7 @@ class ChildContext:
     def sleep(self, seconds: float) -> bool:
         """Wait up to `seconds`, heartbeating meanwhile; True as soon as `stop` is set."""
         deadline = time.monotonic() + seconds
-        step = max(0.01, self.config.supervision.heartbeat_interval / 2)
+        step = max(0.01, self.heartbeat_interval)
         while True:
             self.heartbeat()
             left = deadline - time.monotonic()
@@ -137,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     root = os.environ.get("PODVISOR_ROOT_DIR", "")
     module_name = os.environ.get("PODVISOR_MODULE", f"podvisor.services.{name}.main")
     stop_timeout = float(os.environ.get("PODVISOR_STOP_TIMEOUT", "5"))
-    stop = threading.Event()
+    stop = StopEvent()
     _install_signals(stop, stop_timeout)
     paths = RunPaths(Path(root))
     try:
@@ -149,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging(name, paths.logs_dir, sup.log_level, sup.log_max_size, sup.log_max_files)
     zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sender = HeartbeatSender(zctx, paths.heartbeat, name, os.getpid(),
-                             sup.heartbeat_interval / 2)
+                             BEAT_RATE * sup.heartbeat_interval)
     ctx = ChildContext(name, config, paths, log, zctx, stop, sender.beat)
     try:
         return _run_service(ctx, module_name, sender.ready)
