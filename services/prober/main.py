@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import queue
 import random
@@ -36,8 +37,7 @@ from podvisor.supervisor.child import ChildContext
 MAP_NAME = "probes"
 HEALTH_KEY = "_health"
 POOL_THREADS = 32
-SAVE_DEBOUNCE = 0.2
-POLL_MAX = 0.5
+RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5
 CALL_TIMEOUT = 4.0
 
@@ -93,7 +93,8 @@ class ProberService:
         self._changed = True
         self._entries: dict[str, dict[str, Any]] = saved
         self._published = saved
-        self._last_save = -SAVE_DEBOUNCE
+        self._last_save = -RETRY_SAVE
+        self._save_failed = False
         ctx.log.info("prober.started", loaded=sum(len(v) for v in saved.values()))
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
@@ -132,13 +133,24 @@ class ProberService:
             for task in self.manager.due(now):
                 self.pool.submit(self._probe, task)
             self._entries = self.manager.entries(now)
-        if self._entries != self._published and now - self._last_save >= SAVE_DEBOUNCE:
+        if self._entries != self._published or (
+                self._save_failed and now - self._last_save >= RETRY_SAVE):
             self.commit()
+        return self._wait()
+
+    def _wait(self) -> float:
+        """Seconds the loop may block: the next due probe, heartbeat, map heartbeat, save
+        retry, or snapshot retry, whichever comes first (probe outcomes wake it earlier)."""
+        now = self._clock()
+        deadlines = [now + self.ctx.heartbeat_interval, self.owner.next_tick()]
         deadline = self.manager.next_deadline() if self.ready else None
-        wait = POLL_MAX if deadline is None else deadline - self._clock()
-        if self._entries != self._published:
-            wait = min(wait, self._last_save + SAVE_DEBOUNCE - self._clock())
-        return max(0.0, min(wait, POLL_MAX))
+        if deadline is not None:
+            deadlines.append(deadline)
+        if self._save_failed:
+            deadlines.append(self._last_save + RETRY_SAVE)
+        if not (self.desired.synced and self.pleg.synced):
+            deadlines.append(now + SNAPSHOT_TIMEOUT)
+        return max(0.0, min(deadlines) - now)
 
     def _record(self, task: ProbeTask, outcome: Outcome, now: float) -> None:
         uid, name, kind = task.key
@@ -159,9 +171,11 @@ class ProberService:
         logged and the entries are published anyway)."""
         entries = self._entries
         self._last_save = self._clock()
+        self._save_failed = False
         try:
             self.store.save(entries)
         except OSError as err:
+            self._save_failed = True
             self.ctx.log.error("prober.save_failed", path=str(self.store.path), error=str(err))
         for uid, value in entries.items():
             self.owner.set(uid, value)
@@ -177,7 +191,9 @@ class ProberService:
             for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
                 poller.register(sock, zmq.POLLIN)
             poller.register(self.wake.read_fd, zmq.POLLIN)
-            ready = dict(poller.poll(int(wait * 1000)))
+            if self.ctx.stop_fd is not None:
+                poller.register(self.ctx.stop_fd, zmq.POLLIN)
+            ready = dict(poller.poll(math.ceil(wait * 1000)))
             if self.wake.read_fd in ready:
                 self.wake.drain()
             self.owner.serve()

@@ -3,8 +3,10 @@ the prober (kubernetes #100277): a restarted prober publishes the saved results 
 seeds its workers with those whose container ID still runs.
 
 Format: ``{"version": 1, "probes": {pod uid: {container name: probes-map item}}}``. Written
-atomically (tmp + fsync + rename). A corrupt file is logged, moved aside to
-``probes.json.corrupt`` and treated as empty: never fatal.
+atomically (tmp + rename) without fsync: the failure model is kill -9, which a completed rename
+survives (the page cache outlives the process); after a power loss the containers are gone
+and probed again. A corrupt file is logged, moved aside to ``probes.json.corrupt`` and treated
+as empty: never fatal.
 """
 
 from __future__ import annotations
@@ -59,11 +61,12 @@ class ProbeStore:
         """Write atomically; raises OSError (the caller logs it and retries later)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
+        body = json.dumps({"version": FORMAT_VERSION, "probes": probes},
+                          separators=(",", ":")).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump({"version": FORMAT_VERSION, "probes": probes}, out,
-                      separators=(",", ":"), sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
         os.replace(tmp, self.path)
         self.writes += 1
