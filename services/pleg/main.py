@@ -14,6 +14,7 @@ changed them.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,6 +141,8 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
     poller = zmq.Poller()
     poller.register(owner.socket, zmq.POLLIN)
     poller.register(watcher.wake_fd, zmq.POLLIN)
+    if ctx.stop_fd is not None:
+        poller.register(ctx.stop_fd, zmq.POLLIN)
     watcher.start()
     next_relist = clock()
     try:
@@ -152,8 +155,12 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
                 period = STREAM_RELIST_PERIOD if watcher.streaming else RELIST_PERIOD
                 next_relist = clock() + period
             owner.tick(clock())
-            wait = max(0.0, min(next_relist - clock(), 0.5))
-            ready = dict(poller.poll(int(wait * 1000)))
+            # block until the next relist, heartbeat or map heartbeat; events and snapshot
+            # requests (and stop) wake the poll at once
+            now = clock()
+            wait = max(0.0, min(next_relist, owner.next_tick(), now + ctx.heartbeat_interval)
+                       - now)
+            ready = dict(poller.poll(math.ceil(wait * 1000)))
             if owner.socket in ready:
                 owner.serve()
             if watcher.wake_fd in ready:

@@ -9,14 +9,13 @@ disables the port: the process then only heartbeats until it is stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from aiohttp import web
 
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import ReplicaPump
 from podvisor.supervisor.child import ChildContext
-
-TICK = 0.25
 
 
 class PumpDied(RuntimeError):
@@ -31,13 +30,20 @@ async def _serve(ctx: ChildContext, pump: ReplicaPump) -> None:
     site = web.TCPSite(runner, address, ctx.config.read_only_port, reuse_address=True)
     await site.start()
     ctx.log.info("server.listening", address=address, port=ctx.config.read_only_port)
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if ctx.stop_fd is not None:  # stop wakes the loop at once; else seen within a heartbeat
+        loop.add_reader(ctx.stop_fd, stopped.set)
     try:
         while not ctx.stop.is_set():
             ctx.heartbeat()
             if not pump.alive():
                 raise PumpDied(f"replica pump thread died: {pump.error!r}")
-            await asyncio.sleep(TICK)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopped.wait(), ctx.heartbeat_interval)
     finally:
+        if ctx.stop_fd is not None:
+            loop.remove_reader(ctx.stop_fd)
         await runner.cleanup()
 
 

@@ -20,6 +20,7 @@ import zmq
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
+from podvisor.supervisor.child import StopEvent
 
 Clock = Callable[[], float]
 SNAPSHOT_TIMEOUT = 0.5
@@ -46,7 +47,7 @@ class ReplicaPump:
         self._paths = paths
         self._clock = clock
         self.view = View()
-        self.stop = threading.Event()
+        self.stop = StopEvent()  # pollable: close() wakes the pump thread at once
         self.error: BaseException | None = None
         self.pumps = 0
         self._key: tuple[Any, ...] = ()
@@ -74,7 +75,11 @@ class ReplicaPump:
                 poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
                 for sock in [s for r in maps.values() for s in r.sockets] + [owner.socket]:
                     poller.register(sock, zmq.POLLIN)
-                ready = dict(poller.poll(250))
+                poller.register(self.stop.fileno(), zmq.POLLIN)
+                # block until traffic (every owner heartbeats each second); re-ask a snapshot
+                # that is still missing every SNAPSHOT_TIMEOUT
+                synced = all(r.synced for r in maps.values())
+                ready = dict(poller.poll(None if synced else int(SNAPSHOT_TIMEOUT * 1000)))
                 if owner.socket in ready:
                     while owner.recv(0) is not None:
                         heard = self._clock()

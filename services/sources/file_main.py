@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
@@ -22,7 +22,9 @@ from podvisor.services.sources.watcher import new_inotify_watcher
 from podvisor.services.sources.worker import LoopWorker, Progress
 from podvisor.supervisor.child import ChildContext
 
-POLL = 0.25  # seconds between heartbeats at most
+# The read thread blocks on inotify until a change or the next relist, at most this long (it
+# must tick its progress well within the worker's stall limit).
+READ_WAIT = 30.0
 
 
 class _Publish(Protocol):
@@ -47,7 +49,7 @@ def run(ctx: ChildContext) -> None:
     try:
         if not config.static_pod_path:
             ctx.log.info("source.disabled", reason="staticPodPath is not set")
-            _idle(ctx, publish, config.file_check_frequency)
+            _idle(ctx, publisher, publish, event_pub.socket, config.file_check_frequency)
             return
         path = Path(config.static_pod_path)
         ctx.log.info("source.started", path=str(path), period=config.file_check_frequency)
@@ -55,7 +57,7 @@ def run(ctx: ChildContext) -> None:
         source = FileSource(path, config.node_name, config.file_check_frequency,
                             new_inotify_watcher(path), tick=progress.tick)
         try:
-            _loop(ctx, source, progress, publish)
+            _loop(ctx, source, progress, publisher, publish, event_pub.socket)
         finally:
             source.close()
     finally:
@@ -63,27 +65,37 @@ def run(ctx: ChildContext) -> None:
         event_pub.close()
 
 
-def _loop(ctx: ChildContext, source: FileSource, progress: Progress,
-          publish: _Publish) -> None:
+def _loop(ctx: ChildContext, source: FileSource, progress: Progress, publisher: SetPublisher,
+          publish: _Publish, event_socket: Any) -> None:
     """Reads run on a helper thread (a big manifest parses for seconds); this thread
-    heartbeats and publishes."""
+    heartbeats and publishes, blocking on the snapshot socket, the read thread's results, the
+    event socket (held events go out once someone subscribes) and stop."""
 
     def step() -> SourceSet | None:
         try:
-            return source.poll(POLL)
+            return source.poll(READ_WAIT)
         except SourceReadError as exc:
             ctx.log.error("source.read_failed", path=str(source.path), reason=str(exc))
             return None
 
     worker = LoopWorker(step, ctx.stop, progress, name="source-file-read")
     worker.start()
-    while not ctx.stop.is_set():
-        ctx.heartbeat()
-        publish(worker.next(POLL))
-    worker.join(2 * POLL)
+    extra = [worker.wake_fd, event_socket]
+    try:
+        while not ctx.stop.is_set():
+            ctx.heartbeat()
+            results = worker.take()
+            for result in results:
+                publish(result)
+            if not results:
+                publish(None)
+            publisher.wait(ctx, extra)
+    finally:
+        worker.join(1.0)
 
 
-def _idle(ctx: ChildContext, publish: _Publish, period: float) -> None:
+def _idle(ctx: ChildContext, publisher: SetPublisher, publish: _Publish, event_socket: Any,
+          period: float) -> None:
     """No path configured: an empty set now and every period (the source counts as seen)."""
     due = 0.0
     while not ctx.stop.is_set():
@@ -91,4 +103,4 @@ def _idle(ctx: ChildContext, publish: _Publish, period: float) -> None:
         publish(SourceSet("file") if now >= due else None)
         due = now + period if now >= due else due
         ctx.heartbeat()
-        ctx.stop.wait(POLL)
+        publisher.wait(ctx, [event_socket], until=due)

@@ -23,7 +23,7 @@ from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.worker import run_in_thread
 from podvisor.supervisor.child import ChildContext
 
-POLL = 0.25
+POLL = 0.25  # heartbeat and snapshot answers while a GET runs on its thread
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def run(ctx: ChildContext) -> None:
                     due = time.monotonic() + config.http_check_frequency
                 publisher.service()
                 ctx.heartbeat()
-                ctx.stop.wait(POLL)
+                publisher.wait(ctx, until=due)
             return
         with requests.Session() as session:
             fetcher = partial(fetch, session, config.static_pod_url,
@@ -75,9 +75,10 @@ def _loop(ctx: ChildContext, source: HttpSource, publisher: SetPublisher,
 
     while not ctx.stop.is_set():
         beat()
+        events.recorder.flush(events.sink)
         wait = source.due_in()
         if wait > 0:
-            ctx.stop.wait(min(POLL, wait))
+            publisher.wait(ctx, [events.sink.socket], until=time.monotonic() + wait)
             continue
         done, result = run_in_thread(source.refresh, beat, ctx.stop, POLL)
         if not done:

@@ -8,7 +8,12 @@ next relist (``fileCheckFrequency``, 20 s by default).
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
 
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner
@@ -36,6 +41,29 @@ class SetPublisher:
         msg = result.to_message(time.monotonic())
         self._publisher.publish(msg)
         self._owner.set(SET_KEY, {"pods": msg.pods, "errors": msg.errors})
+
+    @property
+    def socket(self) -> zmq.Socket[bytes]:
+        """The map's snapshot ROUTER: poll it and call ``service()`` when readable."""
+        return self._owner.socket
+
+    def next_tick(self) -> float:
+        """When ``service()`` must run next for the map's idle heartbeat (monotonic)."""
+        return self._owner.next_tick()
+
+    def wait(self, ctx: ChildContext, extra: Sequence[Any] = (), until: float = math.inf,
+             ) -> None:
+        """Block until the snapshot socket, one of ``extra`` (zmq sockets or fds) or the stop fd
+        is readable, or the next deadline: ``until``, the map heartbeat, the process
+        heartbeat. No fixed short poll: an idle source wakes about once a second."""
+        poller = zmq.Poller()
+        for item in (self._owner.socket, *extra):
+            poller.register(item, zmq.POLLIN)
+        if ctx.stop_fd is not None:
+            poller.register(ctx.stop_fd, zmq.POLLIN)
+        now = time.monotonic()
+        deadline = min(until, self.next_tick(), now + ctx.heartbeat_interval)
+        poller.poll(math.ceil(max(0.0, deadline - now) * 1000))
 
     def service(self) -> None:
         self._owner.serve()

@@ -9,6 +9,8 @@ supervisor restarts the process (a hung subsystem counts as a dead one).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import threading
 import time
@@ -53,6 +55,12 @@ class LoopWorker(Generic[T]):
         self._limit = limit
         self._queue: queue.Queue[T | BaseException] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # readable while results are queued: the main thread polls it beside its sockets
+        self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    @property
+    def wake_fd(self) -> int:
+        return self._rfd
 
     def start(self) -> None:
         self._thread.start()
@@ -63,16 +71,32 @@ class LoopWorker(Generic[T]):
                 self.progress.tick()
                 result = self._step()
                 if result is not None:
-                    self._queue.put(result)
+                    self._put(result)
         except BaseException as exc:
-            self._queue.put(exc)
+            self._put(exc)
+
+    def _put(self, item: T | BaseException) -> None:
+        self._queue.put(item)
+        with contextlib.suppress(OSError):  # full: the main thread has a wake-up pending
+            os.write(self._wfd, b"x")
+
+    def take(self) -> list[T]:
+        """Every queued result without waiting (clears ``wake_fd``). Raises the worker's
+        failure, or ``WorkerStalled``."""
+        with contextlib.suppress(OSError):
+            while os.read(self._rfd, 4096):
+                pass
+        out: list[T] = []
+        while (item := self.next(0.0)) is not None:
+            out.append(item)
+        return out
 
     def next(self, timeout: float) -> T | None:
         """The next result, or None after ``timeout``. Raises the worker's failure."""
         if self.progress.stalled_for() > self._limit:
             raise WorkerStalled(f"no progress for {self.progress.stalled_for():.0f} s")
         try:
-            item = self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
         except queue.Empty:
             return None
         if isinstance(item, BaseException):
@@ -80,7 +104,13 @@ class LoopWorker(Generic[T]):
         return item
 
     def join(self, timeout: float) -> None:
+        """Wait for the thread (it ends after its current step once ``stop`` is set); the wake
+        pipe is closed once it has ended (a daemon thread still blocked keeps it)."""
         self._thread.join(timeout)
+        if not self._thread.is_alive():
+            for fd in (self._rfd, self._wfd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def run_in_thread(fn: Callable[[], T], heartbeat: Callable[[], None], stop: threading.Event,
