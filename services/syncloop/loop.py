@@ -131,8 +131,10 @@ class SyncLoop:
         if self.deps.table.kill(uid, grace, now):
             self.log.info("syncloop.pod.kill", pod_uid=uid, grace=grace)
 
-    def handle_pleg_event(self, uid: str, now: float) -> None:
-        self.deps.table.trigger(uid, now)
+    def handle_pleg_event(self, uid: str, now: float, seen_at: float | None = None) -> None:
+        """``seen_at``: when the runtime showed the change (a PLEG event's relist start);
+        None = now."""
+        self.deps.table.trigger(uid, now, seen_at)
 
     def stop_all(self, now: float) -> None:
         """Terminate every pod (each within its grace) and admit nothing new."""

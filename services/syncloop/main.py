@@ -36,10 +36,14 @@ from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
-from podvisor.services.syncloop.podcache import RuntimeCache
+from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
-from podvisor.services.syncloop.runtime_events import new_stop_watcher, stopped_pods
+from podvisor.services.syncloop.runtime_events import (
+    SeenStops,
+    new_stop_watcher,
+    stopped_containers,
+)
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 from podvisor.supervisor.child import ChildContext
@@ -104,7 +108,8 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
-                    cgroups=cgroups, cache=RuntimeCache(cri, time.monotonic, time.time))
+                    cgroups=cgroups, cache=RuntimeCache(cri, time.monotonic, time.time),
+                    images=ImagePresence(cri, time.monotonic))
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)
 
@@ -132,14 +137,32 @@ def _resolver(loop: SyncLoop) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return resolve
 
 
-def _dispatch(loop: SyncLoop, env: Envelope, now: float) -> bool:
+# PLEG events that sync no pod: a removal (as the kubelet's isSyncPodWorthy) and a start (the
+# sync loop's own doing; the kubelet syncs anyway: one wasted sync per start, three CRI calls).
+_UNWORTHY = frozenset({"ContainerRemoved", "ContainerStarted"})
+
+
+def _worthy(kind: str, container_id: str, seen: SeenStops, streaming: bool) -> bool:
+    """Whether a PLEG event syncs its pod. With the sync loop's own stream live, a death it
+    reported is old news and ContainerChanged (a container seen CREATED: the sync loop's own
+    create, between its CreateContainer and StartContainer) needs no sync either."""
+    if kind in _UNWORTHY:
+        return False
+    if kind == "ContainerDied":
+        return container_id not in seen
+    return not (streaming and kind == "ContainerChanged")
+
+
+def _dispatch(loop: SyncLoop, env: Envelope, now: float, seen: SeenStops,
+              streaming: bool) -> bool:
     """Handle one bus message; True when it asks to stop every pod."""
     msg = env.message
     if env.type == "pleg.pod.event":
-        # ContainerStarted is the sync loop's own doing (the kubelet syncs anyway: one wasted
-        # sync per start, three CRI calls); every other change syncs the pod.
-        if getattr(msg, "type", "") != "ContainerStarted":
-            loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now)
+        if _worthy(str(getattr(msg, "type", "")), str(getattr(msg, "container_id", "")), seen,
+                   streaming):
+            ts = getattr(msg, "ts", None)
+            loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now,
+                                   float(ts) if isinstance(ts, (int, float)) else None)
     elif env.type == "syncloop.pods.stopall":
         return True
     return False
@@ -194,7 +217,7 @@ def run(ctx: ChildContext) -> None:
     poller.register(probes.socket, zmq.POLLIN)  # the SUB only: the snapshot DEALER is replaced
     poller.register(subscriber.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
-    stops = new_stop_watcher(loop.deps.sync.cri, ctx.log)
+    stops, seen = new_stop_watcher(loop.deps.sync.cri, ctx.log), SeenStops()
     poller.register(stops.wake_fd, zmq.POLLIN)
     ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
     stopping_pods, stopped_count = False, 0
@@ -222,10 +245,12 @@ def run(ctx: ChildContext) -> None:
             if wake.read_fd in ready:
                 wake.drain()
             if stops.wake_fd in ready:
-                for uid in stopped_pods(stops.drain()):
+                for uid, cid in stopped_containers(stops.drain()):
+                    seen.add(cid)
                     loop.handle_pleg_event(uid, time.monotonic())
             while (env := subscriber.recv(0)) is not None:
-                if _dispatch(loop, env, time.monotonic()) and not stopping_pods:
+                if _dispatch(loop, env, time.monotonic(), seen, stops.streaming) \
+                        and not stopping_pods:
                     stopping_pods = True
                     stopped_count = len(loop.deps.table.workers)
                     loop.stop_all(time.monotonic())

@@ -12,6 +12,8 @@ running one whose back-off entry must be rebuilt).
 Workers triggered by a runtime change (an event, a probe verdict) do not come here: they read
 their pod fresh (``read_pod_runtime``), which is cheaper than a full listing for one pod.
 
+``ImagePresence`` does the same for ImageStatus.
+
 Thread-safe: one lock serialises refreshes, so threads that wait for it find the listing that
 was taken meanwhile (started after their ``newer_than``) and reuse it.
 """
@@ -28,6 +30,7 @@ from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.runtime_state import NeedStatus, PodRuntime, pod_runtime
 
 MAX_AGE = 5.0  # seconds: a resync never acts on an older listing (a missed event is caught)
+IMAGE_TTL = 5.0  # seconds an image seen present is taken as present (below the 10 s error delay)
 
 _Listing = tuple[list[pb.PodSandbox], list[pb.Container]]
 
@@ -63,3 +66,33 @@ class RuntimeCache:
             pods.setdefault(c.labels.get(L.POD_UID, ""), ([], []))[1].append(c)
         self._pods, self._ts = pods, started
         self.refreshes += 1
+
+
+class ImagePresence:
+    """ImageStatus answers "present" remembered for ``ttl`` seconds: every container start with
+    pull policy IfNotPresent/Never asked the runtime again (one call per start). An image
+    removed meanwhile fails the create (CreateContainerError), and the retry after the error
+    delay asks again. Absent images are never remembered. Thread-safe."""
+
+    def __init__(self, cri: RuntimeClient, mono: Callable[[], float],
+                 ttl: float = IMAGE_TTL) -> None:
+        self._cri = cri
+        self._mono = mono
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._seen: dict[str, float] = {}
+
+    def present(self, image: str) -> bool:
+        now = self._mono()
+        with self._lock:
+            if now - self._seen.get(image, float("-inf")) <= self._ttl:
+                return True
+        if self._cri.image_status(image) is None:
+            return False
+        with self._lock:
+            self._seen[image] = now
+        return True
+
+    def forget(self, image: str) -> None:
+        with self._lock:
+            self._seen.pop(image, None)

@@ -8,7 +8,8 @@ the fallback when the stream is down (retried 1 s doubling to 30 s). The stream 
 ``EventWatcher`` (bounded queue, drops counted, wake fd polled by the main loop).
 
 Only CONTAINER_STOPPED events trigger: a start, a create or a removal is the sync loop's own
-doing and needs no sync.
+doing and needs no sync. PLEG's ContainerDied of a container the stream already reported is
+skipped (``SeenStops``), so a death costs one sync, not two.
 """
 
 from __future__ import annotations
@@ -53,17 +54,17 @@ class _Renamed:
 
 
 def new_stop_watcher(client: RuntimeClient, log: EventLog) -> EventWatcher:
-    """A started watcher of ``client``'s event stream; poll ``wake_fd``, then ``stopped_pods``
-    of ``drain()``; ``stop()`` at exit."""
+    """A started watcher of ``client``'s event stream; poll ``wake_fd``, then
+    ``stopped_containers`` of ``drain()``; ``stop()`` at exit."""
     watcher = EventWatcher(client, _Renamed(log))
     watcher.start()
     return watcher
 
 
-def stopped_pods(events: Iterable[Any]) -> list[str]:
-    """Pod UIDs of the CONTAINER_STOPPED events (in order, once each); other items (None marks
-    a stream mode change) are skipped."""
-    out: dict[str, None] = {}
+def stopped_containers(events: Iterable[Any]) -> list[tuple[str, str]]:
+    """(pod UID, container ID) of each CONTAINER_STOPPED event, in order; other items (None
+    marks a stream mode change) are skipped."""
+    out: list[tuple[str, str]] = []
     for event in events:
         if not isinstance(event, pb.ContainerEventResponse):
             continue
@@ -75,5 +76,22 @@ def stopped_pods(events: Iterable[Any]) -> list[str]:
         if not uid and event.HasField("pod_sandbox_status"):
             uid = event.pod_sandbox_status.metadata.uid
         if uid:
-            out[uid] = None
-    return list(out)
+            out.append((uid, event.container_id))
+    return out
+
+
+class SeenStops:
+    """Container IDs the stream reported stopped (the last ``size``): PLEG's ContainerDied for
+    one of them is old news (the pod was synced on the stream's event)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._ids: dict[str, None] = {}
+
+    def add(self, container_id: str) -> None:
+        self._ids[container_id] = None
+        if len(self._ids) > self._size:
+            del self._ids[next(iter(self._ids))]
+
+    def __contains__(self, container_id: object) -> bool:
+        return container_id in self._ids

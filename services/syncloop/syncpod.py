@@ -25,7 +25,7 @@ from podvisor.services.syncloop.actions import (
     compute_pod_actions,
 )
 from podvisor.services.syncloop.backoff import SharedBackoff
-from podvisor.services.syncloop.podcache import RuntimeCache
+from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroups
 from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
 from podvisor.services.syncloop.terminate import Log, kill_containers
@@ -51,6 +51,7 @@ class SyncDeps:
     sleep: Callable[[float], None]
     cgroups: PodCgroups | None = None  # None: no cgroup_parent, no cleanup (cgroupRoot: "")
     cache: RuntimeCache | None = None  # a listing shared by workers; None: always read fresh
+    images: ImagePresence | None = None  # None: ImageStatus before every start
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,9 @@ class _Run:
 
     def ensure_image(self, c: Container) -> bool:
         deps, key = self.deps, (self.pod.uid, "image:" + c.name)
-        present = (c.image_pull_policy is not PullPolicy.ALWAYS
-                   and deps.cri.image_status(c.image) is not None)
+        present = c.image_pull_policy is not PullPolicy.ALWAYS and (
+            deps.images.present(c.image) if deps.images is not None
+            else deps.cri.image_status(c.image) is not None)
         if present:
             return True
         if c.image_pull_policy is PullPolicy.NEVER:
@@ -152,6 +154,8 @@ class _Run:
         try:
             cid = deps.cri.create_container(self.sandbox_id, config, self.sandbox_cfg)
         except CriError as err:
+            if deps.images is not None:
+                deps.images.forget(spec.image)
             self.fail(spec.name, CREATE_CONTAINER_ERROR, err.message)
             return False
         try:

@@ -73,6 +73,7 @@ class Worker:
     last_error: str = ""
     synced_at: float = 0.0   # when the last sync finished (or the worker was created)
     fresh: bool = False      # the next sync reads the runtime fresh (see Work.newer_than)
+    read_after: float = 0.0  # the last sync handed out read the runtime as of this or later
 
     def set_state(self, new: WorkerState) -> None:
         check_transition(self.state, new)
@@ -138,11 +139,17 @@ class WorkerTable:
             w.grace = grace if w.grace is None else min(w.grace, grace)
         return True
 
-    def trigger(self, uid: str, now: float) -> None:
-        """Something changed in the runtime for this pod (a PLEG event): sync it now."""
+    def trigger(self, uid: str, now: float, seen_at: float | None = None) -> None:
+        """Something changed in the runtime for this pod (a PLEG event, a container stopped, a
+        probe verdict): sync it now, reading the runtime fresh. ``seen_at``: when the runtime
+        showed the change; a sync handed out later read it already (the sync loop's own event
+        stream beat PLEG's relist), so nothing is done."""
         w = self.workers.get(uid)
-        if w is not None and w.admitted and w.state is not WorkerState.TERMINATED:
-            w.pending = w.fresh = True
+        if w is None or not w.admitted or w.state is WorkerState.TERMINATED:
+            return
+        if seen_at is not None and seen_at < w.read_after:
+            return
+        w.pending = w.fresh = True
 
     def due(self, now: float) -> list[Work]:
         """Work to hand out now; marks each worker in flight."""
@@ -157,6 +164,7 @@ class WorkerTable:
             w.in_flight, w.pending = True, False
             kind = WorkKind.SYNC if w.state is WorkerState.SYNCING else WorkKind.TERMINATE
             out.append(Work(w.uid, kind, w.pod, w.grace, None if w.fresh else w.synced_at))
+            w.read_after = now if w.fresh or kind is WorkKind.TERMINATE else w.synced_at
             w.fresh = False
         return out
 
