@@ -145,14 +145,22 @@ class Engine:
         md = config.metadata
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
-        with self._lock:
-            holder = self._index.sandbox_names.get(sandbox_name(config))
+        name = sandbox_name(config)
+        with self._lock:  # reserve the name; write the files outside the lock
+            holder = self._index.sandbox_names.get(name)
             if holder is not None:
                 raise Fault(grpc.StatusCode.ALREADY_EXISTS,
                             f"sandbox name {md.name}_{md.namespace}_{md.uid}_{md.attempt} "
                             f"is reserved for {holder}")
             sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
+            self._index.sandbox_names[name] = sb.id
+        try:
             self.store.save_sandbox(sb)
+        except BaseException:
+            with self._lock:
+                del self._index.sandbox_names[name]
+            raise
+        with self._lock:
             self._sandboxes[sb.id] = sb
             self._index.add_sandbox(sb)
         self.log.info("sandbox.created", pod=md.name, namespace=md.namespace, sandbox=sb.id)
@@ -201,16 +209,23 @@ class Engine:
         log_path = _log_path(sb.config.log_directory, config.log_path)
         spec = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
                 "cwd": config.working_dir or images.HOST_WORKDIR, "log_path": log_path}
-        with self._lock:
-            for other_id in self._index.by_sandbox.get(sandbox_id, ()):
-                om = self._containers[other_id].config.metadata
-                if (om.name, om.attempt) == (md.name, md.attempt):
-                    raise Fault(grpc.StatusCode.ALREADY_EXISTS,
-                                f"container name {md.name} attempt {md.attempt} is reserved "
-                                f"for {other_id}")
+        name = (sandbox_id, md.name, md.attempt)
+        with self._lock:  # reserve the name; write the files outside the lock
+            holder = self._index.container_names.get(name)
+            if holder is not None:
+                raise Fault(grpc.StatusCode.ALREADY_EXISTS,
+                            f"container name {md.name} attempt {md.attempt} is reserved "
+                            f"for {holder}")
             c = Container(secrets.token_hex(32), sandbox_id, config, self.wall(), log_path,
                           image.id)
+            self._index.container_names[name] = c.id
+        try:
             self.store.save_container(c, spec)
+        except BaseException:
+            with self._lock:
+                del self._index.container_names[name]
+            raise
+        with self._lock:
             self._containers[c.id] = c
             self._index.add_container(c)
         self._publish(c, pb.CONTAINER_CREATED_EVENT)

@@ -20,12 +20,18 @@ def sandbox_name(config: pb.PodSandboxConfig) -> tuple[str, str, str, int]:
     return (m.name, m.namespace, m.uid, m.attempt)
 
 
+def container_name(c: Container) -> tuple[str, str, int]:
+    return (c.sandbox_id, c.config.metadata.name, c.config.metadata.attempt)
+
+
 class Index:
     """Lookups the CRI calls need without scanning every record; guarded by the engine's lock.
-    Dicts used as ordered sets (creation order, like the maps they index)."""
+    Dicts used as ordered sets (creation order, like the maps they index). A name is reserved
+    (``*_names``) before its record's files are written, outside the lock."""
 
     def __init__(self) -> None:
         self.sandbox_names: dict[tuple[str, str, str, int], str] = {}
+        self.container_names: dict[tuple[str, str, int], str] = {}  # (sandbox, name, attempt)
         self.sandboxes_by_uid: dict[str, dict[str, None]] = {}
         self.containers_by_uid: dict[str, dict[str, None]] = {}
         self.by_sandbox: dict[str, dict[str, None]] = {}
@@ -40,10 +46,13 @@ class Index:
         _discard(self.sandboxes_by_uid, sb.config.labels.get(POD_UID_LABEL), sb.id)
 
     def add_container(self, c: Container) -> None:
+        self.container_names[container_name(c)] = c.id
         _add(self.containers_by_uid, c.config.labels.get(POD_UID_LABEL), c.id)
         _add(self.by_sandbox, c.sandbox_id, c.id)
 
     def remove_container(self, c: Container) -> None:
+        if self.container_names.get(container_name(c)) == c.id:
+            del self.container_names[container_name(c)]
         _discard(self.containers_by_uid, c.config.labels.get(POD_UID_LABEL), c.id)
         _discard(self.by_sandbox, c.sandbox_id, c.id)
 
