@@ -21,6 +21,8 @@ class Rejection:
 
 def _port_conflicts(pod: Pod, others: Iterable[Pod]) -> list[str]:
     mine = set(host_ports(pod))
+    if not mine:  # most pods: no need to look at the others (O(pods) per admission)
+        return []
     hits = []
     for other in others:
         if other.uid == pod.uid:

@@ -110,9 +110,9 @@ class SyncLoop:
             self._publish(pod.uid)
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:
-        admitted = [w.pod for w in self.deps.table.workers.values()
+        admitted = (w.pod for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
-                    and w.state is WorkerState.SYNCING]
+                    and w.state is WorkerState.SYNCING)
         rejection = admit(pod, admitted)
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
