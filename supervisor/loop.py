@@ -34,7 +34,7 @@ from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
-from podvisor.supervisor.states import StateChange
+from podvisor.supervisor.states import ProcessState, StateChange
 
 __all__ = ["Agent", "AgentParts"]
 
@@ -83,6 +83,7 @@ class Agent:
         self._heartbeats.bind(parts.heartbeat_endpoint)
         self._sig_r, self._sig_w = socket.socketpair()
         self.bad_beats = 0
+        self._beats_drained = parts.clock()
 
     # --- CommandContext ----------------------------------------------------------------------
 
@@ -176,6 +177,7 @@ class Agent:
         store.persist()
 
     def _drain_heartbeats(self) -> None:
+        self._beats_drained = self.p.clock()
         while True:
             try:
                 data = self._heartbeats.recv(zmq.NOBLOCK)
@@ -211,11 +213,21 @@ class Agent:
         for sig in HANDLED_SIGNALS:
             signal.signal(sig, _noop_handler)
 
+    def _beats_due(self) -> float | None:
+        """When queued heartbeats must be read: at once while a process is STARTING (its
+        `ready` ends the start), else once per `heartbeatInterval`. Beats only move staleness
+        deadlines (`heartbeatTimeout`, seconds away), so the loop does not wake for each of
+        the ~1 beat per second per child; they wait in the PULL queue."""
+        if any(p.state is ProcessState.STARTING for p in self.sup.procs.values()):
+            return None
+        return self._beats_drained + self.p.config.supervision.heartbeat_interval
+
     def _timeout_ms(self, control: ControlServer) -> int | None:
         self._check_pods_stopped()
+        self._drain_heartbeats()  # before tick: staleness is judged on every beat received
         persist = self.events.next_deadline() if self.events is not None else None
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
-                                 persist) if d is not None]
+                                 persist, self._beats_due()) if d is not None]
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
@@ -233,7 +245,8 @@ class Agent:
             if self.sup.shutdown_done:
                 break
             poller = zmq.Poller()
-            poller.register(self._heartbeats, zmq.POLLIN)
+            if self._beats_due() is None:
+                poller.register(self._heartbeats, zmq.POLLIN)
             poller.register(control.socket, zmq.POLLIN)
             poller.register(self._sig_r.fileno(), zmq.POLLIN)
             if self._pods_deadline is not None:
@@ -246,7 +259,8 @@ class Agent:
             ready = dict(poller.poll(timeout))
             if self._sig_r.fileno() in ready:
                 self._drain_signals()
-            if self._heartbeats in ready:
+            if self._heartbeats in ready or (
+                    (due := self._beats_due()) is not None and self.p.clock() >= due):
                 self._drain_heartbeats()
             for fd, name in fds.items():
                 if fd in ready:
