@@ -327,12 +327,13 @@ class Engine:
         with self._exited:
             return self._exited.wait_for(done, timeout)
 
-    def _record_exit(self, container_id: str, info: ExitInfo) -> None:
+    def _record_exit(self, container_id: str, info: ExitInfo, on_disk: bool = False) -> None:
+        """``on_disk``: ``info`` was read from ``exit.json`` (the monitor wrote it)."""
         with self._lock:
             c = self._containers.get(container_id)
             if c is None or c.exited is not None:
                 return
-            if self.store.read_exit(container_id) is None:
+            if not on_disk and self.store.read_exit(container_id) is None:
                 with contextlib.suppress(OSError):
                     self.store.save_exit(container_id, info)
             self._containers[container_id] = c = replace(c, exited=info)
@@ -343,13 +344,15 @@ class Engine:
 
     def _on_monitor_exit(self, container_id: str) -> None:
         info = self.store.read_exit(container_id)
-        if info is None:
-            c = self._containers.get(container_id)
-            if c is not None and c.started is not None:
-                signal_group(c.started.pid, c.started.pid_ticks, signal.SIGKILL)
-            info = ExitInfo(255, self.wall(), "Unknown",
-                            "the container's monitor exited without recording an exit code")
-        self._record_exit(container_id, info)
+        if info is not None:
+            self._record_exit(container_id, info, on_disk=True)
+            return
+        c = self._containers.get(container_id)
+        if c is not None and c.started is not None:
+            signal_group(c.started.pid, c.started.pid_ticks, signal.SIGKILL)
+        self._record_exit(container_id, ExitInfo(
+            255, self.wall(), "Unknown",
+            "the container's monitor exited without recording an exit code"))
 
     def _publish(self, c: Container, kind: pb.ContainerEventType.ValueType) -> None:
         with self._lock:
