@@ -24,7 +24,7 @@ from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.events.store import EventStore
 from podvisor.supervisor.commands import Command, default_commands
-from podvisor.supervisor.config import Config, load_config, write_config_json
+from podvisor.supervisor.config import Config, keys_not_yet_used, load_config, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import CoreDeps, Supervisor
 from podvisor.supervisor.logs import setup_logging
@@ -83,6 +83,8 @@ def run_agent(
     log = setup_logging("supervisor", paths.logs_dir, sup_cfg.log_level, sup_cfg.log_max_size,
                         sup_cfg.log_max_files)
     write_config_json(config, paths.config_json)
+    for key, why in keys_not_yet_used(config):
+        log.warning("config.key_not_used", key=key, reason=why)
 
     def resolve(cfg: Config) -> tuple[ProcessSpec, ...]:
         return resolve_specs(cfg, deps.builtins)

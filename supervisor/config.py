@@ -41,6 +41,7 @@ __all__ = [
     "SupervisionConfig",
     "config_from_mapping",
     "config_to_mapping",
+    "keys_not_yet_used",
     "load_config",
     "read_config_json",
     "write_config_json",
@@ -308,6 +309,26 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+# Keys podvisor accepts (they are part of the config contract) but whose subsystem does not exist
+# yet: a value other than the default is reported at start, never silently ignored.
+NOT_YET_USED: tuple[tuple[str, str, str], ...] = (
+    ("port", "port", "the authenticated main port is not served yet; use readOnlyPort"),
+    ("kubeconfig", "kubeconfig", "the API server pod source and status writes are not built yet"),
+    ("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", "no image GC yet"),
+    ("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", "no image GC yet"),
+    ("imageMinimumGCAge", "image_minimum_gc_age", "no image GC yet"),
+    ("containerLogMaxSize", "container_log_max_size", "container logs are not rotated yet"),
+    ("containerLogMaxFiles", "container_log_max_files", "container logs are not rotated yet"),
+)
+
+
+def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
+    """(key, why) for every key set away from its default that nothing uses yet."""
+    default = Config()
+    return [(key, why) for key, attr, why in NOT_YET_USED
+            if getattr(config, attr) != getattr(default, attr)]
 
 
 # Keys naming files: relative paths in the config file are relative to the file's folder (as

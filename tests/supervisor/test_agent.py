@@ -170,3 +170,12 @@ def test_exec_spawn_method_also_restarts(agent: Any) -> None:
     assert "podvisor.supervisor.child" in " ".join(psutil.Process(pid).cmdline())
     os.kill(pid, signal.SIGKILL)
     a.wait_state("one", "RUNNING", where=lambda r: r["pid"] != pid)
+
+
+def test_config_keys_without_a_subsystem_are_reported_at_start(agent: Any) -> None:
+    a = agent({"one": IDLE}, extra_args=("--kubeconfig", "/nonexistent/kubeconfig"))
+    a.wait_state("one", "RUNNING")
+    events = [json.loads(line) for line in
+              (a.paths.logs_dir / "supervisor.log").read_text().splitlines()]
+    [warning] = [e for e in events if e["event"] == "config.key_not_used"]
+    assert warning["key"] == "kubeconfig" and warning["level"] == "warning"

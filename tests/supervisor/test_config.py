@@ -195,3 +195,13 @@ def test_bad_cgroup_root_names_the_key(bad: object) -> None:
     with pytest.raises(ConfigError) as err:
         config_from_mapping({"cgroupRoot": bad})
     assert err.value.key == "cgroupRoot"
+
+
+def test_keys_without_a_subsystem_yet_are_reported_when_set() -> None:
+    from podvisor.supervisor.config import Config, keys_not_yet_used
+
+    assert keys_not_yet_used(Config()) == []
+    reported = dict(keys_not_yet_used(Config(kubeconfig="/etc/kubeconfig",
+                                             container_log_max_files=9)))
+    assert set(reported) == {"kubeconfig", "containerLogMaxFiles"}
+    assert "not built yet" in reported["kubeconfig"]
