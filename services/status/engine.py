@@ -17,7 +17,7 @@ that comes back resumes its versions and transition times.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,14 +97,18 @@ class StatusEngine:
 
     def reconcile(
         self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float, mono: float,
-        probes: Mapping[str, Any] | None = None,
+        probes: Mapping[str, Any] | None = None, only: Collection[str] | None = None,
     ) -> Changes | None:
         """``now``: wall seconds (written into statuses); ``mono``: CLOCK_MONOTONIC seconds;
-        ``probes``: the prober's ``probes`` map (readiness and startup verdicts)."""
+        ``probes``: the prober's ``probes`` map (readiness and startup verdicts); ``only``: the
+        pods whose inputs changed (None: every pod; a pod's status depends only on its own
+        ``desired``, ``pleg`` and ``probes`` entries, so the others cannot change)."""
         if not self.usable(pleg, mono):
             return None
         changes = Changes()
-        for uid, entry in desired.items():
+        uids = desired.keys() if only is None else sorted(set(only) & desired.keys())
+        for uid in uids:
+            entry = desired[uid]
             if uid.startswith("_") or not isinstance(entry, Mapping):
                 continue
             previous = self.statuses.get(uid)
@@ -120,7 +124,8 @@ class StatusEngine:
         for uid in sorted(self.statuses.keys() - desired.keys()):
             self.retired[uid] = {**self.statuses.pop(uid), "_retiredAt": rfc3339(now)}
             changes.deleted.append(uid)
-        self._expire(now)
+        if only is None:
+            self._expire(now)
         if changes:
             self.pleg_ts = max(self.pleg_ts, pleg_ts(pleg) or 0.0)
         return changes

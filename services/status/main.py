@@ -70,6 +70,8 @@ class StatusService:
         self._pending_set: dict[str, dict[str, Any]] = {}
         self._pending_deleted: set[str] = set()
         self._changed = True
+        self._dirty_uids: set[str] = set()  # pods whose inputs changed since the last compute
+        self._full = True  # the next compute covers every pod (start, sweep)
         self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_change,
                                   snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
@@ -83,22 +85,29 @@ class StatusService:
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True
+        if not key.startswith("_"):
+            self._dirty_uids.add(key)
 
     def step(self) -> Changes | None:
         """Recompute when something changed or the sweep is due; commit (save, then publish)
         what changed."""
         now = self._clock()
         result = None
-        due = self._changed or now - self._last_sweep >= SWEEP_PERIOD
+        if now - self._last_sweep >= SWEEP_PERIOD:
+            self._full = True
+        due = self._changed or self._full
         # Readiness verdicts come from the prober: wait for its map (bounded), so a restarted
         # status process never turns probed Ready pods NotReady for lack of them.
         probes_ok = self.probes.synced or now - self._started >= PROBES_WAIT
         if due and self.desired.synced and self.pleg.synced and probes_ok:
             result = self.engine.reconcile(self.desired.items(), self.pleg.items(), self._wall(),
-                                           now, self.probes.items())
+                                           now, self.probes.items(),
+                                           None if self._full else self._dirty_uids)
             if result is not None:
-                self._changed = False
-                self._last_sweep = now
+                if self._full:
+                    self._last_sweep = now
+                self._changed = self._full = False
+                self._dirty_uids = set()
                 self._queue(result)
                 self._log_inputs(result)
         if self._pending_set or self._pending_deleted or (
