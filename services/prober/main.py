@@ -91,6 +91,7 @@ class ProberService:
         self.wake = _WakePipe()
         self.ready = False
         self._changed = True
+        self._dirty: set[str] | None = None  # pods changed since the last update (None: all)
         self._entries: dict[str, dict[str, Any]] = saved
         self._published = saved
         self._last_save = -RETRY_SAVE
@@ -99,6 +100,8 @@ class ProberService:
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True
+        if self._dirty is not None and not key.startswith("_"):
+            self._dirty.add(key)
 
     # --- probing (pool threads) ---
     def _probe(self, task: ProbeTask) -> None:
@@ -117,7 +120,8 @@ class ProberService:
         pleg = self.pleg.items()
         if self._changed and self.desired.synced and self.pleg.synced and HEALTH_KEY in pleg:
             self._changed = False
-            self.manager.update(self.desired.items(), pleg, now, self._wall())
+            dirty, self._dirty = self._dirty, set()
+            self.manager.update(self.desired.items(), pleg, now, self._wall(), dirty)
             if not self.ready:
                 self.ctx.log.info("prober.synced", pid=os.getpid(),
                                   workers=len(self.manager.workers),

@@ -13,7 +13,7 @@ probe, or the startup probe, failed past its threshold: the sync loop kills the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,9 @@ class _PodCache:
         for uid in set(self._pods) - uids:
             del self._pods[uid]
 
+    def drop(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
 
 def _active(entry: Any) -> bool:
     return (isinstance(entry, Mapping) and entry.get("admitted", True)
@@ -140,6 +143,7 @@ class ProbeManager:
         self._obs: dict[WorkerKey, ContainerObs | None] = {}
         self._targets: dict[tuple[str, str], Target] = {}
         self._probe: dict[WorkerKey, Probe] = {}
+        self._keys: dict[str, set[WorkerKey]] = {}  # each pod's workers
         self._pods = _PodCache()
         self._seeds = {uid: dict(v) for uid, v in (seeds or {}).items() if isinstance(v, Mapping)}
         self._seed_until: float | None = None
@@ -147,24 +151,40 @@ class ProbeManager:
 
     # --- inputs ---
     def update(self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float,
-               wall: float) -> None:
-        """Reconcile workers with the pods and containers; call on any change of either map."""
+               wall: float, only: Collection[str] | None = None) -> None:
+        """Reconcile workers with the pods and containers; call on any change of either map.
+        ``only``: the pod UIDs whose ``desired`` or ``pleg`` entry changed (None: every pod;
+        a pod's workers depend on its own entries only)."""
         if self._seed_until is None:
             self._seed_until = now + SEED_GRACE
         elif now > self._seed_until:
             self._seeds.clear()
-        wanted: set[WorkerKey] = set()
-        uids = {u for u, e in desired.items() if not u.startswith("_") and _active(e)}
-        self._pods.keep(uids)
-        self._targets.clear()
-        for uid in uids:
-            pod = self._pods.get(uid, desired[uid]["pod"])
-            if pod is not None:
-                wanted |= self._update_pod(uid, pod, pleg.get(uid), now, wall)
-        for key in set(self.workers) - wanted:
-            del self.workers[key]
+        if only is None:
+            uids = {u for u, e in desired.items() if not u.startswith("_") and _active(e)}
+            self._pods.keep(uids)
+            scope: Collection[str] = uids | self._keys.keys()
+        else:
+            scope = only
+        for uid in scope:
+            self._update_uid(uid, desired.get(uid), pleg.get(uid), now, wall)
+
+    def _update_uid(self, uid: str, entry: Any, record: Mapping[str, Any] | None, now: float,
+                    wall: float) -> None:
+        pod = None
+        if not uid.startswith("_") and _active(entry):
+            pod = self._pods.get(uid, entry["pod"])
+        else:
+            self._pods.drop(uid)
+        old = self._keys.pop(uid, set())
+        for key_uid, name, _kind in old:  # a target exists only beside a worker
+            self._targets.pop((key_uid, name), None)
+        wanted = set() if pod is None else self._update_pod(uid, pod, record, now, wall)
+        for key in old - wanted:
+            self.workers.pop(key, None)
             self._obs.pop(key, None)
             self._probe.pop(key, None)
+        if wanted:
+            self._keys[uid] = wanted
 
     def _update_pod(self, uid: str, pod: Pod, record: Mapping[str, Any] | None, now: float,
                     wall: float) -> set[WorkerKey]:
