@@ -124,22 +124,34 @@ def container_record(c: pb.Container, status: pb.ContainerStatus | None) -> dict
 Beat = Callable[[], object]
 
 
+Inspected = dict[str, tuple[str, dict[str, Any]]]  # object id -> (listed state, record)
+
+
 def inspect_pod(
-    client: RuntimeClient, pod: ListedPod, ts: float, beat: Beat = lambda: None
+    client: RuntimeClient, pod: ListedPod, ts: float, beat: Beat = lambda: None,
+    known: Inspected | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Inspect every sandbox and container of ``pod``; returns ``(record, complete)``.
 
     ``complete`` is False when some inspection failed (other than NOT_FOUND, which means it was
     removed meanwhile): the record then carries the listing's data and the pod is re-inspected
     on the next relist (kubelet ``needsReinspection``). ``beat`` runs between CRI calls so a slow
-    runtime cannot starve the heartbeat.
+    runtime cannot starve the heartbeat. ``known``: records of earlier complete inspections by
+    object ID, reused while the listing shows the same state (what a status call returns
+    changes only with the state: start/finish times, exit code, reason, IP) and updated here.
     """
     complete = True
+    cache: Inspected = {} if known is None else known
     sandboxes: list[dict[str, Any]] = []
     for s in sorted(pod.sandboxes, key=lambda s: (s.created_at, s.id)):
+        state = sandbox_state(s)
+        if (hit := cache.get(s.id)) is not None and hit[0] == state:
+            sandboxes.append(hit[1])
+            continue
         beat()
         try:
             sandboxes.append(sandbox_record(s, client.pod_sandbox_status(s.id)))
+            cache[s.id] = (state, sandboxes[-1])
         except CriError as err:
             if err.not_found:
                 continue
@@ -147,9 +159,14 @@ def inspect_pod(
             sandboxes.append(sandbox_record(s, None))
     containers: list[dict[str, Any]] = []
     for c in sorted(pod.containers, key=lambda c: (c.created_at, c.id)):
+        state = container_state(c)
+        if (hit := cache.get(c.id)) is not None and hit[0] == state:
+            containers.append(hit[1])
+            continue
         beat()
         try:
             containers.append(container_record(c, client.container_status(c.id)))
+            cache[c.id] = (state, containers[-1])
         except CriError as err:
             if err.not_found:
                 continue

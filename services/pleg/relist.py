@@ -2,7 +2,9 @@
 
 ``Relister.relist()`` lists sandboxes and containers, derives events against the previous relist
 with the pure ``generate_events``, inspects the pods that have events (or are new, or whose last
-inspection failed) and returns what changed. The caller publishes events and map updates.
+inspection failed) and returns what changed. Within such a pod only the sandboxes and containers
+whose listed state changed since their last complete inspection are asked again. The caller
+publishes events and map updates.
 
 Thread-safety: one thread. Blind spot: a CRI call blocks up to the client's timeout; ``beat``
 runs between calls, so one relist stalls the heartbeat for at most one call's timeout.
@@ -17,7 +19,13 @@ from typing import Any, Protocol
 
 from podvisor.services.cri import RuntimeClient
 from podvisor.services.pleg.events import PodEvent, Snapshot, generate_events
-from podvisor.services.pleg.records import Beat, group_by_pod, inspect_pod, snapshot_of
+from podvisor.services.pleg.records import (
+    Beat,
+    Inspected,
+    group_by_pod,
+    inspect_pod,
+    snapshot_of,
+)
 
 Clock = Callable[[], float]
 
@@ -56,6 +64,7 @@ class _Relister:
         self._snapshot: Snapshot = {}
         self._records: dict[str, dict[str, Any]] = {}
         self._reinspect: set[str] = set()
+        self._inspected: Inspected = {}  # complete inspections, reused while the state holds
 
     def records(self) -> dict[str, dict[str, Any]]:
         return dict(self._records)
@@ -73,7 +82,8 @@ class _Relister:
         changed: dict[str, dict[str, Any]] = {}
         reinspect: set[str] = set()
         for uid in sorted(wanted & pods.keys()):
-            record, complete = inspect_pod(self._client, pods[uid], start, self._beat)
+            record, complete = inspect_pod(self._client, pods[uid], start, self._beat,
+                                           self._inspected)
             if not complete:
                 reinspect.add(uid)
             if _without_ts(record) != _without_ts(self._records.get(uid)):
@@ -82,6 +92,9 @@ class _Relister:
         removed = sorted(self._records.keys() - pods.keys())
         for uid in removed:
             del self._records[uid]
+        if len(self._inspected) > sum(len(states) for states in snapshot.values()):
+            live = {oid for states in snapshot.values() for oid in states}
+            self._inspected = {k: v for k, v in self._inspected.items() if k in live}
         self._snapshot = snapshot
         self._reinspect = reinspect
         return RelistResult(start, self._clock() - start, events, changed, removed,
