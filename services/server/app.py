@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from podvisor.services.server.podlist import check_health, pod_list, running_pods
+from podvisor.services.server.podlist import PodListJson, check_health, running_pods
 from podvisor.services.server.replicas import View
 
 Clock = Callable[[], float]
@@ -47,6 +47,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
              wall: Clock = time.time) -> web.Application:
+    pod_json = PodListJson()  # handlers run on the event loop thread only
+
     def no_query(request: web.Request) -> web.Response | None:
         if request.query:
             names = ", ".join(sorted(request.query))
@@ -67,7 +69,8 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
         if not (view.desired_synced and view.statuses_synced):
             return status_error(503, "ServiceUnavailable",
                                 "not synced yet with the sync loop's and status's maps; retry")
-        return _json(pod_list(view.desired, view.statuses))
+        return web.Response(text=pod_json.render(view.desired, view.statuses),
+                            content_type="application/json")
 
     async def runningpods(request: web.Request) -> web.Response:
         bad = no_query(request)

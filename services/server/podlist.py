@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,21 +23,69 @@ def _public(status: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if not k.startswith("_")}
 
 
+def _pod_item(entry: Any, status: Any) -> dict[str, Any] | None:
+    if not isinstance(entry, Mapping):
+        return None
+    pod = entry.get("pod")
+    if not isinstance(pod, Mapping):
+        return None
+    out = {k: v for k, v in pod.items() if k not in ("podvisor", "status")}
+    out["status"] = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
+    return out
+
+
 def pod_list(desired: Mapping[str, Any], statuses: Mapping[str, Any]) -> dict[str, Any]:
     items = []
     for uid, entry in desired.items():
-        if uid.startswith("_") or not isinstance(entry, Mapping):
+        if uid.startswith("_"):
             continue
-        pod = entry.get("pod")
-        if not isinstance(pod, Mapping):
-            continue
-        out = {k: v for k, v in pod.items() if k not in ("podvisor", "status")}
-        status = statuses.get(uid)
-        out["status"] = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
-        items.append(out)
-    items.sort(key=lambda p: (p.get("metadata", {}).get("namespace", ""),
-                              p.get("metadata", {}).get("name", "")))
+        item = _pod_item(entry, statuses.get(uid))
+        if item is not None:
+            items.append(item)
+    items.sort(key=_sort_key)
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+def _sort_key(item: Mapping[str, Any]) -> tuple[str, str]:
+    meta = item.get("metadata", {})
+    return (meta.get("namespace", ""), meta.get("name", ""))
+
+
+class PodListJson:
+    """``json.dumps(pod_list(desired, statuses), separators=(",", ":"))``, with each pod's JSON
+    rendered once per (``desired`` value, ``statuses`` value) pair: replicas replace a value
+    when it changes and never mutate it, so an unchanged pair (same objects, held here so their
+    ids cannot be reused) renders the same text. The whole body is kept for the last pair of
+    maps (a ``View`` publishes new mappings on every change)."""
+
+    _HEAD = '{"kind":"PodList","apiVersion":"v1","metadata":{},"items":['
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[Any, Any, tuple[str, str], str]] = {}
+        self._last: tuple[Any, Any, str] | None = None
+
+    def render(self, desired: Mapping[str, Any], statuses: Mapping[str, Any]) -> str:
+        last = self._last
+        if last is not None and last[0] is desired and last[1] is statuses:
+            return last[2]
+        fresh: dict[str, tuple[Any, Any, tuple[str, str], str]] = {}
+        for uid, entry in desired.items():
+            if uid.startswith("_"):
+                continue
+            status = statuses.get(uid)
+            hit = self._pods.get(uid)
+            if hit is not None and hit[0] is entry and hit[1] is status:
+                fresh[uid] = hit
+                continue
+            item = _pod_item(entry, status)
+            if item is not None:
+                fresh[uid] = (entry, status, _sort_key(item),
+                              json.dumps(item, separators=(",", ":")))
+        self._pods = fresh
+        ordered = sorted(fresh.values(), key=lambda p: p[2])
+        body = self._HEAD + ",".join(p[3] for p in ordered) + "]}"
+        self._last = (desired, statuses, body)
+        return body
 
 
 def running_pods(pleg: Mapping[str, Any]) -> dict[str, Any]:
