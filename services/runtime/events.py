@@ -18,7 +18,8 @@ class Subscription:
         self._owner = owner
         self.closed = False
 
-    def get(self, timeout: float) -> pb.ContainerEventResponse | None:
+    def get(self, timeout: float | None = None) -> pb.ContainerEventResponse | None:
+        """The next event; None on ``close()`` or after ``timeout`` (None: no timeout)."""
         try:
             return self.queue.get(timeout=timeout)
         except queue.Empty:

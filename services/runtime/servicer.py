@@ -238,8 +238,10 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             return
         context.add_callback(sub.close)
         try:
+            # blocks until an event or close(): the callback closes it when the client goes
+            # away or the server stops, so an idle stream wakes nobody
             while context.is_active() and not sub.closed:
-                event = sub.get(timeout=1.0)
+                event = sub.get()
                 if event is not None:
                     yield event
         finally:
