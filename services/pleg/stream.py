@@ -14,6 +14,7 @@ the watcher thread never touches zmq.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import queue
 import threading
@@ -25,6 +26,19 @@ from podvisor.supervisor.logs import EventLog
 QUEUE_SIZE = 1000
 RETRY_BASE = 1.0
 RETRY_CAP = 30.0
+GRPC_WAIT_SLICE = 60.0
+
+
+def unslice_grpc_waits(seconds: float = GRPC_WAIT_SLICE) -> None:
+    """gRPC's blocking iterators wait in 0.1 s slices (``grpc._common.MAXIMUM_WAIT_TIMEOUT``) so
+    that signal handlers run on a main thread blocked in them: an idle stream's consumer thread
+    woke 10 times a second. Lock waits are interruptible by signals in Python 3 anyway, and
+    nothing here blocks the main thread on a stream: wait in ``seconds`` slices instead."""
+    with contextlib.suppress(Exception):  # a gRPC without the knob: keep its slices
+        common = importlib.import_module("grpc._common")
+        current = getattr(common, "MAXIMUM_WAIT_TIMEOUT", None)
+        if isinstance(current, float):
+            setattr(common, "MAXIMUM_WAIT_TIMEOUT", max(current, seconds))  # noqa: B010
 
 
 class EventWatcher:
@@ -56,6 +70,7 @@ class EventWatcher:
         return self._streaming
 
     def start(self) -> None:
+        unslice_grpc_waits()
         self._thread.start()
 
     def drain(self) -> list[Any]:
