@@ -2,7 +2,10 @@
 
 The owner keeps the authoritative ``key -> value`` map. Each change gets the next sequence number
 and is published on the bus as a ``MapUpdate`` (topic ``clone.<map>.update``); when idle the owner
-publishes a ``MapHeartbeat`` carrying its current sequence. The owner also answers snapshot
+publishes a ``MapHeartbeat`` carrying its current sequence: ``heartbeat_interval`` after its last
+message, then at doubling intervals up to ``idle_heartbeat_max`` (a lost tail update is still
+found one interval after it; a map that has not changed for a while costs its replicas one
+wake-up per ``idle_heartbeat_max``, not one per interval). The owner also answers snapshot
 requests on a ROUTER socket at ``paths.snapshot(map)``.
 
 A replica subscribes first, then asks for a snapshot, then applies the updates it buffered whose
@@ -37,6 +40,8 @@ REPLICA_BUFFER = 100_000
 def _topic(map_name: str) -> str:
     return f"clone.{map_name}."
 
+IDLE_HEARTBEAT_MAX = 8.0  # seconds between idle heartbeats of a map that stopped changing
+
 
 class MapOwner:
     """The authoritative copy of one map. Call ``serve()`` whenever ``socket`` is readable and
@@ -45,6 +50,7 @@ class MapOwner:
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, publisher: Publisher,
         map_name: str, heartbeat_interval: float = 1.0, clock: Clock = time.monotonic,
+        idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX,
     ) -> None:
         self.map_name = map_name
         self.epoch = os.urandom(8).hex()
@@ -53,6 +59,8 @@ class MapOwner:
         self._pub = publisher
         self._clock = clock
         self._hb_interval = heartbeat_interval
+        self._hb_max = max(heartbeat_interval, idle_heartbeat_max)
+        self._hb_delay = heartbeat_interval
         self._last_sent = clock()
         self.socket = zctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -85,16 +93,18 @@ class MapOwner:
                         deleted=deleted)
         self._pub.publish(msg, topic=_topic(self.map_name) + "update")
         self._last_sent = self._clock()
+        self._hb_delay = self._hb_interval
 
     def next_tick(self) -> float:
         """When ``tick`` will next send the idle heartbeat (for a loop's poll timeout)."""
-        return self._last_sent + self._hb_interval
+        return self._last_sent + self._hb_delay
 
     def tick(self, now: float) -> None:
-        if now - self._last_sent >= self._hb_interval:
+        if now - self._last_sent >= self._hb_delay:
             self._pub.publish(MapHeartbeat(map=self.map_name, epoch=self.epoch, seq=self.seq),
                               topic=_topic(self.map_name) + "heartbeat")
             self._last_sent = now
+            self._hb_delay = min(self._hb_max, self._hb_delay * 2)
 
     def serve(self) -> int:
         """Answer every pending snapshot request without blocking; returns how many."""
