@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import time
@@ -114,6 +115,41 @@ def run_raw(n: int, rate: float) -> tuple[int, float, list[float]]:
     return res
 
 
+def run_raw_via_proxy(n: int, rate: float) -> tuple[int, float, list[float]]:
+    """Raw pyzmq + msgpack, but through podvisor's proxy process: isolates the cost of the hop."""
+    root = tempfile.mkdtemp(prefix="pvb", dir="/tmp")
+    paths = RunPaths(Path(root))
+    paths.ensure()
+    stop, go = mp.Event(), mp.Event()
+    proxy = mp.Process(target=_proxy, args=(root, stop))
+    proxy.start()
+    zctx = zmq.Context()
+    sub = zctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, HWM)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(paths.bus_sub)
+    p = mp.Process(target=_raw_pub, args=(paths.bus_pub, n, rate, go))
+    p.start()
+    _subscribed(sub)
+    go.set()
+
+    def recv_one(idle: float) -> float | None:
+        try:
+            data = sub.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            if not sub.poll(int(idle * 1000)):
+                return None
+            data = sub.recv()
+        return float(msgpack.unpackb(data)["t"])
+
+    res = _receive(recv_one, n)
+    p.join()
+    stop.set()
+    proxy.join()
+    sub.close(linger=0)
+    return res
+
+
 def run_podvisor(n: int, rate: float) -> tuple[int, float, list[float]]:
     root = tempfile.mkdtemp(prefix="pvb", dir="/tmp")
     paths = RunPaths(Path(root))
@@ -150,9 +186,12 @@ def main() -> None:
     ap.add_argument("--rate-seconds", type=float, default=3.0)
     a = ap.parse_args()
     mp.set_start_method("spawn")
-    print(f"payload: {len(msgpack.packb(PAYLOAD))} bytes msgpack dict")
+    print(f"payload: {len(msgpack.packb(PAYLOAD))} bytes msgpack dict; "
+          f"load average {os.getloadavg()[0]:.2f}")
     res = {}
-    for name, fn in (("raw pyzmq+msgpack", run_raw), ("podvisor bus", run_podvisor)):
+    runs = (("raw pyzmq+msgpack", run_raw), ("raw via the proxy", run_raw_via_proxy),
+            ("podvisor bus", run_podvisor))
+    for name, fn in runs:
         got, secs, _ = fn(a.messages, 0.0)
         tput = got / secs
         n_rate = int(1000 * a.rate_seconds)

@@ -44,9 +44,9 @@ class Publisher:
     def publish(self, msg: Message, topic: str | None = None) -> bool:
         """Send ``msg``; False means it was dropped (and counted), never that we waited."""
         self.seq += 1
-        frames = self.codec.encode(msg, self.source, self.seq, time.monotonic(), topic)
+        [frame] = self.codec.encode(msg, self.source, self.seq, time.monotonic(), topic)
         try:
-            self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
+            self.socket.send(frame, zmq.NOBLOCK)
         except zmq.Again:
             self.dropped += 1
             return False
@@ -79,7 +79,7 @@ class Subscriber:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                frame = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 wait_ms = None
                 if deadline is not None:
@@ -88,7 +88,7 @@ class Subscriber:
                     return None
                 continue
             try:
-                env = self.codec.decode(frames)
+                env = self.codec.decode((frame,))
             except DecodeError as e:
                 self.drops[e.reason] += 1
                 continue

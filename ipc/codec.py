@@ -1,11 +1,12 @@
 """The one place bus messages meet msgpack.
 
-Wire form: two frames ``[topic, packed]`` where ``packed`` is the msgpack array
+Wire form: ONE frame, ``topic NUL packed``, where ``packed`` is the msgpack array
 ``[type, version, source process, per-publisher sequence, monotonic timestamp, fields]`` and
-``fields`` is the array of the message's field values in declaration order (one unpack per
-message keeps the bus within reach of raw pyzmq; see bench/bus.py). Anything that does not decode
-to a declared message of a supported version with well-typed fields raises ``DecodeError`` naming
-the reason, so receivers can drop and count it. Never pickle.
+``fields`` the message's field values in declaration order. ZeroMQ's SUB filter matches the topic
+as the frame's prefix. One frame and one unpack per message keep the bus within reach of raw
+pyzmq (bench/bus.py). Anything that does not decode to a declared message of a supported version
+with well-typed fields raises ``DecodeError`` naming the reason, so receivers can drop and count
+it (a stray multi-part message arrives as several frames, each dropped). Never pickle.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from podvisor.ipc.schema import Check, field_checks
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
 # Drop reasons, used as metric labels.
-REASONS = ("frames", "oversize", "malformed", "unknown_type", "version", "fields")
+REASONS = ("oversize", "frames", "malformed", "unknown_type", "version", "fields")
 
 
 class DecodeError(Exception):
@@ -60,8 +61,10 @@ def _all_message_types() -> dict[str, type[Message]]:
 @dataclass(frozen=True)
 class _Schema:
     names: tuple[str, ...]
-    checks: tuple[tuple[str, Check | None], ...]  # None: Any, nothing to check
+    checks: tuple[tuple[int, str, Check], ...]  # fields typed ``Any`` need no check
     required: int  # fields without a default
+    head: tuple[str, int]  # (TYPE, VERSION)
+    topic: bytes
 
 
 def _schema(cls: type[Message]) -> _Schema:
@@ -73,8 +76,11 @@ def _schema(cls: type[Message]) -> _Schema:
     )
     return _Schema(
         names=tuple(f.name for f in fields),
-        checks=tuple((f.name, checks[f.name]) for f in fields),
+        checks=tuple((i, f.name, check) for i, f in enumerate(fields)
+                     if (check := checks[f.name]) is not None),
         required=required,
+        head=(cls.TYPE, cls.VERSION),
+        topic=cls.TOPIC.encode(),
     )
 
 
@@ -91,24 +97,33 @@ class Codec:
     def encode(
         self, msg: Message, source: str, seq: int, ts: float, topic: str | None = None
     ) -> list[bytes]:
-        cls = type(msg)
-        schema = self._schemas.get(cls)
-        if schema is None or self._types.get(cls.TYPE) is not cls:
-            raise TypeError(f"{cls.__name__} is not a declared bus message")
-        fields = [getattr(msg, n) for n in schema.names]
-        packed = self._packer.pack([cls.TYPE, cls.VERSION, source, seq, ts, fields])
-        return [(topic or cls.TOPIC).encode(), packed]
+        schema = self._schemas.get(type(msg))
+        if schema is None:
+            raise TypeError(f"{type(msg).__name__} is not a declared bus message")
+        # A frozen dataclass keeps exactly its fields, in declaration order, in __dict__.
+        packed = self._packer.pack(
+            (*schema.head, source, seq, ts, tuple(msg.__dict__.values())))
+        return [(topic.encode() if topic else schema.topic) + b"\0" + packed]
 
     def decode(self, frames: Sequence[Any]) -> Envelope:
-        """Decode ``[topic, packed]`` (bytes or zmq Frames). Raises ``DecodeError``."""
-        if len(frames) != 2:
-            raise DecodeError("frames", f"expected 2 frames, got {len(frames)}")
-        raw = [f.buffer if hasattr(f, "buffer") else f for f in frames]
-        size = len(raw[0]) + len(raw[1])
+        """Decode one received frame (bytes or a zmq Frame, in a sequence). Raises
+        ``DecodeError``."""
+        size = sum(len(f) for f in frames)
         if size > self.max_bytes:
             raise DecodeError("oversize", f"{size} bytes > {self.max_bytes}")
+        if len(frames) != 1:
+            raise DecodeError("frames", f"expected 1 frame, got {len(frames)}")
+        data = frames[0] if type(frames[0]) is bytes else bytes(frames[0].buffer)
+        cut = data.find(b"\0")
+        if cut < 0:
+            raise DecodeError("malformed", "no topic separator")
         try:
-            value = msgpack.unpackb(raw[1], raw=False, strict_map_key=True, use_list=True)
+            topic = data[:cut].decode()
+        except UnicodeDecodeError as e:
+            raise DecodeError("malformed", "topic is not utf-8") from e
+        try:
+            value = msgpack.unpackb(memoryview(data)[cut + 1:], raw=False, strict_map_key=True,
+                                    use_list=True)
         except Exception as e:  # msgpack raises several unrelated types on garbage
             raise DecodeError("malformed", type(e).__name__) from e
         if not isinstance(value, list) or len(value) != 6:
@@ -122,18 +137,19 @@ class Codec:
         if not (isinstance(src, str) and isinstance(seq, int) and isinstance(ts, (int, float))
                 and isinstance(fields, list)):
             raise DecodeError("malformed", "bad envelope fields")
-        msg = self._build(cls, fields)
-        try:
-            topic = bytes(raw[0]).decode()
-        except UnicodeDecodeError as e:
-            raise DecodeError("malformed", "topic is not utf-8") from e
-        return Envelope(cls.TYPE, src, seq, float(ts), topic, msg)
+        return Envelope(cls.TYPE, src, seq, float(ts), topic, self._build(cls, fields))
 
     def _build(self, cls: type[Message], fields: list[Any]) -> Message:
         schema = self._schemas[cls]
-        if not schema.required <= len(fields) <= len(schema.checks):
-            raise DecodeError("fields", f"{cls.TYPE}: {len(fields)} fields")
-        for (name, check), value in zip(schema.checks, fields, strict=False):
-            if check is not None and not check(value):
+        n = len(fields)
+        if not schema.required <= n <= len(schema.names):
+            raise DecodeError("fields", f"{cls.TYPE}: {n} fields")
+        for i, name, check in schema.checks:
+            if i < n and not check(fields[i]):
                 raise DecodeError("fields", f"{cls.TYPE}.{name}: wrong type")
-        return cls(*fields)
+        if n < len(schema.names):
+            return cls(*fields)  # let the dataclass fill in the defaults
+        # Every field is present and checked: skip the frozen __init__'s per-field setattr.
+        msg = object.__new__(cls)
+        msg.__dict__.update(zip(schema.names, fields, strict=True))
+        return msg

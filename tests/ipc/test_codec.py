@@ -43,35 +43,43 @@ def test_every_declared_message_has_unique_type_topic_and_version() -> None:
 
 def _env(t: object = "bus.probe.sent", v: object = 1, src: object = "x",
          fields: object = None) -> bytes:
-    return _pack([t, v, src, 1, 0.0, [1] if fields is None else fields])
+    return b"t\0" + _pack([t, v, src, 1, 0.0, [1] if fields is None else fields])
 
 
 @pytest.mark.parametrize(
     ("frames", "reason"),
     [
-        ([b"garbage"], "frames"),
-        ([b"t", b"x", b"y"], "frames"),
-        ([b"t", b"\xc1\xc1\xc1"], "malformed"),
-        ([b"t", _pack({"t": 1})], "malformed"),
-        ([b"t", _pack([1, 2])], "malformed"),
-        ([b"t", _env(t="no.such.type")], "unknown_type"),
-        ([b"t", _env(t=7)], "unknown_type"),
-        ([b"t", _env(v=99)], "version"),
-        ([b"t", _env(src=3)], "malformed"),
-        ([b"t", _env(fields={"n": 1})], "malformed"),
-        ([b"t", _env(fields=["one"])], "fields"),
-        ([b"t", _env(fields=[True])], "fields"),
-        ([b"t", _env(fields=[])], "fields"),
-        ([b"t", _env(fields=[1, {}, "extra"])], "fields"),
-        ([b"t", _env(fields=[1, [1]])], "fields"),
-        ([b"t", _pack(["bus.probe.sent", 1, "x", 1, 0.0, [1, {1: 2}]])], "malformed"),
-        ([b"\xff", _env()], "malformed"),
+        ([b"t\0" + _pack(1), b"second frame"], "frames"),
+        ([], "frames"),
+        ([b"no separator at all"], "malformed"),
+        ([b"t\0\xc1\xc1\xc1"], "malformed"),
+        ([b"t\0" + _pack({"t": 1})], "malformed"),
+        ([b"t\0" + _pack([1, 2])], "malformed"),
+        ([_env(t="no.such.type")], "unknown_type"),
+        ([_env(t=7)], "unknown_type"),
+        ([_env(v=99)], "version"),
+        ([_env(src=3)], "malformed"),
+        ([_env(fields={"n": 1})], "malformed"),
+        ([_env(fields=["one"])], "fields"),
+        ([_env(fields=[True])], "fields"),
+        ([_env(fields=[])], "fields"),
+        ([_env(fields=[1, {}, "extra"])], "fields"),
+        ([_env(fields=[1, [1]])], "fields"),
+        ([b"t\0" + _pack(["bus.probe.sent", 1, "x", 1, 0.0, [1, {1: 2}]])], "malformed"),
+        ([b"\xff\0" + _pack(["bus.probe.sent", 1, "x", 1, 0.0, [1]])], "malformed"),
     ],
 )
 def test_bad_frames_are_rejected_with_a_reason(frames: list[bytes], reason: str) -> None:
     with pytest.raises(DecodeError) as err:
         Codec().decode(frames)
     assert err.value.reason == reason
+
+
+def test_a_frame_is_the_topic_then_the_envelope() -> None:
+    [frame] = Codec().encode(Probe(n=3), "src", 9, 1.5, topic="clone.x.update")
+    topic, _, packed = frame.partition(b"\0")
+    assert topic == b"clone.x.update"
+    assert msgpack.unpackb(packed) == ["bus.probe.sent", 1, "src", 9, 1.5, [3, {}]]
 
 
 def test_oversize_is_rejected_before_unpacking() -> None:
