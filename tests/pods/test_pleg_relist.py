@@ -178,3 +178,24 @@ def test_created_container_is_changed_then_started() -> None:
     assert ("u1", EventType.CONTAINER_CHANGED.value, cid) in kinds(rel.relist())
     client.start_container(cid)
     assert kinds(rel.relist()) == [("u1", "ContainerStarted", cid)]
+
+
+def test_only_objects_whose_state_changed_are_inspected_again() -> None:
+    client, clock = FakeRuntimeClient(), Clock()
+    sid, scfg = sandbox(client, "u1")
+    first = container(client, sid, scfg, "u1", "one")
+    rel = new_relister(client, clock)
+    rel.relist()
+    sandbox_calls = len(client.method_calls("PodSandboxStatus"))
+    calls = len(client.method_calls("ContainerStatus"))
+    second = container(client, sid, scfg, "u1", "two", start=False)
+    clock.now = 101.0
+    res = rel.relist()
+    assert [c["id"] for c in res.changed["u1"]["containers"]] == [first, second]
+    assert [args[0] for args in client.method_calls("ContainerStatus")[calls:]] == [second]
+    assert len(client.method_calls("PodSandboxStatus")) == sandbox_calls
+    client.start_container(second)
+    clock.now = 102.0
+    res = rel.relist()
+    assert res.changed["u1"]["containers"][1]["state"] == "CONTAINER_RUNNING"
+    assert res.changed["u1"]["containers"][1]["started_at"] > 0

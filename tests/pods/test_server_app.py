@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from podvisor.services.server.app import make_app
-from podvisor.services.server.podlist import check_health, running_pods, table_rows
+from podvisor.services.server.podlist import (
+    PodListJson,
+    check_health,
+    pod_list,
+    running_pods,
+    table_rows,
+)
 from podvisor.services.server.replicas import View
 
 WALL = 1_700_000_000.0
@@ -131,3 +138,15 @@ def test_unsynced_replicas_are_503_not_an_empty_list() -> None:
     code, body, _ = call(View(), "GET", "/pods")
     assert code == 503 and body["reason"] == "ServiceUnavailable"
     assert call(View(), "GET", "/runningpods/")[0] == 503
+
+
+def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
+    renderer = PodListJson()
+    view = healthy_view()
+    fresh = json.dumps(pod_list(view.desired, view.statuses), separators=(",", ":"))
+    assert renderer.render(view.desired, view.statuses) == fresh
+    statuses = {**view.statuses, "u2": {"phase": "Failed", "_version": 1}}
+    desired = {**view.desired, "u3": pod("u3", "c")}
+    again = renderer.render(desired, statuses)
+    assert again == json.dumps(pod_list(desired, statuses), separators=(",", ":"))
+    assert json.loads(again)["items"][0]["status"] == {"phase": "Failed"}

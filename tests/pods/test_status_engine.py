@@ -194,3 +194,18 @@ def test_retired_statuses_expire() -> None:
     assert "u1" in engine.retired
     assert engine.reconcile({}, pleg_map(13.0), T0 + 10 + 601, MONO) is not None
     assert engine.retired == {}
+
+
+def test_only_the_named_pods_are_recomputed() -> None:
+    engine = StatusEngine(Saved())
+    desired = {"u1": desired_entry("u1"), "u2": desired_entry("u2")}
+    assert engine.reconcile(desired, pleg_map(10.0, u1=record(False), u2=record(False)), T0,
+                            MONO)
+    both_running = pleg_map(11.0, u1=record(), u2=record())
+    changes = engine.reconcile(desired, both_running, T0 + 5, MONO, only={"u2", "gone"})
+    assert changes and set(changes.set) == {"u2"}
+    assert engine.statuses["u1"]["phase"] == "Pending"
+    full = engine.reconcile(desired, both_running, T0 + 6, MONO)  # the sweep catches u1
+    assert full and set(full.set) == {"u1"} and engine.statuses["u1"]["phase"] == "Running"
+    left = engine.reconcile({"u2": desired["u2"]}, both_running, T0 + 7, MONO, only=set())
+    assert left and left.deleted == ["u1"]  # retirement does not depend on ``only``

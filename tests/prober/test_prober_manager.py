@@ -152,3 +152,21 @@ def test_verdicts_only_for_current_container() -> None:
     assert probe_verdicts(entry, pleg("c2")["u1"]) == ({}, {})
     assert probe_verdicts(None, pleg()["u1"]) == ({}, {})
     assert liveness_failed({"app": {"container_id": "c1", "liveness": "success"}}) == set()
+
+
+def test_update_of_named_pods_only_touches_them() -> None:
+    m = manager()
+    two = {**desired(readinessProbe=probe())}
+    other = dict(two["u1"], pod={**two["u1"]["pod"],
+                                 "metadata": {"name": "q", "namespace": "default", "uid": "u2"}})
+    two["u2"] = other
+    maps = {**pleg(), "u2": pleg(cid="c2")["u1"]}
+    m.update(two, maps, 0.0, WALL)
+    assert {k[0] for k in m.workers} == {"u1", "u2"}
+    kept = m.workers[("u1", "app", Kind.READINESS)]
+    m.update({"u1": two["u1"]}, {**maps, "u1": pleg(cid="c9")["u1"]}, 1.0, WALL, only={"u2"})
+    assert set(m.workers) == {("u1", "app", Kind.READINESS)}  # u2 gone, u1 not looked at
+    assert m.workers[("u1", "app", Kind.READINESS)] is kept and kept.container_id == "c1"
+    assert set(m.entries(1.0)) == {"u1"}
+    m.update({"u1": two["u1"]}, {**maps, "u1": pleg(cid="c9")["u1"]}, 2.0, WALL, only={"u1"})
+    assert kept.container_id == "c9" and m.entries(2.0)["u1"]["app"]["container_id"] == "c9"
