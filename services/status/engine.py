@@ -1,8 +1,9 @@
 """The status engine: which statuses to (re)compute, retire and publish. No I/O.
 
-``StatusEngine.reconcile(desired, pleg, now, mono)`` recomputes every pod's status from the two
-replicated maps (``desired`` from syncloop, ``pleg`` from pleg) and returns the changes to apply to
-the ``statuses`` map. It refuses to run (returns None) while the PLEG cache is not usable:
+``StatusEngine.reconcile(desired, pleg, now, mono, probes, only)`` recomputes the status of every
+pod (or of the pods in ``only``: those whose inputs changed) from the replicated maps (``desired``
+from syncloop, ``pleg`` from pleg) and returns the changes to apply to the ``statuses`` map.
+It refuses to run (returns None) while the PLEG cache is not usable:
 
 - no ``_health`` yet: an empty map from a PLEG that has not relisted must not turn Running pods
   into Pending;
