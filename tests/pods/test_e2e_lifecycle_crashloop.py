@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.services.cri import CriError
 from podvisor.services.syncloop import labels as L
 from tests.pods.lifecycle import agent_config, cri_for, free_port, get_pods, pod_yaml
 
@@ -30,6 +31,14 @@ def crash_statuses(podlist: dict[str, Any] | None) -> list[dict[str, Any]]:
             for c in p.get("status", {}).get("containerStatuses", [])]
 
 
+def _answers(cri: Any) -> bool:
+    try:
+        cri.version()
+    except CriError:
+        return False
+    return True
+
+
 @pytest.mark.timeout(150)
 def test_crashloop_backoff_grows_to_cap(agent: Any, wait_for: Any) -> None:
     manifests = Path(tempfile.mkdtemp(prefix="pvcl", dir="/tmp"))
@@ -38,8 +47,8 @@ def test_crashloop_backoff_grows_to_cap(agent: Any, wait_for: Any) -> None:
         port = free_port()
         handle = agent(config=agent_config(manifests, port, syncloop={
             "crashLoopBackOffInitial": "1s", "crashLoopBackOffMax": f"{CAP:g}s"}))
-        wait_for(lambda: handle.paths.cri_socket.exists(), 30.0)
         cri = cri_for(handle)
+        wait_for(lambda: _answers(cri), 30.0)  # the socket file exists before the server serves
         starts: dict[str, int] = {}  # container id -> started_at (ns, runtime wall clock)
         seen_reasons: set[str] = set()
         counts: list[int] = []
