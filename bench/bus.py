@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -86,16 +87,13 @@ def _subscribed(sock: zmq.Socket[bytes]) -> None:
     time.sleep(0.3)  # benchmark, not a test: let subscriptions reach the publisher first
 
 
-def run_raw(n: int, rate: float) -> tuple[int, float, list[float]]:
-    zctx = zmq.Context()
-    tmp = tempfile.mkdtemp(prefix="pvb", dir="/tmp")
-    addr = f"ipc://{tmp}/raw.sock"
-    sub = zctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.RCVHWM, HWM)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.bind(addr)
+Result = tuple[int, float, list[float]]
+
+
+def _raw_run(sub: zmq.Socket[bytes], pub_addr: str, n: int, rate: float) -> Result:
+    """Receive ``n`` raw messages on ``sub`` from a raw publisher process sending to pub_addr."""
     go = mp.Event()
-    p = mp.Process(target=_raw_pub, args=(addr, n, rate, go))
+    p = mp.Process(target=_raw_pub, args=(pub_addr, n, rate, go))
     p.start()
     _subscribed(sub)
     go.set()
@@ -115,65 +113,67 @@ def run_raw(n: int, rate: float) -> tuple[int, float, list[float]]:
     return res
 
 
-def run_raw_via_proxy(n: int, rate: float) -> tuple[int, float, list[float]]:
-    """Raw pyzmq + msgpack, but through podvisor's proxy process: isolates the cost of the hop."""
-    root = tempfile.mkdtemp(prefix="pvb", dir="/tmp")
-    paths = RunPaths(Path(root))
-    paths.ensure()
-    stop, go = mp.Event(), mp.Event()
-    proxy = mp.Process(target=_proxy, args=(root, stop))
-    proxy.start()
-    zctx = zmq.Context()
+def _raw_sub(zctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
     sub = zctx.socket(zmq.SUB)
     sub.setsockopt(zmq.RCVHWM, HWM)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(paths.bus_sub)
-    p = mp.Process(target=_raw_pub, args=(paths.bus_pub, n, rate, go))
-    p.start()
-    _subscribed(sub)
-    go.set()
-
-    def recv_one(idle: float) -> float | None:
-        try:
-            data = sub.recv(zmq.NOBLOCK)
-        except zmq.Again:
-            if not sub.poll(int(idle * 1000)):
-                return None
-            data = sub.recv()
-        return float(msgpack.unpackb(data)["t"])
-
-    res = _receive(recv_one, n)
-    p.join()
-    stop.set()
-    proxy.join()
-    sub.close(linger=0)
-    return res
+    return sub
 
 
-def run_podvisor(n: int, rate: float) -> tuple[int, float, list[float]]:
+def _with_proxy(fn: Any) -> Result:
+    """Run ``fn(paths)`` while a podvisor bus proxy runs in its own process (as the supervisor's
+    thread would), then stop the proxy."""
     root = tempfile.mkdtemp(prefix="pvb", dir="/tmp")
     paths = RunPaths(Path(root))
     paths.ensure()
-    stop, go = mp.Event(), mp.Event()
+    stop = mp.Event()
     proxy = mp.Process(target=_proxy, args=(root, stop))
     proxy.start()
-    zctx = zmq.Context()
-    sub = Subscriber(zctx, paths, ["bus."])
-    p = mp.Process(target=_pv_pub, args=(root, n, rate, go))
-    p.start()
-    _subscribed(sub.socket)
-    go.set()
+    try:
+        return fn(paths)  # type: ignore[no-any-return]
+    finally:
+        stop.set()
+        proxy.join()
+        shutil.rmtree(root, ignore_errors=True)
 
-    def recv_one(idle: float) -> float | None:
-        env = sub.recv(idle)
-        return None if env is None else float(env.message.payload["t"])  # type: ignore[attr-defined]
 
-    res = _receive(recv_one, n)
-    p.join()
-    stop.set()
-    proxy.join()
-    sub.close()
-    return res
+def run_raw(n: int, rate: float) -> Result:
+    tmp = tempfile.mkdtemp(prefix="pvb", dir="/tmp")
+    sub = _raw_sub(zmq.Context())
+    sub.bind(f"ipc://{tmp}/raw.sock")
+    try:
+        return _raw_run(sub, f"ipc://{tmp}/raw.sock", n, rate)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_raw_via_proxy(n: int, rate: float) -> Result:
+    """Raw pyzmq + msgpack, but through podvisor's proxy process: isolates the cost of the hop."""
+    def run(paths: RunPaths) -> Result:
+        sub = _raw_sub(zmq.Context())
+        sub.connect(paths.bus_sub)
+        return _raw_run(sub, paths.bus_pub, n, rate)
+    return _with_proxy(run)
+
+
+def run_podvisor(n: int, rate: float) -> Result:
+    def run(paths: RunPaths) -> Result:
+        sub = Subscriber(zmq.Context(), paths, ["bus."])
+        go = mp.Event()
+        p = mp.Process(target=_pv_pub, args=(str(paths.root), n, rate, go))
+        p.start()
+        _subscribed(sub.socket)
+        go.set()
+
+        def recv_one(idle: float) -> float | None:
+            env = sub.recv(idle)
+            return None if env is None else float(env.message.payload["t"])  # type: ignore[attr-defined]
+
+        res = _receive(recv_one, n)
+        p.join()
+        sub.close()
+        return res
+    return _with_proxy(run)
 
 
 def _pct(xs: list[float], q: float) -> float:
