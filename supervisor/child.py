@@ -1,9 +1,10 @@
 """The harness every supervised process runs in: `python -m podvisor.supervisor.child NAME`.
 
 Start-up order: set PR_SET_PDEATHSIG (SIGTERM) and check the parent is still the supervisor;
-read `run/config.json`; set up JSON logging to stderr and `logs/<NAME>.log`; install SIGTERM/SIGINT
-handlers (they only set `ctx.stop`, and arm an alarm so a child whose service ignores the stop
-still dies when its supervisor is gone); import the service module; send `ready`; call
+read `run/config.json`; set up JSON logging to stderr and `logs/<NAME>.log`; install the SIGTERM
+handler (it only sets `ctx.stop`, and arms an alarm so a child whose service ignores the stop
+still dies when its supervisor is gone) and ignore SIGINT (a terminal's Ctrl-C is the
+supervisor's to handle); import the service module; send `ready`; call
 `run(ctx)`. Exit status: 0 when `run` returns, 1 (with a `child.crashed` event carrying the
 traceback) when it raises, or the code given to `sys.exit`.
 
@@ -137,7 +138,10 @@ def _install_signals(stop: threading.Event, stop_timeout: float) -> None:
             signal.alarm(alarm)  # default SIGALRM action ends us if the service ignores stop
 
     signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
+    # A terminal's Ctrl-C reaches the whole foreground process group. Only the supervisor acts
+    # on SIGINT: it stops its children in reverse start order with SIGTERM (so the runtime is
+    # still up while the others stop, and the agent can count the pods it leaves running).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_service(ctx: ChildContext, module_name: str, send_ready: Callable[[], object]) -> int:

@@ -146,7 +146,7 @@ class AgentHandle:
         self.proc = subprocess.Popen(
             [str(BIN / "podvisor"), "run", "--config", str(self.config_path), *extra_args],
             stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr, env=env,
-            cwd=str(root))
+            cwd=str(root), start_new_session=True)  # its own process group, as in a terminal
         self.client = ControlClient(self.paths.control, timeout=10.0)
 
     def write_config(self, config: dict[str, Any]) -> None:

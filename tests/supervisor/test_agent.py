@@ -179,3 +179,20 @@ def test_config_keys_without_a_subsystem_are_reported_at_start(agent: Any) -> No
               (a.paths.logs_dir / "supervisor.log").read_text().splitlines()]
     [warning] = [e for e in events if e["event"] == "config.key_not_used"]
     assert warning["key"] == "kubeconfig" and warning["level"] == "warning"
+
+
+def test_ctrl_c_to_the_process_group_stops_children_in_reverse_order(agent: Any) -> None:
+    """A terminal's Ctrl-C sends SIGINT to every process of the foreground group: only the
+    supervisor acts on it, and stops its children one by one, last started first."""
+    a = agent({"one": IDLE, "two": IDLE, "three": IDLE})
+    for name in ("one", "two", "three"):
+        a.wait_state(name, "RUNNING")
+    os.killpg(os.getpgid(a.proc.pid), signal.SIGINT)
+    assert a.proc.wait(30) == 0
+    events = [json.loads(line) for line in
+              (a.paths.logs_dir / "supervisor.log").read_text().splitlines()]
+    order = [(e["event"], e["process"]) for e in events
+             if e["event"] in ("process.stopping", "process.exited")]
+    assert order == [("process.stopping", "three"), ("process.exited", "three"),
+                     ("process.stopping", "two"), ("process.exited", "two"),
+                     ("process.stopping", "one"), ("process.exited", "one")]
