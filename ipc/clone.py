@@ -227,7 +227,7 @@ class MapReplica:
             wait_ms = int((deadline - self._clock()) * 1000)
             if wait_ms <= 0:
                 return False
-            if self._asked_at is None:  # not connected yet: wait until a request can go out
+            if self._asked_at is None:  # the send queue was full: wait until it can go out
                 self._dealer.poll(wait_ms, zmq.POLLOUT)
             elif self._dealer.poll(wait_ms) and self._take_reply():
                 return True
@@ -236,9 +236,9 @@ class MapReplica:
         dealer = self._zctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.MAXMSGSIZE, SNAPSHOT_MAX_BYTES)
-        # Queue requests only to a connected owner: with the owner down a send fails at once
-        # instead of piling up requests that a restarted owner would all answer.
-        dealer.setsockopt(zmq.IMMEDIATE, 1)
+        # No ZMQ_IMMEDIATE: a request asked before the connection completes waits in the pipe
+        # (with IMMEDIATE a replica started beside its owner was seen never to get a snapshot).
+        # Extra answers a restarted owner gives to queued requests are dropped in _take_reply.
         dealer.connect(self._paths.snapshot(self.map_name))
         return dealer
 
@@ -251,7 +251,7 @@ class MapReplica:
         try:
             self._dealer.send_multipart([b"", b"SNAPSHOT"], flags=zmq.NOBLOCK)
         except zmq.Again:
-            self._asked_at = None  # owner not connected: ask again on the next pump
+            self._asked_at = None  # send queue full: ask again on the next pump
             return
         self._asked_at = now
 
