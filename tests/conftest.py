@@ -50,11 +50,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def wait_for_impl(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
-                  message: str = "") -> T:
+                  message: str = "", pump: Callable[[], object] | None = None) -> T:
     """Call `predicate` until it returns something truthy (returned); AssertionError after
-    `timeout` seconds, with `message` and the last value."""
+    `timeout` seconds, with `message` and the last value. `pump`, when given, runs before each
+    check (e.g. to drain a test's sockets into the state the predicate reads)."""
     deadline = time.monotonic() + timeout
     while True:
+        if pump is not None:
+            pump()
         value = predicate()
         if value:
             return value

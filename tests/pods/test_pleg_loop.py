@@ -23,20 +23,12 @@ from podvisor.services.pleg.main import serve
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
+from tests.conftest import wait_for_impl
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 15.0, pump: Callable[[], Any] | None = None
-             ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        if pump is not None:
-            pump()
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)  # polling interval, not synchronisation
+def wait_for(cond: Callable[[], Any], timeout: float = 15.0,
+             pump: Callable[[], Any] | None = None) -> Any:
+    return wait_for_impl(cond, timeout, 0.01, pump=pump)
 
 
 class Harness:

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,22 +29,14 @@ from podvisor.services.pleg.main import serve
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
+from tests.conftest import wait_for_impl
 
 UID = "pleg-it-uid"
 
 
-def until(cond: Callable[[], Any], timeout: float = 20.0, pump: Callable[[], Any] | None = None
-          ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        if pump is not None:
-            pump()
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)  # polling interval, not synchronisation
+def until(cond: Callable[[], Any], timeout: float = 20.0,
+          pump: Callable[[], Any] | None = None) -> Any:
+    return wait_for_impl(cond, timeout, 0.01, pump=pump)
 
 
 @pytest.fixture

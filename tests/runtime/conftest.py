@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,22 +32,16 @@ import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+from tests.conftest import wait_for_impl
 
 HERE = Path(__file__).resolve().parent
 TEST_LABEL = "podvisor.test/run"
 
 
 def poll(predicate: Callable[[], Any], timeout: float = 15.0, message: str = "") -> Any:
-    """Poll until truthy; AssertionError after ``timeout``. Never used to synchronise by sleeping:
-    the short interval only bounds CPU use while the condition is not yet true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(0.005)
+    """Poll until truthy (the top-level helper, at a 5 ms interval); AssertionError after
+    ``timeout``."""
+    return wait_for_impl(predicate, timeout, 0.005, message)
 
 
 class EmbeddedRuntime:
