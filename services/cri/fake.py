@@ -109,12 +109,19 @@ class FakeRuntimeClient:
             raise CriError("fake", grpc.StatusCode.NOT_FOUND, f"sandbox {sandbox_id!r} not found")
         return self.sandboxes[sandbox_id]
 
-    def _emit(self, container_id: str, kind: int) -> None:
-        status = self.containers[container_id][1] if container_id in self.containers else None
+    def _emit(self, container_id: str, kind: int, sandbox_id: str = "") -> None:
+        """As the embedded runtime: the sandbox's status and every container of it, the
+        event's own first (absent after a removal)."""
+        if container_id in self.containers:
+            sandbox_id = self.containers[container_id][0]
+        gone = kind == pb.CONTAINER_DELETED_EVENT
+        statuses = sorted((st for sb, st in self.containers.values()
+                           if sb == sandbox_id and not (gone and st.id == container_id)),
+                          key=lambda st: st.id != container_id)
         event = pb.ContainerEventResponse(
             container_id=container_id, container_event_type=kind,  # type: ignore[arg-type]
-            created_at=self._clock(),
-            containers_statuses=[status] if status is not None else [],
+            created_at=self._clock(), containers_statuses=statuses,
+            pod_sandbox_status=self.sandboxes.get(sandbox_id),
         )
         for stream in self.streams:
             stream.queue.put(event)

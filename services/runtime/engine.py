@@ -355,12 +355,19 @@ class Engine:
             "the container's monitor exited without recording an exit code"))
 
     def _publish(self, c: Container, kind: pb.ContainerEventType.ValueType) -> None:
+        """One event to every GetContainerEvents subscriber. As the CRI asks (and containerd
+        does), ``containers_statuses`` holds every container of the sandbox, read under the
+        lock (one consistent snapshot): the event's own container first, except after a
+        removal, when it is gone. A consumer can take the pod's state from the event alone,
+        as the kubelet's Evented PLEG does."""
         with self._lock:
             sb = self._sandboxes.get(c.sandbox_id)
+            others = [x for x in self.containers_of(c.sandbox_id) if x.id != c.id]
+            mine = [] if kind == pb.CONTAINER_DELETED_EVENT else [self._containers.get(c.id, c)]
         event = pb.ContainerEventResponse(
             container_id=c.id, container_event_type=kind, created_at=self.wall(),
             pod_sandbox_status=convert.sandbox_status(sb) if sb else None,
-            containers_statuses=[convert.container_status(c)],
+            containers_statuses=[convert.container_status(x) for x in mine + others],
         )
         self.events.publish(event)
 

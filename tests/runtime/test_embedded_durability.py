@@ -124,6 +124,45 @@ def test_container_events_push_lifecycle_and_death(cri_runtime: Any, poll: Any) 
     assert not reader.is_alive()
 
 
+def test_container_events_carry_every_container_of_the_sandbox(cri_runtime: Any,
+                                                                poll: Any) -> None:
+    """As the CRI asks: an event holds the sandbox's status and the statuses of all its
+    containers (the event's own first), so a consumer needs no call to know the pod."""
+    _embedded(cri_runtime)
+    client = cri_runtime.client
+    stream = client.container_events()
+    events: list[pb.ContainerEventResponse] = []
+    reader = threading.Thread(target=lambda: events.extend(iter(stream)), daemon=True)
+    reader.start()
+    try:
+        sandbox = cri_runtime.run("allstatuses")
+        first = cri_runtime.start(sandbox, "first", SLEEP)
+        second = client.create_container(
+            sandbox[0], cri_runtime.container_config("second", ["sh", "-c", "exit 4"]),
+            sandbox[1])
+        client.start_container(second)
+
+        def stopped() -> pb.ContainerEventResponse | None:
+            return next((e for e in list(events) if e.container_id == second and
+                         e.container_event_type == pb.CONTAINER_STOPPED_EVENT), None)
+        event = poll(stopped, message="stopped event of the second container")
+        assert [s.id for s in event.containers_statuses] == [second, first]
+        assert event.containers_statuses[0].exit_code == 4
+        assert event.containers_statuses[1].state == pb.CONTAINER_RUNNING
+        assert event.pod_sandbox_status.state == pb.SANDBOX_READY
+        client.remove_container(second)
+
+        def deleted() -> pb.ContainerEventResponse | None:
+            return next((e for e in list(events) if e.container_id == second and
+                         e.container_event_type == pb.CONTAINER_DELETED_EVENT), None)
+        assert [s.id for s in poll(deleted, message="deleted event").containers_statuses] \
+            == [first]
+    finally:
+        stream.close()
+        reader.join(5)
+    assert not reader.is_alive()
+
+
 def test_monitors_exit_with_their_containers(cri_runtime: Any, poll: Any) -> None:
     _embedded(cri_runtime)
     cid = cri_runtime.start(cri_runtime.run("monexit"), "c", ["true"])
