@@ -6,11 +6,18 @@ inside it is listed as lost. RSS: the largest sum seen over samples every `sampl
 (psutil `memory_info`, cheap). PSS (`memory_full_info`, reads smaps: costly) is taken once,
 after the window, because RSS counts pages a forked process shares with its parent once per
 process.
+Resident together (`resident_mb`): the distinct physical pages resident in any process of the
+group, read from /proc/PID/pagemap (page frame numbers need root; without them it is NaN). This
+is what "RSS of all the processes together" means without counting a page once per process that
+maps it (after a fork, parent and child share every page until one writes it).
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
+import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +34,7 @@ class Usage:
     cpu_percent: float  # of one core, over the window
     rss_mb: float  # largest sum over the samples
     pss_mb: float  # after the window
+    resident_mb: float  # distinct resident pages of the whole group, after the window
     lost: int  # processes that died inside the window
     details: tuple[str, ...] = ()  # one line per process
 
@@ -35,7 +43,8 @@ class Usage:
 
     def line(self) -> str:
         return (f"  {self.label:34s} {self.processes:4d} procs  CPU {self.cpu_percent:6.2f} %"
-                f" of a core   RSS {self.rss_mb:7.1f} MB   PSS {self.pss_mb:7.1f} MB"
+                f" of a core   RSS sum {self.rss_mb:7.1f} MB   resident together "
+                f"{self.resident_mb:7.1f} MB   PSS {self.pss_mb:7.1f} MB"
                 + (f"   ({self.lost} died in the window)" if self.lost else ""))
 
 
@@ -75,6 +84,36 @@ def _pss(procs: list[psutil.Process]) -> float:
     return total / 2**20
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PRESENT = 1 << 63
+_PFN_MASK = (1 << 55) - 1
+
+
+def _frames(pid: int) -> set[int]:
+    """Page frame numbers of every resident page of `pid` (empty without root)."""
+    frames: set[int] = set()
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
+            if line.rstrip().endswith("[vsyscall]"):
+                continue
+            pagemap.seek(lo // _PAGE * 8)
+            entries = array.array("Q")
+            entries.frombytes(pagemap.read((hi - lo) // _PAGE * 8))
+            frames.update(e & _PFN_MASK for e in entries if e & _PRESENT)
+    return frames
+
+
+def resident_mb(procs: list[psutil.Process]) -> float:
+    """MB of distinct physical pages resident in `procs` together; NaN without root."""
+    frames: set[int] = set()
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            frames |= _frames(proc.pid)
+    frames.discard(0)  # PFNs read as 0 without CAP_SYS_ADMIN
+    return len(frames) * _PAGE / 2**20 if frames else math.nan
+
+
 Group = tuple[str, Callable[[], list[psutil.Process]]]
 
 
@@ -96,8 +135,8 @@ def measure_idle(groups: list[Group], seconds: float, sample_every: float = 5.0)
         used = sum(cpu - start[label].get(key, 0.0) for key, cpu in finish.items())
         lost = sum(1 for key in start[label] if key not in finish)
         details = tuple(_detail(p, finish, start[label], wall) for p in procs)
-        out.append(Usage(label, len(procs), 100.0 * used / wall, rss[label], _pss(procs), lost,
-                         details))
+        out.append(Usage(label, len(procs), 100.0 * used / wall, rss[label], _pss(procs),
+                         resident_mb(procs), lost, details))
     return out
 
 
