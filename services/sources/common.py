@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from podvisor.ipc.messages import PodSet
 from podvisor.services.pod import (
@@ -48,10 +49,18 @@ class SourceSet:
     pods: tuple[Pod, ...] = ()
     errors: tuple[SourceError, ...] = ()
     notes: tuple[str, ...] = ()
+    # ``pods[i].to_dict()`` when the reader already has them (a relist reuses unchanged pods'
+    # wire forms instead of rendering 100 pods again); never mutated.
+    wire: tuple[dict[str, Any], ...] = field(default=(), compare=False, repr=False)
+
+    def wire_pods(self) -> list[dict[str, Any]]:
+        if len(self.wire) == len(self.pods):
+            return list(self.wire)
+        return [p.to_dict() for p in self.pods]
 
     def to_message(self, ts: float) -> PodSet:
         key = "file" if self.source == "file" else "url"
-        return PodSet(source=self.source, pods=[p.to_dict() for p in self.pods],
+        return PodSet(source=self.source, pods=self.wire_pods(),
                       errors=[{key: e.location, "field": e.field, "reason": e.reason}
                               for e in self.errors], ts=ts)
 
@@ -60,35 +69,62 @@ def errors_of(exc: PodValidationError) -> list[SourceError]:
     return [SourceError(exc.where, issue.field, issue.reason) for issue in exc.errors]
 
 
+@dataclass(frozen=True)
+class BuiltPod:
+    """A static pod with its wire form (``pod.to_dict()``), that form's canonical JSON size,
+    and the first-seen time it was stamped with."""
+
+    pod: Pod
+    wire: dict[str, Any]
+    size: int
+    seen: str
+
+
 def build_static_pod(parsed: ParsedPod, *, node_name: str, source: str, location: str,
                      seen: Seen) -> Pod:
     """Static defaults + first-seen time + size check. Raises ``PodValidationError``."""
+    return build_static(parsed, node_name=node_name, source=source, location=location,
+                        seen=seen).pod
+
+
+def build_static(parsed: ParsedPod, *, node_name: str, source: str, location: str,
+                 seen: Seen) -> BuiltPod:
+    """``build_static_pod``, keeping the wire form and size it computed."""
     warnings = tuple(str(w) for w in parsed.warnings)
     pod = apply_static_defaults(parsed.pod, node_name=node_name, source=source,
                                 location=location, seen="", warnings=warnings)
-    pod = pod.with_annotations({CONFIG_SEEN_ANNOTATION: seen(pod.uid)})
-    if len(canonical_json(pod.to_dict())) > MAX_POD_BYTES:
+    first_seen = seen(pod.uid)
+    pod = pod.with_annotations({CONFIG_SEEN_ANNOTATION: first_seen})
+    wire = pod.to_dict()
+    size = len(canonical_json(wire))
+    if size > MAX_POD_BYTES:
         raise PodValidationError(location, [FieldIssue(
             "", f"pod is larger than {MAX_POD_BYTES // 1024} KiB once decoded")])
-    return pod
+    return BuiltPod(pod, wire, size, first_seen)
 
 
-def within_budget(source_set: SourceSet) -> SourceSet:
-    """Drop the pods past ``MAX_SET_BYTES`` (reported as errors) so the set fits one message."""
+def within_budget(source_set: SourceSet, sizes: Sequence[int] = ()) -> SourceSet:
+    """Drop the pods past ``MAX_SET_BYTES`` (reported as errors) so the set fits one message.
+    ``sizes``: each pod's canonical JSON size when known (else computed)."""
+    known = len(sizes) == len(source_set.pods)
+    wire = len(source_set.wire) == len(source_set.pods)
     total = 0
-    kept: list[Pod] = []
+    kept: list[int] = []
     errors = list(source_set.errors)
-    for pod in source_set.pods:
-        total += len(canonical_json(pod.to_dict()))
+    for i, pod in enumerate(source_set.pods):
+        total += sizes[i] if known else len(canonical_json(
+            source_set.wire[i] if wire else pod.to_dict()))
         if total > MAX_SET_BYTES:
             location = pod.origin.location if pod.origin else pod.name
             errors.append(SourceError(location, "", "the source's pods together exceed "
                                       f"{MAX_SET_BYTES // (1024 * 1024)} MiB; pod left out"))
         else:
-            kept.append(pod)
+            kept.append(i)
     if len(kept) == len(source_set.pods):
         return source_set
-    return SourceSet(source_set.source, tuple(kept), tuple(errors), source_set.notes)
+    return SourceSet(source_set.source, tuple(source_set.pods[i] for i in kept), tuple(errors),
+                     source_set.notes,
+                     tuple(source_set.wire[i] for i in kept) if wire else ())
 
 
 class FirstSeen:

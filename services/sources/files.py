@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from podvisor.services.pod import (
@@ -22,10 +24,11 @@ from podvisor.services.pod import (
     decode_pod,
 )
 from podvisor.services.sources.common import (
+    BuiltPod,
     Seen,
     SourceError,
     SourceSet,
-    build_static_pod,
+    build_static,
     errors_of,
     within_budget,
 )
@@ -41,7 +44,8 @@ def read_static_pods(path: Path, node_name: str, seen: Seen,
                      tick: Callable[[], None] = lambda: None,
                      cache: ParseCache | None = None) -> SourceSet:
     """Read every manifest under ``path``; ``tick`` is called between files (progress).
-    With a ``cache``, files whose stat did not change are not parsed again."""
+    With a ``cache``, files whose stat did not change are neither read nor parsed again, and
+    their pods are not rebuilt."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -49,12 +53,12 @@ def read_static_pods(path: Path, node_name: str, seen: Seen,
     except OSError as exc:
         raise SourceReadError(exc.errno, f"cannot stat {path}: {exc.strerror}") from exc
     if not stat.S_ISDIR(info.st_mode):
-        return within_budget(_read_files([path], node_name, seen, tick, [], cache))
+        return _read_files([str(path)], node_name, seen, tick, [], cache)
     try:
         entries = sorted(os.scandir(path), key=lambda e: e.name)
     except OSError as exc:
         raise SourceReadError(exc.errno, f"cannot list {path}: {exc.strerror}") from exc
-    files: list[Path] = []
+    files: list[str] = []
     notes: list[str] = []
     for entry in entries:
         if entry.name.startswith("."):
@@ -62,8 +66,8 @@ def read_static_pods(path: Path, node_name: str, seen: Seen,
         if _is_dir(entry):
             notes.append(f"{entry.path}: a directory; not recursing")
         else:
-            files.append(Path(entry.path))
-    return within_budget(_read_files(files, node_name, seen, tick, notes, cache))
+            files.append(entry.path)
+    return _read_files(files, node_name, seen, tick, notes, cache)
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -73,20 +77,24 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _read_files(files: list[Path], node_name: str, seen: Seen, tick: Callable[[], None],
+def _read_files(files: list[str], node_name: str, seen: Seen, tick: Callable[[], None],
                 notes: list[str], cache: ParseCache | None) -> SourceSet:
-    pods = []
+    built: list[BuiltPod] = []
     errors: list[SourceError] = []
-    for file in files:
+    for where in files:
         tick()
-        where = str(file)
         try:
-            outcome = _decode_file(file, where, cache)
+            entry = _decode_file(where, cache)
+            outcome = entry.outcome
             if isinstance(outcome, PodValidationError):
                 errors.extend(errors_of(outcome))
                 continue
-            pods.append(build_static_pod(outcome, node_name=node_name, source=SOURCE,
-                                         location=where, seen=seen))
+            pod = entry.built
+            # the first-seen time is the one part not from the file: rebuild if it moved
+            if pod is None or seen(pod.pod.uid) != pod.seen:
+                pod = entry.built = build_static(outcome, node_name=node_name, source=SOURCE,
+                                                 location=where, seen=seen)
+            built.append(pod)
         except PodValidationError as exc:
             errors.extend(errors_of(exc))
         except _NotRegular:
@@ -94,46 +102,69 @@ def _read_files(files: list[Path], node_name: str, seen: Seen, tick: Callable[[]
         except OSError as exc:
             errors.append(SourceError(where, "", f"cannot read: {exc.strerror or exc}"))
     if cache is not None:
-        cache.keep_only(str(f) for f in files)
-    return SourceSet(SOURCE, tuple(pods), tuple(errors), tuple(notes))
+        cache.keep_only(files)
+    result = SourceSet(SOURCE, tuple(b.pod for b in built), tuple(errors), tuple(notes),
+                       tuple(b.wire for b in built))
+    return within_budget(result, [b.size for b in built])
 
 
 Outcome = ParsedPod | PodValidationError
 
 
-def _decode_file(file: Path, where: str, cache: ParseCache | None) -> Outcome:
-    info = os.stat(file)
+@dataclass
+class _Entry:
+    key: tuple[int, ...]
+    outcome: Outcome
+    built: BuiltPod | None = None  # the static pod made from ``outcome`` (a ParsedPod)
+
+
+def _decode_file(where: str, cache: ParseCache | None) -> _Entry:
+    info = os.stat(where)
     key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     if cache is not None and (hit := cache.get(where, key)) is not None:
         return hit
     outcome: Outcome
     try:
-        outcome = decode_pod(read_capped(file, MAX_MANIFEST_BYTES), where)
+        outcome = decode_pod(read_capped(Path(where), MAX_MANIFEST_BYTES), where)
     except PodValidationError as exc:
         outcome = exc
+    entry = _Entry(key, outcome)
     if cache is not None:
-        cache.put(where, key, outcome)
-    return outcome
+        cache.put(where, entry)
+    return entry
+
+
+# A file whose mtime or ctime is this recent is read again even when its stat matches: two
+# writes of the same size within one timestamp tick (a jiffy on many filesystems) leave the
+# stat unchanged; once the file is older, a later write must move its timestamps.
+RECENT_NS = 2_000_000_000
 
 
 class ParseCache:
-    """Decoded manifests by file name, reused while the file's stat (device, inode, size,
-    mtime and ctime in ns) is unchanged: a relist then costs a stat per file, not a parse
-    (parsing a large YAML file takes seconds). One thread."""
+    """Decoded manifests (and the pods built from them) by file name, reused while the file's
+    stat (device, inode, size, mtime and ctime in ns) is unchanged and the file was not changed
+    within ``recent_ns`` of now (wall clock, as file times): a relist then costs a stat per
+    file, not a read, a parse and a rebuild (parsing a large YAML file takes seconds). One
+    thread."""
 
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[int, ...], Outcome]] = {}
+    def __init__(self, wall_ns: Callable[[], int] = time.time_ns,
+                 recent_ns: int = RECENT_NS) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._wall_ns = wall_ns
+        self._recent_ns = recent_ns
         self.hits = 0
 
-    def get(self, where: str, key: tuple[int, ...]) -> Outcome | None:
+    def get(self, where: str, key: tuple[int, ...]) -> _Entry | None:
         entry = self._entries.get(where)
-        if entry is None or entry[0] != key:
+        if entry is None or entry.key != key:
             return None
+        if max(key[3], key[4]) > self._wall_ns() - self._recent_ns:
+            return None  # changed just now: a same-size rewrite in the same tick looks equal
         self.hits += 1
-        return entry[1]
+        return entry
 
-    def put(self, where: str, key: tuple[int, ...], outcome: Outcome) -> None:
-        self._entries[where] = (key, outcome)
+    def put(self, where: str, entry: _Entry) -> None:
+        self._entries[where] = entry
 
     def keep_only(self, wheres: Iterable[str]) -> None:
         keep = set(wheres)
