@@ -113,6 +113,7 @@ def run_agent(
         heartbeat_endpoint=paths.heartbeat,
         reload_config=lambda: load_config(config_path, overrides),
         resolve=resolve, clock=deps.clock, wall=deps.wall, events=events, events_sub=events_sub,
+        beats_dir=paths.run_dir,
     )
     agent = Agent(parts)
     agent_box.append(agent)

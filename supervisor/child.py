@@ -55,7 +55,7 @@ import zmq  # noqa: E402
 
 from podvisor.ipc.paths import RunPaths  # noqa: E402
 from podvisor.supervisor.config import Config, read_config_json  # noqa: E402
-from podvisor.supervisor.heartbeat import HeartbeatSender  # noqa: E402
+from podvisor.supervisor.heartbeat import HeartbeatSender, beat_file  # noqa: E402
 from podvisor.supervisor.logs import EventLogger, setup_logging  # noqa: E402
 
 __all__ = ["ChildContext", "StopEvent", "forked_main", "main", "set_parent_death_signal"]
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging(name, paths.logs_dir, sup.log_level, sup.log_max_size, sup.log_max_files)
     zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sender = HeartbeatSender(zctx, paths.heartbeat, name, os.getpid(),
-                             BEAT_RATE * sup.heartbeat_interval)
+                             BEAT_RATE * sup.heartbeat_interval,
+                             beat_path=beat_file(paths.run_dir, name))
     ctx = ChildContext(name, config, paths, log, zctx, stop, sender.beat)
     try:
         return _run_service(ctx, module_name, sender.ready)

@@ -29,7 +29,7 @@ from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, w
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.faults import ControlFault, Fault
-from podvisor.supervisor.heartbeat import decode_beat
+from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.reconcile import apply_specs
@@ -60,6 +60,7 @@ class AgentParts:
     wall: Callable[[], float]
     events: EventStore | None = None  # the kept events (`podvisorctl events`)
     events_sub: Subscriber | None = None  # topic `events.`
+    beats_dir: Path | None = None  # where children map their heartbeat files (`run/`)
 
 
 def _noop_handler(signum: int, frame: FrameType | None) -> None:
@@ -84,6 +85,8 @@ class Agent:
         self._sig_r, self._sig_w = socket.socketpair()
         self.bad_beats = 0
         self._beats_drained = parts.clock()
+        self._beat_files = None if parts.beats_dir is None else BeatReader(
+            parts.beats_dir, 2 * parts.config.supervision.heartbeat_interval, parts.clock)
 
     # --- CommandContext ----------------------------------------------------------------------
 
@@ -178,6 +181,7 @@ class Agent:
 
     def _drain_heartbeats(self) -> None:
         self._beats_drained = self.p.clock()
+        self._read_beat_files()
         while True:
             try:
                 data = self._heartbeats.recv(zmq.NOBLOCK)
@@ -188,6 +192,17 @@ class Agent:
                 self.bad_beats += 1
                 continue
             self.sup.on_beat(beat)
+
+    def _read_beat_files(self) -> None:
+        """Beats written to the children's shared files (RUNNING ones: `ready` still comes
+        over PUSH, so a STARTING process becomes RUNNING only once it imported its module)."""
+        if self._beat_files is None:
+            return
+        for name, proc in self.sup.procs.items():
+            pid = proc.pid
+            if proc.state is ProcessState.RUNNING and pid is not None and \
+                    self._beat_files.new_beat(name, pid):
+                self.sup.on_beat(Beat(BEAT, name, pid, 0.0))
 
     def _drain_signals(self) -> None:
         try:
@@ -278,6 +293,8 @@ class Agent:
 
     def close(self) -> None:
         signal.set_wakeup_fd(-1)
+        if self._beat_files is not None:
+            self._beat_files.close()
         self._heartbeats.close(linger=0)
         self._sig_r.close()
         self._sig_w.close()

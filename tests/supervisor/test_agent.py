@@ -42,6 +42,17 @@ def test_sigstop_is_detected_by_missing_heartbeats_and_replaced(agent: Any) -> N
     assert a.state("other")["pid"] == other
 
 
+def test_beats_through_the_shared_file_keep_a_process_running(agent: Any) -> None:
+    """Periodic beats are a write into `run/beat-<name>` (no socket message): a process that
+    only beats that way stays RUNNING well past its heartbeatTimeout."""
+    a = agent({"steady": {**IDLE, "heartbeatTimeout": "1s"}})
+    pid = a.wait_state("steady", "RUNNING")["pid"]
+    row = a.wait_state("steady", "RUNNING", where=lambda r: (r["uptime"] or 0) > 3)
+    assert row["pid"] == pid and row["restarts"] == 0
+    raw = (a.paths.run_dir / "beat-steady").read_bytes()
+    assert int.from_bytes(raw[:8], "little") == pid and int.from_bytes(raw[8:], "little") > 3
+
+
 def test_crash_at_start_goes_fatal_and_others_keep_running(agent: Any) -> None:
     spec = {"module": "svc_crash", "intensity": 3, "intensityPeriod": "1m",
             "backoffBase": "10ms", "backoffCap": "50ms"}
