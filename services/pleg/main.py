@@ -1,15 +1,36 @@
 """The PLEG process: relist the runtime, publish lifecycle events, own the ``pleg`` map.
 
-Periods: 1 s relists when there is no event stream (kubelet GenericPLEG); with a live
-GetContainerEvents stream every event wakes the loop for an immediate relist, and a slower
-fallback relist runs every 5 s (``STREAM_RELIST_PERIOD``) to catch anything a stream could miss.
+Two ways to learn of changes (kubelet GenericPLEG and EventedPLEG):
 
-Cache freshness contract: the ``_health`` entry is written after every successful relist, after
-that relist's record updates, and carries ``ts`` (time.monotonic of the relist's start). Since a
-map's updates are applied in sequence, a replica whose ``_health.ts >= t`` holds every pod
-record as of ``t`` (the kubelet cache's global timestamp). A ``PodLifecycleEvent`` carries the
-same ``ts`` as the relist that produced it; pod records carry the ``ts`` of the relist that last
-changed them.
+- No event stream (containerd 1.6 answers UNIMPLEMENTED; or the stream is down): a full relist
+  every ``RELIST_PERIOD`` (1 s).
+- A live GetContainerEvents stream: each event updates its pod's record from the event alone
+  (``pod_sandbox_status`` + ``containers_statuses``; ``evented.py``), with no CRI call, and the
+  same lifecycle events are derived by diffing. A full relist runs when the stream (re)connects,
+  when the watcher dropped events (its queue was full), and every ``STREAM_RELIST_PERIOD``.
+  The kubelet's fallback is 300 s (with a 10 min health threshold); ours is 30 s because
+  ``/healthz`` keeps the kubelet's 3 min "last relist" threshold (KUBELET.md), which a 30 s
+  fallback meets six times over, and because the embedded runtime sends no sandbox events
+  (StopPodSandbox / RemovePodSandbox change nothing the stream reports): the fallback bounds how
+  long such a change and any missed event stay unseen. Two list calls every 30 s cost next to
+  nothing (the relist was every 5 s, and after every event).
+
+Cache freshness contract:
+
+- ``_health`` is written after every successful full relist (and only then), after that relist's
+  record updates, and carries ``ts`` = time.monotonic of the relist's start. Since a map's
+  updates are applied in sequence, a replica whose ``_health.ts >= t`` holds every pod record as
+  of ``t`` (the kubelet cache's global timestamp). With a live stream ``_health.ts`` advances at
+  the relists only (at least every ``STREAM_RELIST_PERIOD``), so ``/healthz`` reads a relist at
+  most 30 s old while the runtime answers.
+- Records can be newer than ``_health.ts``: a stream event updates its pod's record at once.
+  Such a record, and the ``PodLifecycleEvent``s the event produced, carry ``ts`` = the monotonic
+  time PLEG took the event off its queue. That is after the runtime made the change, so a
+  runtime read started after ``ts`` sees the change (what the sync loop's ``seen_at`` needs); it
+  does not promise that the pod's later changes are in (a later event may be in flight), and it
+  can be ahead of ``_health.ts``: never wait for ``_health.ts`` to reach an event's ``ts``.
+- A relist's records and events carry the relist's ``ts``; pod records change ``ts`` only when
+  their content changes.
 """
 
 from __future__ import annotations
@@ -35,7 +56,7 @@ from podvisor.supervisor.logs import EventLog
 MAP_NAME = "pleg"
 HEALTH_KEY = "_health"
 RELIST_PERIOD = 1.0
-STREAM_RELIST_PERIOD = 5.0
+STREAM_RELIST_PERIOD = 30.0
 CALL_TIMEOUT = 4.0  # per CRI call; below the default 10 s heartbeat timeout
 ERROR_LOG_EVERY = 30.0
 
@@ -51,6 +72,7 @@ def cri_endpoint(runtime_endpoint: str, cri_socket: str) -> str:
 class Counters:
     relists: int = 0
     relist_errors: int = 0
+    stream_events: int = 0  # stream events applied without a relist
     events: int = 0
     event_drops: int = 0
 
@@ -85,11 +107,24 @@ class PlegLoop:
             self._failing = False
         self.counters.relists += 1
         self.last_ok_wall = self._wall()
+        self._publish(result, self._health(result, events_mode, stream_drops))
+        return result
+
+    def apply(self, events: list[Any]) -> RelistResult:
+        """Apply stream events (in order) and publish; ``_health`` stays as the last relist
+        wrote it (see the module docstring)."""
+        result = self._relister.apply_events(events, self._clock())
+        self.counters.stream_events += len(events)
+        self._publish(result, None)
+        return result
+
+    def _publish(self, result: RelistResult, health: dict[str, Any] | None) -> None:
         for uid, record in result.changed.items():
             self._owner.set(uid, record)
         for uid in result.removed:
             self._owner.delete(uid)
-        self._owner.set(HEALTH_KEY, self._health(result, events_mode, stream_drops))
+        if health is not None:
+            self._owner.set(HEALTH_KEY, health)
         for ev in result.events:
             msg = PodLifecycleEvent(pod_uid=ev.pod_uid, type=ev.type.value,
                                     container_id=ev.container_id, ts=result.ts)
@@ -101,7 +136,6 @@ class PlegLoop:
                                       ev.pod_uid, "pleg", self._wall())
                 if died is not None:
                     self._pub.publish(died)
-        return result
 
     def _health(self, result: RelistResult, mode: str, stream_drops: int) -> dict[str, Any]:
         return {
@@ -111,6 +145,7 @@ class PlegLoop:
             "ts": result.ts,
             "relists": self.counters.relists,
             "relist_errors": self.counters.relist_errors,
+            "stream_events": self.counters.stream_events,
             "event_drops": self.counters.event_drops,
             "stream_drops": stream_drops,
         }
@@ -133,7 +168,8 @@ def _new_client(ctx: ChildContext) -> RuntimeClient:
 
 
 def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotonic) -> None:
-    """The loop: poll the snapshot socket and the event stream's wake fd; relist when due."""
+    """The loop: poll the snapshot socket and the event stream's wake fd; apply stream events
+    as they come; relist when due (see the module docstring)."""
     pub = Publisher(ctx.zctx, ctx.paths, ctx.name)
     owner = MapOwner(ctx.zctx, ctx.paths, pub, MAP_NAME)
     watcher = EventWatcher(client, ctx.log)
@@ -145,14 +181,15 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
         poller.register(ctx.stop_fd, zmq.POLLIN)
     watcher.start()
     next_relist = clock()
+    drops = 0
     try:
         while not ctx.stop.is_set():
             ctx.heartbeat()
             now = clock()
             if now >= next_relist:
-                mode = "stream" if watcher.streaming else "relist"
-                loop.step(mode, watcher.dropped)
-                period = STREAM_RELIST_PERIOD if watcher.streaming else RELIST_PERIOD
+                streaming = watcher.streaming
+                ok = loop.step("stream" if streaming else "relist", watcher.dropped)
+                period = STREAM_RELIST_PERIOD if streaming and ok is not None else RELIST_PERIOD
                 next_relist = clock() + period
             owner.tick(clock())
             # block until the next relist, heartbeat or map heartbeat; events and snapshot
@@ -164,14 +201,22 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
             if owner.socket in ready:
                 owner.serve()
             if watcher.wake_fd in ready:
-                watcher.drain()
-                next_relist = clock()  # an event (or a stream mode change): relist now
+                events = watcher.drain()
+                if (None in events or watcher.dropped != drops or not watcher.streaming
+                        or next_relist <= clock()):
+                    # a stream (re)connected or went away, events were lost, or a relist is
+                    # due anyway: relist now; it reads the runtime after these events happened
+                    drops = watcher.dropped
+                    next_relist = clock()
+                else:
+                    loop.apply(events)
     finally:
         watcher.stop()
         owner.close()
         pub.close()
         ctx.log.info("pleg.stopped", relists=loop.counters.relists,
-                     events=loop.counters.events, event_drops=loop.counters.event_drops)
+                     events=loop.counters.events, event_drops=loop.counters.event_drops,
+                     stream_events=loop.counters.stream_events)
 
 
 def run(ctx: ChildContext) -> None:

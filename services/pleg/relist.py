@@ -6,6 +6,12 @@ inspection failed) and returns what changed. Within such a pod only the sandboxe
 whose listed state changed since their last complete inspection are asked again. The caller
 publishes events and map updates.
 
+``Relister.apply_events(events, ts)`` is the Evented PLEG path (``evented.py``): it updates the
+same state (snapshot, records, inspection cache) from GetContainerEvents events alone, without a
+CRI call, so the next relist finds nothing new. IDs removed by a relist or an event are kept
+for ``DEAD_TTL`` seconds so that a stale event (taken before a relist, applied after it) cannot
+bring them back.
+
 Thread-safety: one thread. Blind spot: a CRI call blocks up to the client's timeout; ``beat``
 runs between calls, so one relist stalls the heartbeat for at most one call's timeout.
 """
@@ -13,12 +19,15 @@ runs between calls, so one relist stalls the heartbeat for at most one call's ti
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cri_api.v1 import api_pb2 as pb
+
 from podvisor.services.cri import RuntimeClient
-from podvisor.services.pleg.events import PodEvent, Snapshot, generate_events
+from podvisor.services.pleg.evented import apply_event, event_pod_uid, states_of
+from podvisor.services.pleg.events import ContainerState, PodEvent, generate_events
 from podvisor.services.pleg.records import (
     Beat,
     Inspected,
@@ -28,6 +37,7 @@ from podvisor.services.pleg.records import (
 )
 
 Clock = Callable[[], float]
+DEAD_TTL = 120.0  # seconds a removed ID stays known (far longer than any event stays queued)
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,11 @@ class Relister(Protocol):
     def records(self) -> dict[str, dict[str, Any]]:
         """The current record of every pod (the ``pleg`` map's content, without ``_health``)."""
 
+    def apply_events(self, events: Iterable[pb.ContainerEventResponse], ts: float
+                     ) -> RelistResult:
+        """Apply stream events in order (no CRI call); ``ts`` is the records' and events'
+        time (``RelistResult.ts``)."""
+
 
 def _without_ts(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
@@ -57,20 +72,25 @@ def _without_ts(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 class _Relister:
-    def __init__(self, client: RuntimeClient, clock: Clock, beat: Beat) -> None:
+    def __init__(self, client: RuntimeClient, clock: Clock, beat: Beat,
+                 wall_ns: Callable[[], int]) -> None:
         self._client = client
         self._clock = clock
+        self._wall_ns = wall_ns
+        self._listed_at = 0  # wall ns when the last successful relist started
         self._beat = beat
-        self._snapshot: Snapshot = {}
+        self._snapshot: dict[str, dict[str, ContainerState]] = {}
         self._records: dict[str, dict[str, Any]] = {}
         self._reinspect: set[str] = set()
         self._inspected: Inspected = {}  # complete inspections, reused while the state holds
+        self._dead: dict[str, float] = {}  # removed object ID -> when it was seen removed
 
     def records(self) -> dict[str, dict[str, Any]]:
         return dict(self._records)
 
     def relist(self) -> RelistResult:
         start = self._clock()
+        listed_at = self._wall_ns()
         sandboxes = self._client.list_pod_sandbox()
         self._beat()
         containers = self._client.list_containers()
@@ -92,16 +112,60 @@ class _Relister:
         removed = sorted(self._records.keys() - pods.keys())
         for uid in removed:
             del self._records[uid]
-        if len(self._inspected) > sum(len(states) for states in snapshot.values()):
-            live = {oid for states in snapshot.values() for oid in states}
+        live = {oid for states in snapshot.values() for oid in states}
+        for oid in {oid for states in self._snapshot.values() for oid in states} - live:
+            self._dead[oid] = start
+        self._dead = {k: t for k, t in self._dead.items() if start - t < DEAD_TTL}
+        if len(self._inspected) > len(live):
             self._inspected = {k: v for k, v in self._inspected.items() if k in live}
-        self._snapshot = snapshot
+        self._snapshot = {uid: dict(states) for uid, states in snapshot.items()}
+        self._listed_at = listed_at
         self._reinspect = reinspect
         return RelistResult(start, self._clock() - start, events, changed, removed,
                             sorted(reinspect))
 
 
+    def apply_events(self, events: Iterable[pb.ContainerEventResponse], ts: float
+                     ) -> RelistResult:
+        start = self._clock()
+        out: list[PodEvent] = []
+        changed: dict[str, dict[str, Any]] = {}
+        removed: set[str] = set()
+        for event in events:
+            uid = event_pod_uid(event) or self._owner_of(event.container_id)
+            if not uid:
+                continue  # not podvisor's (no pod UID label), or gone already
+            update = apply_event(event, self._records.get(uid), ts, self._dead,
+                                 self._listed_at)
+            for oid in update.removed:
+                self._dead.setdefault(oid, ts)
+                self._inspected.pop(oid, None)
+            self._inspected.update(update.fresh)
+            states = states_of(update.record)
+            out.extend(generate_events({uid: self._snapshot.get(uid, {})}, {uid: states}))
+            if update.record is None:
+                self._snapshot.pop(uid, None)
+                changed.pop(uid, None)
+                if self._records.pop(uid, None) is not None:
+                    removed.add(uid)
+                continue
+            self._snapshot[uid] = states
+            if _without_ts(update.record) != _without_ts(self._records.get(uid)):
+                self._records[uid] = changed[uid] = update.record
+                removed.discard(uid)
+        return RelistResult(ts, self._clock() - start, out, changed, sorted(removed))
+
+    def _owner_of(self, object_id: str) -> str:
+        """The pod an object belongs to (an event without a sandbox status)."""
+        for uid, states in self._snapshot.items():
+            if object_id in states:
+                return uid
+        return ""
+
+
 def new_relister(
-    client: RuntimeClient, clock: Clock = time.monotonic, beat: Beat = lambda: None
+    client: RuntimeClient, clock: Clock = time.monotonic, beat: Beat = lambda: None,
+    wall_ns: Callable[[], int] = time.time_ns,
 ) -> Relister:
-    return _Relister(client, clock, beat)
+    """``wall_ns``: the clock of the runtime's event ``created_at`` (CLOCK_REALTIME, ns)."""
+    return _Relister(client, clock, beat, wall_ns)

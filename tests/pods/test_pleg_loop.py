@@ -19,7 +19,9 @@ from podvisor.ipc.bus import BusProxy, Subscriber
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.pleg import main as pleg_main
 from podvisor.services.pleg.main import serve
+from podvisor.services.pleg.stream import EventWatcher
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
@@ -151,3 +153,79 @@ def test_runtime_down_keeps_loop_alive_then_recovers(harness: Any) -> None:
     client.clear_failures()
     wait_for(lambda: h.replica.get("u1"), pump=h.pump)
     assert h.log.named("pleg.relist_recovered")
+
+
+PLEG_CALLS = ("ListPodSandbox", "ListContainers", "ContainerStatus", "PodSandboxStatus")
+
+
+def pleg_calls(client: FakeRuntimeClient) -> int:
+    return sum(len(client.method_calls(m)) for m in PLEG_CALLS)
+
+
+def stream_settled(h: Harness) -> bool:
+    # one relist at start and one when the stream connected, in either order
+    return h.health().get("events_mode") == "stream" and h.health().get("relists", 0) >= 2
+
+
+def test_stream_events_update_the_cache_without_cri_calls(harness: Any) -> None:
+    client = FakeRuntimeClient()
+    sid, cid = add_pod(client, "u1")
+    h: Harness = harness(client)
+    wait_for(lambda: stream_settled(h) and h.replica.get("u1"), pump=h.pump)
+    calls, health = pleg_calls(client), h.health()
+    # a restart as the sync loop does it: death, new container, start, removal of the old one
+    client.exit_container(cid, 137)
+    cfg = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="app", attempt=1),
+                             image=pb.ImageSpec(image="host"),
+                             labels={"io.kubernetes.pod.uid": "u1"})
+    new = client.create_container(sid, cfg, pb.PodSandboxConfig())
+    client.start_container(new)
+    client.remove_container(cid)
+    wait_for(lambda: ("u1", "ContainerRemoved", cid) in h.seen, pump=h.pump)
+    first = ("u1", "ContainerStarted", cid)  # the first relist's (if it was subscribed yet)
+    assert [e for e in h.seen if e[2] in (cid, new) and e != first] == [
+        ("u1", "ContainerDied", cid), ("u1", "ContainerChanged", new),
+        ("u1", "ContainerStarted", new), ("u1", "ContainerRemoved", cid)]
+    rec = wait_for(lambda: [c for c in h.replica.get("u1")["containers"]
+                            if c["state"] == "CONTAINER_RUNNING"], pump=h.pump)
+    assert [c["id"] for c in h.replica.get("u1")["containers"]] == [new] and rec[0]["id"] == new
+    assert pleg_calls(client) == calls  # not one CRI call
+    assert h.health() == health  # `_health` is the relists' alone
+
+
+def test_dropped_events_make_pleg_relist(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Lossy(EventWatcher):
+        lose = 0
+
+        def _put(self, item: Any) -> None:
+            if item is not None and self.lose:
+                self.lose -= 1
+                self.dropped += 1
+                self._wake()
+                return
+            super()._put(item)
+
+    watchers: list[Lossy] = []
+
+    def make(*args: Any, **kwargs: Any) -> Lossy:
+        watchers.append(Lossy(*args, **kwargs))
+        return watchers[-1]
+
+    monkeypatch.setattr(pleg_main, "EventWatcher", make)
+    client = FakeRuntimeClient()
+    _sid, cid = add_pod(client, "u1")
+    h: Harness = harness(client)
+    wait_for(lambda: stream_settled(h), pump=h.pump)
+    relists = h.health()["relists"]
+    watchers[0].lose = 1
+    client.exit_container(cid, 2)  # its event is lost: the relist finds the death
+    wait_for(lambda: ("u1", "ContainerDied", cid) in h.seen, pump=h.pump)
+    health = wait_for(lambda: h.health().get("stream_drops") and h.health(), pump=h.pump)
+    assert health["relists"] == relists + 1 and health["stream_drops"] == 1
+    assert h.replica.get("u1")["containers"][0]["exit_code"] == 2
+
+
+def test_stream_fallback_period_is_slow_but_within_healthz_threshold() -> None:
+    from podvisor.services.server.podlist import PLEG_HEALTHY_WITHIN
+    assert pleg_main.RELIST_PERIOD == 1.0
+    assert 30.0 <= pleg_main.STREAM_RELIST_PERIOD <= PLEG_HEALTHY_WITHIN / 3

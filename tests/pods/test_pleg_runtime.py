@@ -26,12 +26,17 @@ from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.pleg.main import serve
+from podvisor.services.pleg.relist import new_relister
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import wait_for_impl
 
 UID = "pleg-it-uid"
+
+
+def _without_ts(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "ts"}
 
 
 def until(cond: Callable[[], Any], timeout: float = 20.0,
@@ -153,6 +158,10 @@ def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -
                               if x["state"] == "CONTAINER_EXITED"], pump=pump)[0]
         assert died["exit_code"] == 137 and died["finished_at"] > 0
         assert (replica.get("_health") or {})["events_mode"] == "stream"
+        # the record built from the runtime's events alone is what a relist renders
+        fresh = new_relister(client)
+        fresh.relist()
+        assert _without_ts(replica.get(UID)) == _without_ts(fresh.records()[UID])
     finally:
         pleg.stop()
         replica.close()
