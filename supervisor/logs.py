@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
+import stat
 import sys
 import time
 import traceback
@@ -46,6 +48,16 @@ class JsonFormatter(logging.Formatter):
         self.subsystem = subsystem
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record's line, rendered once and kept on the record (every handler, and the
+        rotating file handler's size check, would otherwise render it again)."""
+        line = record.__dict__.get("_pv_line")
+        if line is None or record.__dict__.get("_pv_formatter") is not self:
+            line = self._render(record)
+            record.__dict__["_pv_line"] = line
+            record.__dict__["_pv_formatter"] = self
+        return str(line)
+
+    def _render(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         out: dict[str, Any] = {
             "ts": f"{ts}.{int(record.msecs):03d}Z",
@@ -74,11 +86,17 @@ class EventLogger:
         self._fields = dict(fields or {})
 
     def _log(self, level: int, event: str, fields: dict[str, Any], exc: bool = False) -> None:
-        if not self._logger.isEnabledFor(level):
+        logger = self._logger
+        if not logger.isEnabledFor(level):
             return
         merged = {**self._fields, **fields}
-        self._logger.log(level, "%s", event, exc_info=exc, stacklevel=3,
-                         extra={"event_fields": merged, "subsystem": self._subsystem})
+        # makeRecord + handle: what Logger.log does, minus the caller lookup (a stack walk per
+        # record for a file and line the JSON lines never show)
+        record = logger.makeRecord(
+            logger.name, level, "(podvisor)", 0, "%s", (event,),
+            sys.exc_info() if exc else None,
+            extra={"event_fields": merged, "subsystem": self._subsystem})
+        logger.handle(record)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._log(logging.DEBUG, event, fields)
@@ -133,6 +151,31 @@ class MemoryLogger:
         return [e for e in self.events if e["event"] == event]
 
 
+class _RotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """``RotatingFileHandler`` that keeps its own count of the file's size: the stdlib one
+    stats the file twice and seeks for every record. The count starts from ``fstat`` of the
+    open file (and again after each rollover); only regular files are rotated (bpo-45401)."""
+
+    _size: int | None = None
+    _regular = True
+
+    def shouldRollover(self, record: logging.LogRecord) -> bool:
+        if self.stream is None:
+            self.stream = self._open()
+        if self._size is None:
+            try:
+                info = os.fstat(self.stream.fileno())
+                self._size, self._regular = info.st_size, stat.S_ISREG(info.st_mode)
+            except (OSError, ValueError):
+                self._size, self._regular = 0, False
+        size = len(self.format(record)) + 1
+        if self.maxBytes > 0 and self._regular and self._size + size >= self.maxBytes:
+            self._size = None  # counted again from the new file
+            return True
+        self._size += size
+        return False
+
+
 def setup_logging(
     name: str,
     logs_dir: Path | None,
@@ -151,7 +194,7 @@ def setup_logging(
     handlers: list[logging.Handler] = [logging.StreamHandler(stream or sys.stderr)]
     if logs_dir is not None:
         logs_dir.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.handlers.RotatingFileHandler(
+        handlers.append(_RotatingFileHandler(
             logs_dir / f"{name}.log", maxBytes=max_bytes, backupCount=backups, encoding="utf-8"))
     for handler in handlers:
         handler.setFormatter(formatter)
