@@ -118,6 +118,16 @@ class PlegLoop:
         self._publish(result, None)
         return result
 
+    def flush(self) -> RelistResult:
+        """Publish the stream updates held for a just-created container, once due."""
+        result = self._relister.flush(self._clock())
+        self._publish(result, None)
+        return result
+
+    def held_until(self) -> float:
+        until = self._relister.held_until()
+        return math.inf if until is None else until
+
     def _publish(self, result: RelistResult, health: dict[str, Any] | None) -> None:
         for uid, record in result.changed.items():
             self._owner.set(uid, record)
@@ -191,12 +201,14 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
                 ok = loop.step("stream" if streaming else "relist", watcher.dropped)
                 period = STREAM_RELIST_PERIOD if streaming and ok is not None else RELIST_PERIOD
                 next_relist = clock() + period
+            if loop.held_until() <= now:
+                loop.flush()
             owner.tick(clock())
-            # block until the next relist, heartbeat or map heartbeat; events and snapshot
-            # requests (and stop) wake the poll at once
+            # block until the next relist, held update, heartbeat or map heartbeat; events and
+            # snapshot requests (and stop) wake the poll at once
             now = clock()
-            wait = max(0.0, min(next_relist, owner.next_tick(), now + ctx.heartbeat_interval)
-                       - now)
+            wait = max(0.0, min(next_relist, loop.held_until(), owner.next_tick(),
+                                now + ctx.heartbeat_interval) - now)
             ready = dict(poller.poll(math.ceil(wait * 1000)))
             if owner.socket in ready:
                 owner.serve()

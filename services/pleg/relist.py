@@ -8,9 +8,13 @@ publishes events and map updates.
 
 ``Relister.apply_events(events, ts)`` is the Evented PLEG path (``evented.py``): it updates the
 same state (snapshot, records, inspection cache) from GetContainerEvents events alone, without a
-CRI call, so the next relist finds nothing new. IDs removed by a relist or an event are kept
-for ``DEAD_TTL`` seconds so that a stale event (taken before a relist, applied after it) cannot
-bring them back.
+CRI call, so the next relist finds nothing new. Lifecycle events are diffed between what was
+published and the pod's new record, as a relist diffs two listings: a pod that shows a container
+just created (CONTAINER_CREATED, never published) is held until that container starts or exits,
+at most ``HOLD`` seconds, so a create + start publishes one update and one ContainerStarted, not
+a CREATED state every consumer would recompute for a few ms (a relist seldom sees it either).
+IDs removed by a relist or an event are kept for ``DEAD_TTL`` seconds so that a stale event
+(taken before a relist, applied after it) cannot bring them back.
 
 Thread-safety: one thread. Blind spot: a CRI call blocks up to the client's timeout; ``beat``
 runs between calls, so one relist stalls the heartbeat for at most one call's timeout.
@@ -38,6 +42,7 @@ from podvisor.services.pleg.records import (
 
 Clock = Callable[[], float]
 DEAD_TTL = 120.0  # seconds a removed ID stays known (far longer than any event stays queued)
+HOLD = 1.0  # seconds a pod's update waits while it shows a container just created (see above)
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,14 @@ class Relister(Protocol):
 
     def apply_events(self, events: Iterable[pb.ContainerEventResponse], ts: float
                      ) -> RelistResult:
-        """Apply stream events in order (no CRI call); ``ts`` is the records' and events'
-        time (``RelistResult.ts``)."""
+        """Apply stream events in order (no CRI call) and return what to publish; ``ts`` is
+        the records' and events' time (``RelistResult.ts``)."""
+
+    def flush(self, now: float) -> RelistResult:
+        """Publish the held updates whose ``HOLD`` is over."""
+
+    def held_until(self) -> float | None:
+        """When the oldest held update is due (None: nothing held)."""
 
 
 def _without_ts(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -84,6 +95,8 @@ class _Relister:
         self._reinspect: set[str] = set()
         self._inspected: Inspected = {}  # complete inspections, reused while the state holds
         self._dead: dict[str, float] = {}  # removed object ID -> when it was seen removed
+        # applied but not yet published (held): pod UID -> (record or None, held since)
+        self._held: dict[str, tuple[dict[str, Any] | None, float]] = {}
 
     def records(self) -> dict[str, dict[str, Any]]:
         return dict(self._records)
@@ -121,6 +134,7 @@ class _Relister:
         self._snapshot = {uid: dict(states) for uid, states in snapshot.items()}
         self._listed_at = listed_at
         self._reinspect = reinspect
+        self._held.clear()  # the listing is newer than any held update
         return RelistResult(start, self._clock() - start, events, changed, removed,
                             sorted(reinspect))
 
@@ -128,31 +142,52 @@ class _Relister:
     def apply_events(self, events: Iterable[pb.ContainerEventResponse], ts: float
                      ) -> RelistResult:
         start = self._clock()
-        out: list[PodEvent] = []
-        changed: dict[str, dict[str, Any]] = {}
-        removed: set[str] = set()
+        touched: dict[str, None] = {}  # pod UIDs in event order
         for event in events:
             uid = event_pod_uid(event) or self._owner_of(event.container_id)
             if not uid:
                 continue  # not podvisor's (no pod UID label), or gone already
-            update = apply_event(event, self._records.get(uid), ts, self._dead,
-                                 self._listed_at)
+            held = self._held.get(uid)
+            old = held[0] if held is not None else self._records.get(uid)
+            update = apply_event(event, old, ts, self._dead, self._listed_at)
             for oid in update.removed:
                 self._dead.setdefault(oid, ts)
                 self._inspected.pop(oid, None)
             self._inspected.update(update.fresh)
-            states = states_of(update.record)
-            out.extend(generate_events({uid: self._snapshot.get(uid, {})}, {uid: states}))
-            if update.record is None:
+            self._held[uid] = (update.record, held[1] if held is not None else ts)
+            touched[uid] = None
+        return self._publishable(touched, ts, start)
+
+    def flush(self, now: float) -> RelistResult:
+        start = self._clock()
+        due = [uid for uid, (_record, since) in self._held.items() if since + HOLD <= now]
+        return self._publishable(due, now, start)
+
+    def held_until(self) -> float | None:
+        return min((since + HOLD for _record, since in self._held.values()), default=None)
+
+    def _publishable(self, uids: Iterable[str], ts: float, start: float) -> RelistResult:
+        """Publish the applied state of ``uids`` (events diffed against what was published),
+        except pods held for a container just created (``HOLD``)."""
+        out: list[PodEvent] = []
+        changed: dict[str, dict[str, Any]] = {}
+        removed: list[str] = []
+        for uid in uids:
+            record, since = self._held[uid]
+            published = self._snapshot.get(uid, {})
+            if ts - since < HOLD and _new_created(record, published):
+                continue
+            del self._held[uid]
+            states = states_of(record)
+            out.extend(generate_events({uid: published}, {uid: states}))
+            if record is None:
                 self._snapshot.pop(uid, None)
-                changed.pop(uid, None)
                 if self._records.pop(uid, None) is not None:
-                    removed.add(uid)
+                    removed.append(uid)
                 continue
             self._snapshot[uid] = states
-            if _without_ts(update.record) != _without_ts(self._records.get(uid)):
-                self._records[uid] = changed[uid] = update.record
-                removed.discard(uid)
+            if _without_ts(record) != _without_ts(self._records.get(uid)):
+                self._records[uid] = changed[uid] = record
         return RelistResult(ts, self._clock() - start, out, changed, sorted(removed))
 
     def _owner_of(self, object_id: str) -> str:
@@ -160,7 +195,17 @@ class _Relister:
         for uid, states in self._snapshot.items():
             if object_id in states:
                 return uid
+        for uid, (record, _since) in self._held.items():
+            if object_id in states_of(record):
+                return uid
         return ""
+
+
+def _new_created(record: dict[str, Any] | None, published: dict[str, ContainerState]) -> bool:
+    """Whether ``record`` shows a container in CREATED state that was never published."""
+    return record is not None and any(
+        c["state"] == "CONTAINER_CREATED" and c["id"] not in published
+        for c in record["containers"])
 
 
 def new_relister(

@@ -11,7 +11,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.fake import FakeEventStream, FakeRuntimeClient
 from podvisor.services.pleg.evented import apply_event
-from podvisor.services.pleg.relist import Relister, new_relister
+from podvisor.services.pleg.relist import HOLD, Relister, new_relister
 from tests.pods.test_pleg_relist import Clock, container, kinds, labels, sandbox
 
 PLEG_CALLS = ("ListPodSandbox", "ListContainers", "ContainerStatus", "PodSandboxStatus")
@@ -48,11 +48,12 @@ def test_events_alone_build_the_same_records_as_a_relist_without_cri_calls() -> 
     calls = pleg_calls(client)
     clock.now = 101.0
     res = rel.apply_events(take(stream), 100.5)
-    assert kinds(res) == [("u1", "ContainerChanged", cid), ("u1", "ContainerStarted", sid)]
-    assert res.ts == 100.5 and res.changed["u1"]["ts"] == 100.5
+    assert res.events == [] and res.changed == {}  # held: the container was just created
+    assert rel.held_until() == 100.5 + HOLD
     client.start_container(cid)
-    res = rel.apply_events(take(stream), 101.5)
-    assert kinds(res) == [("u1", "ContainerStarted", cid)]
+    res = rel.apply_events(take(stream), 101.0)
+    assert kinds(res) == [("u1", "ContainerStarted", cid), ("u1", "ContainerStarted", sid)]
+    assert res.ts == 101.0 and res.changed["u1"]["ts"] == 101.0 and rel.held_until() is None
     c = res.changed["u1"]["containers"][0]
     assert c["state"] == "CONTAINER_RUNNING" and c["started_at"] > 0 and c["sandbox_id"] == sid
     assert c["hash"] == "h1" and c["restart_count"] == 0 and c["image"] == "host"
@@ -79,8 +80,9 @@ def test_restart_died_changed_started_removed_from_events() -> None:
     new = container(client, sid, scfg, "u1", restarts=1)
     client.remove_container(old)
     res = rel.apply_events(take(stream), 102.0)
-    assert kinds(res) == [("u1", "ContainerDied", old), ("u1", "ContainerChanged", new),
-                          ("u1", "ContainerStarted", new), ("u1", "ContainerRemoved", old)]
+    # one batch: diffed as a relist would (what was published -> now)
+    assert kinds(res) == [("u1", "ContainerDied", old), ("u1", "ContainerRemoved", old),
+                          ("u1", "ContainerStarted", new)]
     rec = res.changed["u1"]
     assert [(c["id"], c["state"]) for c in rec["containers"]] == [(new, "CONTAINER_RUNNING")]
     assert pleg_calls(client) == calls
@@ -111,7 +113,7 @@ def test_other_sandboxes_of_the_pod_keep_their_records() -> None:
     take(stream)
     cid = container(client, new_sid, scfg2, "u1")
     res = rel.apply_events(take(stream), 104.0)
-    assert kinds(res) == [("u1", "ContainerChanged", cid), ("u1", "ContainerStarted", cid)]
+    assert kinds(res) == [("u1", "ContainerStarted", cid)]
     rec = res.changed["u1"]
     assert [s["id"] for s in rec["sandboxes"]] == [old_sid, new_sid]
     assert [(c["id"], c["sandbox_id"]) for c in rec["containers"]] == [(old_cid, old_sid),
@@ -213,3 +215,38 @@ def test_apply_event_is_pure_and_keeps_name() -> None:
         pod_sandbox_status=ready), up.record, 4.0)
     assert again.record is not None
     assert again.record["sandboxes"][0]["state"] == "SANDBOX_NOTREADY" and again.fresh == {}
+
+
+def test_a_created_container_is_published_when_its_hold_is_over() -> None:
+    client, _clock, rel, stream = setup()
+    sid, scfg = sandbox(client, "u1")
+    cid = container(client, sid, scfg, "u1")
+    rel.relist()
+    take(stream)
+    client.exit_container(cid, 1)
+    new = container(client, sid, scfg, "u1", restarts=1, start=False)
+    res = rel.apply_events(take(stream), 110.0)
+    assert res.events == [] and res.changed == {}  # the death waits for the new container
+    assert rel.flush(110.0 + HOLD / 2).events == []
+    res = rel.flush(110.0 + HOLD)
+    assert kinds(res) == [("u1", "ContainerDied", cid), ("u1", "ContainerChanged", new)]
+    assert [c["state"] for c in res.changed["u1"]["containers"]] == [
+        "CONTAINER_EXITED", "CONTAINER_CREATED"]
+    assert res.ts == 110.0 + HOLD and res.changed["u1"]["ts"] == 110.0
+    # once published, a CREATED container holds nothing back
+    client.exit_container(new, 2)
+    assert kinds(rel.apply_events(take(stream), 112.0)) == [("u1", "ContainerDied", new)]
+    assert rel.held_until() is None
+
+
+def test_a_relist_supersedes_held_updates() -> None:
+    client, _clock, rel, stream = setup()
+    rel.relist()
+    sid, scfg = sandbox(client, "u1")
+    cid = container(client, sid, scfg, "u1", start=False)
+    assert rel.apply_events(take(stream), 100.5).events == []
+    calls = len(client.method_calls("ContainerStatus"))
+    res = rel.relist()
+    assert ("u1", "ContainerChanged", cid) in kinds(res) and rel.held_until() is None
+    assert len(client.method_calls("ContainerStatus")) == calls  # the event's status served
+    assert rel.flush(200.0).events == []
