@@ -126,12 +126,15 @@ class StatusEngine:
             self.retired[uid] = {**self.statuses.pop(uid), "_retiredAt": rfc3339(now)}
             changes.deleted.append(uid)
         if only is None:
-            self._expire(now)
+            self.expire(now)
         if changes:
             self.pleg_ts = max(self.pleg_ts, pleg_ts(pleg) or 0.0)
         return changes
 
-    def _expire(self, now: float) -> None:
+    def expire(self, now: float) -> bool:
+        """Forget retired statuses older than ``RETIRE_AFTER`` (``now``: wall seconds).
+        Returns whether any was forgotten."""
+        expired = False
         for uid, status in list(self.retired.items()):
             try:
                 when = parse_rfc3339(str(status.get("_retiredAt", "")))
@@ -139,3 +142,5 @@ class StatusEngine:
                 when = 0.0
             if now - when > RETIRE_AFTER:
                 del self.retired[uid]
+                expired = True
+        return expired

@@ -1,9 +1,14 @@
 """The status process: replicate ``desired`` and ``pleg``, own and persist ``statuses``.
 
 Loop: block on both replicas, the ``statuses`` snapshot socket and the stop fd until something
-arrives or the next deadline (heartbeat, map heartbeat, the ``SWEEP_PERIOD`` sweep, a pending
-snapshot); when a replica changed (or the sweep is due: the kubelet's status sweep) recompute,
-then commit.
+arrives or the next deadline (heartbeat, map heartbeat, the sweep, a pending snapshot); when a
+replica changed recompute the pods whose inputs changed, then commit. Computes are at least
+``COALESCE`` apart: a lone change is computed at once, a burst (200 pods starting) in batches,
+so a pod whose container was created and started within the window gets one new version, one
+file write and one update instead of two. Every ``SWEEP_PERIOD`` retired statuses expire; every
+``FULL_SWEEP_PERIOD`` every pod is recomputed (a safety net: a status depends only on its own
+inputs, so this finds nothing; the kubelet's 10 s sweep pushes statuses to the API server,
+which podvisor's replicated map does on its own).
 
 Durable before visible: a commit writes the changed statuses to ``state/statuses/`` (store.py:
 one small file per pod, no fsync: the failure model is kill -9) and publishes them only then.
@@ -34,7 +39,9 @@ from podvisor.services.status.store import StatusStore
 from podvisor.supervisor.child import ChildContext
 
 MAP_NAME = "statuses"
-SWEEP_PERIOD = 10.0
+SWEEP_PERIOD = 10.0  # retired statuses expire (only when there are some)
+FULL_SWEEP_PERIOD = 300.0  # every pod recomputed
+COALESCE = 0.02  # computes at least this far apart (seconds)
 RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5  # a missing owner stalls one loop turn at most this long per replica
 PROBES_WAIT = 10.0  # compute without the prober's ``probes`` map after this long (prober down)
@@ -80,8 +87,10 @@ class StatusService:
                                  snapshot_timeout=SNAPSHOT_TIMEOUT)
         self._started = clock()
         self._last_save = -RETRY_SAVE
-        self._last_sweep = clock()
+        self._last_sweep = self._last_full = clock()
+        self._last_compute = -math.inf
         self._inputs: tuple[str | None, str | None] | None = None
+        self._poller: zmq.Poller | None = None
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True
@@ -89,13 +98,16 @@ class StatusService:
             self._dirty_uids.add(key)
 
     def step(self) -> Changes | None:
-        """Recompute when something changed or the sweep is due; commit (save, then publish)
-        what changed."""
+        """Recompute when something changed (at most every ``COALESCE``) or a sweep is due;
+        commit (save, then publish) what changed."""
         now = self._clock()
         result = None
-        if now - self._last_sweep >= SWEEP_PERIOD:
+        if now - self._last_full >= FULL_SWEEP_PERIOD:
             self._full = True
-        due = self._changed or self._full
+        if now - self._last_sweep >= SWEEP_PERIOD:
+            self._last_sweep = now
+            self._expire(now)
+        due = self._full or (self._changed and now - self._last_compute >= COALESCE)
         # Readiness verdicts come from the prober: wait for its map (bounded), so a restarted
         # status process never turns probed Ready pods NotReady for lack of them.
         probes_ok = self.probes.synced or now - self._started >= PROBES_WAIT
@@ -105,7 +117,8 @@ class StatusService:
                                            None if self._full else self._dirty_uids)
             if result is not None:
                 if self._full:
-                    self._last_sweep = now
+                    self._last_full = now
+                self._last_compute = now
                 self._changed = self._full = False
                 self._dirty_uids = set()
                 self._queue(result)
@@ -115,14 +128,24 @@ class StatusService:
             self.commit()
         return result
 
+    def _expire(self, now: float) -> None:
+        """Drop retired statuses past their time (the next commit removes their files)."""
+        if self.engine.retired and self.engine.expire(self._wall()):
+            self._dirty = True
+            self._last_save = -RETRY_SAVE
+
     def poll_timeout(self) -> float:
         """Seconds the loop may block: until the nearest deadline (heartbeat, the map's idle
-        heartbeat, the sweep, a failed save's retry, a replica still fetching its snapshot,
-        the wait for the prober's map)."""
+        heartbeat, a coalesced compute, a sweep, a failed save's retry, a replica still
+        fetching its snapshot, the wait for the prober's map)."""
         now = self._clock()
         soon = now + SNAPSHOT_TIMEOUT  # an overdue sweep (inputs not usable yet) retries then
         deadlines = [now + self.ctx.heartbeat_interval, self.owner.next_tick(),
-                     max(soon, self._last_sweep + SWEEP_PERIOD)]
+                     max(soon, self._last_full + FULL_SWEEP_PERIOD)]
+        if self.engine.retired:
+            deadlines.append(self._last_sweep + SWEEP_PERIOD)
+        if self._changed:
+            deadlines.append(max(now, self._last_compute + COALESCE))
         if self._dirty:
             deadlines.append(self._last_save + RETRY_SAVE)
         if not all(r.synced for r in (self.desired, self.pleg, self.probes)):
@@ -174,13 +197,7 @@ class StatusService:
     def run(self) -> None:
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
-            poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
-            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets,
-                         *self.probes.sockets):
-                poller.register(sock, zmq.POLLIN)
-            if self.ctx.stop_fd is not None:
-                poller.register(self.ctx.stop_fd, zmq.POLLIN)
-            ready = dict(poller.poll(math.ceil(self.poll_timeout() * 1000)))
+            ready = dict(self.poller().poll(math.ceil(self.poll_timeout() * 1000)))
             if self.owner.socket in ready:
                 self.owner.serve()
             for replica in (self.desired, self.pleg, self.probes):
@@ -188,6 +205,17 @@ class StatusService:
                     replica.pump(0)
             self.step()
             self.owner.tick(self._clock())
+
+    def poller(self) -> zmq.Poller:
+        """One poller for the process's life (a replica keeps its sockets for life)."""
+        if self._poller is None:
+            self._poller = zmq.Poller()
+            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets,
+                         *self.probes.sockets):
+                self._poller.register(sock, zmq.POLLIN)
+            if self.ctx.stop_fd is not None:
+                self._poller.register(self.ctx.stop_fd, zmq.POLLIN)
+        return self._poller
 
     def close(self) -> None:
         if self._pending_set or self._pending_deleted or self._dirty:

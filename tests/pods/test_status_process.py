@@ -17,7 +17,9 @@ import zmq
 from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.status.main import StatusService
+from podvisor.services.status.engine import RETIRE_AFTER
+from podvisor.services.status.main import COALESCE, SWEEP_PERIOD, StatusService
+from podvisor.services.status.store import pod_file
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
@@ -79,7 +81,9 @@ class Bus:
         return StatusService(self.ctx, clock=self.mono, wall=self.wall)
 
     def turn(self, svc: StatusService) -> None:
-        """One loop turn of the service, with the test's owners answering snapshots."""
+        """One loop turn of the service, with the test's owners answering snapshots; the
+        service's clock moves by ``COALESCE`` per turn (computes are that far apart)."""
+        self.mono.now += COALESCE
         for owner in (self.desired, self.pleg, self.probes):
             owner.serve()
         for replica in (svc.desired, svc.pleg, svc.probes):
@@ -140,7 +144,34 @@ def test_changes_are_durable_before_they_are_published(bus: Bus) -> None:
     run_until(bus, svc, lambda: ready(svc, "u1"))
     assert svc.owner.get("u1")["_version"] == 2
     assert svc.store.writes == first_commit + 1
-    assert svc.store.files == files + 1
+    assert svc.store.files == files + 2  # meta.json (a newer pleg_ts) and u1's file only
+    kill(svc)
+
+
+def test_a_burst_within_the_coalescing_window_is_one_compute_and_one_commit(bus: Bus) -> None:
+    svc = bus.service()
+    for uid in ("u1", "u2"):
+        bus.desired.set(uid, entry(uid))
+    bus.relist(u1=record("c1", False), u2=record("c2", False))
+    run_until(bus, svc, lambda: svc.owner.get("u2"))
+    writes = svc.store.writes
+    # the clock stands still: u1 starts, u2 starts; both arrive within one window
+    def arrived(uid: str) -> None:
+        deadline = time.monotonic() + 10
+        while (svc.pleg.get(uid) or {})["containers"][0]["state"] != "CONTAINER_RUNNING":
+            assert time.monotonic() < deadline, "update not received"
+            svc.pleg.pump(0.01)
+
+    bus.relist(u1=record("c1", True))
+    arrived("u1")
+    svc.step()  # inside the window of the last compute: nothing computed yet
+    assert not ready(svc, "u1") and svc.store.writes == writes
+    assert 0 < svc.poll_timeout() <= COALESCE
+    bus.relist(u2=record("c2", True))
+    arrived("u2")
+    run_until(bus, svc, lambda: ready(svc, "u1") and ready(svc, "u2"))
+    assert svc.store.writes == writes + 1  # one commit for both pods
+    assert svc.owner.get("u1")["_version"] == svc.owner.get("u2")["_version"] == 2
     kill(svc)
 
 
@@ -170,3 +201,23 @@ def test_killed_service_is_replaced_without_going_back(bus: Bus) -> None:
                                       for e in bus.log.events[-5:]))
     assert again.owner.items() == published
     kill(again)
+
+
+def test_sweep_expires_retired_statuses_without_recomputing_every_pod(bus: Bus) -> None:
+    svc = bus.service()
+    for uid in ("u1", "u2"):
+        bus.desired.set(uid, entry(uid))
+    bus.relist(u1=record("c1", True), u2=record("c2", True))
+    run_until(bus, svc, lambda: ready(svc, "u1") and ready(svc, "u2"))
+    bus.desired.delete("u2")
+    run_until(bus, svc, lambda: "u2" in svc.engine.retired)
+    assert (svc.store.path / pod_file("u2")).exists()  # kept on disk while retired
+    computed = svc.engine.reconcile
+    calls: list[object] = []
+    svc.engine.reconcile = lambda *a, **k: calls.append(a) or computed(*a, **k)  # type: ignore
+    bus.wall.now += RETIRE_AFTER + 1
+    bus.mono.now += SWEEP_PERIOD
+    bus.turn(svc)
+    assert "u2" not in svc.engine.retired and not (svc.store.path / pod_file("u2")).exists()
+    assert calls == [] and ready(svc, "u1")  # nothing recomputed
+    kill(svc)
