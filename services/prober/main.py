@@ -26,8 +26,8 @@ import zmq
 
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
-from podvisor.services.cri import RuntimeClient, new_runtime_client
-from podvisor.services.prober.handlers import ProbeRunner, new_probe_runner
+from podvisor.services.cri import new_runtime_client
+from podvisor.services.prober.handlers import LazyClient, ProbeRunner, new_probe_runner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
 from podvisor.services.prober.outcome import Outcome
 from podvisor.services.prober.store import ProbeStore
@@ -189,14 +189,14 @@ class ProberService:
 
     def run(self) -> None:
         wait = 0.0
+        poller = zmq.Poller()  # for the process's life: a replica keeps its sockets for life
+        for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
+            poller.register(sock, zmq.POLLIN)
+        poller.register(self.wake.read_fd, zmq.POLLIN)
+        if self.ctx.stop_fd is not None:
+            poller.register(self.ctx.stop_fd, zmq.POLLIN)
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
-            poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
-            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
-                poller.register(sock, zmq.POLLIN)
-            poller.register(self.wake.read_fd, zmq.POLLIN)
-            if self.ctx.stop_fd is not None:
-                poller.register(self.ctx.stop_fd, zmq.POLLIN)
             ready = dict(poller.poll(math.ceil(wait * 1000)))
             if self.wake.read_fd in ready:
                 self.wake.drain()
@@ -217,7 +217,7 @@ class ProberService:
 
 def run(ctx: ChildContext) -> None:
     timeout = min(ctx.config.runtime_request_timeout, CALL_TIMEOUT)
-    cri: RuntimeClient = new_runtime_client(cri_endpoint(ctx), timeout=timeout)
+    cri = LazyClient(lambda: new_runtime_client(cri_endpoint(ctx), timeout=timeout))
     service = ProberService(ctx, new_probe_runner(cri))
     try:
         service.run()

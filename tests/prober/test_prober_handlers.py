@@ -26,6 +26,7 @@ from podvisor.services.pod import (
     TCPSocketAction,
 )
 from podvisor.services.prober.handlers import (
+    LazyClient,
     decode_health_status,
     encode_health_request,
     new_probe_runner,
@@ -223,6 +224,24 @@ def test_exec_via_cri() -> None:
     cri.fail("ExecSync", grpc.StatusCode.UNAVAILABLE, times=1)
     assert runner.run(probe, Target("127.0.0.1", {}, cid)).result is U
     assert runner.run(probe, Target("127.0.0.1", {}, "gone")).result is U
+
+
+def test_the_cri_client_is_made_at_the_first_exec_probe_only(
+        http_server: tuple[int, type[Handler]]) -> None:
+    cri = FakeRuntimeClient()
+    cid = fake_container(cri)
+    made: list[FakeRuntimeClient] = []
+    lazy = LazyClient(lambda: made.append(cri) or cri)
+    runner = new_probe_runner(lazy)
+    target = Target("127.0.0.1", {}, cid)
+    assert runner.run(Probe(TCPSocketAction(port=http_server[0])), target).result is S
+    assert not lazy.connected and made == []  # no exec probe yet: no gRPC channel
+    probe = Probe(ExecAction(("true",)), timeout_seconds=3)
+    assert runner.run(probe, target).result is S
+    assert runner.run(probe, target).result is S
+    assert lazy.connected and len(made) == 1
+    lazy.close()
+    assert not lazy.connected
 
 
 def test_named_ports_and_runner_dispatch(http_server: tuple[int, type[Handler]]) -> None:
