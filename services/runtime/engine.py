@@ -8,6 +8,7 @@ condition variable that the exit watcher notifies.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -36,7 +37,7 @@ from podvisor.services.runtime.model import (
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.procfs import is_alive, signal_group
 from podvisor.services.runtime.store import Store
-from podvisor.services.runtime.watcher import ExitWatcher
+from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
 from podvisor.services.runtime.zygote import Spawner, SpawnError
 
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
@@ -59,9 +60,12 @@ class Engine:
         self._sandboxes: dict[str, Sandbox] = {}
         self._containers: dict[str, Container] = {}
         self._starting: set[str] = set()
+        self._early_exits: dict[str, ExitInfo] = {}  # exit notes that beat the start's reply
+        self._specs: dict[str, bytes] = {}  # spec.json of created containers, not yet started
         self._index = Index()
+        self._exit_socket = root / "exits.sock"
         self._spawner = Spawner()
-        self._watcher = ExitWatcher(self._on_monitor_exit)
+        self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
     # --- lifecycle ---
     def start(self) -> None:
@@ -69,6 +73,10 @@ class Engine:
         for sb in self.store.load_sandboxes():
             self._sandboxes[sb.id] = sb
             self._index.add_sandbox(sb)
+        sock = bind_exit_socket(self._exit_socket)
+        if sock is not None:
+            self._watcher.listen(sock)
+            self._spawner.notify = str(self._exit_socket)
         self._watcher.start()
         for c in self.store.load_containers():
             self._containers[c.id] = c
@@ -173,7 +181,7 @@ class Engine:
         with self._lock:
             if sandbox_id in self._sandboxes and sb.state is SandboxState.READY:
                 sb = replace(self._sandboxes[sandbox_id], state=SandboxState.NOTREADY)
-                self.store.save_sandbox(sb)
+                self.store.save_sandbox(sb, new=False)
                 self._sandboxes[sandbox_id] = sb
 
     def remove_sandbox(self, sandbox_id: str) -> None:
@@ -207,8 +215,9 @@ class Engine:
                 raise invalid(f"container {md.name!r}: bad environment variable {kv.key[:64]!r}")
             env[kv.key] = kv.value
         log_path = _log_path(sb.config.log_directory, config.log_path)
-        spec = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
-                "cwd": config.working_dir or images.HOST_WORKDIR, "log_path": log_path}
+        spec = json.dumps({"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
+                           "cwd": config.working_dir or images.HOST_WORKDIR,
+                           "log_path": log_path}).encode()
         name = (sandbox_id, md.name, md.attempt)
         with self._lock:  # reserve the name; write the files outside the lock
             holder = self._index.container_names.get(name)
@@ -227,6 +236,7 @@ class Engine:
             raise
         with self._lock:
             self._containers[c.id] = c
+            self._specs[c.id] = spec
             self._index.add_container(c)
         self._publish(c, pb.CONTAINER_CREATED_EVENT)
         return c.id
@@ -242,11 +252,22 @@ class Engine:
         finally:
             with self._lock:
                 self._starting.discard(container_id)
+                self._early_exits.pop(container_id, None)
+
+    def _spec(self, container_id: str) -> bytes:
+        with self._lock:
+            spec = self._specs.pop(container_id, None)
+        return spec if spec is not None else self.store.read_spec(container_id)
 
     def _start(self, c: Container) -> None:
+        try:
+            spec = self._spec(c.id)
+        except OSError as err:
+            self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", f"no spec: {err}"))
+            raise invalid(f"failed to start container {c.id}: no spec: {err}") from None
         log_fd = self._open_log(c)
         try:
-            result = self._spawner.spawn(str(self.store.container_dir(c.id)), log_fd)
+            result = self._spawner.spawn(str(self.store.container_dir(c.id)), log_fd, spec)
         except SpawnError as err:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", str(err)))
             raise Fault(grpc.StatusCode.INTERNAL, f"starting container {c.id}: {err}") from None
@@ -261,7 +282,10 @@ class Engine:
         with self._lock:
             c = self._containers.get(c.id, c)
             self._containers[c.id] = c = replace(c, started=started)
+            early = self._early_exits.pop(c.id, None)
         self._publish(c, pb.CONTAINER_STARTED_EVENT)
+        if early is not None:
+            self._record_exit(c.id, early, on_disk=True)
         self._watcher.watch(c.id, started.monitor_pid, started.monitor_ticks)
 
     def stop_container(self, container_id: str, timeout: int) -> None:
@@ -287,6 +311,7 @@ class Engine:
         self.stop_container(container_id, 0)
         with self._lock:
             gone = self._containers.pop(container_id, None)
+            self._specs.pop(container_id, None)
             if gone is None:
                 return
             self._index.remove_container(gone)
@@ -342,7 +367,23 @@ class Engine:
                       reason=info.reason)
         self._publish(c, pb.CONTAINER_STOPPED_EVENT)
 
+    def _on_exit_note(self, container_id: str, info: ExitInfo) -> None:
+        """A monitor's exit note (watcher.py): sent after it wrote exit.json with ``info``."""
+        with self._lock:
+            c = self._containers.get(container_id)
+            if c is None or c.exited is not None:
+                return
+            if c.started is None:  # the note beat the start's reply: _start records it
+                if container_id in self._starting:
+                    self._early_exits[container_id] = info
+                return
+        self._record_exit(container_id, info, on_disk=True)
+
     def _on_monitor_exit(self, container_id: str) -> None:
+        with self._lock:
+            c = self._containers.get(container_id)
+            if c is None or c.exited is not None:
+                return  # the exit note came first (the usual case)
         info = self.store.read_exit(container_id)
         if info is not None:
             self._record_exit(container_id, info, on_disk=True)

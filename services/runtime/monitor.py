@@ -4,14 +4,16 @@ A monitor is forked by the zygote (never a child of the runtime), leaves the run
 posix_spawns the container in its own session/process group, copies the container's stdout and
 stderr into the CRI log file, waits for it, and writes the exit code and finish time atomically
 into the container's state directory. It outlives the runtime: its only links to it are files in
-the state directory, the reply pipe (used once, to report exec success or failure) and SIGHUP
-(reopen the log file). It exits when the container's process has exited and its output is
-drained.
+the state directory, the reply pipe (used once, to report exec success or failure), SIGHUP
+(reopen the log file) and one datagram to the runtime's exit socket when the container is gone
+(best effort; see watcher.py). It exits when the container's process has exited and its output
+is drained.
 
-Files in the container state dir (written atomically: tmp + rename):
-  spec.json     (read by the zygote) {"argv", "env", "cwd", "log_path"}
-  started.json  write: {"monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"}
-  exit.json     write: {"exit_code", "finished_at", "reason", "message"}
+Files in the container state dir:
+  spec.json     (the runtime writes it; the spec itself comes inline with the request)
+  started.json  write (one write of a new file): {"monitor_pid", "monitor_ticks", "pid",
+                "pid_ticks", "started_at"}
+  exit.json     write (tmp + rename): {"exit_code", "finished_at", "reason", "message"}
 Only the standard library is imported here: the zygote forks this code, so it stays small.
 """
 
@@ -23,6 +25,7 @@ import json
 import os
 import select
 import signal
+import socket
 import time
 from typing import Any, NoReturn
 
@@ -34,10 +37,34 @@ LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """tmp + rename; ``json.dumps`` (the C encoder: ``json.dump`` runs the pure-Python one)."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
+    write_new(tmp, json.dumps(data).encode())
     os.rename(tmp, path)
+
+
+def write_new(path: str, data: bytes) -> None:
+    """Create (or truncate) ``path`` holding ``data``: one open, one write, one close."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def send_exit_note(notify: str, note: dict[str, Any]) -> None:
+    """Tell the runtime at once (``watcher.py``); best effort: no runtime listening is fine,
+    its pidfd of this monitor or, when it was down, ``exit.json`` tells it later."""
+    if not notify:
+        return
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(json.dumps(note).encode(), notify)
+    except OSError:
+        pass
 
 
 def rfc3339nano(ns: int) -> bytes:
@@ -168,35 +195,37 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
 
 
 def warm_up() -> int:
-    """Run in a spare monitor right after the fork, before any request: touch what a start
-    touches (copy-on-write faults, lazy imports) so the start itself is quick. Returns our
-    start ticks."""
+    """Run in a spare monitor right after the fork, before any request: do what does not
+    depend on the container (leave the zygote's session, stdin/stdout to /dev/null, signal
+    dispositions) and touch what a start touches (copy-on-write faults, lazy imports), so the
+    start itself is quick. Returns our start ticks."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     json.loads(json.dumps({"argv": ["x"], "env": ["A=b"], "ok": True}))
     rfc3339nano(time.time_ns())
     return start_ticks(os.getpid()) or 0
 
 
 def run_monitor(
-    state_dir: str, spec: dict[str, Any], reply_fd: int, log_fd: int, my_ticks: int
+    state_dir: str, spec: dict[str, Any], reply_fd: int, log_fd: int, my_ticks: int,
+    notify: str = "",
 ) -> NoReturn:
-    """The monitor's whole life, in a (spare) child of the zygote that was handed a container.
-
-    Records started.json, then replies (the runtime keeps what the reply says).
-    """
-    os.setsid()
+    """The monitor's whole life, in a (spare) child of the zygote that was handed a container
+    (``warm_up`` already ran). Records started.json, then replies (the runtime keeps what the
+    reply says); at the end records exit.json, then sends the exit note to ``notify``."""
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
         comm.write("pv-monitor")  # what `ps -o comm`/`top` show for it
     err = os.open(os.path.join(state_dir, "monitor.err"), LOG_FLAGS, 0o600)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
     os.dup2(err, 2)
-    for fd in (null, err, reply_fd, log_fd):
+    for fd in (err, reply_fd, log_fd):
         if fd > 2:
             os.set_inheritable(fd, False)  # fds passed over SCM_RIGHTS arrive inheritable
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         pid, out_r, err_r = _start(spec)
     except OSError as exc:
@@ -205,13 +234,17 @@ def run_monitor(
     started = {"monitor_pid": os.getpid(), "monitor_ticks": my_ticks, "pid": pid,
                "pid_ticks": start_ticks(pid) or 0, "started_at": time.time_ns()}
     # Durable before the caller hears "started": a runtime killed right after StartContainer
-    # returned must find the container running, not created.
-    write_json_atomic(os.path.join(state_dir, "started.json"), started)
+    # returned must find the container running, not created. A new file written by one
+    # write() needs no tmp + rename: a reader sees it whole, or empty/absent (= not started,
+    # exactly what it saw before the write).
+    write_new(os.path.join(state_dir, "started.json"), json.dumps(started).encode())
     os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
     os.close(reply_fd)
     code, finished = _pump(pid, out_r, err_r, _LogWriter(log_fd, spec.get("log_path", "")))
-    reason = "Completed" if code == 0 else "Error"
-    write_json_atomic(os.path.join(state_dir, "exit.json"), {
-        "exit_code": code, "finished_at": finished, "reason": reason, "message": "",
-    })
+    # Output drained first (the log is complete when the exit is known), exit.json next (the
+    # durable record), then the note: the runtime records exactly what is on disk.
+    record = {"exit_code": code, "finished_at": finished,
+              "reason": "Completed" if code == 0 else "Error", "message": ""}
+    write_json_atomic(os.path.join(state_dir, "exit.json"), record)
+    send_exit_note(notify, {"id": os.path.basename(state_dir), **record})
     os._exit(0)

@@ -1,17 +1,20 @@
-"""The embedded runtime's state on disk, under its root. All writes are atomic (tmp + rename).
+"""The embedded runtime's state on disk, under its root.
 
   <root>/sandboxes/<id>/config.pb   PodSandboxConfig      <root>/sandboxes/<id>/meta.json
   <root>/containers/<id>/config.pb  ContainerConfig       <root>/containers/<id>/meta.json
   <root>/containers/<id>/spec.json  what the monitor runs (argv, env, cwd, log_path)
   <root>/containers/<id>/started.json, exit.json   written by the monitor (see monitor.py)
-A sandbox's or container's directory exists exactly as long as the object does. Readers ignore
-half-written ``*.tmp.*`` files, so a runtime killed mid-write leaves nothing ambiguous.
+  <root>/exits.sock   the datagram socket monitors send exit notes to (watcher.py)
+A sandbox's or container's directory exists exactly as long as the object does. ``meta.json``
+is written last at creation: a directory without it is a create that never finished (dropped at
+load), so the files of a new object are written plainly (one open/write/close each, no tmp +
+rename); a rewrite of an existing ``meta.json`` is atomic (tmp + rename; readers ignore the
+``*.tmp.*`` files), so a runtime killed mid-write leaves nothing ambiguous.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,13 +28,7 @@ from podvisor.services.runtime.model import (
     SandboxState,
     StartInfo,
 )
-from podvisor.services.runtime.monitor import write_json_atomic
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    tmp.write_bytes(data)
-    os.rename(tmp, path)
+from podvisor.services.runtime.monitor import write_json_atomic, write_new
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -54,14 +51,18 @@ class Store:
         return self.containers_dir / container_id
 
     # --- sandboxes ---
-    def save_sandbox(self, sb: Sandbox) -> None:
+    def save_sandbox(self, sb: Sandbox, new: bool = True) -> None:
+        """``new``: a sandbox being created (else only its state changed: meta.json is
+        replaced atomically)."""
         d = self.sandboxes_dir / sb.id
+        meta = {"created_at": sb.created_at, "state": sb.state.value,
+                "runtime_handler": sb.runtime_handler}
+        if not new:
+            write_json_atomic(str(d / "meta.json"), meta)
+            return
         d.mkdir(exist_ok=True)
-        _write_bytes_atomic(d / "config.pb", sb.config.SerializeToString())
-        write_json_atomic(str(d / "meta.json"), {
-            "created_at": sb.created_at, "state": sb.state.value,
-            "runtime_handler": sb.runtime_handler,
-        })
+        write_new(str(d / "config.pb"), sb.config.SerializeToString())
+        write_new(str(d / "meta.json"), json.dumps(meta).encode())  # last: the commit
 
     def delete_sandbox(self, sandbox_id: str) -> None:
         shutil.rmtree(self.sandboxes_dir / sandbox_id, ignore_errors=True)
@@ -82,15 +83,19 @@ class Store:
         return out
 
     # --- containers ---
-    def save_container(self, c: Container, spec: dict[str, Any]) -> None:
+    def save_container(self, c: Container, spec: bytes) -> None:
+        """``spec``: spec.json's content (JSON: argv, env, cwd, log_path)."""
         d = self.container_dir(c.id)
         d.mkdir(exist_ok=True)
-        write_json_atomic(str(d / "spec.json"), spec)
-        _write_bytes_atomic(d / "config.pb", c.config.SerializeToString())
-        write_json_atomic(str(d / "meta.json"), {
+        write_new(str(d / "spec.json"), spec)
+        write_new(str(d / "config.pb"), c.config.SerializeToString())
+        write_new(str(d / "meta.json"), json.dumps({  # last: the commit
             "sandbox_id": c.sandbox_id, "created_at": c.created_at, "log_path": c.log_path,
             "image_ref": c.image_ref,
-        })
+        }).encode())
+
+    def read_spec(self, container_id: str) -> bytes:
+        return (self.container_dir(container_id) / "spec.json").read_bytes()
 
     def save_exit(self, container_id: str, info: ExitInfo) -> None:
         write_json_atomic(str(self.container_dir(container_id) / "exit.json"), {

@@ -2,18 +2,23 @@
 
 Forking a monitor straight from the runtime would fork a multi-threaded gRPC process; starting a
 fresh Python per container would cost tens of milliseconds. So the runtime starts this helper once
-(``python -m podvisor.services.runtime.zygote FD``) and asks it over a SOCK_SEQPACKET socketpair:
-one message per start, ``{"dir": <container state dir>}`` plus two fds (SCM_RIGHTS): the write end
-of a reply pipe and the opened log file (or none). The zygote keeps one *spare* monitor forked
-and warmed up in advance; it reads the container's spec.json, hands spec + fds to the spare (which
-becomes the container's monitor, ``monitor.run_monitor``, and answers on the reply pipe), and
-forks the next spare once it is idle again. The zygote ignores SIGCHLD, so finished monitors
-are reaped by the kernel; it exits when the runtime closes its end (runtime gone), and
-the monitors, in their own sessions, live on.
+(``python -m podvisor.services.runtime.zygote FD``), connected by a SOCK_SEQPACKET socketpair.
+The zygote keeps ``_SPARES`` *spare* monitors forked and warmed up and hands each spare's end of
+its socket to the runtime (message ``spare`` + the fd, SCM_RIGHTS). A start then goes straight
+from the runtime to a spare, with no hop through the zygote: an 8-byte length and two fds (the
+write end of a reply pipe, the opened log file or none), then the JSON request
+``{"dir", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path). The spare becomes the
+container's monitor (``monitor.run_monitor``) and answers on the reply pipe. The runtime tells
+the zygote ``used`` for each spare it took (``need`` when it has none: fork one now), and the
+zygote forks the replacement once idle for ``_REFILL_IDLE``, so the fork does not compete with
+the start. The zygote ignores SIGCHLD, so finished monitors are reaped by the kernel; it exits
+when the runtime closes its end (runtime gone); a spare exits when the runtime's end of its
+socket closes; monitors, in their own sessions, live on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -29,9 +34,9 @@ from typing import NoReturn
 
 from podvisor.services.runtime.monitor import run_monitor, warm_up
 
-_MAX_MSG = 64 * 1024
 _SPARES = 2  # monitors kept forked and warm
 _REFILL_IDLE = 0.003  # seconds without requests before forking a spare
+_SPARE_WAIT = 10.0  # seconds a start waits for a spare when none is ready
 
 
 @dataclass(frozen=True)
@@ -61,12 +66,12 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def _spare_main(conn: socket.socket) -> NoReturn:
     """A pre-forked monitor waiting for its container: header (8-byte length) + fds, then the
-    JSON request. EOF (the zygote exited) means: never used, just exit."""
+    JSON request. EOF (the runtime closed our socket or exited) means: never used, just exit."""
     code = 0
     try:
         my_ticks = warm_up()
         header, fds, _flags, _addr = socket.recv_fds(conn, 8, 4)
-        if len(header) < 8:
+        if not header:
             raise EOFError
         header += _recv_exact(conn, 8 - len(header)) if len(header) < 8 else b""
         body = _recv_exact(conn, struct.unpack("!Q", header)[0])
@@ -74,7 +79,7 @@ def _spare_main(conn: socket.socket) -> NoReturn:
         req = json.loads(body)
         reply_fd = fds[0] if fds else -1
         log_fd = fds[1] if len(fds) > 1 else -1
-        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks)
+        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""))
     except (EOFError, OSError):
         code = 0
     except BaseException:
@@ -82,86 +87,70 @@ def _spare_main(conn: socket.socket) -> NoReturn:
     os._exit(code)
 
 
-class _Zygote:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.spares: list[socket.socket] = []
-
-    def fork_spare(self) -> None:
-        gc.collect()
-        gc.freeze()  # keep the collector from touching (copying) inherited objects
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        if os.fork() == 0:
-            keep = theirs.fileno()  # drop every other fd: the runtime socket, other spares and
-            os.closerange(3, keep)  # fds of a request being handed over right now
-            os.closerange(keep + 1, 1 << 20)
-            _spare_main(theirs)
-        theirs.close()
-        self.spares.append(ours)
-
-    def hand_over(self, state_dir: str, fds: list[int]) -> None:
-        try:
-            with open(os.path.join(state_dir, "spec.json"), "rb") as f:
-                raw_spec = f.read()
-        except OSError as err:
-            if fds:
-                os.write(fds[0], json.dumps({"ok": False, "error": f"no spec: {err}"}).encode())
-            return
-        body = b'{"dir": %s, "spec": %s}' % (json.dumps(state_dir).encode(), raw_spec)
-        for _attempt in range(2):
-            if not self.spares:
-                self.fork_spare()
-            spare = self.spares.pop(0)
-            try:
-                socket.send_fds(spare, [struct.pack("!Q", len(body))], fds)
-                spare.sendall(body)
-                spare.close()
-                return
-            except OSError:
-                spare.close()  # the spare died: use (or fork) another, once
+def _fork_spare() -> socket.socket:
+    """Fork a spare; returns our end of its socket."""
+    gc.collect()
+    gc.freeze()  # keep the collector from touching (copying) inherited objects
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.fork() == 0:
+        keep = theirs.fileno()  # drop every other fd: the runtime socket and other spares
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 20)
+        _spare_main(theirs)
+    theirs.close()
+    return ours
 
 
 def serve(sock: socket.socket) -> None:
     """The zygote's loop. Runs until the runtime closes its end of ``sock``.
 
-    Spares are refilled only after ``_REFILL_IDLE`` seconds without a request, so the fork does
-    not compete for the CPU with a monitor that is starting its container.
+    Spares are forked only after ``_REFILL_IDLE`` seconds without a message (or at once on
+    ``need``), so the fork does not compete for the CPU with a monitor starting its container.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    zygote = _Zygote(sock)
     poller = select.poll()
     poller.register(sock, select.POLLIN)
+    held = 0  # spares handed to the runtime and not reported used
+    urgent = False
     while True:
-        if len(zygote.spares) < _SPARES and not poller.poll(_REFILL_IDLE * 1000):
-            zygote.fork_spare()
+        if held < _SPARES and (urgent or not poller.poll(_REFILL_IDLE * 1000)):
+            spare = _fork_spare()
+            try:
+                socket.send_fds(sock, [b"spare"], [spare.fileno()])
+            except OSError:
+                return  # the runtime is gone
+            finally:
+                spare.close()  # the runtime holds the only other end now
+            held += 1
+            urgent = False
             continue
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MSG, 4)
+            msg = sock.recv(64)
         except InterruptedError:
             continue
         except OSError:
             return
         if not msg:
             return
-        try:
-            state_dir = str(json.loads(msg)["dir"])
-        except (ValueError, KeyError, TypeError):
-            state_dir = ""
-        if state_dir:
-            zygote.hand_over(state_dir, fds)
-        for fd in fds:
-            os.close(fd)
+        if msg == b"used":
+            held = max(0, held - 1)
+        elif msg == b"need":
+            urgent = True
 
 
 class Spawner:
-    """The runtime's side: starts the zygote lazily and asks it for monitors. Thread-safe."""
+    """The runtime's side: starts the zygote lazily, holds the spares it hands over and sends
+    starts straight to them. Thread-safe."""
 
-    def __init__(self, reply_timeout: float = 10.0) -> None:
+    def __init__(self, reply_timeout: float = 10.0, notify: str = "") -> None:
+        """``notify``: the runtime's exit socket, passed on to each monitor ("" for none)."""
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._spares: list[socket.socket] = []
         self._reply_timeout = reply_timeout
+        self.notify = notify
 
     def start(self) -> None:
         with self._lock:
@@ -170,7 +159,7 @@ class Spawner:
     def _ensure(self) -> socket.socket:
         if self._sock is not None and self._proc is not None and self._proc.poll() is None:
             return self._sock
-        self._close_locked()
+        self._close_zygote()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "podvisor.services.runtime.zygote", str(theirs.fileno())],
@@ -180,18 +169,73 @@ class Spawner:
         self._sock = ours
         return ours
 
-    def spawn(self, state_dir: str, log_fd: int) -> SpawnResult:
-        """Fork a monitor for the container in ``state_dir``; wait for exec success or failure."""
+    def _collect(self, timeout: float) -> None:
+        """Take the spares the zygote sent; wait up to ``timeout`` for the first one."""
+        sock = self._ensure()
+        flags = socket.MSG_CMSG_CLOEXEC
+        if timeout > 0 and not select.select([sock], [], [], timeout)[0]:
+            return
+        while True:
+            try:  # (socket.recv_fds ignores its flags argument before Python 3.12)
+                msg, anc, _f, _a = sock.recvmsg(64, socket.CMSG_SPACE(4),
+                                                flags | socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._close_zygote()
+                return
+            if not msg:
+                self._close_zygote()
+                return
+            fds = [int.from_bytes(data[i:i + 4], sys.byteorder)
+                   for level, kind, data in anc
+                   if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+                   for i in range(0, len(data) - 3, 4)]
+            for fd in fds:
+                spare = socket.socket(fileno=fd)
+                spare.settimeout(self._reply_timeout)
+                self._spares.append(spare)
+
+    def _tell(self, msg: bytes) -> None:
+        try:
+            self._ensure().send(msg)
+        except OSError:
+            self._close_zygote()
+
+    def _take_spare(self) -> socket.socket:
+        self._collect(0)
+        for _attempt in range(2):  # a zygote found dead is restarted, once
+            if self._spares:
+                break
+            self._tell(b"need")
+            self._collect(_SPARE_WAIT)
+        if not self._spares:
+            raise SpawnError("no spare monitor from the zygote")
+        self._tell(b"used")
+        return self._spares.pop(0)
+
+    def spawn(self, state_dir: str, log_fd: int, spec: bytes) -> SpawnResult:
+        """Hand the container in ``state_dir`` (``spec``: its spec.json, as JSON) to a spare
+        monitor; wait for exec success or failure."""
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
         try:
             fds = [reply_w] + ([log_fd] if log_fd >= 0 else [])
-            msg = json.dumps({"dir": state_dir}).encode()
+            body = b'{"dir": %s, "notify": %s, "spec": %s}' % (
+                json.dumps(state_dir).encode(), json.dumps(self.notify).encode(), spec)
+            header = struct.pack("!Q", len(body))
             with self._lock:
-                try:
-                    socket.send_fds(self._ensure(), [msg], fds)
-                except OSError:
-                    self._close_locked()  # the zygote died: start a new one, once
-                    socket.send_fds(self._ensure(), [msg], fds)
+                for _attempt in range(3):
+                    spare = self._take_spare()
+                    try:
+                        socket.send_fds(spare, [header], fds)
+                        spare.sendall(body)
+                        break
+                    except OSError:
+                        continue  # the spare died: take another
+                    finally:
+                        spare.close()
+                else:
+                    raise SpawnError("spare monitors keep dying (see the runtime's log)")
             os.close(reply_w)
             reply_w = -1
             return _read_reply(reply_r, self._reply_timeout)
@@ -200,7 +244,7 @@ class Spawner:
             if reply_w >= 0:
                 os.close(reply_w)
 
-    def _close_locked(self) -> None:
+    def _close_zygote(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -213,9 +257,14 @@ class Spawner:
             self._proc = None
 
     def close(self) -> None:
-        """Close the socket; the zygote sees EOF and exits (monitors are not affected)."""
+        """Close the sockets: the zygote and the spares see EOF and exit (monitors are not
+        affected)."""
         with self._lock:
-            self._close_locked()
+            for spare in self._spares:
+                with contextlib.suppress(OSError):
+                    spare.close()
+            self._spares.clear()
+            self._close_zygote()
 
 
 def _read_reply(fd: int, timeout: float) -> SpawnResult:
