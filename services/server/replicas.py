@@ -1,9 +1,10 @@
 """Replicas for the HTTP server, pumped on one thread (zmq sockets are thread-bound).
 
-``ReplicaPump`` owns the ``desired``, ``statuses`` and ``pleg`` replicas and a subscriber on the
-``desired`` owner's traffic (updates and idle heartbeats) to know when the sync loop was last
-heard. After every change it publishes a new immutable ``View`` by swapping one attribute (atomic
-under the GIL); aiohttp handlers read ``pump.view`` and never touch zmq.
+``ReplicaPump`` owns the ``desired``, ``statuses`` and ``pleg`` replicas; traffic on the
+``desired`` replica's subscriber (the owner's updates and idle heartbeats) tells when the sync
+loop was last heard. After every change it publishes a new immutable ``View`` by swapping one
+attribute (atomic under the GIL); aiohttp handlers read ``pump.view`` and never touch zmq. A map
+is copied into the view only when it moved (200 pods starting move one map per update).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 
 import zmq
 
-from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.child import StopEvent
@@ -50,7 +50,8 @@ class ReplicaPump:
         self.stop = StopEvent()  # pollable: close() wakes the pump thread at once
         self.error: BaseException | None = None
         self.pumps = 0
-        self._key: tuple[Any, ...] = ()
+        self._keys: dict[str, tuple[Any, ...]] = {}
+        self._heard: float | None = None
         self._thread = threading.Thread(target=self._run, name="replica-pump", daemon=True)
 
     def start(self) -> None:
@@ -68,21 +69,20 @@ class ReplicaPump:
     def _loop(self) -> None:
         maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT)
                 for name in ("desired", "statuses", "pleg")}
-        owner = Subscriber(self._zctx, self._paths, ["clone.desired."])
+        owner = maps["desired"].socket  # the desired owner's updates and idle heartbeats
         heard: float | None = None
+        poller = zmq.Poller()  # for the thread's life: a replica keeps its sockets for life
+        for sock in [s for r in maps.values() for s in r.sockets]:
+            poller.register(sock, zmq.POLLIN)
+        poller.register(self.stop.fileno(), zmq.POLLIN)
         try:
             while not self.stop.is_set():
-                poller = zmq.Poller()  # a replica replaces its snapshot socket when re-asking
-                for sock in [s for r in maps.values() for s in r.sockets] + [owner.socket]:
-                    poller.register(sock, zmq.POLLIN)
-                poller.register(self.stop.fileno(), zmq.POLLIN)
                 # block until traffic (every owner heartbeats each second); re-ask a snapshot
                 # that is still missing every SNAPSHOT_TIMEOUT
                 synced = all(r.synced for r in maps.values())
                 ready = dict(poller.poll(None if synced else int(SNAPSHOT_TIMEOUT * 1000)))
-                if owner.socket in ready:
-                    while owner.recv(0) is not None:
-                        heard = self._clock()
+                if owner in ready:
+                    heard = self._clock()
                 for replica in maps.values():
                     if any(s in ready for s in replica.sockets) or not replica.synced:
                         replica.pump(0)
@@ -90,17 +90,19 @@ class ReplicaPump:
         finally:
             for replica in maps.values():
                 replica.close()
-            owner.close()
 
     def _publish(self, maps: Mapping[str, MapReplica], heard: float | None) -> None:
         self.pumps += 1
-        key = (*[(r.epoch, r.seq, r.synced) for r in maps.values()], heard)
-        if key == self._key:
+        keys = {name: (r.epoch, r.seq, r.synced) for name, r in maps.items()}
+        if keys == self._keys and heard == self._heard:
             return  # nothing moved: keep the current view
-        self._key = key
+        old = self.view
+        fresh = {name: MappingProxyType(maps[name].items()) for name in keys
+                 if keys[name] != self._keys.get(name)}
+        self._keys, self._heard = keys, heard
         d, s, p = maps["desired"], maps["statuses"], maps["pleg"]
-        self.view = View(MappingProxyType(d.items()), MappingProxyType(s.items()),
-                         MappingProxyType(p.items()), d.synced, s.synced, p.synced, heard)
+        self.view = View(fresh.get("desired", old.desired), fresh.get("statuses", old.statuses),
+                         fresh.get("pleg", old.pleg), d.synced, s.synced, p.synced, heard)
 
     def close(self, timeout: float = 2.0) -> None:
         self.stop.set()
