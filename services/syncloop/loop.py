@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
+from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.errors import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_dict
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import admit
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
+from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.runtime_state import read_pod_runtime
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
@@ -136,6 +138,16 @@ class SyncLoop:
         None = now."""
         self.deps.table.trigger(uid, now, seen_at)
 
+    def handle_container_event(self, uid: str, event: pb.ContainerEventResponse,
+                               now: float, seen_at: float | None = None) -> None:
+        """An event of the sync loop's own stream: a stop syncs the pod (with the event as its
+        runtime state when safe); any other event only supersedes a pending stop's state.
+        ``seen_at``: when the runtime published it (monotonic); None = now."""
+        if is_stop(event):
+            self.deps.table.trigger(uid, now, seen_at, event)
+        else:
+            self.deps.table.supersede(uid, event)
+
     def stop_all(self, now: float) -> None:
         """Terminate every pod (each within its grace) and admit nothing new."""
         self.stopping = True
@@ -156,9 +168,11 @@ class SyncLoop:
                 self._results.get_nowait()()
             except queue.Empty:
                 break
-        for work in self.deps.table.due(now):
-            self._publish(work.uid)
+        works = self.deps.table.due(now)
+        for work in works:  # first: a pool thread starts while the loop publishes
             self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
+        for work in works:
+            self._publish(work.uid)
         if now >= self._next_housekeeping and not self._housekeeping_busy:
             self._next_housekeeping = now + self.deps.housekeeping_interval
             self._housekeeping_busy = True
@@ -190,9 +204,10 @@ class SyncLoop:
     def _sync(self, work: Work) -> Outcome:
         assert work.pod is not None
         r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
-                     work.newer_than)
+                     work.newer_than, work.snapshot)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
-                       waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed)
+                       waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
+                       effects=r.effects)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync

@@ -2,7 +2,9 @@
 
 One poll loop over: pod sets (the replicated maps ``pods-file`` / ``pods-http`` that the source
 processes own, so a restarted sync loop has every set from a snapshot at once), PLEG events
-(``pleg.pod.event``, which trigger the pod's worker at once), stop-all requests
+(``pleg.pod.event``, which trigger the pod's worker at once), the sync loop's own container
+event stream (``runtime_events``: a stop syncs the pod at once, from the event's state when
+safe; the step runs right after, before the other inputs), stop-all requests
 (``syncloop.pods.stopall``), snapshot requests on the ``desired`` map's ROUTER, and a wake pipe
 the worker threads write when work finishes; the poll timeout is the next due pod, housekeeping
 (2 s) or at most 1 s (the tick).
@@ -41,8 +43,10 @@ from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.runtime_events import (
     SeenStops,
+    event_mono,
+    is_stop,
     new_stop_watcher,
-    stopped_containers,
+    pod_events,
 )
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
@@ -245,9 +249,13 @@ def run(ctx: ChildContext) -> None:
             if wake.read_fd in ready:
                 wake.drain()
             if stops.wake_fd in ready:
-                for uid, cid in stopped_containers(stops.drain()):
-                    seen.add(cid)
-                    loop.handle_pleg_event(uid, time.monotonic())
+                now = time.monotonic()
+                for uid, event in pod_events(stops.drain()):
+                    if is_stop(event):
+                        seen.add(event.container_id)
+                    loop.handle_container_event(uid, event, now,
+                                                event_mono(event, now, time.time()))
+                loop.step(now)  # hand a restart out before reading the other inputs
             while (env := subscriber.recv(0)) is not None:
                 if _dispatch(loop, env, time.monotonic(), seen, stops.streaming) \
                         and not stopping_pods:

@@ -10,11 +10,23 @@ the fallback when the stream is down (retried 1 s doubling to 30 s). The stream 
 Only CONTAINER_STOPPED events trigger: a start, a create or a removal is the sync loop's own
 doing and needs no sync. PLEG's ContainerDied of a container the stream already reported is
 skipped (``SeenStops``), so a death costs one sync, not two.
+
+The event is also the pod's state (like the kubelet's Evented PLEG, which updates its pod cache
+from the event): it carries the sandbox's status and the full ContainerStatus of every container
+of that sandbox, one consistent snapshot. The sync it triggers uses it instead of reading the
+runtime (``runtime_from_event``) when that is safe: the event is the newest one seen for the pod
+(a later event of the pod replaces it), nothing else asked for that sync, the event's sandbox is
+the worker's current one and READY, it lists every container of the pod spec (older sandboxes'
+containers are not in it) and it already shows what the worker's last sync did (``Effects``: the
+containers it started, stopped or removed), so an event published before that sync's changes is
+never acted on twice. Otherwise the sync reads the runtime as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
@@ -22,6 +34,12 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri import RuntimeClient
 from podvisor.services.pleg.stream import EventWatcher
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.runtime_state import (
+    PodRuntime,
+    SandboxInfo,
+    container_from_status,
+    newest_first,
+)
 from podvisor.supervisor.logs import EventLog
 
 
@@ -61,23 +79,104 @@ def new_stop_watcher(client: RuntimeClient, log: EventLog) -> EventWatcher:
     return watcher
 
 
-def stopped_containers(events: Iterable[Any]) -> list[tuple[str, str]]:
-    """(pod UID, container ID) of each CONTAINER_STOPPED event, in order; other items (None
+def event_pod_uid(event: pb.ContainerEventResponse) -> str:
+    for status in event.containers_statuses:
+        if uid := str(status.labels.get(L.POD_UID, "")):
+            return uid
+    if event.HasField("pod_sandbox_status"):
+        sb = event.pod_sandbox_status
+        return str(sb.labels.get(L.POD_UID, "")) or sb.metadata.uid
+    return ""
+
+
+def pod_events(events: Iterable[Any]) -> list[tuple[str, pb.ContainerEventResponse]]:
+    """(pod UID, event) of each container event naming a pod, in order; other items (None
     marks a stream mode change) are skipped."""
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, pb.ContainerEventResponse]] = []
     for event in events:
-        if not isinstance(event, pb.ContainerEventResponse):
-            continue
-        if event.container_event_type != pb.CONTAINER_STOPPED_EVENT:
-            continue
-        uid = ""
-        for status in event.containers_statuses:
-            uid = status.labels.get(L.POD_UID, "")
-        if not uid and event.HasField("pod_sandbox_status"):
-            uid = event.pod_sandbox_status.metadata.uid
-        if uid:
-            out.append((uid, event.container_id))
+        if isinstance(event, pb.ContainerEventResponse) and (uid := event_pod_uid(event)):
+            out.append((uid, event))
     return out
+
+
+def event_mono(event: pb.ContainerEventResponse, now_mono: float,
+               now_wall: float) -> float | None:
+    """When the runtime published the event (after taking its snapshot), on the monotonic
+    clock; None when the event has no time."""
+    if event.created_at <= 0:
+        return None
+    return now_mono - (now_wall - event.created_at / 1e9)
+
+
+def is_stop(event: pb.ContainerEventResponse) -> bool:
+    return event.container_event_type == pb.CONTAINER_STOPPED_EVENT
+
+
+def stopped_containers(events: Iterable[Any]) -> list[tuple[str, str]]:
+    """(pod UID, container ID) of each CONTAINER_STOPPED event, in order."""
+    return [(uid, e.container_id) for uid, e in pod_events(events) if is_stop(e)]
+
+
+class Effect(StrEnum):
+    """What a sync did to a container, as a later snapshot must show it."""
+
+    STARTED = "started"   # listed, no longer CREATED
+    STOPPED = "stopped"   # listed and not running, or gone
+    REMOVED = "removed"   # gone
+
+
+Effects = Mapping[str, Effect]  # container ID -> what the sync did to it
+
+
+@dataclass(frozen=True)
+class EventSnapshot:
+    """A sync's runtime state offered by a stream event, with what it must agree with."""
+
+    event: pb.ContainerEventResponse
+    sandbox_id: str | None   # the worker's current sandbox (its last successful sync's)
+    effects: Effects         # what the worker's last syncs did
+    # containers the stream reported stopped since the last sync was handed out: the state
+    # must show them stopped too (two threads' events may be published out of order)
+    stops: frozenset[str] = frozenset()
+
+
+def _shows(statuses: Mapping[str, pb.ContainerStatus], snap: EventSnapshot) -> bool:
+    for cid in snap.stops:
+        s = statuses.get(cid)
+        if s is not None and s.state == pb.CONTAINER_RUNNING:
+            return False
+    for cid, effect in snap.effects.items():
+        s = statuses.get(cid)
+        if effect is Effect.REMOVED and s is not None:
+            return False
+        if effect is Effect.STARTED and (s is None or s.state == pb.CONTAINER_CREATED):
+            return False
+        if effect is Effect.STOPPED and s is not None and s.state == pb.CONTAINER_RUNNING:
+            return False
+    return True
+
+
+def runtime_from_event(snap: EventSnapshot, names: Collection[str], now_mono: float,
+                       now_wall: float) -> tuple[PodRuntime | None, str]:
+    """The pod's runtime state from the event, or (None, why not) when the sync must read the
+    runtime. ``names``: the pod spec's container names (init ones included)."""
+    event = snap.event
+    if not event.HasField("pod_sandbox_status"):
+        return None, "no sandbox status"
+    sb = event.pod_sandbox_status
+    if not snap.sandbox_id or sb.id != snap.sandbox_id:
+        return None, "not the current sandbox"
+    if sb.state != pb.SANDBOX_READY:
+        return None, "sandbox not ready"
+    statuses = {s.id: s for s in event.containers_statuses}
+    if not _shows(statuses, snap):
+        return None, "older than the last sync"
+    containers = [container_from_status(s, sb.id, now_mono, now_wall)
+                  for s in statuses.values()]
+    if not set(names) <= {c.name for c in containers}:
+        return None, "a container of the spec is missing"
+    box = SandboxInfo(sb.id, True, sb.metadata.attempt, sb.created_at)
+    return PodRuntime((box,), newest_first(containers)), ""
 
 
 class SeenStops:

@@ -104,6 +104,27 @@ def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: flo
     )
 
 
+def container_from_status(s: pb.ContainerStatus, sandbox_id: str, now_mono: float,
+                          now_wall: float) -> ContainerInfo:
+    """A ``ContainerInfo`` from a full ContainerStatus (as an event carries it): the status has
+    the labels and annotations a listed ``pb.Container`` has, but not the sandbox ID."""
+    ann = s.annotations
+    return ContainerInfo(
+        id=s.id, name=s.labels.get(L.CONTAINER_NAME, s.metadata.name), sandbox_id=sandbox_id,
+        state=_STATES.get(s.state, ContainerState.UNKNOWN), hash=ann.get(L.CONTAINER_HASH, ""),
+        restart_count=L.parse_int(ann.get(L.RESTART_COUNT)), created_at=s.created_at,
+        exit_code=s.exit_code, started_at=_to_mono(s.started_at, now_mono, now_wall),
+        finished_at=_to_mono(s.finished_at, now_mono, now_wall), reason=s.reason,
+        grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
+    )
+
+
+def newest_first(containers: Sequence[ContainerInfo]) -> tuple[ContainerInfo, ...]:
+    """The order of ``PodRuntime.containers``: by creation time, then restart count."""
+    return tuple(sorted(containers, key=lambda c: (c.created_at, c.restart_count),
+                        reverse=True))
+
+
 NeedStatus = Callable[[str, int], bool]  # (container name, restart count) of a running one
 
 

@@ -1,4 +1,5 @@
-"""SyncPod: read the pod's runtime state fresh from CRI, compute the actions, carry them out.
+"""SyncPod: read the pod's runtime state fresh from CRI (or take it from the stream event that
+triggered the sync, when safe: ``runtime_events``), compute the actions, carry them out.
 
 Thin effects over ``compute_pod_actions`` and the ``cri_config`` builders. Errors of one
 container do not stop the others (regular containers); every error is reported in the result,
@@ -27,6 +28,12 @@ from podvisor.services.syncloop.actions import (
 from podvisor.services.syncloop.backoff import SharedBackoff
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroups
+from podvisor.services.syncloop.runtime_events import (
+    Effect,
+    Effects,
+    EventSnapshot,
+    runtime_from_event,
+)
 from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
 from podvisor.services.syncloop.terminate import Log, kill_containers
 
@@ -62,6 +69,7 @@ class SyncResult:
     sandbox_id: str | None = None
     retry_after: float | None = None
     pod_failed: bool = False
+    effects: Effects = field(default_factory=dict)  # container ID -> what this sync did
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -91,6 +99,8 @@ class _Run:
         self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir,
                                                      parent)
         self.retry_after = actions.retry_after
+        self.effects: dict[str, Effect] = {}
+        self.from_event = False  # the runtime state came from a stream event (for the log)
 
     def fail(self, name: str, reason: str, message: str) -> None:
         self.waiting[name] = Waiting(reason, message)
@@ -158,6 +168,7 @@ class _Run:
                 deps.images.forget(spec.image)
             self.fail(spec.name, CREATE_CONTAINER_ERROR, err.message)
             return False
+        self.effects[cid] = Effect.STARTED
         try:
             deps.cri.start_container(cid)
         except CriError as err:
@@ -165,11 +176,13 @@ class _Run:
             return False
         self.waiting.pop(spec.name, None)
         deps.log.info("syncloop.container.started", pod=self.pod.full_name, pod_uid=self.pod.uid,
-                      container=spec.name, container_id=cid, restart_count=action.restart_count)
+                      container=spec.name, container_id=cid, restart_count=action.restart_count,
+                      state_from_event=self.from_event)
         return True
 
 
-def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str]) -> None:
+def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str],
+                effects: dict[str, Effect]) -> None:
     """Remove exited containers of ``names`` beyond the newest dead one (container GC)."""
     dead_seen: dict[str, int] = {}
     for c in rt.containers:
@@ -179,16 +192,20 @@ def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str]) -> None:
         if dead_seen[c.name] > KEEP_DEAD_PER_CONTAINER:
             try:
                 deps.cri.remove_container(c.id)
+                effects[c.id] = Effect.REMOVED
             except CriError as err:
                 deps.log.warning("syncloop.container.remove_failed", container_id=c.id,
                                  error=err.message)
 
 
-def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions) -> SyncResult:
+def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
+            from_event: bool = False) -> SyncResult:
     run = _Run(deps, pod, actions)
+    run.from_event = from_event
     grace = pod.spec.termination_grace_period_seconds
     if actions.kill_pod:
         kill_containers(deps.cri, deps.log, pod, rt.running(), grace, deps.sleep, deps.mono)
+        run.effects.update((c.id, Effect.STOPPED) for c in rt.running())
         for s in rt.sandboxes:
             if s.ready:
                 deps.cri.stop_pod_sandbox(s.id)
@@ -196,16 +213,17 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions) -> Sy
         ids = {k.container_id for k in actions.kill}
         victims = tuple(c for c in rt.containers if c.id in ids)
         kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
+        run.effects.update((c.id, Effect.STOPPED) for c in victims)
     if actions.create_sandbox:
         run.create_sandbox()
     specs = {c.name: c for c in pod.all_containers()}
-    _prune_dead(deps, rt, [a.name for a in actions.start])
+    _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
     for action in actions.start:
         if not run.start(action, specs[action.name]) and action.init:
             break
     return SyncResult(ok=not run.errors, errors=tuple(run.errors), waiting=run.waiting,
                       sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
-                      pod_failed=actions.pod_failed)
+                      pod_failed=actions.pod_failed, effects=run.effects)
 
 
 def read_runtime(deps: SyncDeps, uid: str, newer_than: float | None) -> PodRuntime:
@@ -221,11 +239,24 @@ def read_runtime(deps: SyncDeps, uid: str, newer_than: float | None) -> PodRunti
     return deps.cache.pod(uid, newer_than, running_status)
 
 
+def _event_runtime(deps: SyncDeps, pod: Pod, snapshot: EventSnapshot) -> PodRuntime | None:
+    names = [c.name for c in pod.all_containers()]
+    rt, why = runtime_from_event(snapshot, names, deps.mono(), deps.wall())
+    if rt is None:
+        deps.log.debug("syncloop.pod.event_state_unused", pod_uid=pod.uid, reason=why)
+    return rt
+
+
 def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
-             newer_than: float | None = None) -> SyncResult:
+             newer_than: float | None = None,
+             snapshot: EventSnapshot | None = None) -> SyncResult:
     """One SyncPod. Raises CriError when the runtime cannot be read or a pod-level call fails.
-    ``newer_than``: see ``read_runtime``."""
-    rt = read_runtime(deps, pod.uid, newer_than)
+    ``newer_than``: see ``read_runtime``; ``snapshot``: the triggering event, used as the
+    runtime state when ``runtime_from_event`` allows it."""
+    rt = _event_runtime(deps, pod, snapshot) if snapshot is not None else None
+    from_event = rt is not None
+    if rt is None:
+        rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
     actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
     if actions.noop:
@@ -235,4 +266,4 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
     deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,
                    kill_pod=actions.kill_pod, create_sandbox=actions.create_sandbox,
                    kill=[k.name for k in actions.kill], start=[s.name for s in actions.start])
-    return execute(deps, pod, rt, actions)
+    return execute(deps, pod, rt, actions, from_event)

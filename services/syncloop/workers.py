@@ -8,6 +8,12 @@ is never overwritten: once terminating, later updates only record that the sourc
 pod again (it restarts from scratch after it is terminated), and a later kill can only shrink
 the grace.
 
+A stream event that triggers a sync (a container stopped) may also be its runtime state (see
+``runtime_events``): the worker keeps the pod's newest event while the sync is pending, drops it
+when anything else asks for that sync (a source update, a PLEG event, a probe verdict, an error
+retry), and hands it out with what the last successful syncs did (``effects``) and the current
+sandbox, for the sync to check before using it.
+
 Requeue: after a successful sync at ``resync * (1 + jitter * rand)``, or earlier when a
 back-off ends; after an error at ``error_delay * (1 + jitter * rand)``, or at the runtime
 back-off (100 ms doubling to 5 s) when the runtime itself was unreachable.
@@ -22,8 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from cri_api.v1 import api_pb2 as pb
+
 from podvisor.services.pod.model import Pod
 from podvisor.services.syncloop.actions import Waiting
+from podvisor.services.syncloop.runtime_events import Effects, EventSnapshot
 from podvisor.services.syncloop.states import WorkerState, check_transition
 
 
@@ -41,6 +50,8 @@ class Work:
     # A sync may use a shared runtime listing started at or after this (monotonic); None: read
     # the pod fresh (the runtime changed: an event or a probe verdict triggered it).
     newer_than: float | None = None
+    # The stream event that triggered this sync, to use as the pod's runtime state when safe.
+    snapshot: EventSnapshot | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class Outcome:
     waiting: Mapping[str, Waiting] = field(default_factory=dict)
     sandbox_id: str | None = None
     pod_failed: bool = False
+    effects: Effects = field(default_factory=dict)  # what the sync did to which container
 
 
 @dataclass
@@ -74,6 +86,10 @@ class Worker:
     synced_at: float = 0.0   # when the last sync finished (or the worker was created)
     fresh: bool = False      # the next sync reads the runtime fresh (see Work.newer_than)
     read_after: float = 0.0  # the last sync handed out read the runtime as of this or later
+    event: pb.ContainerEventResponse | None = None  # the pod's newest event (a pending sync's
+    stops_seen: set[str] = field(default_factory=set)  # trigger) and the stops reported since
+    not_event: bool = False  # something else asked for the pending sync: read the runtime
+    effects: Effects | None = None  # what the last syncs did (None: unknown, after an error)
 
     def set_state(self, new: WorkerState) -> None:
         check_transition(self.state, new)
@@ -114,6 +130,7 @@ class WorkerTable:
             w.wanted_again = pod   # a kill is never overwritten
             return w
         w.pod, w.source, w.pending = pod, source, True
+        w.event, w.not_event = None, True
         return w
 
     def reject(self, pod: Pod, source: str, reason: str, message: str) -> Worker:
@@ -139,17 +156,31 @@ class WorkerTable:
             w.grace = grace if w.grace is None else min(w.grace, grace)
         return True
 
-    def trigger(self, uid: str, now: float, seen_at: float | None = None) -> None:
+    def trigger(self, uid: str, now: float, seen_at: float | None = None,
+                event: pb.ContainerEventResponse | None = None) -> None:
         """Something changed in the runtime for this pod (a PLEG event, a container stopped, a
-        probe verdict): sync it now, reading the runtime fresh. ``seen_at``: when the runtime
-        showed the change; a sync handed out later read it already (the sync loop's own event
-        stream beat PLEG's relist), so nothing is done."""
+        probe verdict): sync it now, reading the runtime fresh, or from ``event`` (the stream's
+        event that reported it) when nothing else asks for that sync. ``seen_at``: when the
+        runtime showed the change; a sync handed out later read it already (the sync loop's own
+        event stream beat PLEG's relist), so nothing is done."""
         w = self.workers.get(uid)
         if w is None or not w.admitted or w.state is WorkerState.TERMINATED:
             return
         if seen_at is not None and seen_at < w.read_after:
             return
+        if event is None:
+            w.event, w.not_event = None, True
+        elif not w.not_event:
+            w.event = event
+            w.stops_seen.add(event.container_id)
         w.pending = w.fresh = True
+
+    def supersede(self, uid: str, event: pb.ContainerEventResponse) -> None:
+        """A later stream event of the pod (one that syncs nothing): it replaces the event a
+        pending sync would use, as the newer state of the pod."""
+        w = self.workers.get(uid)
+        if w is not None and w.event is not None:
+            w.event = event
 
     def due(self, now: float) -> list[Work]:
         """Work to hand out now; marks each worker in flight."""
@@ -163,9 +194,16 @@ class WorkerTable:
                 continue
             w.in_flight, w.pending = True, False
             kind = WorkKind.SYNC if w.state is WorkerState.SYNCING else WorkKind.TERMINATE
-            out.append(Work(w.uid, kind, w.pod, w.grace, None if w.fresh else w.synced_at))
-            w.read_after = now if w.fresh or kind is WorkKind.TERMINATE else w.synced_at
-            w.fresh = False
+            snap = None
+            if (kind is WorkKind.SYNC and w.fresh and w.event is not None and not w.not_event
+                    and w.effects is not None):
+                snap = EventSnapshot(w.event, w.sandbox_id, w.effects, frozenset(w.stops_seen))
+            out.append(Work(w.uid, kind, w.pod, w.grace, None if w.fresh else w.synced_at,
+                            snap))
+            if snap is None:  # (an event's state is as of some time before it was published)
+                w.read_after = now if w.fresh or kind is WorkKind.TERMINATE else w.synced_at
+            w.fresh, w.event, w.not_event = False, None, False
+            w.stops_seen = set()
         return out
 
     def finish(self, work: Work, outcome: Outcome, now: float) -> Worker | None:
@@ -181,12 +219,15 @@ class WorkerTable:
             if work.kind is WorkKind.TERMINATE:
                 return self._terminated(w, now)
             w.waiting, w.sandbox_id = outcome.waiting, outcome.sandbox_id
+            if outcome.effects or w.effects is None:
+                w.effects = outcome.effects
             w.next_at = now + self._jitter(self.timing.resync)
             if outcome.retry_after is not None:
                 w.next_at = min(w.next_at, now + outcome.retry_after)
             return w
         w.last_error = outcome.error
         w.fresh = True  # retry against a fresh read
+        w.event, w.not_event, w.effects = None, True, None
         if work.kind is WorkKind.SYNC:
             w.waiting = outcome.waiting or w.waiting
         delay = self.runtime_delay if outcome.runtime_down else self._jitter(
