@@ -214,7 +214,8 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
                 owner.serve()
             if watcher.wake_fd in ready:
                 events = watcher.drain()
-                if (None in events or watcher.dropped != drops or not watcher.streaming
+                if (any(e is None for e in events) or watcher.dropped != drops
+                        or not watcher.streaming
                         or next_relist <= clock()):
                     # a stream (re)connected or went away, events were lost, or a relist is
                     # due anyway: relist now; it reads the runtime after these events happened

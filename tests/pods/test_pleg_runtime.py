@@ -143,7 +143,10 @@ def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -
 
     pleg = Pleg(paths, bus)
     try:
-        until(lambda: (replica.get("_health") or {}).get("events_mode") == "stream", pump=pump)
+        # one relist at start, one when the stream connected; from then on events alone
+        health = until(lambda: (replica.get("_health") or {}).get("events_mode") == "stream"
+                       and replica.get("_health")["relists"] >= 2 and replica.get("_health"),
+                       pump=pump)
         sid, cid, pidfile = start_pod(client, paths)
         until(lambda: ("ContainerStarted", cid) in seen and replica.get(UID), pump=pump)
         rec = until(lambda: replica.get(UID) if replica.get(UID)["containers"] else None,
@@ -158,7 +161,9 @@ def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -
                               if x["state"] == "CONTAINER_EXITED"], pump=pump)[0]
         assert died["exit_code"] == 137 and died["finished_at"] > 0
         assert (replica.get("_health") or {})["events_mode"] == "stream"
-        # the record built from the runtime's events alone is what a relist renders
+        # built from the runtime's events alone (the fallback relist is 30 s away), and it is
+        # what a relist renders
+        assert replica.get("_health")["relists"] == health["relists"]
         fresh = new_relister(client)
         fresh.relist()
         assert _without_ts(replica.get(UID)) == _without_ts(fresh.records()[UID])
