@@ -231,3 +231,19 @@ def test_stream_fallback_period_is_slow_but_within_healthz_threshold() -> None:
     from podvisor.services.server.podlist import PLEG_HEALTHY_WITHIN
     assert pleg_main.RELIST_PERIOD == 1.0
     assert 30.0 <= pleg_main.STREAM_RELIST_PERIOD <= PLEG_HEALTHY_WITHIN / 3
+
+
+def test_a_container_left_created_is_published_after_the_hold(harness: Any) -> None:
+    client = FakeRuntimeClient()
+    sid, _cid = add_pod(client, "u1")
+    h: Harness = harness(client)
+    wait_for(lambda: stream_settled(h), pump=h.pump)
+    relists = h.health()["relists"]
+    cfg = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="side"),
+                             image=pb.ImageSpec(image="host"),
+                             labels={"io.kubernetes.pod.uid": "u1"})
+    new = client.create_container(sid, cfg, pb.PodSandboxConfig())  # never started
+    wait_for(lambda: ("u1", "ContainerChanged", new) in h.seen, pump=h.pump)
+    wait_for(lambda: [c["state"] for c in h.replica.get("u1")["containers"]
+                      if c["id"] == new] == ["CONTAINER_CREATED"], pump=h.pump)
+    assert h.health()["relists"] == relists  # the hold ended it, not a relist
