@@ -144,8 +144,10 @@ class StatusService:
                      max(soon, self._last_full + FULL_SWEEP_PERIOD)]
         if self.engine.retired:
             deadlines.append(self._last_sweep + SWEEP_PERIOD)
-        if self._changed:
-            deadlines.append(max(now, self._last_compute + COALESCE))
+        if self._changed and now - self._last_compute < COALESCE:
+            # held back by the window; once it passed, inputs that are not usable yet (no
+            # synced replicas, an old PLEG cache) are waited for, not polled in a busy loop
+            deadlines.append(self._last_compute + COALESCE)
         if self._dirty:
             deadlines.append(self._last_save + RETRY_SAVE)
         if not all(r.synced for r in (self.desired, self.pleg, self.probes)):

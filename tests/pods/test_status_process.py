@@ -221,3 +221,17 @@ def test_sweep_expires_retired_statuses_without_recomputing_every_pod(bus: Bus) 
     assert "u2" not in svc.engine.retired and not (svc.store.path / pod_file("u2")).exists()
     assert calls == [] and ready(svc, "u1")  # nothing recomputed
     kill(svc)
+
+
+def test_a_change_that_cannot_be_computed_yet_is_waited_for_not_polled(bus: Bus) -> None:
+    svc = bus.service()
+    bus.desired.set("u1", entry("u1"))
+    bus.pleg.set("u1", record("c1", True))  # no `_health` yet: PLEG has not relisted
+    run_until(bus, svc, lambda: svc.desired.synced and svc.pleg.synced and svc.probes.synced)
+    bus.turn(svc)
+    assert svc.owner.get("u1") is None  # not computable
+    svc.owner.next_tick = lambda: float("inf")  # type: ignore[method-assign]  # real clock
+    assert svc.poll_timeout() == bus.ctx.heartbeat_interval  # no busy loop meanwhile
+    bus.relist()
+    run_until(bus, svc, lambda: ready(svc, "u1"))
+    kill(svc)
