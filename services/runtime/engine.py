@@ -62,6 +62,7 @@ class Engine:
         self._starting: set[str] = set()
         self._early_exits: dict[str, ExitInfo] = {}  # exit notes that beat the start's reply
         self._specs: dict[str, bytes] = {}  # spec.json of created containers, not yet started
+        self._statuses: dict[str, tuple[Container, pb.ContainerStatus]] = {}
         self._index = Index()
         self._exit_socket = root / "exits.sock"
         self._spawner = Spawner()
@@ -267,7 +268,7 @@ class Engine:
             raise invalid(f"failed to start container {c.id}: no spec: {err}") from None
         log_fd = self._open_log(c)
         try:
-            result = self._spawner.spawn(str(self.store.container_dir(c.id)), log_fd, spec)
+            result = self._spawner.spawn(self.store.container_path(c.id), log_fd, spec)
         except SpawnError as err:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", str(err)))
             raise Fault(grpc.StatusCode.INTERNAL, f"starting container {c.id}: {err}") from None
@@ -312,6 +313,7 @@ class Engine:
         with self._lock:
             gone = self._containers.pop(container_id, None)
             self._specs.pop(container_id, None)
+            self._statuses.pop(container_id, None)
             if gone is None:
                 return
             self._index.remove_container(gone)
@@ -395,12 +397,25 @@ class Engine:
             255, self.wall(), "Unknown",
             "the container's monitor exited without recording an exit code"))
 
+    def status_of(self, c: Container) -> pb.ContainerStatus:
+        """``convert.container_status(c)``, built once per (immutable) record: events and
+        ContainerStatus calls after a change share it. Callers must not modify it."""
+        hit = self._statuses.get(c.id)
+        if hit is None or hit[0] is not c:
+            hit = (c, convert.container_status(c))
+            with self._lock:
+                if c.id in self._containers:  # not for a record already removed
+                    self._statuses[c.id] = hit
+        return hit[1]
+
     def _publish(self, c: Container, kind: pb.ContainerEventType.ValueType) -> None:
         """One event to every GetContainerEvents subscriber. As the CRI asks (and containerd
         does), ``containers_statuses`` holds every container of the sandbox, read under the
         lock (one consistent snapshot): the event's own container first, except after a
         removal, when it is gone. A consumer can take the pod's state from the event alone,
         as the kubelet's Evented PLEG does."""
+        if not self.events.active():
+            return
         with self._lock:
             sb = self._sandboxes.get(c.sandbox_id)
             others = [x for x in self.containers_of(c.sandbox_id) if x.id != c.id]
@@ -408,7 +423,7 @@ class Engine:
         event = pb.ContainerEventResponse(
             container_id=c.id, container_event_type=kind, created_at=self.wall(),
             pod_sandbox_status=convert.sandbox_status(sb) if sb else None,
-            containers_statuses=[convert.container_status(x) for x in mine + others],
+            containers_statuses=[self.status_of(x) for x in mine + others],
         )
         self.events.publish(event)
 

@@ -53,6 +53,10 @@ class EventBroadcaster:
             if sub in self._subs:
                 self._subs.remove(sub)
 
+    def active(self) -> bool:
+        """Whether anyone listens (an event nobody gets need not be built)."""
+        return bool(self._subs)
+
     def publish(self, event: pb.ContainerEventResponse) -> None:
         with self._lock:
             subs = list(self._subs)

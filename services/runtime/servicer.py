@@ -135,7 +135,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     @_guard
     def PodSandboxStatus(self, request: pb.PodSandboxStatusRequest, context: Any) -> Any:
         sb = self.engine.sandbox(request.pod_sandbox_id)
-        statuses = [convert.container_status(c) for c in self.engine.containers_of(sb.id)]
+        statuses = [self.engine.status_of(c) for c in self.engine.containers_of(sb.id)]
         return pb.PodSandboxStatusResponse(status=convert.sandbox_status(sb),
                                            containers_statuses=statuses,
                                            timestamp=self.engine.wall())
@@ -190,7 +190,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     @_guard
     def ContainerStatus(self, request: pb.ContainerStatusRequest, context: Any) -> Any:
         c = self.engine.container(request.container_id)
-        return pb.ContainerStatusResponse(status=convert.container_status(c))
+        return pb.ContainerStatusResponse(status=self.engine.status_of(c))
 
     @_guard
     def ExecSync(self, request: pb.ExecSyncRequest, context: Any) -> pb.ExecSyncResponse:

@@ -14,7 +14,9 @@ rename); a rewrite of an existing ``meta.json`` is atomic (tmp + rename; readers
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -46,23 +48,30 @@ class Store:
         self.containers_dir = root / "containers"
         for d in (self.sandboxes_dir, self.containers_dir):
             d.mkdir(parents=True, exist_ok=True)
+        self._sandboxes = str(self.sandboxes_dir)
+        self._containers = str(self.containers_dir)
 
     def container_dir(self, container_id: str) -> Path:
         return self.containers_dir / container_id
+
+    def container_path(self, container_id: str) -> str:
+        """``container_dir`` as a string (pathlib costs ~10 us a join on the hot path)."""
+        return f"{self._containers}/{container_id}"
 
     # --- sandboxes ---
     def save_sandbox(self, sb: Sandbox, new: bool = True) -> None:
         """``new``: a sandbox being created (else only its state changed: meta.json is
         replaced atomically)."""
-        d = self.sandboxes_dir / sb.id
+        d = f"{self._sandboxes}/{sb.id}"
         meta = {"created_at": sb.created_at, "state": sb.state.value,
                 "runtime_handler": sb.runtime_handler}
         if not new:
-            write_json_atomic(str(d / "meta.json"), meta)
+            write_json_atomic(f"{d}/meta.json", meta)
             return
-        d.mkdir(exist_ok=True)
-        write_new(str(d / "config.pb"), sb.config.SerializeToString())
-        write_new(str(d / "meta.json"), json.dumps(meta).encode())  # last: the commit
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d)
+        write_new(f"{d}/config.pb", sb.config.SerializeToString())
+        write_new(f"{d}/meta.json", json.dumps(meta).encode())  # last: the commit
 
     def delete_sandbox(self, sandbox_id: str) -> None:
         shutil.rmtree(self.sandboxes_dir / sandbox_id, ignore_errors=True)
@@ -85,20 +94,22 @@ class Store:
     # --- containers ---
     def save_container(self, c: Container, spec: bytes) -> None:
         """``spec``: spec.json's content (JSON: argv, env, cwd, log_path)."""
-        d = self.container_dir(c.id)
-        d.mkdir(exist_ok=True)
-        write_new(str(d / "spec.json"), spec)
-        write_new(str(d / "config.pb"), c.config.SerializeToString())
-        write_new(str(d / "meta.json"), json.dumps({  # last: the commit
+        d = self.container_path(c.id)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d)
+        write_new(f"{d}/spec.json", spec)
+        write_new(f"{d}/config.pb", c.config.SerializeToString())
+        write_new(f"{d}/meta.json", json.dumps({  # last: the commit
             "sandbox_id": c.sandbox_id, "created_at": c.created_at, "log_path": c.log_path,
             "image_ref": c.image_ref,
         }).encode())
 
     def read_spec(self, container_id: str) -> bytes:
-        return (self.container_dir(container_id) / "spec.json").read_bytes()
+        with open(f"{self.container_path(container_id)}/spec.json", "rb") as f:
+            return f.read()
 
     def save_exit(self, container_id: str, info: ExitInfo) -> None:
-        write_json_atomic(str(self.container_dir(container_id) / "exit.json"), {
+        write_json_atomic(f"{self.container_path(container_id)}/exit.json", {
             "exit_code": info.exit_code, "finished_at": info.finished_at,
             "reason": info.reason, "message": info.message,
         })

@@ -160,6 +160,9 @@ def test_start_survives_a_killed_zygote_and_spares_exit_with_the_runtime(root: P
         second = _container(engine, sid, "b", ["sleep", "1000"])
         engine.start_container(second)
         started.append(second)
+        used = engine.container(second).started
+        assert used is not None
+        spares = [p for p in spares if p.pid != used.monitor_pid]  # one became b's monitor
     finally:
         engine.close()  # the runtime's ends of the spares' sockets close: unused spares exit
 
