@@ -224,6 +224,7 @@ class StatusService:
             self.commit()
         for closable in (self.desired, self.pleg, self.probes, self.owner, self.pub):
             closable.close()
+        self.store.close()
 
 
 def run(ctx: ChildContext) -> None:

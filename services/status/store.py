@@ -1,20 +1,29 @@
-"""Statuses on disk: one small file per pod under ``<rootDir>/state/statuses/``, read back at
-start so a restarted status process keeps versions and ``lastTransitionTime`` (readiness does
-not flip across a restart).
+"""Statuses on disk under ``<rootDir>/state/statuses/``, read back at start so a restarted status
+process keeps versions and ``lastTransitionTime`` (readiness does not flip across a restart).
 
 Layout: ``meta.json`` = ``{"version": 2, "pleg_ts": float}`` (the ``_health.ts`` of the PLEG
 cache the newest statuses were computed from; CLOCK_MONOTONIC: a restarted status process waits
-for a cache at least that new) and ``pod-<uid>.json`` = ``{"uid": uid, "status": PodStatus}``
-per pod (a retired status, i.e. of a pod that recently left ``desired``, carries
-``_retiredAt``). ``save`` writes only what changed since the last save (the caller's status
-objects are compared by identity: the engine replaces a status only when it changes), so a
-commit costs a few hundred microseconds per changed pod, not a rewrite of every status.
+for a cache at least that new), ``pod-<uid>.json`` = ``{"uid": uid, "status": PodStatus}`` per
+pod (a retired status, i.e. of a pod that recently left ``desired``, carries ``_retiredAt``), and
+``journal.jsonl``: one line per save since the files were last written,
+``{"pleg_ts": float, "set": {uid: status}, "del": [uid]}``. Load = the files, then the journal's
+lines in order.
 
-Each file is written whole to ``.<name>.tmp`` and renamed over the old one, without fsync: the
-failure model is kill -9 of processes, and a completed rename survives it (the page cache
-outlives the process). After a power loss the containers are gone too, statuses are recomputed
-and a torn file is set aside (below). Order: ``meta.json`` before the pod files, so a kill
-between them leaves a ``pleg_ts`` at least as new as the statuses on disk (the safe side).
+A save appends one line holding what changed (the caller's status objects are compared by
+identity: the engine replaces a status only when it changes) with ONE ``write`` (~50 us for a
+few pods); creating and renaming a file per changed pod cost ~0.45 ms each on ext4, which made
+file writes half of status' CPU while 200 pods started. When the journal would pass
+``journal_max`` bytes, the save compacts instead: it writes the changed pods' files (each whole to
+``.<name>.tmp`` and renamed over the old one; ``meta.json`` first, so a kill between them leaves
+a ``pleg_ts`` at least as new as the statuses: the safe side), removes the files of pods gone,
+then empties the journal (a kill before that replays lines the files already hold: same result).
+``journal_max=0`` compacts at every save (no journal).
+
+No fsync: the failure model is kill -9 of processes, and a completed ``write`` or rename survives
+it (the page cache outlives the process). After a power loss the containers are gone too,
+statuses are recomputed; a torn journal line ends the replay (logged) and the next save compacts
+(so nothing is appended after it), and a torn file is set aside (below). A failed append also
+makes the next save compact.
 
 A corrupt file is logged, moved aside to ``<name>.corrupt`` and ignored: never fatal. The
 previous single-file format (``state/statuses.json``) is read when the directory does not exist
@@ -37,6 +46,8 @@ from podvisor.supervisor.logs import EventLog
 FORMAT_VERSION = 2
 LEGACY_VERSION = 1
 META = "meta.json"
+JOURNAL = "journal.jsonl"
+JOURNAL_MAX = 4 * 1024 * 1024  # bytes of journal before a save compacts it into the files
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,150}")
 
 
@@ -55,24 +66,31 @@ def pod_file(uid: str) -> str:
 
 
 class StatusStore:
-    def __init__(self, path: Path, log: EventLog) -> None:
+    def __init__(self, path: Path, log: EventLog, journal_max: int = JOURNAL_MAX) -> None:
         self.path = path  # the directory
         self.legacy = path.with_name(path.name + ".json")
+        self.journal_max = journal_max
         self._log = log
-        self._written: dict[str, Any] = {}  # uid -> the status object last written
-        self._pleg_ts: float | None = None
+        self._written: dict[str, Any] = {}  # uid -> the status object last saved
+        self._pleg_ts: float | None = None  # last saved
+        self._in_files: dict[str, Any] = {}  # uid -> the status object in its pod file
+        self._file_ts: float | None = None  # in meta.json
+        self._fd: int | None = None  # the journal, O_APPEND
+        self._journal_size = 0
+        self._compact_next = False  # the journal may end in a torn line: never append to it
         self._legacy_pending = False
         self.writes = 0  # saves that wrote something
         self.files = 0  # files written
+        self.appends = 0  # journal lines written
 
     def load(self) -> Saved:
-        self._written, self._pleg_ts = {}, None
+        self._written, self._pleg_ts, self._in_files, self._file_ts = {}, None, {}, None
         if not self.path.is_dir():
             saved = self._load_legacy()
             self._legacy_pending = self.legacy.exists()
             return saved
         saved = Saved(pleg_ts=self._load_meta())
-        self._pleg_ts = saved.pleg_ts
+        self._file_ts = saved.pleg_ts
         for entry in sorted(self.path.glob("pod-*.json")):
             item = self._read(entry)
             uid, status = (item or {}).get("uid"), (item or {}).get("status")
@@ -81,8 +99,49 @@ class StatusStore:
                     self._bad(entry, "not a pod status file")
                 continue
             (saved.retired if "_retiredAt" in status else saved.statuses)[uid] = status
-            self._written[uid] = status
+            self._in_files[uid] = status
+        self._replay(saved)
+        self._written = {**saved.retired, **saved.statuses}
+        self._pleg_ts = saved.pleg_ts
         return saved
+
+    def _replay(self, saved: Saved) -> None:
+        """Apply the journal's lines in order; a bad line (torn by a power loss) ends it."""
+        path = self.path / JOURNAL
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        except OSError as err:
+            self._log.error("status.store_unreadable", path=str(path), error=str(err))
+            data = b""
+            self._compact_next = True
+        self._journal_size = len(data)
+        if data and not data.endswith(b"\n"):
+            self._compact_next = True
+        for number, raw in enumerate(data.split(b"\n"), 1):
+            if not raw:
+                continue
+            try:
+                entry = json.loads(raw)
+                ts, changed, gone = entry["pleg_ts"], entry["set"], entry["del"]
+                if not (isinstance(ts, (int, float)) and isinstance(changed, dict)
+                        and isinstance(gone, list)):
+                    raise ValueError("bad format")
+            except (ValueError, KeyError, TypeError) as err:
+                self._log.error("status.store_unreadable", path=str(path),
+                                error=f"line {number}: {err}; the lines after it are ignored")
+                self._compact_next = True
+                return
+            for uid in gone:
+                saved.statuses.pop(uid, None)
+                saved.retired.pop(uid, None)
+            for uid, status in changed.items():
+                if isinstance(status, dict):
+                    saved.statuses.pop(uid, None)
+                    saved.retired.pop(uid, None)
+                    (saved.retired if "_retiredAt" in status else saved.statuses)[uid] = status
+            saved.pleg_ts = float(ts)
 
     def _read(self, path: Path) -> dict[str, Any] | None:
         try:
@@ -137,25 +196,73 @@ class StatusStore:
         self.files += 1
 
     def save(self, saved: Saved) -> None:
-        """Write what changed since the last save; raises OSError (the caller logs it and
-        saves again later: what did not make it is still unwritten)."""
+        """Persist what changed since the last save: one journal line, or a compaction into
+        the files (see the module docstring). Raises OSError (the caller logs it and saves
+        again later: what did not make it is still unsaved)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        files = self.files
-        if saved.pleg_ts != self._pleg_ts:
-            self._write(META, {"version": FORMAT_VERSION, "pleg_ts": saved.pleg_ts})
-            self._pleg_ts = saved.pleg_ts
         current = {**saved.retired, **saved.statuses}
-        for uid, status in current.items():
-            if self._written.get(uid) is not status:
-                self._write(pod_file(uid), {"uid": uid, "status": status})
-                self._written[uid] = status
-        for uid in [u for u in self._written if u not in current]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path / pod_file(uid))
-            del self._written[uid]
+        changed = {uid: st for uid, st in current.items() if self._written.get(uid) is not st}
+        gone = [uid for uid in self._written if uid not in current]
+        if not changed and not gone and saved.pleg_ts == self._pleg_ts \
+                and not self._legacy_pending:
+            return
+        line = None
+        if self.journal_max > 0 and not self._compact_next and not self._legacy_pending:
+            line = (json.dumps({"pleg_ts": saved.pleg_ts, "set": changed, "del": gone},
+                               separators=(",", ":")) + "\n").encode()
+            if self._journal_size + len(line) > self.journal_max:
+                line = None
+        if line is None:
+            self._compact(current, saved.pleg_ts)
+        else:
+            self._append(line)
+        self._written, self._pleg_ts = current, saved.pleg_ts
         if self._legacy_pending:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.legacy)
             self._legacy_pending = False
-        if self.files != files:
-            self.writes += 1
+        self.writes += 1
+
+    def _journal(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path / JOURNAL,
+                               os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            self._journal_size = os.fstat(self._fd).st_size
+        return self._fd
+
+    def _append(self, line: bytes) -> None:
+        try:
+            fd = self._journal()
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            self._compact_next = True  # a part of the line may be in: never append after it
+            raise
+        self._journal_size += len(line)
+        self.appends += 1
+
+    def _compact(self, current: dict[str, Any], pleg_ts: float) -> None:
+        """Write what the files lack (meta first), remove the files of pods gone, then empty
+        the journal."""
+        if pleg_ts != self._file_ts:
+            self._write(META, {"version": FORMAT_VERSION, "pleg_ts": pleg_ts})
+            self._file_ts = pleg_ts
+        for uid, status in current.items():
+            if self._in_files.get(uid) is not status:
+                self._write(pod_file(uid), {"uid": uid, "status": status})
+                self._in_files[uid] = status
+        for uid in [u for u in self._in_files if u not in current]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path / pod_file(uid))
+            del self._in_files[uid]
+        if self._journal_size or self._compact_next:
+            os.ftruncate(self._journal(), 0)
+            self._journal_size = 0
+        self._compact_next = False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None

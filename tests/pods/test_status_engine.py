@@ -45,8 +45,9 @@ def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["lastTransitionTime"]) for c in status["conditions"]}
 
 
-def store(tmp_path: Path) -> StatusStore:
-    return StatusStore(tmp_path / "state" / "statuses", MemoryLogger())
+def store(tmp_path: Path, journal_max: int = 0) -> StatusStore:
+    """Without a journal by default: every save writes the files (the compaction path)."""
+    return StatusStore(tmp_path / "state" / "statuses", MemoryLogger(), journal_max)
 
 
 def started_engine() -> StatusEngine:
@@ -79,6 +80,61 @@ def test_store_writes_only_what_changed(tmp_path: Path) -> None:
     assert st.files == 5
     assert store(tmp_path).load() == Saved({"u1": a}, {}, 2.0)
     assert sorted(p.name for p in st.path.iterdir()) == ["meta.json", "pod-u1.json"]
+
+
+def test_journal_saves_append_one_line_and_load_replays_them(tmp_path: Path) -> None:
+    st = store(tmp_path, journal_max=1 << 20)
+    a, b = {"phase": "Running", "_version": 1}, {"phase": "Pending", "_version": 1}
+    st.save(Saved({"u1": a, "u2": b}, {}, 1.0))
+    b2 = {"phase": "Running", "_version": 2}
+    st.save(Saved({"u1": a, "u2": b2}, {}, 1.5))
+    st.save(Saved({"u1": a}, {"u2": {**b2, "_retiredAt": rfc3339(T0)}}, 2.0))
+    st.save(Saved({"u1": a}, {}, 2.0))  # u2 expired
+    st.save(Saved({"u1": a}, {}, 2.0))  # nothing changed: nothing written
+    assert st.appends == 4 and st.files == 0 and st.writes == 4
+    assert sorted(p.name for p in st.path.iterdir()) == ["journal.jsonl"]
+    lines = (st.path / "journal.jsonl").read_text().splitlines()
+    assert json.loads(lines[1]) == {"pleg_ts": 1.5, "set": {"u2": b2}, "del": []}
+    assert store(tmp_path).load() == Saved({"u1": a}, {}, 2.0)
+    st.close()
+
+
+def test_journal_is_compacted_into_the_files_when_full(tmp_path: Path) -> None:
+    st = store(tmp_path, journal_max=300)
+    statuses = {f"u{i}": {"phase": "Pending", "_version": 1} for i in range(3)}
+    st.save(Saved(dict(statuses), {}, 1.0))  # fits
+    assert st.files == 0
+    for version in range(2, 6):
+        statuses["u0"] = {"phase": "Running", "_version": version}
+        st.save(Saved(dict(statuses), {}, float(version)))
+    assert st.files > 0  # compacted at least once: meta + the pods the files lacked
+    assert (st.path / "journal.jsonl").stat().st_size <= 300
+    assert store(tmp_path).load() == Saved(statuses, {}, 5.0)
+    assert store(tmp_path, journal_max=0).load() == Saved(statuses, {}, 5.0)
+    st.close()
+
+
+def test_a_torn_journal_line_ends_the_replay_and_the_next_save_compacts(
+        tmp_path: Path) -> None:
+    st = store(tmp_path, journal_max=1 << 20)
+    a = {"phase": "Running", "_version": 1}
+    st.save(Saved({"u1": a}, {}, 1.0))
+    st.close()
+    with (st.path / "journal.jsonl").open("ab") as journal:  # a power loss mid-write
+        journal.write(b'{"pleg_ts":2.0,"set":{"u1":{"pha')
+    log = MemoryLogger()
+    again = StatusStore(st.path, log)
+    saved = again.load()
+    assert saved == Saved({"u1": a}, {}, 1.0)
+    assert log.named("status.store_unreadable")
+    a2 = {"phase": "Running", "_version": 2}
+    again.save(Saved({"u1": a2}, {}, 2.0))  # compacts: nothing appended after the torn line
+    assert again.appends == 0 and (st.path / "journal.jsonl").stat().st_size == 0
+    assert store(tmp_path).load() == Saved({"u1": a2}, {}, 2.0)
+    again.save(Saved({"u1": a}, {}, 3.0))  # journaled again from then on
+    assert again.appends == 1
+    assert store(tmp_path).load() == Saved({"u1": a}, {}, 3.0)
+    again.close()
 
 
 def test_missing_store_is_empty(tmp_path: Path) -> None:

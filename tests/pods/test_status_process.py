@@ -19,7 +19,7 @@ from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.status.engine import RETIRE_AFTER
 from podvisor.services.status.main import COALESCE, SWEEP_PERIOD, StatusService
-from podvisor.services.status.store import pod_file
+from podvisor.services.status.store import Saved, StatusStore
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
@@ -127,6 +127,10 @@ def bus() -> Iterator[Bus]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def on_disk(svc: StatusService) -> Saved:
+    return StatusStore(svc.store.path, MemoryLogger()).load()
+
+
 def ready(svc: StatusService, uid: str) -> bool:
     st = svc.owner.get(uid) or {}
     return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions", []))
@@ -137,14 +141,14 @@ def test_changes_are_durable_before_they_are_published(bus: Bus) -> None:
     bus.desired.set("u1", entry("u1"))
     bus.relist(u1=record("c1", running=False))
     run_until(bus, svc, lambda: svc.owner.get("u1"))
-    first_commit, files = svc.store.writes, svc.store.files
-    # A change is committed (written, then published) in the turn that computed it, with no
-    # debounce; only the changed pod's file is written (bus.turn checks disk before readers).
+    first_commit, appends = svc.store.writes, svc.store.appends
+    # A change is committed (written, then published) in the turn that computed it: one
+    # journal line (bus.turn checks disk before readers).
     bus.relist(u1=record("c1", running=True))
     run_until(bus, svc, lambda: ready(svc, "u1"))
     assert svc.owner.get("u1")["_version"] == 2
     assert svc.store.writes == first_commit + 1
-    assert svc.store.files == files + 2  # meta.json (a newer pleg_ts) and u1's file only
+    assert svc.store.appends == appends + 1
     kill(svc)
 
 
@@ -211,14 +215,14 @@ def test_sweep_expires_retired_statuses_without_recomputing_every_pod(bus: Bus) 
     run_until(bus, svc, lambda: ready(svc, "u1") and ready(svc, "u2"))
     bus.desired.delete("u2")
     run_until(bus, svc, lambda: "u2" in svc.engine.retired)
-    assert (svc.store.path / pod_file("u2")).exists()  # kept on disk while retired
+    assert "u2" in on_disk(svc).retired  # kept on disk while retired
     computed = svc.engine.reconcile
     calls: list[object] = []
     svc.engine.reconcile = lambda *a, **k: calls.append(a) or computed(*a, **k)  # type: ignore
     bus.wall.now += RETIRE_AFTER + 1
     bus.mono.now += SWEEP_PERIOD
     bus.turn(svc)
-    assert "u2" not in svc.engine.retired and not (svc.store.path / pod_file("u2")).exists()
+    assert "u2" not in svc.engine.retired and "u2" not in on_disk(svc).retired
     assert calls == [] and ready(svc, "u1")  # nothing recomputed
     kill(svc)
 
