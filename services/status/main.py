@@ -11,7 +11,7 @@ inputs, so this finds nothing; the kubelet's 10 s sweep pushes statuses to the A
 which podvisor's replicated map does on its own).
 
 Durable before visible: a commit writes the changed statuses to ``state/statuses/`` (store.py:
-one small file per pod, no fsync: the failure model is kill -9) and publishes them only then.
+one journal line per commit, no fsync: the failure model is kill -9) and publishes them only then.
 Every turn that computed changes commits them at once; what arrived within one turn (every
 queued update is drained before computing) goes out in one commit. So whatever a reader has seen
 is on disk: a status process killed at any moment comes back with statuses at least as new as
