@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,44 @@ from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_WORKERS = 64
+
+
+class _Capture:
+    """Stands in for the server while generated code registers a servicer."""
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
+        self.name, self.handlers = name, dict(handlers)
+
+
+def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    return lambda response: response if isinstance(response, bytes) else serialize(response)
+
+
+def _add_passing_bytes(server: Any, add: Callable[[Any, Any], None], servicer: Any,
+                       methods: tuple[str, ...]) -> bool:
+    """Register ``servicer`` as the generated ``add`` would, except that ``methods`` may return
+    already-serialized responses (bytes). False when the generated code could not be followed
+    (then it registered as usual, and those methods must return messages)."""
+    capture = _Capture()
+    add(servicer, capture)
+    if not capture.name or not all(m in capture.handlers for m in methods):
+        add(servicer, server)
+        return False
+    handlers = capture.handlers
+    for m in methods:
+        handlers[m] = handlers[m]._replace(
+            response_serializer=_passing_bytes(handlers[m].response_serializer))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(capture.name, handlers),))
+    server.add_registered_method_handlers(capture.name, handlers)
+    return True
 
 
 class RuntimeServer:
@@ -42,7 +81,10 @@ class RuntimeServer:
             ],
         )
         stubs: Any = pb_grpc
-        stubs.add_RuntimeServiceServicer_to_server(RuntimeServicer(self.engine), server)
+        runtime = RuntimeServicer(self.engine)
+        runtime.raw_lists = _add_passing_bytes(
+            server, stubs.add_RuntimeServiceServicer_to_server, runtime,
+            ("ListContainers", "ListPodSandbox"))
         stubs.add_ImageServiceServicer_to_server(ImageServicer(self.engine), server)
         if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
             raise RuntimeError(f"cannot listen on unix://{self.socket_path}")
