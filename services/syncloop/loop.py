@@ -77,18 +77,36 @@ class SyncLoop:
         self.log = deps.sync.log
         self._results: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._published: dict[str, dict[str, Any]] = {}
+        # per source: UID -> (raw pod, parsed) of its last set
+        self._parsed: dict[str, dict[str, tuple[Mapping[str, Any], Pod]]] = {}
         self._next_housekeeping = 0.0
         self._housekeeping_busy = False
+        self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
         self.stopping = False
 
     # --- inputs (loop thread) ---
     def handle_pod_set(self, source: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
+        """A source's full set. A raw pod identical to the one last seen from that source
+        under the same UID is not parsed again (a relist republishes every pod)."""
         parsed: list[Pod] = []
+        last = self._parsed.get(source, {})
+        seen: dict[str, tuple[Mapping[str, Any], Pod]] = {}
         for raw in pods:
-            try:
-                parsed.append(pod_from_dict(raw, where=f"{source} set").pod)
-            except PodValidationError as err:
-                self.log.warning("syncloop.pod.invalid", source=source, error=str(err))
+            meta = raw.get("metadata")
+            uid = meta.get("uid") if isinstance(meta, Mapping) else None
+            hit = last.get(uid) if isinstance(uid, str) else None
+            if hit is not None and hit[0] == raw:
+                pod = hit[1]
+            else:
+                try:
+                    pod = pod_from_dict(raw, where=f"{source} set").pod
+                except PodValidationError as err:
+                    self.log.warning("syncloop.pod.invalid", source=source, error=str(err))
+                    continue
+            if isinstance(uid, str) and uid == pod.uid:
+                seen.setdefault(uid, (raw, pod))
+            parsed.append(pod)
+        self._parsed[source] = seen
         for update in self.deps.pod_config.apply(source, parsed):
             self._apply(update, now)
 
@@ -207,7 +225,7 @@ class SyncLoop:
                      work.newer_than, work.snapshot)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
-                       effects=r.effects)
+                       effects=r.effects, acted=r.acted)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
@@ -232,22 +250,32 @@ class SyncLoop:
         return Outcome(ok=True)
 
     def _finish(self, work: Work, outcome: Outcome) -> None:
+        cache = self.deps.sync.cache
+        if cache is not None and (outcome.acted or not outcome.ok
+                                  or work.kind is WorkKind.TERMINATE):
+            cache.changed()  # a listing from before may miss what the work did
         w = self.deps.table.finish(work, outcome, self.deps.sync.mono())
         if work.kind is WorkKind.TERMINATE and w is None:
+            self._removed[work.uid] = self.deps.sync.mono()
             self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
         self._publish(work.uid)
 
     def _housekeeping(self, known: frozenset[str]) -> None:
-        """Pool thread. ``known``: the workers' UIDs when it was submitted."""
+        """Pool thread. ``known``: the workers' UIDs when it was submitted. The runtime's pod
+        UIDs come from the shared listing when it is at most one interval old."""
         uids: set[str] = set()
         error: Exception | None = None
         ready = self.deps.pod_config.sources_ready()
         d = self.deps.sync
+        listed_at = d.mono()
         if ready:
             try:
-                uids = {s.labels.get(L.POD_UID, "") for s in d.cri.list_pod_sandbox()}
-                uids |= {c.labels.get(L.POD_UID, "") for c in d.cri.list_containers()}
-                uids.discard("")
+                if d.cache is not None:
+                    uids, listed_at = d.cache.pod_uids(self.deps.housekeeping_interval)
+                else:
+                    uids = {s.labels.get(L.POD_UID, "") for s in d.cri.list_pod_sandbox()}
+                    uids |= {c.labels.get(L.POD_UID, "") for c in d.cri.list_containers()}
+                    uids.discard("")
             except CriError as err:
                 error = err
         stale: set[str] = set()  # pods whose cgroup folders should go
@@ -256,11 +284,13 @@ class SyncLoop:
             if ready and error is None:
                 stale |= d.cgroups.leftovers(known | uids)
         d.backoff.gc(d.mono())
-        self._post(lambda: self._housekeeping_done(uids, error, stale))
+        self._post(lambda: self._housekeeping_done(uids, error, stale, listed_at))
 
     def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None,
-                           stale_cgroups: set[str]) -> None:
+                           stale_cgroups: set[str], listed_at: float) -> None:
         self._housekeeping_busy = False
+        # a pod terminated after the listing started is no orphan, whatever it showed
+        self._removed = {u: t for u, t in self._removed.items() if t >= listed_at}
         # On the loop thread, so no worker for these UIDs can appear (and create the folder)
         # while they are removed; rmdir of a few empty folders is quick.
         cgroups = self.deps.sync.cgroups
@@ -271,7 +301,7 @@ class SyncLoop:
             self.log.warning("syncloop.housekeeping.failed", error=str(error))
             return
         now = self.deps.sync.mono()
-        for uid in runtime_uids - set(self.deps.table.workers):
+        for uid in runtime_uids - set(self.deps.table.workers) - set(self._removed):
             self.log.info("syncloop.pod.orphan", pod_uid=uid)
             self.deps.table.kill(uid, None, now, orphan=True)
 

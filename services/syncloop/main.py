@@ -222,6 +222,7 @@ def run(ctx: ChildContext) -> None:
     poller.register(subscriber.socket, zmq.POLLIN)
     poller.register(wake.read_fd, zmq.POLLIN)
     stops, seen = new_stop_watcher(loop.deps.sync.cri, ctx.log), SeenStops()
+    cache = loop.deps.sync.cache
     poller.register(stops.wake_fd, zmq.POLLIN)
     ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
     stopping_pods, stopped_count = False, 0
@@ -250,7 +251,11 @@ def run(ctx: ChildContext) -> None:
                 wake.drain()
             if stops.wake_fd in ready:
                 now = time.monotonic()
-                for uid, event in pod_events(stops.drain()):
+                items = stops.drain()
+                if cache is not None:
+                    cache.changed()  # an event, a lost one or a stream mode change
+                    cache.watched(stops.streaming)
+                for uid, event in pod_events(items):
                     if is_stop(event):
                         seen.add(event.container_id)
                     loop.handle_container_event(uid, event, now,

@@ -104,6 +104,7 @@ class PodCgroups:
         self.log = log
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}  # uid -> failed attempts
+        self._mountinfo: tuple[str, tuple[CgroupMount, ...]] | None = None  # text, parsed
 
     @property
     def enabled(self) -> bool:
@@ -149,11 +150,19 @@ class PodCgroups:
         return found
 
     def _mounts(self) -> list[CgroupMount]:
+        """The cgroup mounts, parsed again only when mountinfo's text changed."""
         try:
-            return parse_mountinfo(self.fs.mountinfo())
+            text = self.fs.mountinfo()
         except OSError as err:
             self.log.warning("syncloop.cgroup.mountinfo_failed", error=str(err))
             return []
+        with self._lock:
+            if self._mountinfo is not None and self._mountinfo[0] == text:
+                return list(self._mountinfo[1])
+        mounts = parse_mountinfo(text)
+        with self._lock:
+            self._mountinfo = (text, tuple(mounts))
+        return mounts
 
     def _subtree(self, folder: str) -> list[str]:
         out, frontier = [folder], [folder]

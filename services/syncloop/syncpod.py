@@ -70,6 +70,7 @@ class SyncResult:
     retry_after: float | None = None
     pod_failed: bool = False
     effects: Effects = field(default_factory=dict)  # container ID -> what this sync did
+    acted: bool = False  # it called the runtime to change something
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -223,7 +224,7 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             break
     return SyncResult(ok=not run.errors, errors=tuple(run.errors), waiting=run.waiting,
                       sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
-                      pod_failed=actions.pod_failed, effects=run.effects)
+                      pod_failed=actions.pod_failed, effects=run.effects, acted=True)
 
 
 def read_runtime(deps: SyncDeps, uid: str, newer_than: float | None) -> PodRuntime:

@@ -64,6 +64,7 @@ class Outcome:
     sandbox_id: str | None = None
     pod_failed: bool = False
     effects: Effects = field(default_factory=dict)  # what the sync did to which container
+    acted: bool = False  # the work called the runtime to change something
 
 
 @dataclass

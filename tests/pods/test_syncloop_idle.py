@@ -1,0 +1,175 @@
+"""What keeps an idle sync loop cheap: a quiet runtime is not listed again while the event
+stream is live, housekeeping shares the workers' listing, an unchanged raw pod of a source set
+is not parsed again, mountinfo is parsed once per change (unit tests over the CRI fake)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop import loop as loop_module
+from podvisor.services.syncloop.cgroupfs import FakeCgroupFS
+from podvisor.services.syncloop.podcache import RuntimeCache
+from podvisor.services.syncloop.podcgroups import new_pod_cgroups
+from podvisor.supervisor.logs import MemoryLogger
+from tests.pods.test_syncloop_events import Harness, manifest
+
+MOUNTINFO = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _lists(cri: FakeRuntimeClient) -> int:
+    return len(cri.method_calls("ListPodSandbox"))
+
+
+def _never(name: str, count: int) -> bool:
+    return False
+
+
+def test_a_quiet_watched_runtime_is_not_listed_again() -> None:
+    cri, clock = FakeRuntimeClient(), Clock()
+    cache = RuntimeCache(cri, clock, lambda: 1000.0, max_age=5.0, quiet_max_age=30.0)
+    cache.pod("u1", 99.0, _never)
+    assert _lists(cri) == 1
+    clock.t = 110.0                                    # unwatched: 5 s at most, as before
+    cache.pod("u1", 0.0, _never)
+    assert _lists(cri) == 2
+    cache.watched(True)                                # the stream goes live: a change
+    clock.t = 116.0
+    cache.pod("u1", 0.0, _never)                       # (too old for the old rules too)
+    assert _lists(cri) == 3
+    clock.t = 125.0
+    cache.pod("u1", 120.0, _never)                     # older than asked, 9 s old: quiet
+    cache.pod_uids(2.0)
+    assert _lists(cri) == 3
+    cache.changed()                                    # an event: list again
+    cache.pod_uids(2.0)
+    assert _lists(cri) == 4
+    clock.t = 156.0                                    # quiet, but older than 30 s
+    cache.pod("u1", 0.0, _never)
+    assert _lists(cri) == 5
+    cache.watched(False)                               # stream down: the old rules
+    clock.t = 160.0
+    cache.pod("u1", 157.0, _never)
+    assert _lists(cri) == 6
+
+
+def test_a_change_during_a_listing_leaves_it_unquiet() -> None:
+    cri, clock = FakeRuntimeClient(), Clock()
+    cache = RuntimeCache(cri, clock, lambda: 1000.0, max_age=5.0)
+    cache.watched(True)
+    real = cri.list_containers
+
+    def racing(filter: Any = None) -> list[pb.Container]:
+        cache.changed()                                # an event while the listing runs
+        return real(filter)
+
+    cri.list_containers = racing  # type: ignore[method-assign]
+    cache.pod_uids(2.0)
+    cri.list_containers = real  # type: ignore[method-assign]
+    clock.t += 3
+    cache.pod_uids(2.0)
+    assert _lists(cri) == 2
+
+
+def test_housekeeping_shares_the_listing_and_sees_no_orphan_in_a_pod_just_terminated(
+        tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.loop.deps.housekeeping_interval = 2.0
+    cache = h.sync.cache
+    assert cache is not None
+    cache.watched(True)
+    h.set(manifest("u1"), manifest("u2"))
+    for _ in range(2):                                 # the listing after the starts
+        h.now += 2
+        h.settle()
+    before = _lists(h.cri)
+    for _ in range(5):                                 # 10 s of housekeeping, nothing changes
+        h.now += 2
+        h.settle()
+    assert _lists(h.cri) == before
+    h.set(manifest("u1"))                              # u2 goes: terminated (acted: a change)
+    assert {s.labels[L.POD_UID] for s in h.cri.list_pod_sandbox()} == {"u1"}
+    assert "u2" not in h.loop.deps.table.workers
+    for _ in range(3):
+        h.now += 2
+        h.settle()
+    assert not [e for e in h.log.events if e["event"] == "syncloop.pod.orphan"]
+
+
+def test_a_listing_from_before_a_termination_shows_no_orphan(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.loop.deps.housekeeping_interval = 2.0
+    h.set(manifest("u1"), manifest("u2"))
+    # as if the pool listed just before u2's worker finished its termination
+    stale = {"u1", "u2"}
+    h.loop.handle_pod_set("file", [manifest("u1")], h.now)
+    h.settle()
+    assert "u2" not in h.loop.deps.table.workers
+    h.loop._housekeeping_done(stale, None, set(), h.now - 0.5)
+    assert "u2" not in h.loop.deps.table.workers      # not an orphan: killed by us after
+    assert not [e for e in h.log.events if e["event"] == "syncloop.pod.orphan"]
+    h.loop._housekeeping_done({"u1", "u3"}, None, set(), h.now)
+    assert "u3" in h.loop.deps.table.workers          # a real orphan still is one
+
+
+def test_an_unchanged_raw_pod_is_not_parsed_again(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness(tmp_path)
+    parsed: list[str] = []
+    real = loop_module.pod_from_dict
+
+    def counting(raw: Any, where: str = "") -> Any:
+        parsed.append(raw["metadata"]["uid"])
+        return real(raw, where=where)
+
+    monkeypatch.setattr(loop_module, "pod_from_dict", counting)
+    one, two = manifest("u1"), manifest("u2")
+    h.set(one, two)
+    assert sorted(parsed) == ["u1", "u2"]
+    changed = manifest("u2", names=("a",))
+    h.set(manifest("u1"), changed)                     # equal raw u1: reused; u2 changed
+    assert sorted(parsed) == ["u1", "u2", "u2"]
+    [w] = [w for w in h.loop.deps.table.workers.values() if w.uid == "u2"]
+    assert w.pod is not None and [c.name for c in w.pod.spec.containers] == ["a"]
+    h.set(manifest("u1"), changed, {"metadata": {"uid": "u9"}})   # invalid: parsed, logged
+    assert parsed[-1] == "u9"
+    h.set(manifest("u1"), changed, {"metadata": {"uid": "u9"}})
+    assert parsed.count("u9") == 2                     # invalid ones are not remembered
+    assert len(parsed) == 5
+
+
+def test_mountinfo_is_parsed_again_only_when_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from podvisor.services.syncloop import podcgroups
+
+    fs = FakeCgroupFS(MOUNTINFO, ["/sys/fs/cgroup/cpu/podvisor/podu7"])
+    cg = new_pod_cgroups("/podvisor", fs, MemoryLogger())
+    calls: list[int] = []
+    real = podcgroups.parse_mountinfo
+
+    def counting(text: str) -> Any:
+        calls.append(1)
+        return real(text)
+
+    monkeypatch.setattr(podcgroups, "parse_mountinfo", counting)
+    first = cg.leftovers(set())
+    assert first == {"u7"}
+    assert cg.leftovers(set()) == first and len(calls) == 1
+    fs.text += "\n"
+    cg.leftovers(set())
+    assert len(calls) == 2
