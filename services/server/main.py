@@ -9,7 +9,6 @@ disables the port: the process then only heartbeats until it is stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from aiohttp import web
 
@@ -31,17 +30,32 @@ async def _serve(ctx: ChildContext, pump: ReplicaPump) -> None:
     await site.start()
     ctx.log.info("server.listening", address=address, port=ctx.config.read_only_port)
     stopped = asyncio.Event()
+    died: list[PumpDied] = []
     loop = asyncio.get_running_loop()
     if ctx.stop_fd is not None:  # stop wakes the loop at once; else seen within a heartbeat
         loop.add_reader(ctx.stop_fd, stopped.set)
+
+    timers: list[asyncio.TimerHandle] = []
+
+    def tick() -> None:
+        """Every heartbeat interval, on the loop (a timer, not a task per wait): heartbeat,
+        check the pump thread and ``ctx.stop``."""
+        ctx.heartbeat()
+        if not pump.alive():
+            died.append(PumpDied(f"replica pump thread died: {pump.error!r}"))
+        if died or ctx.stop.is_set():
+            stopped.set()
+        else:
+            timers[:] = [loop.call_later(ctx.heartbeat_interval, tick)]
+
+    timers.append(loop.call_later(0, tick))
     try:
-        while not ctx.stop.is_set():
-            ctx.heartbeat()
-            if not pump.alive():
-                raise PumpDied(f"replica pump thread died: {pump.error!r}")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopped.wait(), ctx.heartbeat_interval)
+        await stopped.wait()
+        if died:
+            raise died[0]
     finally:
+        for timer in timers:
+            timer.cancel()
         if ctx.stop_fd is not None:
             loop.remove_reader(ctx.stop_fd)
         await runner.cleanup()

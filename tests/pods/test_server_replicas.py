@@ -3,7 +3,9 @@ view only when it moved, and the desired owner's traffic marks when the sync loo
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +18,17 @@ import zmq
 from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
+from podvisor.services.server.main import PumpDied, _serve
 from podvisor.services.server.replicas import ReplicaPump
+from podvisor.supervisor.child import ChildContext
+from podvisor.supervisor.config import Config
+from podvisor.supervisor.logs import MemoryLogger
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Owners:
@@ -79,3 +91,37 @@ def test_views_copy_only_the_maps_that_moved(owners: Owners,
     finally:
         pump.close()
     assert not pump.alive()
+
+
+class _DeadPump:
+    error = RuntimeError("boom")
+
+    def alive(self) -> bool:
+        return False
+
+
+def _ctx(root: Path, beats: list[int]) -> ChildContext:
+    config = Config(root_dir=str(root), read_only_port=free_port())
+    return ChildContext("server", config, RunPaths(root), MemoryLogger(),  # type: ignore[arg-type]
+                        zmq.Context.instance(), beat=lambda: beats.append(1))
+
+
+def test_serve_heartbeats_and_stops_when_the_pump_thread_dies(tmp_path: Path) -> None:
+    beats: list[int] = []
+    ctx = _ctx(tmp_path, beats)
+    with pytest.raises(PumpDied, match="boom"):
+        asyncio.run(_serve(ctx, _DeadPump()))  # type: ignore[arg-type]
+    assert beats
+
+
+def test_serve_returns_once_stop_is_set(tmp_path: Path) -> None:
+    beats: list[int] = []
+    ctx = _ctx(tmp_path, beats)
+    pump = ReplicaPump(ctx.zctx, ctx.paths)
+    pump.start()
+    try:
+        ctx.stop.set()
+        asyncio.run(_serve(ctx, pump))
+    finally:
+        pump.close()
+    assert beats
