@@ -8,12 +8,12 @@ its socket to the runtime (message ``spare`` + the fd, SCM_RIGHTS). A start then
 from the runtime to a spare, with no hop through the zygote: an 8-byte length and two fds (the
 write end of a reply pipe, the opened log file or none), then the JSON request
 ``{"dir", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path). The spare becomes the
-container's monitor (``monitor.run_monitor``) and answers on the reply pipe. The runtime tells
-the zygote ``used`` for each spare it took (``need`` when it has none: fork one now), and the
-zygote forks the replacement once idle for ``_REFILL_IDLE``, so the fork does not compete with
-the start. The zygote ignores SIGCHLD, so finished monitors are reaped by the kernel; it exits
-when the runtime closes its end (runtime gone); a spare exits when the runtime's end of its
-socket closes; monitors, in their own sessions, live on.
+container's monitor (``monitor.run_monitor``) and answers on the reply pipe. Once the reply is
+in, the runtime tells the zygote ``used`` for each spare it took (``need`` when it holds none:
+fork one now), and the zygote forks the replacement once idle for ``_REFILL_IDLE``: the fork
+does not compete with the start. The zygote ignores SIGCHLD, so finished monitors are reaped
+by the kernel; it exits when the runtime closes its end (runtime gone); a spare exits when the
+runtime's end of its socket closes; monitors, in their own sessions, live on.
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ def serve(sock: socket.socket) -> None:
     held = 0  # spares handed to the runtime and not reported used
     urgent = False
     while True:
-        if held < _SPARES and (urgent or not poller.poll(_REFILL_IDLE * 1000)):
+        # ``need`` forks at once even when more than _SPARES are out (concurrent starts report
+        # ``used`` only once their containers run)
+        if urgent or (held < _SPARES and not poller.poll(_REFILL_IDLE * 1000)):
             spare = _fork_spare()
             try:
                 socket.send_fds(sock, [b"spare"], [spare.fileno()])
@@ -211,13 +213,13 @@ class Spawner:
             self._collect(_SPARE_WAIT)
         if not self._spares:
             raise SpawnError("no spare monitor from the zygote")
-        self._tell(b"used")
         return self._spares.pop(0)
 
     def spawn(self, state_dir: str, log_fd: int, spec: bytes) -> SpawnResult:
         """Hand the container in ``state_dir`` (``spec``: its spec.json, as JSON) to a spare
         monitor; wait for exec success or failure."""
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+        taken = 0
         try:
             fds = [reply_w] + ([log_fd] if log_fd >= 0 else [])
             body = b'{"dir": %s, "notify": %s, "spec": %s}' % (
@@ -226,6 +228,7 @@ class Spawner:
             with self._lock:
                 for _attempt in range(3):
                     spare = self._take_spare()
+                    taken += 1
                     try:
                         socket.send_fds(spare, [header], fds)
                         spare.sendall(body)
@@ -240,6 +243,12 @@ class Spawner:
             reply_w = -1
             return _read_reply(reply_r, self._reply_timeout)
         finally:
+            # Only now (the container is started) may the zygote fork the replacement: the
+            # fork does not compete with this start for a CPU.
+            if taken:
+                with self._lock:
+                    for _ in range(taken):
+                        self._tell(b"used")
             os.close(reply_r)
             if reply_w >= 0:
                 os.close(reply_w)
