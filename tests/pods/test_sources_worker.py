@@ -167,9 +167,15 @@ def test_parse_cache_rereads_files_changed_within_the_last_seconds(tmp_path: Pat
     now = changed + 10**9
     cache = ParseCache(wall_ns=lambda: now, recent_ns=2 * 10**9)
     seen = FirstSeen(lambda: 0.0)
-    read_static_pods(tmp_path, "n", seen, cache=cache)
-    read_static_pods(tmp_path, "n", seen, cache=cache)
-    assert cache.hits == 0
+    first = read_static_pods(tmp_path, "n", seen, cache=cache)
+    second = read_static_pods(tmp_path, "n", seen, cache=cache)
+    assert cache.hits == 0  # read again...
+    assert cache.rereads == 1 and second.pods[0] is first.pods[0]  # ...same bytes: not parsed
     now = changed + 3 * 10**9
     read_static_pods(tmp_path, "n", seen, cache=cache)
     assert cache.hits == 1
+    # a same-size rewrite within the window is read and parsed again
+    file.write_text(POD.format(name="b"))
+    now = max(file.stat().st_mtime_ns, file.stat().st_ctime_ns) + 10**9
+    third = read_static_pods(tmp_path, "n", seen, cache=cache)
+    assert [p.name for p in third.pods] == ["b-n"] and cache.rereads == 1
