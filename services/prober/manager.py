@@ -189,11 +189,13 @@ class ProbeManager:
     def _update_pod(self, uid: str, pod: Pod, record: Mapping[str, Any] | None, now: float,
                     wall: float) -> set[WorkerKey]:
         keys: set[WorkerKey] = set()
-        ip = pod_ip(pod, record)
+        ip: str | None = None  # only pods with a probe need it
         for c in pod.spec.containers:
             probes = probes_of(pod, c.name)
             if not probes:
                 continue
+            if ip is None:
+                ip = pod_ip(pod, record)
             obs = observe(newest((record or {}).get("containers"), c.name), now, wall)
             if obs is not None:
                 ports = {p.name: p.container_port for p in c.ports if p.name}
