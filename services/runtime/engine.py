@@ -365,9 +365,9 @@ class Engine:
                     self.store.save_exit(container_id, info)
             self._containers[container_id] = c = replace(c, exited=info)
             self._exited.notify_all()
+        self._publish(c, pb.CONTAINER_STOPPED_EVENT)  # first: the log line can wait
         self.log.info("container.exited", container=container_id, exit_code=info.exit_code,
                       reason=info.reason)
-        self._publish(c, pb.CONTAINER_STOPPED_EVENT)
 
     def _on_exit_note(self, container_id: str, info: ExitInfo) -> None:
         """A monitor's exit note (watcher.py): sent after it wrote exit.json with ``info``."""
