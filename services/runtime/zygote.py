@@ -79,7 +79,8 @@ def _spare_main(conn: socket.socket) -> NoReturn:
         req = json.loads(body)
         reply_fd = fds[0] if fds else -1
         log_fd = fds[1] if len(fds) > 1 else -1
-        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""))
+        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""),
+                    req.get("exec", ""))
     except (EOFError, OSError):
         code = 0
     except BaseException:
@@ -145,14 +146,17 @@ class Spawner:
     """The runtime's side: starts the zygote lazily, holds the spares it hands over and sends
     starts straight to them. Thread-safe."""
 
-    def __init__(self, reply_timeout: float = 10.0, notify: str = "") -> None:
-        """``notify``: the runtime's exit socket, passed on to each monitor ("" for none)."""
+    def __init__(self, reply_timeout: float = 10.0, notify: str = "",
+                 monitor_exe: str = "") -> None:
+        """``notify``: the runtime's exit socket, passed on to each monitor ("" for none);
+        ``monitor_exe``: the C monitor each spare execs ("" for the Python monitor)."""
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._spares: list[socket.socket] = []
         self._reply_timeout = reply_timeout
         self.notify = notify
+        self.monitor_exe = monitor_exe
 
     def start(self) -> None:
         with self._lock:
@@ -222,8 +226,9 @@ class Spawner:
         taken = 0
         try:
             fds = [reply_w] + ([log_fd] if log_fd >= 0 else [])
-            body = b'{"dir": %s, "notify": %s, "spec": %s}' % (
-                json.dumps(state_dir).encode(), json.dumps(self.notify).encode(), spec)
+            body = b'{"dir": %s, "notify": %s, "exec": %s, "spec": %s}' % (
+                json.dumps(state_dir).encode(), json.dumps(self.notify).encode(),
+                json.dumps(self.monitor_exe).encode(), spec)
             header = struct.pack("!Q", len(body))
             with self._lock:
                 for _attempt in range(3):

@@ -47,8 +47,9 @@ def poll(predicate: Callable[[], Any], timeout: float = 15.0, message: str = "")
 class EmbeddedRuntime:
     """The standalone embedded runtime as a real subprocess."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, env: dict[str, str] | None = None) -> None:
         self.base = base
+        self.env = {**os.environ, **(env or {})}
         self.root = base / "root"
         self.socket = base / "cri.sock"
         self.stderr_path = base / "runtime.stderr"
@@ -60,7 +61,7 @@ class EmbeddedRuntime:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "podvisor.services.runtime", "--root", str(self.root),
                  "--socket", str(self.socket)],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=self.env)
         poll(self._up, 30.0, "embedded runtime to answer Version")
 
     def _up(self) -> bool:

@@ -1,0 +1,149 @@
+"""The embedded runtime's two container monitors, one contract: the C monitor (monitor.c, built
+by native.py, used whenever a C compiler is there) and the Python monitor (monitor.py, the
+fallback; forced here with ``PODVISOR_MONITOR=python``). Each behaviour runs against both."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri import CriError
+from podvisor.services.runtime.monitor import MAX_LINE
+from podvisor.services.runtime.native import MonitorBinary, monitor_binary
+from tests.runtime.conftest import EmbeddedRuntime, RuntimeUnderTest, cleanup, poll, short_tmp
+from tests.runtime.test_contract_io import parse_log
+
+
+@pytest.fixture(params=["c", "python"])
+def monitored(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
+    if request.param == "c" and monitor_binary().path is None:
+        pytest.skip(f"C monitor unavailable: {monitor_binary().why}")
+    base = short_tmp("pvmon")
+    env = {"PODVISOR_MONITOR": "python"} if request.param == "python" else {}
+    rt = EmbeddedRuntime(base, env)
+    rt.start()
+    try:
+        yield RuntimeUnderTest(request.param, rt.client, "host", base / "t", embedded=rt)
+    finally:
+        try:
+            if rt.proc is None:
+                rt.start()
+            cleanup(rt.client)
+        finally:
+            rt.stop()
+            rt.client.close()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _started(rt: RuntimeUnderTest, cid: str) -> dict[str, Any]:
+    assert rt.embedded is not None
+    path = rt.embedded.root / "containers" / cid / "started.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def test_the_monitor_is_the_one_asked_for(monitored: RuntimeUnderTest) -> None:
+    cid = monitored.start(monitored.run("which"), "c", ["sleep", "1000"])
+    monitor = psutil.Process(_started(monitored, cid)["monitor_pid"])
+    assert monitor.name() == "pv-monitor"
+    exe = Path(monitor.exe()).name
+    if monitored.name == "c":
+        assert exe.startswith("pv-monitor-")
+        assert monitor.memory_full_info().uss < 1024 * 1024  # the point of the C monitor
+    else:
+        assert exe.startswith("python")
+
+
+def test_logs_exit_code_and_long_lines(monitored: RuntimeUnderTest) -> None:
+    cmd = ["sh", "-c", f"echo out; echo err >&2; head -c {MAX_LINE + 10} /dev/zero | tr '\\0' x;"
+                       " echo; printf tail; exit 3"]
+    cid = monitored.start(monitored.run("logs"), "c", cmd, env={"A": "b"})
+    status = monitored.wait_exited(cid)
+    assert (status.exit_code, status.reason) == (3, "Error")
+    assert status.finished_at >= status.started_at > 0
+    records = parse_log(status.log_path)
+    assert ("stdout", "F", "out") in records and ("stderr", "F", "err") in records
+    stdout = [r for r in records if r[0] == "stdout"]
+    assert ("stdout", "P", "x" * MAX_LINE) in stdout
+    assert ("stdout", "F", "x" * 10) in stdout
+    assert stdout[-1] == ("stdout", "F", "tail")
+
+
+def test_environment_path_and_working_dir(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
+    tool = tmp_path / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho \"$GREETING from $(pwd)\"\n")
+    tool.chmod(0o755)
+    sid, sconfig = monitored.run("env")
+    config = monitored.container_config("c", ["mytool"], env={
+        "GREETING": "hello", "PATH": f"{tool.parent}:/usr/bin:/bin"})
+    config.working_dir = str(tmp_path)
+    cid = monitored.client.create_container(sid, config, sconfig)
+    monitored.client.start_container(cid)
+    status = monitored.wait_exited(cid)
+    assert status.exit_code == 0
+    assert ("stdout", "F", f"hello from {tmp_path}") in parse_log(status.log_path)
+
+
+@pytest.mark.parametrize("cmd, cwd, expect", [
+    (["no-such-command-anywhere"], "", 'exec "no-such-command-anywhere": No such file'),
+    (["/etc/passwd"], "", "Permission denied (errno 13 EACCES)"),
+    (["true"], "/no/such/dir", "chdir '/no/such/dir': No such file or directory"),
+])
+def test_start_errors_are_reported(monitored: RuntimeUnderTest, cmd: list[str], cwd: str,
+                                   expect: str) -> None:
+    sid, sconfig = monitored.run("err")
+    config = monitored.container_config("c", cmd)
+    config.working_dir = cwd
+    cid = monitored.client.create_container(sid, config, sconfig)
+    with pytest.raises(CriError) as info:
+        monitored.client.start_container(cid)
+    assert expect in info.value.message
+    status = monitored.client.container_status(cid)
+    assert status.state == pb.CONTAINER_EXITED and status.reason == "StartError"
+
+
+def test_log_reopen_and_signal_exit(monitored: RuntimeUnderTest) -> None:
+    cmd = ["sh", "-c", "while true; do echo tick; sleep 0.02; done"]
+    cid = monitored.start(monitored.run("reopen"), "c", cmd)
+    path = monitored.client.container_status(cid).log_path
+    poll(lambda: os.path.exists(path) and os.path.getsize(path) > 0, message="first tick")
+    os.rename(path, path + ".1")
+    monitored.client.reopen_container_log(cid)
+    poll(lambda: os.path.exists(path) and os.path.getsize(path) > 0, message="tick in new log")
+    monitored.client.stop_container(cid, 10)
+    status = monitored.client.container_status(cid)
+    assert status.exit_code == 143  # 128 + SIGTERM, as the kubelet reports it
+
+
+def test_exit_while_runtime_down_is_recorded(monitored: RuntimeUnderTest) -> None:
+    assert monitored.embedded is not None
+    go = monitored.tmp / "go"
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    cmd = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.01; done; exit 9"]
+    cid = monitored.start(monitored.run("down"), "c", cmd)
+    monitor = psutil.Process(_started(monitored, cid)["monitor_pid"])
+    monitored.embedded.kill9()
+    go.write_text("now")
+    poll(lambda: not monitor.is_running() or monitor.status() == psutil.STATUS_ZOMBIE,
+         message="the monitor to finish while the runtime is down")
+    monitored.embedded.start()
+    status = monitored.client.container_status(cid)
+    assert (status.state, status.exit_code) == (pb.CONTAINER_EXITED, 9)
+
+
+def test_no_compiler_means_the_python_monitor(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    got = monitor_binary(tmp_path / "cache")
+    assert got == MonitorBinary(None, got.why) and "no-such-cc" in got.why
+    monkeypatch.setenv("PODVISOR_MONITOR", "python")
+    assert monitor_binary().path is None
