@@ -33,7 +33,7 @@ class DirWatcher(Protocol):
         ...
 
 
-def new_inotify_watcher(path: Path, coalesce: float = 0.05,
+def new_inotify_watcher(path: Path, coalesce: float = 0.005,
                         max_burst: float = 0.5) -> DirWatcher:
     """An inotify watcher of ``path``. Events closer than ``coalesce`` seconds are merged,
     for at most ``max_burst`` seconds."""
