@@ -24,7 +24,7 @@ from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.runtime_state import read_pod_runtime
 from podvisor.services.syncloop.states import WorkerState
-from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
+from podvisor.services.syncloop.syncpod import SyncDeps, quiet_resync, sync_pod
 from podvisor.services.syncloop.terminate import orphan_grace, teardown
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
@@ -188,7 +188,8 @@ class SyncLoop:
                 break
         works = self.deps.table.due(now)
         for work in works:  # first: a pool thread starts while the loop publishes
-            self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
+            if not self._quiet(work):
+                self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
         for work in works:
             self._publish(work.uid)
         if now >= self._next_housekeeping and not self._housekeeping_busy:
@@ -201,6 +202,24 @@ class SyncLoop:
         if deadline is not None:
             waits.append(deadline - now)
         return max(0.0, min(waits))
+
+    def _quiet(self, work: Work) -> bool:
+        """A periodic resync that needs no CRI call is done here, on the loop thread
+        (``quiet_resync``); True when it was."""
+        if work.kind is not WorkKind.SYNC or work.pod is None or work.snapshot is not None \
+                or work.newer_than is None:
+            return False
+        try:
+            r = quiet_resync(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
+                             work.newer_than)
+        except Exception:  # a bug here must not take the loop down: the pool path decides
+            self.log.exception("syncloop.quiet_resync.crashed", pod_uid=work.uid)
+            return False
+        if r is None:
+            return False
+        self._finish(work, Outcome(ok=True, retry_after=r.retry_after, waiting=r.waiting,
+                                   sandbox_id=r.sandbox_id, pod_failed=r.pod_failed))
+        return True
 
     def _post(self, fn: Callable[[], None]) -> None:
         self._results.put(fn)

@@ -91,6 +91,18 @@ class RuntimeCache:
         return pod_runtime(self._cri, sandboxes, containers, self._mono, self._wall,
                            running_status)
 
+    def peek(self, uid: str, newer_than: float) -> _Listing | None:
+        """The pod's part of the listing when ``pod(uid, newer_than, ...)`` would use it as is
+        (no listing again), else None; never blocks on a refresh another thread is doing."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if not self._valid(newer_than, self._max_age):
+                return None
+            return self._pods.get(uid, ([], []))
+        finally:
+            self._lock.release()
+
     def pod_uids(self, max_age: float) -> tuple[set[str], float]:
         """Every pod UID of a listing at most ``max_age`` old (listing again otherwise), and
         when that listing started. Raises CriError."""

@@ -13,6 +13,9 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
+
+from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.cri.errors import CriError
@@ -34,7 +37,12 @@ from podvisor.services.syncloop.runtime_events import (
     EventSnapshot,
     runtime_from_event,
 )
-from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
+from podvisor.services.syncloop.runtime_state import (
+    ContainerState,
+    PodRuntime,
+    pod_runtime,
+    read_pod_runtime,
+)
 from podvisor.services.syncloop.terminate import Log, kill_containers
 
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
@@ -246,6 +254,49 @@ def _event_runtime(deps: SyncDeps, pod: Pod, snapshot: EventSnapshot) -> PodRunt
     if rt is None:
         deps.log.debug("syncloop.pod.event_state_unused", pod_uid=pod.uid, reason=why)
     return rt
+
+
+class _WouldCall(Exception):
+    """A quiet resync needed a CRI call: it goes to a pool thread instead."""
+
+
+class _NoCalls:
+    """The CRI client of a quiet resync: any call means "not quiet"."""
+
+    def container_status(self, container_id: str) -> pb.ContainerStatus:
+        raise _WouldCall
+
+
+_NO_CALLS: RuntimeClient = cast(RuntimeClient, _NoCalls())
+
+
+def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
+                 newer_than: float) -> SyncResult | None:
+    """A SyncPod that needs no CRI call, on the caller's (the loop's) thread: the shared listing
+    is usable for ``newer_than`` as it is, no ContainerStatus is needed and the actions are
+    none. The kubelet's periodic resync of a running pod, without two thread hand-offs. None:
+    it needs the runtime, hand it to a pool thread (``sync_pod``)."""
+    if deps.cache is None:
+        return None
+    listing = deps.cache.peek(pod.uid, newer_than)
+    if listing is None:
+        return None
+    uid = pod.uid
+
+    def running_status(name: str, restart_count: int) -> bool:
+        return restart_count > 0 and deps.backoff.entry((uid, name)) is None
+
+    try:
+        rt = pod_runtime(_NO_CALLS, listing[0], listing[1], deps.mono, deps.wall,
+                         running_status)
+    except _WouldCall:
+        return None
+    actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
+    if not actions.noop:
+        return None
+    return SyncResult(ok=True, waiting=actions.waiting,
+                      sandbox_id=rt.sandboxes[0].id if rt.sandboxes else None,
+                      retry_after=actions.retry_after, pod_failed=actions.pod_failed)
 
 
 def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),

@@ -14,7 +14,8 @@ when anything else asks for that sync (a source update, a PLEG event, a probe ve
 retry), and hands it out with what the last successful syncs did (``effects``) and the current
 sandbox, for the sync to check before using it.
 
-Requeue: after a successful sync at ``resync * (1 + jitter * rand)``, or earlier when a
+Requeue: after a successful sync at ``resync * (1 + jitter * rand)`` rounded up to a whole
+second (pods due in the same second share one wake-up of the loop), or earlier when a
 back-off ends; after an error at ``error_delay * (1 + jitter * rand)``, or at the runtime
 back-off (100 ms doubling to 5 s) when the runtime itself was unreachable.
 
@@ -23,6 +24,7 @@ Not thread-safe: the loop thread only.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -222,7 +224,9 @@ class WorkerTable:
             w.waiting, w.sandbox_id = outcome.waiting, outcome.sandbox_id
             if outcome.effects or w.effects is None:
                 w.effects = outcome.effects
-            w.next_at = now + self._jitter(self.timing.resync)
+            # on a whole second (the kubelet picks due pods on a 1 s tick): pods due in the
+            # same second resync on one wake-up of the loop, not one each
+            w.next_at = float(math.ceil(now + self._jitter(self.timing.resync)))
             if outcome.retry_after is not None:
                 w.next_at = min(w.next_at, now + outcome.retry_after)
             return w

@@ -173,3 +173,30 @@ def test_mountinfo_is_parsed_again_only_when_it_changed(monkeypatch: pytest.Monk
     fs.text += "\n"
     cg.leftovers(set())
     assert len(calls) == 2
+
+
+def test_a_periodic_resync_that_needs_nothing_stays_on_the_loop_thread(tmp_path: Path) -> None:
+    """The kubelet's 1 min resync of a running pod: a full SyncPod against the shared listing,
+    done on the loop thread when it needs no CRI call (no two thread hand-offs per pod); a pod
+    that needs something (here: a container to restart) still goes to a pool thread."""
+    h = Harness(tmp_path)
+    submitted: list[str] = []
+    inline = h.loop.deps.submit
+    h.loop.deps.submit = lambda fn: (submitted.append("work"), inline(fn))[1]
+    h.set(manifest(uid="u1", names=("a",)), manifest(uid="u2", names=("b",)))
+    h.events()
+    h.now += 1
+    h.loop.deps.sync.cache.pod("u1", h.now, _never)   # a listing newer than both syncs
+    h.set_mark()
+    submitted.clear()
+    h.now += 100                                     # both due for their periodic resync
+    h.loop.deps.sync.cache._max_age = 1e9            # (the listing stays usable)
+    h.settle(1)
+    assert h.calls_since_mark() == [] and submitted == []
+    assert set(h.running("u1")) == {"a"} and set(h.running("u2")) == {"b"}
+
+    h.cri.exit_container(h.running("u2")["b"], 1)    # (the event is not delivered)
+    h.now += 100                                     # the listing predates the last syncs:
+    h.settle(2)                                      # listing again is a pool thread's job
+    assert submitted, "a resync that must act goes to the pool"
+    assert "StartContainer" in h.calls_since_mark()
