@@ -147,3 +147,14 @@ def test_no_compiler_means_the_python_monitor(tmp_path: Path,
     assert got == MonitorBinary(None, got.why) and "no-such-cc" in got.why
     monkeypatch.setenv("PODVISOR_MONITOR", "python")
     assert monitor_binary().path is None
+
+
+def test_the_c_monitor_builds_into_an_empty_cache(tmp_path: Path) -> None:
+    """What a fresh machine does on the runtime's first start (skipped without a compiler)."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler")
+    got = monitor_binary(tmp_path / "cache")
+    assert got.path is not None, got.why
+    assert got.path.parent == tmp_path / "cache" and os.access(got.path, os.X_OK)
+    assert monitor_binary(tmp_path / "cache") == got  # built once, then reused
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [got.path.name]  # no tmp left
