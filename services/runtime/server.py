@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
+from podvisor.ipc.paths import MAX_SOCKET_PATH
 from podvisor.services.runtime.engine import Engine, Logger
 from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer
 
@@ -86,10 +87,19 @@ class RuntimeServer:
             server, stubs.add_RuntimeServiceServicer_to_server, runtime,
             ("ListContainers", "ListPodSandbox"))
         stubs.add_ImageServiceServicer_to_server(ImageServicer(self.engine), server)
-        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise RuntimeError(f"cannot listen on unix://{self.socket_path}")
+        # Bound under a temporary name and renamed once listening: the socket file exists only
+        # when connecting to it works (a client that waits for the file is never refused).
+        tmp = self.socket_path.with_name(f".{self.socket_path.name}.{os.getpid()}")
+        if len(os.fsencode(str(tmp))) > MAX_SOCKET_PATH:
+            tmp = self.socket_path  # no room for the longer name: bind it directly
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if server.add_insecure_port(f"unix://{tmp}") == 0:
+            raise RuntimeError(f"cannot listen on unix://{tmp}")
         server.start()
-        os.chmod(self.socket_path, 0o600)
+        os.chmod(tmp, 0o600)
+        if tmp != self.socket_path:
+            os.rename(tmp, self.socket_path)
         self._server = server
         self.log.info("runtime.serving", socket=str(self.socket_path), root=str(self.root))
 

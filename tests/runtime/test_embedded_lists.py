@@ -3,11 +3,17 @@ protobuf would send for the same items."""
 
 from __future__ import annotations
 
+import shutil
+from typing import Any
+
+import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.services.cri import new_runtime_client
 from podvisor.services.runtime import convert
 from podvisor.services.runtime.model import Container, Sandbox, SandboxState
 from podvisor.services.runtime.servicer import _ItemCache
+from tests.runtime.conftest import short_tmp
 
 
 def _container(i: int, label_len: int) -> Container:
@@ -33,3 +39,39 @@ def test_list_wire_bytes_equal_protobuf_serialization() -> None:
     assert swire == pb.ListPodSandboxResponse(
         items=[convert.sandbox_item(sb) for sb in sandboxes]).SerializeToString()
     assert cache.containers([]) == b""
+
+
+def test_cri_socket_exists_only_once_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients wait for the socket file, then connect: the server binds a temporary name and
+    renames it into place after it listens, so the file never refuses a connection."""
+    from podvisor.services.runtime import server as server_module
+    from podvisor.supervisor.logs import MemoryLogger
+
+    base = short_tmp("pvsock")
+    sock = base / "cri.sock"
+    seen: list[bool] = []
+    real = server_module.grpc.server
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        srv = real(*args, **kwargs)
+        start = srv.start
+
+        def starting() -> None:
+            seen.append(sock.exists())
+            start()
+        srv.start = starting
+        return srv
+    monkeypatch.setattr(server_module.grpc, "server", spy)
+    rs = server_module.RuntimeServer(base / "root", sock, MemoryLogger())
+    try:
+        rs.start()
+        assert seen == [False] and sock.exists()
+        assert [p.name for p in base.iterdir() if p.name.startswith(".")] == []
+        client = new_runtime_client(f"unix://{sock}", timeout=5.0)
+        try:
+            assert client.version().runtime_name == "podvisor-embedded"
+        finally:
+            client.close()
+    finally:
+        rs.stop()
+        shutil.rmtree(base, ignore_errors=True)
