@@ -228,6 +228,9 @@ def main() -> None:
         proc.wait()
         if isinstance(ctr, Target):
             ctr.clean()
+        for target in (emb, ctr):
+            if isinstance(target, Target):
+                shutil.rmtree(target.tmp, ignore_errors=True)  # clean() leaves it empty
         shutil.rmtree(base, ignore_errors=True)
 
     print(f"\n{'':<26} {'embedded p50 / p99':^24}   {'containerd p50 / p99':^24}   ratio p50")
