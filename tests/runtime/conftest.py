@@ -199,10 +199,13 @@ def _containerd_session(request: pytest.FixtureRequest) -> None:
         module.containerd_or_skip()
 
 
-@pytest.fixture
-def embedded_runtime() -> Iterator[EmbeddedRuntime]:
-    base = short_tmp("pvrt")
-    rt = EmbeddedRuntime(base)
+@contextlib.contextmanager
+def running_embedded(prefix: str = "pvrt",
+                     env: dict[str, str] | None = None) -> Iterator[EmbeddedRuntime]:
+    """A started standalone runtime in a short temp dir; everything it made is removed and it
+    is stopped (by PID) on exit, even if the test killed it."""
+    base = short_tmp(prefix)
+    rt = EmbeddedRuntime(base, env)
     rt.start()
     try:
         yield rt
@@ -215,6 +218,12 @@ def embedded_runtime() -> Iterator[EmbeddedRuntime]:
             rt.stop()
             rt.client.close()
             shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def embedded_runtime() -> Iterator[EmbeddedRuntime]:
+    with running_embedded() as rt:
+        yield rt
 
 
 @pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])

@@ -18,7 +18,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri import CriError
 from podvisor.services.runtime.monitor import MAX_LINE
 from podvisor.services.runtime.native import MonitorBinary, monitor_binary
-from tests.runtime.conftest import EmbeddedRuntime, RuntimeUnderTest, cleanup, poll, short_tmp
+from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.runtime.test_contract_io import parse_log
 
 
@@ -26,21 +26,9 @@ from tests.runtime.test_contract_io import parse_log
 def monitored(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
     if request.param == "c" and monitor_binary().path is None:
         pytest.skip(f"C monitor unavailable: {monitor_binary().why}")
-    base = short_tmp("pvmon")
     env = {"PODVISOR_MONITOR": "python"} if request.param == "python" else {}
-    rt = EmbeddedRuntime(base, env)
-    rt.start()
-    try:
-        yield RuntimeUnderTest(request.param, rt.client, "host", base / "t", embedded=rt)
-    finally:
-        try:
-            if rt.proc is None:
-                rt.start()
-            cleanup(rt.client)
-        finally:
-            rt.stop()
-            rt.client.close()
-            shutil.rmtree(base, ignore_errors=True)
+    with running_embedded("pvmon", env) as rt:
+        yield RuntimeUnderTest(request.param, rt.client, "host", rt.base / "t", embedded=rt)
 
 
 def _started(rt: RuntimeUnderTest, cid: str) -> dict[str, Any]:
