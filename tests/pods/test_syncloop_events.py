@@ -27,6 +27,7 @@ from podvisor.services.syncloop.runtime_state import ContainerState
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 from podvisor.supervisor.logs import MemoryLogger
+from tests.pods.test_podworkers import Desired
 
 READS = ("ListPodSandbox", "ListContainers", "ContainerStatus")
 
@@ -37,18 +38,6 @@ def manifest(uid: str = "u1", names: tuple[str, ...] = ("a", "b"),
             "metadata": {"name": "p-" + uid, "namespace": "default", "uid": uid},
             "spec": {"containers": [{"name": n, "image": "host", "command": ["sleep", "100"]}
                                     for n in names], **spec}}
-
-
-class Desired:
-    def __init__(self) -> None:
-        self.items: dict[str, Any] = {}
-
-    def set(self, key: str, value: Any) -> bool:
-        self.items[key] = value
-        return True
-
-    def delete(self, key: str) -> bool:
-        return self.items.pop(key, None) is not None
 
 
 class Harness:

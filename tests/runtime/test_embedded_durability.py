@@ -3,9 +3,11 @@ die while no runtime runs are recorded; GetContainerEvents pushes deaths at once
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,22 @@ def _embedded(cri_runtime: Any) -> Any:
 def _pid(rt: Any, cid: str) -> int:
     started = json.loads((rt.embedded.root / "containers" / cid / "started.json").read_text())
     return int(started["pid"])
+
+
+@contextlib.contextmanager
+def event_log(client: Any) -> Iterator[list[pb.ContainerEventResponse]]:
+    """The runtime's GetContainerEvents, appended to a list by a reader thread while the block
+    runs; the stream is closed and the thread gone at the end."""
+    stream = client.container_events()
+    events: list[pb.ContainerEventResponse] = []
+    reader = threading.Thread(target=lambda: events.extend(iter(stream)), daemon=True)
+    reader.start()
+    try:
+        yield events
+    finally:
+        stream.close()
+        reader.join(5)
+    assert not reader.is_alive()
 
 
 def test_kill9_runtime_keeps_containers_and_readopts(cri_runtime: Any) -> None:
@@ -91,11 +109,7 @@ def test_runtime_sigterm_leaves_containers_running(cri_runtime: Any) -> None:
 def test_container_events_push_lifecycle_and_death(cri_runtime: Any, poll: Any) -> None:
     _embedded(cri_runtime)
     client = cri_runtime.client
-    stream = client.container_events()
-    events: list[pb.ContainerEventResponse] = []
-    reader = threading.Thread(target=lambda: events.extend(iter(stream)), daemon=True)
-    reader.start()
-    try:
+    with event_log(client) as events:
         go = cri_runtime.tmp / "die"
         cmd = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.01; done; exit 3"]
         sandbox = cri_runtime.run("events")
@@ -118,10 +132,6 @@ def test_container_events_push_lifecycle_and_death(cri_runtime: Any, poll: Any) 
         kinds = [e.container_event_type for e in list(events) if e.container_id == cid]
         assert kinds == [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_STARTED_EVENT,
                          pb.CONTAINER_STOPPED_EVENT, pb.CONTAINER_DELETED_EVENT]
-    finally:
-        stream.close()
-        reader.join(5)
-    assert not reader.is_alive()
 
 
 def test_container_events_carry_every_container_of_the_sandbox(cri_runtime: Any,
@@ -130,11 +140,7 @@ def test_container_events_carry_every_container_of_the_sandbox(cri_runtime: Any,
     containers (the event's own first), so a consumer needs no call to know the pod."""
     _embedded(cri_runtime)
     client = cri_runtime.client
-    stream = client.container_events()
-    events: list[pb.ContainerEventResponse] = []
-    reader = threading.Thread(target=lambda: events.extend(iter(stream)), daemon=True)
-    reader.start()
-    try:
+    with event_log(client) as events:
         sandbox = cri_runtime.run("allstatuses")
         first = cri_runtime.start(sandbox, "first", SLEEP)
         second = client.create_container(
@@ -157,10 +163,6 @@ def test_container_events_carry_every_container_of_the_sandbox(cri_runtime: Any,
                          e.container_event_type == pb.CONTAINER_DELETED_EVENT), None)
         assert [s.id for s in poll(deleted, message="deleted event").containers_statuses] \
             == [first]
-    finally:
-        stream.close()
-        reader.join(5)
-    assert not reader.is_alive()
 
 
 def test_monitors_exit_with_their_containers(cri_runtime: Any, poll: Any) -> None:
