@@ -1,29 +1,31 @@
 /*
- * pv-monitor: the per-container monitor of podvisor's embedded runtime, in C (conmon /
- * containerd-shim style). The same contract as services/runtime/monitor.py, which stays the
- * fallback where no C compiler was available at install time:
+ * pv-monitor: the embedded runtime's zygote and per-container monitors, in C (conmon /
+ * containerd-shim style). The same contract as zygote.py + monitor.py, which stay the fallback
+ * where no C compiler was available:
  *
- *   pv-monitor STATE_DIR REPLY_FD LOG_FD CWD LOG_PATH NOTIFY -- ARGV...  (environ = the container's)
+ *   pv-monitor --zygote FD
  *
- * It leaves the caller's session, starts ARGV in its own session/process group (PATH searched in
+ * The zygote keeps SPARES spare monitors forked and hands each spare's end of its socket to the
+ * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
+ * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
+ * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... The spare becomes the container's monitor:
+ *
+ * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
  * the container's environment, stdout/stderr to pipes, stdin /dev/null, default signal
- * dispositions and an empty mask), writes STATE_DIR/started.json, answers once on REPLY_FD
+ * dispositions and an empty mask), writes DIR/started.json, answers once on the reply pipe
  * ({"ok": true, "monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"} or
- * {"ok": false, "error": "..."}), copies the output into LOG_FD as CRI log records
+ * {"ok": false, "error": "..."}), copies the output into the log fd as CRI log records
  * ("<RFC3339Nano> <stdout|stderr> <F|P> <line>", lines over 16 KiB split into P records),
  * reopens LOG_PATH on SIGHUP, and when the process exits: SIGKILLs the rest of its process group,
- * drains the output for at most 2 s, writes STATE_DIR/exit.json
+ * drains the output for at most 2 s, writes DIR/exit.json
  * ({"exit_code", "finished_at", "reason", "message"}), then sends the same record plus "id" (the
  * state dir's name) as one datagram to the runtime's unix socket NOTIFY (best effort; "" = none)
  * and exits. exit.json is written atomically (tmp + rename); started.json, a new file, with one
- * write. LOG_FD and REPLY_FD may be -1.
- *
- * The runtime starts it by exec from a pre-forked spare monitor (zygote.py / monitor.py), so its
- * pid and start time are the spare's.
+ * write.
  *
  * Why C: a monitor lives as long as its container. A Python monitor forked from a zygote keeps
- * ~1.8 MB of private pages (110 pods: ~200 MB); this one ~0.1 MB, and it starts with one
- * posix_spawn instead of a Python fork.
+ * ~1.8 MB of private pages (110 pods: ~200 MB); this one ~0.1 MB. And a start costs a fork of
+ * this small process ahead of time, not a fork of a Python process plus an exec.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,6 +50,9 @@
 #define MAX_LINE (16 * 1024)
 #define DRAIN_AFTER_EXIT_MS 2000
 #define LOG_FLAGS (O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC)
+#define SPARES 2         /* monitors kept forked (zygote.py's _SPARES) */
+#define REFILL_IDLE_MS 3 /* quiet before forking a spare (zygote.py's _REFILL_IDLE) */
+#define MAX_REQUEST (64u << 20)
 
 extern char **environ;
 
@@ -410,20 +415,9 @@ static void pump(pid_t pid, int out_r, int err_r, int *code, long long *finished
     }
 }
 
-int main(int argc, char **argv) {
-    if (argc < 9 || strcmp(argv[7], "--") != 0) {
-        fprintf(stderr,
-                "usage: pv-monitor STATE_DIR REPLY_FD LOG_FD CWD LOG_PATH NOTIFY -- ARGV...\n");
-        return 2;
-    }
-    state_dir = argv[1];
-    int reply_fd = atoi(argv[2]);
-    log_fd = atoi(argv[3]);
-    const char *cwd = argv[4];
-    log_path = argv[5];
-    const char *notify = argv[6];
-    char **cargv = argv + 8;
-
+/* The monitor's whole life once handed a container (state_dir, log_fd and log_path set):
+ * start ARGV, record started.json, reply, copy the output, record exit.json, send the note. */
+static int run_monitor(int reply_fd, const char *cwd, const char *notify, char **cargv) {
     prctl(PR_SET_NAME, "pv-monitor"); /* what ps -o comm / top show */
     setsid();
     char errpath[4096];
@@ -478,4 +472,201 @@ int main(int argc, char **argv) {
     snprintf(note, sizeof note, "{\"id\": \"%s\", %s", id, exitrec + 1);
     send_note(notify, note);
     return 0;
+}
+
+/* --- spares and the zygote ------------------------------------------------------------------ */
+
+static int read_exact(int fd, char *buf, size_t len) {
+    while (len > 0) {
+        ssize_t n = read(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Next NUL-terminated field of the request body, or NULL past its end. */
+static char *field(char **at, const char *end) {
+    char *f = *at;
+    if (f >= end)
+        return NULL;
+    char *nul = memchr(f, '\0', (size_t)(end - f));
+    if (nul == NULL)
+        return NULL;
+    *at = nul + 1;
+    return f;
+}
+
+/* N, then N fields, as a NULL-terminated array; NULL when the body is malformed. */
+static char **field_list(char **at, const char *end) {
+    char *count = field(at, end);
+    if (count == NULL)
+        return NULL;
+    long n = strtol(count, NULL, 10);
+    if (n < 0 || n > (end - *at))
+        return NULL;
+    char **list = calloc((size_t)n + 1, sizeof *list);
+    if (list == NULL)
+        return NULL;
+    for (long i = 0; i < n; i++)
+        if ((list[i] = field(at, end)) == NULL)
+            return NULL;
+    return list;
+}
+
+/* A pre-forked monitor waiting on CONN for its container: an 8-byte big-endian length with
+ * the fds (reply pipe, log file or none) over SCM_RIGHTS, then the body, NUL-separated fields:
+ * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... EOF first (the runtime closed our socket or
+ * exited) means: never used, exit. */
+static int spare_main(int conn) {
+    unsigned char header[8];
+    char cbuf[CMSG_SPACE(4 * sizeof(int))];
+    struct iovec iov = {header, sizeof header};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    ssize_t got;
+    do {
+        got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+    } while (got < 0 && errno == EINTR);
+    if (got <= 0)
+        return 0;
+    int fds[4] = {-1, -1, -1, -1}, nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
+        }
+    }
+    if ((size_t)got < sizeof header &&
+        read_exact(conn, (char *)header + got, sizeof header - (size_t)got) < 0)
+        return 0;
+    unsigned long long len = 0;
+    for (int i = 0; i < 8; i++)
+        len = (len << 8) | header[i];
+    if (len == 0 || len > MAX_REQUEST)
+        return 70;
+    char *body = malloc((size_t)len);
+    if (body == NULL || read_exact(conn, body, (size_t)len) < 0)
+        return 70;
+    close(conn);
+    char *at = body, *end = body + len;
+    state_dir = field(&at, end);
+    const char *notify = field(&at, end);
+    const char *cwd = field(&at, end);
+    log_path = field(&at, end);
+    char **cargv = field_list(&at, end);
+    char **cenv = field_list(&at, end);
+    if (state_dir == NULL || notify == NULL || cwd == NULL || log_path == NULL ||
+        cargv == NULL || cargv[0] == NULL || cenv == NULL)
+        return 70;
+    log_fd = fds[1];
+    environ = cenv; /* the container's environment: execvp searches its PATH */
+    return run_monitor(fds[0], cwd, notify, cargv);
+}
+
+/* Fork a spare; returns the zygote's end of its socket, or -1. */
+static int fork_spare(void) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pair[0]);
+        close(pair[1]);
+        return -1;
+    }
+    if (pid == 0) { /* keep only the spare's socket (as fd 3) and stdio */
+        if (dup2(pair[1], 3) < 0)
+            _exit(70);
+        if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0)
+            for (int fd = 4; fd < 1024; fd++)
+                close(fd);
+        signal(SIGCHLD, SIG_DFL);
+        _exit(spare_main(3));
+    }
+    close(pair[1]);
+    return pair[0];
+}
+
+static int send_spare(int sock, int spare) {
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof cbuf);
+    struct iovec iov = {"spare", 5};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &spare, sizeof(int));
+    ssize_t n;
+    do {
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -1 : 0;
+}
+
+/* The zygote's loop (the protocol of zygote.py's serve): keep SPARES spares handed to the
+ * runtime over SOCK (SOCK_SEQPACKET): "spare" + fd out; "used" (one was taken) and "need"
+ * (fork one now) in. A spare is forked after REFILL_IDLE_MS without a message, or at once on
+ * "need". Exits when the runtime closes its end. */
+static int zygote_main(int sock) {
+    prctl(PR_SET_NAME, "pv-zygote");
+    signal(SIGCHLD, SIG_IGN); /* finished monitors are reaped by the kernel */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    fcntl(sock, F_SETFD, FD_CLOEXEC);
+    int held = 0, urgent = 0;
+    for (;;) {
+        int fork_now = urgent;
+        if (!fork_now && held < SPARES) {
+            struct pollfd p = {sock, POLLIN, 0};
+            int n = poll(&p, 1, REFILL_IDLE_MS);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                return 0;
+            fork_now = n == 0;
+        }
+        if (fork_now) {
+            int spare = fork_spare();
+            if (spare < 0)
+                return 71;
+            int sent = send_spare(sock, spare);
+            close(spare); /* the runtime holds the only other end now */
+            if (sent < 0)
+                return 0; /* the runtime is gone */
+            held++;
+            urgent = 0;
+            continue;
+        }
+        char msg[64];
+        ssize_t n = recv(sock, msg, sizeof msg, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        if (n == 4 && memcmp(msg, "used", 4) == 0)
+            held = held > 0 ? held - 1 : 0;
+        else if (n == 4 && memcmp(msg, "need", 4) == 0)
+            urgent = 1;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3 || strcmp(argv[1], "--zygote") != 0) {
+        fprintf(stderr, "usage: pv-monitor --zygote FD\n");
+        return 2;
+    }
+    return zygote_main(atoi(argv[2]));
 }

@@ -212,31 +212,14 @@ def warm_up() -> int:
     return start_ticks(os.getpid()) or 0
 
 
-def exec_native(exe: str, state_dir: str, spec: dict[str, Any], reply_fd: int, log_fd: int,
-                notify: str) -> None:
-    """Become the C monitor (monitor.c, built by native.py): the same contract, a fraction of
-    the memory. Returns only when the exec failed (the caller then carries on in Python)."""
-    argv = [exe, state_dir, str(reply_fd), str(log_fd), spec.get("cwd") or "/",
-            spec.get("log_path", ""), notify, "--", *spec["argv"]]
-    env = dict(item.split("=", 1) for item in spec["env"])
-    for fd in (reply_fd, log_fd):
-        if fd >= 0:
-            os.set_inheritable(fd, True)
-    with contextlib.suppress(OSError):
-        os.execve(exe, argv, env)
-
-
 def run_monitor(
     state_dir: str, spec: dict[str, Any], reply_fd: int, log_fd: int, my_ticks: int,
-    notify: str = "", exe: str = "",
+    notify: str = "",
 ) -> NoReturn:
     """The monitor's whole life, in a (spare) child of the zygote that was handed a container
-    (``warm_up`` already ran). ``exe``: the C monitor to become by exec (same pid, same start
-    time); "" or a failed exec: this Python code does the job. Records started.json, then
+    (``warm_up`` already ran). Records started.json, then
     replies (the runtime keeps what the reply says); at the end records exit.json, then sends
     the exit note to ``notify``."""
-    if exe:
-        exec_native(exe, state_dir, spec, reply_fd, log_fd, notify)
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
         comm.write("pv-monitor")  # what `ps -o comm`/`top` show for it
     err = os.open(os.path.join(state_dir, "monitor.err"), LOG_FLAGS, 0o600)

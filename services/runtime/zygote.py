@@ -14,6 +14,10 @@ fork one now), and the zygote forks the replacement once idle for ``_REFILL_IDLE
 does not compete with the start. The zygote ignores SIGCHLD, so finished monitors are reaped
 by the kernel; it exits when the runtime closes its end (runtime gone); a spare exits when the
 runtime's end of its socket closes; monitors, in their own sessions, live on.
+
+With the C monitor built (native.py) the zygote is the C one (``pv-monitor --zygote FD``, same
+protocol, monitor.c): it forks small C spares, and the request is monitor.c's NUL-separated
+fields instead of JSON. This module's zygote and Python monitors are the fallback.
 """
 
 from __future__ import annotations
@@ -79,8 +83,7 @@ def _spare_main(conn: socket.socket) -> NoReturn:
         req = json.loads(body)
         reply_fd = fds[0] if fds else -1
         log_fd = fds[1] if len(fds) > 1 else -1
-        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""),
-                    req.get("exec", ""))
+        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""))
     except (EOFError, OSError):
         code = 0
     except BaseException:
@@ -149,7 +152,8 @@ class Spawner:
     def __init__(self, reply_timeout: float = 10.0, notify: str = "",
                  monitor_exe: str = "") -> None:
         """``notify``: the runtime's exit socket, passed on to each monitor ("" for none);
-        ``monitor_exe``: the C monitor each spare execs ("" for the Python monitor)."""
+        ``monitor_exe``: the C zygote and monitor (monitor.c), "" for this module's Python
+        ones."""
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -157,6 +161,7 @@ class Spawner:
         self._reply_timeout = reply_timeout
         self.notify = notify
         self.monitor_exe = monitor_exe
+        self._native = False  # the running zygote is the C one
 
     def start(self) -> None:
         with self._lock:
@@ -167,8 +172,11 @@ class Spawner:
             return self._sock
         self._close_zygote()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fd = str(theirs.fileno())
+        self._native = bool(self.monitor_exe)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "podvisor.services.runtime.zygote", str(theirs.fileno())],
+            [self.monitor_exe, "--zygote", fd] if self._native
+            else [sys.executable, "-m", "podvisor.services.runtime.zygote", fd],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True,
         )
         theirs.close()
@@ -226,16 +234,13 @@ class Spawner:
         taken = 0
         try:
             fds = [reply_w] + ([log_fd] if log_fd >= 0 else [])
-            body = b'{"dir": %s, "notify": %s, "exec": %s, "spec": %s}' % (
-                json.dumps(state_dir).encode(), json.dumps(self.notify).encode(),
-                json.dumps(self.monitor_exe).encode(), spec)
-            header = struct.pack("!Q", len(body))
             with self._lock:
                 for _attempt in range(3):
-                    spare = self._take_spare()
+                    spare = self._take_spare()  # (re)starts the zygote: self._native is set
                     taken += 1
                     try:
-                        socket.send_fds(spare, [header], fds)
+                        body = self._request(state_dir, spec)
+                        socket.send_fds(spare, [struct.pack("!Q", len(body))], fds)
                         spare.sendall(body)
                         break
                     except OSError:
@@ -257,6 +262,20 @@ class Spawner:
             os.close(reply_r)
             if reply_w >= 0:
                 os.close(reply_w)
+
+    def _request(self, state_dir: str, spec: bytes) -> bytes:
+        """The request body: JSON with the spec inline for a Python spare; for a C one the
+        NUL-separated fields of monitor.c (DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...)."""
+        if not self._native:
+            return b'{"dir": %s, "notify": %s, "spec": %s}' % (
+                json.dumps(state_dir).encode(), json.dumps(self.notify).encode(), spec)
+        doc = json.loads(spec)
+        argv, env = list(doc["argv"]), list(doc["env"])
+        fields = [state_dir, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
+                  str(len(argv)), *argv, str(len(env)), *env]
+        if any("\0" in f for f in fields):
+            raise SpawnError("a NUL byte in the container's command, environment or paths")
+        return b"\0".join(f.encode() for f in fields) + b"\0"
 
     def _close_zygote(self) -> None:
         if self._sock is not None:
