@@ -39,6 +39,10 @@ from podvisor.supervisor.states import ProcessState, StateChange
 __all__ = ["Agent", "AgentParts"]
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# After draining `events.*` messages, the events socket is not polled for this long: a burst
+# (two events per pod started) is read in batches, not one loop wake-up per message. An event
+# after a quiet spell still wakes the loop at once; `events` requests drain the socket first.
+EVENTS_COALESCE = 0.05
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Agent:
         self._sig_r, self._sig_w = socket.socketpair()
         self.bad_beats = 0
         self._beats_drained = parts.clock()
+        self._events_quiet_until = float("-inf")  # events socket not polled before this
         self._beat_files = None if parts.beats_dir is None else BeatReader(
             parts.beats_dir, 2 * parts.config.supervision.heartbeat_interval, parts.clock)
 
@@ -171,13 +176,19 @@ class Agent:
         sub, store = self.p.events_sub, self.events
         if sub is None or store is None:
             return
-        for _ in range(1000):  # bounded: the loop must come back to heartbeats and control
+        for i in range(1000):  # bounded: the loop must come back to heartbeats and control
             env = sub.recv(0)
             if env is None:
                 break
+            if i == 0:
+                self._events_quiet_until = self.p.clock() + EVENTS_COALESCE
             if isinstance(env.message, Event):
                 store.add(env.message)
         store.persist()
+
+    def _events_polled(self) -> bool:
+        """Whether the loop polls the events socket now (see ``EVENTS_COALESCE``)."""
+        return self.p.events_sub is not None and self.p.clock() >= self._events_quiet_until
 
     def _drain_heartbeats(self) -> None:
         self._beats_drained = self.p.clock()
@@ -241,8 +252,9 @@ class Agent:
         self._check_pods_stopped()
         self._drain_heartbeats()  # before tick: staleness is judged on every beat received
         persist = self.events.next_deadline() if self.events is not None else None
+        quiet = None if self._events_polled() else self._events_quiet_until
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
-                                 persist, self._beats_due()) if d is not None]
+                                 persist, self._beats_due(), quiet) if d is not None]
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
@@ -266,7 +278,7 @@ class Agent:
             poller.register(self._sig_r.fileno(), zmq.POLLIN)
             if self._pods_deadline is not None:
                 poller.register(self.p.subscriber.socket, zmq.POLLIN)
-            if self.p.events_sub is not None:
+            if self.p.events_sub is not None and self._events_polled():
                 poller.register(self.p.events_sub.socket, zmq.POLLIN)
             fds = self.sup.fds()
             for fd in fds:

@@ -64,6 +64,7 @@ class EventStore:
         self.persist_interval = persist_interval
         self._clock = clock
         self._ring: OrderedDict[str, Record] = OrderedDict()
+        self._lines: dict[str, str] = {}  # key -> the record's JSON line, once written
         self._dirty = False
         self._last_write = float("-inf")
         self.received = 0
@@ -75,13 +76,14 @@ class EventStore:
         rec = _record(event)
         key = _key(rec)
         old = self._ring.pop(key, None)
+        self._lines.pop(key, None)
         if old is not None:
             rec["count"] = old["count"] + rec["count"]
             rec["first_ts"] = min(old["first_ts"], rec["first_ts"])
             rec["last_ts"] = max(old["last_ts"], rec["last_ts"])
         self._ring[key] = rec
         while len(self._ring) > self.capacity:
-            self._ring.popitem(last=False)
+            self._lines.pop(self._ring.popitem(last=False)[0], None)
         self._dirty = True
         return rec
 
@@ -98,10 +100,12 @@ class EventStore:
             with contextlib.suppress(ValueError):
                 r = json.loads(line)
                 if _valid(r):
-                    self._ring[_key(r)] = {k: r[k] for k in _FIELDS}
+                    key = _key(r)
+                    self._ring[key] = {k: r[k] for k in _FIELDS}
+                    self._lines.pop(key, None)
                     n += 1
         while len(self._ring) > self.capacity:
-            self._ring.popitem(last=False)
+            self._lines.pop(self._ring.popitem(last=False)[0], None)
         return n
 
     # --- persistence ---
@@ -121,9 +125,14 @@ class EventStore:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            lines = self._lines
+            for key, r in self._ring.items():  # a record is rendered once, not every write
+                if key not in lines:
+                    lines[key] = json.dumps(r, sort_keys=True) + "\n"
+            if len(lines) > len(self._ring):
+                self._lines = lines = {k: lines[k] for k in self._ring}
             with tmp.open("w", encoding="utf-8") as out:
-                for r in self._ring.values():
-                    out.write(json.dumps(r, sort_keys=True) + "\n")
+                out.write("".join(lines[k] for k in self._ring))
             os.replace(tmp, self.path)
         except OSError:
             self.write_errors += 1

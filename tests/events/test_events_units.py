@@ -84,6 +84,28 @@ def test_store_persists_at_most_every_interval_and_loads(tmp_path: Path) -> None
     assert [r["count"] for r in again.records()] == [1, 2]
 
 
+def test_store_file_follows_aggregation_and_eviction(tmp_path: Path) -> None:
+    """Each record's line is rendered once and kept; an aggregated or evicted record is
+    written anew or left out, so the file is always the ring."""
+    path = tmp_path / "events.jsonl"
+    store = EventStore(path, capacity=2, persist_interval=0.0)
+
+    def on_disk() -> list[tuple[str, int]]:
+        return [(r["message"], r["count"]) for r in map(json.loads, path.read_text().splitlines())]
+
+    store.add(event(message="a"))
+    store.add(event(message="b"))
+    assert store.persist() and on_disk() == [("a", 1), ("b", 1)]
+    store.add(event(message="a", ts=200.0))
+    assert store.persist() and on_disk() == [("b", 1), ("a", 2)]
+    store.add(event(message="c"))
+    assert store.persist() and on_disk() == [("a", 2), ("c", 1)]
+    again = EventStore(path)
+    assert again.load() == 2
+    again.add(event(message="c", ts=300.0))
+    assert again.persist() and on_disk() == [("a", 2), ("c", 2)]
+
+
 def test_store_truncates_long_messages(tmp_path: Path) -> None:
     store = EventStore(None)
     rec = store.add(event(message="x" * 5000))

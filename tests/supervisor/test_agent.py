@@ -11,6 +11,10 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+import zmq
+
+from podvisor.ipc.bus import Publisher
+from podvisor.services.events import model as ev
 
 IDLE = {"module": "svc_idle", "heartbeatTimeout": "1500ms", "stopTimeout": "2s"}
 
@@ -207,3 +211,34 @@ def test_ctrl_c_to_the_process_group_stops_children_in_reverse_order(agent: Any)
     assert order == [("process.stopping", "three"), ("process.exited", "three"),
                      ("process.stopping", "two"), ("process.exited", "two"),
                      ("process.stopping", "one"), ("process.exited", "one")]
+
+
+def test_a_burst_of_events_is_kept_whole(agent: Any, wait_for: Any) -> None:
+    """The loop reads `events.*` in batches during a burst (EVENTS_COALESCE): every event of
+    a burst still reaches the store, `events` and `state/events.jsonl`."""
+    a = agent({"one": IDLE})
+    a.wait_state("one", "RUNNING")
+    zctx = zmq.Context()
+    pub = Publisher(zctx, a.paths, "test")
+
+    def sent(message: str) -> Any:
+        return ev.new_event(ev.NORMAL, "Started", message,
+                            ev.pod_object("p", "default", "u1"), "test", 100.0)
+
+    def messages() -> set[str]:
+        return {e["message"] for e in a.call("events")["items"]}
+
+    try:
+        # the agent's subscription reaches this publisher some time after it connects
+        wait_for(lambda: "probe" in messages(), pump=lambda: pub.publish(sent("probe")))
+        for i in range(300):
+            pub.publish(sent(f"m{i}"))
+        want = {f"m{i}" for i in range(300)}
+        wait_for(lambda: want <= messages(), message="every event of the burst")
+        path = a.paths.state_dir / "events.jsonl"
+        wait_for(lambda: path.exists() and want <= {
+            json.loads(line)["message"] for line in path.read_text().splitlines()},
+            message="the burst on disk")
+    finally:
+        pub.close()
+        zctx.term()
