@@ -51,6 +51,7 @@ spec:
   containers:
   - name: app
     image: host
+    imagePullPolicy: {pull}
     command: ["sleep", "{seconds}"]
 """
 
@@ -92,6 +93,7 @@ class Agent:
         self.http: http.client.HTTPConnection | None = None
         self.cri: RuntimeClient | None = None
         self.seq = 0
+        self.pull_policy = "IfNotPresent"
 
     # --- start / stop ------------------------------------------------------------------------
 
@@ -142,7 +144,8 @@ class Agent:
         """Write a manifest into the staging dir (not yet seen by the source)."""
         self.seq += 1
         path = self.staging / f"{name}.yaml"
-        path.write_text(MANIFEST.format(name=name, seconds=3600 + self.seq), encoding="utf-8")
+        path.write_text(MANIFEST.format(name=name, seconds=3600 + self.seq,
+                                        pull=self.pull_policy), encoding="utf-8")
         return path
 
     def drop(self, staged: Path) -> None:
