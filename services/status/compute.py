@@ -18,6 +18,16 @@ PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed
 TERMINAL = (SUCCEEDED, FAILED)
 CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
                    "PodScheduled")
+# The keys of a ``desired`` entry that ``compute_pod_status`` reads: a change of any other key
+# (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
+DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting")
+
+
+def desired_inputs(entry: Any) -> Any:
+    """What of a ``desired`` entry a status depends on (equal inputs: equal statuses)."""
+    if not isinstance(entry, Mapping):
+        return entry
+    return tuple(entry.get(key) for key in DESIRED_KEYS)
 
 
 def _init_done(init_specs: Sequence[Mapping[str, Any]],

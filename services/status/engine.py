@@ -62,7 +62,8 @@ def transitions(uid: str, old: Mapping[str, Any] | None,
     out = []
     for ctype, cond in _conditions(new).items():
         prev = before.get(ctype)
-        if prev is None or prev.get("lastTransitionTime") != cond.get("lastTransitionTime"):
+        if prev is None or prev.get("status") != cond.get("status") or prev.get(
+                "lastTransitionTime") != cond.get("lastTransitionTime"):
             out.append(Transition(uid, ctype, prev.get("status") if prev else None,
                                   str(cond.get("status")), str(cond.get("lastTransitionTime"))))
     return out
@@ -78,13 +79,14 @@ def pleg_ts(pleg: Mapping[str, Any]) -> float | None:
 
 
 class StatusEngine:
-    def __init__(self, saved: Saved, runtime: str = "embedded", host_ip: str = "127.0.0.1"
-                 ) -> None:
+    def __init__(self, saved: Saved, runtime: str = "embedded", host_ip: str = "127.0.0.1",
+                 log_transitions: bool = True) -> None:
         self.statuses: dict[str, dict[str, Any]] = dict(saved.statuses)
         self.retired: dict[str, dict[str, Any]] = dict(saved.retired)
         self.pleg_ts = saved.pleg_ts
         self._runtime = runtime
         self._host_ip = host_ip
+        self.log_transitions = log_transitions  # fill ``Changes.transitions`` (for a debug log)
 
     def saved(self) -> Saved:
         return Saved(dict(self.statuses), dict(self.retired), self.pleg_ts)
@@ -121,7 +123,8 @@ class StatusEngine:
             if status != previous or uid not in self.statuses:
                 self.statuses[uid] = status
                 changes.set[uid] = status
-                changes.transitions.extend(transitions(uid, previous, status))
+                if self.log_transitions:
+                    changes.transitions.extend(transitions(uid, previous, status))
         for uid in sorted(self.statuses.keys() - desired.keys()):
             self.retired[uid] = {**self.statuses.pop(uid), "_retiredAt": rfc3339(now)}
             changes.deleted.append(uid)

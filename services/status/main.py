@@ -34,7 +34,8 @@ import zmq
 
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
-from podvisor.services.status.engine import Changes, StatusEngine
+from podvisor.services.status.compute import desired_inputs
+from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.store import StatusStore
 from podvisor.supervisor.child import ChildContext
 
@@ -68,7 +69,8 @@ class StatusService:
         self._wall = wall
         self.store = StatusStore(store_path(ctx), ctx.log)
         self.engine = StatusEngine(self.store.load(), runtime_name(ctx.config.runtime_endpoint),
-                                   ctx.config.address or "127.0.0.1")
+                                   ctx.config.address or "127.0.0.1",
+                                   ctx.config.supervision.log_level == "debug")
         self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name)
         self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME)
         for uid, status in self.engine.statuses.items():
@@ -79,7 +81,7 @@ class StatusService:
         self._changed = True
         self._dirty_uids: set[str] = set()  # pods whose inputs changed since the last compute
         self._full = True  # the next compute covers every pod (start, sweep)
-        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_change,
+        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
                                   snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
                                snapshot_timeout=SNAPSHOT_TIMEOUT)
@@ -96,6 +98,12 @@ class StatusService:
         self._changed = True
         if not key.startswith("_"):
             self._dirty_uids.add(key)
+
+    def _on_desired(self, key: str, old: Any, new: Any) -> None:
+        """A ``desired`` change that touches nothing a status reads (the sync loop's
+        ``sandbox_id``, ``updated_at``, ``worker``) recomputes nothing."""
+        if key.startswith("_") or desired_inputs(old) != desired_inputs(new):
+            self._on_change(key, old, new)
 
     def step(self) -> Changes | None:
         """Recompute when something changed (at most every ``COALESCE``) or a sweep is due;
@@ -157,9 +165,13 @@ class StatusService:
     def _log_inputs(self, changes: Changes) -> None:
         """``status.inputs`` once per pair of replica epochs: the first statuses computed by this
         incarnation, or after an upstream owner restarted (tests wait for it)."""
+        by_pod: dict[str, list[Transition]] = {}
         for t in changes.transitions:
-            self.ctx.log.info("status.pod.condition", pod_uid=t.uid, condition=t.type,
-                              old=t.old, new=t.new, at=t.at)
+            by_pod.setdefault(t.uid, []).append(t)
+        for uid, ts in by_pod.items():  # debug, as the kubelet logs status updates (V(3))
+            self.ctx.log.debug("status.pod.conditions", pod_uid=uid,
+                               new={t.type: t.new for t in ts},
+                               old={t.type: t.old for t in ts}, at=ts[0].at)
         inputs = (self.desired.epoch, self.pleg.epoch)
         if inputs != self._inputs:
             self._inputs = inputs

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 
 
 def rfc3339(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+    return _second(math.floor(wall))
+
+
+@functools.lru_cache(maxsize=1024)
+def _second(second: int) -> str:
+    """Second precision: a burst of statuses formats the same few seconds over and over."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def rfc3339_ns(ns: int) -> str | None:

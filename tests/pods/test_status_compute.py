@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from podvisor.services.status.compute import compute_pod_status, get_phase
+from podvisor.services.status.compute import (
+    DESIRED_KEYS,
+    compute_pod_status,
+    desired_inputs,
+    get_phase,
+)
 from podvisor.services.status.timefmt import rfc3339
 
 T0 = 1_700_000_000.0
@@ -253,3 +259,43 @@ def test_get_phase_table(regular: list[dict[str, Any]], phase: str) -> None:
     statuses = [{"name": f"c{i}", "state": st, "lastState": {}, "containerID": "x"}
                 for i, st in enumerate(regular)]
     assert get_phase({"restartPolicy": "Always"}, [], statuses) == phase
+
+
+class _Recording(dict[str, Any]):
+    """A ``desired`` entry that records which keys were read."""
+
+    def __init__(self, entry: dict[str, Any], read: set[str]) -> None:
+        super().__init__(entry)
+        self.read = read
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("entry", [
+    desired(), desired(admitted=False, reason="OutOfcpu", message="no cpu"),
+    desired(reason="Evicted", message="m", waiting={"app": {"reason": "CrashLoopBackOff"}}),
+])
+def test_desired_keys_are_every_key_a_status_reads(entry: dict[str, Any]) -> None:
+    """The status process recomputes a pod only when one of ``DESIRED_KEYS`` changed."""
+    read: set[str] = set()
+    compute_pod_status(_Recording(entry, read), pleg(ctr("c1")), None, T0)
+    assert read <= set(DESIRED_KEYS)
+    same = {**entry, "sandbox_id": "sb9", "updated_at": 7.0, "worker": "running"}
+    assert desired_inputs(same) == desired_inputs(entry)
+    assert desired_inputs({**entry, "waiting": {"app": {"reason": "X"}}}) != desired_inputs(entry)
+    assert desired_inputs(None) is None
+
+
+@pytest.mark.parametrize("wall", [0.0, 0.999, T0, T0 + 0.5, T0 + 59.999, -0.5, 4102444800.25])
+def test_rfc3339_is_strftime_at_second_precision(wall: float) -> None:
+    assert rfc3339(wall) == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -238,4 +239,53 @@ def test_a_change_that_cannot_be_computed_yet_is_waited_for_not_polled(bus: Bus)
     assert svc.poll_timeout() == bus.ctx.heartbeat_interval  # no busy loop meanwhile
     bus.relist()
     run_until(bus, svc, lambda: ready(svc, "u1"))
+    kill(svc)
+
+
+def test_a_desired_change_a_status_does_not_read_recomputes_nothing(bus: Bus) -> None:
+    svc = bus.service()
+    bus.desired.set("u1", entry("u1"))
+    bus.relist(u1=record("c1", True))
+    run_until(bus, svc, lambda: ready(svc, "u1"))
+    computed = svc.engine.reconcile
+    calls: list[object] = []
+    svc.engine.reconcile = lambda *a, **k: calls.append(a) or computed(*a, **k)  # type: ignore
+    # the sync loop records its sandbox and a new worker state: nothing a status reads
+    bus.desired.set("u1", {**entry("u1"), "sandbox_id": "sb", "updated_at": 5.0,
+                           "worker": "running"})
+    run_until(bus, svc, lambda: (svc.desired.get("u1") or {}).get("sandbox_id") == "sb")
+    for _ in range(3):
+        bus.turn(svc)
+    assert calls == [] and not svc._changed
+    # a waiting reason is read: recomputed
+    bus.desired.set("u1", {**entry("u1"), "sandbox_id": "sb", "waiting": {"app": {
+        "reason": "CrashLoopBackOff", "message": "back-off"}}})
+    run_until(bus, svc, lambda: calls)
+    kill(svc)
+
+
+def test_condition_transitions_are_one_debug_line_per_pod(bus: Bus) -> None:
+    config = bus.ctx.config
+    bus.ctx.config = replace(config, supervision=replace(config.supervision, log_level="debug"))
+    svc = bus.service()
+    bus.desired.set("u1", entry("u1"))
+    bus.relist(u1=record("c1", False))
+    run_until(bus, svc, lambda: svc.owner.get("u1"))
+    bus.relist(u1=record("c1", True))
+    run_until(bus, svc, lambda: ready(svc, "u1"))
+    lines = [e for e in bus.log.events if e["event"].startswith("status.pod.condition")]
+    assert [e["level"] for e in lines] == ["debug", "debug"]
+    assert lines[0]["new"]["Ready"] == "False" and lines[0]["old"]["Ready"] is None
+    assert lines[1]["new"] == {"Ready": "True", "ContainersReady": "True"}
+    assert lines[1]["old"] == {"Ready": "False", "ContainersReady": "False"}
+    kill(svc)
+
+
+def test_at_info_level_no_transition_is_even_computed(bus: Bus) -> None:
+    svc = bus.service()
+    assert not svc.engine.log_transitions
+    bus.desired.set("u1", entry("u1"))
+    bus.relist(u1=record("c1", True))
+    run_until(bus, svc, lambda: ready(svc, "u1"))
+    assert not any(e["event"].startswith("status.pod.condition") for e in bus.log.events)
     kill(svc)
