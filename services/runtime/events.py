@@ -1,5 +1,7 @@
 """Fan-out of container events to GetContainerEvents subscribers. Publishing never blocks:
-a subscriber whose bounded queue is full loses the event, and the loss is counted."""
+a subscriber whose bounded queue is full loses the event, and the loss is counted. Each event
+is serialized once, whatever the number of subscribers (the server sends those bytes as they
+are, server.py)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,30 @@ from cri_api.v1 import api_pb2 as pb
 QUEUE_SIZE = 1024
 
 
+_Item = tuple[pb.ContainerEventResponse, bytes]  # the event and its wire form
+
+
 class Subscription:
     def __init__(self, owner: EventBroadcaster) -> None:
-        self.queue: queue.Queue[pb.ContainerEventResponse | None] = queue.Queue(QUEUE_SIZE)
+        self.queue: queue.Queue[_Item | None] = queue.Queue(QUEUE_SIZE)
         self._owner = owner
         self.closed = False
 
-    def get(self, timeout: float | None = None) -> pb.ContainerEventResponse | None:
-        """The next event; None on ``close()`` or after ``timeout`` (None: no timeout)."""
+    def _next(self, timeout: float | None) -> _Item | None:
         try:
             return self.queue.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    def get(self, timeout: float | None = None) -> pb.ContainerEventResponse | None:
+        """The next event; None on ``close()`` or after ``timeout`` (None: no timeout)."""
+        item = self._next(timeout)
+        return item[0] if item is not None else None
+
+    def get_wire(self, timeout: float | None = None) -> bytes | None:
+        """The next event, serialized; None as ``get``."""
+        item = self._next(timeout)
+        return item[1] if item is not None else None
 
     def close(self) -> None:
         self.closed = True
@@ -60,9 +74,12 @@ class EventBroadcaster:
     def publish(self, event: pb.ContainerEventResponse) -> None:
         with self._lock:
             subs = list(self._subs)
+        if not subs:
+            return
+        item = (event, event.SerializeToString())
         for sub in subs:
             try:
-                sub.queue.put_nowait(event)
+                sub.queue.put_nowait(item)
             except queue.Full:
                 self.dropped += 1
 

@@ -83,9 +83,9 @@ class RuntimeServer:
         )
         stubs: Any = pb_grpc
         runtime = RuntimeServicer(self.engine)
-        runtime.raw_lists = _add_passing_bytes(
+        runtime.raw_bytes = _add_passing_bytes(
             server, stubs.add_RuntimeServiceServicer_to_server, runtime,
-            ("ListContainers", "ListPodSandbox"))
+            ("ListContainers", "ListPodSandbox", "GetContainerEvents"))
         stubs.add_ImageServiceServicer_to_server(ImageServicer(self.engine), server)
         # Bound under a temporary name and renamed once listening: the socket file exists only
         # when connecting to it works (a client that waits for the file is never refused).

@@ -117,8 +117,8 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
         self._cache = _ItemCache()
         self._cache_lock = threading.Lock()
         # The server sets this when its serializers pass bytes through (server.py): list
-        # answers are then the cached wire bytes, else messages parsed from them.
-        self.raw_lists = False
+        # answers and events are then sent as wire bytes, else as messages.
+        self.raw_bytes = False
 
     @_guard
     def Version(self, request: pb.VersionRequest, context: Any) -> pb.VersionResponse:
@@ -165,7 +165,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             items, complete = _filter_sandboxes(candidates, f), False
         with self._cache_lock:
             wire = self._cache.sandboxes(items, complete)
-        return wire if self.raw_lists else pb.ListPodSandboxResponse.FromString(wire)
+        return wire if self.raw_bytes else pb.ListPodSandboxResponse.FromString(wire)
 
     @_guard
     def CreateContainer(self, request: pb.CreateContainerRequest, context: Any) -> Any:
@@ -200,7 +200,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             items, complete = _filter_containers(candidates, f), False
         with self._cache_lock:
             wire = self._cache.containers(items, complete)
-        return wire if self.raw_lists else pb.ListContainersResponse.FromString(wire)
+        return wire if self.raw_bytes else pb.ListContainersResponse.FromString(wire)
 
     @_guard
     def ContainerStatus(self, request: pb.ContainerStatusRequest, context: Any) -> Any:
@@ -246,7 +246,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
 
     def GetContainerEvents(
         self, request: pb.GetEventsRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ContainerEventResponse]:
+    ) -> Iterator[pb.ContainerEventResponse | bytes]:
         sub = self.engine.events.subscribe()
         if sub is None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many event subscribers")
@@ -256,7 +256,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             # blocks until an event or close(): the callback closes it when the client goes
             # away or the server stops, so an idle stream wakes nobody
             while context.is_active() and not sub.closed:
-                event = sub.get()
+                event = sub.get_wire() if self.raw_bytes else sub.get()
                 if event is not None:
                     yield event
         finally:
