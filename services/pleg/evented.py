@@ -33,7 +33,7 @@ from podvisor.services.pleg.records import (
     NAMESPACE_LABEL,
     UID_LABEL,
     Inspected,
-    container_record,
+    container_record_of_status,
     sandbox_record,
 )
 
@@ -79,17 +79,6 @@ def _not_older(held: dict[str, Any] | None, new: dict[str, Any], rank: dict[str,
     return held is None or rank.get(new["state"], 0) >= rank.get(held["state"], 0)
 
 
-def _as_listed_sandbox(st: pb.PodSandboxStatus) -> pb.PodSandbox:
-    return pb.PodSandbox(id=st.id, metadata=st.metadata, state=st.state,
-                         created_at=st.created_at, labels=st.labels, annotations=st.annotations)
-
-
-def _as_listed_container(st: pb.ContainerStatus, sandbox_id: str) -> pb.Container:
-    return pb.Container(id=st.id, pod_sandbox_id=sandbox_id, metadata=st.metadata,
-                        image=st.image, image_ref=st.image_ref, state=st.state,
-                        created_at=st.created_at, labels=st.labels, annotations=st.annotations)
-
-
 def _names(event: pb.ContainerEventResponse, old: dict[str, Any] | None) -> tuple[str, str]:
     name = str(old["name"]) if old else ""
     namespace = str(old["namespace"]) if old else ""
@@ -131,7 +120,7 @@ def apply_event(
                 out.removed.append(cid)
     if has_sandbox and not sandbox_gone and sandbox_id not in dead:
         sb = event.pod_sandbox_status
-        rec = sandbox_record(_as_listed_sandbox(sb), sb)
+        rec = sandbox_record(sb, sb)  # the status stands for the listing
         held = sandboxes.get(sb.id)
         if (held is not None or not stale) and _not_older(held, rec, _SANDBOX_RANK):
             sandboxes[sb.id] = rec
@@ -142,7 +131,7 @@ def apply_event(
         held = containers.get(st.id)
         if held is None and stale:
             continue
-        rec = container_record(_as_listed_container(st, sandbox_id), st)
+        rec = container_record_of_status(st, sandbox_id)
         if _not_older(held, rec, _CONTAINER_RANK):
             containers[st.id] = rec
             out.fresh[st.id] = (rec["state"], rec)

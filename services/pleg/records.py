@@ -35,12 +35,17 @@ class ListedPod:
     containers: list[pb.Container] = field(default_factory=list)
 
 
+_SANDBOX_STATES = {int(v): str(k) for k, v in pb.PodSandboxState.items()}
+_CONTAINER_STATES = {int(v): str(k) for k, v in pb.ContainerState.items()}
+
+
 def sandbox_state(s: pb.PodSandbox | pb.PodSandboxStatus) -> str:
-    return str(pb.PodSandboxState.Name(s.state))
+    # a dict lookup: EnumTypeWrapper.Name is a Python call per object (Name raises on others)
+    return _SANDBOX_STATES.get(s.state) or str(pb.PodSandboxState.Name(s.state))
 
 
 def container_state(c: pb.Container | pb.ContainerStatus) -> str:
-    return str(pb.ContainerState.Name(c.state))
+    return _CONTAINER_STATES.get(c.state) or str(pb.ContainerState.Name(c.state))
 
 
 def group_by_pod(
@@ -86,7 +91,10 @@ def _restart_count(annotations: Any, attempt: int) -> int:
         return attempt
 
 
-def sandbox_record(s: pb.PodSandbox, status: pb.PodSandboxStatus | None) -> dict[str, Any]:
+def sandbox_record(s: pb.PodSandbox | pb.PodSandboxStatus,
+                   status: pb.PodSandboxStatus | None) -> dict[str, Any]:
+    """The contract's sandbox dict: the listing ``s`` (or a status standing for it, as in an
+    event) and its status (None: inspection failed)."""
     src = status if status is not None else s
     return {
         "id": s.id,
@@ -101,22 +109,39 @@ def container_record(c: pb.Container, status: pb.ContainerStatus | None) -> dict
     """The contract's container dict; without ``status`` (inspection failed) from the listing."""
     st = status if status is not None else pb.ContainerStatus()
     annotations = c.annotations if status is None else status.annotations or c.annotations
+    image = (st.image.image if status is not None else "") or c.image.image
+    return _container(c.id, c.metadata, c.pod_sandbox_id, status if status is not None else c,
+                      c.created_at, st, image, st.image_ref or c.image_ref, annotations)
+
+
+def container_record_of_status(st: pb.ContainerStatus, sandbox_id: str) -> dict[str, Any]:
+    """``container_record`` of a container listed exactly as its status says (an event's
+    ``containers_statuses``): the same dict, without building the listing's message."""
+    return _container(st.id, st.metadata, sandbox_id, st, st.created_at, st, st.image.image,
+                      st.image_ref, st.annotations)
+
+
+def _container(cid: str, meta: pb.ContainerMetadata, sandbox_id: str,
+               state_of: pb.Container | pb.ContainerStatus, created_at: int,
+               st: pb.ContainerStatus, image: str, image_ref: str, annotations: Any,
+               ) -> dict[str, Any]:
+    attempt = int(meta.attempt)
     return {
-        "id": c.id,
-        "name": c.metadata.name,
-        "sandbox_id": c.pod_sandbox_id,
-        "attempt": int(c.metadata.attempt),
-        "state": container_state(status if status is not None else c),
-        "created_at": int(c.created_at),
+        "id": cid,
+        "name": meta.name,
+        "sandbox_id": sandbox_id,
+        "attempt": attempt,
+        "state": container_state(state_of),
+        "created_at": int(created_at),
         "started_at": int(st.started_at),
         "finished_at": int(st.finished_at),
         "exit_code": int(st.exit_code),
         "reason": st.reason,
         "message": st.message,
-        "image": (st.image.image if status is not None else "") or c.image.image,
-        "image_ref": st.image_ref or c.image_ref,
+        "image": image,
+        "image_ref": image_ref,
         "hash": annotations.get(HASH_ANNOTATION, ""),
-        "restart_count": _restart_count(annotations, int(c.metadata.attempt)),
+        "restart_count": _restart_count(annotations, attempt),
         "log_path": st.log_path,
     }
 

@@ -3,9 +3,11 @@
 ``EventWatcher`` keeps one stream open, puts every event in a bounded queue (a full queue drops
 and counts the event; nothing is lost for good because the main loop relists on every wake-up)
 and makes ``wake_fd`` readable so the main loop, which polls zmq sockets and this fd together,
-wakes at once. When the stream fails it reports ``streaming = False`` (the main loop then relists
-every second) and retries with back-off (1 s doubling to 30 s); UNIMPLEMENTED (containerd 1.6)
-stops the retries for the life of the process.
+wakes at once. The queue is a deque (appends and pops are atomic), and the pipe is written only
+when the main loop has not been woken since its last ``drain``: a burst costs one write and one
+wake-up per drain, not one per event. When the stream fails it reports ``streaming = False``
+(the main loop then relists every second) and retries with back-off (1 s doubling to 30 s);
+UNIMPLEMENTED (containerd 1.6) stops the retries for the life of the process.
 
 Thread-safety: ``drain``, ``streaming``, ``dropped`` and ``stop`` are safe from the main thread;
 the watcher thread never touches zmq.
@@ -16,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import queue
 import threading
+from collections import deque
 from typing import Any
 
 from podvisor.services.cri import CriError, EventStream, RuntimeClient
@@ -48,7 +50,9 @@ class EventWatcher:
     ) -> None:
         self._client = client
         self._log = log
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize)
+        self._queue: deque[Any] = deque()
+        self._maxsize = maxsize
+        self._woken = False  # the pipe was written since the last drain
         self._retry_base = retry_base
         self._retry_cap = retry_cap
         self._stop = threading.Event()
@@ -75,6 +79,9 @@ class EventWatcher:
 
     def drain(self) -> list[Any]:
         """Every queued event (oldest first); clears the wake-up fd."""
+        # cleared before the pipe and the queue are read: an event put after this point either
+        # is taken below or writes the pipe again (so the loop wakes for it)
+        self._woken = False
         try:
             while os.read(self._rfd, 4096):
                 pass
@@ -83,19 +90,22 @@ class EventWatcher:
         out: list[Any] = []
         while True:
             try:
-                out.append(self._queue.get_nowait())
-            except queue.Empty:
+                out.append(self._queue.popleft())
+            except IndexError:
                 return out
 
     def _wake(self) -> None:
+        if self._woken:
+            return  # written since the last drain: the loop will take this item with it
+        self._woken = True
         # a full pipe means the main loop is awake already; a closed one that we are stopping
         with contextlib.suppress(OSError):
             os.write(self._wfd, b"x")
 
     def _put(self, item: Any) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
+        if len(self._queue) < self._maxsize:  # one producer: the length only shrinks meanwhile
+            self._queue.append(item)
+        else:
             self.dropped += 1
         self._wake()
 

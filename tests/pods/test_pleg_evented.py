@@ -11,6 +11,11 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.fake import FakeEventStream, FakeRuntimeClient
 from podvisor.services.pleg.evented import apply_event
+from podvisor.services.pleg.records import (
+    container_record,
+    container_record_of_status,
+    sandbox_record,
+)
 from podvisor.services.pleg.relist import HOLD, Relister, new_relister
 from tests.pods.test_pleg_relist import Clock, container, kinds, labels, sandbox
 
@@ -250,3 +255,26 @@ def test_a_relist_supersedes_held_updates() -> None:
     assert ("u1", "ContainerChanged", cid) in kinds(res) and rel.held_until() is None
     assert len(client.method_calls("ContainerStatus")) == calls  # the event's status served
     assert rel.flush(200.0).events == []
+
+
+def test_records_from_statuses_equal_records_from_listing_and_status() -> None:
+    """An event's statuses render (``container_record_of_status``, ``sandbox_record(st, st)``)
+    the same dicts as a relist's listing + status calls, in every state, with or without
+    annotations."""
+    client = FakeRuntimeClient()
+    sid, scfg = sandbox(client, "u1")
+    created = container(client, sid, scfg, "u1", "a", start=False)
+    running = container(client, sid, scfg, "u1", "b")
+    exited = container(client, sid, scfg, "u1", "c", restarts=2)
+    client.exit_container(exited, 3)
+    bare = client.create_container(sid, pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="d", attempt=4), image=pb.ImageSpec(image="i")),
+        scfg)
+    listed = {c.id: c for c in client.list_containers()}
+    for cid in (created, running, exited, bare):
+        st = client.container_status(cid)
+        assert container_record_of_status(st, sid) == container_record(listed[cid], st)
+    client.stop_pod_sandbox(sid)
+    [sb] = client.list_pod_sandbox()
+    st = client.pod_sandbox_status(sid)
+    assert sandbox_record(st, st) == sandbox_record(sb, st)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import tempfile
 import threading
@@ -246,3 +248,25 @@ def test_a_container_left_created_is_published_after_the_hold(harness: Any) -> N
     wait_for(lambda: [c["state"] for c in h.replica.get("u1")["containers"]
                       if c["id"] == new] == ["CONTAINER_CREATED"], pump=h.pump)
     assert h.health()["relists"] == relists  # the hold ended it, not a relist
+
+
+def test_watcher_wakes_once_per_drain_and_bounds_its_queue() -> None:
+    """A burst of events writes the wake pipe once until the loop drains; an event after the
+    drain wakes it again; past ``maxsize`` events are dropped and counted, never blocked on."""
+    watcher = EventWatcher(FakeRuntimeClient(), MemoryLogger(), maxsize=3)
+    try:
+        def pending() -> bytes:
+            if not select.select([watcher.wake_fd], [], [], 0)[0]:
+                return b""
+            return os.read(watcher.wake_fd, 4096)
+
+        for i in range(5):
+            watcher._put(i)
+        assert watcher.dropped == 2
+        assert pending() == b"x"  # one write for the burst (read here, as a drain would)
+        assert watcher.drain() == [0, 1, 2] and pending() == b""
+        watcher._put(5)
+        assert pending() == b"x" and watcher.drain() == [5]
+        assert watcher.drain() == [] and pending() == b""
+    finally:
+        watcher.stop()
