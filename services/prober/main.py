@@ -82,9 +82,9 @@ class ProberService:
             self.owner.set(uid, value)
         self.manager = ProbeManager(rand, clock(), saved)
         self.runner = runner
-        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_change,
+        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
                                   snapshot_timeout=SNAPSHOT_TIMEOUT)
-        self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
+        self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_pleg,
                                snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="probe")
         self.results: queue.SimpleQueue[tuple[ProbeTask, Outcome]] = queue.SimpleQueue()
@@ -103,6 +103,16 @@ class ProberService:
         if self._dirty is not None and not key.startswith("_"):
             self._dirty.add(key)
 
+    def _on_desired(self, key: str, old: Any, new: Any) -> None:
+        """Only pods with probes (before or after the change) need an update: a node of pods
+        without probes costs the prober no work but receiving the maps."""
+        if key.startswith("_") or self.manager.concerns(key, new):
+            self._on_change(key, old, new)
+
+    def _on_pleg(self, key: str, old: Any, new: Any) -> None:
+        if key.startswith("_") or self.manager.concerns(key):
+            self._on_change(key, old, new)
+
     # --- probing (pool threads) ---
     def _probe(self, task: ProbeTask) -> None:
         try:
@@ -117,11 +127,11 @@ class ProberService:
         """Update workers, apply outcomes, hand out due probes, publish, save. Returns the
         seconds until the next due probe (capped)."""
         now = self._clock()
-        pleg = self.pleg.items()
-        if self._changed and self.desired.synced and self.pleg.synced and HEALTH_KEY in pleg:
+        if (self._changed and self.desired.synced and self.pleg.synced
+                and self.pleg.get(HEALTH_KEY) is not None):
             self._changed = False
             dirty, self._dirty = self._dirty, set()
-            self.manager.update(self.desired.items(), pleg, now, self._wall(), dirty)
+            self.manager.update(self.desired.items(), self.pleg.items(), now, self._wall(), dirty)
             if not self.ready:
                 self.ctx.log.info("prober.synced", pid=os.getpid(),
                                   workers=len(self.manager.workers),
@@ -200,9 +210,11 @@ class ProberService:
             ready = dict(poller.poll(math.ceil(wait * 1000)))
             if self.wake.read_fd in ready:
                 self.wake.drain()
-            self.owner.serve()
+            if self.owner.socket in ready:
+                self.owner.serve()
             for replica in (self.desired, self.pleg):
-                replica.pump(0)
+                if any(s in ready for s in replica.sockets) or not replica.synced:
+                    replica.pump(0)
             wait = self.step()
             self.owner.tick(self._clock())
 

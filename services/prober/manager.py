@@ -129,6 +129,21 @@ class _PodCache:
         self._pods.pop(uid, None)
 
 
+_PROBE_KEYS = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+def declares_probes(raw_pod: Any) -> bool:
+    """Whether a ``desired`` pod dict may declare a probe: False only when every container is
+    a mapping without any probe key (such a pod has no workers, whatever else it says, so it
+    is not even parsed); anything malformed is True (parsed, as before)."""
+    spec = raw_pod.get("spec") if isinstance(raw_pod, Mapping) else None
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if not isinstance(containers, list):
+        return True
+    return any(not isinstance(c, Mapping) or any(c.get(k) is not None for k in _PROBE_KEYS)
+               for c in containers)
+
+
 def _active(entry: Any) -> bool:
     return (isinstance(entry, Mapping) and entry.get("admitted", True)
             and entry.get("worker") != "terminated" and isinstance(entry.get("pod"), Mapping))
@@ -171,7 +186,7 @@ class ProbeManager:
     def _update_uid(self, uid: str, entry: Any, record: Mapping[str, Any] | None, now: float,
                     wall: float) -> None:
         pod = None
-        if not uid.startswith("_") and _active(entry):
+        if not uid.startswith("_") and _active(entry) and declares_probes(entry["pod"]):
             pod = self._pods.get(uid, entry["pod"])
         else:
             self._pods.drop(uid)
@@ -216,6 +231,14 @@ class ProbeManager:
                     and not self._seeds[uid]:
                 del self._seeds[uid]
         return keys
+
+    def concerns(self, uid: str, entry: Any = None) -> bool:
+        """Whether a change of pod ``uid``'s entries may change its workers: it has some, or
+        its new ``desired`` ``entry`` declares a probe. A pod without workers whose new entry
+        declares none keeps none (its ``pleg`` changes, its ``sandbox_id`` or ``worker``
+        state, its deletion: nothing to do)."""
+        return uid in self._keys or (isinstance(entry, Mapping)
+                                     and declares_probes(entry.get("pod")))
 
     def started(self, uid: str, name: str) -> bool:
         w = self.workers.get((uid, name, Kind.STARTUP))

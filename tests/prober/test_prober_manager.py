@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podvisor.services.prober.manager import ProbeManager, ProbeTask
+from podvisor.services.prober import manager as manager_module
+from podvisor.services.prober.manager import ProbeManager, ProbeTask, declares_probes
 from podvisor.services.prober.verdicts import liveness_failed, probe_verdicts
 from podvisor.services.prober.worker import Kind, Result
 
@@ -170,3 +171,41 @@ def test_update_of_named_pods_only_touches_them() -> None:
     assert set(m.entries(1.0)) == {"u1"}
     m.update({"u1": two["u1"]}, {**maps, "u1": pleg(cid="c9")["u1"]}, 2.0, WALL, only={"u1"})
     assert kept.container_id == "c9" and m.entries(2.0)["u1"]["app"]["container_id"] == "c9"
+
+
+def test_declares_probes() -> None:
+    with_probe = desired(readinessProbe=probe())["u1"]["pod"]
+    without = desired()["u1"]["pod"]
+    assert declares_probes(with_probe) and not declares_probes(without)
+    assert not declares_probes({**without, "spec": {"containers": []}})
+    assert not declares_probes({"spec": {"containers": [{"name": "a", "livenessProbe": None}]}})
+    # malformed: parsed as before (and rejected there)
+    assert declares_probes({"spec": {"containers": "x"}}) and declares_probes(None)
+    assert declares_probes({"spec": {"containers": ["x"]}})
+
+
+def test_pods_without_probes_are_not_parsed_and_concern_nobody(monkeypatch: Any) -> None:
+    parsed: list[Any] = []
+    real = manager_module.pod_from_dict
+    monkeypatch.setattr(manager_module, "pod_from_dict",
+                        lambda raw, **kw: parsed.append(raw) or real(raw, **kw))
+    m = manager()
+    m.update(desired(), pleg(), 0.0, WALL)
+    assert parsed == [] and m.workers == {}
+    assert not m.concerns("u1") and not m.concerns("u1", desired()["u1"])
+    assert m.concerns("u1", desired(readinessProbe=probe())["u1"])  # a probe appears
+    m.update(desired(readinessProbe=probe()), pleg(), 1.0, WALL)
+    assert len(parsed) == 1 and m.concerns("u1")  # it has workers: every change counts
+    assert m.concerns("u1", None)  # its deletion too
+
+
+def test_a_change_that_does_not_touch_probes_keeps_the_workers() -> None:
+    m = manager()
+    m.update(desired(readinessProbe=probe()), pleg(), 0.0, WALL)
+    run_due(m, 0.0, S)
+    kept = m.workers[("u1", "app", Kind.READINESS)]
+    moved = desired(readinessProbe=probe())
+    moved["u1"] = {**moved["u1"], "sandbox_id": "s1", "updated_at": 5.0, "worker": "running"}
+    m.update(moved, pleg(), 1.0, WALL, only={"u1"})
+    assert m.workers[("u1", "app", Kind.READINESS)] is kept
+    assert m.entries(1.0)["u1"]["app"]["ready"] is True

@@ -1,0 +1,128 @@
+"""ProberService over a real bus (proxy and the ``desired`` / ``pleg`` owners in the test): it
+updates its workers only for changes that concern pods with probes."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from podvisor.ipc.bus import BusProxy, Publisher
+from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.paths import RunPaths
+from podvisor.services.prober.handlers import FakeRunner
+from podvisor.services.prober.main import ProberService
+from podvisor.services.prober.worker import Kind
+from podvisor.supervisor.child import ChildContext
+from podvisor.supervisor.config import Config
+from podvisor.supervisor.logs import MemoryLogger
+
+NS = 1_000_000_000
+
+
+def entry(uid: str, probes: bool, **extra: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "app", "image": "host"}
+    if probes:
+        container["readinessProbe"] = {"exec": {"command": ["true"]}, "periodSeconds": 60}
+    return {"pod": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                    "spec": {"containers": [container], "hostNetwork": True}},
+            "worker": "syncing", "admitted": True, **extra}
+
+
+def record(cid: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
+    return {"sandboxes": [{"id": "sb", "state": "SANDBOX_READY", "ip": ""}],
+            "containers": [{"id": cid, "name": "app", "state": state, "created_at": NS,
+                            "started_at": 2 * NS}]}
+
+
+class Bus:
+    def __init__(self, root: Path) -> None:
+        self.paths = RunPaths(root)
+        self.paths.ensure()
+        self.zctx: zmq.Context[Any] = zmq.Context()
+        self.proxy = BusProxy(self.zctx, self.paths)
+        self.proxy.start()
+        self.pub = Publisher(self.zctx, self.paths, "test")
+        self.desired = MapOwner(self.zctx, self.paths, self.pub, "desired")
+        self.pleg = MapOwner(self.zctx, self.paths, self.pub, "pleg")
+        self.ctx = ChildContext("prober", Config(root_dir=str(root)), self.paths,
+                                MemoryLogger(), self.zctx)  # type: ignore[arg-type]
+
+    def turn(self, svc: ProberService) -> None:
+        for owner in (self.desired, self.pleg):
+            owner.serve()
+        for replica in (svc.desired, svc.pleg):
+            replica.pump(0.01)
+        svc.step()
+        svc.owner.serve()
+
+    def close(self) -> None:
+        for closable in (self.desired, self.pleg, self.pub):
+            closable.close()
+        self.proxy.stop()
+        self.zctx.destroy(linger=0)
+
+
+@pytest.fixture
+def bus() -> Iterator[Bus]:
+    root = Path(tempfile.mkdtemp(prefix="pvpr", dir="/tmp"))
+    b = Bus(root)
+    yield b
+    b.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def run_until(bus: Bus, svc: ProberService, cond: Callable[[], Any], timeout: float = 10.0
+              ) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := cond()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        bus.turn(svc)
+    return value
+
+
+def close(svc: ProberService) -> None:
+    svc.pool.shutdown(wait=True)
+    for closable in (svc.desired, svc.pleg, svc.owner, svc.pub):
+        closable.close()
+    svc.wake.close()
+
+
+def test_only_changes_of_pods_with_probes_update_the_workers(bus: Bus) -> None:
+    bus.desired.set("plain", entry("plain", probes=False))
+    bus.desired.set("probed", entry("probed", probes=True))
+    bus.pleg.set("plain", record("c1"))
+    bus.pleg.set("probed", record("c2"))
+    bus.pleg.set("_health", {"ts": 1.0})
+    svc = ProberService(bus.ctx, FakeRunner())
+    try:
+        run_until(bus, svc, lambda: svc.ready)
+        worker = svc.manager.workers[("probed", "app", Kind.READINESS)]
+        assert set(svc.manager.workers) == {("probed", "app", Kind.READINESS)}
+        real = svc.manager.update
+        updates: list[Any] = []
+        svc.manager.update = (  # type: ignore[method-assign]
+            lambda d, p, now, wall, only=None: updates.append(only) or real(d, p, now, wall, only))
+        # the probe-less pod starts a new container; the sync loop notes a sandbox of each pod
+        bus.pleg.set("plain", record("c3"))
+        bus.desired.set("plain", entry("plain", probes=False, sandbox_id="sb"))
+        bus.desired.set("probed", entry("probed", probes=True, sandbox_id="sb"))
+        run_until(bus, svc, lambda: updates)
+        assert updates == [{"probed"}]
+        assert svc.manager.workers[("probed", "app", Kind.READINESS)] is worker  # not restarted
+        # a new container of the probed pod: its worker follows
+        bus.pleg.set("probed", record("c4"))
+        run_until(bus, svc, lambda: worker.container_id == "c4")
+        assert updates[-1] == {"probed"}
+        # a probe appears on the plain pod: it gets a worker
+        bus.desired.set("plain", entry("plain", probes=True))
+        run_until(bus, svc, lambda: ("plain", "app", Kind.READINESS) in svc.manager.workers)
+    finally:
+        close(svc)
