@@ -79,14 +79,16 @@ class EventWatcher:
 
     def drain(self) -> list[Any]:
         """Every queued event (oldest first); clears the wake-up fd."""
-        # cleared before the pipe and the queue are read: an event put after this point either
-        # is taken below or writes the pipe again (so the loop wakes for it)
-        self._woken = False
         try:
             while os.read(self._rfd, 4096):
                 pass
         except BlockingIOError:
             pass
+        # cleared after the pipe is emptied and before the queue is: an event put before this
+        # point is taken below; one put after it writes the pipe again (so the loop wakes for
+        # it). Cleared before the read, a write racing the read could be swallowed with the
+        # flag left set, and no later event would wake the loop.
+        self._woken = False
         out: list[Any] = []
         while True:
             try:

@@ -270,3 +270,29 @@ def test_watcher_wakes_once_per_drain_and_bounds_its_queue() -> None:
         assert watcher.drain() == [] and pending() == b""
     finally:
         watcher.stop()
+
+
+def test_an_event_put_while_the_loop_drains_still_wakes_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer may put (and write the pipe) while ``drain`` reads it: whatever the
+    interleaving, the next event after the drain makes the pipe readable again."""
+    watcher = EventWatcher(FakeRuntimeClient(), MemoryLogger())
+    real_read = os.read
+    raced: list[bool] = []
+
+    def racing_read(fd: int, n: int) -> bytes:
+        if fd == watcher.wake_fd and not raced:
+            raced.append(True)
+            watcher._put("during")  # the producer, between the drain's steps
+        return real_read(fd, n)
+
+    try:
+        watcher._put("before")
+        monkeypatch.setattr(os, "read", racing_read)
+        assert watcher.drain() == ["before", "during"]
+        monkeypatch.setattr(os, "read", real_read)
+        watcher._put("after")
+        assert select.select([watcher.wake_fd], [], [], 0)[0]
+        assert watcher.drain() == ["after"]
+    finally:
+        watcher.stop()
