@@ -59,6 +59,10 @@ RELIST_PERIOD = 1.0
 STREAM_RELIST_PERIOD = 30.0
 CALL_TIMEOUT = 4.0  # per CRI call; below the default 10 s heartbeat timeout
 ERROR_LOG_EVERY = 30.0
+# After applying stream events, the wake fd is not polled for this long: in a burst (200 pods
+# started at once: two events per pod, a few ms apart) events are applied in batches, not one
+# wake-up each. An event after a quiet spell is applied at once.
+EVENTS_COALESCE = 0.01
 
 Clock = Callable[[], float]
 
@@ -192,6 +196,8 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
     watcher.start()
     next_relist = clock()
     drops = 0
+    quiet_until = -math.inf  # the wake fd is not polled before this (EVENTS_COALESCE)
+    polled = True
     try:
         while not ctx.stop.is_set():
             ctx.heartbeat()
@@ -207,8 +213,15 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
             # block until the next relist, held update, heartbeat or map heartbeat; events and
             # snapshot requests (and stop) wake the poll at once
             now = clock()
+            if (now >= quiet_until) != polled:
+                polled = not polled
+                if polled:
+                    poller.register(watcher.wake_fd, zmq.POLLIN)
+                else:
+                    poller.unregister(watcher.wake_fd)
             wait = max(0.0, min(next_relist, loop.held_until(), owner.next_tick(),
-                                now + ctx.heartbeat_interval) - now)
+                                now + ctx.heartbeat_interval,
+                                math.inf if polled else quiet_until) - now)
             ready = dict(poller.poll(math.ceil(wait * 1000)))
             if owner.socket in ready:
                 owner.serve()
@@ -223,6 +236,7 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
                     next_relist = clock()
                 else:
                     loop.apply(events)
+                    quiet_until = clock() + EVENTS_COALESCE
     finally:
         watcher.stop()
         owner.close()

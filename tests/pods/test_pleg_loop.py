@@ -296,3 +296,34 @@ def test_an_event_put_while_the_loop_drains_still_wakes_it(
         assert watcher.drain() == ["after"]
     finally:
         watcher.stop()
+
+
+def test_a_burst_of_events_is_applied_in_batches(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After applying events the loop leaves the wake fd unpolled for EVENTS_COALESCE: the
+    events of a burst that follows are applied together, and none is lost meanwhile."""
+    monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 0.5)
+    batches: list[int] = []
+    apply = pleg_main.PlegLoop.apply
+
+    def counting(self: pleg_main.PlegLoop, events: list[Any]) -> Any:
+        batches.append(len(events))
+        return apply(self, events)
+
+    monkeypatch.setattr(pleg_main.PlegLoop, "apply", counting)
+    client = FakeRuntimeClient()
+    h: Harness = harness(client)
+    wait_for(lambda: stream_settled(h), pump=h.pump)
+    _sid, first = add_pod(client, "u0")
+    wait_for(lambda: ("u0", "ContainerStarted", first) in h.seen, pump=h.pump)
+    applied = len(batches)
+    started = []
+    for i in range(1, 6):  # a burst's shape: a pod every 20 ms (not a wait for anything)
+        started.append(add_pod(client, f"u{i}")[1])
+        time.sleep(0.02)
+    for i, cid in enumerate(started, 1):
+        wait_for(lambda i=i, cid=cid: (f"u{i}", "ContainerStarted", cid) in h.seen,
+                 pump=h.pump)
+    assert sum(batches[applied:]) == 10  # create + start of each pod, every one applied
+    # one wake-up per window, not one per pod (one or two windows; three on a slow machine)
+    assert len(batches) - applied <= 3
