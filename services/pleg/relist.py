@@ -76,10 +76,14 @@ class Relister(Protocol):
         """When the oldest held update is due (None: nothing held)."""
 
 
-def _without_ts(record: dict[str, Any] | None) -> dict[str, Any] | None:
-    if record is None:
-        return None
-    return {k: v for k, v in record.items() if k != "ts"}
+_MISSING = object()
+
+
+def _changed(record: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    """Whether ``record`` differs from ``old`` in anything but ``ts`` (no copies made)."""
+    if old is None or len(old) != len(record):
+        return True
+    return any(k != "ts" and old.get(k, _MISSING) != v for k, v in record.items())
 
 
 class _Relister:
@@ -97,6 +101,7 @@ class _Relister:
         self._dead: dict[str, float] = {}  # removed object ID -> when it was seen removed
         # applied but not yet published (held): pod UID -> (record or None, held since)
         self._held: dict[str, tuple[dict[str, Any] | None, float]] = {}
+        self._held_min: float | None = None  # min(since) of ``_held``; None: to compute
 
     def records(self) -> dict[str, dict[str, Any]]:
         return dict(self._records)
@@ -119,7 +124,7 @@ class _Relister:
                                            self._inspected)
             if not complete:
                 reinspect.add(uid)
-            if _without_ts(record) != _without_ts(self._records.get(uid)):
+            if _changed(record, self._records.get(uid)):
                 changed[uid] = record
                 self._records[uid] = record
         removed = sorted(self._records.keys() - pods.keys())
@@ -135,6 +140,7 @@ class _Relister:
         self._listed_at = listed_at
         self._reinspect = reinspect
         self._held.clear()  # the listing is newer than any held update
+        self._held_min = None
         return RelistResult(start, self._clock() - start, events, changed, removed,
                             sorted(reinspect))
 
@@ -154,7 +160,12 @@ class _Relister:
                 self._dead.setdefault(oid, ts)
                 self._inspected.pop(oid, None)
             self._inspected.update(update.fresh)
-            self._held[uid] = (update.record, held[1] if held is not None else ts)
+            if held is None:
+                self._held[uid] = (update.record, ts)
+                if self._held_min is not None:
+                    self._held_min = min(self._held_min, ts)
+            else:
+                self._held[uid] = (update.record, held[1])
             touched[uid] = None
         return self._publishable(touched, ts, start)
 
@@ -164,7 +175,10 @@ class _Relister:
         return self._publishable(due, now, start)
 
     def held_until(self) -> float | None:
-        return min((since + HOLD for _record, since in self._held.values()), default=None)
+        # the loop asks two or three times per wake-up: keep the minimum, not a scan each time
+        if self._held_min is None and self._held:
+            self._held_min = min(since for _record, since in self._held.values())
+        return None if not self._held or self._held_min is None else self._held_min + HOLD
 
     def _publishable(self, uids: Iterable[str], ts: float, start: float) -> RelistResult:
         """Publish the applied state of ``uids`` (events diffed against what was published),
@@ -178,6 +192,8 @@ class _Relister:
             if ts - since < HOLD and _new_created(record, published):
                 continue
             del self._held[uid]
+            if since == self._held_min:
+                self._held_min = None  # it may have been the oldest
             states = states_of(record)
             out.extend(generate_events({uid: published}, {uid: states}))
             if record is None:
@@ -186,7 +202,7 @@ class _Relister:
                     removed.append(uid)
                 continue
             self._snapshot[uid] = states
-            if _without_ts(record) != _without_ts(self._records.get(uid)):
+            if _changed(record, self._records.get(uid)):
                 self._records[uid] = changed[uid] = record
         return RelistResult(ts, self._clock() - start, out, changed, sorted(removed))
 

@@ -278,3 +278,34 @@ def test_records_from_statuses_equal_records_from_listing_and_status() -> None:
     [sb] = client.list_pod_sandbox()
     st = client.pod_sandbox_status(sid)
     assert sandbox_record(st, st) == sandbox_record(sb, st)
+
+
+def test_held_until_follows_the_oldest_held_pod() -> None:
+    """``held_until`` (kept, not scanned for each call) is the oldest held pod's deadline as
+    pods are held, published and superseded by a relist, in any order."""
+    client, _clock, rel, stream = setup()
+    rel.relist()
+    pods = {}
+    for uid in ("u1", "u2", "u3"):
+        sid, scfg = sandbox(client, uid)
+        pods[uid] = container(client, sid, scfg, uid, start=False)
+    assert rel.held_until() is None
+    events = take(stream)
+    for ts, uid in ((100.0, "u2"), (100.2, "u1"), (100.4, "u3")):
+        rel.apply_events([e for e in events if e.pod_sandbox_status.metadata.uid == uid], ts)
+        assert rel.held_until() == 100.0 + HOLD
+    client.start_container(pods["u2"])  # the oldest is published: the next one counts
+    assert kinds(rel.apply_events(take(stream), 100.5))[0] == ("u2", "ContainerStarted",
+                                                                pods["u2"])
+    assert rel.held_until() == 100.2 + HOLD
+    client.start_container(pods["u3"])  # a younger one leaves: the oldest still counts
+    rel.apply_events(take(stream), 100.6)
+    assert rel.held_until() == 100.2 + HOLD
+    assert [e.pod_uid for e in rel.flush(100.2 + HOLD).events] == ["u1", "u1"]
+    assert rel.held_until() is None
+    sid, scfg = sandbox(client, "u4")
+    container(client, sid, scfg, "u4", start=False)
+    rel.apply_events(take(stream), 102.0)
+    assert rel.held_until() == 102.0 + HOLD
+    rel.relist()
+    assert rel.held_until() is None
