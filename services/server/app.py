@@ -46,8 +46,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
-             wall: Clock = time.time) -> web.Application:
+             wall: Clock = time.time,
+             refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
+    """``refresh``: a fresh view (the replica pump drains what is queued); else ``get_view``."""
     pod_json = PodListJson()  # handlers run on the event loop thread only
+
+    async def current() -> View:
+        return get_view() if refresh is None else await refresh()
 
     def no_query(request: web.Request) -> web.Response | None:
         if request.query:
@@ -56,7 +61,7 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
         return None
 
     async def healthz(request: web.Request) -> web.Response:
-        view = get_view()
+        view = await current()
         age = None if view.desired_heard is None else clock() - view.desired_heard
         health = check_health(view.pleg.get("_health"), wall(), view.desired_synced, age)
         return web.Response(text=health.text(), status=200 if health.ok else 500)
@@ -65,7 +70,7 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
         bad = no_query(request)
         if bad is not None:
             return bad
-        view = get_view()
+        view = await current()
         if not (view.desired_synced and view.statuses_synced):
             return status_error(503, "ServiceUnavailable",
                                 "not synced yet with the sync loop's and status's maps; retry")
@@ -76,7 +81,7 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
         bad = no_query(request)
         if bad is not None:
             return bad
-        view = get_view()
+        view = await current()
         if not view.pleg_synced:
             return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
         return _json(running_pods(view.pleg))

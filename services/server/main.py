@@ -22,7 +22,7 @@ class PumpDied(RuntimeError):
 
 
 async def _serve(ctx: ChildContext, pump: ReplicaPump) -> None:
-    app = make_app(lambda: pump.view)
+    app = make_app(lambda: pump.view, refresh=pump.refresh)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     address = ctx.config.address or "127.0.0.1"

@@ -51,39 +51,69 @@ def _sort_key(item: Mapping[str, Any]) -> tuple[str, str]:
     return (meta.get("namespace", ""), meta.get("name", ""))
 
 
+class _Pod:
+    """One pod's rendered JSON: the manifest part (kept while the ``pod`` dict is equal: the
+    sync loop's own keys of a ``desired`` entry change without touching it) and the status part
+    (kept while the status object is the same)."""
+
+    __slots__ = ("entry", "head", "pod", "sort_key", "status", "text")
+
+    def __init__(self, entry: Any, pod: Mapping[str, Any]) -> None:
+        self.entry = entry
+        self.pod = pod
+        manifest = {k: v for k, v in pod.items() if k not in ("podvisor", "status")}
+        body = json.dumps(manifest, separators=(",", ":"))
+        self.head = body[:-1] + (',"status":' if manifest else '"status":')
+        self.sort_key = _sort_key(manifest)
+        self.status: Any = _UNSET
+        self.text = ""
+
+    def render(self, status: Any) -> str:
+        if status is not self.status:
+            public = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
+            self.text = self.head + json.dumps(public, separators=(",", ":")) + "}"
+            self.status = status
+        return self.text
+
+
+_UNSET = object()
+
+
 class PodListJson:
     """``json.dumps(pod_list(desired, statuses), separators=(",", ":"))``, with each pod's JSON
-    rendered once per (``desired`` value, ``statuses`` value) pair: replicas replace a value
-    when it changes and never mutate it, so an unchanged pair (same objects, held here so their
-    ids cannot be reused) renders the same text. The whole body is kept for the last pair of
-    maps (a ``View`` publishes new mappings on every change)."""
+    kept per ``desired`` entry (re-rendered when its ``pod`` dict changes) and ``statuses``
+    value (replicas replace a value when it changes and never mutate it, so the same object,
+    held here so its id cannot be reused, renders the same text). The whole body is kept for
+    the last pair of maps (a ``View`` publishes new mappings when they move)."""
 
     _HEAD = '{"kind":"PodList","apiVersion":"v1","metadata":{},"items":['
 
     def __init__(self) -> None:
-        self._pods: dict[str, tuple[Any, Any, tuple[str, str], str]] = {}
+        self._pods: dict[str, _Pod] = {}
         self._last: tuple[Any, Any, str] | None = None
 
     def render(self, desired: Mapping[str, Any], statuses: Mapping[str, Any]) -> str:
         last = self._last
         if last is not None and last[0] is desired and last[1] is statuses:
             return last[2]
-        fresh: dict[str, tuple[Any, Any, tuple[str, str], str]] = {}
+        fresh: dict[str, _Pod] = {}
+        texts: list[tuple[tuple[str, str], str]] = []
         for uid, entry in desired.items():
             if uid.startswith("_"):
                 continue
-            status = statuses.get(uid)
             hit = self._pods.get(uid)
-            if hit is not None and hit[0] is entry and hit[1] is status:
-                fresh[uid] = hit
-                continue
-            item = _pod_item(entry, status)
-            if item is not None:
-                fresh[uid] = (entry, status, _sort_key(item),
-                              json.dumps(item, separators=(",", ":")))
+            if hit is None or hit.entry is not entry:
+                pod = entry.get("pod") if isinstance(entry, Mapping) else None
+                if not isinstance(pod, Mapping):
+                    continue
+                if hit is None or hit.pod != pod:
+                    hit = _Pod(entry, pod)
+                hit.entry = entry
+            fresh[uid] = hit
+            texts.append((hit.sort_key, hit.render(statuses.get(uid))))
         self._pods = fresh
-        ordered = sorted(fresh.values(), key=lambda p: p[2])
-        body = self._HEAD + ",".join(p[3] for p in ordered) + "]}"
+        texts.sort(key=lambda t: t[0])
+        body = self._HEAD + ",".join(t[1] for t in texts) + "]}"
         self._last = (desired, statuses, body)
         return body
 

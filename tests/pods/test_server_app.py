@@ -150,3 +150,20 @@ def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
     again = renderer.render(desired, statuses)
     assert again == json.dumps(pod_list(desired, statuses), separators=(",", ":"))
     assert json.loads(again)["items"][0]["status"] == {"phase": "Failed"}
+
+
+def test_handlers_ask_for_a_fresh_view_when_they_can() -> None:
+    asked: list[str] = []
+
+    async def refresh() -> View:
+        asked.append("x")
+        return healthy_view()
+
+    async def go() -> list[int]:
+        app = make_app(View, clock=lambda: 100.0, wall=lambda: WALL, refresh=refresh)
+        async with TestClient(TestServer(app)) as client:
+            return [(await client.get(path)).status
+                    for path in ("/pods", "/runningpods/", "/healthz")]
+
+    assert asyncio.run(go()) == [200, 200, 200]  # the stale (empty) view was never read
+    assert len(asked) == 3

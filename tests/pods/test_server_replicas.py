@@ -19,7 +19,7 @@ from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.main import PumpDied, _serve
-from podvisor.services.server.replicas import ReplicaPump
+from podvisor.services.server.replicas import ReplicaPump, View
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
@@ -95,9 +95,13 @@ def test_views_copy_only_the_maps_that_moved(owners: Owners,
 
 class _DeadPump:
     error = RuntimeError("boom")
+    view = View()
 
     def alive(self) -> bool:
         return False
+
+    async def refresh(self) -> View:
+        return self.view
 
 
 def _ctx(root: Path, beats: list[int]) -> ChildContext:
@@ -125,3 +129,38 @@ def test_serve_returns_once_stop_is_set(tmp_path: Path) -> None:
     finally:
         pump.close()
     assert beats
+
+
+def test_updates_wait_for_a_request_or_the_batch_not_one_drain_each(
+        owners: Owners, wait_for: Callable[..., Any]) -> None:
+    """Lazy: traffic is held (queued in zmq) until a handler asks for a fresh view or the batch
+    window ends; a burst of updates is drained per request, not once per update."""
+    for name in ("desired", "statuses", "pleg"):
+        owners.maps[name].set("_", {"n": 0})
+    pump = ReplicaPump(owners.zctx, owners.paths, batch=3600.0)
+    pump.start()
+    calls = 0
+
+    def refreshed() -> Any:
+        nonlocal calls
+        calls += 1
+        return asyncio.run(pump.refresh())
+
+    try:
+        wait_for(lambda: pump.view.desired_synced and pump.view.statuses_synced
+                 and pump.view.pleg_synced, pump=owners.serve, message="synced view")
+        first = refreshed()
+        before = pump.pumps
+        for i in range(50):
+            owners.maps["statuses"].set(f"u{i}", {"phase": "Running"})
+        def all_in() -> View | None:
+            view = refreshed()
+            return view if len(view.statuses) == 51 else None
+
+        view = wait_for(all_in, pump=owners.serve, message="fresh view on request")
+        assert pump.pumps - before <= calls  # drained per request only
+        assert view.desired is first.desired  # not copied again
+        assert pump.view is view
+    finally:
+        pump.close()
+    assert asyncio.run(pump.refresh()) is pump.view  # a dead pump: the last view, at once
