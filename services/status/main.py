@@ -92,7 +92,7 @@ class StatusService:
         self._last_sweep = self._last_full = clock()
         self._last_compute = -math.inf
         self._inputs: tuple[str | None, str | None] | None = None
-        self._poller: zmq.Poller | None = None
+        self._pollers: tuple[zmq.Poller, zmq.Poller] | None = None
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True
@@ -211,7 +211,8 @@ class StatusService:
     def run(self) -> None:
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
-            ready = dict(self.poller().poll(math.ceil(self.poll_timeout() * 1000)))
+            poller, timeout = self.wait()
+            ready = dict(poller.poll(math.ceil(timeout * 1000)))
             if self.owner.socket in ready:
                 self.owner.serve()
             for replica in (self.desired, self.pleg, self.probes):
@@ -220,16 +221,31 @@ class StatusService:
             self.step()
             self.owner.tick(self._clock())
 
-    def poller(self) -> zmq.Poller:
-        """One poller for the process's life (a replica keeps its sockets for life)."""
-        if self._poller is None:
-            self._poller = zmq.Poller()
+    def wait(self) -> tuple[zmq.Poller, float]:
+        """What to block on and for how long. Within ``COALESCE`` of a compute nothing can be
+        computed, so replica traffic stays queued in zmq until the window ends (one drain per
+        window in a burst, not a wake-up and a decode per update): only the snapshot socket
+        and stop are watched meanwhile."""
+        timeout = self.poll_timeout()
+        hold = self._last_compute + COALESCE - self._clock()
+        if hold > 0 and all(r.synced for r in (self.desired, self.pleg, self.probes)):
+            return self.poller(held=True), min(timeout, hold)
+        return self.poller(), timeout
+
+    def poller(self, held: bool = False) -> zmq.Poller:
+        """One poller of each kind for the process's life (a replica keeps its sockets for
+        life): every socket, or (``held``) only the snapshot socket and stop."""
+        if self._pollers is None:
+            every, only = zmq.Poller(), zmq.Poller()
             for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets,
                          *self.probes.sockets):
-                self._poller.register(sock, zmq.POLLIN)
+                every.register(sock, zmq.POLLIN)
+            only.register(self.owner.socket, zmq.POLLIN)
             if self.ctx.stop_fd is not None:
-                self._poller.register(self.ctx.stop_fd, zmq.POLLIN)
-        return self._poller
+                every.register(self.ctx.stop_fd, zmq.POLLIN)
+                only.register(self.ctx.stop_fd, zmq.POLLIN)
+            self._pollers = (every, only)
+        return self._pollers[1 if held else 0]
 
     def close(self) -> None:
         if self._pending_set or self._pending_deleted or self._dirty:

@@ -4,8 +4,11 @@ lastTransitionTime and _version), PLEG cache freshness, retirement, corrupt file
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved, StatusStore
@@ -265,3 +268,23 @@ def test_only_the_named_pods_are_recomputed() -> None:
     assert full and set(full.set) == {"u1"} and engine.statuses["u1"]["phase"] == "Running"
     left = engine.reconcile({"u2": desired["u2"]}, both_running, T0 + 7, MONO, only=set())
     assert left and left.deleted == ["u1"]  # retirement does not depend on ``only``
+
+
+def test_the_directory_is_made_once_and_again_after_a_failed_save(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = store(tmp_path, journal_max=0)  # every save writes files
+    a = {"phase": "Running", "_version": 1}
+    st.save(Saved({"u1": a}, {}, 1.0))
+    made: list[Path] = []
+    real = Path.mkdir
+    monkeypatch.setattr(Path, "mkdir",
+                        lambda self, *args, **kw: made.append(self) or real(self, *args, **kw))
+    st.save(Saved({"u1": {**a, "_version": 2}}, {}, 2.0))
+    assert made == []  # not a syscall per save
+    shutil.rmtree(st.path)  # vanished under us: that save fails, the next one recovers
+    with pytest.raises(OSError):
+        st.save(Saved({"u1": {**a, "_version": 3}}, {}, 3.0))
+    st.save(Saved({"u1": {**a, "_version": 3}}, {}, 3.0))
+    assert made == [st.path]
+    assert store(tmp_path).load() == Saved({"u1": {**a, "_version": 3}}, {}, 3.0)
+    st.close()

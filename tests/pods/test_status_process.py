@@ -289,3 +289,19 @@ def test_at_info_level_no_transition_is_even_computed(bus: Bus) -> None:
     run_until(bus, svc, lambda: ready(svc, "u1"))
     assert not any(e["event"].startswith("status.pod.condition") for e in bus.log.events)
     kill(svc)
+
+
+def test_replica_traffic_waits_in_zmq_while_nothing_can_be_computed(bus: Bus) -> None:
+    svc = bus.service()
+    bus.desired.set("u1", entry("u1"))
+    bus.relist(u1=record("c1", True))
+    run_until(bus, svc, lambda: ready(svc, "u1"))  # computed at the service's "now"
+    poller, timeout = svc.wait()
+    assert poller is svc.poller(held=True) and 0 < timeout <= COALESCE
+    watched = {s for s, _ in poller.sockets}
+    assert svc.owner.socket in watched  # snapshots are still answered
+    assert not watched & {*svc.desired.sockets, *svc.pleg.sockets, *svc.probes.sockets}
+    bus.mono.now += COALESCE  # the window is over: every socket again
+    poller, _ = svc.wait()
+    assert poller is svc.poller() and svc.desired.socket in {s for s, _ in poller.sockets}
+    kill(svc)
