@@ -40,6 +40,7 @@ POOL_THREADS = 32
 RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5
 CALL_TIMEOUT = 4.0
+HOLD = 0.05  # replica traffic waits at most this long after a drain (seconds)
 
 Clock = Callable[[], float]
 
@@ -96,6 +97,7 @@ class ProberService:
         self._published = saved
         self._last_save = -RETRY_SAVE
         self._save_failed = False
+        self._pollers: tuple[zmq.Poller, zmq.Poller] | None = None
         ctx.log.info("prober.started", loaded=sum(len(v) for v in saved.values()))
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
@@ -199,15 +201,11 @@ class ProberService:
 
     def run(self) -> None:
         wait = 0.0
-        poller = zmq.Poller()  # for the process's life: a replica keeps its sockets for life
-        for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets):
-            poller.register(sock, zmq.POLLIN)
-        poller.register(self.wake.read_fd, zmq.POLLIN)
-        if self.ctx.stop_fd is not None:
-            poller.register(self.ctx.stop_fd, zmq.POLLIN)
+        last_drain = -math.inf
         while not self.ctx.stop.is_set():
             self.ctx.heartbeat()
-            ready = dict(poller.poll(math.ceil(wait * 1000)))
+            poller, timeout = self.wait(wait, last_drain)
+            ready = dict(poller.poll(math.ceil(timeout * 1000)))
             if self.wake.read_fd in ready:
                 self.wake.drain()
             if self.owner.socket in ready:
@@ -215,8 +213,35 @@ class ProberService:
             for replica in (self.desired, self.pleg):
                 if any(s in ready for s in replica.sockets) or not replica.synced:
                     replica.pump(0)
+                    last_drain = self._clock()
             wait = self.step()
             self.owner.tick(self._clock())
+
+    def wait(self, wait: float, last_drain: float) -> tuple[zmq.Poller, float]:
+        """What to block on and for how long (``wait``: from ``step``). Within ``HOLD`` of a
+        drain of the replicas their traffic stays queued in zmq (a burst of pods starting is
+        drained a few times, not once per update; probe outcomes, snapshot requests and due
+        probes are not held): a change is seen at once, the next ones at most ``HOLD`` later,
+        well within a probe period."""
+        hold = last_drain + HOLD - self._clock()
+        if hold > 0 and self.desired.synced and self.pleg.synced:
+            return self.poller(held=True), min(wait, hold)
+        return self.poller(), wait
+
+    def poller(self, held: bool = False) -> zmq.Poller:
+        """One poller of each kind for the process's life (a replica keeps its sockets for
+        life): every socket, or (``held``) all but the replicas'."""
+        if self._pollers is None:
+            every, only = zmq.Poller(), zmq.Poller()
+            for sock in (*self.desired.sockets, *self.pleg.sockets):
+                every.register(sock, zmq.POLLIN)
+            for p in (every, only):
+                p.register(self.owner.socket, zmq.POLLIN)
+                p.register(self.wake.read_fd, zmq.POLLIN)
+                if self.ctx.stop_fd is not None:
+                    p.register(self.ctx.stop_fd, zmq.POLLIN)
+            self._pollers = (every, only)
+        return self._pollers[1 if held else 0]
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -17,7 +17,7 @@ from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.prober.handlers import FakeRunner
-from podvisor.services.prober.main import ProberService
+from podvisor.services.prober.main import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
@@ -124,5 +124,23 @@ def test_only_changes_of_pods_with_probes_update_the_workers(bus: Bus) -> None:
         # a probe appears on the plain pod: it gets a worker
         bus.desired.set("plain", entry("plain", probes=True))
         run_until(bus, svc, lambda: ("plain", "app", Kind.READINESS) in svc.manager.workers)
+    finally:
+        close(svc)
+
+
+def test_replica_traffic_waits_briefly_after_a_drain_outcomes_do_not(bus: Bus) -> None:
+    bus.pleg.set("_health", {"ts": 1.0})
+    now = [100.0]
+    svc = ProberService(bus.ctx, FakeRunner(), clock=lambda: now[0])
+    try:
+        run_until(bus, svc, lambda: svc.ready)
+        replicas = {*svc.desired.sockets, *svc.pleg.sockets}
+        poller, timeout = svc.wait(5.0, last_drain=now[0])  # just drained
+        watched = {s for s, _ in poller.sockets}
+        assert 0 < timeout <= HOLD and not watched & replicas
+        assert {svc.owner.socket, svc.wake.read_fd} <= watched  # snapshots, probe outcomes
+        assert svc.wait(0.01, last_drain=now[0])[1] == 0.01  # a due probe is not held
+        poller, timeout = svc.wait(5.0, last_drain=now[0] - HOLD)
+        assert timeout == 5.0 and replicas <= {s for s, _ in poller.sockets}
     finally:
         close(svc)
