@@ -59,10 +59,12 @@ RELIST_PERIOD = 1.0
 STREAM_RELIST_PERIOD = 30.0
 CALL_TIMEOUT = 4.0  # per CRI call; below the default 10 s heartbeat timeout
 ERROR_LOG_EVERY = 30.0
-# After applying stream events, the wake fd is not polled for this long: in a burst (200 pods
-# started at once: two events per pod, a few ms apart) events are applied in batches, not one
-# wake-up each. An event after a quiet spell is applied at once.
-EVENTS_COALESCE = 0.01
+# In a burst (200 pods started at once: two events per pod, a few ms apart), after applying
+# stream events the wake fd is not polled for this long, so events are applied in batches, not
+# one wake-up each. A burst is two batches less than BURST_GAP apart: a lone pod's create and
+# start (two batches) are each applied at once, as is any event after a quiet spell.
+EVENTS_COALESCE = 0.025
+BURST_GAP = 2 * EVENTS_COALESCE
 
 Clock = Callable[[], float]
 
@@ -197,6 +199,7 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
     next_relist = clock()
     drops = 0
     quiet_until = -math.inf  # the wake fd is not polled before this (EVENTS_COALESCE)
+    applied_at = -math.inf  # when the last batch of events was applied
     polled = True
     try:
         while not ctx.stop.is_set():
@@ -236,7 +239,10 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
                     next_relist = clock()
                 else:
                     loop.apply(events)
-                    quiet_until = clock() + EVENTS_COALESCE
+                    now = clock()
+                    if now - applied_at < BURST_GAP:
+                        quiet_until = now + EVENTS_COALESCE
+                    applied_at = now
     finally:
         watcher.stop()
         owner.close()

@@ -300,9 +300,10 @@ def test_an_event_put_while_the_loop_drains_still_wakes_it(
 
 def test_a_burst_of_events_is_applied_in_batches(
         harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After applying events the loop leaves the wake fd unpolled for EVENTS_COALESCE: the
-    events of a burst that follows are applied together, and none is lost meanwhile."""
+    """In a burst the loop leaves the wake fd unpolled for EVENTS_COALESCE after applying
+    events: the events that follow are applied together, and none is lost meanwhile."""
     monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 0.5)
+    monkeypatch.setattr(pleg_main, "BURST_GAP", 1.0)
     batches: list[int] = []
     apply = pleg_main.PlegLoop.apply
 
@@ -327,3 +328,33 @@ def test_a_burst_of_events_is_applied_in_batches(
     assert sum(batches[applied:]) == 10  # create + start of each pod, every one applied
     # one wake-up per window, not one per pod (one or two windows; three on a slow machine)
     assert len(batches) - applied <= 3
+
+
+def test_a_lone_pods_create_and_start_are_not_held_back(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Coalescing starts with a burst (two batches within BURST_GAP): a pod created, then
+    started after its create was applied, is published at once, not a window later."""
+    monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 3600.0)  # a window would fail the test
+    monkeypatch.setattr(pleg_main, "BURST_GAP", 0.5)
+    batches: list[int] = []
+    apply = pleg_main.PlegLoop.apply
+
+    def counting(self: pleg_main.PlegLoop, events: list[Any]) -> Any:
+        batches.append(len(events))
+        return apply(self, events)
+
+    monkeypatch.setattr(pleg_main.PlegLoop, "apply", counting)
+    client = FakeRuntimeClient()
+    h: Harness = harness(client)
+    wait_for(lambda: stream_settled(h), pump=h.pump)
+    lab = {"io.kubernetes.pod.uid": "u1", "io.kubernetes.pod.name": "p",
+           "io.kubernetes.pod.namespace": "default"}
+    scfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="p", uid="u1"), labels=lab)
+    sid = client.run_pod_sandbox(scfg)
+    cid = client.create_container(sid, pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="app"), image=pb.ImageSpec(image="host"),
+        labels={**lab, "io.kubernetes.container.name": "app"}), scfg)
+    wait_for(lambda: sum(batches) == 1)  # the create is applied (and held)
+    client.start_container(cid)  # its own batch, right after the create's
+    wait_for(lambda: ("u1", "ContainerStarted", cid) in h.seen, pump=h.pump)
+    assert batches == [1, 1]
