@@ -88,10 +88,11 @@ class ReplicaPump:
             self._waiters.append((loop, fut))
         with contextlib.suppress(OSError):  # full: the pump is woken already
             os.write(self._ask_w, b"x")
+        late = loop.call_later(timeout, lambda: _resolve(fut, self.view))
         try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            return self.view
+            return await fut
+        finally:
+            late.cancel()
 
     def _run(self) -> None:
         try:
@@ -128,10 +129,12 @@ class ReplicaPump:
                     with contextlib.suppress(OSError):
                         os.read(self._ask_r, 4096)
                 last = self._clock()
-                if owner.poll(0):
+                ready = dict(poller.poll(0))  # what is queued now (held traffic included)
+                if owner in ready:
                     heard = last
                 for replica in maps.values():
-                    replica.pump(0)
+                    if any(s in ready for s in replica.sockets) or not replica.synced:
+                        replica.pump(0)
                 self._publish(maps, heard)
                 self._answer()
         finally:
