@@ -61,10 +61,12 @@ CALL_TIMEOUT = 4.0  # per CRI call; below the default 10 s heartbeat timeout
 ERROR_LOG_EVERY = 30.0
 # In a burst (200 pods started at once: two events per pod, a few ms apart), after applying
 # stream events the wake fd is not polled for this long, so events are applied in batches, not
-# one wake-up each. A burst is two batches less than BURST_GAP apart: a lone pod's create and
-# start (two batches) are each applied at once, as is any event after a quiet spell.
+# one wake-up each. A burst is BURST_EVENTS events applied within BURST_GAP: a lone pod's
+# start or restart (create, start; a stop before them: a handful of events) is applied event by
+# event, at once, as is any event after a quiet spell.
 EVENTS_COALESCE = 0.025
 BURST_GAP = 2 * EVENTS_COALESCE
+BURST_EVENTS = 8
 
 Clock = Callable[[], float]
 
@@ -199,7 +201,7 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
     next_relist = clock()
     drops = 0
     quiet_until = -math.inf  # the wake fd is not polled before this (EVENTS_COALESCE)
-    applied_at = -math.inf  # when the last batch of events was applied
+    window_at, window_events = -math.inf, 0  # events applied since window_at (BURST_GAP)
     polled = True
     try:
         while not ctx.stop.is_set():
@@ -240,9 +242,11 @@ def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotoni
                 else:
                     loop.apply(events)
                     now = clock()
-                    if now - applied_at < BURST_GAP:
+                    if now - window_at >= BURST_GAP:
+                        window_at, window_events = now, 0
+                    window_events += len(events)
+                    if window_events >= BURST_EVENTS:
                         quiet_until = now + EVENTS_COALESCE
-                    applied_at = now
     finally:
         watcher.stop()
         owner.close()

@@ -304,6 +304,7 @@ def test_a_burst_of_events_is_applied_in_batches(
     events: the events that follow are applied together, and none is lost meanwhile."""
     monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 0.5)
     monkeypatch.setattr(pleg_main, "BURST_GAP", 1.0)
+    monkeypatch.setattr(pleg_main, "BURST_EVENTS", 2)
     batches: list[int] = []
     apply = pleg_main.PlegLoop.apply
 
@@ -332,8 +333,8 @@ def test_a_burst_of_events_is_applied_in_batches(
 
 def test_a_lone_pods_create_and_start_are_not_held_back(
         harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Coalescing starts with a burst (two batches within BURST_GAP): a pod created, then
-    started after its create was applied, is published at once, not a window later."""
+    """Coalescing starts with a burst (BURST_EVENTS events within BURST_GAP): a pod created,
+    then started after its create was applied, is published at once, not a window later."""
     monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 3600.0)  # a window would fail the test
     monkeypatch.setattr(pleg_main, "BURST_GAP", 0.5)
     batches: list[int] = []
