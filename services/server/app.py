@@ -74,8 +74,8 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
         if not (view.desired_synced and view.statuses_synced):
             return status_error(503, "ServiceUnavailable",
                                 "not synced yet with the sync loop's and status's maps; retry")
-        return web.Response(text=pod_json.render(view.desired, view.statuses),
-                            content_type="application/json")
+        return web.Response(body=pod_json.render(view.desired, view.statuses),
+                            content_type="application/json", charset="utf-8")
 
     async def runningpods(request: web.Request) -> web.Response:
         bad = no_query(request)

@@ -67,6 +67,7 @@ class ReplicaPump:
         self.pumps = 0  # drains
         self._keys: dict[str, tuple[Any, ...]] = {}
         self._heard: float | None = None
+        self._quiet = False  # the pump waits for traffic with none queued (its view is fresh)
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[View]]] = []
         self._ask_r, self._ask_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -79,9 +80,11 @@ class ReplicaPump:
         return self._thread.is_alive()
 
     async def refresh(self, timeout: float = REFRESH_TIMEOUT) -> View:
-        """A view holding every update queued when this was called (on the event loop)."""
-        if not self.alive() or self._ask_w < 0:
-            return self.view
+        """A view holding every update queued when this was called (on the event loop): the
+        current one when the pump waits with nothing queued, else the one of a drain the pump
+        makes at once."""
+        if self._quiet or not self.alive() or self._ask_w < 0:
+            return self.view  # nothing queued (or nobody to drain it): no round trip
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[View] = loop.create_future()
         with self._lock:
@@ -121,7 +124,11 @@ class ReplicaPump:
                 # block until traffic (every owner heartbeats); re-ask a snapshot that is still
                 # missing every SNAPSHOT_TIMEOUT
                 synced = all(r.synced for r in maps.values())
-                ready = dict(poller.poll(None if synced else int(SNAPSHOT_TIMEOUT * 1000)))
+                self._quiet = synced  # blocked with nothing queued: the view is fresh
+                try:
+                    ready = dict(poller.poll(None if synced else int(SNAPSHOT_TIMEOUT * 1000)))
+                finally:
+                    self._quiet = False
                 hold = last + self._batch - self._clock()
                 if synced and self._ask_r not in ready and hold > 0:
                     ready = dict(asked.poll(math.ceil(hold * 1000)))

@@ -143,13 +143,35 @@ def test_unsynced_replicas_are_503_not_an_empty_list() -> None:
 def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
     renderer = PodListJson()
     view = healthy_view()
-    fresh = json.dumps(pod_list(view.desired, view.statuses), separators=(",", ":"))
-    assert renderer.render(view.desired, view.statuses) == fresh
+
+    def fresh(desired: Any, statuses: Any) -> bytes:
+        return json.dumps(pod_list(desired, statuses), separators=(",", ":")).encode()
+
+    assert renderer.render(view.desired, view.statuses) == fresh(view.desired, view.statuses)
     statuses = {**view.statuses, "u2": {"phase": "Failed", "_version": 1}}
     desired = {**view.desired, "u3": pod("u3", "c")}
     again = renderer.render(desired, statuses)
-    assert again == json.dumps(pod_list(desired, statuses), separators=(",", ":"))
+    assert again == fresh(desired, statuses)
     assert json.loads(again)["items"][0]["status"] == {"phase": "Failed"}
+    # the sync loop's own keys change: same text; a rename re-sorts; a pod leaves
+    desired = {**desired, "u1": {**desired["u1"], "sandbox_id": "s1"}}
+    assert renderer.render(desired, statuses) == fresh(desired, statuses)
+    desired = {**desired, "u3": pod("u3", "0first")}
+    assert renderer.render(desired, statuses) == fresh(desired, statuses)
+    assert json.loads(renderer.render(desired, statuses))["items"][0]["metadata"]["uid"] == "u3"
+    statuses = {**statuses, "u3": {"phase": "Running"}}
+    del desired["u2"]
+    assert renderer.render(desired, statuses) == fresh(desired, statuses)
+    assert renderer.render({"_meta": {}, "bad": {"pod": 1}}, {}) == fresh({"bad": {"pod": 1}}, {})
+
+
+def test_pods_content_type() -> None:
+    async def go() -> str:
+        app = make_app(healthy_view, clock=lambda: 100.0, wall=lambda: WALL)
+        async with TestClient(TestServer(app)) as client:
+            return (await client.get("/pods")).headers["Content-Type"]
+
+    assert asyncio.run(go()) == "application/json; charset=utf-8"
 
 
 def test_handlers_ask_for_a_fresh_view_when_they_can() -> None:
