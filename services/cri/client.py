@@ -31,6 +31,11 @@ class EventStream(Protocol):
 
     def __iter__(self) -> Iterator[pb.ContainerEventResponse]: ...
 
+    def wait_subscribed(self) -> None:
+        """Block until the runtime has taken the subscription (its response headers arrived),
+        so every event from now on will be delivered: a consumer relists after this, never
+        before. Raises ``CriError`` as iteration does; returns at once after ``close()``."""
+
     def close(self) -> None: ...
 
 

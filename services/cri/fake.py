@@ -30,13 +30,21 @@ _DONE = object()
 class FakeEventStream:
     def __init__(self) -> None:
         self.queue: queue.Queue[Any] = queue.Queue()
+        self.subscribed = threading.Event()  # cleared: wait_subscribed blocks (tests)
+        self.subscribed.set()
 
     def __iter__(self) -> Iterator[pb.ContainerEventResponse]:
         while (item := self.queue.get()) is not _DONE:
             yield item
 
+    def wait_subscribed(self) -> None:
+        """Subscribed at creation (``container_events`` registers it), unless a test holds
+        ``subscribed`` cleared (``FakeRuntimeClient.hold_subscriptions``)."""
+        self.subscribed.wait()
+
     def close(self) -> None:
         self.queue.put(_DONE)
+        self.subscribed.set()
 
 
 class FakeRuntimeClient:
@@ -57,6 +65,7 @@ class FakeRuntimeClient:
         self.images: dict[str, pb.Image] = {HOST_IMAGE: pb.Image(id=HOST_IMAGE,
                                                                   repo_tags=[HOST_IMAGE])}
         self.streams: list[FakeEventStream] = []
+        self.hold_subscriptions = False  # new streams' wait_subscribed blocks until released
         self.exec_results: dict[str, pb.ExecSyncResponse] = {}
 
     # --- knobs ---
@@ -283,6 +292,8 @@ class FakeRuntimeClient:
     def container_events(self) -> FakeEventStream:
         self._enter("GetContainerEvents")
         stream = FakeEventStream()
+        if self.hold_subscriptions:
+            stream.subscribed.clear()
         with self._lock:
             self.streams.append(stream)
         return stream

@@ -52,6 +52,24 @@ class _GrpcEventStream:
                 return
             raise from_rpc_error("GetContainerEvents", err) from None
 
+    def wait_subscribed(self) -> None:
+        # The embedded runtime sends its headers right after subscribing; a runtime that sends
+        # them only with its first event keeps us here until then (the caller relists
+        # meanwhile). A failed call answers with its status, headers or not.
+        try:
+            self._call.initial_metadata()
+        except grpc.RpcError as err:
+            if self._closed.is_set() and err.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise from_rpc_error("GetContainerEvents", err) from None
+        if self._call.done() and not self._closed.is_set():
+            try:  # ended without events (UNIMPLEMENTED, UNAVAILABLE...): say why
+                code = self._call.code()
+            except grpc.RpcError as err:
+                raise from_rpc_error("GetContainerEvents", err) from None
+            if code != grpc.StatusCode.OK:
+                raise from_rpc_error("GetContainerEvents", self._call) from None
+
     def close(self) -> None:
         self._closed.set()
         self._call.cancel()

@@ -50,6 +50,13 @@ class _CountingStream:
             self._metrics.errors.labels("GetContainerEvents", err.code.name).inc()
             raise
 
+    def wait_subscribed(self) -> None:
+        try:
+            self._inner.wait_subscribed()
+        except CriError as err:
+            self._metrics.errors.labels("GetContainerEvents", err.code.name).inc()
+            raise
+
     def close(self) -> None:
         self._inner.close()
 

@@ -124,8 +124,14 @@ class EventWatcher:
                 stream.close()
                 return
             self._stream = stream
-        self._set_streaming(True)
         try:
+            # "streaming" (the loop relists once, then trusts the events) only once the
+            # runtime has the subscription: an event between that relist and the subscription
+            # would be lost until the next fallback relist (30 s)
+            stream.wait_subscribed()
+            if self._stop.is_set():
+                return
+            self._set_streaming(True)
             for event in stream:
                 self.received += 1
                 self._put(event)

@@ -252,6 +252,9 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many event subscribers")
             return
         context.add_callback(sub.close)
+        # Headers now: the client knows it is subscribed (EventStream.wait_subscribed) and
+        # relists only after this point, so no event falls between its listing and the stream.
+        context.send_initial_metadata(())
         try:
             # blocks until an event or close(): the callback closes it when the client goes
             # away or the server stops, so an idle stream wakes nobody

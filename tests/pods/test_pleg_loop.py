@@ -272,6 +272,23 @@ def test_watcher_wakes_once_per_drain_and_bounds_its_queue() -> None:
         watcher.stop()
 
 
+def test_the_watcher_streams_only_once_the_runtime_took_the_subscription() -> None:
+    """``streaming`` (the loop relists once, then trusts events) waits for the runtime's
+    headers: a relist before the subscription exists would miss the events in between."""
+    client = FakeRuntimeClient()
+    client.hold_subscriptions = True
+    watcher = EventWatcher(client, MemoryLogger())
+    watcher.start()
+    try:
+        wait_for(lambda: client.streams)
+        assert not watcher.streaming and watcher.drain() == []  # asked, not yet subscribed
+        client.streams[0].subscribed.set()
+        wait_for(lambda: watcher.streaming)
+        assert watcher.drain() == [None]  # the mode change: relist now
+    finally:
+        watcher.stop()
+
+
 def test_an_event_put_while_the_loop_drains_still_wakes_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The producer may put (and write the pipe) while ``drain`` reads it: whatever the

@@ -136,12 +136,16 @@ def test_container_events_stream_or_unimplemented(cri_runtime: Any) -> None:
     stream = cri_runtime.client.container_events()
     try:
         if cri_runtime.name == "embedded":
+            stream.wait_subscribed()  # from here on no event is missed
             sandbox = cri_runtime.run("ev")
             cri_runtime.client.create_container(
                 sandbox[0], cri_runtime.container_config("c", ["true"]), sandbox[1])
             event = next(iter(stream))
             assert event.container_event_type == pb.CONTAINER_CREATED_EVENT
         else:
+            with pytest.raises(CriError) as info:
+                stream.wait_subscribed()  # the answer is the status: no headers first
+            assert info.value.code == grpc.StatusCode.UNIMPLEMENTED
             with pytest.raises(CriError) as info:
                 next(iter(stream))
             assert info.value.code == grpc.StatusCode.UNIMPLEMENTED
