@@ -89,6 +89,15 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def process_gone(proc: psutil.Process | int) -> bool:
+    """The process exited (a zombie counts as exited). Never raises, whenever it is reaped:
+    checking ``is_running()`` and then ``status()`` races with the reaper."""
+    try:
+        return not _alive(proc if isinstance(proc, psutil.Process) else psutil.Process(proc))
+    except psutil.Error:
+        return True
+
+
 def _reap_new_zombies(before: set[int]) -> None:
     """Reap orphans that re-parented to us and died (only ones born during the test)."""
     for pid, proc in _descendants().items():

@@ -11,6 +11,7 @@ import psutil
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+from tests.conftest import process_gone
 
 RUNTIME = {"runtime": {"module": "podvisor.services.runtime.main"}}
 
@@ -46,9 +47,7 @@ def test_kill9_agent_keeps_containers_and_next_agent_readopts(agent: Any, poll: 
 
         first.proc.kill()
         first.proc.wait()
-        poll(lambda: not psutil.pid_exists(runtime_pid)
-             or psutil.Process(runtime_pid).status() == psutil.STATUS_ZOMBIE,
-             message="the runtime to follow its supervisor down")
+        poll(lambda: process_gone(runtime_pid), message="the runtime to follow its supervisor down")
         assert container.is_running()
 
         # A new agent on the same rootDir.

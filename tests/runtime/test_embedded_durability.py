@@ -14,6 +14,8 @@ from typing import Any
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
+from tests.conftest import process_gone
+
 SLEEP = ["sleep", "1000"]
 
 
@@ -84,8 +86,7 @@ def test_exit_while_runtime_down_is_recorded(cri_runtime: Any, poll: Any) -> Non
 
     embedded.kill9()
     go.write_text("now")
-    poll(lambda: not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE,
-         message="container to exit while the runtime is down")
+    poll(lambda: process_gone(proc), message="container to exit while the runtime is down")
     exit_file = embedded.root / "containers" / cid / "exit.json"
     poll(exit_file.exists, message="monitor to record the exit")
     embedded.start()

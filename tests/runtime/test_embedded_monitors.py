@@ -18,6 +18,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri import CriError
 from podvisor.services.runtime.monitor import MAX_LINE
 from podvisor.services.runtime.native import MonitorBinary, monitor_binary
+from tests.conftest import process_gone
 from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.runtime.test_contract_io import parse_log
 
@@ -121,8 +122,7 @@ def test_exit_while_runtime_down_is_recorded(monitored: RuntimeUnderTest) -> Non
     monitor = psutil.Process(_started(monitored, cid)["monitor_pid"])
     monitored.embedded.kill9()
     go.write_text("now")
-    poll(lambda: not monitor.is_running() or monitor.status() == psutil.STATUS_ZOMBIE,
-         message="the monitor to finish while the runtime is down")
+    poll(lambda: process_gone(monitor), message="the monitor to finish while the runtime is down")
     monitored.embedded.start()
     status = monitored.client.container_status(cid)
     assert (status.state, status.exit_code) == (pb.CONTAINER_EXITED, 9)
