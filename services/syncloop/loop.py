@@ -198,10 +198,12 @@ class SyncLoop:
             known = frozenset(self.deps.table.workers)
             self.deps.submit(lambda: self._housekeeping(known))
         deadline = self.deps.table.next_deadline()
-        waits = [self._next_housekeeping - now]
+        # a housekeeping still running is due again only once it is done (its result wakes
+        # the loop): its past deadline would make the loop spin meanwhile
+        waits = [] if self._housekeeping_busy else [self._next_housekeeping - now]
         if deadline is not None:
             waits.append(deadline - now)
-        return max(0.0, min(waits))
+        return max(0.0, min(waits)) if waits else None
 
     def _quiet(self, work: Work) -> bool:
         """A periodic resync that needs no CRI call is done here, on the loop thread

@@ -260,12 +260,15 @@ class WorkerTable:
         return None
 
     def next_deadline(self) -> float | None:
-        """The earliest ``next_at`` of an idle worker (for the loop's poll timeout)."""
-        times = [w.next_at for w in self.workers.values()
+        """When ``due`` can next hand out work (the loop's poll timeout): the earliest
+        ``next_at`` of a worker it would consider (at once for a pending one), never before
+        ``runtime_down_until``. Workers ``due`` skips never count: a deadline it would not
+        act on made the loop poll with a zero timeout until it passed (a busy spin)."""
+        times = [-math.inf if w.pending else w.next_at for w in self.workers.values()
                  if not w.in_flight and w.admitted and w.state is not WorkerState.TERMINATED]
-        if any(w.pending for w in self.workers.values() if not w.in_flight):
-            return 0.0
-        return min(times, default=None)
+        if not times:
+            return None
+        return max(min(times), self.runtime_down_until)
 
     def idle(self) -> bool:
         return not any(w.in_flight for w in self.workers.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,39 @@ def test_requeue_after_success_error_and_runtime_down() -> None:
         delays.append(round(t.runtime_delay, 3))
     assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
     assert t.due(t.runtime_down_until - 0.01) == []       # nothing runs while it is down
+
+
+def test_the_loop_deadline_is_one_due_would_act_on() -> None:
+    """next_deadline is the poll timeout of the loop: a deadline ``due`` would not act on
+    (the runtime is down, the pod was refused admission) used to be 0, a busy spin."""
+    t = table()
+    t.update(pod(), "file", 0.0)
+    [work] = t.due(0.0)
+    t.finish(work, Outcome(ok=False, runtime_down=True), 0.0)
+    w = t.get("u1")
+    assert w is not None
+    w.pending = True  # an event for the pod while the runtime is down
+    assert t.due(0.05) == [] and t.next_deadline() == t.runtime_down_until > 0.05
+    refused = table()
+    refused.reject(pod(), "file", "HostPortConflict", "port 80 is taken")
+    r = refused.get("u1")
+    assert r is not None
+    r.pending = True
+    assert refused.due(0.0) == [] and refused.next_deadline() is None
+
+
+def test_an_overdue_housekeeping_still_running_does_not_spin_the_loop(tmp_path: Path) -> None:
+    """While housekeeping runs on a pool thread (queued behind a burst of syncs, it can take
+    seconds), its past deadline is not a poll timeout: its result wakes the loop."""
+    h = Harness(tmp_path)
+    held: list[Callable[[], None]] = []
+    h.loop.deps = replace(h.loop.deps, submit=held.append)
+    h.loop.step(h.now)  # hands out housekeeping (held: not run yet)
+    assert len(held) == 1
+    h.now += 60.0  # long overdue
+    assert h.loop.step(h.now) is None  # no pods, housekeeping busy: nothing to wake for
+    held.pop()()  # it finishes; the next step applies its result and hands out the next one
+    assert h.loop.step(h.now) is None and len(held) == 1
 
 
 def test_pleg_trigger_makes_pod_due_now() -> None:
