@@ -22,14 +22,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 import pytest
 import yaml
+import zmq
 
+from podvisor.ipc.bus import BusProxy, Publisher
+from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.client import AgentNotRunning, ControlClient
 
@@ -80,6 +83,35 @@ def _descendants() -> dict[int, psutil.Process]:
         return {p.pid: p for p in psutil.Process().children(recursive=True)}
     except psutil.Error:
         return {}
+
+
+class MapBus:
+    """A real bus (the proxy) and owners of the named replicated maps in ``root``: what a
+    service under test replicates from. ``serve`` does what the owners' loops do."""
+
+    def __init__(self, root: Path, maps: Sequence[str], **owner_options: Any) -> None:
+        self.root = root
+        self.paths = RunPaths(root)
+        self.paths.ensure()
+        self.zctx: zmq.Context[Any] = zmq.Context()
+        self.proxy = BusProxy(self.zctx, self.paths)
+        self.proxy.start()
+        self.pub = Publisher(self.zctx, self.paths, "test")
+        self.maps = {name: MapOwner(self.zctx, self.paths, self.pub, name, **owner_options)
+                     for name in maps}
+
+    def serve(self) -> None:
+        """Answer snapshot requests and send idle heartbeats."""
+        for owner in self.maps.values():
+            owner.serve()
+            owner.tick(time.monotonic())
+
+    def close(self) -> None:
+        for owner in self.maps.values():
+            owner.close()
+        self.pub.close()
+        self.proxy.stop()
+        self.zctx.destroy(linger=0)
 
 
 def _alive(proc: psutil.Process) -> bool:

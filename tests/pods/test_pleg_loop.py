@@ -315,13 +315,8 @@ def test_an_event_put_while_the_loop_drains_still_wakes_it(
         watcher.stop()
 
 
-def test_a_burst_of_events_is_applied_in_batches(
-        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a burst the loop leaves the wake fd unpolled for EVENTS_COALESCE after applying
-    events: the events that follow are applied together, and none is lost meanwhile."""
-    monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 0.5)
-    monkeypatch.setattr(pleg_main, "BURST_GAP", 1.0)
-    monkeypatch.setattr(pleg_main, "BURST_EVENTS", 2)
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each batch of events the PLEG loop applies, appended as it applies them."""
     batches: list[int] = []
     apply = pleg_main.PlegLoop.apply
 
@@ -330,6 +325,17 @@ def test_a_burst_of_events_is_applied_in_batches(
         return apply(self, events)
 
     monkeypatch.setattr(pleg_main.PlegLoop, "apply", counting)
+    return batches
+
+
+def test_a_burst_of_events_is_applied_in_batches(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a burst the loop leaves the wake fd unpolled for EVENTS_COALESCE after applying
+    events: the events that follow are applied together, and none is lost meanwhile."""
+    monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 0.5)
+    monkeypatch.setattr(pleg_main, "BURST_GAP", 1.0)
+    monkeypatch.setattr(pleg_main, "BURST_EVENTS", 2)
+    batches = batch_sizes(monkeypatch)
     client = FakeRuntimeClient()
     h: Harness = harness(client)
     wait_for(lambda: stream_settled(h), pump=h.pump)
@@ -354,14 +360,7 @@ def test_a_lone_pods_create_and_start_are_not_held_back(
     then started after its create was applied, is published at once, not a window later."""
     monkeypatch.setattr(pleg_main, "EVENTS_COALESCE", 3600.0)  # a window would fail the test
     monkeypatch.setattr(pleg_main, "BURST_GAP", 0.5)
-    batches: list[int] = []
-    apply = pleg_main.PlegLoop.apply
-
-    def counting(self: pleg_main.PlegLoop, events: list[Any]) -> Any:
-        batches.append(len(events))
-        return apply(self, events)
-
-    monkeypatch.setattr(pleg_main.PlegLoop, "apply", counting)
+    batches = batch_sizes(monkeypatch)
     client = FakeRuntimeClient()
     h: Harness = harness(client)
     wait_for(lambda: stream_settled(h), pump=h.pump)

@@ -7,7 +7,6 @@ import asyncio
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,14 +14,13 @@ from typing import Any
 import pytest
 import zmq
 
-from podvisor.ipc.bus import BusProxy, Publisher
-from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.main import PumpDied, _serve
 from podvisor.services.server.replicas import ReplicaPump, View
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
+from tests.conftest import MapBus
 
 
 def free_port() -> int:
@@ -31,35 +29,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Owners:
-    def __init__(self, root: Path) -> None:
-        self.paths = RunPaths(root)
-        self.paths.ensure()
-        self.zctx: zmq.Context[Any] = zmq.Context()
-        self.proxy = BusProxy(self.zctx, self.paths)
-        self.proxy.start()
-        self.pub = Publisher(self.zctx, self.paths, "test")
-        self.maps = {name: MapOwner(self.zctx, self.paths, self.pub, name, heartbeat_interval=0.05)
-                     for name in ("desired", "statuses", "pleg")}
-
-    def serve(self) -> None:
-        """Answer snapshots and send idle heartbeats (what the owners' loops do)."""
-        for owner in self.maps.values():
-            owner.serve()
-            owner.tick(time.monotonic())
-
-    def close(self) -> None:
-        for owner in self.maps.values():
-            owner.close()
-        self.pub.close()
-        self.proxy.stop()
-        self.zctx.destroy(linger=0)
+Owners = MapBus
 
 
 @pytest.fixture
 def owners() -> Iterator[Owners]:
     root = Path(tempfile.mkdtemp(prefix="pvsr", dir="/tmp"))
-    o = Owners(root)
+    o = Owners(root, ("desired", "statuses", "pleg"), heartbeat_interval=0.05)
     yield o
     o.close()
     shutil.rmtree(root, ignore_errors=True)

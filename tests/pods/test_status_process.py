@@ -13,17 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
-from podvisor.ipc.bus import BusProxy, Publisher
-from podvisor.ipc.clone import MapOwner, MapReplica
-from podvisor.ipc.paths import RunPaths
+from podvisor.ipc.clone import MapReplica
 from podvisor.services.status.engine import RETIRE_AFTER
 from podvisor.services.status.main import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
+from tests.conftest import MapBus
 
 NS = 1_000_000_000
 WALL = 1_700_000_000.0
@@ -52,17 +50,10 @@ def record(cid: str, running: bool) -> dict[str, Any]:
                             "finished_at": 0, "exit_code": 0, "restart_count": 0}]}
 
 
-class Bus:
+class Bus(MapBus):
     def __init__(self, root: Path) -> None:
-        self.paths = RunPaths(root)
-        self.paths.ensure()
-        self.zctx: zmq.Context[Any] = zmq.Context()
-        self.proxy = BusProxy(self.zctx, self.paths)
-        self.proxy.start()
-        self.pub = Publisher(self.zctx, self.paths, "test")
-        self.desired = MapOwner(self.zctx, self.paths, self.pub, "desired")
-        self.pleg = MapOwner(self.zctx, self.paths, self.pub, "pleg")
-        self.probes = MapOwner(self.zctx, self.paths, self.pub, "probes")  # no probes: empty
+        super().__init__(root, ("desired", "pleg", "probes"))  # no probes: empty
+        self.desired, self.pleg, self.probes = (self.maps[m] for m in ("desired", "pleg", "probes"))
         self.mono = Clock(1000.0)
         self.relists = 0
         self.wall = Clock(WALL)
@@ -95,12 +86,6 @@ class Bus:
         on_disk = svc.store.load().statuses
         assert all(on_disk.get(uid) == st for uid, st in published.items()), \
             "a published status is not on disk"
-
-    def close(self) -> None:
-        for closable in (self.desired, self.pleg, self.probes, self.pub):
-            closable.close()
-        self.proxy.stop()
-        self.zctx.destroy(linger=0)
 
 
 def kill(svc: StatusService) -> None:

@@ -11,17 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
-from podvisor.ipc.bus import BusProxy, Publisher
-from podvisor.ipc.clone import MapOwner
-from podvisor.ipc.paths import RunPaths
 from podvisor.services.prober.handlers import FakeRunner
 from podvisor.services.prober.main import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
 from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import Config
 from podvisor.supervisor.logs import MemoryLogger
+from tests.conftest import MapBus
 
 NS = 1_000_000_000
 
@@ -42,16 +39,10 @@ def record(cid: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
                             "started_at": 2 * NS}]}
 
 
-class Bus:
+class Bus(MapBus):
     def __init__(self, root: Path) -> None:
-        self.paths = RunPaths(root)
-        self.paths.ensure()
-        self.zctx: zmq.Context[Any] = zmq.Context()
-        self.proxy = BusProxy(self.zctx, self.paths)
-        self.proxy.start()
-        self.pub = Publisher(self.zctx, self.paths, "test")
-        self.desired = MapOwner(self.zctx, self.paths, self.pub, "desired")
-        self.pleg = MapOwner(self.zctx, self.paths, self.pub, "pleg")
+        super().__init__(root, ("desired", "pleg"))
+        self.desired, self.pleg = self.maps["desired"], self.maps["pleg"]
         self.ctx = ChildContext("prober", Config(root_dir=str(root)), self.paths,
                                 MemoryLogger(), self.zctx)  # type: ignore[arg-type]
 
@@ -62,12 +53,6 @@ class Bus:
             replica.pump(0.01)
         svc.step()
         svc.owner.serve()
-
-    def close(self) -> None:
-        for closable in (self.desired, self.pleg, self.pub):
-            closable.close()
-        self.proxy.stop()
-        self.zctx.destroy(linger=0)
 
 
 @pytest.fixture
