@@ -7,7 +7,7 @@ runtime, `stopPodsOnExit: true`. Unlike the tests, heartbeats and log level keep
 
 Process classification (idle figures): the agent's process tree (psutil children of the
 `podvisor run` PID, recursive) minus every container process and every container monitor, both
-read from `<rootDir>/runtime/containers/*/started.json` (`pid`, `monitor_pid`), and their
+read from `<rootDir>/runtime/containers/*.started.json` (`pid`, `monitor_pid`), and their
 descendants. What remains is the supervisor, the forkserver, the `pv-<name>` subsystems, the
 runtime's zygote and its pre-forked spare monitors.
 """
@@ -199,7 +199,7 @@ class Agent:
         return self.cri.list_containers()
 
     def started(self, container_id: str) -> dict[str, Any]:
-        path = self.paths.runtime_dir / "containers" / container_id / "started.json"
+        path = self.paths.runtime_dir / "containers" / f"{container_id}.started.json"
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         return data
 
@@ -208,7 +208,7 @@ class Agent:
         (living) process: (pid, start ticks) as in started.json, so a reused PID is never
         counted or killed."""
         out: set[int] = set()
-        for path in self.paths.runtime_dir.glob("containers/*/started.json"):
+        for path in self.paths.runtime_dir.glob("containers/*.started.json"):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 pairs = [(int(data["pid"]), int(data["pid_ticks"] or 0)),

@@ -144,7 +144,7 @@ def death_to_event(t: Target, root: Path, n: int) -> list[float]:
     sandbox = t.sandbox()
     for i in range(n):
         cid = t.container(sandbox, f"d{i}")
-        pid = json.loads((root / "containers" / cid / "started.json").read_text())["pid"]
+        pid = json.loads((root / "containers" / f"{cid}.started.json").read_text())["pid"]
         start = time.perf_counter()
         os.kill(pid, signal.SIGKILL)
         with cond:

@@ -62,7 +62,7 @@ class Engine:
         self._containers: dict[str, Container] = {}
         self._starting: set[str] = set()
         self._early_exits: dict[str, ExitInfo] = {}  # exit notes that beat the start's reply
-        self._specs: dict[str, bytes] = {}  # spec.json of created containers, not yet started
+        self._specs: dict[str, bytes] = {}  # container id -> what its monitor runs (JSON)
         self._statuses: dict[str, tuple[Container, pb.ContainerStatus]] = {}
         self._index = Index()
         self._exit_socket = root / "exits.sock"
@@ -72,7 +72,12 @@ class Engine:
     # --- lifecycle ---
     def start(self) -> None:
         """Load state from disk and re-adopt running containers (same IDs, pids, start times)."""
-        for sb in self.store.load_sandboxes():
+        loaded = self.store.load()
+        for problem in loaded.problems:
+            self.log.warning("runtime.store.problem", detail=problem)
+        for note in loaded.notes:
+            self.log.info("runtime.store.imported", detail=note)
+        for sb in loaded.sandboxes:
             self._sandboxes[sb.id] = sb
             self._index.add_sandbox(sb)
         sock = bind_exit_socket(self._exit_socket)
@@ -86,7 +91,8 @@ class Engine:
             self.log.warning("runtime.monitor.python", reason=native.why,
                              detail="container monitors run the Python monitor "
                                     "(~1.8 MB more private memory each)")
-        for c in self.store.load_containers():
+        self._specs.update(loaded.specs)
+        for c in loaded.containers:
             self._containers[c.id] = c
             self._index.add_container(c)
             if c.state is ContainerState.RUNNING and c.started is not None:
@@ -102,6 +108,7 @@ class Engine:
         self.events.close_all()
         self._watcher.stop()
         self._spawner.close()
+        self.store.close()
 
     # --- lookups ---
     def sandbox(self, sandbox_id: str) -> Sandbox:
@@ -162,7 +169,7 @@ class Engine:
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
         name = sandbox_name(config)
-        with self._lock:  # reserve the name; write the files outside the lock
+        with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.sandbox_names.get(name)
             if holder is not None:
                 raise Fault(grpc.StatusCode.ALREADY_EXISTS,
@@ -189,7 +196,7 @@ class Engine:
         with self._lock:
             if sandbox_id in self._sandboxes and sb.state is SandboxState.READY:
                 sb = replace(self._sandboxes[sandbox_id], state=SandboxState.NOTREADY)
-                self.store.save_sandbox(sb, new=False)
+                self.store.save_sandbox(sb)
                 self._sandboxes[sandbox_id] = sb
 
     def remove_sandbox(self, sandbox_id: str) -> None:
@@ -227,7 +234,7 @@ class Engine:
                            "cwd": config.working_dir or images.HOST_WORKDIR,
                            "log_path": log_path}).encode()
         name = (sandbox_id, md.name, md.attempt)
-        with self._lock:  # reserve the name; write the files outside the lock
+        with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.container_names.get(name)
             if holder is not None:
                 raise Fault(grpc.StatusCode.ALREADY_EXISTS,
@@ -262,20 +269,23 @@ class Engine:
                 self._starting.discard(container_id)
                 self._early_exits.pop(container_id, None)
 
-    def _spec(self, container_id: str) -> bytes:
+    def spec(self, container_id: str) -> dict[str, Any]:
+        """What the container runs (argv, env, cwd, log_path), as given to its monitor."""
         with self._lock:
-            spec = self._specs.pop(container_id, None)
-        return spec if spec is not None else self.store.read_spec(container_id)
+            spec = self._specs.get(container_id)
+        if spec is None:
+            raise not_found("container", container_id)
+        data: dict[str, Any] = json.loads(spec)
+        return data
 
     def _start(self, c: Container) -> None:
-        try:
-            spec = self._spec(c.id)
-        except OSError as err:
-            self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", f"no spec: {err}"))
-            raise invalid(f"failed to start container {c.id}: no spec: {err}") from None
+        with self._lock:
+            spec = self._specs.get(c.id)
+        if spec is None:
+            raise not_found("container", c.id)  # removed meanwhile
         log_fd = self._open_log(c)
         try:
-            result = self._spawner.spawn(self.store.container_path(c.id), log_fd, spec)
+            result = self._spawner.spawn(self.store.state_prefix(c.id), log_fd, spec)
         except SpawnError as err:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", str(err)))
             raise Fault(grpc.StatusCode.INTERNAL, f"starting container {c.id}: {err}") from None

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
@@ -18,10 +17,10 @@ from podvisor.services.runtime.faults import Fault, invalid
 MAX_OUTPUT = 16 * 1024 * 1024 - 64 * 1024  # stay under the kubelet's 16 MiB message limit
 
 
-def exec_sync(state_dir: Path, cmd: Sequence[str], timeout: int) -> pb.ExecSyncResponse:
+def exec_sync(spec: dict[str, Any], cmd: Sequence[str], timeout: int) -> pb.ExecSyncResponse:
+    """``spec``: the container's (``Engine.spec``)."""
     if not cmd:
         raise invalid("exec: empty command")
-    spec = json.loads((state_dir / "spec.json").read_text())
     env = dict(item.split("=", 1) for item in spec["env"])
     try:
         proc = subprocess.Popen(

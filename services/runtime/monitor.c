@@ -8,20 +8,22 @@
  * The zygote keeps SPARES spare monitors forked and hands each spare's end of its socket to the
  * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
- * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... The spare becomes the container's monitor:
+ * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... The spare becomes the container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
  * the container's environment, stdout/stderr to pipes, stdin /dev/null, default signal
- * dispositions and an empty mask), writes DIR/started.json, answers once on the reply pipe
+ * dispositions and an empty mask), writes STATE.started.json, answers once on the reply pipe
  * ({"ok": true, "monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"} or
  * {"ok": false, "error": "..."}), copies the output into the log fd as CRI log records
  * ("<RFC3339Nano> <stdout|stderr> <F|P> <line>", lines over 16 KiB split into P records),
  * reopens LOG_PATH on SIGHUP, and when the process exits: SIGKILLs the rest of its process group,
- * drains the output for at most 2 s, writes DIR/exit.json
+ * drains the output for at most 2 s, writes STATE.exit.json
  * ({"exit_code", "finished_at", "reason", "message"}), then sends the same record plus "id" (the
- * state dir's name) as one datagram to the runtime's unix socket NOTIFY (best effort; "" = none)
+ * last component of STATE) as one datagram to the runtime's unix socket NOTIFY (best effort; "" = none)
  * and exits. exit.json is written atomically (tmp + rename); started.json, a new file, with one
- * write.
+ * write. STATE is <runtime root>/containers/<container id> (store.py). The monitor's own stderr
+ * is the zygote's (the runtime's, so the agent's log): it writes nothing there itself, but a
+ * crash message from libc would land there.
  *
  * Why C: a monitor lives as long as its container. A Python monitor forked from a zygote keeps
  * ~1.8 MB of private pages (110 pods: ~200 MB); this one ~0.1 MB. And a start costs a fork of
@@ -56,7 +58,7 @@
 
 extern char **environ;
 
-static const char *state_dir;
+static const char *state_prefix;
 static const char *log_path;
 static int log_fd = -1;
 
@@ -124,7 +126,7 @@ static size_t json_escape(char *out, size_t cap, const char *s) {
 
 static void write_file_new(const char *name, const char *data) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", state_dir, name);
+    snprintf(path, sizeof path, "%s.%s", state_prefix, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
@@ -150,7 +152,7 @@ static void send_note(const char *path, const char *note) {
 
 static void write_file_atomic(const char *name, const char *data) {
     char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/%s", state_dir, name);
+    snprintf(path, sizeof path, "%s.%s", state_prefix, name);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -415,21 +417,16 @@ static void pump(pid_t pid, int out_r, int err_r, int *code, long long *finished
     }
 }
 
-/* The monitor's whole life once handed a container (state_dir, log_fd and log_path set):
+/* The monitor's whole life once handed a container (state_prefix, log_fd and log_path set):
  * start ARGV, record started.json, reply, copy the output, record exit.json, send the note. */
 static int run_monitor(int reply_fd, const char *cwd, const char *notify, char **cargv) {
     prctl(PR_SET_NAME, "pv-monitor"); /* what ps -o comm / top show */
     setsid();
-    char errpath[4096];
-    snprintf(errpath, sizeof errpath, "%s/monitor.err", state_dir);
-    int errfd = open(errpath, LOG_FLAGS, 0600);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 1);
     }
-    if (errfd >= 0)
-        dup2(errfd, 2);
     if (reply_fd >= 0)
         fcntl(reply_fd, F_SETFD, FD_CLOEXEC);
     if (log_fd >= 0)
@@ -466,9 +463,9 @@ static int run_monitor(int reply_fd, const char *cwd, const char *notify, char *
              code, finished, code == 0 ? "Completed" : "Error");
     /* Output drained first, exit.json next (the durable record), then the note. */
     write_file_atomic("exit.json", exitrec);
-    const char *slash = strrchr(state_dir, '/');
+    const char *slash = strrchr(state_prefix, '/');
     char id[512], note[1024];
-    json_escape(id, sizeof id, slash ? slash + 1 : state_dir);
+    json_escape(id, sizeof id, slash ? slash + 1 : state_prefix);
     snprintf(note, sizeof note, "{\"id\": \"%s\", %s", id, exitrec + 1);
     send_note(notify, note);
     return 0;
@@ -557,13 +554,13 @@ static int spare_main(int conn) {
         return 70;
     close(conn);
     char *at = body, *end = body + len;
-    state_dir = field(&at, end);
+    state_prefix = field(&at, end);
     const char *notify = field(&at, end);
     const char *cwd = field(&at, end);
     log_path = field(&at, end);
     char **cargv = field_list(&at, end);
     char **cenv = field_list(&at, end);
-    if (state_dir == NULL || notify == NULL || cwd == NULL || log_path == NULL ||
+    if (state_prefix == NULL || notify == NULL || cwd == NULL || log_path == NULL ||
         cargv == NULL || cargv[0] == NULL || cenv == NULL)
         return 70;
     log_fd = fds[1];

@@ -3,17 +3,18 @@
 A monitor is forked by the zygote (never a child of the runtime), leaves the runtime's session,
 posix_spawns the container in its own session/process group, copies the container's stdout and
 stderr into the CRI log file, waits for it, and writes the exit code and finish time atomically
-into the container's state directory. It outlives the runtime: its only links to it are files in
-the state directory, the reply pipe (used once, to report exec success or failure), SIGHUP
+into the container's state files. It outlives the runtime: its only links to it are its state
+files, the reply pipe (used once, to report exec success or failure), SIGHUP
 (reopen the log file) and one datagram to the runtime's exit socket when the container is gone
 (best effort; see watcher.py). It exits when the container's process has exited and its output
 is drained.
 
-Files in the container state dir:
-  spec.json     (the runtime writes it; the spec itself comes inline with the request)
-  started.json  write (one write of a new file): {"monitor_pid", "monitor_ticks", "pid",
-                "pid_ticks", "started_at"}
-  exit.json     write (tmp + rename): {"exit_code", "finished_at", "reason", "message"}
+Its state files, named by the ``state`` prefix it is handed (``<runtime root>/containers/<id>``,
+store.py):
+  <state>.started.json  one write of a new file: {"monitor_pid", "monitor_ticks", "pid",
+                        "pid_ticks", "started_at"}
+  <state>.exit.json     tmp + rename: {"exit_code", "finished_at", "reason", "message"}
+Its stderr is the zygote's (the runtime's, so the agent's log): a traceback lands there.
 Only the standard library is imported here: the zygote forks this code, so it stays small.
 """
 
@@ -213,7 +214,7 @@ def warm_up() -> int:
 
 
 def run_monitor(
-    state_dir: str, spec: dict[str, Any], reply_fd: int, log_fd: int, my_ticks: int,
+    state: str, spec: dict[str, Any], reply_fd: int, log_fd: int, my_ticks: int,
     notify: str = "",
 ) -> NoReturn:
     """The monitor's whole life, in a (spare) child of the zygote that was handed a container
@@ -222,9 +223,7 @@ def run_monitor(
     the exit note to ``notify``."""
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
         comm.write("pv-monitor")  # what `ps -o comm`/`top` show for it
-    err = os.open(os.path.join(state_dir, "monitor.err"), LOG_FLAGS, 0o600)
-    os.dup2(err, 2)
-    for fd in (err, reply_fd, log_fd):
+    for fd in (reply_fd, log_fd):
         if fd > 2:
             os.set_inheritable(fd, False)  # fds passed over SCM_RIGHTS arrive inheritable
     try:
@@ -238,7 +237,7 @@ def run_monitor(
     # returned must find the container running, not created. A new file written by one
     # write() needs no tmp + rename: a reader sees it whole, or empty/absent (= not started,
     # exactly what it saw before the write).
-    write_new(os.path.join(state_dir, "started.json"), json.dumps(started).encode())
+    write_new(f"{state}.started.json", json.dumps(started).encode())
     os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
     os.close(reply_fd)
     code, finished = _pump(pid, out_r, err_r, _LogWriter(log_fd, spec.get("log_path", "")))
@@ -246,6 +245,6 @@ def run_monitor(
     # durable record), then the note: the runtime records exactly what is on disk.
     record = {"exit_code": code, "finished_at": finished,
               "reason": "Completed" if code == 0 else "Error", "message": ""}
-    write_json_atomic(os.path.join(state_dir, "exit.json"), record)
-    send_exit_note(notify, {"id": os.path.basename(state_dir), **record})
+    write_json_atomic(f"{state}.exit.json", record)
+    send_exit_note(notify, {"id": os.path.basename(state), **record})
     os._exit(0)

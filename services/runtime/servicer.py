@@ -212,8 +212,8 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
         c = self.engine.container(request.container_id)
         if c.state is not ContainerState.RUNNING:
             raise precondition(f"container {c.id} is not running")
-        state_dir = self.engine.store.container_dir(c.id)
-        return execsync.exec_sync(state_dir, list(request.cmd), int(request.timeout))
+        return execsync.exec_sync(self.engine.spec(c.id), list(request.cmd),
+                                  int(request.timeout))
 
     @_guard
     def ReopenContainerLog(self, request: pb.ReopenContainerLogRequest, context: Any) -> Any:

@@ -7,7 +7,8 @@ The zygote keeps ``_SPARES`` *spare* monitors forked and warmed up and hands eac
 its socket to the runtime (message ``spare`` + the fd, SCM_RIGHTS). A start then goes straight
 from the runtime to a spare, with no hop through the zygote: an 8-byte length and two fds (the
 write end of a reply pipe, the opened log file or none), then the JSON request
-``{"dir", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path). The spare becomes the
+``{"state", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path; state: the prefix of
+the container's state files, store.py). The spare becomes the
 container's monitor (``monitor.run_monitor``) and answers on the reply pipe. Once the reply is
 in, the runtime tells the zygote ``used`` for each spare it took (``need`` when it holds none:
 fork one now), and the zygote forks the replacement once idle for ``_REFILL_IDLE``: the fork
@@ -83,7 +84,7 @@ def _spare_main(conn: socket.socket) -> NoReturn:
         req = json.loads(body)
         reply_fd = fds[0] if fds else -1
         log_fd = fds[1] if len(fds) > 1 else -1
-        run_monitor(req["dir"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""))
+        run_monitor(req["state"], req["spec"], reply_fd, log_fd, my_ticks, req.get("notify", ""))
     except (EOFError, OSError):
         code = 0
     except BaseException:
@@ -227,9 +228,9 @@ class Spawner:
             raise SpawnError("no spare monitor from the zygote")
         return self._spares.pop(0)
 
-    def spawn(self, state_dir: str, log_fd: int, spec: bytes) -> SpawnResult:
-        """Hand the container in ``state_dir`` (``spec``: its spec.json, as JSON) to a spare
-        monitor; wait for exec success or failure."""
+    def spawn(self, state: str, log_fd: int, spec: bytes) -> SpawnResult:
+        """Hand the container to a spare monitor; wait for exec success or failure. ``state``:
+        the prefix of its state files (store.py); ``spec``: what it runs (JSON)."""
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
         taken = 0
         try:
@@ -239,7 +240,7 @@ class Spawner:
                     spare = self._take_spare()  # (re)starts the zygote: self._native is set
                     taken += 1
                     try:
-                        body = self._request(state_dir, spec)
+                        body = self._request(state, spec)
                         socket.send_fds(spare, [struct.pack("!Q", len(body))], fds)
                         spare.sendall(body)
                         break
@@ -263,15 +264,15 @@ class Spawner:
             if reply_w >= 0:
                 os.close(reply_w)
 
-    def _request(self, state_dir: str, spec: bytes) -> bytes:
+    def _request(self, state: str, spec: bytes) -> bytes:
         """The request body: JSON with the spec inline for a Python spare; for a C one the
-        NUL-separated fields of monitor.c (DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...)."""
+        NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...)."""
         if not self._native:
-            return b'{"dir": %s, "notify": %s, "spec": %s}' % (
-                json.dumps(state_dir).encode(), json.dumps(self.notify).encode(), spec)
+            return b'{"state": %s, "notify": %s, "spec": %s}' % (
+                json.dumps(state).encode(), json.dumps(self.notify).encode(), spec)
         doc = json.loads(spec)
         argv, env = list(doc["argv"]), list(doc["env"])
-        fields = [state_dir, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
+        fields = [state, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
                   str(len(argv)), *argv, str(len(env)), *env]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
@@ -310,7 +311,7 @@ def _read_reply(fd: int, timeout: float) -> SpawnResult:
         chunk = os.read(fd, 65536)
         if not chunk:
             raise SpawnError("container monitor exited before starting the container "
-                             f"(see monitor.err); partial reply {data[:200]!r}")
+                             f"(see the agent's log); partial reply {data[:200]!r}")
         data += chunk
         try:
             reply = json.loads(data)

@@ -42,7 +42,7 @@ def test_kill9_agent_keeps_containers_and_next_agent_readopts(agent: Any, poll: 
             command=["sleep", "1000"], log_path="c.log"), config)
         client.start_container(cid)
         before = client.container_status(cid)
-        state = first.paths.runtime_dir / "containers" / cid / "started.json"
+        state = first.paths.runtime_dir / "containers" / f"{cid}.started.json"
         container = psutil.Process(json.loads(state.read_text())["pid"])
 
         first.proc.kill()

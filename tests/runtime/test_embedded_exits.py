@@ -97,7 +97,7 @@ def test_exit_note_alone_records_the_exit_as_on_disk(engine: Engine, root: Path)
     poll(lambda: engine.container(cid).exited, message="exit recorded from the note")
     c = engine.container(cid)
     assert c.exited is not None and c.exited.exit_code == 5 and c.exited.reason == "Error"
-    on_disk = json.loads((engine.store.container_dir(cid) / "exit.json").read_text())
+    on_disk = json.loads(Path(engine.store.exit_path(cid)).read_text())
     assert on_disk["finished_at"] == c.exited.finished_at
     assert on_disk["exit_code"] == 5
     assert "last words" in Path(c.log_path).read_text()

@@ -34,7 +34,7 @@ def monitored(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
 
 def _started(rt: RuntimeUnderTest, cid: str) -> dict[str, Any]:
     assert rt.embedded is not None
-    path = rt.embedded.root / "containers" / cid / "started.json"
+    path = rt.embedded.root / "containers" / f"{cid}.started.json"
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 

@@ -47,7 +47,7 @@ def test_run_serves_heartbeats_and_stops(poll: Any) -> None:
         poll(lambda: ctx.beats >= 2, message="heartbeats")
         sid = client.run_pod_sandbox(pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name="p", namespace="n", uid="u")))
-        assert (paths.runtime_dir / "sandboxes" / sid).is_dir()
+        assert f'"id":"{sid}"' in (paths.runtime_dir / "meta.jsonl").read_text()
     finally:
         ctx.stop.set()
         thread.join(15)
