@@ -17,6 +17,8 @@ from podvisor.services.cri.errors import CriError, from_rpc_error
 # The kubelet's limit for CRI messages (pkg/kubelet/cri/remote: maxMsgSize).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_PULL_TIMEOUT = 300.0
+RECONNECT_BASE_MS = 100  # the kubelet's CRI client: baseBackoffDelay
+RECONNECT_MAX_MS = 3000  # maxBackoffDelay
 
 R = TypeVar("R")
 _IMAGE_METHODS = frozenset(
@@ -90,6 +92,13 @@ class _GrpcRuntimeClient:
                 # that iterates it, not handed over from gRPC's channel spin thread: one thread
                 # hop less per event, for PLEG and the sync loop.
                 ("SingleThreadedUnaryStream", 1),  # grpc.experimental.ChannelOptions
+                # Reconnect back-off as the kubelet's CRI client (k8s.io/cri-client: base
+                # 100 ms, max 3 s). gRPC's default (1 s, x1.6, up to 120 s) left a client
+                # that started before the runtime listened failing every call for ~5 s after
+                # the socket appeared: the agent's processes start together.
+                ("grpc.initial_reconnect_backoff_ms", RECONNECT_BASE_MS),
+                ("grpc.min_reconnect_backoff_ms", RECONNECT_BASE_MS),
+                ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
             ],
         )
         stubs: Any = pb_grpc

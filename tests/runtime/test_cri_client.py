@@ -44,6 +44,23 @@ def test_unreachable_runtime_fails_within_the_timeout(tmp_path: Any) -> None:
     client.close()
 
 
+def test_reconnect_backoff_is_the_kubelets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """k8s.io/cri-client dials with a 100 ms base and 3 s max back-off. With gRPC's defaults
+    (1 s, up to 120 s) a sync loop that started a moment before the runtime listened failed
+    every call for ~5 s after the socket appeared (seen in bench/pods.py)."""
+    seen: dict[str, Any] = {}
+    real = grpc.insecure_channel
+
+    def spy(target: str, options: Any = None, **kw: Any) -> Any:
+        seen.update(options or [])
+        return real(target, options=options, **kw)
+    monkeypatch.setattr(grpc, "insecure_channel", spy)
+    new_runtime_client("unix:///nonexistent/x.sock", timeout=1.0).close()
+    assert seen["grpc.initial_reconnect_backoff_ms"] == 100
+    assert seen["grpc.min_reconnect_backoff_ms"] == 100
+    assert seen["grpc.max_reconnect_backoff_ms"] == 3000
+
+
 def test_instrumented_counts_calls_errors_and_latency() -> None:
     fake = FakeRuntimeClient()
     ticks = iter(range(100))
