@@ -10,7 +10,10 @@ test; prints figures and ratios).
    supervisord with M programs (`startsecs=0`), from `update` (reloadConfig + addProcessGroup,
    what `supervisorctl update` does, with supervisord already running: the closest analogue of
    a running agent seeing new manifests) and from a cold `supervisord` start, until
-   `getAllProcessInfo` shows all RUNNING; and the floor, M direct `subprocess.Popen`.
+   `getAllProcessInfo` shows all RUNNING; and two floors: M direct `subprocess.Popen`, and M
+   pods driven straight through the CRI (RunPodSandbox, CreateContainer, StartContainer) by 16
+   client threads against a fresh embedded runtime with two event streams read, no agent
+   (bench/runtime.py `cri_burst`): the CRI traffic's own share, which the agent adds to.
 2. kill -9 of a container's process -> the replacement running (restartPolicy Always, first
    restart: one fresh pod per kill), beside supervisord's autorestart of a program. "Running" is
    the replacement's execve as the kernel reports it (process connector, bench/proc_events.py:
@@ -60,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pods_agent import Agent, alive_descendants, kill_descendants, pod_name, poll
 from pods_idle import measure_idle
 from proc_events import ExecWatcher
+from runtime import cri_burst
 from supervisord_peer import Supervisord, free_port, spawn_floor, supervisord_many
 
 from podvisor.ipc.bus import Subscriber
@@ -207,12 +211,16 @@ def stage_start(agent: Agent, args: argparse.Namespace) -> None:
     print(f"    -> status running           {ms(single.status)}")
     update, cold = supervisord_many(args.many)
     floor = spawn_floor(args.many, ["sleep", "3600"])
+    cri = cri_burst(args.many)
     print(f"  podvisor, {args.many} pods at once     {many * 1000:8.0f} ms   "
           f"(last container started after {started * 1000:.0f} ms, all running on the "
           f"status bus after {on_bus * 1000:.0f} ms)")
     print(f"  supervisord, update -> all RUNNING   {update * 1000:8.0f} ms")
     print(f"  supervisord, cold start -> all RUNNING {cold * 1000:6.0f} ms")
     print(f"  floor, {args.many} x subprocess.Popen     {floor * 1000:8.0f} ms")
+    print(f"  floor, {args.many} pods through the CRI alone {cri * 1000:6.0f} ms   (embedded "
+          f"runtime, no agent: 3 calls per pod from 16 threads, 2 event streams read; "
+          f"{ratio(cri, update)} x supervisord update)")
     print(f"  ratio podvisor / supervisord (update)     {ratio(many, update)}   target <= 0.5")
     print(f"  ratio podvisor / supervisord (cold start) {ratio(many, cold)}")
 

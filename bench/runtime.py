@@ -15,6 +15,7 @@ installed); otherwise its column says why not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -25,7 +26,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
@@ -153,6 +156,46 @@ def death_to_event(t: Target, root: Path, n: int) -> list[float]:
     stream.close()
     t.clean()
     return out
+
+
+def cri_burst(count: int, threads: int = 16, subscribers: int = 2) -> float:
+    """Seconds for ``count`` pods (RunPodSandbox, CreateContainer, StartContainer each) driven
+    straight through the CRI by ``threads`` client threads against a fresh embedded runtime,
+    with ``subscribers`` GetContainerEvents streams read meanwhile (the agent has two: PLEG
+    and the sync loop). No agent: this is the CRI traffic's own share of a burst, the floor
+    under the agent's figure (bench/pods.py prints it beside supervisord)."""
+    base = Path(tempfile.mkdtemp(prefix="pvbcri", dir="/tmp"))
+    proc, client = start_embedded(base)
+    target = Target("embedded", client, "host")
+    readers: list[tuple[RuntimeClient, Any]] = []
+    try:
+        for _ in range(subscribers):
+            other = new_runtime_client(f"unix://{base}/cri.sock", timeout=60.0)
+            stream = other.container_events()
+            stream.wait_subscribed()
+            threading.Thread(target=_drain, args=(stream,), daemon=True).start()
+            readers.append((other, stream))
+        start = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda _: target.container(target.sandbox(), "main"), range(count)))
+        took = time.monotonic() - start
+    finally:
+        for other, stream in readers:
+            stream.close()
+            other.close()
+        target.clean()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        client.close()
+        shutil.rmtree(target.tmp, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+    return took
+
+
+def _drain(stream: Any) -> None:
+    with contextlib.suppress(CriError):  # the stream ends when closed
+        for _ in stream:
+            pass
 
 
 def start_embedded(base: Path) -> tuple[subprocess.Popen[bytes], RuntimeClient]:
