@@ -105,8 +105,15 @@ def test_readiness_liveness_and_prober_restart(agent: Any, wait_for: Any) -> Non
         assert (marks / "first").exists()
 
         # kill -9 the prober while web and live are Ready: no NotReady may ever be observed
-        before = wait_for(lambda: probes_snapshot(zctx, handle.paths), 30.0,
-                          message="a probes snapshot")
+        # The snapshot must hold all three pods: `live` has no readiness probe, so it is Ready
+        # in /pods before the prober has re-added its entry for the restarted container (one
+        # CI run under load took a snapshot without it, which no restarted prober can match).
+        uids = {p["metadata"]["uid"] for p in pods.values()}
+
+        def full_snapshot() -> tuple[str | None, dict[str, Any]] | None:
+            snap = probes_snapshot(zctx, handle.paths)
+            return snap if snap is not None and set(snap[1]) >= uids else None
+        before = wait_for(full_snapshot, 30.0, message="a probes snapshot with every pod")
         old_pid = handle.state("prober")["pid"]
         seen: list[str] = []
 
@@ -122,12 +129,19 @@ def test_readiness_liveness_and_prober_restart(agent: Any, wait_for: Any) -> Non
         handle.call("kill", name="prober", signal="KILL")
         handle.wait_state("prober", "RUNNING", 30.0, lambda r: r["pid"] != old_pid)
 
+        last: list[Any] = []
+
         def new_owner_serving() -> bool:
             observe()
             snap = probes_snapshot(zctx, handle.paths)
+            last[:] = [snap]
             return snap is not None and snap[0] != before[0] and set(snap[1]) == set(before[1])
 
-        wait_for(new_owner_serving, 60.0, message="restarted prober serves the probes map")
+        try:
+            wait_for(new_owner_serving, 60.0, message="restarted prober serves the probes map")
+        except AssertionError as err:  # say what it served instead
+            raise AssertionError(f"{err}\nbefore: {before}\nlast: {last}\npods: "
+                                 f"{json.dumps(get_pods(port))[:4000]}") from None
         served = requests_served(handle)
 
         def probed_again() -> bool:  # the new prober ran the web readiness probe a few times
