@@ -125,6 +125,7 @@ class Store:
         self._size = 0  # of the journal
         self._compact_next = False
         self._legacy: set[str] = set()  # containers whose monitor files are in <id>/
+        self._loaded = False
         self.compactions = 0
 
     # --- paths of the monitor files ---
@@ -149,6 +150,8 @@ class Store:
         ``key`` is gone). Raises StoreError when it could not be written."""
         line = _line(record)
         with self._lock:
+            if not self._loaded:  # a compaction would replace the journal with this line alone
+                raise RuntimeError("Store.load() must run before the first change")
             old = self._lines.pop(key, None)
             if old is not None:
                 self._live_bytes -= len(old)
@@ -288,6 +291,7 @@ class Store:
             self._lines = {f"s:{sb.id}": _line(_sandbox_record(sb)) for sb in out.sandboxes}
             self._lines.update((f"c:{c.id}", _line(records[c.id])) for c in out.containers)
             self._live_bytes = sum(len(line) for line in self._lines.values())
+            self._loaded = True
             try:
                 self._compact()
             except OSError as err:

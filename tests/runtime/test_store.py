@@ -208,3 +208,15 @@ def test_the_previous_layout_is_imported(tmp_path: Path) -> None:
     assert st.read_exit(c.id) == ExitInfo(0, 30, "Completed", "")
     st.delete_container(c.id)
     assert os.listdir(tmp_path / "containers") == []
+
+
+def test_a_change_before_load_is_refused(tmp_path: Path) -> None:
+    """Appending before the replay would let a compaction replace the journal."""
+    st = Store(tmp_path)
+    st.load()
+    st.save_sandbox(sandbox(1))
+    st.close()
+    again = Store(tmp_path)
+    with pytest.raises(RuntimeError, match="load"):
+        again.save_sandbox(sandbox(2))
+    assert list(loaded(tmp_path)[0]) == [sandbox(1).id]
