@@ -315,12 +315,18 @@ def replacement(agent: Agent, sub: Subscriber, events: RuntimeEvents,
         exec_at = execs.wait(lambda e: e.argv == argv and e.pid != pid, t0, 30.0).ts
     new = _replaced(agent, name, old.id, count)
     created = new.created_at / 1e9 + (time.monotonic() - time.time())
+    # PLEG may publish ContainerDied after the replacement started (it applies back-to-back
+    # kills in 25 ms batches; the restart does not wait for it): wait for it, up to 2 s.
     died = math.inf
-    while (env := sub.recv(timeout=0.0)) is not None:
+    deadline = time.monotonic() + 2.0
+    while math.isinf(died) and (left := deadline - time.monotonic()) > 0:
+        env = sub.recv(timeout=left)
+        if env is None:
+            break
         msg = env.message
         if isinstance(msg, PodLifecycleEvent) and msg.type == "ContainerDied" \
                 and msg.container_id == old.id:
-            died = min(died, env.ts)
+            died = env.ts
     return Restart(stopped - t0, died - t0, created - t0, exec_at - t0, started - t0)
 
 
