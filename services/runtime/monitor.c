@@ -19,11 +19,11 @@
  * reopens LOG_PATH on SIGHUP, and when the process exits: SIGKILLs the rest of its process group,
  * drains the output for at most 2 s, writes STATE.exit.json
  * ({"exit_code", "finished_at", "reason", "message"}), then sends the same record plus "id" (the
- * last component of STATE) as one datagram to the runtime's unix socket NOTIFY (best effort; "" = none)
- * and exits. exit.json is written atomically (tmp + rename); started.json, a new file, with one
- * write. STATE is <runtime root>/containers/<container id> (store.py). The monitor's own stderr
- * is the zygote's (the runtime's, so the agent's log): it writes nothing there itself, but a
- * crash message from libc would land there.
+ * last component of STATE) as one datagram to the runtime's unix socket NOTIFY (best effort;
+ * "" = none) and exits. exit.json is written atomically (tmp + rename); started.json, a new
+ * file, with one write. STATE is <runtime root>/containers/<container id> (store.py). The
+ * monitor's own stderr is the zygote's (the runtime's, so the agent's log): it writes nothing
+ * there itself, but a crash message from libc would land there.
  *
  * Why C: a monitor lives as long as its container. A Python monitor forked from a zygote keeps
  * ~1.8 MB of private pages (110 pods: ~200 MB); this one ~0.1 MB. And a start costs a fork of
