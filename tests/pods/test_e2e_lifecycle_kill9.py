@@ -1,4 +1,5 @@
-"""End to end: kill -9 of the file source, then of the embedded runtime, while 3 pods run.
+"""End to end: kill -9 of the file source, then of the embedded runtime, while 3 pods run; and
+kill -9 of the runtime while 40 pods start at once.
 
 After each kill: no container restarted (same container IDs and restart counts in /pods, same
 sandbox IDs and container pids), no pod started twice, /pods correct again within a generous
@@ -7,11 +8,13 @@ check frequency is the default 20 s, so only the inotify watch can pick it up in
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
@@ -108,3 +111,66 @@ def test_kill9_source_and_runtime_keep_pods(agent: Any, wait_for: Any) -> None:
         kill_pids([p for p in pids if pid_alive(p)])
         shutil.rmtree(manifests, ignore_errors=True)
         shutil.rmtree(marks, ignore_errors=True)
+
+
+def _sleepers(tags: set[str]) -> dict[str, list[int]]:
+    """tag -> pids of the processes running `sleep <tag>` (the burst's containers)."""
+    out: dict[str, list[int]] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if len(cmd) == 2 and cmd[0] == "sleep" and cmd[1] in tags and pid_alive(proc.pid):
+            out.setdefault(cmd[1], []).append(proc.pid)
+    return out
+
+
+@pytest.mark.timeout(170)
+def test_kill9_runtime_during_a_burst(agent: Any, wait_for: Any) -> None:
+    """The runtime is killed while it is creating and starting 40 pods (once a few containers
+    exist; the rest are in flight). After recovery every pod runs exactly one container in one
+    ready sandbox, and each pod's command runs exactly once: no container started twice, no
+    orphan left by a create or start whose answer was lost. A container created but never
+    started may be left CREATED and replaced (restartCount 1), as the kubelet does with one."""
+    manifests = Path(tempfile.mkdtemp(prefix="pvk9b", dir="/tmp"))
+    staging = Path(tempfile.mkdtemp(prefix="pvk9s", dir="/tmp"))
+    base = 50000 + os.getpid() % 10000 * 10  # `sleep <tag>`: unique to this run
+    tags = {f"b{i}": str(base + i * 100000) for i in range(40)}
+    pids: list[int] = []
+    try:
+        for name, tag in tags.items():
+            (staging / f"{name}.yaml").write_text(pod_yaml(name, f"exec sleep {tag}"), "utf-8")
+        port = free_port()
+        handle = agent(config=agent_config(manifests, port, stopPodsOnExit=True))
+        wait_for(lambda: get_pods(port) is not None, 60.0, message="/pods answering")
+        cri = cri_for(handle)
+        try:
+            for name in tags:
+                (staging / f"{name}.yaml").rename(manifests / f"{name}.yaml")
+
+            def some_created() -> bool:
+                try:
+                    return len(cri.list_containers()) >= 5
+                except CriError:
+                    return False
+            wait_for(some_created, 60.0, 0.005, "the first containers")
+            kill9(handle, "runtime", wait_for)
+            wait_for(lambda: all_running(get_pods(port), set(tags)), 120.0, 0.1,
+                     "all 40 pods Running after the runtime's kill -9")
+
+            running = [c for c in cri.list_containers() if c.state == pb.CONTAINER_RUNNING]
+            per_pod = sorted(c.labels[L.POD_NAME].rsplit("-", 1)[0] for c in running)
+            assert per_pod == sorted(tags), "one running container per pod"
+            ready = sorted(s.metadata.name.rsplit("-", 1)[0] for s in cri.list_pod_sandbox()
+                           if s.state == pb.SANDBOX_READY)
+            assert ready == sorted(tags), "one ready sandbox per pod"
+            procs = _sleepers(set(tags.values()))
+            pids.extend(p for found in procs.values() for p in found)
+            assert {t: len(procs.get(t, [])) for t in tags.values()} == \
+                {t: 1 for t in tags.values()}, "each pod's command runs exactly once"
+        finally:
+            cri.close()
+        assert handle.stop() == 0
+        wait_for(lambda: not _sleepers(set(tags.values())), 60.0, 0.1, "pods stopped on exit")
+    finally:
+        kill_pids([p for p in pids if pid_alive(p)])
+        shutil.rmtree(manifests, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
