@@ -9,9 +9,10 @@
 
 Why a journal and flat files: creating a file or a directory costs 0.15-0.45 ms of CPU on the
 ext4 of the benchmark machine (inode allocation; more in a new directory), against ~10 us to
-append to an open file. A directory and five files per pod (the previous layout) were ~3 ms of
-CPU per pod started. Now a created sandbox or container is one appended line, and a started
-container one new file in a shared directory (its monitor writes it; see below).
+append to an open file. The previous layout made two directories and five files per pod, plus
+the monitor's two: 3-9 ms of CPU per pod started. Now a created sandbox or container is one
+appended line, and a started container one new file in a shared directory (its monitor writes
+it; see below).
 
 The journal: one JSON object per line, applied in order at load.
   {"op": "sandbox", "id", "config": base64 PodSandboxConfig, "created_at", "state", "handler"}
@@ -23,9 +24,10 @@ The journal: one JSON object per line, applied in order at load.
 Each change is ONE ``write`` of a whole line with O_APPEND, so a runtime killed at any point
 leaves whole lines (the page cache outlives the process; no fsync, as in status/store.py: after
 a power loss the containers are gone too). A line that does not parse (torn by a power loss)
-ends the replay, is logged, and the next change compacts. When the journal grows past twice the
-live records (plus ``COMPACT_SLACK``), a change rewrites it: the live records to a tmp file,
-renamed over the journal.
+ends the replay and is logged. The load rewrites the journal from what it read, and when the
+journal grows past twice the live records (plus ``COMPACT_SLACK``) a change rewrites it: the
+live records to a tmp file, renamed over the journal. So no change may come before the load
+(it is refused).
 
 Monitor files: the monitor writes ``started.json`` (one write of a new file) before it answers
 the start, and ``exit.json`` (tmp + rename) when the container is gone; the runtime reads them
