@@ -50,14 +50,17 @@ class Target:
         self.tmp = Path(tempfile.mkdtemp(prefix=f"pvb{name[:3]}", dir="/tmp"))
         self.pods: list[str] = []
         self.seq = 0
+        self.lock = threading.Lock()
 
     def sandbox(self) -> tuple[str, pb.PodSandboxConfig]:
-        self.seq += 1
-        uid = f"bench-{os.getpid()}-{self.seq}"
+        with self.lock:  # cri_burst calls this from many threads
+            self.seq += 1
+            seq = self.seq
+        uid = f"bench-{os.getpid()}-{seq}"
         cgroup = f"{self.cgroup_parent}/pod{uid}" if self.cgroup_parent else ""
         ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
         config = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name=f"b{self.seq}", namespace="bench", uid=uid),
+            metadata=pb.PodSandboxMetadata(name=f"b{seq}", namespace="bench", uid=uid),
             hostname="", log_directory=str(self.tmp / uid), labels={"bench": "runtime"},
             linux=pb.LinuxPodSandboxConfig(cgroup_parent=cgroup, security_context=(
                 pb.LinuxSandboxSecurityContext(namespace_options=ns))))
