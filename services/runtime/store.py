@@ -65,7 +65,7 @@ from podvisor.services.runtime.model import (
     SandboxState,
     StartInfo,
 )
-from podvisor.services.runtime.monitor import write_json_atomic
+from podvisor.services.runtime.monitor import write_json_atomic, write_new
 
 JOURNAL = "meta.jsonl"
 COMPACT_SLACK = 256 * 1024  # journal bytes beyond twice the live records before a compaction
@@ -189,13 +189,7 @@ class Store:
     def _compact(self) -> None:
         tmp = f"{self.journal}.tmp"
         body = b"".join(self._lines.values())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            view = memoryview(body)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        write_new(tmp, body)
         new = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
             os.rename(tmp, self.journal)

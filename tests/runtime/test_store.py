@@ -75,13 +75,19 @@ def test_a_change_is_one_appended_line_and_no_new_file(tmp_path: Path) -> None:
     assert (sorted(os.listdir(tmp_path)), os.listdir(tmp_path / "containers")) == before
 
 
-def test_monitor_files_are_read_at_load_and_removed_with_the_container(tmp_path: Path) -> None:
-    st = Store(tmp_path)
+def one_container(root: Path) -> tuple[Store, Container]:
+    """A loaded store holding one sandbox and one container."""
+    st = Store(root)
     st.load()
     sb = sandbox(1)
     st.save_sandbox(sb)
     c = container(1, sb)
     st.save_container(c, SPEC)
+    return st, c
+
+
+def test_monitor_files_are_read_at_load_and_removed_with_the_container(tmp_path: Path) -> None:
+    st, c = one_container(tmp_path)
     prefix = st.state_prefix(c.id)
     Path(f"{prefix}.started.json").write_text(json.dumps(
         {"monitor_pid": 10, "monitor_ticks": 11, "pid": 12, "pid_ticks": 13, "started_at": 14}))
@@ -96,12 +102,7 @@ def test_monitor_files_are_read_at_load_and_removed_with_the_container(tmp_path:
 
 def test_orphan_monitor_files_are_removed_at_load(tmp_path: Path) -> None:
     """A runtime killed between a removal's journal line and the unlinks."""
-    st = Store(tmp_path)
-    st.load()
-    sb = sandbox(1)
-    st.save_sandbox(sb)
-    keep = container(1, sb)
-    st.save_container(keep, SPEC)
+    st, keep = one_container(tmp_path)
     Path(f"{st.state_prefix(keep.id)}.started.json").write_text("{}")  # unreadable: not started
     Path(f"{st.state_prefix('gone')}.exit.json").write_text("{}")
     Path(f"{st.state_prefix('gone')}.exit.json.tmp.77").write_text("{")
