@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -179,11 +180,9 @@ class Store:
                                  f"(errno {err.errno})") from None
 
     def _write(self, line: bytes) -> None:
-        view = memoryview(line)
-        written = os.write(self._fd, view)
+        written = os.write(self._fd, line)
         if written != len(line):  # a short write on a full disk: the tail is torn
-            self._compact_next = True
-            raise OSError(28, "short write to the journal")
+            raise OSError(errno.ENOSPC, "short write to the journal")
         self._size += written
 
     def _compact(self) -> None:
