@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import select
 import shutil
 import subprocess
@@ -26,10 +27,16 @@ class Proc:
     """A child process speaking lines on stdin/stdout, stopped by PID at teardown."""
 
     def __init__(self, script: str, root: Path) -> None:
+        # stdout is read from its fd and split into lines here: reading it through the file
+        # object could leave a second line in that object's buffer while select() waits on an
+        # empty pipe (a replica printing two states at once then looked silent).
         self.popen = subprocess.Popen(
             [sys.executable, str(PROCS / script), str(root)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         )
+        assert self.popen.stdout is not None
+        self._fd = self.popen.stdout.fileno()
+        self._pending = b""
 
     def send(self, line: str) -> None:
         assert self.popen.stdin is not None
@@ -37,14 +44,17 @@ class Proc:
         self.popen.stdin.flush()
 
     def readline(self, timeout: float = 10.0) -> str:
-        assert self.popen.stdout is not None
-        ready, _, _ = select.select([self.popen.stdout], [], [], timeout)
-        if not ready:
-            raise TimeoutError(f"no output from {self.popen.args} in {timeout}s")
-        line = self.popen.stdout.readline()
-        if not line:
-            raise EOFError(f"{self.popen.args} exited with {self.popen.wait()}")
-        return line.strip()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([self._fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError(f"no output from {self.popen.args} in {timeout}s")
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                raise EOFError(f"{self.popen.args} exited with {self.popen.wait()}")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode().strip()
 
     def wait_line(self, pred: Any, timeout: float = 20.0) -> str:
         deadline = time.monotonic() + timeout

@@ -4,6 +4,7 @@ stdin lines: ``set KEY VALUE``, ``del KEY``, ``burst N`` (sets b0..bN-1 to their
 stdout: ``ready`` once bound, then ``seq N`` after each command.
 """
 
+import os
 import selectors
 import sys
 import time
@@ -22,24 +23,31 @@ def main() -> None:
     pub = Publisher(zctx, paths, "test-owner")
     owner = MapOwner(zctx, paths, pub, "test", heartbeat_interval=0.2)
     sel = selectors.DefaultSelector()
-    sel.register(sys.stdin, selectors.EVENT_READ)
+    stdin = sys.stdin.fileno()
+    sel.register(stdin, selectors.EVENT_READ)
     sel.register(owner.socket.getsockopt(zmq.FD), selectors.EVENT_READ)
     print("ready", flush=True)
+    pending = b""
     while True:
+        lines: list[bytes] = []
         for key, _ in sel.select(0.05):
-            if key.fileobj is sys.stdin:
-                line = sys.stdin.readline()
-                if not line:
+            if key.fileobj == stdin:
+                chunk = os.read(stdin, 65536)  # the fd itself: no line may hide in a buffer
+                if not chunk:
                     return
-                cmd = line.split()
-                if cmd[0] == "set":
-                    owner.set(cmd[1], cmd[2])
-                elif cmd[0] == "del":
-                    owner.delete(cmd[1])
-                elif cmd[0] == "burst":
-                    for i in range(int(cmd[1])):
-                        owner.set(f"b{i}", i)
-                print(f"seq {owner.seq}", flush=True)
+                *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            cmd = line.decode().split()
+            if not cmd:
+                continue
+            if cmd[0] == "set":
+                owner.set(cmd[1], cmd[2])
+            elif cmd[0] == "del":
+                owner.delete(cmd[1])
+            elif cmd[0] == "burst":
+                for i in range(int(cmd[1])):
+                    owner.set(f"b{i}", i)
+            print(f"seq {owner.seq}", flush=True)
         owner.serve()
         owner.tick(time.monotonic())
 
