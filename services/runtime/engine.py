@@ -230,9 +230,13 @@ class Engine:
                 raise invalid(f"container {md.name!r}: bad environment variable {kv.key[:64]!r}")
             env[kv.key] = kv.value
         log_path = _log_path(sb.config.log_directory, config.log_path)
-        spec = json.dumps({"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
-                           "cwd": config.working_dir or images.HOST_WORKDIR,
-                           "log_path": log_path}).encode()
+        doc: dict[str, Any] = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
+                               "cwd": config.working_dir or images.HOST_WORKDIR,
+                               "log_path": log_path}
+        mounts = _mounts(md.name, config.mounts)
+        if mounts:
+            doc["mounts"] = mounts
+        spec = json.dumps(doc).encode()
         name = (sandbox_id, md.name, md.attempt)
         with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.container_names.get(name)
@@ -451,6 +455,31 @@ def _log_path(log_directory: str, log_path: str) -> str:
     if os.path.isabs(log_path):
         return os.path.normpath(log_path)
     return os.path.normpath(os.path.join(log_directory, log_path)) if log_directory else ""
+
+
+_PROPAGATION = {pb.PROPAGATION_PRIVATE: "private", pb.PROPAGATION_HOST_TO_CONTAINER: "rslave"}
+
+
+def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
+    """The config's bind mounts as the monitor takes them (applied in a private mount namespace
+    when the container starts; see monitor.c ``apply_mounts``)."""
+    out = []
+    for m in mounts:
+        where = f"container {name!r}: mount {m.host_path[:200]!r} on {m.container_path[:200]!r}"
+        if not os.path.isabs(m.host_path) or not os.path.isabs(m.container_path):
+            raise invalid(f"{where}: both paths must be absolute")
+        if "\0" in m.host_path + m.container_path:
+            raise invalid(f"{where}: a NUL byte in a path")
+        if m.propagation not in _PROPAGATION:
+            known = m.propagation in pb.MountPropagation.values()
+            prop = pb.MountPropagation.Name(m.propagation) if known else m.propagation
+            raise invalid(f"{where}: propagation {prop} is "
+                          "not supported by the embedded runtime (private and host-to-container "
+                          "are)")
+        out.append({"host": os.path.normpath(m.host_path),
+                    "container": os.path.normpath(m.container_path),
+                    "ro": bool(m.readonly), "propagation": _PROPAGATION[m.propagation]})
+    return out
 
 
 def _stop_signal(value: int) -> int:

@@ -8,11 +8,13 @@
  * The zygote keeps SPARES spare monitors forked and hands each spare's end of its socket to the
  * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
- * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... The spare becomes the container's monitor:
+ * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...]. The
+ * spare becomes the container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
  * the container's environment, stdout/stderr to pipes, stdin /dev/null, default signal
- * dispositions and an empty mask), writes STATE.started.json, answers once on the reply pipe
+ * dispositions and an empty mask; with mounts, in a private mount namespace holding them, see
+ * apply_mounts), writes STATE.started.json, answers once on the reply pipe
  * ({"ok": true, "monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"} or
  * {"ok": false, "error": "..."}), copies the output into the log fd as CRI log records
  * ("<RFC3339Nano> <stdout|stderr> <F|P> <line>", lines over 16 KiB split into P records),
@@ -33,15 +35,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -244,7 +249,99 @@ static const char *errno_name(int err) {
     }
 }
 
-/* Child side of the fork: never returns. Reports (stage, errno) on err_w if exec fails. */
+/* A bind mount: SRC (host) on DST (container path), read-only or not, propagation "private"
+ * or "rslave" (CRI PROPAGATION_PRIVATE / PROPAGATION_HOST_TO_CONTAINER). */
+struct bind {
+    const char *src, *dst, *ro, *propagation;
+};
+static struct bind *mounts;
+static int nmounts;
+
+/* mkdir -p PATH (0755); 0 or -1 with errno. */
+static int mkdir_p(const char *path) {
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, len + 1);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = c;
+            if (c == '\0')
+                return 0;
+        }
+    }
+}
+
+/* The mount point for SRC at DST: a directory for a directory, an empty file for anything else
+ * (a file, a socket, a device), as runc makes them. */
+static int make_mount_point(const char *src, const char *dst) {
+    struct stat st;
+    if (stat(src, &st) != 0)
+        return -1;
+    if (S_ISDIR(st.st_mode))
+        return mkdir_p(dst);
+    if (stat(dst, &st) == 0)
+        return 0;
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dst);
+    char *slash = strrchr(parent, '/');
+    if (slash != NULL && slash != parent) {
+        *slash = '\0';
+        if (mkdir_p(parent) != 0)
+            return -1;
+    }
+    int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* In the container's child, before exec: a private mount namespace (nothing mounted here reaches
+ * the host: "/" becomes a slave of the host's), then each bind mount in order, as runc does. A
+ * missing host path is created as a directory (containerd's rule); a missing mount point is
+ * created on the host's filesystem, since the container's root is the host's. Read-only: the
+ * bind is remounted read-only, keeping nosuid/nodev/noexec of the filesystem underneath.
+ * Returns -1 with errno and *failed the index of the mount that failed (-1: the namespace). */
+static int apply_mounts(int *failed) {
+    *failed = -1;
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+        return -1;
+    for (int i = 0; i < nmounts; i++) {
+        const struct bind *m = &mounts[i];
+        *failed = i;
+        struct stat st;
+        if (stat(m->src, &st) != 0 && (errno != ENOENT || mkdir_p(m->src) != 0))
+            return -1;
+        if (make_mount_point(m->src, m->dst) != 0 ||
+            mount(m->src, m->dst, NULL, MS_BIND | MS_REC, NULL) != 0)
+            return -1;
+        unsigned long prop = strcmp(m->propagation, "rslave") == 0 ? MS_SLAVE : MS_PRIVATE;
+        if (mount(NULL, m->dst, NULL, MS_REC | prop, NULL) != 0)
+            return -1;
+        if (strcmp(m->ro, "1") == 0) {
+            struct statvfs vfs;
+            unsigned long keep = 0;
+            if (statvfs(m->dst, &vfs) == 0)
+                keep = (vfs.f_flag & ST_NOSUID ? MS_NOSUID : 0) |
+                       (vfs.f_flag & ST_NODEV ? MS_NODEV : 0) |
+                       (vfs.f_flag & ST_NOEXEC ? MS_NOEXEC : 0);
+            if (mount(NULL, m->dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | keep, NULL) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
+ * the mounts, the chdir or the exec fail. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w) {
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0 && null != 0) {
@@ -259,7 +356,13 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
     for (int sig = 1; sig < NSIG; sig++)
         signal(sig, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    int report[2];
+    int report[3] = {0, 0, -1};
+    if (nmounts > 0 && apply_mounts(&report[2]) != 0) {
+        report[0] = 3;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (chdir(cwd) != 0) {
         report[0] = 1;
         report[1] = errno;
@@ -306,7 +409,7 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
     close(out[1]);
     close(err[1]);
     close(rep[1]);
-    int report[2];
+    int report[3];
     ssize_t n;
     do {
         n = read(rep[0], report, sizeof report);
@@ -316,7 +419,16 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         waitpid(pid, NULL, 0);
         close(out[0]);
         close(err[0]);
-        if (report[0] == 1) {
+        if (report[0] == 3 && report[2] < 0) {
+            reply_error(reply_fd, "a private mount namespace for the container's mounts: "
+                        "%s (errno %d %s)", strerror(report[1]), report[1],
+                        errno_name(report[1]));
+        } else if (report[0] == 3) {
+            const struct bind *m = &mounts[report[2]];
+            reply_error(reply_fd, "mount \"%s\" on \"%s\"%s: %s (errno %d %s)", m->src, m->dst,
+                        strcmp(m->ro, "1") == 0 ? " read-only" : "", strerror(report[1]),
+                        report[1], errno_name(report[1]));
+        } else if (report[0] == 1) {
             reply_error(reply_fd, "chdir '%s': %s (errno %d)", cwd, strerror(report[1]),
                         report[1]);
         } else {
@@ -515,10 +627,31 @@ static char **field_list(char **at, const char *end) {
     return list;
 }
 
+/* MOUNTC, then SRC DST RO PROPAGATION per mount, into mounts/nmounts; -1 when malformed. */
+static int parse_mounts(char **at, const char *end) {
+    char *count = field(at, end);
+    if (count == NULL)
+        return -1;
+    long n = strtol(count, NULL, 10);
+    if (n < 0 || n > (end - *at) / 4)
+        return -1;
+    mounts = calloc((size_t)n + 1, sizeof *mounts);
+    if (mounts == NULL)
+        return -1;
+    for (long i = 0; i < n; i++) {
+        struct bind *m = &mounts[i];
+        if ((m->src = field(at, end)) == NULL || (m->dst = field(at, end)) == NULL ||
+            (m->ro = field(at, end)) == NULL || (m->propagation = field(at, end)) == NULL)
+            return -1;
+    }
+    nmounts = (int)n;
+    return 0;
+}
+
 /* A pre-forked monitor waiting on CONN for its container: an 8-byte big-endian length with
  * the fds (reply pipe, log file or none) over SCM_RIGHTS, then the body, NUL-separated fields:
- * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... EOF first (the runtime closed our socket or
- * exited) means: never used, exit. */
+ * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...]. EOF
+ * first (the runtime closed our socket or exited) means: never used, exit. */
 static int spare_main(int conn) {
     unsigned char header[8];
     char cbuf[CMSG_SPACE(4 * sizeof(int))];
@@ -562,6 +695,8 @@ static int spare_main(int conn) {
     char **cenv = field_list(&at, end);
     if (state_prefix == NULL || notify == NULL || cwd == NULL || log_path == NULL ||
         cargv == NULL || cargv[0] == NULL || cenv == NULL)
+        return 70;
+    if (at < end && parse_mounts(&at, end) != 0)
         return 70;
     log_fd = fds[1];
     environ = cenv; /* the container's environment: execvp searches its PATH */

@@ -119,12 +119,63 @@ class _LogWriter:
         self.fd = fd
 
 
+# <sys/mount.h>, <sched.h>
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SLAVE = 32, 4096, 16384, 1 << 18, 1 << 19
+_CLONE_NEWNS = 0x00020000
+
+
+def apply_mounts(mounts: list[dict[str, Any]]) -> None:
+    """monitor.c's ``apply_mounts``, for this (single-threaded) monitor itself: posix_spawn has
+    no step between fork and exec, so the Python monitor shares its container's private mount
+    namespace (its state files are reached by paths that no mount should hide)."""
+    import ctypes  # only monitors of containers with mounts pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p]
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            err = ctypes.get_errno()
+            raise OSError(f"{what}: {os.strerror(err)} (errno {err} "
+                          f"{errno.errorcode.get(err, '')})")
+
+    def mount(src: str | None, dst: str, flags: int) -> bool:
+        return int(libc.mount(src and src.encode(), dst.encode(), None, flags, None)) == 0
+
+    what = "a private mount namespace for the container's mounts"
+    check(libc.unshare(_CLONE_NEWNS) == 0 and mount(None, "/", _MS_REC | _MS_SLAVE), what)
+    for m in mounts:
+        src, dst, ro = m["host"], m["container"], bool(m["ro"])
+        what = f'mount "{src}" on "{dst}"' + (" read-only" if ro else "")
+        try:
+            if not os.path.exists(src):
+                os.makedirs(src, 0o755, exist_ok=True)  # containerd's rule for a missing path
+            if os.path.isdir(src):
+                os.makedirs(dst, 0o755, exist_ok=True)
+            elif not os.path.exists(dst):
+                os.makedirs(os.path.dirname(dst), 0o755, exist_ok=True)
+                os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        except OSError as err:
+            raise OSError(f"{what}: {err.strerror} (errno {err.errno} "
+                          f"{errno.errorcode.get(err.errno or 0, '')})") from None
+        prop = _MS_SLAVE if m["propagation"] == "rslave" else _MS_PRIVATE
+        check(mount(src, dst, _MS_BIND | _MS_REC) and mount(None, dst, _MS_REC | prop), what)
+        if ro:
+            vfs = os.statvfs(dst)
+            keep = vfs.f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)  # ST_* == MS_* values
+            check(mount(None, dst, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep), what)
+
+
 def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     """posix_spawn (vfork+exec: no copy of this Python process) the container's process in its
     own session; exec errors (ENOENT, EACCES, E2BIG...) come back here as OSError."""
     argv: list[str] = spec["argv"]
     env = dict(item.split("=", 1) for item in spec["env"])
     cwd = spec.get("cwd") or "/"
+    if spec.get("mounts"):
+        apply_mounts(spec["mounts"])
     try:
         os.chdir(cwd)  # the monitor's own cwd is irrelevant; posix_spawn inherits it
     except OSError as err:

@@ -213,7 +213,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
         if c.state is not ContainerState.RUNNING:
             raise precondition(f"container {c.id} is not running")
         return execsync.exec_sync(self.engine.spec(c.id), list(request.cmd),
-                                  int(request.timeout))
+                                  int(request.timeout), c.started.pid if c.started else 0)
 
     @_guard
     def ReopenContainerLog(self, request: pb.ReopenContainerLogRequest, context: Any) -> Any:

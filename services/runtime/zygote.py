@@ -266,7 +266,8 @@ class Spawner:
 
     def _request(self, state: str, spec: bytes) -> bytes:
         """The request body: JSON with the spec inline for a Python spare; for a C one the
-        NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...)."""
+        NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...
+        and, when the container has mounts, MOUNTC then SRC DST RO PROPAGATION per mount)."""
         if not self._native:
             return b'{"state": %s, "notify": %s, "spec": %s}' % (
                 json.dumps(state).encode(), json.dumps(self.notify).encode(), spec)
@@ -274,6 +275,12 @@ class Spawner:
         argv, env = list(doc["argv"]), list(doc["env"])
         fields = [state, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
                   str(len(argv)), *argv, str(len(env)), *env]
+        mounts = doc.get("mounts") or []
+        if mounts:
+            fields.append(str(len(mounts)))
+            for m in mounts:
+                fields += [m["host"], m["container"], "1" if m["ro"] else "0",
+                           m["propagation"]]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

@@ -21,6 +21,7 @@ from podvisor.services.runtime.native import MonitorBinary, monitor_binary
 from tests.conftest import process_gone
 from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.runtime.test_contract_io import parse_log
+from tests.runtime.test_contract_mounts import check_bind_mounts
 
 
 @pytest.fixture(params=["c", "python"])
@@ -95,6 +96,29 @@ def test_start_errors_are_reported(monitored: RuntimeUnderTest, cmd: list[str], 
     cid = monitored.client.create_container(sid, config, sconfig)
     with pytest.raises(CriError) as info:
         monitored.client.start_container(cid)
+    assert expect in info.value.message
+    status = monitored.client.container_status(cid)
+    assert status.state == pb.CONTAINER_EXITED and status.reason == "StartError"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
+def test_bind_mounts(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
+    check_bind_mounts(monitored, tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
+def test_mount_errors_are_reported(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    sid, sconfig = monitored.run("mounterr")
+    config = monitored.container_config("c", ["true"])
+    config.mounts.append(pb.Mount(host_path=str(tmp_path / "file"),
+                                  container_path=str(tmp_path / "dir"), readonly=True))
+    cid = monitored.client.create_container(sid, config, sconfig)
+    with pytest.raises(CriError) as info:
+        monitored.client.start_container(cid)
+    expect = (f'mount "{tmp_path}/file" on "{tmp_path}/dir" read-only: Not a directory '
+              "(errno 20 ENOTDIR)")
     assert expect in info.value.message
     status = monitored.client.container_status(cid)
     assert status.state == pb.CONTAINER_EXITED and status.reason == "StartError"
