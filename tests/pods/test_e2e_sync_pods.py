@@ -6,6 +6,7 @@ order; kill -9 of syncloop -> same container IDs, no restarts."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -131,5 +132,37 @@ def test_policies_crashloop_init_and_kill9_syncloop(agent: Any, manifests: Path,
         assert running(cri, "steady") == {"s": steady}
         assert running(cri, "init") == {"main": main}
         assert restarts(cri, "steady", "s") == 0
+    finally:
+        cri.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.geteuid() != 0, reason="the embedded runtime's bind mounts need root")
+def test_volumes_are_mounted_for_containers_and_exec_probes(
+        agent: Any, manifests: Path, wait_for: Any, tmp_path: Path) -> None:
+    """An emptyDir shared by an init container and the main one (read-only there), a hostPath,
+    and an exec readiness probe that reads the emptyDir: each sees the pod's volumes at their
+    mountPaths, which exist only in the containers' view."""
+    work, host = tmp_path / "ctr" / "work", tmp_path / "host"
+    mounts = (f"    volumeMounts:\n    - name: work\n      mountPath: {work}\n"
+              f"    - name: host\n      mountPath: {tmp_path}/ctr/host\n")
+    main = (ctr("main", f"cat {work}/log > {tmp_path}/ctr/host/seen; exec sleep 1000")
+            + mounts.replace(f"{work}\n", f"{work}\n      readOnly: true\n")
+            + "    readinessProbe:\n      periodSeconds: 1\n      exec:\n        command: "
+            f"[sh, -c, 'cat {work}/log >> {tmp_path}/ctr/host/probed']\n")
+    spec = pod_yaml("vols", main, init=ctr("fill", f"echo init >> {work}/log") + mounts)
+    spec = spec.replace("  initContainers:\n", "  volumes:\n  - name: work\n    emptyDir: {}\n"
+                        f"  - name: host\n    hostPath:\n      path: {host}\n"
+                        "      type: DirectoryOrCreate\n  initContainers:\n")
+    (manifests / "vols.yaml").write_text(spec, "utf-8")
+    _handle, cri = start(agent, manifests, wait_for)
+    try:
+        wait_for(lambda: running(cri, "vols").get("main"), 60.0)
+        wait_for(lambda: (host / "seen").exists() and (host / "seen").read_text(), 30.0)
+        assert (host / "seen").read_text() == "init\n"
+        wait_for(lambda: (host / "probed").exists()
+                 and (host / "probed").read_text().startswith("init\n"), 30.0)
+        assert not (work / "log").exists()  # the host never sees the container's mounts
+        assert restarts(cri, "vols", "main") == 0
     finally:
         cri.close()
