@@ -15,6 +15,8 @@ syncloop.container.waiting     Warning  BackOff             Back-off restarting 
                                                             (CrashLoopBackOff; ImagePullBackOff
                                                             is Normal, "Back-off pulling ...")
 syncloop.pod.rejected          Warning  <admission reason>  the admission message
+syncloop.volume.failed         Warning  FailedMount         MountVolume.SetUp failed for volume
+                                                            "V" : <why>
 syncloop.work.failed/crashed   Warning  FailedSync          error syncing|terminating pod: ...
 syncloop.prestop.failed        Warning  FailedPreStopHook   PreStop hook of container X failed
 =============================  =======  ==================  ===================================
@@ -62,6 +64,8 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
     if event == "syncloop.pod.rejected":
         return [(ev.WARNING, str(fields.get("reason") or "Rejected"),
                  str(fields.get("message", "")))]
+    if event == "syncloop.volume.failed":
+        return [(ev.WARNING, "FailedMount", str(fields.get("message", "")))]
     if event in ("syncloop.work.failed", "syncloop.work.crashed"):
         kind = "terminating" if "terminat" in str(fields.get("kind", "")).lower() else "syncing"
         return [(ev.WARNING, "FailedSync",

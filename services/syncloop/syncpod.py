@@ -9,7 +9,6 @@ touches (CRI client, shared back-off, logger) is thread-safe.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,8 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.cri.errors import CriError
 from podvisor.services.pod.container import Container, PullPolicy
-from podvisor.services.pod.model import EmptyDirVolume, Pod
-from podvisor.services.syncloop import cri_config
+from podvisor.services.pod.model import Pod
+from podvisor.services.syncloop import cri_config, volumes
 from podvisor.services.syncloop.actions import (
     PodActions,
     StartAction,
@@ -88,14 +87,6 @@ def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
             deps.backoff.seed((pod.uid, c.name), latest.restart_count, latest.started_at)
 
 
-def ensure_volumes(pod: Pod, pods_dir: Path) -> None:
-    for v in pod.spec.volumes:
-        if isinstance(v.source, EmptyDirVolume):
-            path = cri_config.empty_dir_path(pods_dir, pod.uid, v.name)
-            path.mkdir(parents=True, exist_ok=True)
-            os.chmod(path, 0o777)
-
-
 class _Run:
     """One SyncPod execution: the pod, its actions, and what happened."""
 
@@ -119,7 +110,16 @@ class _Run:
                               message=message)
 
     def create_sandbox(self) -> bool:
-        ensure_volumes(self.pod, self.deps.pods_dir)
+        """False (and the errors recorded) when a volume could not be set up: no sandbox then,
+        and the worker retries after its error delay, as the kubelet's volume manager does."""
+        failed = volumes.setup_volumes(self.pod, self.deps.pods_dir)
+        for name, why in failed.items():
+            message = f'MountVolume.SetUp failed for volume "{name}" : {why}'
+            self.errors.append(message)
+            self.deps.log.warning("syncloop.volume.failed", pod=self.pod.full_name,
+                                  pod_uid=self.pod.uid, volume=name, message=message)
+        if failed:
+            return False
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
@@ -223,8 +223,10 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         victims = tuple(c for c in rt.containers if c.id in ids)
         kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
         run.effects.update((c.id, Effect.STOPPED) for c in victims)
-    if actions.create_sandbox:
-        run.create_sandbox()
+    if actions.create_sandbox and not run.create_sandbox():
+        return SyncResult(ok=False, errors=tuple(run.errors), waiting=run.waiting,
+                          retry_after=run.retry_after, pod_failed=actions.pod_failed,
+                          effects=run.effects, acted=True)
     specs = {c.name: c for c in pod.all_containers()}
     _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
     for action in actions.start:

@@ -139,6 +139,8 @@ def test_log_bridge_maps_syncloop_lines_to_events() -> None:
     assert events_for("syncloop.pod.rejected", {"reason": "HostPortConflict",
                                                 "message": "port 80"}) == \
         [(ev.WARNING, "HostPortConflict", "port 80")]
+    assert events_for("syncloop.volume.failed", {"volume": "data", "message": "MountVolume"}) \
+        == [(ev.WARNING, "FailedMount", "MountVolume")]
     assert events_for("syncloop.pod.update", {}) == []
 
     class Log:

@@ -19,6 +19,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.syncloop import labels as L
+from tests.pods.test_e2e_logs_events import has_event
 
 # The file source is not (yet) in the supervisor's builtin list: declare it here.
 SOURCES = {"source-file": {"module": "podvisor.services.sources.file_main"}}
@@ -164,5 +165,30 @@ def test_volumes_are_mounted_for_containers_and_exec_probes(
                  and (host / "probed").read_text().startswith("init\n"), 30.0)
         assert not (work / "log").exists()  # the host never sees the container's mounts
         assert restarts(cri, "vols", "main") == 0
+    finally:
+        cri.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_host_path_that_fails_its_type_check_holds_only_its_pod(
+        agent: Any, manifests: Path, wait_for: Any, tmp_path: Path) -> None:
+    """hostPath type Directory on a missing path: a FailedMount event, no container for that
+    pod while every other pod runs; once the directory exists the pod starts (the worker's
+    retry), as with the kubelet's volume manager."""
+    data = tmp_path / "data"
+    spec = pod_yaml("needsdir", ctr("main", "sleep 1000"))
+    spec = spec.replace("  containers:\n", "  volumes:\n  - name: data\n    hostPath:\n"
+                        f"      path: {data}\n      type: Directory\n  containers:\n")
+    (manifests / "needsdir.yaml").write_text(spec, "utf-8")
+    (manifests / "fine.yaml").write_text(pod_yaml("fine", ctr("c", "sleep 1000")), "utf-8")
+    handle, cri = start(agent, manifests, wait_for)
+    try:
+        wait_for(lambda: has_event(handle, "needsdir-e2e", "FailedMount",
+                                   f"hostPath type check failed: {data} is not a directory"),
+                 60.0, message="the FailedMount event")
+        wait_for(lambda: running(cri, "fine").get("c"), 60.0)
+        assert containers(cri, "needsdir") == []
+        data.mkdir()
+        wait_for(lambda: running(cri, "needsdir").get("main"), 60.0)
     finally:
         cri.close()
