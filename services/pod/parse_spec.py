@@ -131,10 +131,17 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any],
     check_fields(f, body, join(where, kind), policy.EMPTY_DIR_KNOWN, {})
     medium = get_enum(f, body, "medium", join(where, kind), StorageMedium,
                       StorageMedium.DEFAULT)
+    # Both stay in the model (and so in the wire form and the static pod's UID): a warning,
+    # not a change of the pod. Only the sources report warnings.
+    if medium is StorageMedium.MEMORY:
+        f.warn(join(where, "emptyDir.medium"), "Memory (tmpfs) is not supported: the volume is "
+                                               "a directory on the node's disk; ignored")
     size: int | None = None
     if body.get("sizeLimit") is not None:
         try:
             size = memory_bytes(body["sizeLimit"])
         except QuantityError as exc:
             f.error(join(where, "emptyDir.sizeLimit"), str(exc))
+        else:
+            f.warn(join(where, "emptyDir.sizeLimit"), "not enforced by podvisor; ignored")
     return EmptyDirVolume(medium, size)

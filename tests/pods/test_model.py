@@ -82,7 +82,8 @@ def errors_of(obj: Any) -> list[str]:
 
 def test_full_manifest_parses_with_defaults() -> None:
     parsed = decode_pod(WEB.encode(), "pods/web.yaml")
-    assert parsed.warnings == ()
+    assert [(w.field, w.reason) for w in parsed.warnings] == [
+        ("spec.volumes[0].emptyDir.sizeLimit", "not enforced by podvisor; ignored")]
     pod = parsed.pod
     web = pod.spec.containers[0]
     assert pod.name == "web" and pod.metadata.labels == {"app": "web"}
@@ -140,7 +141,8 @@ def test_round_trip_is_exact() -> None:
     pod = decode_pod(WEB.encode(), "pods/web.yaml").pod
     wire = pod.to_dict()
     again = pod_from_dict(json.loads(json.dumps(wire)))
-    assert again.pod == pod and again.warnings == ()
+    # emptyDir.sizeLimit is warned about and kept (see test_empty_dir_medium_and_size_warned)
+    assert again.pod == pod and len(again.warnings) == 1
     assert again.pod.to_dict() == wire
 
 
@@ -327,6 +329,19 @@ def test_unsupported_fields_warned_not_ignored(mutate: Any, field: str) -> None:
     parsed = pod_from_dict(doc, "pods/x.yaml")
     assert any(w.field.endswith(field) for w in parsed.warnings), parsed.warnings
     assert pod_from_dict(parsed.pod.to_dict()).warnings == ()
+
+
+def test_empty_dir_medium_and_size_warned_and_kept() -> None:
+    """Warned, not dropped: dropping them would change the wire form and with it the UID of a
+    static pod that has them, so an upgrade would restart it."""
+    doc = manifest(volumes=[{"name": "m", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+                            {"name": "d", "emptyDir": {}}])
+    parsed = pod_from_dict(doc, "pods/x.yaml")
+    assert [w.field for w in parsed.warnings] == ["spec.volumes[0].emptyDir.medium",
+                                                  "spec.volumes[0].emptyDir.sizeLimit"]
+    assert "Memory (tmpfs) is not supported" in parsed.warnings[0].reason
+    assert parsed.pod.to_dict()["spec"]["volumes"][0] == {
+        "name": "m", "emptyDir": {"medium": "Memory", "sizeLimit": 64 * 2**20}}
 
 
 def test_null_fields_count_as_absent() -> None:
