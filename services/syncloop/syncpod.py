@@ -223,15 +223,12 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         victims = tuple(c for c in rt.containers if c.id in ids)
         kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
         run.effects.update((c.id, Effect.STOPPED) for c in victims)
-    if actions.create_sandbox and not run.create_sandbox():
-        return SyncResult(ok=False, errors=tuple(run.errors), waiting=run.waiting,
-                          retry_after=run.retry_after, pod_failed=actions.pod_failed,
-                          effects=run.effects, acted=True)
-    specs = {c.name: c for c in pod.all_containers()}
-    _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
-    for action in actions.start:
-        if not run.start(action, specs[action.name]) and action.init:
-            break
+    if not actions.create_sandbox or run.create_sandbox():
+        specs = {c.name: c for c in pod.all_containers()}
+        _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
+        for action in actions.start:
+            if not run.start(action, specs[action.name]) and action.init:
+                break
     return SyncResult(ok=not run.errors, errors=tuple(run.errors), waiting=run.waiting,
                       sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
                       pod_failed=actions.pod_failed, effects=run.effects, acted=True)
