@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from podvisor.services.pod.quantity import format_cpu
+from podvisor.services.pod.security import SecurityContext
 
 
 class PullPolicy(StrEnum):
@@ -229,6 +230,7 @@ class Container:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
     volume_mounts: tuple[VolumeMount, ...] = ()
+    security_context: SecurityContext | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "image": self.image,
@@ -245,6 +247,7 @@ class Container:
             "startupProbe": self.startup_probe and self.startup_probe.to_dict(),
             "lifecycle": self.lifecycle.to_dict(),
             "volumeMounts": [m.to_dict() for m in self.volume_mounts],
+            "securityContext": self.security_context and self.security_context.to_dict(),
         }
         out.update((key, value) for key, value in optional.items() if value)
         return out

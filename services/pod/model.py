@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from podvisor.services.pod.container import Container
+from podvisor.services.pod.security import PodSecurityContext
 
 CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
 CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
@@ -115,6 +116,7 @@ class PodSpec:
     volumes: tuple[Volume, ...] = ()
     node_name: str = ""
     priority: int = 0
+    security_context: PodSecurityContext | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containers": [c.to_dict() for c in self.containers]}
@@ -130,6 +132,8 @@ class PodSpec:
             out["nodeName"] = self.node_name
         if self.priority:
             out["priority"] = self.priority
+        if self.security_context is not None:
+            out["securityContext"] = self.security_context.to_dict()
         return out
 
 

@@ -30,6 +30,7 @@ from podvisor.services.pod.fields import (
     join,
 )
 from podvisor.services.pod.parse_probe import parse_lifecycle, parse_probe
+from podvisor.services.pod.parse_security import parse_container_security
 from podvisor.services.pod.quantity import QuantityError, cpu_millis, memory_bytes
 
 
@@ -68,6 +69,8 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         image_pull_policy=get_enum(f, m, "imagePullPolicy", path, PullPolicy,
                                    default_pull_policy(image)),
         volume_mounts=_parse_mounts(f, m, path, volume_names),
+        security_context=parse_container_security(f, m.get("securityContext"),
+                                                  join(path, "securityContext")),
     )
 
 

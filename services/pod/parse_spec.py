@@ -28,6 +28,7 @@ from podvisor.services.pod.model import (
     Volume,
 )
 from podvisor.services.pod.parse_container import parse_container
+from podvisor.services.pod.parse_security import parse_pod_security
 from podvisor.services.pod.quantity import QuantityError, memory_bytes
 
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
@@ -54,6 +55,11 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     if not containers and not any(e.field.startswith(join(path, "containers")) for e in f.errors):
         f.error(join(path, "containers"), "required (at least one container)")
     _check_unique_names(f, m, path, init, containers)
+    if m.get("hostUsers") is False:
+        f.error(join(path, "hostUsers"), "user namespaces are not supported by podvisor (the "
+                                         "pod would run in the node's user namespace)")
+    elif m.get("hostUsers") is not None and not isinstance(m["hostUsers"], bool):
+        f.error(join(path, "hostUsers"), "must be true or false")
     return PodSpec(
         containers=containers,
         init_containers=init,
@@ -65,6 +71,8 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         volumes=volumes,
         node_name=get_str(f, m, "nodeName", path),
         priority=get_int(f, m, "priority", path, 0),
+        security_context=parse_pod_security(f, m.get("securityContext"),
+                                            join(path, "securityContext"), host_network),
     )
 
 

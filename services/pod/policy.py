@@ -43,7 +43,8 @@ METADATA_UNSUPPORTED = {
 
 SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
-                        "priority", "serviceAccountName", "serviceAccount"})
+                        "priority", "serviceAccountName", "serviceAccount", "securityContext",
+                        "hostUsers"})
 SPEC_UNSUPPORTED = {
     "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
@@ -61,10 +62,8 @@ SPEC_UNSUPPORTED = {
     "overhead": _NOT_ENFORCED,
     "resources": _NOT_ENFORCED,
     "activeDeadlineSeconds": _NOT_ENFORCED,
-    "securityContext": _NOT_ENFORCED,
     "hostPID": _warn("host PID namespace is not supported; ignored"),
     "hostIPC": _warn("host IPC namespace is not supported; ignored"),
-    "hostUsers": _NOT_ENFORCED,
     "shareProcessNamespace": _warn("a shared process namespace is not supported; ignored"),
     "dnsPolicy": _DNS,
     "dnsConfig": _DNS,
@@ -80,13 +79,12 @@ SPEC_UNSUPPORTED = {
 
 CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
-                             "lifecycle", "imagePullPolicy", "volumeMounts"})
+                             "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext"})
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
                              "may not reference"),
     "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
-    "securityContext": _NOT_ENFORCED,
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
     "stdin": _warn("attaching a terminal is not supported; ignored"),
     "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
@@ -94,6 +92,20 @@ CONTAINER_UNSUPPORTED = {
     "terminationMessagePath": _warn("termination messages are not collected; ignored"),
     "terminationMessagePolicy": _warn("termination messages are not collected; ignored"),
 }
+
+_WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")
+POD_SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
+                                "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy",
+                                "sysctls", "seccompProfile", "appArmorProfile",
+                                "seLinuxOptions"})
+POD_SECURITY_UNSUPPORTED = {
+    "windowsOptions": _WINDOWS,
+    "seLinuxChangePolicy": _reject("SELinux volume relabelling is not supported"),
+}
+SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabilities",
+                            "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
+                            "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
+SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 
 LIFECYCLE_KNOWN = frozenset({"preStop"})
 LIFECYCLE_UNSUPPORTED = {

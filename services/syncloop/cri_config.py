@@ -15,6 +15,17 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.pod.container import Container, PortProtocol
 from podvisor.services.pod.model import EmptyDirVolume, HostPathVolume, Pod
+from podvisor.services.pod.security import (
+    Profile,
+    ProfileType,
+    SecurityContext,
+    SELinuxOptions,
+    SupplementalGroupsPolicy,
+    effective_security_context,
+    masked_paths,
+    no_new_privs,
+    readonly_paths,
+)
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.spec import container_hash
 
@@ -52,6 +63,7 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
                    cgroup_parent: str = "") -> pb.PodSandboxConfig:
     """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's."""
     host_net = pod.spec.host_network
+    psc = pod.spec.security_context
     ns = pb.NamespaceOption(network=pb.NODE if host_net else pb.POD, pid=pb.CONTAINER,
                             ipc=pb.POD)
     mappings = [
@@ -69,9 +81,121 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
         labels={**pod.metadata.labels, **L.pod_labels(pod.name, pod.namespace, pod.uid)},
         annotations=dict(pod.metadata.annotations),
         linux=pb.LinuxPodSandboxConfig(
-            cgroup_parent=cgroup_parent,
-            security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns)),
+            cgroup_parent=cgroup_parent, security_context=_sandbox_security(pod, ns),
+            sysctls={s.name: s.value for s in psc.sysctls} if psc else {}),
     )
+
+
+def _sandbox_security(pod: Pod, ns: pb.NamespaceOption) -> pb.LinuxSandboxSecurityContext:
+    """The kubelet's ``generatePodSandboxLinuxConfig``: privileged when any container is, the
+    runtime's default seccomp profile for the sandbox, the pod's user, group and groups."""
+    psc = pod.spec.security_context
+    out = pb.LinuxSandboxSecurityContext(
+        namespace_options=ns,
+        privileged=any(c.security_context is not None and bool(c.security_context.privileged)
+                       for c in pod.all_containers()),
+        seccomp=pb.SecurityProfile(profile_type=pb.SecurityProfile.RuntimeDefault))
+    if psc is None:
+        return out
+    if psc.run_as_user is not None:
+        out.run_as_user.value = psc.run_as_user
+    if psc.run_as_group is not None:
+        out.run_as_group.value = psc.run_as_group
+    out.supplemental_groups.extend(_pod_groups(pod))
+    if psc.se_linux_options is not None:
+        out.selinux_options.CopyFrom(_selinux(psc.se_linux_options))
+    return out
+
+
+def _pod_groups(pod: Pod) -> list[int]:
+    """fsGroup first, then supplementalGroups (the kubelet's order)."""
+    psc = pod.spec.security_context
+    if psc is None:
+        return []
+    return ([psc.fs_group] if psc.fs_group is not None else []) + list(psc.supplemental_groups)
+
+
+def _selinux(o: SELinuxOptions) -> pb.SELinuxOption:
+    return pb.SELinuxOption(user=o.user, role=o.role, type=o.type, level=o.level)
+
+
+_PROFILE_TYPES = {ProfileType.RUNTIME_DEFAULT: pb.SecurityProfile.RuntimeDefault,
+                  ProfileType.UNCONFINED: pb.SecurityProfile.Unconfined,
+                  ProfileType.LOCALHOST: pb.SecurityProfile.Localhost}
+
+
+def _seccomp(sc: SecurityContext, seccomp_root: Path) -> pb.SecurityProfile:
+    """The kubelet's ``getSeccompProfile`` (without --seccomp-default): Unconfined unless the
+    pod or container names a profile; Localhost profiles under ``<rootDir>/seccomp``."""
+    p = sc.seccomp_profile
+    if p is None:
+        return pb.SecurityProfile(profile_type=pb.SecurityProfile.Unconfined)
+    ref = str(seccomp_root / p.localhost_profile) if p.type is ProfileType.LOCALHOST else ""
+    return pb.SecurityProfile(profile_type=_PROFILE_TYPES[p.type], localhost_ref=ref)
+
+
+def _apparmor(p: Profile | None) -> pb.SecurityProfile | None:
+    """``getAppArmorProfile``: none (the runtime's default) unless the pod or container names
+    one; a Localhost profile is referenced by its name."""
+    if p is None:
+        return None
+    return pb.SecurityProfile(profile_type=_PROFILE_TYPES[p.type],
+                              localhost_ref=p.localhost_profile)
+
+
+def container_security(pod: Pod, c: Container, ns: pb.NamespaceOption,
+                       seccomp_root: Path) -> pb.LinuxContainerSecurityContext:
+    """The kubelet's ``determineEffectiveSecurityContext``: the merged security context in
+    CRI form. (The image's user is left to the runtime, which applies it itself; the kubelet
+    reads it only to check runAsNonRoot, done before this in ``run_as_non_root_error``.)"""
+    sc = effective_security_context(pod.spec.security_context, c.security_context)
+    out = pb.LinuxContainerSecurityContext(
+        namespace_options=ns, privileged=bool(sc.privileged),
+        readonly_rootfs=bool(sc.read_only_root_filesystem), no_new_privs=no_new_privs(sc),
+        masked_paths=list(masked_paths(sc)), readonly_paths=list(readonly_paths(sc)),
+        seccomp=_seccomp(sc, seccomp_root), supplemental_groups=_pod_groups(pod))
+    if sc.capabilities is not None:
+        out.capabilities.add_capabilities.extend(sc.capabilities.add)
+        out.capabilities.drop_capabilities.extend(sc.capabilities.drop)
+    if sc.se_linux_options is not None:
+        out.selinux_options.CopyFrom(_selinux(sc.se_linux_options))
+    if sc.run_as_user is not None:
+        out.run_as_user.value = sc.run_as_user
+    if sc.run_as_group is not None:
+        out.run_as_group.value = sc.run_as_group
+    apparmor = _apparmor(sc.app_armor_profile)
+    if apparmor is not None:
+        out.apparmor.CopyFrom(apparmor)
+    psc = pod.spec.security_context
+    if psc is not None and psc.supplemental_groups_policy is SupplementalGroupsPolicy.STRICT:
+        out.supplemental_groups_policy = pb.SupplementalGroupsPolicy.Strict
+    return out
+
+
+def run_as_non_root_error(pod: Pod, c: Container, image_uid: int | None,
+                          image_user: str) -> str | None:
+    """The kubelet's ``verifyRunAsNonRoot`` (its messages, word for word): ``image_uid`` /
+    ``image_user`` from ImageStatus (no uid and no user name: root)."""
+    sc = effective_security_context(pod.spec.security_context, c.security_context)
+    if not sc.run_as_non_root:
+        return None
+    where = f"(pod: \"{pod.full_name}({pod.uid})\", container: {c.name})"
+    if sc.run_as_user is not None:
+        if sc.run_as_user == 0:
+            return f"container's runAsUser breaks non-root policy {where}"
+        return None
+    if image_uid is None and image_user:
+        return (f"container has runAsNonRoot and image has non-numeric user ({image_user}), "
+                f"cannot verify user is non-root {where}")
+    if not image_uid:
+        return f"container has runAsNonRoot and image will run as root {where}"
+    return None
+
+
+def needs_image_user(pod: Pod, c: Container) -> bool:
+    """Whether ``run_as_non_root_error`` needs the image's user (ImageStatus)."""
+    sc = effective_security_context(pod.spec.security_context, c.security_context)
+    return bool(sc.run_as_non_root) and sc.run_as_user is None
 
 
 def _resources(c: Container) -> pb.LinuxContainerResources:
@@ -98,8 +222,10 @@ def _mounts(c: Container, volumes: dict[str, Path]) -> list[pb.Mount]:
 
 
 def container_config(pod: Pod, c: Container, restart_count: int,
-                     volumes: dict[str, Path]) -> pb.ContainerConfig:
-    """Raises KeyError when a mount names a volume the pod does not declare."""
+                     volumes: dict[str, Path],
+                     seccomp_root: Path = Path("/")) -> pb.ContainerConfig:
+    """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
+    where Localhost seccomp profiles live (``<rootDir>/seccomp``)."""
     ns = pb.NamespaceOption(network=pb.NODE if pod.spec.host_network else pb.POD,
                             pid=pb.CONTAINER, ipc=pb.POD)
     return pb.ContainerConfig(
@@ -114,5 +240,5 @@ def container_config(pod: Pod, c: Container, restart_count: int,
         log_path=L.container_log_path(c.name, restart_count),
         linux=pb.LinuxContainerConfig(
             resources=_resources(c),
-            security_context=pb.LinuxContainerSecurityContext(namespace_options=ns)),
+            security_context=container_security(pod, c, ns, seccomp_root)),
     )

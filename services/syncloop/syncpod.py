@@ -48,6 +48,7 @@ IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
+CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 RUN_CONTAINER_ERROR = "RunContainerError"
 KEEP_DEAD_PER_CONTAINER = 1
 
@@ -157,13 +158,27 @@ class _Run:
         deps.image_backoff.forget_key(key)
         return True
 
+    def non_root_error(self, c: Container) -> str | None:
+        """The kubelet's runAsNonRoot check, with the image's user from ImageStatus (asked only
+        when runAsNonRoot is set without runAsUser)."""
+        if not cri_config.needs_image_user(self.pod, c):
+            return cri_config.run_as_non_root_error(self.pod, c, None, "")
+        image = self.deps.cri.image_status(c.image)
+        uid = image.uid.value if image is not None and image.HasField("uid") else None
+        user = image.username if image is not None else ""
+        return cri_config.run_as_non_root_error(self.pod, c, uid, user)
+
     def start(self, action: StartAction, spec: Container) -> bool:
         deps = self.deps
         if not self.ensure_image(spec):
             return False
+        if (why := self.non_root_error(spec)) is not None:
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, why)
+            return False
         volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
         try:
-            config = cri_config.container_config(self.pod, spec, action.restart_count, volumes)
+            config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
+                                                 deps.pods_dir.parent / "seccomp")
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
             return False

@@ -305,8 +305,9 @@ def test_every_error_reported_at_once() -> None:
 
 WARNED = [
     ("dnsPolicy", lambda d: d["spec"].update(dnsPolicy="ClusterFirst"), "spec.dnsPolicy"),
-    ("securityContext", lambda d: d["spec"]["containers"][0].update(
-        securityContext={"runAsUser": 1}), "spec.containers[0].securityContext"),
+    ("windowsOptions", lambda d: d["spec"]["containers"][0].update(
+        securityContext={"windowsOptions": {"runAsUserName": "x"}}),
+     "spec.containers[0].securityContext.windowsOptions"),
     ("unknown spec field", lambda d: d["spec"].update(frobnicate=1), "spec.frobnicate"),
     ("unknown container field", lambda d: d["spec"]["containers"][0].update(colour="red"),
      "spec.containers[0].colour"),
