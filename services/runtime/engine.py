@@ -37,6 +37,7 @@ from podvisor.services.runtime.model import (
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.native import monitor_binary
 from podvisor.services.runtime.procfs import is_alive, signal_group
+from podvisor.services.runtime.security import container_security, read_host, sandbox_security
 from podvisor.services.runtime.store import Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
 from podvisor.services.runtime.zygote import Spawner, SpawnError
@@ -67,6 +68,7 @@ class Engine:
         self._index = Index()
         self._exit_socket = root / "exits.sock"
         self._spawner = Spawner()
+        self._host = read_host()  # the ids and capabilities containers can be given
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
     # --- lifecycle ---
@@ -168,6 +170,7 @@ class Engine:
         md = config.metadata
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
+        sandbox_security(config)
         name = sandbox_name(config)
         with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.sandbox_names.get(name)
@@ -236,6 +239,11 @@ class Engine:
         mounts = _mounts(md.name, config.mounts)
         if mounts:
             doc["mounts"] = mounts
+        if (config.linux.security_context.privileged
+                and not sb.config.linux.security_context.privileged):
+            raise invalid(f"container {md.name!r}: no privileged container allowed in sandbox "
+                          "(the sandbox is not privileged; containerd's rule)")
+        doc["security"] = container_security(config, self._host)
         spec = json.dumps(doc).encode()
         name = (sandbox_id, md.name, md.attempt)
         with self._lock:  # reserve the name; write the journal outside the lock
