@@ -2,8 +2,10 @@
 
 docs/ARCHITECTURE.md ("Pods and sources") renders these tables; keep the two in step.
 Rule of thumb: a field whose absence would change what the workload sees or can reach
-(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod; a field
-that only tunes scheduling, security hardening or terminal handling is ignored with a warning.
+(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod, and so does
+a security setting podvisor cannot enforce (user namespaces, SELinux relabelling); a field
+that only tunes scheduling or terminal handling is ignored with a warning. Security contexts
+are supported (parse_security.py); what a runtime cannot enforce, it refuses at create.
 """
 
 from __future__ import annotations
