@@ -219,3 +219,12 @@ def test_fs_group_volume_ownership(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(tmp_path / "new").st_mode) == 0o600
     set_volume_ownership(tmp_path, 2000, on_root_mismatch=False)  # Always: every time
     assert stat.S_IMODE(os.lstat(tmp_path / "new").st_mode) == 0o660
+
+
+def test_probe_level_grace_is_warned_not_silently_dropped() -> None:
+    doc = pod()
+    doc["spec"]["containers"][0]["livenessProbe"] = {
+        "exec": {"command": ["true"]}, "terminationGracePeriodSeconds": 5}
+    parsed = pod_from_dict(doc)
+    assert any(w.field.endswith("livenessProbe.terminationGracePeriodSeconds")
+               for w in parsed.warnings), parsed.warnings
