@@ -19,6 +19,7 @@ from podvisor.services.pod import defaults as D
 from podvisor.services.pod import names
 from podvisor.services.pod.container import Container, ObjectFieldSelector, ResourceFieldSelector
 from podvisor.services.pod.fields import Findings, as_map, check_fields, get_str, join
+from podvisor.services.pod.model import DownwardAPIFile, Pod
 from podvisor.services.pod.quantity import QuantityError, parse_quantity
 
 ENV_FIELD_PATHS = frozenset({"metadata.name", "metadata.namespace", "metadata.uid",
@@ -193,9 +194,9 @@ def format_map(m: Mapping[str, str]) -> str:
     return "\n".join(f"{k}={go_quote(m[k])}" for k in sorted(m))
 
 
-def field_value(pod: Any, selector: ObjectFieldSelector, node: NodeFacts,
+def field_value(pod: Pod, selector: ObjectFieldSelector, node: NodeFacts,
                 pod_ips: Sequence[str]) -> str:
-    """The value of a validated ``fieldRef`` for ``pod`` (a ``Pod``)."""
+    """The value of a validated ``fieldRef`` for ``pod``."""
     path = selector.field_path
     meta = pod.metadata
     sub = split_subscript(path)
@@ -241,8 +242,26 @@ def resource_value(selector: ResourceFieldSelector, container: Container,
     return str(math.ceil(Decimal(amount) / divisor))
 
 
-def find_container(pod: Any, name: str) -> Container | None:
+def find_container(pod: Pod, name: str) -> Container | None:
     for c in pod.all_containers():
         if c.name == name:
             return c
     return None
+
+
+def volume_files(pod: Pod, items: Sequence[DownwardAPIFile], default_mode: int,
+                 node: NodeFacts) -> dict[str, tuple[bytes, int]]:
+    """A downwardAPI volume's files (``CollectData``): path -> (content, mode). Raises
+    ValueError for a missing container."""
+    out: dict[str, tuple[bytes, int]] = {}
+    for item in items:
+        mode = default_mode if item.mode is None else item.mode
+        if isinstance(item.source, ObjectFieldSelector):
+            text = field_value(pod, item.source, node, ())
+        else:
+            target = find_container(pod, item.source.container_name)
+            if target is None:
+                raise ValueError(f"container {item.source.container_name!r} not found")
+            text = resource_value(item.source, target, node)
+        out[item.path.strip("/")] = (text.encode(), mode)
+    return out
