@@ -18,11 +18,9 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.cri.errors import CriError
+from podvisor.services.pod import NodeFacts, container_env, needs_pod_ip, oom_score_adj, qos_class
 from podvisor.services.pod.container import Container, PullPolicy
-from podvisor.services.pod.downward import NodeFacts
-from podvisor.services.pod.envvars import container_env, needs_pod_ip
 from podvisor.services.pod.model import Pod
-from podvisor.services.pod.qos import oom_score_adj, qos_class
 from podvisor.services.syncloop import cri_config, volumes
 from podvisor.services.syncloop.actions import (
     PodActions,
