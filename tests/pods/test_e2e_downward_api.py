@@ -29,6 +29,8 @@ import yaml
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.runtime import oom
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
+from podvisor.services.syncloop.podcgroups import hierarchy_dirs, parse_mountinfo
 from tests.pods.lifecycle import agent_config, all_running, free_port, get_pods
 from tests.runtime.containerd import ContainerdHandle, containerd_or_skip, remove_pod_cgroup
 
@@ -238,7 +240,13 @@ def test_downward_api_defaults_and_qos_on_containerd(agent: Any, manifests: Path
             paths = [line.split(":", 2)[2]
                      for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
             assert all(p.startswith(f"{cgroup_root}/{folder}pod{uid}/") for p in paths), paths
-        assert handle.stop() == 0
+        assert handle.stop() == 0  # stopPodsOnExit
+        wait_for(lambda: not [s for s in cri.list_pod_sandbox()
+                              if s.labels.get(L.POD_UID) in uids], 60.0, 0.2, "no sandbox")
+        pod_folders = [d for uid in uids for qos in ("", "burstable/")
+                       for d in folders(f"{cgroup_root}/{qos}pod{uid}")]
+        wait_for(lambda: not any(os.path.exists(d) for d in pod_folders), 30.0, 0.2,
+                 "the pods' cgroup folders removed by the agent")
     finally:
         for sandbox in cri.list_pod_sandbox():
             if sandbox.labels.get(L.POD_UID) in uids:
@@ -249,6 +257,10 @@ def test_downward_api_defaults_and_qos_on_containerd(agent: Any, manifests: Path
                     pass
         cri.close()
         remove_pod_cgroup(cgroup_root)
+
+
+def folders(cgroup_path: str) -> list[str]:
+    return hierarchy_dirs(parse_mountinfo(new_cgroup_fs().mountinfo()), cgroup_path)
 
 
 def containerd_pid(containerd: ContainerdHandle) -> int:
