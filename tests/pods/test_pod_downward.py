@@ -18,6 +18,7 @@ from podvisor.services.runtime import oom
 from podvisor.services.syncloop import cri_config
 from podvisor.services.syncloop.atomic_writer import DATA_LINK, write_atomic
 from podvisor.services.syncloop.cri_config import downward_api_path
+from podvisor.services.syncloop.node import discover_node_facts, host_ips, memory_total
 from podvisor.services.syncloop.volumes import setup_volumes
 
 NODE = NodeFacts(cpu_millis=2000, memory_bytes=8 * 2**30, host_ips=("10.0.0.5",))
@@ -273,3 +274,14 @@ def test_setup_volumes_writes_the_downward_api_files(tmp_path: Path) -> None:
         p, replace(p.spec.containers[0], volume_mounts=(VolumeMount("info", "/etc/info"),)), 0,
         cri_config.volume_paths(p, tmp_path)).mounts
     assert [(m.host_path, m.readonly) for m in mounts] == [(str(d), True)]
+
+
+def test_node_facts_from_the_machine() -> None:
+    assert memory_total("MemTotal:       24683656 kB\nMemFree: 1 kB\n") == 24683656 * 1024
+    assert memory_total("nothing") == 0
+    assert host_ips("10.1.2.3", "n") == ("10.1.2.3",)          # the configured address
+    assert host_ips("127.0.0.1", "n") == ("127.0.0.1",)        # what status reports then
+    found = host_ips("0.0.0.0", "localhost")                   # discovered, never unspecified
+    assert found and found[0] != "0.0.0.0"
+    facts = discover_node_facts()
+    assert facts.cpu_millis == (os.cpu_count() or 1) * 1000 and facts.memory_bytes > 0
