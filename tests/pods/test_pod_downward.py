@@ -9,17 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cri_api.v1 import api_pb2 as pb
 
+from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import PodValidationError, VolumeMount, pod_from_dict
 from podvisor.services.pod.downward import NodeFacts, format_map, go_quote
 from podvisor.services.pod.envvars import container_env, expand, expand_command
 from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
 from podvisor.services.runtime import oom
 from podvisor.services.syncloop import cri_config
+from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.atomic_writer import DATA_LINK, write_atomic
 from podvisor.services.syncloop.cri_config import downward_api_path
 from podvisor.services.syncloop.node import discover_node_facts, host_ips, memory_total
 from podvisor.services.syncloop.volumes import setup_volumes
+from tests.pods.test_podworkers import Harness, manifest
 
 NODE = NodeFacts(cpu_millis=2000, memory_bytes=8 * 2**30, host_ips=("10.0.0.5",))
 GiB = 2**30
@@ -285,3 +289,35 @@ def test_node_facts_from_the_machine() -> None:
     assert found and found[0] != "0.0.0.0"
     facts = discover_node_facts()
     assert facts.cpu_millis == (os.cpu_count() or 1) * 1000 and facts.memory_bytes > 0
+
+
+class _CniFake(FakeRuntimeClient):
+    """A runtime whose sandboxes get their own IPs, as containerd's with CNI."""
+
+    def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "") -> str:
+        sid = super().run_pod_sandbox(config, runtime_handler)
+        self.sandboxes[sid].network.ip = "10.88.0.5"
+        self.sandboxes[sid].network.additional_ips.add(ip="fd00::5")
+        return sid
+
+
+def test_sync_pod_reads_the_sandbox_ips_for_env_only_when_asked(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cri=_CniFake(clock=lambda: 1))
+    env = [field("status.podIP") | {"name": "IP"}, field("status.podIPs") | {"name": "IPS"},
+           field("status.hostIP") | {"name": "HOST"}]
+    h.set(manifest("p", "u1", [{"name": "a", "image": "host", "command": ["sleep", "1"],
+                                "env": env},
+                               {"name": "b", "image": "host", "command": ["echo", "$(X)"],
+                                "env": [{"name": "X", "value": "x"}]}]),
+          manifest("hn", "u2", [{"name": "a", "image": "host", "command": ["sleep", "1"],
+                                 "env": env}], hostNetwork=True))
+    configs = {(cfg.labels[L.POD_UID], cfg.metadata.name): cfg
+               for _sid, cfg, _sb in h.cri.method_calls("CreateContainer")}
+    envs = {key: {kv.key: kv.value for kv in cfg.envs} for key, cfg in configs.items()}
+    host = h.sync.node.host_ips[0]
+    assert envs[("u1", "a")] == {"IP": "10.88.0.5", "IPS": "10.88.0.5,fd00::5", "HOST": host}
+    assert envs[("u2", "a")] == {"IP": host, "IPS": host, "HOST": host}   # hostNetwork
+    assert list(configs[("u1", "b")].command) == ["echo", "x"]
+    assert all(cfg.linux.resources.oom_score_adj == 1000 for cfg in configs.values())
+    # one PodSandboxStatus, for the pod whose env asked for its IP
+    assert len(h.cri.method_calls("PodSandboxStatus")) == 1
