@@ -6,6 +6,10 @@
 - ``PodValidationError(where, errors)``: every rejection, each ``FieldIssue(field, reason)``.
 - ``apply_static_defaults``: the kubelet's defaults for file/HTTP pods (UID, name, annotations).
 - ``container_hash``: the spec hash that triggers a restart when a container's spec changes.
+- ``defaults``: the API server's defaults as data (``DEFAULTS``).
+- ``qos_class`` / ``oom_score_adj``: the kubelet's QoS class and OOM score adjustment.
+- ``container_env`` / ``expand``: a container's environment with the downward API
+  (``NodeFacts`` carries the node's part) and ``$(VAR)`` expansion.
 """
 
 from podvisor.services.pod.container import (
@@ -29,6 +33,8 @@ from podvisor.services.pod.container import (
     URIScheme,
     VolumeMount,
 )
+from podvisor.services.pod.downward import NodeFacts, volume_files
+from podvisor.services.pod.envvars import container_env, expand, expand_command, needs_pod_ip
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.hashing import canonical_json, container_hash
 from podvisor.services.pod.manifest import (
@@ -55,6 +61,7 @@ from podvisor.services.pod.model import (
     Volume,
 )
 from podvisor.services.pod.parse import ParsedPod, pod_from_dict
+from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
 from podvisor.services.pod.security import (
     Capabilities,
     PodSecurityContext,
@@ -97,6 +104,7 @@ __all__ = [
     "HostPathVolume",
     "Lifecycle",
     "LifecycleHandler",
+    "NodeFacts",
     "ObjectMeta",
     "Origin",
     "ParsedPod",
@@ -111,6 +119,7 @@ __all__ = [
     "Profile",
     "ProfileType",
     "PullPolicy",
+    "QOSClass",
     "ResourceList",
     "Resources",
     "RestartPolicy",
@@ -125,12 +134,19 @@ __all__ = [
     "VolumeMount",
     "apply_static_defaults",
     "canonical_json",
+    "container_env",
     "container_hash",
     "decode_pod",
     "decode_pod_or_list",
     "effective_security_context",
+    "expand",
+    "expand_command",
     "load_document",
+    "needs_pod_ip",
+    "oom_score_adj",
     "pod_from_dict",
+    "qos_class",
     "rfc3339",
     "static_pod_uid",
+    "volume_files",
 ]

@@ -46,15 +46,14 @@ METADATA_UNSUPPORTED = {
 SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
                         "priority", "serviceAccountName", "serviceAccount", "securityContext",
-                        "hostUsers"})
+                        "hostUsers", "dnsPolicy", "schedulerName", "enableServiceLinks",
+                        "tolerations"})
 SPEC_UNSUPPORTED = {
     "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
     "ephemeralContainers": _reject("ephemeral containers are not supported"),
     "affinity": _SCHEDULING,
-    "tolerations": _SCHEDULING,
     "nodeSelector": _SCHEDULING,
-    "schedulerName": _SCHEDULING,
     "schedulingGates": _SCHEDULING,
     "priorityClassName": _SCHEDULING,
     "preemptionPolicy": _SCHEDULING,
@@ -67,13 +66,11 @@ SPEC_UNSUPPORTED = {
     "hostPID": _warn("host PID namespace is not supported; ignored"),
     "hostIPC": _warn("host IPC namespace is not supported; ignored"),
     "shareProcessNamespace": _warn("a shared process namespace is not supported; ignored"),
-    "dnsPolicy": _DNS,
     "dnsConfig": _DNS,
     "hostname": _DNS,
     "subdomain": _DNS,
     "setHostnameAsFQDN": _DNS,
     "hostAliases": _DNS,
-    "enableServiceLinks": _warn("service environment variables are not injected; ignored"),
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
     "readinessGates": _warn("readiness gates are not supported; ignored"),
     "os": _warn("the pod runs on this node's OS; ignored"),
@@ -81,7 +78,8 @@ SPEC_UNSUPPORTED = {
 
 CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
-                             "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext"})
+                             "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
+                             "terminationMessagePath", "terminationMessagePolicy"})
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
@@ -91,8 +89,6 @@ CONTAINER_UNSUPPORTED = {
     "stdin": _warn("attaching a terminal is not supported; ignored"),
     "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
     "tty": _warn("attaching a terminal is not supported; ignored"),
-    "terminationMessagePath": _warn("termination messages are not collected; ignored"),
-    "terminationMessagePolicy": _warn("termination messages are not collected; ignored"),
 }
 
 _WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")
@@ -134,13 +130,18 @@ MOUNT_UNSUPPORTED = {
 }
 
 ENV_KNOWN = frozenset({"name", "value", "valueFrom"})
-VALUE_FROM_API = {"secretKeyRef": "Secret", "configMapKeyRef": "ConfigMap"}
+VALUE_FROM_KNOWN = ("fieldRef", "resourceFieldRef")
+_NO_API_YET = "until the API server pod source lands; use value or fieldRef"
+VALUE_FROM_UNSUPPORTED = {
+    "configMapKeyRef": _reject(f"{_API} (ConfigMap) {_NO_API_YET}"),
+    "secretKeyRef": _reject(f"{_API} (Secret) {_NO_API_YET}"),
+}
 
 RESOURCES_KNOWN = frozenset({"limits", "requests"})
 RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
 RESOURCE_WARN_PREFIXES = ("ephemeral-storage", "hugepages-")
 
-VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath"})
+VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})
 VOLUME_UNSUPPORTED = {
     "secret": _reject(f"{_API} (Secret volume)"),
     "configMap": _reject(f"{_API} (ConfigMap volume)"),
@@ -148,9 +149,13 @@ VOLUME_UNSUPPORTED = {
     "projected": _reject(f"{_API} (projected volume)"),
     "ephemeral": _reject(f"{_API} (ephemeral volume claim)"),
     "csi": _reject("CSI volumes are not supported"),
-    "downwardAPI": _reject("downwardAPI volumes are not supported"),
 }
-VOLUME_UNKNOWN_REASON = "unsupported volume type (podvisor supports emptyDir and hostPath)"
+VOLUME_UNKNOWN_REASON = ("unsupported volume type (podvisor supports emptyDir, hostPath and "
+                         "downwardAPI)")
+DOWNWARD_API_KNOWN = frozenset({"items", "defaultMode"})
+DOWNWARD_API_ITEM_KNOWN = frozenset({"path", "fieldRef", "resourceFieldRef", "mode"})
+TOLERATION_KNOWN = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+TERMINATION_MESSAGES = "termination messages are not collected; ignored"
 
 HANDLER_KNOWN = {
     "exec": frozenset({"command"}),

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.runtime import convert, images
+from podvisor.services.runtime import convert, images, oom
 from podvisor.services.runtime.events import EventBroadcaster
 from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
 from podvisor.services.runtime.index import ID_LENGTH, Index, sandbox_name
@@ -244,6 +244,10 @@ class Engine:
             raise invalid(f"container {md.name!r}: no privileged container allowed in sandbox "
                           "(the sandbox is not privileged; containerd's rule)")
         doc["security"] = container_security(config, self._host)
+        if config.linux.HasField("resources"):
+            current, lowering_allowed = oom.own_state()
+            doc["oom_score_adj"] = oom.effective(config.linux.resources.oom_score_adj, current,
+                                                 lowering_allowed)
         spec = json.dumps(doc).encode()
         name = (sandbox_id, md.name, md.attempt)
         with self._lock:  # reserve the name; write the journal outside the lock
@@ -307,6 +311,7 @@ class Engine:
         if not result.ok:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", result.error))
             raise invalid(f"failed to start container {c.id}: {result.error}")
+        self._apply_oom_score_adj(c.id, spec, result.pid)
         started = StartInfo(result.monitor_pid, result.monitor_ticks, result.pid,
                             result.pid_ticks, result.started_at)
         with self._lock:
@@ -317,6 +322,18 @@ class Engine:
         if early is not None:
             self._record_exit(c.id, early, on_disk=True)
         self._watcher.watch(c.id, started.monitor_pid, started.monitor_ticks)
+
+    def _apply_oom_score_adj(self, container_id: str, spec: bytes, pid: int) -> None:
+        """The container's ``oom_score_adj`` (already clamped at create), written right after
+        the start: processes it forks within that first moment keep the runtime's value."""
+        value = json.loads(spec).get("oom_score_adj")
+        if value is None:
+            return
+        try:
+            oom.apply(pid, int(value))
+        except OSError as err:
+            self.log.warning("container.oom_score_adj_failed", container=container_id,
+                             value=value, error=str(err))
 
     def stop_container(self, container_id: str, timeout: int) -> None:
         """Stop signal (default TERM) to the container's process group, KILL after ``timeout``."""

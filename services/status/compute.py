@@ -20,7 +20,7 @@ CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "Contain
                    "PodScheduled")
 # The keys of a ``desired`` entry that ``compute_pod_status`` reads: a change of any other key
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
-DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting")
+DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class")
 
 
 def desired_inputs(entry: Any) -> Any:
@@ -87,7 +87,9 @@ def get_phase(spec: Mapping[str, Any], init: Sequence[Mapping[str, Any]],
 
 
 def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
-    cond: dict[str, Any] = {"type": ctype, "status": "True" if ok else "False"}
+    # lastProbeTime: null, as the kubelet's conditions (it probes nothing for them)
+    cond: dict[str, Any] = {"type": ctype, "status": "True" if ok else "False",
+                            "lastProbeTime": None}
     if reason:
         cond["reason"] = reason
     if message:
@@ -158,6 +160,8 @@ def compute_pod_status(
     prev_phase = (previous or {}).get("phase")
     start = (previous or {}).get("startTime") or rfc3339(now)
     status: dict[str, Any] = {"hostIP": host_ip, "startTime": start, "_pod": _meta(pod)}
+    if desired.get("qos_class"):  # the sync loop's QoS class of the pod (services/pod/qos.py)
+        status["qosClass"] = desired["qos_class"]
     if not desired.get("admitted", True):
         status.update(phase=FAILED, reason=desired.get("reason") or "Rejected",
                       message=desired.get("message", ""), containerStatuses=[],

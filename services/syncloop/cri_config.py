@@ -4,7 +4,8 @@ hostNetwork pods get the node's network namespace and an empty hostname; the PID
 is CONTAINER for the sandbox and every container (what containerd needs here); the sandbox's
 ``cgroup_parent`` is the pod's cgroup under ``cgroupRoot`` (``podcgroups``). Labels,
 annotations and log paths follow ``labels``. Volume host paths: emptyDir under
-``<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>``, hostPath as given.
+``<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>``, hostPath as given,
+downwardAPI under ``.../kubernetes.io~downward-api/<name>`` (always mounted read-only).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.pod.container import Container, PortProtocol
-from podvisor.services.pod.model import EmptyDirVolume, HostPathVolume, Pod
+from podvisor.services.pod.envvars import expand_command
+from podvisor.services.pod.model import DownwardAPIVolume, EmptyDirVolume, HostPathVolume, Pod
 from podvisor.services.pod.security import (
     Profile,
     ProfileType,
@@ -37,6 +39,10 @@ def empty_dir_path(pods_dir: Path, uid: str, volume: str) -> Path:
     return pods_dir / uid / "volumes" / "kubernetes.io~empty-dir" / volume
 
 
+def downward_api_path(pods_dir: Path, uid: str, volume: str) -> Path:
+    return pods_dir / uid / "volumes" / "kubernetes.io~downward-api" / volume
+
+
 def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
     """Volume name -> host path."""
     out: dict[str, Path] = {}
@@ -45,7 +51,14 @@ def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
             out[v.name] = empty_dir_path(pods_dir, pod.uid, v.name)
         elif isinstance(v.source, HostPathVolume):
             out[v.name] = Path(v.source.path)
+        elif isinstance(v.source, DownwardAPIVolume):
+            out[v.name] = downward_api_path(pods_dir, pod.uid, v.name)
     return out
+
+
+def read_only_volumes(pod: Pod) -> set[str]:
+    """Volumes the kubelet always mounts read-only (downwardAPI, like secret and configMap)."""
+    return {v.name for v in pod.spec.volumes if isinstance(v.source, DownwardAPIVolume)}
 
 
 def host_ports(pod: Pod) -> list[tuple[str, int]]:
@@ -198,8 +211,10 @@ def needs_image_user(pod: Pod, c: Container) -> bool:
     return bool(sc.run_as_non_root) and sc.run_as_user is None
 
 
-def _resources(c: Container) -> pb.LinuxContainerResources:
+def _resources(c: Container, oom_score_adj: int | None) -> pb.LinuxContainerResources:
     res = pb.LinuxContainerResources()
+    if oom_score_adj is not None:
+        res.oom_score_adj = oom_score_adj
     if c.resources.limits.memory_bytes is not None:
         res.memory_limit_in_bytes = c.resources.limits.memory_bytes
     if c.resources.limits.cpu_millis is not None:
@@ -210,35 +225,43 @@ def _resources(c: Container) -> pb.LinuxContainerResources:
     return res
 
 
-def _mounts(c: Container, volumes: dict[str, Path]) -> list[pb.Mount]:
+def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str]) -> list[pb.Mount]:
     out = []
     for m in c.volume_mounts:
         host = volumes[m.name]
         if m.sub_path:
             host = host / m.sub_path
         out.append(pb.Mount(container_path=m.mount_path, host_path=str(host),
-                            readonly=m.read_only))
+                            readonly=m.read_only or m.name in read_only))
     return out
 
 
 def container_config(pod: Pod, c: Container, restart_count: int,
                      volumes: dict[str, Path],
-                     seccomp_root: Path = Path("/")) -> pb.ContainerConfig:
+                     seccomp_root: Path = Path("/"),
+                     env: list[tuple[str, str]] | None = None,
+                     oom_score_adj: int | None = None) -> pb.ContainerConfig:
     """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
-    where Localhost seccomp profiles live (``<rootDir>/seccomp``)."""
+    where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
+    environment as ``envvars.container_env`` built it (None: the plain values); command and args
+    are expanded against it (``$(VAR)``). ``oom_score_adj``: the kubelet's value for the pod's
+    QoS class (None: unset)."""
     ns = pb.NamespaceOption(network=pb.NODE if pod.spec.host_network else pb.POD,
                             pid=pb.CONTAINER, ipc=pb.POD)
+    if env is None:
+        env = [(e.name, e.value) for e in c.env]
+    command, args = expand_command(c, dict(env))
     return pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=c.name, attempt=restart_count),
         image=pb.ImageSpec(image=c.image, user_specified_image=c.image),
-        command=list(c.command), args=list(c.args), working_dir=c.working_dir,
-        envs=[pb.KeyValue(key=e.name, value=e.value) for e in c.env],
-        mounts=_mounts(c, volumes),
+        command=command, args=args, working_dir=c.working_dir,
+        envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        mounts=_mounts(c, volumes, read_only_volumes(pod)),
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
                                             pod.spec.termination_grace_period_seconds),
         log_path=L.container_log_path(c.name, restart_count),
         linux=pb.LinuxContainerConfig(
-            resources=_resources(c),
+            resources=_resources(c, oom_score_adj),
             security_context=container_security(pod, c, ns, seccomp_root)),
     )

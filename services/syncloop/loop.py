@@ -17,7 +17,7 @@ import grpc
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.errors import CriError
-from podvisor.services.pod import Pod, PodValidationError, pod_from_dict
+from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import admit
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
@@ -64,6 +64,7 @@ def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
         "admitted": w.admitted, "reason": w.reason, "message": w.message or w.last_error,
         "waiting": {n: {"reason": x.reason, "message": x.message} for n, x in w.waiting.items()},
         "sandbox_id": w.sandbox_id, "updated_at": updated_at,
+        "qos_class": str(qos_class(w.pod)),
     }
 
 

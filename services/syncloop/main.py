@@ -38,6 +38,7 @@ from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.node import discover_node_facts
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
@@ -112,7 +113,8 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
-                    cgroups=cgroups, cache=RuntimeCache(cri, time.monotonic, time.time),
+                    cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
+                    cache=RuntimeCache(cri, time.monotonic, time.time),
                     images=ImagePresence(cri, time.monotonic))
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)

@@ -18,6 +18,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.cri.errors import CriError
+from podvisor.services.pod import NodeFacts, container_env, needs_pod_ip, oom_score_adj, qos_class
 from podvisor.services.pod.container import Container, PullPolicy
 from podvisor.services.pod.model import Pod
 from podvisor.services.syncloop import cri_config, volumes
@@ -65,6 +66,9 @@ class SyncDeps:
     log: Log
     sleep: Callable[[float], None]
     cgroups: PodCgroups | None = None  # None: no cgroup_parent, no cleanup (cgroupRoot: "")
+    # CPUs, memory and IPs of the node (downward API, OOM score); read once by main.py
+    node: NodeFacts = field(default_factory=lambda: NodeFacts(cpu_millis=1000,
+                                                              memory_bytes=1 << 30))
     cache: RuntimeCache | None = None  # a listing shared by workers; None: always read fresh
     images: ImagePresence | None = None  # None: ImageStatus before every start
 
@@ -96,12 +100,27 @@ class _Run:
         self.errors: list[str] = []
         self.waiting: dict[str, Waiting] = dict(actions.waiting)
         self.sandbox_id = actions.sandbox_id
-        parent = deps.cgroups.parent(pod.uid) if deps.cgroups is not None else ""
+        self.qos = qos_class(pod)
+        parent = deps.cgroups.parent(pod.uid, self.qos) if deps.cgroups is not None else ""
+        self._pod_ips: tuple[str, ...] | None = None
         self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir,
                                                      parent)
         self.retry_after = actions.retry_after
         self.effects: dict[str, Effect] = {}
         self.from_event = False  # the runtime state came from a stream event (for the log)
+
+    def pod_ips(self) -> tuple[str, ...]:
+        """The sandbox's IPs (PodSandboxStatus ``network``), read once per sync and only when
+        an env var needs them. hostNetwork pods, and sandboxes that report none (the embedded
+        runtime's share the host's network), have the host's IPs, as the kubelet gives
+        hostNetwork pods."""
+        if self._pod_ips is None:
+            ips: tuple[str, ...] = ()
+            if not self.pod.spec.host_network and self.sandbox_id:
+                net = self.deps.cri.pod_sandbox_status(self.sandbox_id).network
+                ips = tuple(ip for ip in (net.ip, *(a.ip for a in net.additional_ips)) if ip)
+            self._pod_ips = ips or self.deps.node.host_ips
+        return self._pod_ips
 
     def fail(self, name: str, reason: str, message: str) -> None:
         self.waiting[name] = Waiting(reason, message)
@@ -113,7 +132,8 @@ class _Run:
     def create_sandbox(self) -> bool:
         """False (and the errors recorded) when a volume could not be set up: no sandbox then,
         and the worker retries after its error delay, as the kubelet's volume manager does."""
-        failed = volumes.setup_volumes(self.pod, self.deps.pods_dir)
+        failed = volumes.setup_volumes(self.pod, self.deps.pods_dir, self.deps.node,
+                                       self.deps.wall())
         for name, why in failed.items():
             message = f'MountVolume.SetUp failed for volume "{name}" : {why}'
             self.errors.append(message)
@@ -177,10 +197,16 @@ class _Run:
             return False
         volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
         try:
+            ips = self.pod_ips() if needs_pod_ip(spec) else ()
+            env = container_env(self.pod, spec, deps.node, ips)
+            oom = oom_score_adj(self.pod, spec, deps.node.memory_bytes, self.qos)
             config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
-                                                 deps.pods_dir.parent / "seccomp")
+                                                 deps.pods_dir.parent / "seccomp", env, oom)
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
+            return False
+        except ValueError as err:
+            self.fail(spec.name, CREATE_CONTAINER_ERROR, f"environment: {err}")
             return False
         if action.previous_finished_at > 0:
             deps.backoff.record_restart((self.pod.uid, spec.name), action.previous_finished_at,

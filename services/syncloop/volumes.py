@@ -1,5 +1,9 @@
 """A pod's volumes on the node, set up before its sandbox (the kubelet's volume manager, for
-the two volume types podvisor supports).
+the volume types podvisor supports).
+
+downwardAPI: the files of its items (``downward.volume_files``) written atomically under
+``<rootDir>/pods/<uid>/volumes/kubernetes.io~downward-api/<name>`` (``atomic_writer``: a
+timestamped folder and a ``..data`` link swapped by rename), folder mode 0777.
 
 emptyDir: a directory under ``<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>``,
 mode 0777 (the kubelet's). hostPath: the kubelet's type check (pkg/volume/hostpath), before any
@@ -22,9 +26,17 @@ import os
 import stat
 from pathlib import Path
 
-from podvisor.services.pod.model import EmptyDirVolume, HostPathType, HostPathVolume, Pod
+from podvisor.services.pod.downward import NodeFacts, volume_files
+from podvisor.services.pod.model import (
+    DownwardAPIVolume,
+    EmptyDirVolume,
+    HostPathType,
+    HostPathVolume,
+    Pod,
+)
 from podvisor.services.pod.security import FSGroupChangePolicy
 from podvisor.services.syncloop import cri_config
+from podvisor.services.syncloop.atomic_writer import write_atomic
 
 _KINDS = {
     HostPathType.DIRECTORY: (stat.S_ISDIR, "a directory"),
@@ -89,11 +101,24 @@ def set_volume_ownership(root: Path, fs_group: int, on_root_mismatch: bool) -> N
             change(os.path.join(base, name))
 
 
-def setup_volumes(pod: Pod, pods_dir: Path) -> dict[str, str]:
-    """Make the pod's emptyDirs and check its hostPaths; volume name -> error (empty: all
-    set up)."""
+def setup_volumes(pod: Pod, pods_dir: Path, node: NodeFacts | None = None,
+                  now: float = 0.0) -> dict[str, str]:
+    """Make the pod's emptyDirs, check its hostPaths and write its downwardAPI volumes
+    (``atomic_writer``; ``node`` gives the defaults of unset limits, ``now`` the wall clock
+    that names the data folder); volume name -> error (empty: all set up)."""
     errors: dict[str, str] = {}
     for v in pod.spec.volumes:
+        if isinstance(v.source, DownwardAPIVolume):
+            target = cri_config.downward_api_path(pods_dir, pod.uid, v.name)
+            try:
+                files = volume_files(pod, v.source.items, v.source.default_mode,
+                                     node or NodeFacts(0, 0))
+                target.mkdir(parents=True, exist_ok=True)
+                os.chmod(target, 0o777)
+                write_atomic(target, files, now)
+            except (OSError, ValueError) as err:
+                errors[v.name] = f"writing {target}: {err}"
+            continue
         if isinstance(v.source, EmptyDirVolume):
             path = cri_config.empty_dir_path(pods_dir, pod.uid, v.name)
             try:

@@ -299,3 +299,16 @@ def test_desired_keys_are_every_key_a_status_reads(entry: dict[str, Any]) -> Non
 @pytest.mark.parametrize("wall", [0.0, 0.999, T0, T0 + 0.5, T0 + 59.999, -0.5, 4102444800.25])
 def test_rfc3339_is_strftime_at_second_precision(wall: float) -> None:
     assert rfc3339(wall) == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+def test_qos_class_and_last_probe_time_as_the_kubelet_shows_them() -> None:
+    s = compute_pod_status(desired(qos_class="Burstable"), pleg(ctr("c1")), None, T0)
+    assert s["qosClass"] == "Burstable"
+    assert all("lastProbeTime" in c and c["lastProbeTime"] is None for c in s["conditions"])
+    rejected = compute_pod_status(desired(admitted=False, qos_class="BestEffort"), None, None,
+                                  T0)
+    assert rejected["qosClass"] == "BestEffort"
+    assert rejected["conditions"][0]["lastProbeTime"] is None
+    changed = compute_pod_status(desired(qos_class="Guaranteed"), pleg(ctr("c1")), s, T0)
+    assert changed["qosClass"] == "Guaranteed" and changed["_version"] == s["_version"] + 1
+    assert "qos_class" in DESIRED_KEYS
