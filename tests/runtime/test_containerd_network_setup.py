@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import ipaddress
 import json
@@ -130,11 +131,9 @@ def test_stop_purge_removes_bridge_rules_and_netns_of_a_crashed_pod() -> None:
     finally:
         if directory.exists():
             _script("stop.sh", "--purge", str(directory))
-        if pid:
-            try:  # pytest is a subreaper: containerd was re-parented to it
+        if pid:  # pytest is a subreaper: containerd was re-parented to it
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
 
 
 def _nat_rules() -> str:
