@@ -173,3 +173,24 @@ def test_next_attempt_is_the_largest_listed_plus_one() -> None:
     waiting = compute_pod_actions(p, rt, 0.0, NoBackoff(),
                                   sandbox_wait=lambda sid: 5.0 if sid == "s2" else 0.0)
     assert waiting.remove_sandboxes == ("s0", "s1") and waiting.retry_after == 5.0
+
+
+def test_a_pod_deleted_while_its_sandboxes_cannot_stop_terminates_once_they_can(
+        tmp_path: Path) -> None:
+    h = Harness(tmp_path, gate=False)
+    h.cri.set_network(False)
+    h.loop.handle_pod_set("file", [manifest("own", "u-own")], h.now)
+    h.run_for(12.0)
+    assert len(h.sandboxes("u-own")) == 2  # two failed setups, both unstoppable
+    h.loop.handle_pod_set("file", [], h.now)
+    h.run_for(30.0)
+    assert h.loop.deps.table.get("u-own") is not None  # still terminating, retried
+    failed = [e for e in h.log.named("syncloop.work.failed") if e["kind"] == "terminate"]
+    assert 2 <= len(failed) <= 4  # at the error delay (10 s), not in a tight loop
+    # every sandbox was tried on each attempt, not only the first
+    stops = [sid for (sid,) in h.cri.method_calls("StopPodSandbox")]
+    assert {s.id for s in h.sandboxes("u-own")} <= set(stops[-2:])
+    h.cri.set_network(True)
+    h.run_for(12.0)
+    assert h.loop.deps.table.get("u-own") is None and h.sandboxes("u-own") == []
+    assert "u-own" not in h.desired.items
