@@ -9,9 +9,9 @@ It records every call in ``calls`` as ``(method, args)`` and has knobs:
     is not ready the fake behaves as containerd 1.6 without a CNI config: RunPodSandbox of a
     sandbox with its own network (``NamespaceMode.POD``) fails "cni plugin not initialized" but
     leaves a NOTREADY sandbox (no creation time) that holds its name (name, uid, namespace,
-    attempt): a later RunPodSandbox with that name fails "is reserved", and StopPodSandbox of it
-    fails until the network is ready. Sandboxes with their own network that did start report
-    an IP from 10.88.0.0/16.
+    attempt) until it is removed: a later RunPodSandbox with that name fails "is reserved", and
+    StopPodSandbox of it fails until the network is ready. Sandboxes with their own network
+    that did start report an IP from 10.88.0.0/16.
 It models sandboxes, containers and the ``host`` image just enough for PLEG/syncloop logic;
 methods are guarded by one lock, so it is thread-safe.
 """
@@ -182,9 +182,9 @@ class FakeRuntimeClient:
                 id=sid, metadata=config.metadata, state=pb.SANDBOX_READY,
                 created_at=self._clock(), labels=config.labels, annotations=config.annotations,
             )
-            self._reserved[name] = sid
             if own and not self.network.status:
-                self._no_network.add(sid)
+                self._reserved[name] = sid  # (containerd reserves every name; the fake only
+                self._no_network.add(sid)   # these, so tests may reuse names otherwise)
                 self.sandboxes[sid].state = pb.SANDBOX_NOTREADY
                 self.sandboxes[sid].created_at = 0
                 raise CriError("RunPodSandbox", grpc.StatusCode.UNKNOWN,
