@@ -14,6 +14,9 @@
 # 4. Writes the CNI conflist DIR/cni/net.d/10-podvisor.conflist (cni.py: bridge + host-local IPAM
 #    on a /24 of 10.200.0.0/13 that nothing on this machine uses, portmap for hostPort; containerd
 #    adds loopback itself), so pods without hostNetwork get their own network namespace and IP.
+#    PODVISOR_CONTAINERD_CNI=off leaves it out (and removes it): containerd then reports
+#    NetworkReady=false and runs hostNetwork pods only. Running start.sh again without it on a
+#    running instance turns the network on (containerd reads the conf dir live).
 # Idempotent: re-running changes nothing that is already in place. Then use start.sh DIR / stop.sh DIR.
 set -euo pipefail
 
@@ -83,7 +86,12 @@ fi
 python3 "$HERE/build_images.py" --pause "$DIR/build/pause" \
     --busybox "$(static_busybox)" --out "$DIR/images"
 
-network="$(python3 "$HERE/cni.py" conflist "$DIR")"  # BRIDGE=... SUBNET=... GATEWAY=... NETWORK=...
+if [[ "${PODVISOR_CONTAINERD_CNI:-on}" == off ]]; then  # hostNetwork pods only (tests)
+    rm -f "$DIR/cni/net.d/10-podvisor.conflist"
+    network=""
+else
+    network="$(python3 "$HERE/cni.py" conflist "$DIR")"  # BRIDGE= SUBNET= GATEWAY= NETWORK=
+fi
 
 render() {
     sed -e "s|@DIR@|$DIR|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" \
@@ -98,7 +106,7 @@ ENDPOINT=unix://$DIR/run/containerd.sock
 IMAGE=$BUSYBOX_IMAGE
 PAUSE_IMAGE=$PAUSE_IMAGE
 CGROUP_PARENT=/podvisor-containerd-$tag
-$(tr ' ' '\n' <<<"$network")
 EOF
+[[ -z "$network" ]] || tr ' ' '\n' <<<"$network" >>"$DIR/instance.env.tmp"
 mv -f "$DIR/instance.env.tmp" "$DIR/instance.env"
 echo "setup.sh: ready in $DIR (start it with: $HERE/start.sh $DIR)"
