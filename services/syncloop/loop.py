@@ -294,9 +294,10 @@ class SyncLoop:
 
     def _finish(self, work: Work, outcome: Outcome) -> None:
         cache = self.deps.sync.cache
-        if cache is not None and (outcome.acted or not outcome.ok
+        if cache is not None and (outcome.acted or (not outcome.ok and not outcome.network)
                                   or work.kind is WorkKind.TERMINATE):
-            cache.changed()  # a listing from before may miss what the work did
+            cache.changed()  # a listing from before may miss what the work did (a held
+            # sync did nothing)
         w = self.deps.table.finish(work, outcome, self.deps.sync.mono())
         if work.kind is WorkKind.SYNC:
             self._note_held(work, outcome)

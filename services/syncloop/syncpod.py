@@ -157,9 +157,13 @@ class _Run:
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
+        try:
+            ips = list(self.pod_ips())
+        except CriError as err:  # only for the log here: a later pod_ips() asks again
+            ips = [f"unknown: {err.message}"]
         self.deps.log.info("syncloop.sandbox.created", pod=self.pod.full_name,
                            pod_uid=self.pod.uid, sandbox_id=self.sandbox_id,
-                           attempt=self.actions.attempt, pod_ips=list(self.pod_ips()))
+                           attempt=self.actions.attempt, pod_ips=ips)
         return True
 
     def ensure_image(self, c: Container) -> bool:
