@@ -5,7 +5,8 @@
 #
 # Runs deploy/containerd/setup.sh DIR (installs containerd/runc/busybox-static and the CNI plugins
 # (containernetworking-plugins, iptables) from apt when root and missing) and
-# deploy/containerd/start.sh DIR: pods without hostNetwork get an IP on the instance's bridge. Exports nothing. The LAST line of its output is
+# deploy/containerd/start.sh DIR: pods without hostNetwork get an IP on the instance's bridge.
+# Exports nothing. The LAST line of its output is
 #   PODVISOR_CONTAINERD_ENDPOINT=unix://DIR/run/containerd.sock   when containerd is up, or
 #   containerd: unavailable: <why>                                 when it is not.
 # Always exits 0: without containerd the suite still runs and its containerd tests say skipped
