@@ -38,6 +38,7 @@ from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.network import NetworkState
 from podvisor.services.syncloop.node import discover_node_facts
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
@@ -115,7 +116,7 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
                     mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
                     cache=RuntimeCache(cri, time.monotonic, time.time),
-                    images=ImagePresence(cri, time.monotonic))
+                    images=ImagePresence(cri, time.monotonic), network=NetworkState())
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)
 
@@ -125,7 +126,7 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     table = WorkerTable(Timing(resync=cfg.sync_frequency))
     loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
                              desired=owner, submit=submit,
-                             wake=wake.wake))
+                             wake=wake.wake, node_name=cfg.node_name))
     return loop, owner
 
 

@@ -5,6 +5,13 @@ Thin effects over ``compute_pod_actions`` and the ``cri_config`` builders. Error
 container do not stop the others (regular containers); every error is reported in the result,
 and the worker requeues the pod after the error delay. Runs on a worker thread: everything it
 touches (CRI client, shared back-off, logger) is thread-safe.
+
+Sandboxes: a new one gets the largest listed attempt + 1 (``actions``). Not-ready sandboxes
+without containers are stopped and removed here; one whose stop fails (containerd cannot tear
+down a network it never set up while its CNI is not initialized) never blocks the pod: it is
+retried with its own back-off (``sandbox_backoff``, 2 s doubling to 5 min) by later syncs. A
+pod that is not ``hostNetwork`` gets no new sandbox while the runtime's network is not ready
+(``network``): the result says so (``network_error``) and the loop holds the pod.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from podvisor.services.syncloop.actions import (
     Waiting,
     compute_pod_actions,
 )
-from podvisor.services.syncloop.backoff import SharedBackoff
+from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroups
 from podvisor.services.syncloop.runtime_events import (
@@ -52,6 +60,11 @@ CREATE_CONTAINER_ERROR = "CreateContainerError"
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 RUN_CONTAINER_ERROR = "RunContainerError"
 KEEP_DEAD_PER_CONTAINER = 1
+SANDBOX_STOP_BACKOFF = BackoffPolicy(initial=2.0, cap=300.0, reset_after=600.0)
+
+
+def _sandbox_backoff() -> SharedBackoff:
+    return SharedBackoff(CrashBackoff(SANDBOX_STOP_BACKOFF))
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,9 @@ class SyncDeps:
                                                               memory_bytes=1 << 30))
     cache: RuntimeCache | None = None  # a listing shared by workers; None: always read fresh
     images: ImagePresence | None = None  # None: ImageStatus before every start
+    # keyed (pod uid, "sandbox:" + id): a failed stop of a dead sandbox waits this out
+    sandbox_backoff: SharedBackoff = field(default_factory=_sandbox_backoff)
+    network: NetworkState | None = None  # None: never hold pods for the network
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,7 @@ class SyncResult:
     pod_failed: bool = False
     effects: Effects = field(default_factory=dict)  # container ID -> what this sync did
     acted: bool = False  # it called the runtime to change something
+    network_error: str = ""  # no sandbox: the runtime's network is not ready (kubelet wording)
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -144,9 +161,13 @@ class _Run:
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
+        try:
+            ips = list(self.pod_ips())
+        except CriError as err:  # only for the log here: a later pod_ips() asks again
+            ips = [f"unknown: {err.message}"]
         self.deps.log.info("syncloop.sandbox.created", pod=self.pod.full_name,
                            pod_uid=self.pod.uid, sandbox_id=self.sandbox_id,
-                           attempt=self.actions.attempt)
+                           attempt=self.actions.attempt, pod_ips=ips)
         return True
 
     def ensure_image(self, c: Container) -> bool:
@@ -231,6 +252,47 @@ class _Run:
         return True
 
 
+def _sandbox_key(uid: str, sandbox_id: str) -> tuple[str, str]:
+    return uid, "sandbox:" + sandbox_id
+
+
+def sandbox_wait(deps: SyncDeps, uid: str, now: float) -> Callable[[str], float]:
+    """Seconds each sandbox's stop still backs off (``compute_pod_actions``' view)."""
+
+    def wait(sandbox_id: str) -> float:
+        key = _sandbox_key(uid, sandbox_id)
+        entry = deps.sandbox_backoff.entry(key)
+        if entry is None:
+            return 0.0
+        return deps.sandbox_backoff.remaining(key, entry.last_update, now)
+    return wait
+
+
+def _remove_sandboxes(deps: SyncDeps, pod: Pod, ids: Collection[str]) -> float | None:
+    """Stop and remove each dead sandbox; a failure is logged and backs off (never raised).
+    Returns the seconds until the earliest retry (None: every one went)."""
+    retry: float | None = None
+    for sid in ids:
+        key = _sandbox_key(pod.uid, sid)
+        try:
+            deps.cri.stop_pod_sandbox(sid)
+            deps.cri.remove_pod_sandbox(sid)
+        except CriError as err:
+            if err.not_found:
+                deps.sandbox_backoff.forget_key(key)
+                continue
+            now = deps.mono()
+            delay = deps.sandbox_backoff.record_restart(key, now, now)
+            retry = delay if retry is None else min(retry, delay)
+            deps.log.warning("syncloop.sandbox.stop_failed", pod=pod.full_name, pod_uid=pod.uid,
+                             sandbox_id=sid, error=err.message, retry_in=round(delay, 1))
+            continue
+        deps.sandbox_backoff.forget_key(key)
+        deps.log.info("syncloop.sandbox.removed", pod=pod.full_name, pod_uid=pod.uid,
+                      sandbox_id=sid)
+    return retry
+
+
 def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str],
                 effects: dict[str, Effect]) -> None:
     """Remove exited containers of ``names`` beyond the newest dead one (container GC)."""
@@ -264,6 +326,17 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         victims = tuple(c for c in rt.containers if c.id in ids)
         kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
         run.effects.update((c.id, Effect.STOPPED) for c in victims)
+    retry = _remove_sandboxes(deps, pod, actions.remove_sandboxes)
+    if retry is not None:
+        run.retry_after = retry if run.retry_after is None else min(run.retry_after, retry)
+    network = (deps.network.not_ready(deps.cri)
+               if deps.network is not None and actions.create_sandbox
+               and not pod.spec.host_network else None)
+    if network is not None:
+        message = not_ready_error(network)
+        return SyncResult(ok=False, errors=(message,), waiting=run.waiting,
+                          sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
+                          effects=run.effects, acted=True, network_error=message)
     if not actions.create_sandbox or run.create_sandbox():
         specs = {c.name: c for c in pod.all_containers()}
         _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
@@ -331,7 +404,9 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                          running_status)
     except _WouldCall:
         return None
-    actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
+    now = deps.mono()
+    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
+                                  sandbox_wait=sandbox_wait(deps, uid, now))
     if not actions.noop:
         return None
     return SyncResult(ok=True, waiting=actions.waiting,
@@ -350,12 +425,15 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
     if rt is None:
         rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
-    actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
+    now = deps.mono()
+    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
+                                  sandbox_wait=sandbox_wait(deps, pod.uid, now))
     if actions.noop:
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
         return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
                           retry_after=actions.retry_after, pod_failed=actions.pod_failed)
     deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,
                    kill_pod=actions.kill_pod, create_sandbox=actions.create_sandbox,
-                   kill=[k.name for k in actions.kill], start=[s.name for s in actions.start])
+                   kill=[k.name for k in actions.kill], start=[s.name for s in actions.start],
+                   remove_sandboxes=list(actions.remove_sandboxes))
     return execute(deps, pod, rt, actions, from_event)

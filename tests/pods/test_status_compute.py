@@ -243,6 +243,26 @@ def test_containerd_scheme_and_host_network_ip() -> None:
     assert s["podIP"] == "10.1.1.1" and s["hostIP"] == "10.1.1.1"
 
 
+def test_pod_ips_and_host_ips() -> None:
+    """podIP/podIPs from the newest sandbox (PodSandboxStatus ip, then additional_ips); a
+    hostNetwork pod has the host's whatever the sandbox says; hostIPs always."""
+    pl = pleg(ctr("c1"))
+    pl["sandboxes"][0]["additional_ips"] = ["fd00::5", "10.0.0.5"]
+    s = compute_pod_status(desired(), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    assert s["podIP"] == "10.0.0.5"
+    assert s["podIPs"] == [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]
+    assert s["hostIP"] == "10.1.1.1" and s["hostIPs"] == [{"ip": "10.1.1.1"}]
+    old = {"id": "sb0", "state": "SANDBOX_NOTREADY", "created_at": 0, "attempt": 0, "ip": ""}
+    pl["sandboxes"].insert(0, old)  # an older dead one (a failed setup) changes nothing
+    assert compute_pod_status(desired(), pl, None, T0)["podIPs"] == s["podIPs"]
+    p = pod()
+    p["spec"]["hostNetwork"] = True
+    s = compute_pod_status(desired(p), pl, None, T0, host_ip="10.1.1.1")
+    assert s["podIP"] == "10.1.1.1" and s["podIPs"] == [{"ip": "10.1.1.1"}]
+    none = compute_pod_status(desired(), None, None, T0)  # no sandbox (yet): no IP
+    assert none["podIP"] == "" and "podIPs" not in none
+
+
 def test_pod_level_reason_is_reported() -> None:
     s = compute_pod_status(desired(reason="Terminating", message="deleted"), pleg(ctr("c1")),
                            None, T0)
