@@ -8,13 +8,13 @@
  * The zygote keeps SPARES spare monitors forked and hands each spare's end of its socket to the
  * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
- * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...]. The
- * spare becomes the container's monitor:
+ * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...
+ * [CGROUPS N DIR...]]. The spare becomes the container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
  * the container's environment, stdout/stderr to pipes, stdin /dev/null, default signal
- * dispositions and an empty mask; with mounts, in a private mount namespace holding them, see
- * apply_mounts), writes STATE.started.json, answers once on the reply pipe
+ * dispositions and an empty mask; in the container's cgroups, joined before the exec, see
+ * join_cgroups; with mounts, in a private mount namespace holding them, see apply_mounts), writes STATE.started.json, answers once on the reply pipe
  * ({"ok": true, "monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"} or
  * {"ok": false, "error": "..."}), copies the output into the log fd as CRI log records
  * ("<RFC3339Nano> <stdout|stderr> <F|P> <line>", lines over 16 KiB split into P records),
@@ -340,6 +340,35 @@ static int apply_mounts(int *failed) {
     return 0;
 }
 
+/* --- cgroups (cgroups.py) ------------------------------------------------------------------- */
+
+/* The container's cgroup folders (one per hierarchy), from the request's CGROUPS section. */
+static char **cgroup_dirs;
+static int ncgroups;
+
+/* In the container's child, first thing before exec: move this process into each of the
+ * container's cgroups (write "0", "myself", to <dir>/cgroup.procs), so everything the command
+ * does from its first instruction is counted and limited. Returns -1 with errno and *failed the
+ * index of the folder that failed. */
+static int join_cgroups(int *failed) {
+    char path[4200];
+    for (int i = 0; i < ncgroups; i++) {
+        *failed = i;
+        snprintf(path, sizeof path, "%s/cgroup.procs", cgroup_dirs[i]);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        ssize_t n = write(fd, "0", 1);
+        int saved = errno;
+        close(fd);
+        if (n != 1) {
+            errno = n < 0 ? saved : EIO;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
  * the mounts, the chdir or the exec fail. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w) {
@@ -357,6 +386,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         signal(sig, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
     int report[3] = {0, 0, -1};
+    if (ncgroups > 0 && join_cgroups(&report[2]) != 0) {
+        report[0] = 4;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (nmounts > 0 && apply_mounts(&report[2]) != 0) {
         report[0] = 3;
         report[1] = errno;
@@ -419,7 +454,10 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         waitpid(pid, NULL, 0);
         close(out[0]);
         close(err[0]);
-        if (report[0] == 3 && report[2] < 0) {
+        if (report[0] == 4) {
+            reply_error(reply_fd, "join cgroup \"%s\": %s (errno %d %s)", cgroup_dirs[report[2]],
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 3 && report[2] < 0) {
             reply_error(reply_fd, "a private mount namespace for the container's mounts: "
                         "%s (errno %d %s)", strerror(report[1]), report[1],
                         errno_name(report[1]));
@@ -648,6 +686,19 @@ static int parse_mounts(char **at, const char *end) {
     return 0;
 }
 
+/* "CGROUPS" N DIR... after the mounts; -1 when malformed. */
+static int parse_cgroups(char **at, const char *end) {
+    char *tag = field(at, end);
+    if (tag == NULL || strcmp(tag, "CGROUPS") != 0)
+        return -1;
+    cgroup_dirs = field_list(at, end);
+    if (cgroup_dirs == NULL)
+        return -1;
+    while (cgroup_dirs[ncgroups] != NULL)
+        ncgroups++;
+    return 0;
+}
+
 /* A pre-forked monitor waiting on CONN for its container: an 8-byte big-endian length with
  * the fds (reply pipe, log file or none) over SCM_RIGHTS, then the body, NUL-separated fields:
  * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...]. EOF
@@ -697,6 +748,8 @@ static int spare_main(int conn) {
         cargv == NULL || cargv[0] == NULL || cenv == NULL)
         return 70;
     if (at < end && parse_mounts(&at, end) != 0)
+        return 70;
+    if (at < end && parse_cgroups(&at, end) != 0)
         return 70;
     log_fd = fds[1];
     environ = cenv; /* the container's environment: execvp searches its PATH */
