@@ -255,7 +255,7 @@ class Engine:
             self._index.container_names[name] = c.id
         dirs: dict[str, str] = {}
         try:
-            dirs = self._make_cgroup(sb, c)
+            dirs = self._make_cgroup(sb, c, config.linux.resources)
             if dirs:
                 doc["cgroups"] = dirs  # the monitor's child joins them before its exec
             spec = json.dumps(doc).encode()
@@ -370,14 +370,14 @@ class Engine:
         dirs = json.loads(spec).get("cgroups") or {}
         return {str(k): str(v) for k, v in dirs.items()}
 
-    def _make_cgroup(self, sb: Sandbox, c: Container) -> dict[str, str]:
-        """Create the container's cgroup with its resources ({} when it asks for none); a
+    def _make_cgroup(self, sb: Sandbox, c: Container,
+                     res: pb.LinuxContainerResources) -> dict[str, str]:
+        """Create the container's cgroup with ``res`` ({} when it asks for nothing); a
         refusal is logged and raised (CreateContainer fails with its reason)."""
         parent = sb.config.linux.cgroup_parent or DEFAULT_PARENT
         md = sb.config.metadata
         try:
-            return self.cgroups.create(f"{parent.rstrip('/')}/{c.id}",
-                                       c.config.linux.resources)
+            return self.cgroups.create(f"{parent.rstrip('/')}/{c.id}", res)
         except Fault as err:
             self.log.warning("container.resources.refused", pod=md.name, namespace=md.namespace,
                              container=c.config.metadata.name, reason=err.message)
@@ -393,7 +393,7 @@ class Engine:
         if dirs:
             self.cgroups.update(dirs, res)
             return
-        dirs = self._make_cgroup(self.sandbox(c.sandbox_id), c)
+        dirs = self._make_cgroup(self.sandbox(c.sandbox_id), c, res)
         if not dirs:
             return
         try:

@@ -36,6 +36,7 @@ def manifests() -> Iterator[Path]:
 
 @pytest.fixture
 def cgroup_root() -> Iterator[str]:
+    """Requested before ``agent``: removed after the agent stopped."""
     if not Path("/sys/fs/cgroup/memory").is_dir():
         pytest.skip("no cgroup v1 memory hierarchy on this host")
     root = f"/podvisor-test-{secrets.token_hex(4)}"
@@ -71,7 +72,7 @@ def container_status(port: int, name: str) -> dict[str, Any] | None:
 
 
 @pytest.mark.timeout(240)
-def test_oom_killed_pod_restarts_with_back_off(agent: Any, manifests: Path, cgroup_root: str,
+def test_oom_killed_pod_restarts_with_back_off(cgroup_root: str, agent: Any, manifests: Path,
                                                runtime: dict[str, str], wait_for: Any) -> None:
     image = runtime.pop("image")
     (manifests / "oom.yaml").write_text(manifest("oom", image, ALLOC,
@@ -97,8 +98,8 @@ def test_oom_killed_pod_restarts_with_back_off(agent: Any, manifests: Path, cgro
 
 
 @pytest.mark.timeout(120)
-def test_refused_resource_shows_in_pods_and_events(agent: Any, manifests: Path,
-                                                   cgroup_root: str, wait_for: Any) -> None:
+def test_refused_resource_shows_in_pods_and_events(cgroup_root: str, agent: Any,
+                                                   manifests: Path, wait_for: Any) -> None:
     (manifests / "huge.yaml").write_text(manifest(
         "huge", "host", "sleep 1000", {"limits": {"hugepages-2Mi": "4Mi", "memory": "50Mi"}}))
     port = free_port()

@@ -40,7 +40,12 @@ def rt(cri_runtime: Any) -> Iterator[Any]:
     if mine:
         cri_runtime.cgroup_parent = f"/podvisor-test-{secrets.token_hex(4)}"
     yield cri_runtime
-    if mine:
+    if mine:  # the sandboxes go first (the runtime fixture's cleanup comes after this one)
+        client = cri_runtime.client
+        for sb in client.list_pod_sandbox(pb.PodSandboxFilter(
+                label_selector={"podvisor.test/run": cri_runtime.run_label})):
+            client.stop_pod_sandbox(sb.id)
+            client.remove_pod_sandbox(sb.id)
         for cgroup in cri_runtime.pod_cgroups:
             remove_pod_cgroup(cgroup)
         remove_pod_cgroup(cri_runtime.cgroup_parent)
@@ -93,6 +98,8 @@ def test_cpu_quota_limits_usage(rt: Any, poll: Any) -> None:
     share = (cpu_ns() - start_cpu) / 1e9 / (time.monotonic() - start)
     print(f"{rt.name}: the 200m container used {share:.0%} of a core")
     assert 0.10 <= share <= 0.35, share
+    memory = rt.client.container_stats(cid).memory
+    assert 0 < memory.working_set_bytes.value <= memory.usage_bytes.value
 
 
 def test_update_container_resources_changes_the_limit(rt: Any, poll: Any) -> None:
