@@ -69,12 +69,13 @@ class Target:
             self.pods.append(cgroup)
         return self.client.run_pod_sandbox(config), config
 
-    def container(self, sandbox: tuple[str, pb.PodSandboxConfig], name: str) -> str:
+    def container(self, sandbox: tuple[str, pb.PodSandboxConfig], name: str,
+                  resources: pb.LinuxContainerResources | None = None) -> str:
         ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name), image=pb.ImageSpec(image=self.image),
             command=["sleep", "100000"], log_path=f"{name}.log",
-            linux=pb.LinuxContainerConfig(security_context=(
+            linux=pb.LinuxContainerConfig(resources=resources, security_context=(
                 pb.LinuxContainerSecurityContext(namespace_options=ns))))
         cid = self.client.create_container(sandbox[0], config, sandbox[1])
         self.client.start_container(cid)

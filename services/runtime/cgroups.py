@@ -3,9 +3,9 @@
 A container whose ``LinuxContainerResources`` ask for something (memory limit, CPU shares, CPU
 quota, ``unified`` keys) gets a cgroup ``<cgroup_parent>/<container id>`` (the sandbox's
 ``linux.cgroup_parent``, which the sync loop sets to ``<cgroupRoot>/pod<uid>``; the runtime's
-``DEFAULT_PARENT`` when it is empty) on every hierarchy it needs: on cgroup v1 the memory, cpu,
-cpuacct and pids hierarchies that are mounted, on v2 the unified one (the needed controllers
-enabled down the path). The limits are written at CreateContainer, so what the host cannot do
+``DEFAULT_PARENT`` when it is empty) on every hierarchy it needs: on cgroup v1 memory and
+cpuacct always (OOM kills, stats), cpu and pids when it limits them; on v2 the unified one (the
+needed controllers enabled down the path). The limits are written at CreateContainer, so what the host cannot do
 fails the create; the container's process joins the cgroup in the monitor's child BEFORE it
 execs the command (monitor.c ``join_cgroups``, monitor.py ``_fork_exec``), so even its first
 allocation is counted. A container without resources gets no cgroup (and costs nothing more).
@@ -250,6 +250,10 @@ class Cgroups:
                     f"cannot enforce the container's resources: cgroup v2 at "
                     f"{lay.mounts[UNIFIED]} does not offer the {', '.join(lacking)} "
                     f"controller(s) (available: {sorted(lay.v2_controllers) or 'none'})")
+        # v1: only the hierarchies it needs, plus memory and cpuacct (OOM kills and stats):
+        # every folder costs a mkdir at create and a join at start
+        dirs = {k: v for k, v in dirs.items()
+                if k in needed or k in ("memory", "cpuacct", UNIFIED)}
         made: list[str] = []
         try:
             for controller in sorted(dirs):

@@ -132,11 +132,13 @@ def v1_layout(root: Path, controllers: tuple[str, ...] = ("memory", "cpu", "cpua
     return Layout(1, mounts)
 
 
-def test_create_v1_makes_every_hierarchy_and_writes_limits(tmp_path: Path) -> None:
+def test_create_v1_makes_the_needed_hierarchies_and_writes_limits(tmp_path: Path) -> None:
     cg = Cgroups(v1_layout(tmp_path))
     dirs = cg.create("/podvisor/podU/cid", R(memory_limit_in_bytes=50 * MI, cpu_quota=20_000))
     assert dirs == {c: str(tmp_path / c / "podvisor/podU/cid")
-                    for c in ("memory", "cpu", "cpuacct", "pids")}
+                    for c in ("memory", "cpu", "cpuacct")}  # no pids limit: no pids folder
+    only_pids = cg.create("/podvisor/podU/c2", R(unified={"pids.max": "9"}))
+    assert sorted(only_pids) == ["cpuacct", "memory", "pids"]  # memory, cpuacct: OOM, stats
     assert (tmp_path / "memory/podvisor/podU/cid/memory.limit_in_bytes").read_text() \
         == str(50 * MI)
     assert not (tmp_path / "memory/podvisor/podU/cid/memory.memsw.limit_in_bytes").exists()
