@@ -257,7 +257,8 @@ class Engine:
         try:
             dirs = self._make_cgroup(sb, c, config.linux.resources)
             if dirs:
-                doc["cgroups"] = dirs  # the monitor's child joins them before its exec
+                doc["cgroups"] = dirs
+                doc["cgroup_join"] = self.cgroups.join_files(dirs)  # before the exec
             spec = json.dumps(doc).encode()
             self.store.save_container(c, spec)
         except BaseException:

@@ -9,7 +9,7 @@
  * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
  * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...
- * [CGROUPS N DIR...]]. The spare becomes the container's monitor:
+ * [CGROUPS N FILE...]]. The spare becomes the container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
  * the container's environment, stdout/stderr to pipes, stdin /dev/null, default signal
@@ -342,20 +342,19 @@ static int apply_mounts(int *failed) {
 
 /* --- cgroups (cgroups.py) ------------------------------------------------------------------- */
 
-/* The container's cgroup folders (one per hierarchy), from the request's CGROUPS section. */
-static char **cgroup_dirs;
+/* The files the container's process writes itself into (cgroups.py join_files: v1 <dir>/tasks,
+ * v2 <dir>/cgroup.procs), from the request's CGROUPS section. */
+static char **cgroup_files;
 static int ncgroups;
 
 /* In the container's child, first thing before exec: move this process into each of the
- * container's cgroups (write "0", "myself", to <dir>/cgroup.procs), so everything the command
- * does from its first instruction is counted and limited. Returns -1 with errno and *failed the
- * index of the folder that failed. */
+ * container's cgroups (write "0", "myself", into each file), so everything the command does
+ * from its first instruction is counted and limited. Returns -1 with errno and *failed the
+ * index of the file that failed. */
 static int join_cgroups(int *failed) {
-    char path[4200];
     for (int i = 0; i < ncgroups; i++) {
         *failed = i;
-        snprintf(path, sizeof path, "%s/cgroup.procs", cgroup_dirs[i]);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        int fd = open(cgroup_files[i], O_WRONLY | O_CLOEXEC);
         if (fd < 0)
             return -1;
         ssize_t n = write(fd, "0", 1);
@@ -455,7 +454,7 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         close(out[0]);
         close(err[0]);
         if (report[0] == 4) {
-            reply_error(reply_fd, "join cgroup \"%s\": %s (errno %d %s)", cgroup_dirs[report[2]],
+            reply_error(reply_fd, "join cgroup \"%s\": %s (errno %d %s)", cgroup_files[report[2]],
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 3 && report[2] < 0) {
             reply_error(reply_fd, "a private mount namespace for the container's mounts: "
@@ -686,15 +685,15 @@ static int parse_mounts(char **at, const char *end) {
     return 0;
 }
 
-/* "CGROUPS" N DIR... after the mounts; -1 when malformed. */
+/* "CGROUPS" N FILE... after the mounts; -1 when malformed. */
 static int parse_cgroups(char **at, const char *end) {
     char *tag = field(at, end);
     if (tag == NULL || strcmp(tag, "CGROUPS") != 0)
         return -1;
-    cgroup_dirs = field_list(at, end);
-    if (cgroup_dirs == NULL)
+    cgroup_files = field_list(at, end);
+    if (cgroup_files == NULL)
         return -1;
-    while (cgroup_dirs[ncgroups] != NULL)
+    while (cgroup_files[ncgroups] != NULL)
         ncgroups++;
     return 0;
 }

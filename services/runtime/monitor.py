@@ -181,7 +181,7 @@ def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     except OSError as err:
         raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
     os.environ["PATH"] = env.get("PATH", os.defpath)  # posix_spawnp searches the caller's PATH
-    cgroups = sorted(set((spec.get("cgroups") or {}).values()))
+    cgroups: list[str] = spec.get("cgroup_join") or []
     if cgroups:
         return _fork_exec(argv, env, cgroups, out_w, err_w)
     try:
@@ -202,16 +202,17 @@ def _fork_exec(argv: list[str], env: dict[str, str], cgroups: list[str], out_w: 
                err_w: int) -> int:
     """posix_spawn has no step between fork and exec, so a container with cgroups is forked
     (this monitor is single-threaded): the child joins each of its cgroups (writes "0",
-    itself, to ``<dir>/cgroup.procs``) before anything else, then execs; a failure comes back
-    over a pipe as OSError, like posix_spawn's. monitor.c ``join_cgroups`` does the same."""
+    itself, into each file of ``cgroups``: cgroups.py ``join_files``) before anything else,
+    then execs; a failure comes back over a pipe as OSError, like posix_spawn's. monitor.c
+    ``join_cgroups`` does the same."""
     rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child execs or exits
         what = ""
         try:
-            for d in cgroups:
-                what = f'join cgroup "{d}"'
-                fd = os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+            for path in cgroups:
+                what = f'join cgroup "{path}"'
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
                 try:
                     os.write(fd, b"0")
                 finally:

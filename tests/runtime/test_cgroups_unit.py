@@ -264,3 +264,10 @@ def test_remove_rmdirs_and_reports_what_stays(tmp_path: Path) -> None:
     assert cg.remove(dirs) == []
     assert not any(Path(d).exists() for d in dirs.values())
     assert cg.remove(dirs) == []  # idempotent
+
+
+def test_join_files_v1_tasks_v2_procs() -> None:
+    v1 = {"memory": "/cg/memory/p/c", "cpu": "/cg/cpu,cpuacct/p/c",
+          "cpuacct": "/cg/cpu,cpuacct/p/c"}
+    assert Cgroups.join_files(v1) == ["/cg/cpu,cpuacct/p/c/tasks", "/cg/memory/p/c/tasks"]
+    assert Cgroups.join_files({UNIFIED: "/cg/p/c"}) == ["/cg/p/c/cgroup.procs"]
