@@ -96,6 +96,13 @@ def test_oom_killed_pod_restarts_with_back_off(cgroup_root: str, agent: Any, man
     last = st["lastState"]["terminated"]
     assert (last["reason"], last["exitCode"]) == ("OOMKilled", 137), st
 
+    uid = next(p["metadata"]["uid"] for p in (get_pods(port) or {}).get("items", []))
+    pod_memory = Path("/sys/fs/cgroup/memory") / cgroup_root.strip("/") / f"pod{uid}"
+    (manifests / "oom.yaml").unlink()
+    wait_for(lambda: not pod_memory.exists(), 60.0, 0.2,
+             f"{pod_memory} removed with the pod (containers' folders by the runtime, the "
+             "pod's by the sync loop)")
+
 
 @pytest.mark.timeout(120)
 def test_refused_resource_shows_in_pods_and_events(cgroup_root: str, agent: Any,
