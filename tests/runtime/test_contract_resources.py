@@ -12,16 +12,22 @@ Commands are ones busybox has too (dd, sh).
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
+from tests.runtime.conftest import EmbeddedRuntime, RuntimeUnderTest, cleanup, poll, short_tmp
 from tests.runtime.containerd import remove_pod_cgroup
 
 MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
@@ -186,3 +192,50 @@ def test_oom_learnt_after_a_runtime_restart(rt: Any, poll: Any) -> None:
     embedded.start()
     status = rt.client.container_status(cid)
     assert (status.exit_code, status.reason) == (137, "OOMKilled")
+
+
+class _UnprivilegedRuntime(EmbeddedRuntime):
+    """The standalone runtime as uid/gid 65534 (nobody) with CAP_DAC_READ_SEARCH only (to reach
+    this checkout's Python under /root): a runtime without write access to the cgroup tree."""
+
+    def start(self) -> None:
+        with self.stderr_path.open("ab") as err:
+            self.proc = subprocess.Popen(
+                ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                 "--inh-caps", "+dac_read_search", "--ambient-caps", "+dac_read_search",
+                 sys.executable, "-m", "podvisor.services.runtime", "--root", str(self.root),
+                 "--socket", str(self.socket)],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=self.env)
+        poll(self._up, 30.0, "the unprivileged runtime to answer Version")
+
+
+def test_without_cgroup_access_limits_are_refused_not_ignored(tmp_path: Path) -> None:
+    """podvisor not run as root: a container with resources fails CreateContainer with the
+    reason (never runs unlimited); one without resources still runs."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to drop to nobody) and util-linux setpriv")
+    base = short_tmp("pvnr")
+    os.chown(base, 65534, 65534)
+    rt = _UnprivilegedRuntime(base, {"HOME": str(base), "PODVISOR_CACHE_DIR": str(base / "c")})
+    try:
+        rt.start()
+        under = RuntimeUnderTest("embedded", rt.client, "host", base / "t")
+        sandbox = under.run("nonroot")
+        for d in (base / "t", *(p for p in (base / "t").rglob("*") if p.is_dir())):
+            os.chown(d, 65534, 65534)  # the sandbox's log directory, made by this test as root
+        with pytest.raises(CriError) as err:
+            create(under, sandbox, "limited", ["true"],
+                   pb.LinuxContainerResources(memory_limit_in_bytes=50 * MI))
+        assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "Permission denied (the embedded runtime must run as root" in err.value.message
+        cid = create(under, sandbox, "free", ["true"], pb.LinuxContainerResources())
+        rt.client.start_container(cid)
+        assert under.wait_exited(cid).exit_code == 0
+    finally:
+        try:
+            if rt.proc is not None:
+                cleanup(rt.client)
+        finally:
+            rt.stop()
+            rt.client.close()
+            shutil.rmtree(base, ignore_errors=True)
