@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -169,4 +170,11 @@ def test_update_container_resources_applies_or_says_why_not(cri_runtime: Any) ->
             folder = Path("/sys/fs/cgroup/memory/podvisor-embedded") / cid
             assert (folder / "memory.limit_in_bytes").read_text().strip() == str(256 * 1024**2)
             assert (folder / "cgroup.procs").read_text().split(), "the process was moved in"
+            cri_runtime.client.stop_container(cid, 0)
+            cri_runtime.client.remove_container(cid)
+            assert not folder.exists()
+            for hierarchy in Path("/sys/fs/cgroup").glob("*/podvisor-embedded"):
+                with contextlib.suppress(OSError):  # the runtime's folder, if no one else's
+                    hierarchy.rmdir()
+            return
     assert cri_runtime.client.container_status(cid).state == pb.CONTAINER_RUNNING
