@@ -8,14 +8,42 @@ while the embedded runtime still serves. gRPC is imported only here, at shutdown
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.config import Config
 
-__all__ = ["HINT", "count_running_pods", "left_message"]
+__all__ = ["count_running_pods", "ctl_program", "hint", "left_message", "stop_pods_command"]
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
-HINT = ("stop them with `podvisorctl shutdown --pods` (or stopPodsOnExit: true / "
-        "--stop-pods-on-exit); a new agent on this rootDir adopts them")
+
+
+def ctl_program() -> str:
+    """How to call `podvisorctl` from a shell, for advice the agent prints: the bare name when
+    PATH finds the one installed beside this Python, else its full path (a venv not on PATH),
+    else `python -m`."""
+    beside = Path(sys.executable).parent / "podvisorctl"
+    found = shutil.which("podvisorctl")
+    if beside.exists():
+        if found is not None and Path(found).resolve() == beside.resolve():
+            return "podvisorctl"
+        return shlex.quote(str(beside))
+    if found is not None:
+        return "podvisorctl"
+    return f"{shlex.quote(sys.executable)} -m podvisor.supervisor.ctl"
+
+
+def stop_pods_command(root: Path | str) -> str:
+    """The exact command that stops every pod of the agent on `root`, with or without it."""
+    return f"{ctl_program()} --root-dir {shlex.quote(str(root))} shutdown --pods"
+
+
+def hint(root: Path | str) -> str:
+    return (f"stop them with `{stop_pods_command(root)}` (or stopPodsOnExit: true / "
+            "--stop-pods-on-exit); a new agent on this rootDir adopts them")
 
 
 def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) -> int | None:
@@ -42,12 +70,12 @@ def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) ->
                 if s.state == 0 and s.labels.get(POD_UID_LABEL)})  # 0 = SANDBOX_READY
 
 
-def left_message(count: int | None) -> str | None:
+def left_message(count: int | None, root: Path | str) -> str | None:
     """The line printed on exit, or None when nothing is left running."""
     if count is None:
         return ("podvisor: pods may still be running (the runtime could not be asked); "
-                + HINT)
+                + hint(root))
     if count == 0:
         return None
     noun = "pod" if count == 1 else "pods"
-    return f"podvisor: left {count} {noun} running; {HINT}"
+    return f"podvisor: left {count} {noun} running; {hint(root)}"

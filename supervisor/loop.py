@@ -114,8 +114,9 @@ class Agent:
         """Ask the runtime (still up: shutdown has not begun) how many pods stay running."""
         if "syncloop" not in self.sup.procs:
             return  # this agent manages no pods
-        count = count_running_pods(self.p.config, RunPaths(Path(self.p.config.root_dir)))
-        self._left_pods = left_message(count)
+        paths = RunPaths(Path(self.p.config.root_dir))
+        count = count_running_pods(self.p.config, paths)
+        self._left_pods = left_message(count, paths.root)
         self.p.log.info("agent.pods_left", pods=count)
 
     def _check_pods_stopped(self) -> None:

@@ -1,0 +1,96 @@
+"""Stop every pod the runtime has, without a sync loop: what ``podvisorctl shutdown --pods``
+does when no agent answers.
+
+Each pod is terminated as the sync loop terminates an orphan (``terminate.terminate_pod``): the
+grace is the largest ``terminationGracePeriodSeconds`` recorded on its containers (default 30),
+SIGTERM, then SIGKILL once the grace is over (never less than 2 s between them); then its
+sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory and (when pod
+cgroups are on) its cgroup folders removed. preStop hooks do not run: the pod's spec is not
+known without its source. Pods are stopped in parallel, so the whole run takes about the
+longest grace. One pod's failure never stops the others; it is reported in its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri.client import RuntimeClient
+from podvisor.services.cri.errors import CriError
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
+from podvisor.services.syncloop.podcgroups import PodCgroups, new_pod_cgroups
+from podvisor.services.syncloop.terminate import Log, terminate_pod
+
+__all__ = ["StoppedPod", "pod_cgroups", "runtime_pods", "stop_all_pods"]
+
+MAX_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class StoppedPod:
+    uid: str
+    name: str          # "namespace/name" from the runtime's labels ("" when unlabelled)
+    containers: int    # containers that were running
+    grace: float       # seconds between SIGTERM and SIGKILL it was given
+    error: str = ""    # "" when nothing of the pod is left in the runtime
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def pod_cgroups(cgroup_root: str, log: Log) -> PodCgroups | None:
+    """The pod cgroup cleanup the sync loop does for config ``cgroupRoot`` (None when off)."""
+    return new_pod_cgroups(cgroup_root, new_cgroup_fs(), log) if cgroup_root else None
+
+
+def runtime_pods(cri: RuntimeClient) -> dict[str, str]:
+    """Every pod UID the runtime has sandboxes or containers for -> "namespace/name"."""
+    out: dict[str, str] = {}
+    objects: list[pb.PodSandbox | pb.Container] = [*cri.list_pod_sandbox(),
+                                                   *cri.list_containers()]
+    for obj in objects:
+        uid = obj.labels.get(L.POD_UID, "")
+        if not uid:
+            continue
+        name, ns = obj.labels.get(L.POD_NAME, ""), obj.labels.get(L.POD_NAMESPACE, "")
+        if not out.get(uid) and name:
+            out[uid] = f"{ns or 'default'}/{name}"
+        out.setdefault(uid, "")
+    return out
+
+
+def stop_all_pods(cri: RuntimeClient, log: Log, pods_dir: Path, cgroups: PodCgroups | None,
+                  sleep: Callable[[float], None], mono: Callable[[], float],
+                  wall: Callable[[], float]) -> list[StoppedPod]:
+    """Terminate every pod of the runtime (in parallel); one result per pod, sorted by name.
+    Raises CriError only when the runtime cannot even be listed."""
+    pods = runtime_pods(cri)
+
+    def one(uid: str) -> StoppedPod:
+        name = pods[uid]
+        try:
+            before, grace, left = terminate_pod(cri, log, uid, None, None, sleep, mono, wall,
+                                                pods_dir)
+        except CriError as err:
+            log.warning("syncloop.pod.stop_failed", pod=name, pod_uid=uid, error=str(err))
+            return StoppedPod(uid, name, 0, 0.0, str(err))
+        if not left.empty:
+            return StoppedPod(uid, name, len(before.running()), grace,
+                              "containers or sandboxes remain after teardown")
+        if cgroups is not None:
+            cgroups.remove(uid)  # a busy folder is logged; the pod itself is gone
+        log.info("syncloop.pod.stopped", pod=name, pod_uid=uid, grace=grace)
+        return StoppedPod(uid, name, len(before.running()), grace)
+
+    if not pods:
+        return []
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(pods)),
+                            thread_name_prefix="stopall") as pool:
+        results = list(pool.map(one, sorted(pods)))
+    return sorted(results, key=lambda r: (r.name, r.uid))

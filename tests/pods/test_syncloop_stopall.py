@@ -1,0 +1,74 @@
+"""`stop_all_pods` (what `podvisorctl shutdown --pods` does with no agent) over the CRI fake:
+every pod is stopped with the grace recorded on its containers, its sandboxes and containers
+removed, its `pods/<uid>` directory deleted; one pod's failure never stops the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.stopall import StoppedPod, runtime_pods, stop_all_pods
+from podvisor.supervisor.logs import MemoryLogger
+
+
+def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: int = 1) -> str:
+    labels = L.pod_labels(name, "default", uid)
+    sid = cri.run_pod_sandbox(pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"), labels=labels))
+    for i in range(running):
+        cid = cri.create_container(sid, pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=f"c{i}"),
+            labels=L.container_labels(name, "default", uid, f"c{i}"),
+            annotations=L.container_annotations("h", 0, grace)), pb.PodSandboxConfig())
+        cri.start_container(cid)
+    return sid
+
+
+def stop(cri: FakeRuntimeClient, pods_dir: Path, log: MemoryLogger) -> list[StoppedPod]:
+    return stop_all_pods(cri, log, pods_dir, None, lambda _s: None, lambda: 100.0,
+                         lambda: 1_700_000_000.0)
+
+
+def test_every_pod_is_stopped_with_its_recorded_grace(tmp_path: Path) -> None:
+    cri = FakeRuntimeClient()
+    add_pod(cri, "a", "u-a", grace=10, running=2)
+    add_pod(cri, "b", "u-b", grace=3)
+    (tmp_path / "u-a" / "volumes").mkdir(parents=True)
+    log = MemoryLogger()
+    results = stop(cri, tmp_path, log)
+    assert [(r.name, r.uid, r.containers, r.grace, r.ok) for r in results] == [
+        ("default/a", "u-a", 2, 10, True), ("default/b", "u-b", 1, 3, True)]
+    stops = sorted(timeout for _cid, timeout in cri.method_calls("StopContainer"))
+    assert stops == [3, 10, 10]
+    assert cri.list_pod_sandbox() == [] and cri.list_containers() == []
+    assert not (tmp_path / "u-a").exists()
+    assert {e["pod_uid"] for e in log.named("syncloop.pod.stopped")} == {"u-a", "u-b"}
+
+
+def test_a_pod_without_recorded_grace_gets_the_default_and_short_ones_two_seconds(
+        tmp_path: Path) -> None:
+    cri = FakeRuntimeClient()
+    add_pod(cri, "old", "u-old", grace=-1)  # no grace annotation readable
+    add_pod(cri, "quick", "u-quick", grace=0)
+    results = {r.uid: r for r in stop(cri, tmp_path, MemoryLogger())}
+    assert results["u-old"].grace == 30
+    assert sorted(t for _c, t in cri.method_calls("StopContainer")) == [2, 30]
+
+
+def test_one_failing_pod_does_not_stop_the_others(tmp_path: Path) -> None:
+    cri = FakeRuntimeClient()
+    add_pod(cri, "a", "u-a", grace=5)
+    add_pod(cri, "b", "u-b", grace=5)
+    cri.fail("RemovePodSandbox", grpc.StatusCode.INTERNAL, "disk on fire", times=1)
+    results = stop(cri, tmp_path, MemoryLogger())
+    assert sum(not r.ok for r in results) == 1
+    assert "disk on fire" in next(r.error for r in results if not r.ok)
+    assert len(runtime_pods(cri)) == 1  # only the failed one is left
+
+
+def test_nothing_to_stop(tmp_path: Path) -> None:
+    assert stop(FakeRuntimeClient(), tmp_path, MemoryLogger()) == []
