@@ -6,9 +6,11 @@ it in `run/config.json` (the effective config, written at every start and reload
 the agent exits): `runtimeEndpoint` (and `cgroupRoot`, `runtimeRequestTimeout`). For the
 embedded runtime it starts the runtime service in this process on `run/cri.sock` over the state
 in `runtime/`, exactly as the agent's `runtime` process does, and stops it afterwards (containers
-are owned by their monitors, not by the service). Every pod is then terminated as the sync loop
-terminates an orphan (`podvisor.services.syncloop.stopall`): SIGTERM, its grace, SIGKILL;
-sandboxes and containers removed; `pods/<uid>` and pod cgroup folders removed.
+are owned by their monitors, not by the service). Another runtime (containerd) may run other
+clients' pods: there only the pods this rootDir's agent made are touched (those with a log
+directory under `pod-logs/`). Every pod is then terminated as the sync loop terminates an
+orphan (`podvisor.services.syncloop.stopall`): SIGTERM, its grace, SIGKILL; sandboxes and
+containers removed; `pods/<uid>` and pod cgroup folders removed.
 
 While it works it holds `run/agent.lock`, so no agent can start on the rootDir meanwhile; an
 agent that holds the lock but does not answer is reported (exit 2), never bypassed. Logs go to
@@ -88,7 +90,12 @@ def _has_embedded_state(paths: RunPaths) -> bool:
 
 def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
     from podvisor.services.cri import CriError, new_runtime_client
-    from podvisor.services.syncloop.stopall import pod_cgroups, stop_all_pods
+    from podvisor.services.syncloop.stopall import (
+        owned_pod_uids,
+        pod_cgroups,
+        runtime_pods,
+        stop_all_pods,
+    )
 
     endpoint = config.runtime_endpoint if config is not None else "embedded"
     timeout = config.runtime_request_timeout if config is not None else 120.0
@@ -96,8 +103,9 @@ def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
     if endpoint == "embedded" and not _has_embedded_state(paths):
         print(f"no pods: the embedded runtime never ran on {paths.root}")
         return 0
+    embedded = endpoint == "embedded"
     with contextlib.ExitStack() as stack:
-        if endpoint == "embedded":
+        if embedded:
             try:
                 endpoint = stack.enter_context(_embedded_runtime(paths, log))
             except RuntimeError as exc:
@@ -106,9 +114,13 @@ def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
         cri = new_runtime_client(endpoint, timeout=timeout)
         stack.callback(cri.close)
         log.info("ctl.stop_pods", endpoint=endpoint)
+        # the embedded runtime's state is this rootDir's alone; any other runtime may hold
+        # other clients' pods: only the pods this rootDir's agent made are stopped
+        only = None if embedded else owned_pod_uids(paths.pod_logs_dir)
         try:
+            others = 0 if only is None else len(set(runtime_pods(cri)) - only)
             results = stop_all_pods(cri, log, paths.pods_dir, cgroups, time.sleep,
-                                    time.monotonic, time.time)
+                                    time.monotonic, time.time, only)
         except CriError as err:
             print(f"podvisorctl: cannot list the pods at {endpoint}: {err}", file=sys.stderr)
             return 1
@@ -123,6 +135,9 @@ def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
     stopped = len(results) - len(failed)
     print(f"stopped {stopped} {'pod' if stopped == 1 else 'pods'} (no agent was running; "
           f"asked the runtime at {endpoint} directly)")
+    if others:
+        print(f"left {others} other {'pod' if others == 1 else 'pods'} of that runtime alone "
+              f"(not made by the agent of {paths.root})")
     log.info("ctl.pods_stopped", pods=stopped, failed=len(failed))
     return 1 if failed else 0
 

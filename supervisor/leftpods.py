@@ -51,8 +51,11 @@ def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) ->
     embedded runtime has no socket: it never ran, so there are no pods)."""
     from podvisor.services.cri import CriError, new_runtime_client
     from podvisor.services.cri.client import RuntimeClient
+    from podvisor.services.syncloop.stopall import owned_pod_uids
 
     endpoint = config.runtime_endpoint
+    # another runtime (containerd) may run other clients' pods: count only this rootDir's
+    owned = owned_pod_uids(paths.pod_logs_dir) if endpoint != "embedded" else None
     if endpoint == "embedded":
         if not paths.cri_socket.exists():
             return 0
@@ -66,8 +69,9 @@ def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) ->
     finally:
         if cri is not None:
             cri.close()
-    return len({s.labels[POD_UID_LABEL] for s in sandboxes
-                if s.state == 0 and s.labels.get(POD_UID_LABEL)})  # 0 = SANDBOX_READY
+    uids = {s.labels[POD_UID_LABEL] for s in sandboxes
+            if s.state == 0 and s.labels.get(POD_UID_LABEL)}  # 0 = SANDBOX_READY
+    return len(uids if owned is None else uids & owned)
 
 
 def left_message(count: int | None, root: Path | str) -> str | None:

@@ -8,11 +8,16 @@ sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory a
 cgroups are on) its cgroup folders removed. preStop hooks do not run: the pod's spec is not
 known without its source. Pods are stopped in parallel, so the whole run takes about the
 longest grace. One pod's failure never stops the others; it is reported in its result.
+
+A runtime such as containerd may run other clients' pods (another agent, another rootDir):
+``owned_pod_uids`` names the pods this rootDir's agent made (each got its log directory
+``pod-logs/<namespace>_<name>_<uid>`` before its sandbox was created, and keeps it), and only
+those are stopped when the caller passes them as ``only``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +31,7 @@ from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import PodCgroups, new_pod_cgroups
 from podvisor.services.syncloop.terminate import Log, terminate_pod
 
-__all__ = ["StoppedPod", "pod_cgroups", "runtime_pods", "stop_all_pods"]
+__all__ = ["StoppedPod", "owned_pod_uids", "pod_cgroups", "runtime_pods", "stop_all_pods"]
 
 MAX_PARALLEL = 32
 
@@ -49,6 +54,16 @@ def pod_cgroups(cgroup_root: str, log: Log) -> PodCgroups | None:
     return new_pod_cgroups(cgroup_root, new_cgroup_fs(), log) if cgroup_root else None
 
 
+def owned_pod_uids(pod_logs_dir: Path) -> set[str]:
+    """UIDs of the pods the agent of this rootDir created (from ``pod-logs/<ns>_<name>_<uid>``;
+    names, namespaces and static pod UIDs hold no ``_``)."""
+    try:
+        entries = list(pod_logs_dir.iterdir())
+    except OSError:
+        return set()
+    return {e.name.rsplit("_", 1)[1] for e in entries if e.is_dir() and "_" in e.name}
+
+
 def runtime_pods(cri: RuntimeClient) -> dict[str, str]:
     """Every pod UID the runtime has sandboxes or containers for -> "namespace/name"."""
     out: dict[str, str] = {}
@@ -67,10 +82,14 @@ def runtime_pods(cri: RuntimeClient) -> dict[str, str]:
 
 def stop_all_pods(cri: RuntimeClient, log: Log, pods_dir: Path, cgroups: PodCgroups | None,
                   sleep: Callable[[float], None], mono: Callable[[], float],
-                  wall: Callable[[], float]) -> list[StoppedPod]:
-    """Terminate every pod of the runtime (in parallel); one result per pod, sorted by name.
-    Raises CriError only when the runtime cannot even be listed."""
+                  wall: Callable[[], float], only: Collection[str] | None = None
+                  ) -> list[StoppedPod]:
+    """Terminate every pod of the runtime (``only``: just the pods with these UIDs), in
+    parallel; one result per pod, sorted by name. Raises CriError only when the runtime cannot
+    even be listed."""
     pods = runtime_pods(cri)
+    if only is not None:
+        pods = {uid: name for uid, name in pods.items() if uid in only}
 
     def one(uid: str) -> StoppedPod:
         name = pods[uid]

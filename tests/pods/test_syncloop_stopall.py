@@ -11,7 +11,12 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.syncloop import labels as L
-from podvisor.services.syncloop.stopall import StoppedPod, runtime_pods, stop_all_pods
+from podvisor.services.syncloop.stopall import (
+    StoppedPod,
+    owned_pod_uids,
+    runtime_pods,
+    stop_all_pods,
+)
 from podvisor.supervisor.logs import MemoryLogger
 
 
@@ -68,6 +73,23 @@ def test_one_failing_pod_does_not_stop_the_others(tmp_path: Path) -> None:
     assert sum(not r.ok for r in results) == 1
     assert "disk on fire" in next(r.error for r in results if not r.ok)
     assert len(runtime_pods(cri)) == 1  # only the failed one is left
+
+
+def test_only_the_pods_of_this_root_dir(tmp_path: Path) -> None:
+    """On a shared runtime only the pods this rootDir's agent made (a log dir under
+    pod-logs/) are stopped."""
+    cri = FakeRuntimeClient()
+    add_pod(cri, "mine", "u-mine", grace=5)
+    add_pod(cri, "theirs", "u-theirs", grace=5)
+    logs = tmp_path / "pod-logs"
+    (logs / "default_mine_u-mine").mkdir(parents=True)
+    (logs / "stray-file").write_text("")
+    assert owned_pod_uids(logs) == {"u-mine"}
+    results = stop_all_pods(cri, MemoryLogger(), tmp_path / "pods", None, lambda _s: None,
+                            lambda: 100.0, lambda: 1_700_000_000.0, owned_pod_uids(logs))
+    assert [r.uid for r in results] == ["u-mine"]
+    assert set(runtime_pods(cri)) == {"u-theirs"}
+    assert owned_pod_uids(tmp_path / "missing") == set()
 
 
 def test_nothing_to_stop(tmp_path: Path) -> None:
