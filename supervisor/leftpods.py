@@ -8,37 +8,15 @@ while the embedded runtime still serves. gRPC is imported only here, at shutdown
 
 from __future__ import annotations
 
-import shlex
-import shutil
-import sys
 from pathlib import Path
 
 from podvisor.ipc.paths import RunPaths
+from podvisor.supervisor.advice import stop_pods_command
 from podvisor.supervisor.config import Config
 
-__all__ = ["count_running_pods", "ctl_program", "hint", "left_message", "stop_pods_command"]
+__all__ = ["count_running_pods", "hint", "left_message"]
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
-
-
-def ctl_program() -> str:
-    """How to call `podvisorctl` from a shell, for advice the agent prints: the bare name when
-    PATH finds the one installed beside this Python, else its full path (a venv not on PATH),
-    else `python -m`."""
-    beside = Path(sys.executable).parent / "podvisorctl"
-    found = shutil.which("podvisorctl")
-    if beside.exists():
-        if found is not None and Path(found).resolve() == beside.resolve():
-            return "podvisorctl"
-        return shlex.quote(str(beside))
-    if found is not None:
-        return "podvisorctl"
-    return f"{shlex.quote(sys.executable)} -m podvisor.supervisor.ctl"
-
-
-def stop_pods_command(root: Path | str) -> str:
-    """The exact command that stops every pod of the agent on `root`, with or without it."""
-    return f"{ctl_program()} --root-dir {shlex.quote(str(root))} shutdown --pods"
 
 
 def hint(root: Path | str) -> str:

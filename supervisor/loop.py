@@ -25,12 +25,13 @@ from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.events.store import EventStore
+from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.faults import ControlFault, Fault
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
-from podvisor.supervisor.leftpods import count_running_pods, left_message, stop_pods_command
+from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
@@ -297,6 +298,9 @@ class Agent:
         if self.p.config.run_once:
             results_path(RunPaths(Path(self.p.config.root_dir))).unlink(missing_ok=True)
         self.sup.start_all()
+        if not self.p.config.run_once:
+            advice = start_advice(self.p.config, "syncloop" in self.sup.procs)
+            print("\n".join(advice), file=sys.stderr, flush=True)
         while True:
             timeout = self._timeout_ms(control)
             control.check_pending(self.p.clock())
