@@ -32,7 +32,8 @@ DIR="$1"
 [[ "$DIR" == /* ]] || DIR="$(pwd)/$DIR"
 DIR="${DIR%/}"
 [[ "$(id -u)" == 0 ]] || die "containerd needs root (running as uid $(id -u))"
-CONTAINERD="$(command -v containerd)" || die "containerd is not installed (run setup.sh as root)"
+CONTAINERD="$(command -v containerd)" \
+    || die "containerd is not installed (run $HERE/setup.sh $DIR as root)"
 "$HERE/setup.sh" --no-install "$DIR" >/dev/null
 SOCK="$DIR/run/containerd.sock"
 ctr_() { timeout 20 ctr --address "$SOCK" "$@"; }
