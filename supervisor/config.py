@@ -131,7 +131,7 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("cgroupRoot", "cgroup_root", CGROUP,
         "pods' cgroups go under <cgroupRoot>/pod<uid> ('' = the runtime's default place)"),
     Key("runOnce", "run_once", BOOL,
-        "run the sources' first sets once, print each pod's result and exit (--runonce)"),
+        "run the sources' first sets once, print each pod's result and exit"),
     Key("runOnceMaxRetries", "run_once_max_retries", COUNT,
         "RunOnce: SyncPods per pod at most before it counts as failed"),
     Key("runOnceRetryDelay", "run_once_retry_delay", DURATION,
