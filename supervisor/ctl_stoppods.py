@@ -78,6 +78,24 @@ def _embedded_runtime(paths: RunPaths, log: EventLogger) -> Iterator[str]:
         thread.join(RUNTIME_START_TIMEOUT)
 
 
+def _serving(paths: RunPaths) -> bool:
+    """Whether an embedded runtime already serves `run/cri.sock` (the runtime process of an
+    agent killed -9 lives on until its parent-death SIGTERM ends it): then it is used, never
+    doubled by a second one over the same state."""
+    from podvisor.services.cri import CriError, new_runtime_client
+
+    if not paths.cri_socket.exists():
+        return False
+    cri = new_runtime_client(f"unix://{paths.cri_socket}", timeout=1.0)
+    try:
+        cri.version()
+    except CriError:
+        return False
+    finally:
+        cri.close()
+    return True
+
+
 def _config(paths: RunPaths) -> Config | None:
     if not paths.config_json.exists():
         return None
@@ -105,7 +123,10 @@ def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
         return 0
     embedded = endpoint == "embedded"
     with contextlib.ExitStack() as stack:
-        if embedded:
+        if embedded and _serving(paths):
+            endpoint = f"unix://{paths.cri_socket}"
+            log.info("ctl.runtime_serving", socket=str(paths.cri_socket))
+        elif embedded:
             try:
                 endpoint = stack.enter_context(_embedded_runtime(paths, log))
             except RuntimeError as exc:
