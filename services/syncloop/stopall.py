@@ -7,7 +7,9 @@ SIGTERM, then SIGKILL once the grace is over (never less than 2 s between them);
 sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory and (when pod
 cgroups are on) its cgroup folders removed. preStop hooks do not run: the pod's spec is not
 known without its source. Pods are stopped in parallel, so the whole run takes about the
-longest grace. One pod's failure never stops the others; it is reported in its result.
+longest grace. A failed teardown is tried again (``ATTEMPTS``, reading the pod afresh: a pod
+another client removed meanwhile counts as stopped); one pod's failure never stops the others;
+it is reported in its result.
 
 A runtime such as containerd may run other clients' pods (another agent, another rootDir):
 ``owned_pod_uids`` names the pods this rootDir's agent made (each got its log directory
@@ -29,11 +31,14 @@ from podvisor.services.cri.errors import CriError
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import PodCgroups, new_pod_cgroups
-from podvisor.services.syncloop.terminate import Log, terminate_pod
+from podvisor.services.syncloop.runtime_state import read_pod_runtime
+from podvisor.services.syncloop.terminate import Log, orphan_grace, terminate_pod
 
 __all__ = ["StoppedPod", "owned_pod_uids", "pod_cgroups", "runtime_pods", "stop_all_pods"]
 
 MAX_PARALLEL = 32
+ATTEMPTS = 3       # per pod: a failed teardown is tried again (it reads the pod afresh)
+RETRY_DELAY = 1.0  # seconds before the 2nd attempt, 2x before the 3rd
 
 
 @dataclass(frozen=True)
@@ -92,20 +97,32 @@ def stop_all_pods(cri: RuntimeClient, log: Log, pods_dir: Path, cgroups: PodCgro
         pods = {uid: name for uid, name in pods.items() if uid in only}
 
     def one(uid: str) -> StoppedPod:
-        name = pods[uid]
-        try:
-            before, grace, left = terminate_pod(cri, log, uid, None, None, sleep, mono, wall,
-                                                pods_dir)
+        name, running, error = pods[uid], 0, ""
+        grace: float | None = None
+        try:  # what runs before anything is stopped (an attempt may fail half-way)
+            first = read_pod_runtime(cri, uid, mono, wall)
+            running, grace = len(first.running()), orphan_grace(first)
         except CriError as err:
-            log.warning("syncloop.pod.stop_failed", pod=name, pod_uid=uid, error=str(err))
-            return StoppedPod(uid, name, 0, 0.0, str(err))
-        if not left.empty:
-            return StoppedPod(uid, name, len(before.running()), grace,
-                              "containers or sandboxes remain after teardown")
-        if cgroups is not None:
-            cgroups.remove(uid)  # a busy folder is logged; the pod itself is gone
-        log.info("syncloop.pod.stopped", pod=name, pod_uid=uid, grace=grace)
-        return StoppedPod(uid, name, len(before.running()), grace)
+            error = str(err)
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                before, used, left = terminate_pod(cri, log, uid, None, grace, sleep, mono,
+                                                   wall, pods_dir)
+            except CriError as err:  # e.g. another client removing the same pod right now
+                error = str(err)
+            else:
+                running, grace = max(running, len(before.running())), used
+                if left.empty:
+                    if cgroups is not None:
+                        cgroups.remove(uid)  # a busy folder is logged; the pod itself is gone
+                    log.info("syncloop.pod.stopped", pod=name, pod_uid=uid, grace=grace)
+                    return StoppedPod(uid, name, running, grace)
+                error = "containers or sandboxes remain after teardown"
+            log.warning("syncloop.pod.stop_failed", pod=name, pod_uid=uid, error=error,
+                        attempt=attempt)
+            if attempt < ATTEMPTS:
+                sleep(RETRY_DELAY * attempt)
+        return StoppedPod(uid, name, running, grace or 0.0, error)
 
     if not pods:
         return []

@@ -64,15 +64,26 @@ def test_a_pod_without_recorded_grace_gets_the_default_and_short_ones_two_second
     assert sorted(t for _c, t in cri.method_calls("StopContainer")) == [2, 30]
 
 
+def test_a_failed_teardown_is_tried_again(tmp_path: Path) -> None:
+    cri = FakeRuntimeClient()
+    add_pod(cri, "a", "u-a", grace=5)
+    cri.fail("RemovePodSandbox", grpc.StatusCode.UNKNOWN, "already in removing state", times=1)
+    [r] = stop(cri, tmp_path, MemoryLogger())
+    assert (r.ok, r.containers, r.grace) == (True, 1, 5)
+    assert runtime_pods(cri) == {}
+
+
 def test_one_failing_pod_does_not_stop_the_others(tmp_path: Path) -> None:
     cri = FakeRuntimeClient()
     add_pod(cri, "a", "u-a", grace=5)
     add_pod(cri, "b", "u-b", grace=5)
-    cri.fail("RemovePodSandbox", grpc.StatusCode.INTERNAL, "disk on fire", times=1)
-    results = stop(cri, tmp_path, MemoryLogger())
+    cri.fail("RemovePodSandbox", grpc.StatusCode.INTERNAL, "disk on fire", times=3)
+    log = MemoryLogger()
+    results = stop(cri, tmp_path, log)
     assert sum(not r.ok for r in results) == 1
     assert "disk on fire" in next(r.error for r in results if not r.ok)
     assert len(runtime_pods(cri)) == 1  # only the failed one is left
+    assert [e["attempt"] for e in log.named("syncloop.pod.stop_failed")] == [1, 2, 3]
 
 
 def test_only_the_pods_of_this_root_dir(tmp_path: Path) -> None:
