@@ -5,6 +5,7 @@
   left running, and the command the agent prints stops it (run as printed).
 - Only good pods: exit 0.
 - The embedded runtime killed (SIGKILL) mid-run: the supervisor restarts it and the run finishes.
+- SIGINT mid-run: exit 1, "stopped before every pod was run", the pod left running.
 - On containerd (only when PODVISOR_CONTAINERD_ENDPOINT is set): a busybox pod, then the printed
   stop command removes it from containerd.
 Only the runtime, the file source and the RunOnce driver run: no sync loop, no HTTP server.
@@ -18,6 +19,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -221,3 +223,28 @@ def test_runonce_on_containerd(run: Run) -> None:
                 pass
         remove_pod_cgroup(cgroup_root)
         cri.close()
+
+
+@pytest.mark.timeout(120)
+def test_sigint_interrupts_the_run(agent: Any, run: Run, wait_for: Any) -> None:
+    """Ctrl-C during RunOnce: the agent stops at once, says the run did not finish, exits 1;
+    the pod it started is left running (stopped here by the printed-style command)."""
+    gate = run.marks / "never"
+    init = f"echo $$ > {run.marks}/init.pid; while [ ! -e {gate} ]; do sleep 0.1; done"
+    manifest = yaml.safe_load(pod_yaml("slow", marked(run.marks, "slow")))
+    manifest["spec"]["initContainers"] = [
+        {"name": "wait", "image": "host", "command": ["sh", "-c", init]}]
+    (run.manifests / "slow.yaml").write_text(yaml.safe_dump(manifest), "utf-8")
+    cfg = {"nodeName": "e2e", "rootDir": str(run.root / "root"),
+           "staticPodPath": str(run.manifests), "runOnce": True,
+           "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}}
+    handle = agent(config=cfg, wait=False)
+    init_pid = wait_for(lambda: read_pid(run.marks, "init"), 60.0, 0.05, "the init container")
+    handle.proc.send_signal(signal.SIGINT)
+    assert handle.proc.wait(60) == 1
+    assert "podvisor: runonce: stopped before every pod was run" in handle.stderr()
+    assert pid_alive(init_pid)  # pods are never stopped by the agent's exit
+    done = subprocess.run([str(BIN / "podvisorctl"), "--root-dir", str(run.root / "root"),
+                           "shutdown", "--pods"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done
+    assert not pid_alive(init_pid)
