@@ -3,10 +3,10 @@ does when no agent answers.
 
 Each pod is terminated as the sync loop terminates an orphan (``terminate.terminate_pod``): the
 grace is the largest ``terminationGracePeriodSeconds`` recorded on its containers (default 30),
-SIGTERM, then SIGKILL once the grace is over (never less than 2 s between them); then its
-sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory and (when pod
-cgroups are on) its cgroup folders removed. preStop hooks do not run: the pod's spec is not
-known without its source. Pods are stopped in parallel, so the whole run takes about the
+each container's preStop hook as recorded on it (``labels.PRE_STOP``, exec or sleep, within the
+grace), SIGTERM, then SIGKILL once the grace is over (never less than 2 s between them); then
+its sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory and (when
+pod cgroups are on) its cgroup folders removed. Pods are stopped in parallel, so the whole run takes about the
 longest grace. A failed teardown is tried again (``ATTEMPTS``, reading the pod afresh: a pod
 another client removed meanwhile counts as stopped); one pod's failure never stops the others;
 it is reported in its result.

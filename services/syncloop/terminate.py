@@ -37,7 +37,9 @@ class Log(Protocol):
 def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, grace: float,
               sleep: Callable[[float], None]) -> None:
     spec = next((s for s in pod.all_containers() if s.name == c.name), None) if pod else None
-    hook = spec.lifecycle.pre_stop if spec is not None else None
+    # without the spec (an orphan, no agent): the handler recorded on the container, as the
+    # kubelet restores it from its annotations
+    hook = spec.lifecycle.pre_stop if spec is not None else L.pre_stop_handler(c.pre_stop)
     if hook is None:
         return
     try:

@@ -11,8 +11,8 @@
 - kill -9 of the supervisor: every agent process exits (parent-death signal), pods keep running,
   and a new agent adopts them without restarting them.
 - SIGINT (Ctrl-C), then the exact command the agent printed, run as printed with no agent: every
-  pod stopped (TERM, KILL after the grace for the one ignoring TERM), exit 0, nothing left in
-  the runtime, under `pods/` or as a process.
+  pod stopped (its preStop hook, TERM, KILL after the grace for the one ignoring TERM), exit 0,
+  nothing left in the runtime, under `pods/` or as a process.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from tests.pods.lifecycle import (
     agent_config,
@@ -213,6 +214,11 @@ PRINTED = re.compile(r"podvisor: left (\d+) pods? running; stop them with `([^`]
 def test_sigint_then_the_printed_command_stops_every_pod(
         agent: Any, pods: Pods, wait_for: Any) -> None:
     write_pods(pods, stubborn_grace=3)
+    # pod a has a preStop hook: with no agent (no pod spec) it runs from the container's record
+    a = yaml.safe_load((pods.manifests / "a.yaml").read_text("utf-8"))
+    a["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": [
+        "sh", "-c", f"echo hook > {pods.marks}/a.prestop"]}}}
+    (pods.manifests / "a.yaml").write_text(yaml.safe_dump(a), "utf-8")
     handle = start(agent, pods)
     running_podlist(pods, wait_for)
     pids = wait_for(lambda: (d := pods.pids()) and len(d) == 3 and d, 10.0)
@@ -230,6 +236,7 @@ def test_sigint_then_the_printed_command_stops_every_pod(
     assert done.returncode == 0, (found.group(2), done.stdout, done.stderr)
     assert not any(pid_alive(pid) for pid in pids.values()), "a container outlived the command"
     assert pods.termed("a") and pods.termed("b") and not pods.termed("stubborn")
+    assert (pods.marks / "a.prestop").read_text() == "hook\n", "a's preStop hook did not run"
     for name in NAMES:
         assert re.search(rf"^stopped pod default/{name}-e2e \(uid \S+\): 1 running container, "
                          rf"grace {3 if name == 'stubborn' else 10}s$", done.stdout, re.M), \

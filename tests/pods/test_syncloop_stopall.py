@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.pod.container import ExecAction, SleepAction
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.stopall import (
     StoppedPod,
@@ -20,7 +22,8 @@ from podvisor.services.syncloop.stopall import (
 from podvisor.supervisor.logs import MemoryLogger
 
 
-def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: int = 1) -> str:
+def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: int = 1,
+            pre_stop: ExecAction | SleepAction | None = None) -> str:
     labels = L.pod_labels(name, "default", uid)
     sid = cri.run_pod_sandbox(pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"), labels=labels))
@@ -28,7 +31,7 @@ def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: in
         cid = cri.create_container(sid, pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=f"c{i}"),
             labels=L.container_labels(name, "default", uid, f"c{i}"),
-            annotations=L.container_annotations("h", 0, grace)), pb.PodSandboxConfig())
+            annotations=L.container_annotations("h", 0, grace, pre_stop)), pb.PodSandboxConfig())
         cri.start_container(cid)
     return sid
 
@@ -101,6 +104,36 @@ def test_only_the_pods_of_this_root_dir(tmp_path: Path) -> None:
     assert [r.uid for r in results] == ["u-mine"]
     assert set(runtime_pods(cri)) == {"u-theirs"}
     assert owned_pod_uids(tmp_path / "missing") == set()
+
+
+def test_the_recorded_pre_stop_hook_runs_before_the_stop(tmp_path: Path) -> None:
+    cri = FakeRuntimeClient()
+    add_pod(cri, "a", "u-a", grace=10, pre_stop=ExecAction(("sh", "-c", "echo bye")))
+    slept: list[float] = []
+    add_pod(cri, "b", "u-b", grace=10, pre_stop=SleepAction(4))
+    results = stop_all_pods(cri, MemoryLogger(), tmp_path, None, slept.append, lambda: 100.0,
+                            lambda: 1_700_000_000.0)
+    assert all(r.ok for r in results)
+    [(cid, cmd, _timeout)] = cri.method_calls("ExecSync")
+    assert list(cmd) == ["sh", "-c", "echo bye"]
+    calls = [name for name, args in cri.calls if args and args[0] == cid]
+    assert calls.index("ExecSync") < calls.index("StopContainer")  # the hook, then TERM
+    assert 4 in slept
+
+
+@pytest.mark.parametrize(("handler", "text"), [
+    (ExecAction(("a", "b")), '{"exec": {"command": ["a", "b"]}}'),
+    (SleepAction(3), '{"sleep": {"seconds": 3}}')])
+def test_pre_stop_annotation_round_trip(handler: ExecAction | SleepAction, text: str) -> None:
+    assert L.container_annotations("h", 0, 1, handler)[L.PRE_STOP] == text
+    assert L.pre_stop_handler(text) == handler
+
+
+@pytest.mark.parametrize("bad", ["", "{", "[]", '{"exec": {"command": []}}',
+                                 '{"exec": {"command": [1]}}', '{"sleep": {"seconds": true}}',
+                                 '{"httpGet": {"port": 80}}'])
+def test_a_bad_or_unsupported_pre_stop_annotation_is_none(bad: str) -> None:
+    assert L.pre_stop_handler(bad) is None
 
 
 def test_nothing_to_stop(tmp_path: Path) -> None:
