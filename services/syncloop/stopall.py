@@ -6,10 +6,10 @@ grace is the largest ``terminationGracePeriodSeconds`` recorded on its container
 each container's preStop hook as recorded on it (``labels.PRE_STOP``, exec or sleep, within the
 grace), SIGTERM, then SIGKILL once the grace is over (never less than 2 s between them); then
 its sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory and (when
-pod cgroups are on) its cgroup folders removed. Pods are stopped in parallel, so the whole run takes about the
-longest grace. A failed teardown is tried again (``ATTEMPTS``, reading the pod afresh: a pod
-another client removed meanwhile counts as stopped); one pod's failure never stops the others;
-it is reported in its result.
+pod cgroups are on) its cgroup folders removed. Pods are stopped in parallel, so the whole run
+takes about the longest grace. A failed teardown is tried again (``ATTEMPTS``, reading the
+pod afresh: a pod another client removed meanwhile counts as stopped); one pod's failure never
+stops the others; it is reported in its result.
 
 A runtime such as containerd may run other clients' pods (another agent, another rootDir):
 ``owned_pod_uids`` names the pods this rootDir's agent made (each got its log directory
