@@ -14,11 +14,9 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The agent itself prints how to look at it from another shell (exact for its config).
 run: venv
-	@echo "podvisor: pods from deploy/examples; in another shell try:"
-	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo status"
-	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo pods"
-	@echo "  curl -s http://127.0.0.1:10255/pods"
+	@echo "podvisor: pods from deploy/examples"
 	$(VENV)/bin/podvisor run --config $(CONFIG)
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of

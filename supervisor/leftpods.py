@@ -8,14 +8,20 @@ while the embedded runtime still serves. gRPC is imported only here, at shutdown
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from podvisor.ipc.paths import RunPaths
+from podvisor.supervisor.advice import stop_pods_command
 from podvisor.supervisor.config import Config
 
-__all__ = ["HINT", "count_running_pods", "left_message"]
+__all__ = ["count_running_pods", "hint", "left_message"]
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
-HINT = ("stop them with `podvisorctl shutdown --pods` (or stopPodsOnExit: true / "
-        "--stop-pods-on-exit); a new agent on this rootDir adopts them")
+
+
+def hint(root: Path | str) -> str:
+    return (f"stop them with `{stop_pods_command(root)}` (or stopPodsOnExit: true / "
+            "--stop-pods-on-exit); a new agent on this rootDir adopts them")
 
 
 def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) -> int | None:
@@ -23,8 +29,11 @@ def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) ->
     embedded runtime has no socket: it never ran, so there are no pods)."""
     from podvisor.services.cri import CriError, new_runtime_client
     from podvisor.services.cri.client import RuntimeClient
+    from podvisor.services.syncloop.stopall import owned_pod_uids
 
     endpoint = config.runtime_endpoint
+    # another runtime (containerd) may run other clients' pods: count only this rootDir's
+    owned = owned_pod_uids(paths.pod_logs_dir) if endpoint != "embedded" else None
     if endpoint == "embedded":
         if not paths.cri_socket.exists():
             return 0
@@ -38,16 +47,17 @@ def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) ->
     finally:
         if cri is not None:
             cri.close()
-    return len({s.labels[POD_UID_LABEL] for s in sandboxes
-                if s.state == 0 and s.labels.get(POD_UID_LABEL)})  # 0 = SANDBOX_READY
+    uids = {s.labels[POD_UID_LABEL] for s in sandboxes
+            if s.state == 0 and s.labels.get(POD_UID_LABEL)}  # 0 = SANDBOX_READY
+    return len(uids if owned is None else uids & owned)
 
 
-def left_message(count: int | None) -> str | None:
+def left_message(count: int | None, root: Path | str) -> str | None:
     """The line printed on exit, or None when nothing is left running."""
     if count is None:
         return ("podvisor: pods may still be running (the runtime could not be asked); "
-                + HINT)
+                + hint(root))
     if count == 0:
         return None
     noun = "pod" if count == 1 else "pods"
-    return f"podvisor: left {count} {noun} running; {HINT}"
+    return f"podvisor: left {count} {noun} running; {hint(root)}"

@@ -93,6 +93,9 @@ class Engine:
         self._watcher.start()
         native = monitor_binary()
         self._spawner.monitor_exe = str(native.path or "")
+        # monitors outlive the agent: they must not hold its stdout/stderr (a pipe to `tee` or
+        # a caller reading `podvisor run --runonce` would stay open while any pod runs)
+        self._spawner.stderr_path = str(self._exit_socket.with_name("monitors.log"))
         if native.path is None:
             self.log.warning("runtime.monitor.python", reason=native.why,
                              detail="container monitors run the Python monitor "

@@ -162,6 +162,9 @@ class Spawner:
         self._reply_timeout = reply_timeout
         self.notify = notify
         self.monitor_exe = monitor_exe
+        # the zygote's (so every monitor's) stderr: this file when set, else the runtime's;
+        # stdout is /dev/null
+        self.stderr_path = ""
         self._native = False  # the running zygote is the C one
 
     def start(self) -> None:
@@ -175,11 +178,17 @@ class Spawner:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fd = str(theirs.fileno())
         self._native = bool(self.monitor_exe)
-        self._proc = subprocess.Popen(
-            [self.monitor_exe, "--zygote", fd] if self._native
-            else [sys.executable, "-m", "podvisor.services.runtime.zygote", fd],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        err = open(self.stderr_path, "ab") if self.stderr_path else None  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [self.monitor_exe, "--zygote", fd] if self._native
+                else [sys.executable, "-m", "podvisor.services.runtime.zygote", fd],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            )
+        finally:
+            if err is not None:
+                err.close()
         theirs.close()
         self._sock = ours
         return ours

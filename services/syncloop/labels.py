@@ -3,7 +3,10 @@ and the log paths (``<rootDir>/pod-logs/<ns>_<name>_<uid>/<container>/<restartCo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from podvisor.services.pod.container import ExecAction, LifecycleHandler, SleepAction
 
 POD_UID = "io.kubernetes.pod.uid"
 POD_NAME = "io.kubernetes.pod.name"
@@ -12,6 +15,9 @@ CONTAINER_NAME = "io.kubernetes.container.name"
 CONTAINER_HASH = "io.kubernetes.container.hash"
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
+# The container's preStop handler as JSON (the kubelet's annotation), so a container whose pod
+# spec is gone (an orphan; `podvisorctl shutdown --pods` without an agent) still gets its hook.
+PRE_STOP = "io.kubernetes.container.preStopHandler"
 
 
 def parse_int(text: str | None, default: int = 0) -> int:
@@ -29,9 +35,33 @@ def container_labels(name: str, namespace: str, uid: str, container: str) -> dic
     return {**pod_labels(name, namespace, uid), CONTAINER_NAME: container}
 
 
-def container_annotations(spec_hash: str, restart_count: int, grace: int) -> dict[str, str]:
-    return {CONTAINER_HASH: spec_hash, RESTART_COUNT: str(restart_count),
-            GRACE_PERIOD: str(grace)}
+def container_annotations(spec_hash: str, restart_count: int, grace: int,
+                          pre_stop: LifecycleHandler | None = None) -> dict[str, str]:
+    out = {CONTAINER_HASH: spec_hash, RESTART_COUNT: str(restart_count),
+           GRACE_PERIOD: str(grace)}
+    if pre_stop is not None:
+        out[PRE_STOP] = json.dumps({pre_stop.KIND: pre_stop.to_dict()}, sort_keys=True)
+    return out
+
+
+def pre_stop_handler(text: str) -> ExecAction | SleepAction | None:
+    """The preStop handler recorded in ``PRE_STOP`` (exec and sleep; None for anything else,
+    a missing or a malformed one)."""
+    try:
+        raw = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    exec_ = raw.get("exec")
+    if isinstance(exec_, dict) and isinstance(cmd := exec_.get("command"), list) and cmd \
+            and all(isinstance(x, str) for x in cmd):
+        return ExecAction(tuple(cmd))
+    sleep = raw.get("sleep")
+    if isinstance(sleep, dict) and isinstance(secs := sleep.get("seconds"), int) \
+            and not isinstance(secs, bool) and secs >= 0:
+        return SleepAction(secs)
+    return None
 
 
 def pod_log_dir(pod_logs_root: Path, name: str, namespace: str, uid: str) -> Path:

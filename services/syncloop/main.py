@@ -51,6 +51,7 @@ from podvisor.services.syncloop.runtime_events import (
     pod_events,
 )
 from podvisor.services.syncloop.syncpod import SyncDeps
+from podvisor.services.syncloop.terminate import Log
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 from podvisor.supervisor.child import ChildContext
 
@@ -97,9 +98,9 @@ def _endpoint(ctx: ChildContext) -> str:
     return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
 
 
-def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
-          wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
-    """The composition root: every part of the sync loop, from the config."""
+def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
+    """What SyncPod needs, from the config (also RunOnce's, with ``shared`` off: no listing
+    shared between workers and no image presence cache, every read fresh)."""
     cfg = ctx.config
     sl = cfg.syncloop
     policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
@@ -107,16 +108,24 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     cri = new_runtime_client(_endpoint(ctx), timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
-    log = EventingLog(ctx.log, events) if events is not None else ctx.log
     cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log) if cfg.cgroup_root
                else None)
-    sync = SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
+    return SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
-                    cache=RuntimeCache(cri, time.monotonic, time.time),
-                    images=ImagePresence(cri, time.monotonic), network=NetworkState())
+                    cache=RuntimeCache(cri, time.monotonic, time.time) if shared else None,
+                    images=ImagePresence(cri, time.monotonic) if shared else None,
+                    network=NetworkState())
+
+
+def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
+          wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
+    """The composition root: every part of the sync loop, from the config."""
+    cfg = ctx.config
+    log = EventingLog(ctx.log, events) if events is not None else ctx.log
+    sync = new_sync_deps(ctx, log)
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
                      heartbeat_interval=cfg.supervision.heartbeat_interval)
 
