@@ -141,7 +141,7 @@ def test_the_runtime_killed_mid_run_is_restarted_and_the_run_finishes(
     # the pod's init container waits for a file the test writes once the runtime was killed
     # and restarted: the run cannot finish before
     gate = run.marks / "go"
-    init = (f"echo $$ > {run.marks}/init.pid; while [ ! -e {gate} ]; do sleep 0.1; done")
+    init = (f"echo $$$$ > {run.marks}/init.pid; while [ ! -e {gate} ]; do sleep 0.1; done")
     manifest = yaml.safe_load(pod_yaml("slow", marked(run.marks, "slow")))
     manifest["spec"]["initContainers"] = [
         {"name": "wait", "image": "host", "command": ["sh", "-c", init]}]
@@ -230,7 +230,7 @@ def test_sigint_interrupts_the_run(agent: Any, run: Run, wait_for: Any) -> None:
     """Ctrl-C during RunOnce: the agent stops at once, says the run did not finish, exits 1;
     the pod it started is left running (stopped here by the printed-style command)."""
     gate = run.marks / "never"
-    init = f"echo $$ > {run.marks}/init.pid; while [ ! -e {gate} ]; do sleep 0.1; done"
+    init = f"echo $$$$ > {run.marks}/init.pid; while [ ! -e {gate} ]; do sleep 0.1; done"
     manifest = yaml.safe_load(pod_yaml("slow", marked(run.marks, "slow")))
     manifest["spec"]["initContainers"] = [
         {"name": "wait", "image": "host", "command": ["sh", "-c", init]}]
