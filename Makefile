@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONFIG ?= deploy/podvisor.yaml
 
-.PHONY: venv run test lint typecheck soak bench clean
+.PHONY: venv run test test-deps lint typecheck soak bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,11 @@ typecheck: venv
 lint: venv typecheck
 	$(VENV)/bin/ruff check .
 
-test: lint
+# The outside tools the tests drive (.ci/test-packages.txt), from Debian when root with apt.
+test-deps:
+	bash .ci/test-deps.sh
+
+test: test-deps lint
 	$(VENV)/bin/pytest -q
 
 soak: venv
