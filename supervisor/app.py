@@ -22,6 +22,7 @@ import zmq
 
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.paths import RunPaths
+from podvisor.ipc.rlimits import raise_nofile_limit
 from podvisor.services.events.store import EventStore
 from podvisor.supervisor.commands import Command, default_commands
 from podvisor.supervisor.config import Config, keys_not_yet_used, load_config, write_config_json
@@ -78,6 +79,7 @@ def run_agent(
     """Run the agent in the foreground until SIGTERM/SIGINT/`shutdown`; returns the exit code.
     `config` is the already validated `load_config(config_path, overrides)`."""
     deps = deps or Dependencies()
+    nofile = raise_nofile_limit()  # every child inherits it (the runtime holds one per container)
     paths = RunPaths(Path(config.root_dir))
     paths.ensure()
     lock = lock_root(paths)
@@ -85,6 +87,8 @@ def run_agent(
     log = setup_logging("supervisor", paths.logs_dir, sup_cfg.log_level, sup_cfg.log_max_size,
                         sup_cfg.log_max_files)
     write_config_json(config, paths.config_json)
+    if nofile[0] != nofile[1]:
+        log.info("supervisor.nofile_raised", soft_was=nofile[0], soft=nofile[1])
     for key, why in keys_not_yet_used(config):
         log.warning("config.key_not_used", key=key, reason=why)
 
