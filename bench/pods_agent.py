@@ -53,6 +53,10 @@ spec:
     image: host
     imagePullPolicy: {pull}
     command: ["sleep", "{seconds}"]
+{resources}"""
+# `--limits`: every container gets a cgroup (limits at create) besides its security context
+RESOURCES = """    resources:
+      limits: {cpu: 100m, memory: 64Mi}
 """
 
 
@@ -94,6 +98,7 @@ class Agent:
         self.cri: RuntimeClient | None = None
         self.seq = 0
         self.pull_policy = "IfNotPresent"
+        self.limits = False  # RESOURCES in every manifest (a cgroup per container)
 
     # --- start / stop ------------------------------------------------------------------------
 
@@ -145,7 +150,9 @@ class Agent:
         self.seq += 1
         path = self.staging / f"{name}.yaml"
         path.write_text(MANIFEST.format(name=name, seconds=3600 + self.seq,
-                                        pull=self.pull_policy), encoding="utf-8")
+                                        pull=self.pull_policy,
+                                        resources=RESOURCES if self.limits else ""),
+                        encoding="utf-8")
         return path
 
     def drop(self, staged: Path) -> None:
