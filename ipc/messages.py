@@ -130,6 +130,18 @@ class AllPodsStopped(Message):
     ts: float = 0.0
 
 
+@dataclass(frozen=True)
+class RelistHint(Message):
+    """The sync loop has just changed containers in the runtime (created, started, stopped,
+    removed): PLEG may relist now rather than at its next period. Published at most once per
+    turn of the sync loop's main loop, and only while the runtime has no event stream; PLEG
+    coalesces and bounds the relists it triggers (services/pleg/main.py)."""
+
+    TYPE: ClassVar[str] = "syncloop.relist.hint"
+    TOPIC: ClassVar[str] = "syncloop.relist.hint"
+    ts: float = 0.0
+
+
 # --- events ---
 
 

@@ -28,7 +28,7 @@ import zmq
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
-from podvisor.ipc.messages import AllPodsStopped
+from podvisor.ipc.messages import AllPodsStopped, RelistHint
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.events.logbridge import EventingLog
 from podvisor.services.events.publisher import EventPublisher
@@ -242,6 +242,8 @@ def run(ctx: ChildContext) -> None:
     # a restarted sync loop never hands status/server an empty or partial map (they would
     # retire every pod's status and list no pods).
     started, serving = time.monotonic(), False
+    hint = [False]  # a work changed containers since the last RelistHint
+    loop.deps.changed_runtime = lambda: hint.__setitem__(0, True)
     try:
         while True:
             now = time.monotonic()
@@ -257,6 +259,10 @@ def run(ctx: ChildContext) -> None:
                 if ctx.stop.is_set():
                     break
                 stopping_pods = False
+            if hint[0]:
+                hint[0] = False
+                if not stops.streaming:  # with events, PLEG hears of the change by itself
+                    publisher.publish(RelistHint(ts=time.monotonic()))
             wait = TICK if timeout is None else min(TICK, timeout)
             ready = dict(poller.poll(max(0, int(wait * 1000))))
             if wake.read_fd in ready:

@@ -17,8 +17,9 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.messages import RelistHint
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pleg import main as pleg_main
@@ -375,3 +376,31 @@ def test_a_lone_pods_create_and_start_are_not_held_back(
     client.start_container(cid)  # its own batch, right after the create's
     wait_for(lambda: ("u1", "ContainerStarted", cid) in h.seen, pump=h.pump)
     assert batches == [1, 1]
+
+
+def test_relist_hint_relists_at_once_without_a_stream(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No event stream (containerd 1.6): the sync loop's RelistHint makes PLEG relist now, not
+    at its next period (made 60 s here, so only the hint can explain the event)."""
+    monkeypatch.setattr(pleg_main, "RELIST_PERIOD", 60.0)
+    client = FakeRuntimeClient()
+    client.fail("GetContainerEvents", grpc.StatusCode.UNIMPLEMENTED)
+    h: Harness = harness(client)
+    wait_for(lambda: h.health().get("events_mode") == "relist", pump=h.pump)
+    relists = h.health()["relists"]
+    _sid, cid = add_pod(client, "u1")
+    pub = Publisher(h.zctx, h.paths, "syncloop")
+
+    def hint() -> None:  # again until heard: the first may beat the subscription (slow joiner)
+        pub.publish(RelistHint(ts=time.monotonic()))
+        h.pump()
+    try:
+        wait_for(lambda: ("u1", "ContainerStarted", cid) in h.seen, timeout=30.0, pump=hint)
+    finally:
+        pub.close()
+    assert h.health()["relists"] > relists
+
+
+def test_hinted_relists_are_bounded_by_the_relist_duty() -> None:
+    assert pleg_main.hint_gap(0.0) == pleg_main.HINT_MIN_GAP
+    assert pleg_main.hint_gap(0.05) == pytest.approx(pleg_main.HINT_DUTY * 0.05)
