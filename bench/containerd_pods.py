@@ -147,7 +147,10 @@ def measure(n: int, many: int) -> dict[str, Any]:
                 proc.wait()
         log.close()
         ctrd.remove_pod_cgroup(cgroup_root)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("PVBENCH_KEEP"):
+            print(f"(kept {tmp})")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
