@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from podvisor.supervisor.chaos import INVARIANTS, Report
 
 BIN = Path(sys.executable).parent
 
 
+@pytest.mark.timeout(600)  # 60 s of faults, then convergence and shutdown, on a loaded machine
 def test_chaos_20_pods_60_seconds_every_invariant_zero() -> None:
     run = subprocess.run([str(BIN / "podvisor"), "chaos", "--pods", "20", "--duration", "60",
                           "--seed", "16", "--json"], capture_output=True, text=True,
