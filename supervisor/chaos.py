@@ -34,8 +34,8 @@ Figures: recovery seconds per fault kind and subsystem (p50/max; ``kill``: from 
 subsystem RUNNING again under a new PID; ``stop``: from SIGSTOP to RUNNING and not stopped;
 ``container``: from the kill to the replacement's process; ``supervisor``: from the kill to
 every subsystem RUNNING and /pods answering), and bus drops: gaps in the per-publisher sequence
-numbers of every message a bus subscriber of the chaos run received (a publisher seen again
-from a lower sequence, or one that was just killed, restarts its count).
+numbers of every message a bus subscriber of the chaos run received (a lower bound: see
+``BusCounter``).
 """
 
 from __future__ import annotations
@@ -166,26 +166,39 @@ def _agent_argv(config: Path) -> list[str]:
 
 
 class BusCounter:
-    """Counts the messages a subscriber receives and the gaps in each publisher's sequence."""
+    """Counts the messages a subscriber receives and the sequence numbers it never saw.
+
+    Per source name, the sequence numbers seen since that source last restarted (a fault of
+    ours); drops = the numbers missing between the lowest and the highest seen. A process may
+    hold two publishers under one name (the sync loop's events go out on their own), whose
+    sequences interleave: a number one of them skipped may be covered by the other, so this is
+    a lower bound, never an overcount."""
 
     def __init__(self, paths: RunPaths) -> None:
         self.zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.sub = Subscriber(self.zctx, paths, [""])
-        self.last: dict[str, int] = {}
+        self.seen: dict[str, set[int]] = defaultdict(set)
         self.lock = threading.Lock()
-        self.drops = 0
+        self.closed_drops = 0  # from sources forgotten since
         self.messages = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="chaos-bus", daemon=True)
         self.thread.start()
 
+    @staticmethod
+    def _missing(seqs: set[int]) -> int:
+        return max(seqs) - min(seqs) + 1 - len(seqs) if seqs else 0
+
+    @property
+    def drops(self) -> int:
+        with self.lock:
+            return self.closed_drops + sum(self._missing(s) for s in self.seen.values())
+
     def forget(self, source: str | None = None) -> None:
         """A publisher restarts (``None``: all of them): its next sequence starts anew."""
         with self.lock:
-            if source is None:
-                self.last.clear()
-            else:
-                self.last.pop(source, None)
+            for name in list(self.seen) if source is None else [source]:
+                self.closed_drops += self._missing(self.seen.pop(name, set()))
 
     def _run(self) -> None:
         while not self.stop.is_set():
@@ -194,10 +207,7 @@ class BusCounter:
                 continue
             with self.lock:
                 self.messages += 1
-                last = self.last.get(env.source)
-                if last is not None and env.seq > last + 1:
-                    self.drops += env.seq - last - 1
-                self.last[env.source] = env.seq
+                self.seen[env.source].add(env.seq)
 
     def close(self) -> None:
         self.stop.set()
