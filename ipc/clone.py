@@ -19,7 +19,6 @@ Thread-safety: owner and replica each belong to one thread, like their sockets.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +26,11 @@ import msgpack
 import zmq
 
 from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.clock import Clock
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.messages import MapHeartbeat, MapUpdate
 from podvisor.ipc.paths import RunPaths
 
-Clock = Callable[[], float]
 OnChange = Callable[[str, Any, Any], None]
 SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024
 REPLICA_BUFFER = 100_000
@@ -49,7 +48,7 @@ class MapOwner:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, publisher: Publisher,
-        map_name: str, heartbeat_interval: float = 1.0, clock: Clock = time.monotonic,
+        map_name: str, heartbeat_interval: float = 1.0, *, clock: Clock,
         idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX,
     ) -> None:
         self.map_name = map_name
@@ -61,7 +60,7 @@ class MapOwner:
         self._hb_interval = heartbeat_interval
         self._hb_max = max(heartbeat_interval, idle_heartbeat_max)
         self._hb_delay = heartbeat_interval
-        self._last_sent = clock()
+        self._last_sent = clock.monotonic()
         self.socket = zctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.bind(paths.snapshot(map_name))
@@ -92,7 +91,7 @@ class MapOwner:
         msg = MapUpdate(map=self.map_name, epoch=self.epoch, seq=self.seq, key=key, value=value,
                         deleted=deleted)
         self._pub.publish(msg, topic=_topic(self.map_name) + "update")
-        self._last_sent = self._clock()
+        self._last_sent = self._clock.monotonic()
         self._hb_delay = self._hb_interval
 
     def next_tick(self) -> float:
@@ -133,8 +132,8 @@ class MapReplica:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, map_name: str,
-        on_change: OnChange | None = None, snapshot_timeout: float = 2.0,
-        clock: Clock = time.monotonic,
+        on_change: OnChange | None = None, snapshot_timeout: float = 2.0, *,
+        clock: Clock,
     ) -> None:
         self.map_name = map_name
         self.epoch: str | None = None
@@ -150,7 +149,7 @@ class MapReplica:
         self._on_change = on_change
         self._timeout = snapshot_timeout
         self._clock = clock
-        self._sub = Subscriber(zctx, paths, [_topic(map_name)])
+        self._sub = Subscriber(zctx, paths, [_topic(map_name)], clock=clock)
         self.socket = self._sub.socket
         self._dealer = self._new_dealer()
 
@@ -219,17 +218,22 @@ class MapReplica:
 
     def sync(self, timeout: float | None = None) -> bool:
         """Ask for a snapshot and wait for it. False (and still stale) if the owner is silent."""
-        deadline = self._clock() + (self._timeout if timeout is None else timeout)
+        deadline = self._clock.monotonic() + (self._timeout if timeout is None else timeout)
         self._asked_at = None
         while True:
             if self._asked_at is None:
                 self._ask()
-            wait_ms = int((deadline - self._clock()) * 1000)
+            wait_ms = int((deadline - self._clock.monotonic()) * 1000)
             if wait_ms <= 0:
                 return False
+            # a poll that times out ends the wait (whatever the injected clock says: a fake
+            # one that stands still must not make a blocking call wait forever)
             if self._asked_at is None:  # the send queue was full: wait until it can go out
-                self._dealer.poll(wait_ms, zmq.POLLOUT)
-            elif self._dealer.poll(wait_ms) and self._take_reply():
+                if not self._dealer.poll(wait_ms, zmq.POLLOUT):
+                    return False
+            elif not self._dealer.poll(wait_ms):
+                return False
+            elif self._take_reply():
                 return True
 
     def _new_dealer(self) -> zmq.Socket[bytes]:
@@ -245,7 +249,7 @@ class MapReplica:
     def _ask(self) -> None:
         """Send a snapshot request unless one is outstanding and not yet timed out. The DEALER
         stays the same socket for the replica's life (callers register it in their pollers)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._asked_at is not None and now - self._asked_at < self._timeout:
             return
         try:

@@ -44,7 +44,6 @@ if __name__ == "__main__":
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import threading  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -53,6 +52,7 @@ from typing import Any  # noqa: E402
 
 import zmq  # noqa: E402
 
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock  # noqa: E402
 from podvisor.ipc.paths import RunPaths  # noqa: E402
 from podvisor.supervisor.config import Config, read_config_json  # noqa: E402
 from podvisor.supervisor.heartbeat import HeartbeatSender, beat_file  # noqa: E402
@@ -97,6 +97,7 @@ class ChildContext:
     zctx: zmq.Context[zmq.Socket[bytes]]
     stop: threading.Event = field(default_factory=StopEvent)
     beat: Callable[[], object] | None = None
+    clock: Clock = SYSTEM_CLOCK  # the process's one clock: every deadline is computed on it
 
     @property
     def stop_fd(self) -> int | None:
@@ -118,11 +119,11 @@ class ChildContext:
 
     def sleep(self, seconds: float) -> bool:
         """Wait up to `seconds`, heartbeating meanwhile; True as soon as `stop` is set."""
-        deadline = time.monotonic() + seconds
+        deadline = self.clock.monotonic() + seconds
         step = max(0.01, self.heartbeat_interval)
         while True:
             self.heartbeat()
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 return self.stop.is_set()
             if self.stop.wait(min(step, left)):
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging(name, paths.logs_dir, sup.log_level, sup.log_max_size, sup.log_max_files)
     zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sender = HeartbeatSender(zctx, paths.heartbeat, name, os.getpid(),
-                             BEAT_RATE * sup.heartbeat_interval,
+                             BEAT_RATE * sup.heartbeat_interval, SYSTEM_CLOCK.monotonic,
                              beat_path=beat_file(paths.run_dir, name))
     ctx = ChildContext(name, config, paths, log, zctx, stop, sender.beat)
     try:

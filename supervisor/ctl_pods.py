@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.podlist import pod_list, table_rows
@@ -42,7 +42,7 @@ def format_age(start: str | None, now: float) -> str:
 
 
 def format_table(podlist: dict[str, Any], now: float | None = None) -> str:
-    now = time.time() if now is None else now
+    now = SYSTEM_CLOCK.wall() if now is None else now
     rows = table_rows(podlist, lambda start: format_age(start, now))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -64,7 +64,7 @@ def _from_snapshots(paths: RunPaths, timeout: float) -> dict[str, Any] | None:
     try:
         maps = {}
         for name in ("desired", "statuses"):
-            replica = MapReplica(zctx, paths, name, snapshot_timeout=timeout)
+            replica = MapReplica(zctx, paths, name, snapshot_timeout=timeout, clock=SYSTEM_CLOCK)
             try:
                 if not replica.sync() and name == "desired":
                     return None

@@ -91,7 +91,7 @@ class Agent:
         self._beats_drained = parts.clock()
         self._events_quiet_until = float("-inf")  # events socket not polled before this
         self._beat_files = None if parts.beats_dir is None else BeatReader(
-            parts.beats_dir, 2 * parts.config.supervision.heartbeat_interval, parts.clock)
+            parts.beats_dir, 2 * parts.config.supervision.heartbeat_interval, clock=parts.clock)
 
     # --- CommandContext ----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ Two ways to learn of changes (kubelet GenericPLEG and EventedPLEG):
 Cache freshness contract:
 
 - ``_health`` is written after every successful full relist (and only then), after that relist's
-  record updates, and carries ``ts`` = time.monotonic of the relist's start. Since a map's
+  record updates, and carries ``ts`` = SYSTEM_CLOCK.monotonic of the relist's start. Since a map's
   updates are applied in sequence, a replica whose ``_health.ts >= t`` holds every pod record as
   of ``t`` (the kubelet cache's global timestamp). With a live stream ``_health.ts`` advances at
   the relists only (at least every ``STREAM_RELIST_PERIOD``), so ``/healthz`` reads a relist at
@@ -36,7 +36,6 @@ Cache freshness contract:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 import zmq
 
 from podvisor.ipc.bus import Publisher
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.messages import PodLifecycleEvent
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
@@ -90,7 +90,7 @@ class PlegLoop:
 
     def __init__(
         self, relister: Relister, owner: MapOwner, publisher: Publisher, log: EventLog,
-        clock: Clock = time.monotonic, wall: Clock = time.time,
+        clock: Clock = SYSTEM_CLOCK.monotonic, wall: Clock = SYSTEM_CLOCK.wall,
     ) -> None:
         self._relister = relister
         self._owner = owner
@@ -185,13 +185,15 @@ def _new_client(ctx: ChildContext) -> RuntimeClient:
                               timeout=timeout)
 
 
-def serve(ctx: ChildContext, client: RuntimeClient, clock: Clock = time.monotonic) -> None:
+def serve(ctx: ChildContext, client: RuntimeClient) -> None:
     """The loop: poll the snapshot socket and the event stream's wake fd; apply stream events
     as they come; relist when due (see the module docstring)."""
-    pub = Publisher(ctx.zctx, ctx.paths, ctx.name)
-    owner = MapOwner(ctx.zctx, ctx.paths, pub, MAP_NAME)
+    clock = ctx.clock.monotonic  # the one clock: the loop, the owner and the relister
+    pub = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
+    owner = MapOwner(ctx.zctx, ctx.paths, pub, MAP_NAME, clock=ctx.clock)
     watcher = EventWatcher(client, ctx.log)
-    loop = PlegLoop(new_relister(client, clock, ctx.heartbeat), owner, pub, ctx.log, clock)
+    loop = PlegLoop(new_relister(client, clock, ctx.heartbeat), owner, pub, ctx.log, clock,
+                    ctx.clock.wall)
     poller = zmq.Poller()
     poller.register(owner.socket, zmq.POLLIN)
     poller.register(watcher.wake_fd, zmq.POLLIN)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.cri import RuntimeClient
 from podvisor.services.pleg.evented import apply_event, event_pod_uid, states_of
 from podvisor.services.pleg.events import ContainerState, PodEvent, generate_events
@@ -225,7 +226,7 @@ def _new_created(record: dict[str, Any] | None, published: dict[str, ContainerSt
 
 
 def new_relister(
-    client: RuntimeClient, clock: Clock = time.monotonic, beat: Beat = lambda: None,
+    client: RuntimeClient, clock: Clock = SYSTEM_CLOCK.monotonic, beat: Beat = lambda: None,
     wall_ns: Callable[[], int] = time.time_ns,
 ) -> Relister:
     """``wall_ns``: the clock of the runtime's event ``created_at`` (CLOCK_REALTIME, ns)."""

@@ -17,7 +17,6 @@ import math
 import os
 import queue
 import random
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -41,9 +40,6 @@ RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5
 CALL_TIMEOUT = 4.0
 HOLD = 0.05  # replica traffic waits at most this long after a drain (seconds)
-
-Clock = Callable[[], float]
-
 
 class _WakePipe:
     def __init__(self) -> None:
@@ -71,22 +67,24 @@ def cri_endpoint(ctx: ChildContext) -> str:
 
 
 class ProberService:
-    def __init__(self, ctx: ChildContext, runner: ProbeRunner, clock: Clock = time.monotonic,
-                 wall: Clock = time.time, rand: Callable[[], float] = random.random) -> None:
-        self.ctx, self._clock, self._wall = ctx, clock, wall
+    def __init__(self, ctx: ChildContext, runner: ProbeRunner,
+                 rand: Callable[[], float] = random.random) -> None:
+        clock = ctx.clock  # the one clock: the loop, the owner, the replicas and the publisher
+        self.ctx, self._clock, self._wall = ctx, clock.monotonic, clock.wall
         self.store = ProbeStore(ctx.paths.state_dir / "probes.json", ctx.log)
         saved = self.store.load()
-        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name)
+        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
         self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME,
-                              heartbeat_interval=ctx.config.supervision.heartbeat_interval)
+                              heartbeat_interval=ctx.config.supervision.heartbeat_interval,
+                              clock=clock)
         for uid, value in saved.items():
             self.owner.set(uid, value)
-        self.manager = ProbeManager(rand, clock(), saved)
+        self.manager = ProbeManager(rand, clock.monotonic(), saved)
         self.runner = runner
         self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
-                                  snapshot_timeout=SNAPSHOT_TIMEOUT)
+                                  snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
         self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_pleg,
-                               snapshot_timeout=SNAPSHOT_TIMEOUT)
+                               snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
         self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="probe")
         self.results: queue.SimpleQueue[tuple[ProbeTask, Outcome]] = queue.SimpleQueue()
         self.wake = _WakePipe()

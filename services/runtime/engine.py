@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime import convert, images
 from podvisor.services.runtime.events import EventBroadcaster
 from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
@@ -351,9 +352,9 @@ class Engine:
         if not is_alive(st.monitor_pid, st.monitor_ticks):
             raise precondition(f"container {container_id}'s monitor is gone")
         os.kill(st.monitor_pid, signal.SIGHUP)
-        deadline = time.monotonic() + 2.0
+        deadline = SYSTEM_CLOCK.monotonic() + 2.0
         while not os.path.exists(c.log_path):
-            if time.monotonic() > deadline:
+            if SYSTEM_CLOCK.monotonic() > deadline:
                 raise Fault(grpc.StatusCode.INTERNAL, f"log {c.log_path} was not reopened")
             time.sleep(0.001)
 

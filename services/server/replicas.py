@@ -22,19 +22,18 @@ import contextlib
 import math
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.child import StopEvent
 
-Clock = Callable[[], float]
 SNAPSHOT_TIMEOUT = 0.5
 BATCH = 0.5  # traffic waits at most this long for a drain when no handler asks for one
 REFRESH_TIMEOUT = 2.0  # a handler waits at most this long for a drain (then: the last view)
@@ -56,10 +55,11 @@ class View:
 
 class ReplicaPump:
     def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths,
-                 clock: Clock = time.monotonic, batch: float = BATCH) -> None:
+                 clock: Clock = SYSTEM_CLOCK, batch: float = BATCH) -> None:
         self._zctx = zctx
         self._paths = paths
-        self._clock = clock
+        self._clock = clock.monotonic
+        self._clocks = clock  # the one clock, handed to the replicas
         self._batch = batch
         self.view = View()
         self.stop = StopEvent()  # pollable: close() wakes the pump thread at once
@@ -106,7 +106,8 @@ class ReplicaPump:
             self._answer()
 
     def _loop(self) -> None:
-        maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT,
+                                 clock=self._clocks)
                 for name in ("desired", "statuses", "pleg")}
         owner = maps["desired"].socket  # the desired owner's updates and idle heartbeats
         heard: float | None = None

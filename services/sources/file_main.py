@@ -7,7 +7,6 @@ seen or changed, and travel in ``PodSet.errors`` every time.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,8 +33,8 @@ class _Publish(Protocol):
 def run(ctx: ChildContext) -> None:
     config = ctx.config
     publisher = SetPublisher(ctx, "file")
-    events = Recorder(ctx.name)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+    events = Recorder(ctx.name, ctx.clock.wall)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
     reporter = Reporter(ctx.log, key="file", events=events)
 
     def publish(result: SourceSet | None) -> None:
@@ -53,9 +52,10 @@ def run(ctx: ChildContext) -> None:
             return
         path = Path(config.static_pod_path)
         ctx.log.info("source.started", path=str(path), period=config.file_check_frequency)
-        progress = Progress()
+        progress = Progress(ctx.clock.monotonic)
         source = FileSource(path, config.node_name, config.file_check_frequency,
-                            new_inotify_watcher(path), tick=progress.tick)
+                            new_inotify_watcher(path), tick=progress.tick,
+                            clock=ctx.clock.monotonic, wall=ctx.clock.wall)
         try:
             _loop(ctx, source, progress, publisher, publish, event_pub.socket)
         finally:
@@ -99,7 +99,7 @@ def _idle(ctx: ChildContext, publisher: SetPublisher, publish: _Publish, event_s
     """No path configured: an empty set now and every period (the source counts as seen)."""
     due = 0.0
     while not ctx.stop.is_set():
-        now = time.monotonic()
+        now = ctx.clock.monotonic()
         publish(SourceSet("file") if now >= due else None)
         due = now + period if now >= due else due
         ctx.heartbeat()

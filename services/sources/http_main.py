@@ -6,7 +6,6 @@ The GET runs on a helper thread so the main loop keeps heartbeating through a sl
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -40,9 +39,9 @@ def run(ctx: ChildContext) -> None:
             ctx.log.info("source.disabled", reason="staticPodURL is not set")
             due = 0.0
             while not ctx.stop.is_set():
-                if time.monotonic() >= due:
+                if ctx.clock.monotonic() >= due:
                     publisher.publish(SourceSet("http"))
-                    due = time.monotonic() + config.http_check_frequency
+                    due = ctx.clock.monotonic() + config.http_check_frequency
                 publisher.service()
                 ctx.heartbeat()
                 publisher.wait(ctx, until=due)
@@ -51,11 +50,12 @@ def run(ctx: ChildContext) -> None:
             fetcher = partial(fetch, session, config.static_pod_url,
                               flatten_headers(config.static_pod_url_header))
             source = HttpSource(config.static_pod_url, config.node_name,
-                                config.http_check_frequency, fetcher)
+                                config.http_check_frequency, fetcher,
+                                clock=ctx.clock.monotonic, wall=ctx.clock.wall)
             ctx.log.info("source.started", url=config.static_pod_url,
                          period=config.http_check_frequency)
-            events = Recorder(ctx.name)
-            event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+            events = Recorder(ctx.name, ctx.clock.wall)
+            event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
             try:
                 _loop(ctx, source, publisher, Reporter(ctx.log, key="url", events=events),
                       _Events(events, event_pub))
@@ -78,7 +78,7 @@ def _loop(ctx: ChildContext, source: HttpSource, publisher: SetPublisher,
         events.recorder.flush(events.sink)
         wait = source.due_in()
         if wait > 0:
-            publisher.wait(ctx, [events.sink.socket], until=time.monotonic() + wait)
+            publisher.wait(ctx, [events.sink.socket], until=ctx.clock.monotonic() + wait)
             continue
         done, result = run_in_thread(source.refresh, beat, ctx.stop, POLL)
         if not done:

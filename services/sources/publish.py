@@ -9,7 +9,6 @@ next relist (``fileCheckFrequency``, 20 s by default).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,12 +32,14 @@ class SetPublisher:
     few hundred milliseconds from the loop (it answers snapshot requests)."""
 
     def __init__(self, ctx: ChildContext, source: str) -> None:
-        self._publisher = Publisher(ctx.zctx, ctx.paths, source=ctx.name)
+        self._clock = ctx.clock
+        self._publisher = Publisher(ctx.zctx, ctx.paths, source=ctx.name, clock=ctx.clock)
         self._owner = MapOwner(ctx.zctx, ctx.paths, self._publisher, map_name(source),
-                               heartbeat_interval=ctx.config.supervision.heartbeat_interval)
+                               heartbeat_interval=ctx.config.supervision.heartbeat_interval,
+                               clock=ctx.clock)
 
     def publish(self, result: SourceSet) -> None:
-        msg = result.to_message(time.monotonic())
+        msg = result.to_message(self._clock.monotonic())
         self._publisher.publish(msg)
         self._owner.set(SET_KEY, {"pods": msg.pods, "errors": msg.errors})
 
@@ -61,13 +62,13 @@ class SetPublisher:
             poller.register(item, zmq.POLLIN)
         if ctx.stop_fd is not None:
             poller.register(ctx.stop_fd, zmq.POLLIN)
-        now = time.monotonic()
+        now = self._clock.monotonic()
         deadline = min(until, self.next_tick(), now + ctx.heartbeat_interval)
         poller.poll(math.ceil(max(0.0, deadline - now) * 1000))
 
     def service(self) -> None:
         self._owner.serve()
-        self._owner.tick(time.monotonic())
+        self._owner.tick(self._clock.monotonic())
 
     def close(self) -> None:
         self._owner.close()

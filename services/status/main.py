@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
-from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -47,9 +45,6 @@ RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5  # a missing owner stalls one loop turn at most this long per replica
 PROBES_WAIT = 10.0  # compute without the prober's ``probes`` map after this long (prober down)
 
-Clock = Callable[[], float]
-
-
 def runtime_name(runtime_endpoint: str) -> str:
     """The containerID scheme: ``embedded://`` or e.g. ``containerd://``."""
     if runtime_endpoint == "embedded":
@@ -62,17 +57,17 @@ def store_path(ctx: ChildContext) -> Any:
 
 
 class StatusService:
-    def __init__(self, ctx: ChildContext, clock: Clock = time.monotonic,
-                 wall: Clock = time.time) -> None:
+    def __init__(self, ctx: ChildContext) -> None:
         self.ctx = ctx
-        self._clock = clock
-        self._wall = wall
+        clock = ctx.clock  # the one clock: the loop, the owner, the replicas and the publisher
+        self._clock = clock.monotonic
+        self._wall = clock.wall
         self.store = StatusStore(store_path(ctx), ctx.log)
         self.engine = StatusEngine(self.store.load(), runtime_name(ctx.config.runtime_endpoint),
                                    ctx.config.address or "127.0.0.1",
                                    ctx.config.supervision.log_level == "debug")
-        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name)
-        self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME)
+        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
+        self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME, clock=clock)
         for uid, status in self.engine.statuses.items():
             self.owner.set(uid, status)
         self._dirty = False
@@ -82,14 +77,14 @@ class StatusService:
         self._dirty_uids: set[str] = set()  # pods whose inputs changed since the last compute
         self._full = True  # the next compute covers every pod (start, sweep)
         self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
-                                  snapshot_timeout=SNAPSHOT_TIMEOUT)
+                                  snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
         self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
-                               snapshot_timeout=SNAPSHOT_TIMEOUT)
+                               snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
         self.probes = MapReplica(ctx.zctx, ctx.paths, "probes", self._on_change,
-                                 snapshot_timeout=SNAPSHOT_TIMEOUT)
-        self._started = clock()
+                                 snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
+        self._started = clock.monotonic()
         self._last_save = -RETRY_SAVE
-        self._last_sweep = self._last_full = clock()
+        self._last_sweep = self._last_full = clock.monotonic()
         self._last_compute = -math.inf
         self._inputs: tuple[str | None, str | None] | None = None
         self._pollers: tuple[zmq.Poller, zmq.Poller] | None = None

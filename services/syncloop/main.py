@@ -98,7 +98,7 @@ def _endpoint(ctx: ChildContext) -> str:
 def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
           wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
     """The composition root: every part of the sync loop, from the config."""
-    cfg = ctx.config
+    cfg, clock = ctx.config, ctx.clock
     sl = cfg.syncloop
     policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
                            sl.crash_loop_backoff_reset)
@@ -111,11 +111,11 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     sync = SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
-                    mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
-                    cgroups=cgroups, cache=RuntimeCache(cri, time.monotonic, time.time),
-                    images=ImagePresence(cri, time.monotonic))
+                    mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
+                    cgroups=cgroups, cache=RuntimeCache(cri, clock.monotonic, clock.wall),
+                    images=ImagePresence(cri, clock.monotonic))
     owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
-                     heartbeat_interval=cfg.supervision.heartbeat_interval)
+                     heartbeat_interval=cfg.supervision.heartbeat_interval, clock=clock)
 
     def submit(fn: Callable[[], None]) -> None:
         pool.submit(fn)
@@ -178,10 +178,10 @@ def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
     def feeder(source: str) -> Callable[[str, object, object], None]:
         def on_change(key: str, old: object, new: object) -> None:
             if key == SET_KEY and isinstance(new, dict):
-                loop.handle_pod_set(source, list(new.get("pods", [])), time.monotonic())
+                loop.handle_pod_set(source, list(new.get("pods", [])), ctx.clock.monotonic())
         return on_change
 
-    return [MapReplica(ctx.zctx, ctx.paths, map_name(src), feeder(src))
+    return [MapReplica(ctx.zctx, ctx.paths, map_name(src), feeder(src), clock=ctx.clock)
             for src in sorted(_sources(ctx))]
 
 
@@ -197,19 +197,19 @@ def _probes_replica(ctx: ChildContext, loop: SyncLoop) -> MapReplica:
         else:
             failed.pop(key, None)
         if ids - liveness_failed(old):
-            loop.handle_pleg_event(key, time.monotonic())
+            loop.handle_pleg_event(key, ctx.clock.monotonic())
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
-    return MapReplica(ctx.zctx, ctx.paths, "probes", on_change)
+    return MapReplica(ctx.zctx, ctx.paths, "probes", on_change, clock=ctx.clock)
 
 
 def run(ctx: ChildContext) -> None:
-    publisher = Publisher(ctx.zctx, ctx.paths, ctx.name)
-    subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS)
+    publisher = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
+    subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS, clock=ctx.clock)
     pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
     wake = _WakePipe()
-    events = Recorder(ctx.name)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+    events = Recorder(ctx.name, ctx.clock.wall)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
     loop, owner = build(ctx, publisher, pool, wake, events)
     events.resolve = _resolver(loop)
     replicas = _source_replicas(ctx, loop)
@@ -229,10 +229,10 @@ def run(ctx: ChildContext) -> None:
     # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is in, so
     # a restarted sync loop never hands status/server an empty or partial map (they would
     # retire every pod's status and list no pods).
-    started, serving = time.monotonic(), False
+    started, serving = ctx.clock.monotonic(), False
     try:
         while True:
-            now = time.monotonic()
+            now = ctx.clock.monotonic()
             if ctx.stop.is_set() and not stopping_pods:
                 if not ctx.config.stop_pods_on_exit:
                     break
@@ -240,7 +240,7 @@ def run(ctx: ChildContext) -> None:
                 loop.stop_all(now)
             timeout = loop.step(now)
             if stopping_pods and loop.all_stopped():
-                publisher.publish(AllPodsStopped(pods=stopped_count, ts=time.monotonic()))
+                publisher.publish(AllPodsStopped(pods=stopped_count, ts=ctx.clock.monotonic()))
                 ctx.log.info("syncloop.pods.stopped", pods=stopped_count)
                 if ctx.stop.is_set():
                     break
@@ -250,7 +250,7 @@ def run(ctx: ChildContext) -> None:
             if wake.read_fd in ready:
                 wake.drain()
             if stops.wake_fd in ready:
-                now = time.monotonic()
+                now = ctx.clock.monotonic()
                 items = stops.drain()
                 if cache is not None:
                     cache.changed()  # an event, a lost one or a stream mode change
@@ -259,24 +259,24 @@ def run(ctx: ChildContext) -> None:
                     if is_stop(event):
                         seen.add(event.container_id)
                     loop.handle_container_event(uid, event, now,
-                                                event_mono(event, now, time.time()))
+                                                event_mono(event, now, ctx.clock.wall()))
                 loop.step(now)  # hand a restart out before reading the other inputs
             while (env := subscriber.recv(0)) is not None:
-                if _dispatch(loop, env, time.monotonic(), seen, stops.streaming) \
+                if _dispatch(loop, env, ctx.clock.monotonic(), seen, stops.streaming) \
                         and not stopping_pods:
                     stopping_pods = True
                     stopped_count = len(loop.deps.table.workers)
-                    loop.stop_all(time.monotonic())
+                    loop.stop_all(ctx.clock.monotonic())
             for replica in replicas:
                 replica.pump(0)
             probes.pump(0)
             if not serving and (all(r.synced for r in replicas)
-                                or time.monotonic() - started >= SOURCES_WAIT):
+                                or ctx.clock.monotonic() - started >= SOURCES_WAIT):
                 serving = True
                 poller.register(owner.socket, zmq.POLLIN)  # polled only once served
             if serving:
                 owner.serve()
-            owner.tick(time.monotonic())
+            owner.tick(ctx.clock.monotonic())
             events.flush(event_pub)
             ctx.heartbeat()
     finally:

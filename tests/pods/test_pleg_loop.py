@@ -18,6 +18,7 @@ import zmq
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
@@ -46,7 +47,7 @@ class Harness:
         self.log = MemoryLogger()
         self.ctx = ChildContext("pleg", Config(root_dir=str(root)), self.paths,
                                 self.log, self.zctx)  # type: ignore[arg-type]
-        self.replica = MapReplica(self.zctx, self.paths, "pleg")
+        self.replica = MapReplica(self.zctx, self.paths, "pleg", clock=SYSTEM_CLOCK)
         self.events = Subscriber(self.zctx, self.paths, ["pleg.pod.event"])
         self.seen: list[tuple[str, str, str]] = []
         self.thread = threading.Thread(target=serve, args=(self.ctx, client), daemon=True)

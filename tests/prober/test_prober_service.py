@@ -3,6 +3,7 @@ updates its workers only for changes that concern pods with probes."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from podvisor.common import FakeClock
 from podvisor.services.prober.handlers import FakeRunner
 from podvisor.services.prober.main import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
@@ -115,17 +117,17 @@ def test_only_changes_of_pods_with_probes_update_the_workers(bus: Bus) -> None:
 
 def test_replica_traffic_waits_briefly_after_a_drain_outcomes_do_not(bus: Bus) -> None:
     bus.pleg.set("_health", {"ts": 1.0})
-    now = [100.0]
-    svc = ProberService(bus.ctx, FakeRunner(), clock=lambda: now[0])
+    clock = FakeClock(100.0)  # the one clock of the service's graph (owner, replicas, loop)
+    svc = ProberService(dataclasses.replace(bus.ctx, clock=clock), FakeRunner())
     try:
         run_until(bus, svc, lambda: svc.ready)
         replicas = {*svc.desired.sockets, *svc.pleg.sockets}
-        poller, timeout = svc.wait(5.0, last_drain=now[0])  # just drained
+        poller, timeout = svc.wait(5.0, last_drain=clock.now)  # just drained
         watched = {s for s, _ in poller.sockets}
         assert 0 < timeout <= HOLD and not watched & replicas
         assert {svc.owner.socket, svc.wake.read_fd} <= watched  # snapshots, probe outcomes
-        assert svc.wait(0.01, last_drain=now[0])[1] == 0.01  # a due probe is not held
-        poller, timeout = svc.wait(5.0, last_drain=now[0] - HOLD)
+        assert svc.wait(0.01, last_drain=clock.now)[1] == 0.01  # a due probe is not held
+        poller, timeout = svc.wait(5.0, last_drain=clock.now - HOLD)
         assert timeout == 5.0 and replicas <= {s for s, _ in poller.sockets}
     finally:
         close(svc)
