@@ -19,15 +19,15 @@ from typing import IO, Any
 
 import zmq
 
+from podvisor.common.config import Config, keys_not_yet_used, load_config, write_config_json
+from podvisor.common.logs import setup_logging
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.events.store import EventStore
 from podvisor.supervisor.commands import Command, default_commands
-from podvisor.supervisor.config import Config, keys_not_yet_used, load_config, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import CoreDeps, Supervisor
-from podvisor.supervisor.logs import setup_logging
+from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.loop import Agent, AgentParts
 from podvisor.supervisor.registry import BUILTINS, Builtin, ProcessSpec, resolve_specs
 from podvisor.supervisor.spawner import Spawner, new_forkserver_spawner, new_spawner

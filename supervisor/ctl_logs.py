@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from podvisor.common.config import read_config_json
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.config import read_config_json
 
 __all__ = ["CriDecoder", "LogError", "find_log_dir", "format_events", "main_logs",
            "tail_lines"]
@@ -275,7 +275,7 @@ def _size(p: Path) -> int:
 
 def format_events(result: dict[str, Any], now: float | None = None) -> str:
     """The `kubectl get events` table: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE."""
-    from podvisor.services.status.timefmt import parse_rfc3339
+    from podvisor.common.timefmt import parse_rfc3339
 
     now = SYSTEM_CLOCK.wall() if now is None else now
     rows = [("LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")]

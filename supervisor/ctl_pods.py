@@ -18,12 +18,12 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.config import read_config_json
+from podvisor.common.podlist import pod_list, table_rows
+from podvisor.common.timefmt import parse_rfc3339
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.server.podlist import pod_list, table_rows
-from podvisor.services.status.timefmt import parse_rfc3339
-from podvisor.supervisor.config import read_config_json
 
 __all__ = ["format_age", "format_table", "get_podlist", "main_pods"]
 

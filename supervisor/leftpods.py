@@ -8,12 +8,14 @@ while the embedded runtime still serves. gRPC is imported only here, at shutdown
 
 from __future__ import annotations
 
+from podvisor.common import labels
+from podvisor.common.config import Config
+from podvisor.common.endpoint import cri_endpoint, is_embedded
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.config import Config
 
 __all__ = ["HINT", "count_running_pods", "left_message"]
 
-POD_UID_LABEL = "io.kubernetes.pod.uid"
+POD_UID_LABEL = labels.POD_UID
 HINT = ("stop them with `podvisorctl shutdown --pods` (or stopPodsOnExit: true / "
         "--stop-pods-on-exit); a new agent on this rootDir adopts them")
 
@@ -21,14 +23,11 @@ HINT = ("stop them with `podvisorctl shutdown --pods` (or stopPodsOnExit: true /
 def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) -> int | None:
     """Ready pod sandboxes in the runtime; None when the runtime cannot be asked (0 when the
     embedded runtime has no socket: it never ran, so there are no pods)."""
-    from podvisor.services.cri import CriError, new_runtime_client
-    from podvisor.services.cri.client import RuntimeClient
+    from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
 
-    endpoint = config.runtime_endpoint
-    if endpoint == "embedded":
-        if not paths.cri_socket.exists():
-            return 0
-        endpoint = f"unix://{paths.cri_socket}"
+    if is_embedded(config.runtime_endpoint) and not paths.cri_socket.exists():
+        return 0
+    endpoint = cri_endpoint(config.runtime_endpoint, paths.cri_socket)
     cri: RuntimeClient | None = None
     try:
         cri = new_runtime_client(endpoint, timeout=timeout)

@@ -21,17 +21,17 @@ from types import FrameType
 
 import zmq
 
+from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.events.store import EventStore
-from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import ControlFault, Fault
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
-from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.states import ProcessState, StateChange

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podvisor.supervisor.config import Config, ConfigError
+from podvisor.common.config import Config, ConfigError
+from podvisor.common.endpoint import is_embedded
 
 __all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "resolve_specs"]
 
@@ -46,7 +47,7 @@ def _always(config: Config) -> bool:
 
 
 def _embedded_runtime(config: Config) -> bool:
-    return config.runtime_endpoint == "embedded"
+    return is_embedded(config.runtime_endpoint)
 
 
 def _has_static_pod_path(config: Config) -> bool:

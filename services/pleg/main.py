@@ -42,6 +42,9 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import cri_endpoint
+from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
@@ -50,8 +53,6 @@ from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
 from podvisor.services.events.model import container_died
 from podvisor.services.pleg.relist import Relister, RelistResult, new_relister
 from podvisor.services.pleg.stream import EventWatcher
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.logs import EventLog
 
 MAP_NAME = "pleg"
 HEALTH_KEY = "_health"
@@ -69,11 +70,6 @@ BURST_GAP = 2 * EVENTS_COALESCE
 BURST_EVENTS = 8
 
 Clock = Callable[[], float]
-
-
-def cri_endpoint(runtime_endpoint: str, cri_socket: str) -> str:
-    """``embedded`` means the embedded runtime's socket under ``run/``."""
-    return f"unix://{cri_socket}" if runtime_endpoint == "embedded" else runtime_endpoint
 
 
 @dataclass
@@ -181,7 +177,7 @@ class PlegLoop:
 def _new_client(ctx: ChildContext) -> RuntimeClient:
     cfg = ctx.config
     timeout = min(cfg.runtime_request_timeout, CALL_TIMEOUT)
-    return new_runtime_client(cri_endpoint(cfg.runtime_endpoint, str(ctx.paths.cri_socket)),
+    return new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
                               timeout=timeout)
 
 

@@ -8,6 +8,7 @@
 - ``container_hash``: the spec hash that triggers a restart when a container's spec changes.
 """
 
+from podvisor.common.timefmt import rfc3339_micro as rfc3339
 from podvisor.services.pod.container import (
     Container,
     ContainerPort,
@@ -59,7 +60,6 @@ from podvisor.services.pod.static import (
     SOURCE_FILE,
     SOURCE_HTTP,
     apply_static_defaults,
-    rfc3339,
     static_pod_uid,
 )
 

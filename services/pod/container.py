@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from podvisor.services.pod.quantity import format_cpu
+from podvisor.common.quantity import format_cpu
 
 
 class PullPolicy(StrEnum):

@@ -23,6 +23,8 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.services.cri import new_runtime_client
@@ -31,7 +33,6 @@ from podvisor.services.prober.manager import ProbeManager, ProbeTask
 from podvisor.services.prober.outcome import Outcome
 from podvisor.services.prober.store import ProbeStore
 from podvisor.services.prober.worker import Result
-from podvisor.supervisor.child import ChildContext
 
 MAP_NAME = "probes"
 HEALTH_KEY = "_health"
@@ -59,11 +60,6 @@ class _WakePipe:
     def close(self) -> None:
         os.close(self.read_fd)
         os.close(self.write_fd)
-
-
-def cri_endpoint(ctx: ChildContext) -> str:
-    ep: str = ctx.config.runtime_endpoint
-    return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
 
 
 class ProberService:
@@ -252,7 +248,8 @@ class ProberService:
 
 def run(ctx: ChildContext) -> None:
     timeout = min(ctx.config.runtime_request_timeout, CALL_TIMEOUT)
-    cri = LazyClient(lambda: new_runtime_client(cri_endpoint(ctx), timeout=timeout))
+    cri = LazyClient(lambda: new_runtime_client(
+        cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket), timeout=timeout))
     service = ProberService(ctx, new_probe_runner(cri))
     try:
         service.run()

@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime import convert, images
 from podvisor.services.runtime.events import EventBroadcaster
@@ -43,12 +44,6 @@ from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
 from podvisor.services.runtime.zygote import Spawner, SpawnError
 
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
-
-
-class Logger(Protocol):
-    def info(self, event: str, **fields: Any) -> None: ...
-    def warning(self, event: str, **fields: Any) -> None: ...
-    def error(self, event: str, **fields: Any) -> None: ...
 
 
 class Engine:

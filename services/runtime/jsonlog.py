@@ -39,3 +39,6 @@ class JsonLogger:
 
     def error(self, event: str, **fields: Any) -> None:
         self._emit("error", event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, fields)

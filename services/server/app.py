@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from podvisor.common.podlist import PodListJson, check_health, running_pods
 from podvisor.ipc.clock import SYSTEM_CLOCK
-from podvisor.services.server.podlist import PodListJson, check_health, running_pods
 from podvisor.services.server.replicas import View
 
 Clock = Callable[[], float]

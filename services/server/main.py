@@ -12,9 +12,9 @@ import asyncio
 
 from aiohttp import web
 
+from podvisor.common.child import ChildContext
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import ReplicaPump
-from podvisor.supervisor.child import ChildContext
 
 
 class PumpDied(RuntimeError):

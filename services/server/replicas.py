@@ -29,10 +29,10 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import StopEvent
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.child import StopEvent
 
 SNAPSHOT_TIMEOUT = 0.5
 BATCH = 0.5  # traffic waits at most this long for a drain when no handler asks for one

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from podvisor.common.child import ChildContext
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
 from podvisor.services.sources.common import SourceSet
@@ -19,7 +20,6 @@ from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.watcher import new_inotify_watcher
 from podvisor.services.sources.worker import LoopWorker, Progress
-from podvisor.supervisor.child import ChildContext
 
 # The read thread blocks on inotify until a change or the next relist, at most this long (it
 # must tick its progress well within the worker's stall limit).

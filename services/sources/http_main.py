@@ -11,6 +11,7 @@ from functools import partial
 
 import requests
 
+from podvisor.common.child import ChildContext
 from podvisor.services.events import model as ev
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
@@ -20,7 +21,6 @@ from podvisor.services.sources.httpfetch import fetch, flatten_headers
 from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.worker import run_in_thread
-from podvisor.supervisor.child import ChildContext
 
 POLL = 0.25  # heartbeat and snapshot answers while a GET runs on its thread
 

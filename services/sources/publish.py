@@ -14,10 +14,10 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner
 from podvisor.services.sources.common import SourceSet
-from podvisor.supervisor.child import ChildContext
 
 SET_KEY = "set"
 

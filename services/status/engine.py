@@ -22,10 +22,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.common.timefmt import parse_rfc3339, rfc3339
 from podvisor.services.prober.verdicts import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
 from podvisor.services.status.store import Saved
-from podvisor.services.status.timefmt import parse_rfc3339, rfc3339
 
 RETIRE_AFTER = 600.0
 HEALTH_KEY = "_health"

@@ -30,12 +30,13 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import runtime_name
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.services.status.compute import desired_inputs
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.store import StatusStore
-from podvisor.supervisor.child import ChildContext
 
 MAP_NAME = "statuses"
 SWEEP_PERIOD = 10.0  # retired statuses expire (only when there are some)
@@ -44,13 +45,6 @@ COALESCE = 0.02  # computes at least this far apart (seconds)
 RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5  # a missing owner stalls one loop turn at most this long per replica
 PROBES_WAIT = 10.0  # compute without the prober's ``probes`` map after this long (prober down)
-
-def runtime_name(runtime_endpoint: str) -> str:
-    """The containerID scheme: ``embedded://`` or e.g. ``containerd://``."""
-    if runtime_endpoint == "embedded":
-        return "embedded"
-    return "containerd" if "containerd" in runtime_endpoint else "cri"
-
 
 def store_path(ctx: ChildContext) -> Any:
     return ctx.paths.state_dir / "statuses"

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-POD_UID = "io.kubernetes.pod.uid"
-POD_NAME = "io.kubernetes.pod.name"
-POD_NAMESPACE = "io.kubernetes.pod.namespace"
-CONTAINER_NAME = "io.kubernetes.container.name"
-CONTAINER_HASH = "io.kubernetes.container.hash"
-RESTART_COUNT = "io.kubernetes.container.restartCount"
-GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
+from podvisor.common.labels import (
+    CONTAINER_HASH,
+    CONTAINER_NAME,
+    GRACE_PERIOD,
+    POD_NAME,
+    POD_NAMESPACE,
+    POD_UID,
+    RESTART_COUNT,
+)
+
+__all__ = ["CONTAINER_HASH", "CONTAINER_NAME", "GRACE_PERIOD", "POD_NAME", "POD_NAMESPACE",
+           "POD_UID", "RESTART_COUNT"]
 
 
 def parse_int(text: str | None, default: int = 0) -> int:

@@ -25,6 +25,8 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
@@ -50,7 +52,6 @@ from podvisor.services.syncloop.runtime_events import (
 )
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
-from podvisor.supervisor.child import ChildContext
 
 TOPICS = ("pleg.pod.event", "syncloop.pods.stopall")
 TICK = 1.0
@@ -90,11 +91,6 @@ def _sources(ctx: ChildContext) -> set[str]:
     return out
 
 
-def _endpoint(ctx: ChildContext) -> str:
-    ep: str = ctx.config.runtime_endpoint
-    return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
-
-
 def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
           wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
     """The composition root: every part of the sync loop, from the config."""
@@ -102,7 +98,8 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     sl = cfg.syncloop
     policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
                            sl.crash_loop_backoff_reset)
-    cri = new_runtime_client(_endpoint(ctx), timeout=cfg.runtime_request_timeout)
+    cri = new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
+                             timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
     log = EventingLog(ctx.log, events) if events is not None else ctx.log

@@ -16,6 +16,7 @@ from typing import cast
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import Log
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.cri.errors import CriError
 from podvisor.services.pod.container import Container, PullPolicy
@@ -42,7 +43,7 @@ from podvisor.services.syncloop.runtime_state import (
     pod_runtime,
     read_pod_runtime,
 )
-from podvisor.services.syncloop.terminate import Log, kill_containers
+from podvisor.services.syncloop.terminate import kill_containers
 
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"

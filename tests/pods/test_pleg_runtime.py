@@ -21,6 +21,9 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
@@ -28,9 +31,6 @@ from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.pleg.main import serve
 from podvisor.services.pleg.relist import new_relister
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import wait_for_impl
 
 UID = "pleg-it-uid"

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from podvisor.common import FakeClock
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
 from podvisor.services.status.engine import RETIRE_AFTER
 from podvisor.services.status.main import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import MapBus
 
 NS = 1_000_000_000

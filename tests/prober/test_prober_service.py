@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from podvisor.common import FakeClock
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.prober.handlers import FakeRunner
 from podvisor.services.prober.main import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import MapBus
 
 NS = 1_000_000_000

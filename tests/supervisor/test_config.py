@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from podvisor.supervisor.config import (
+from podvisor.common.config import (
     SUPERVISION_KEYS,
     TOP_KEYS,
     Config,
@@ -22,9 +22,9 @@ from podvisor.supervisor.config import (
     read_config_json,
     write_config_json,
 )
+from podvisor.common.values import parse_duration, parse_quantity
 from podvisor.supervisor.flags import add_config_flags, flag_name, overrides_from_args
 from podvisor.supervisor.registry import Builtin, ProcessSpec, resolve_specs
-from podvisor.supervisor.values import parse_duration, parse_quantity
 
 
 def test_tables_match_dataclasses() -> None:
@@ -163,7 +163,7 @@ def test_resolve_specs_layers_and_builtins() -> None:
 
 
 def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> None:
-    from podvisor.supervisor.config import load_config
+    from podvisor.common.config import load_config
 
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
@@ -198,7 +198,7 @@ def test_bad_cgroup_root_names_the_key(bad: object) -> None:
 
 
 def test_keys_without_a_subsystem_yet_are_reported_when_set() -> None:
-    from podvisor.supervisor.config import Config, keys_not_yet_used
+    from podvisor.common.config import Config, keys_not_yet_used
 
     assert keys_not_yet_used(Config()) == []
     reported = dict(keys_not_yet_used(Config(kubeconfig="/etc/kubeconfig",
