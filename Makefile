@@ -28,8 +28,10 @@ typecheck: venv
 	for d in supervisor ipc common services; do ln -s ../../$$d .typecheck/podvisor/$$d; done
 	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p podvisor
 
+# lint-imports: the layering contracts in pyproject.toml ([tool.importlinter]).
 lint: venv typecheck
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(VENV)/bin/pytest -q

@@ -50,7 +50,7 @@ from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.messages import PodLifecycleEvent
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
-from podvisor.services.events.model import container_died
+from podvisor.services.events import container_died
 from podvisor.services.pleg.relist import Relister, RelistResult, new_relister
 from podvisor.services.pleg.stream import EventWatcher
 

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from podvisor.common.child import ChildContext
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
+from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.file_source import FileSource
 from podvisor.services.sources.files import SourceReadError

@@ -12,9 +12,8 @@ from functools import partial
 import requests
 
 from podvisor.common.child import ChildContext
-from podvisor.services.events import model as ev
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
+from podvisor.services import events as ev
+from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.http_source import HttpSource
 from podvisor.services.sources.httpfetch import fetch, flatten_headers

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.common.timefmt import parse_rfc3339, rfc3339
-from podvisor.services.prober.verdicts import probe_verdicts
+from podvisor.services.prober import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
 from podvisor.services.status.store import Saved
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.pod.container import Container, PortProtocol
-from podvisor.services.pod.model import EmptyDirVolume, HostPathVolume, Pod
+from podvisor.services.pod import Container, EmptyDirVolume, HostPathVolume, Pod, PortProtocol
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.spec import container_hash
 

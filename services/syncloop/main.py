@@ -32,11 +32,9 @@ from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.messages import AllPodsStopped
 from podvisor.services.cri import new_runtime_client
-from podvisor.services.events.logbridge import EventingLog
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
-from podvisor.services.prober.verdicts import liveness_failed
-from podvisor.services.sources.publish import SET_KEY, map_name
+from podvisor.services.events import EventingLog, EventPublisher, Recorder
+from podvisor.services.prober import liveness_failed
+from podvisor.services.sources import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop

@@ -33,7 +33,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import EventLog
 from podvisor.services.cri import RuntimeClient
-from podvisor.services.pleg.stream import EventWatcher
+from podvisor.services.pleg import EventWatcher
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.runtime_state import (
     PodRuntime,

@@ -17,10 +17,8 @@ from typing import cast
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import Log
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
-from podvisor.services.pod.container import Container, PullPolicy
-from podvisor.services.pod.model import Pod
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.pod import Container, Pod, PullPolicy
 from podvisor.services.syncloop import cri_config, volumes
 from podvisor.services.syncloop.actions import (
     PodActions,

@@ -15,10 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from podvisor.common.logs import Log
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
-from podvisor.services.pod.container import ExecAction, SleepAction
-from podvisor.services.pod.model import Pod
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.pod import ExecAction, Pod, SleepAction
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime
 

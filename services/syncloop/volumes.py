@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from podvisor.services.pod.model import EmptyDirVolume, HostPathType, HostPathVolume, Pod
+from podvisor.services.pod import EmptyDirVolume, HostPathType, HostPathVolume, Pod
 from podvisor.services.syncloop import cri_config
 
 _KINDS = {
