@@ -29,7 +29,13 @@ from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import CoreDeps, Supervisor
 from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.loop import Agent, AgentParts
-from podvisor.supervisor.registry import BUILTINS, Builtin, ProcessSpec, resolve_specs
+from podvisor.supervisor.registry import (
+    BUILTINS,
+    Builtin,
+    ProcessSpec,
+    report_builtins,
+    resolve_specs,
+)
 from podvisor.supervisor.spawner import Spawner, new_forkserver_spawner, new_spawner
 from podvisor.supervisor.states import StateChange
 
@@ -102,6 +108,7 @@ def run_agent(
         agent_box[0].publish_change(change)
 
     specs = resolve(config)
+    report_builtins(config, log, deps.builtins)
     env = {"PODVISOR_ROOT_DIR": str(paths.root), "PODVISOR_SUPERVISOR_PID": str(os.getpid())}
     spawner = deps.spawner or _default_spawner(config, specs)
     core = CoreDeps(deps.clock.monotonic, deps.clock.wall, spawner, notify, log, deps.rand, env)
