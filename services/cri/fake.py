@@ -67,6 +67,7 @@ class FakeRuntimeClient:
         self.streams: list[FakeEventStream] = []
         self.hold_subscriptions = False  # new streams' wait_subscribed blocks until released
         self.exec_results: dict[str, pb.ExecSyncResponse] = {}
+        self.unpullable: set[str] = set()  # images whose pull fails NOT_FOUND (no such image)
 
     # --- knobs ---
     def fail(self, method: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
@@ -259,7 +260,9 @@ class FakeRuntimeClient:
     ) -> pb.ExecSyncResponse:
         self._enter("ExecSync", container_id, tuple(cmd), timeout)
         with self._lock:
-            self._container(container_id)
+            if self._container(container_id).state != pb.CONTAINER_RUNNING:
+                raise CriError("ExecSync", grpc.StatusCode.FAILED_PRECONDITION,
+                               f"container {container_id} is not running")
             return self.exec_results.get(container_id, pb.ExecSyncResponse(exit_code=0))
 
     def reopen_container_log(self, container_id: str) -> None:
@@ -317,6 +320,9 @@ class FakeRuntimeClient:
     ) -> str:
         self._enter("PullImage", image, sandbox_config, annotations)
         with self._lock:
+            if image in self.unpullable:
+                raise CriError("PullImage", grpc.StatusCode.NOT_FOUND,
+                               f"failed to pull {image!r}: not found")
             self.images.setdefault(image, pb.Image(id=image, repo_tags=[image]))
             return image
 
@@ -327,7 +333,9 @@ class FakeRuntimeClient:
 
     def image_fs_info(self) -> pb.ImageFsInfoResponse:
         self._enter("ImageFsInfo")
-        return pb.ImageFsInfoResponse()
+        usage = pb.FilesystemUsage(timestamp=self._clock(),
+                                   fs_id=pb.FilesystemIdentifier(mountpoint="/fake/images"))
+        return pb.ImageFsInfoResponse(image_filesystems=[usage])
 
     def close(self) -> None:
         with self._lock:
