@@ -11,9 +11,6 @@ Nothing is computed until both replicas are synced and the PLEG cache has its ``
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import math
 import os
 import queue
 import random
@@ -21,12 +18,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import zmq
-
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
-from podvisor.ipc.bus import Publisher
-from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.prober.handlers import LazyClient, ProbeRunner, new_probe_runner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
@@ -42,26 +36,6 @@ SNAPSHOT_TIMEOUT = 0.5
 CALL_TIMEOUT = 4.0
 HOLD = 0.05  # replica traffic waits at most this long after a drain (seconds)
 
-class _WakePipe:
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        for fd in (self.read_fd, self.write_fd):
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-
-    def wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self.write_fd, b"x")
-
-    def drain(self) -> None:
-        with contextlib.suppress(OSError):
-            while os.read(self.read_fd, 4096):
-                pass
-
-    def close(self) -> None:
-        os.close(self.read_fd)
-        os.close(self.write_fd)
-
-
 class ProberService:
     def __init__(self, ctx: ChildContext, runner: ProbeRunner,
                  rand: Callable[[], float] = random.random) -> None:
@@ -69,21 +43,20 @@ class ProberService:
         self.ctx, self._clock, self._wall = ctx, clock.monotonic, clock.wall
         self.store = ProbeStore(ctx.paths.state_dir / "probes.json", ctx.log)
         saved = self.store.load()
-        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
-        self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME,
-                              heartbeat_interval=ctx.config.supervision.heartbeat_interval,
-                              clock=clock)
+        self.loop = ServiceLoop(ctx)  # the poller, stop, heartbeats, the maps below, the clock
+        self.pub = self.loop.publisher()
+        self.owner = self.loop.owner(self.pub, MAP_NAME)
         for uid, value in saved.items():
             self.owner.set(uid, value)
         self.manager = ProbeManager(rand, clock.monotonic(), saved)
         self.runner = runner
-        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
-                                  snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
-        self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_pleg,
-                               snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
+        self.desired = self.loop.replica("desired", self._on_desired,
+                                         snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.pleg = self.loop.replica("pleg", self._on_pleg, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="probe")
         self.results: queue.SimpleQueue[tuple[ProbeTask, Outcome]] = queue.SimpleQueue()
-        self.wake = _WakePipe()
+        self.wake = WakePipe()  # probe outcomes wake the loop
+        self.loop.watch(self.wake.read_fd, self.wake.drain)
         self.ready = False
         self._changed = True
         self._dirty: set[str] | None = None  # pods changed since the last update (None: all)
@@ -91,7 +64,6 @@ class ProberService:
         self._published = saved
         self._last_save = -RETRY_SAVE
         self._save_failed = False
-        self._pollers: tuple[zmq.Poller, zmq.Poller] | None = None
         ctx.log.info("prober.started", loaded=sum(len(v) for v in saved.values()))
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
@@ -193,56 +165,23 @@ class ProberService:
             self.owner.delete(uid)
         self._published = entries
 
+    def turn(self, now: float) -> float:
+        """The loop's step. Within ``HOLD`` of a drain of the replicas their traffic stays
+        queued in zmq (a burst of pods starting is drained a few times, not once per update;
+        probe outcomes, snapshot requests and due probes are not held): a change is seen at
+        once, the next ones at most ``HOLD`` later, well within a probe period."""
+        wait = self.step()
+        self.loop.hold(self.loop.last_pump + HOLD)
+        return self._clock() + wait
+
     def run(self) -> None:
-        wait = 0.0
-        last_drain = -math.inf
-        while not self.ctx.stop.is_set():
-            self.ctx.heartbeat()
-            poller, timeout = self.wait(wait, last_drain)
-            ready = dict(poller.poll(math.ceil(timeout * 1000)))
-            if self.wake.read_fd in ready:
-                self.wake.drain()
-            if self.owner.socket in ready:
-                self.owner.serve()
-            for replica in (self.desired, self.pleg):
-                if any(s in ready for s in replica.sockets) or not replica.synced:
-                    replica.pump(0)
-                    last_drain = self._clock()
-            wait = self.step()
-            self.owner.tick(self._clock())
-
-    def wait(self, wait: float, last_drain: float) -> tuple[zmq.Poller, float]:
-        """What to block on and for how long (``wait``: from ``step``). Within ``HOLD`` of a
-        drain of the replicas their traffic stays queued in zmq (a burst of pods starting is
-        drained a few times, not once per update; probe outcomes, snapshot requests and due
-        probes are not held): a change is seen at once, the next ones at most ``HOLD`` later,
-        well within a probe period."""
-        hold = last_drain + HOLD - self._clock()
-        if hold > 0 and self.desired.synced and self.pleg.synced:
-            return self.poller(held=True), min(wait, hold)
-        return self.poller(), wait
-
-    def poller(self, held: bool = False) -> zmq.Poller:
-        """One poller of each kind for the process's life (a replica keeps its sockets for
-        life): every socket, or (``held``) all but the replicas'."""
-        if self._pollers is None:
-            every, only = zmq.Poller(), zmq.Poller()
-            for sock in (*self.desired.sockets, *self.pleg.sockets):
-                every.register(sock, zmq.POLLIN)
-            for p in (every, only):
-                p.register(self.owner.socket, zmq.POLLIN)
-                p.register(self.wake.read_fd, zmq.POLLIN)
-                if self.ctx.stop_fd is not None:
-                    p.register(self.ctx.stop_fd, zmq.POLLIN)
-            self._pollers = (every, only)
-        return self._pollers[1 if held else 0]
+        self.loop.run(self.turn)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         if self._entries != self._published:
             self.commit()
-        for closable in (self.desired, self.pleg, self.owner, self.pub):
-            closable.close()
+        self.loop.close()
         self.wake.close()
 
 

@@ -28,12 +28,9 @@ import math
 import os
 from typing import Any
 
-import zmq
-
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import runtime_name
-from podvisor.ipc.bus import Publisher
-from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.common.service import ServiceLoop
 from podvisor.services.status.compute import desired_inputs
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.store import StatusStore
@@ -60,8 +57,9 @@ class StatusService:
         self.engine = StatusEngine(self.store.load(), runtime_name(ctx.config.runtime_endpoint),
                                    ctx.config.address or "127.0.0.1",
                                    ctx.config.supervision.log_level == "debug")
-        self.pub = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
-        self.owner = MapOwner(ctx.zctx, ctx.paths, self.pub, MAP_NAME, clock=clock)
+        self.loop = ServiceLoop(ctx)  # the poller, stop, heartbeats, the maps below, the clock
+        self.pub = self.loop.publisher()
+        self.owner = self.loop.owner(self.pub, MAP_NAME, heartbeat_interval=1.0)
         for uid, status in self.engine.statuses.items():
             self.owner.set(uid, status)
         self._dirty = False
@@ -70,18 +68,16 @@ class StatusService:
         self._changed = True
         self._dirty_uids: set[str] = set()  # pods whose inputs changed since the last compute
         self._full = True  # the next compute covers every pod (start, sweep)
-        self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
-                                  snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
-        self.pleg = MapReplica(ctx.zctx, ctx.paths, "pleg", self._on_change,
-                               snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
-        self.probes = MapReplica(ctx.zctx, ctx.paths, "probes", self._on_change,
-                                 snapshot_timeout=SNAPSHOT_TIMEOUT, clock=clock)
+        self.desired = self.loop.replica("desired", self._on_desired,
+                                         snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.pleg = self.loop.replica("pleg", self._on_change, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.probes = self.loop.replica("probes", self._on_change,
+                                        snapshot_timeout=SNAPSHOT_TIMEOUT)
         self._started = clock.monotonic()
         self._last_save = -RETRY_SAVE
         self._last_sweep = self._last_full = clock.monotonic()
         self._last_compute = -math.inf
         self._inputs: tuple[str | None, str | None] | None = None
-        self._pollers: tuple[zmq.Poller, zmq.Poller] | None = None
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True
@@ -197,54 +193,27 @@ class StatusService:
         self._dirty = False
         return True
 
+    def turn(self, now: float) -> float:
+        """The loop's step: compute and commit what is due; within ``COALESCE`` of a compute
+        nothing can be computed, so replica traffic stays queued in zmq until the window ends
+        (one drain per window in a burst, not a wake-up and a decode per update); snapshot
+        requests and stop are still answered meanwhile."""
+        self.step()
+        self.loop.hold(self._last_compute + COALESCE)
+        return self._clock() + self.poll_timeout()
+
     def run(self) -> None:
-        while not self.ctx.stop.is_set():
-            self.ctx.heartbeat()
-            poller, timeout = self.wait()
-            ready = dict(poller.poll(math.ceil(timeout * 1000)))
-            if self.owner.socket in ready:
-                self.owner.serve()
-            for replica in (self.desired, self.pleg, self.probes):
-                if any(s in ready for s in replica.sockets) or not replica.synced:
-                    replica.pump(0)
-            self.step()
-            self.owner.tick(self._clock())
-
-    def wait(self) -> tuple[zmq.Poller, float]:
-        """What to block on and for how long. Within ``COALESCE`` of a compute nothing can be
-        computed, so replica traffic stays queued in zmq until the window ends (one drain per
-        window in a burst, not a wake-up and a decode per update): only the snapshot socket
-        and stop are watched meanwhile."""
-        timeout = self.poll_timeout()
-        hold = self._last_compute + COALESCE - self._clock()
-        if hold > 0 and all(r.synced for r in (self.desired, self.pleg, self.probes)):
-            return self.poller(held=True), min(timeout, hold)
-        return self.poller(), timeout
-
-    def poller(self, held: bool = False) -> zmq.Poller:
-        """One poller of each kind for the process's life (a replica keeps its sockets for
-        life): every socket, or (``held``) only the snapshot socket and stop."""
-        if self._pollers is None:
-            every, only = zmq.Poller(), zmq.Poller()
-            for sock in (self.owner.socket, *self.desired.sockets, *self.pleg.sockets,
-                         *self.probes.sockets):
-                every.register(sock, zmq.POLLIN)
-            only.register(self.owner.socket, zmq.POLLIN)
-            if self.ctx.stop_fd is not None:
-                every.register(self.ctx.stop_fd, zmq.POLLIN)
-                only.register(self.ctx.stop_fd, zmq.POLLIN)
-            self._pollers = (every, only)
-        return self._pollers[1 if held else 0]
+        self.loop.run(self.turn)
 
     def close(self) -> None:
         if self._pending_set or self._pending_deleted or self._dirty:
             self.commit()
-        for closable in (self.desired, self.pleg, self.probes, self.owner, self.pub):
-            closable.close()
+        self.loop.close()
         self.store.close()
 
 
 def run(ctx: ChildContext) -> None:
+    """Composition only: build the service, run its loop."""
     service = StatusService(ctx)
     try:
         service.run()
