@@ -88,6 +88,7 @@ class ServiceLoop:
         self._held_until = -math.inf
         self._holding = False
         self.last_pump = -math.inf  # when a poll last pumped a replica (monotonic)
+        self._stop_watched = ctx.stop_fd is not None
         if ctx.stop_fd is not None:
             self.poller.register(ctx.stop_fd, zmq.POLLIN)
 
@@ -117,6 +118,9 @@ class ServiceLoop:
         if serving:
             self.serve(owner)
         return owner
+
+    def serving(self, owner: MapOwner) -> bool:
+        return self._serving[owner]
 
     def serve(self, owner: MapOwner) -> None:
         if not self._serving[owner]:
@@ -221,10 +225,18 @@ class ServiceLoop:
         now = self.clock.monotonic()
         self.poll(self.next_deadline(now, wanted) - now)
 
-    def run(self, step: Step) -> None:
-        """Turn until ``ctx.stop`` is set."""
-        while not self.ctx.stop.is_set():
+    def run(self, step: Step, done: Callable[[], bool] | None = None) -> None:
+        """Turn until ``done()`` (default: until ``ctx.stop`` is set)."""
+        finished = self.ctx.stop.is_set if done is None else done
+        while not finished():
             self.turn(step)
+
+    def ignore_stop(self) -> None:
+        """Stop watching the stop fd (a service that goes on working after a stop, e.g. to stop
+        its pods, would otherwise find it readable on every poll)."""
+        if self.ctx.stop_fd is not None and self._stop_watched:
+            self._stop_watched = False
+            self.poller.unregister(self.ctx.stop_fd)
 
     def close(self) -> None:
         for closable in reversed(self._closables):

@@ -40,11 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import zmq
-
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.logs import EventLog
+from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
@@ -181,77 +180,76 @@ def _new_client(ctx: ChildContext) -> RuntimeClient:
                               timeout=timeout)
 
 
+class _Timing:
+    """The loop's timers and the event stream's burst accounting (see the module docstring)."""
+
+    def __init__(self, now: float) -> None:
+        self.next_relist = now
+        self.drops = 0
+        self.quiet_until = -math.inf  # the wake fd is not polled before this (EVENTS_COALESCE)
+        self.window_at, self.window_events = -math.inf, 0  # events since window_at (BURST_GAP)
+        self.polled = True
+
+
 def serve(ctx: ChildContext, client: RuntimeClient) -> None:
-    """The loop: poll the snapshot socket and the event stream's wake fd; apply stream events
-    as they come; relist when due (see the module docstring)."""
+    """The loop: the snapshot socket and the event stream's wake fd are watched; stream events
+    are applied as they come; a relist runs when due (see the module docstring)."""
     clock = ctx.clock.monotonic  # the one clock: the loop, the owner and the relister
-    pub = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
-    owner = MapOwner(ctx.zctx, ctx.paths, pub, MAP_NAME, clock=ctx.clock)
+    loop = ServiceLoop(ctx)
+    pub = loop.publisher()
+    owner = loop.owner(pub, MAP_NAME, heartbeat_interval=1.0)
     watcher = EventWatcher(client, ctx.log)
-    loop = PlegLoop(new_relister(client, clock, ctx.heartbeat), owner, pub, ctx.log, clock,
+    pleg = PlegLoop(new_relister(client, clock, ctx.heartbeat), owner, pub, ctx.log, clock,
                     ctx.clock.wall)
-    poller = zmq.Poller()
-    poller.register(owner.socket, zmq.POLLIN)
-    poller.register(watcher.wake_fd, zmq.POLLIN)
-    if ctx.stop_fd is not None:
-        poller.register(ctx.stop_fd, zmq.POLLIN)
+    t = _Timing(clock())
+
+    def on_events() -> None:
+        events = watcher.drain()
+        if (any(e is None for e in events) or watcher.dropped != t.drops
+                or not watcher.streaming or t.next_relist <= clock()):
+            # a stream (re)connected or went away, events were lost, or a relist is due
+            # anyway: relist now; it reads the runtime after these events happened
+            t.drops = watcher.dropped
+            t.next_relist = clock()
+            return
+        pleg.apply(events)
+        now = clock()
+        if now - t.window_at >= BURST_GAP:
+            t.window_at, t.window_events = now, 0
+        t.window_events += len(events)
+        if t.window_events >= BURST_EVENTS:
+            t.quiet_until = now + EVENTS_COALESCE
+
+    def step(now: float) -> float:
+        """Relist when due, flush held updates; returns the next relist or held update (the
+        loop adds the heartbeat and the map's idle heartbeat); events and snapshot requests
+        (and stop) end its wait at once."""
+        if now >= t.next_relist:
+            streaming = watcher.streaming
+            ok = pleg.step("stream" if streaming else "relist", watcher.dropped)
+            period = STREAM_RELIST_PERIOD if streaming and ok is not None else RELIST_PERIOD
+            t.next_relist = clock() + period
+        if pleg.held_until() <= now:
+            pleg.flush()
+        now = clock()
+        if (now >= t.quiet_until) != t.polled:
+            t.polled = not t.polled
+            if t.polled:
+                loop.watch(watcher.wake_fd, on_events)
+            else:
+                loop.unwatch(watcher.wake_fd)
+        return min(t.next_relist, pleg.held_until(), math.inf if t.polled else t.quiet_until)
+
+    loop.watch(watcher.wake_fd, on_events)
     watcher.start()
-    next_relist = clock()
-    drops = 0
-    quiet_until = -math.inf  # the wake fd is not polled before this (EVENTS_COALESCE)
-    window_at, window_events = -math.inf, 0  # events applied since window_at (BURST_GAP)
-    polled = True
     try:
-        while not ctx.stop.is_set():
-            ctx.heartbeat()
-            now = clock()
-            if now >= next_relist:
-                streaming = watcher.streaming
-                ok = loop.step("stream" if streaming else "relist", watcher.dropped)
-                period = STREAM_RELIST_PERIOD if streaming and ok is not None else RELIST_PERIOD
-                next_relist = clock() + period
-            if loop.held_until() <= now:
-                loop.flush()
-            owner.tick(clock())
-            # block until the next relist, held update, heartbeat or map heartbeat; events and
-            # snapshot requests (and stop) wake the poll at once
-            now = clock()
-            if (now >= quiet_until) != polled:
-                polled = not polled
-                if polled:
-                    poller.register(watcher.wake_fd, zmq.POLLIN)
-                else:
-                    poller.unregister(watcher.wake_fd)
-            wait = max(0.0, min(next_relist, loop.held_until(), owner.next_tick(),
-                                now + ctx.heartbeat_interval,
-                                math.inf if polled else quiet_until) - now)
-            ready = dict(poller.poll(math.ceil(wait * 1000)))
-            if owner.socket in ready:
-                owner.serve()
-            if watcher.wake_fd in ready:
-                events = watcher.drain()
-                if (any(e is None for e in events) or watcher.dropped != drops
-                        or not watcher.streaming
-                        or next_relist <= clock()):
-                    # a stream (re)connected or went away, events were lost, or a relist is
-                    # due anyway: relist now; it reads the runtime after these events happened
-                    drops = watcher.dropped
-                    next_relist = clock()
-                else:
-                    loop.apply(events)
-                    now = clock()
-                    if now - window_at >= BURST_GAP:
-                        window_at, window_events = now, 0
-                    window_events += len(events)
-                    if window_events >= BURST_EVENTS:
-                        quiet_until = now + EVENTS_COALESCE
+        loop.run(step)
     finally:
         watcher.stop()
-        owner.close()
-        pub.close()
-        ctx.log.info("pleg.stopped", relists=loop.counters.relists,
-                     events=loop.counters.events, event_drops=loop.counters.event_drops,
-                     stream_events=loop.counters.stream_events)
+        loop.close()
+        ctx.log.info("pleg.stopped", relists=pleg.counters.relists,
+                     events=pleg.counters.events, event_drops=pleg.counters.event_drops,
+                     stream_events=pleg.counters.stream_events)
 
 
 def run(ctx: ChildContext) -> None:

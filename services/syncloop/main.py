@@ -15,19 +15,15 @@ otherwise the process exits at once and pods keep running (a restarted sync loop
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import zmq
-
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
-from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.common.service import ServiceLoop, WakePipe
+from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.messages import AllPodsStopped
@@ -58,28 +54,6 @@ POOL_THREADS = 128
 IMAGE_BACKOFF = BackoffPolicy(initial=10.0, cap=300.0, reset_after=600.0)
 
 
-class _WakePipe:
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        for fd in (self.read_fd, self.write_fd):
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-
-    def wake(self) -> None:
-        with contextlib.suppress(OSError):  # full pipe: already awake; closed: stopping
-            os.write(self.write_fd, b"x")
-
-    def drain(self) -> None:
-        try:
-            while os.read(self.read_fd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-    def close(self) -> None:
-        os.close(self.read_fd)
-        os.close(self.write_fd)
-
-
 def _sources(ctx: ChildContext) -> set[str]:
     out = set()
     if ctx.config.static_pod_path:
@@ -89,8 +63,9 @@ def _sources(ctx: ChildContext) -> set[str]:
     return out
 
 
-def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
-          wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
+def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
+          pool: ThreadPoolExecutor, wake: WakePipe, events: Recorder | None = None
+          ) -> tuple[SyncLoop, MapOwner]:
     """The composition root: every part of the sync loop, from the config."""
     cfg, clock = ctx.config, ctx.clock
     sl = cfg.syncloop
@@ -109,8 +84,7 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
                     mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
                     cgroups=cgroups, cache=RuntimeCache(cri, clock.monotonic, clock.wall),
                     images=ImagePresence(cri, clock.monotonic))
-    owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
-                     heartbeat_interval=cfg.supervision.heartbeat_interval, clock=clock)
+    owner = service.owner(publisher, "desired", serving=False)
 
     def submit(fn: Callable[[], None]) -> None:
         pool.submit(fn)
@@ -167,7 +141,8 @@ def _dispatch(loop: SyncLoop, env: Envelope, now: float, seen: SeenStops,
     return False
 
 
-def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
+def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
+                     ) -> list[MapReplica]:
     """One replica per configured source; each new set of a source goes to the merge."""
 
     def feeder(source: str) -> Callable[[str, object, object], None]:
@@ -176,11 +151,10 @@ def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
                 loop.handle_pod_set(source, list(new.get("pods", [])), ctx.clock.monotonic())
         return on_change
 
-    return [MapReplica(ctx.zctx, ctx.paths, map_name(src), feeder(src), clock=ctx.clock)
-            for src in sorted(_sources(ctx))]
+    return [service.replica(map_name(src), feeder(src)) for src in sorted(_sources(ctx))]
 
 
-def _probes_replica(ctx: ChildContext, loop: SyncLoop) -> MapReplica:
+def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> MapReplica:
     """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
     container is killed and restarted per policy); syncs read the failed IDs."""
     failed: dict[str, frozenset[str]] = {}
@@ -195,94 +169,94 @@ def _probes_replica(ctx: ChildContext, loop: SyncLoop) -> MapReplica:
             loop.handle_pleg_event(key, ctx.clock.monotonic())
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
-    return MapReplica(ctx.zctx, ctx.paths, "probes", on_change, clock=ctx.clock)
+    # only its updates are polled: its snapshot answer is taken by the pump of any turn
+    return service.replica("probes", on_change, watch_snapshots=False)
+
+
+class _Stopping:
+    """Where a stop of every pod stands (``syncloop.pods.stopall`` or the process's stop)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.count = 0
+        self.done = False  # the process may exit
 
 
 def run(ctx: ChildContext) -> None:
-    publisher = Publisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
-    subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS, clock=ctx.clock)
+    """Composition: build every part, declare what the loop watches, run it."""
+    clock = ctx.clock
+    service = ServiceLoop(ctx)
+    publisher = service.publisher()
     pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
-    wake = _WakePipe()
-    events = Recorder(ctx.name, ctx.clock.wall)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
-    loop, owner = build(ctx, publisher, pool, wake, events)
+    wake = WakePipe()
+    events = Recorder(ctx.name, clock.wall)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
+    loop, owner = build(ctx, service, publisher, pool, wake, events)
     events.resolve = _resolver(loop)
-    replicas = _source_replicas(ctx, loop)
-    probes = _probes_replica(ctx, loop)
-    poller = zmq.Poller()
-    for replica in replicas:
-        for sock in replica.sockets:
-            poller.register(sock, zmq.POLLIN)
-    poller.register(probes.socket, zmq.POLLIN)  # the SUB only: the snapshot DEALER is replaced
-    poller.register(subscriber.socket, zmq.POLLIN)
-    poller.register(wake.read_fd, zmq.POLLIN)
+    replicas = _source_replicas(ctx, service, loop)
+    _probes_replica(ctx, service, loop)
     stops, seen = new_stop_watcher(loop.deps.sync.cri, ctx.log), SeenStops()
     cache = loop.deps.sync.cache
-    poller.register(stops.wake_fd, zmq.POLLIN)
-    ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
-    stopping_pods, stopped_count = False, 0
+    stopping = _Stopping()
+
+    def stop_all(now: float) -> None:
+        if not stopping.active:
+            stopping.active, stopping.count = True, len(loop.deps.table.workers)
+            loop.stop_all(now)
+
+    def on_bus() -> None:
+        while (env := subscriber.recv(0)) is not None:
+            if _dispatch(loop, env, clock.monotonic(), seen, stops.streaming):
+                stop_all(clock.monotonic())
+
+    def on_runtime_events() -> None:
+        now = clock.monotonic()
+        items = stops.drain()
+        if cache is not None:
+            cache.changed()  # an event, a lost one or a stream mode change
+            cache.watched(stops.streaming)
+        for uid, event in pod_events(items):
+            if is_stop(event):
+                seen.add(event.container_id)
+            loop.handle_container_event(uid, event, now, event_mono(event, now, clock.wall()))
+        loop.step(now)  # hand a restart out before reading the other inputs
+
     # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is in, so
     # a restarted sync loop never hands status/server an empty or partial map (they would
     # retire every pod's status and list no pods).
-    started, serving = ctx.clock.monotonic(), False
-    try:
-        while True:
-            now = ctx.clock.monotonic()
-            if ctx.stop.is_set() and not stopping_pods:
+    started = clock.monotonic()
+
+    def step(now: float) -> float | None:
+        if ctx.stop.is_set():
+            if not stopping.active:
                 if not ctx.config.stop_pods_on_exit:
-                    break
-                stopping_pods, stopped_count = True, len(loop.deps.table.workers)
-                loop.stop_all(now)
-            timeout = loop.step(now)
-            if stopping_pods and loop.all_stopped():
-                publisher.publish(AllPodsStopped(pods=stopped_count, ts=ctx.clock.monotonic()))
-                ctx.log.info("syncloop.pods.stopped", pods=stopped_count)
-                if ctx.stop.is_set():
-                    break
-                stopping_pods = False
-            wait = TICK if timeout is None else min(TICK, timeout)
-            ready = dict(poller.poll(max(0, int(wait * 1000))))
-            if wake.read_fd in ready:
-                wake.drain()
-            if stops.wake_fd in ready:
-                now = ctx.clock.monotonic()
-                items = stops.drain()
-                if cache is not None:
-                    cache.changed()  # an event, a lost one or a stream mode change
-                    cache.watched(stops.streaming)
-                for uid, event in pod_events(items):
-                    if is_stop(event):
-                        seen.add(event.container_id)
-                    loop.handle_container_event(uid, event, now,
-                                                event_mono(event, now, ctx.clock.wall()))
-                loop.step(now)  # hand a restart out before reading the other inputs
-            while (env := subscriber.recv(0)) is not None:
-                if _dispatch(loop, env, ctx.clock.monotonic(), seen, stops.streaming) \
-                        and not stopping_pods:
-                    stopping_pods = True
-                    stopped_count = len(loop.deps.table.workers)
-                    loop.stop_all(ctx.clock.monotonic())
-            for replica in replicas:
-                replica.pump(0)
-            probes.pump(0)
-            if not serving and (all(r.synced for r in replicas)
-                                or ctx.clock.monotonic() - started >= SOURCES_WAIT):
-                serving = True
-                poller.register(owner.socket, zmq.POLLIN)  # polled only once served
-            if serving:
-                owner.serve()
-            owner.tick(ctx.clock.monotonic())
-            events.flush(event_pub)
-            ctx.heartbeat()
+                    stopping.done = True
+                    return None
+                stop_all(now)
+            service.ignore_stop()  # stopping the pods goes on after the stop
+        timeout = loop.step(now)
+        if stopping.active and loop.all_stopped():
+            publisher.publish(AllPodsStopped(pods=stopping.count, ts=clock.monotonic()))
+            ctx.log.info("syncloop.pods.stopped", pods=stopping.count)
+            if ctx.stop.is_set():
+                stopping.done = True
+                return None
+            stopping.active = False
+        if not service.serving(owner) and (all(r.synced for r in replicas)
+                                           or now - started >= SOURCES_WAIT):
+            service.serve(owner)  # polled only once served
+        events.flush(event_pub)
+        return now + (TICK if timeout is None else min(TICK, timeout))
+
+    subscriber = service.subscriber(TOPICS, on_bus)
+    service.watch(wake.read_fd, wake.drain)
+    service.watch(stops.wake_fd, on_runtime_events)
+    ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
+    try:
+        service.run(step, done=lambda: stopping.done)
     finally:
         stops.stop()
         pool.shutdown(wait=False, cancel_futures=True)
-        owner.close()
-        for replica in replicas:
-            replica.close()
-        probes.close()
-        subscriber.close()
-        publisher.close()
+        service.close()
         event_pub.close()
         wake.close()
-        loop.deps.sync.cri.close()
