@@ -36,7 +36,7 @@ import zmq
 
 from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Publisher, Subscriber
-from podvisor.ipc.clone import MapOwner, MapReplica, OnChange
+from podvisor.ipc.clone import Codec, MapOwner, MapReplica, OnChange
 
 __all__ = ["ServiceLoop", "Step", "WakePipe"]
 
@@ -106,12 +106,13 @@ class ServiceLoop:
         return sub
 
     def owner(self, publisher: Publisher, map_name: str, *, serving: bool = True,
-              heartbeat_interval: float | None = None) -> MapOwner:
+              heartbeat_interval: float | None = None, encode: Codec | None = None
+              ) -> MapOwner:
         """The map this process owns. ``serving=False``: snapshot requests wait (queued) until
         ``serve(owner)`` (an owner whose map is not complete yet)."""
         interval = self.ctx.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
         owner = MapOwner(self.ctx.zctx, self.ctx.paths, publisher, map_name,
-                         heartbeat_interval=interval, clock=self.clock)
+                         heartbeat_interval=interval, clock=self.clock, encode=encode)
         self._owners.append(owner)
         self._serving[owner] = False
         self._closables.append(owner)
@@ -128,11 +129,12 @@ class ServiceLoop:
             self.poller.register(owner.socket, zmq.POLLIN)
 
     def replica(self, map_name: str, on_change: OnChange | None = None, *,
-                snapshot_timeout: float = 2.0, watch_snapshots: bool = True) -> MapReplica:
+                snapshot_timeout: float = 2.0, watch_snapshots: bool = True,
+                decode: Codec | None = None) -> MapReplica:
         """A map this process consumes, pumped by the loop. ``watch_snapshots=False`` polls only
         its updates (its snapshot answers are picked up by the next pump)."""
         replica = MapReplica(self.ctx.zctx, self.ctx.paths, map_name, on_change,
-                             snapshot_timeout, clock=self.clock)
+                             snapshot_timeout, clock=self.clock, decode=decode)
         socks = replica.sockets if watch_snapshots else (replica.socket,)
         for sock in socks:
             self.poller.register(sock, zmq.POLLIN)

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from podvisor.common.config import read_config_json
 from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.maps import DESIRED
 from podvisor.ipc.paths import RunPaths
 
 __all__ = ["CriDecoder", "LogError", "find_log_dir", "format_events", "main_logs",
@@ -122,7 +123,7 @@ def _desired_uids(paths: RunPaths) -> set[str]:
 
     zctx: zmq.Context[Any] = zmq.Context()
     try:
-        replica = MapReplica(zctx, paths, "desired", snapshot_timeout=1.0, clock=SYSTEM_CLOCK)
+        replica = MapReplica(zctx, paths, DESIRED, snapshot_timeout=1.0, clock=SYSTEM_CLOCK)
         try:
             return set(replica.items()) if replica.sync() else set()
         finally:

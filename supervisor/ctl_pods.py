@@ -23,6 +23,7 @@ from podvisor.common.podlist import pod_list, table_rows
 from podvisor.common.timefmt import parse_rfc3339
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import DESIRED, STATUSES
 from podvisor.ipc.paths import RunPaths
 
 __all__ = ["format_age", "format_table", "get_podlist", "main_pods"]
@@ -63,15 +64,15 @@ def _from_snapshots(paths: RunPaths, timeout: float) -> dict[str, Any] | None:
     zctx: zmq.Context[Any] = zmq.Context()
     try:
         maps = {}
-        for name in ("desired", "statuses"):
+        for name in (DESIRED, STATUSES):
             replica = MapReplica(zctx, paths, name, snapshot_timeout=timeout, clock=SYSTEM_CLOCK)
             try:
-                if not replica.sync() and name == "desired":
+                if not replica.sync() and name == DESIRED:
                     return None
                 maps[name] = replica.items()
             finally:
                 replica.close()
-        return pod_list(maps["desired"], maps.get("statuses", {}))
+        return pod_list(maps[DESIRED], maps.get(STATUSES, {}))
     finally:
         zctx.destroy(linger=0)
 

@@ -47,13 +47,14 @@ from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.maps import PLEG
 from podvisor.ipc.messages import PodLifecycleEvent
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
 from podvisor.services.events import container_died
 from podvisor.services.pleg.relist import Relister, RelistResult, new_relister
 from podvisor.services.pleg.stream import EventWatcher
 
-MAP_NAME = "pleg"
+MAP_NAME = PLEG
 HEALTH_KEY = "_health"
 RELIST_PERIOD = 1.0
 STREAM_RELIST_PERIOD = 30.0

@@ -21,6 +21,7 @@ from typing import Any
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop, WakePipe
+from podvisor.ipc.maps import DESIRED, PLEG, PROBES
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.prober.handlers import LazyClient, ProbeRunner, new_probe_runner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
@@ -28,7 +29,7 @@ from podvisor.services.prober.outcome import Outcome
 from podvisor.services.prober.store import ProbeStore
 from podvisor.services.prober.worker import Result
 
-MAP_NAME = "probes"
+MAP_NAME = PROBES
 HEALTH_KEY = "_health"
 POOL_THREADS = 32
 RETRY_SAVE = 1.0  # a failed save is retried this often
@@ -50,9 +51,9 @@ class ProberService:
             self.owner.set(uid, value)
         self.manager = ProbeManager(rand, clock.monotonic(), saved)
         self.runner = runner
-        self.desired = self.loop.replica("desired", self._on_desired,
+        self.desired = self.loop.replica(DESIRED, self._on_desired,
                                          snapshot_timeout=SNAPSHOT_TIMEOUT)
-        self.pleg = self.loop.replica("pleg", self._on_pleg, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.pleg = self.loop.replica(PLEG, self._on_pleg, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="probe")
         self.results: queue.SimpleQueue[tuple[ProbeTask, Outcome]] = queue.SimpleQueue()
         self.wake = WakePipe()  # probe outcomes wake the loop

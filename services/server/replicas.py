@@ -32,6 +32,7 @@ import zmq
 from podvisor.common.child import StopEvent
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import DESIRED, PLEG, STATUSES
 from podvisor.ipc.paths import RunPaths
 
 SNAPSHOT_TIMEOUT = 0.5
@@ -108,8 +109,8 @@ class ReplicaPump:
     def _loop(self) -> None:
         maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT,
                                  clock=self._clocks)
-                for name in ("desired", "statuses", "pleg")}
-        owner = maps["desired"].socket  # the desired owner's updates and idle heartbeats
+                for name in (DESIRED, STATUSES, PLEG)}
+        owner = maps[DESIRED].socket  # the desired owner's updates and idle heartbeats
         heard: float | None = None
         # for the thread's life (a replica keeps its sockets for life): traffic or a request,
         # then (holding traffic for the batch) only a request or stop
@@ -167,9 +168,9 @@ class ReplicaPump:
         fresh = {name: MappingProxyType(maps[name].items()) for name in keys
                  if keys[name] != self._keys.get(name)}
         self._keys, self._heard = keys, heard
-        d, s, p = maps["desired"], maps["statuses"], maps["pleg"]
-        self.view = View(fresh.get("desired", old.desired), fresh.get("statuses", old.statuses),
-                         fresh.get("pleg", old.pleg), d.synced, s.synced, p.synced, heard)
+        d, s, p = maps[DESIRED], maps[STATUSES], maps[PLEG]
+        self.view = View(fresh.get(DESIRED, old.desired), fresh.get(STATUSES, old.statuses),
+                         fresh.get(PLEG, old.pleg), d.synced, s.synced, p.synced, heard)
 
     def close(self, timeout: float = 2.0) -> None:
         self.stop.set()

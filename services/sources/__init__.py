@@ -1,9 +1,8 @@
 """The pod sources (static pod directory, static pod URL): one process each, each owner of its
 ``pods-<source>`` map.
 
-The front door: how a source's map reads (``map_name``, ``SET_KEY``). The processes' entries
-are ``podvisor.services.sources.file_main`` and ``http_main``."""
+Other packages read a source's set through its map (``ipc/maps.py``: ``pods_map``,
+``PodSetValue``); the front door exports nothing. The processes' entries are
+``podvisor.services.sources.file_main`` and ``http_main``."""
 
-from podvisor.services.sources.publish import SET_KEY, map_name
-
-__all__ = ["SET_KEY", "map_name"]
+__all__: list[str] = []

@@ -1,38 +1,29 @@
 """How a source process hands its full set to the rest of the agent.
 
-Every read is published twice over: as a ``PodSet`` message (for anyone listening) and as the
-single key ``set`` of the replicated map ``pods-<source>`` (ipc/clone.py), so a sync loop that
-starts or restarts fetches the current set from a snapshot at once instead of waiting for the
-next relist (``fileCheckFrequency``, 20 s by default).
+Every read sets the single key ``set`` of the replicated map ``pods-<source>``
+(``ipc/maps.py``: a ``PodSetValue``), so a sync loop that starts or restarts fetches the current
+set from a snapshot at once instead of waiting for the next relist (``fileCheckFrequency``,
+20 s by default). That map is the one path for pod sets.
 """
 
 from __future__ import annotations
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import POD_SET_KEY, PodSetValue, pods_map
 from podvisor.services.sources.common import SourceSet
-
-SET_KEY = "set"
-
-
-def map_name(source: str) -> str:
-    """The replicated map that carries ``source``'s set (``file`` -> ``pods-file``)."""
-    return f"pods-{source}"
 
 
 class SetPublisher:
-    """The source's publisher and map, declared in the process's service loop (which answers
-    snapshot requests and sends the map's idle heartbeats). Main thread only."""
+    """The source's map, declared in the process's service loop (which answers snapshot
+    requests and sends the map's idle heartbeats). Main thread only."""
 
     def __init__(self, ctx: ChildContext, source: str, loop: ServiceLoop) -> None:
         self._clock = ctx.clock
-        self._publisher = loop.publisher()
-        self._owner = loop.owner(self._publisher, map_name(source))
+        self._owner = loop.owner(loop.publisher(), pods_map(source), encode=PodSetValue.to_wire)
 
     def publish(self, result: SourceSet) -> None:
-        msg = result.to_message(self._clock.monotonic())
-        self._publisher.publish(msg)
-        self._owner.set(SET_KEY, {"pods": msg.pods, "errors": msg.errors})
+        self._owner.set(POD_SET_KEY, result.to_value(self._clock.monotonic()))
 
     def service(self) -> None:
         """Answer pending snapshot requests and send a due idle heartbeat now (from inside a

@@ -31,11 +31,12 @@ from typing import Any
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import runtime_name
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES
 from podvisor.services.status.compute import desired_inputs
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.store import StatusStore
 
-MAP_NAME = "statuses"
+MAP_NAME = STATUSES
 SWEEP_PERIOD = 10.0  # retired statuses expire (only when there are some)
 FULL_SWEEP_PERIOD = 300.0  # every pod recomputed
 COALESCE = 0.02  # computes at least this far apart (seconds)
@@ -68,10 +69,10 @@ class StatusService:
         self._changed = True
         self._dirty_uids: set[str] = set()  # pods whose inputs changed since the last compute
         self._full = True  # the next compute covers every pod (start, sweep)
-        self.desired = self.loop.replica("desired", self._on_desired,
+        self.desired = self.loop.replica(DESIRED, self._on_desired,
                                          snapshot_timeout=SNAPSHOT_TIMEOUT)
-        self.pleg = self.loop.replica("pleg", self._on_change, snapshot_timeout=SNAPSHOT_TIMEOUT)
-        self.probes = self.loop.replica("probes", self._on_change,
+        self.pleg = self.loop.replica(PLEG, self._on_change, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.probes = self.loop.replica(PROBES, self._on_change,
                                         snapshot_timeout=SNAPSHOT_TIMEOUT)
         self._started = clock.monotonic()
         self._last_save = -RETRY_SAVE

@@ -26,11 +26,11 @@ from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
+from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodSetValue, pods_map
 from podvisor.ipc.messages import AllPodsStopped
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.prober import liveness_failed
-from podvisor.services.sources import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -84,7 +84,7 @@ def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
                     mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
                     cgroups=cgroups, cache=RuntimeCache(cri, clock.monotonic, clock.wall),
                     images=ImagePresence(cri, clock.monotonic))
-    owner = service.owner(publisher, "desired", serving=False)
+    owner = service.owner(publisher, DESIRED, serving=False)
 
     def submit(fn: Callable[[], None]) -> None:
         pool.submit(fn)
@@ -147,11 +147,12 @@ def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
 
     def feeder(source: str) -> Callable[[str, object, object], None]:
         def on_change(key: str, old: object, new: object) -> None:
-            if key == SET_KEY and isinstance(new, dict):
-                loop.handle_pod_set(source, list(new.get("pods", [])), ctx.clock.monotonic())
+            if key == POD_SET_KEY and isinstance(new, PodSetValue):
+                loop.handle_pod_set(source, list(new.pods), ctx.clock.monotonic())
         return on_change
 
-    return [service.replica(map_name(src), feeder(src)) for src in sorted(_sources(ctx))]
+    return [service.replica(pods_map(src), feeder(src), decode=PodSetValue.from_wire)
+            for src in sorted(_sources(ctx))]
 
 
 def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> MapReplica:
@@ -170,7 +171,7 @@ def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> 
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
     # only its updates are polled: its snapshot answer is taken by the pump of any turn
-    return service.replica("probes", on_change, watch_snapshots=False)
+    return service.replica(PROBES, on_change, watch_snapshots=False)
 
 
 class _Stopping:

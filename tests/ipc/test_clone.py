@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 import zmq
@@ -13,6 +13,7 @@ import zmq
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK, FakeClock
 from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.ipc.maps import PodSetValue
 from podvisor.ipc.paths import RunPaths
 
 Bus = tuple["zmq.Context[Any]", RunPaths]
@@ -226,3 +227,25 @@ def _until(done: Any, rounds: int = 500) -> None:
         if done():
             return
     raise AssertionError("condition never met")
+
+
+class _FutureSet(PodSetValue):
+    VERSION: ClassVar[int] = 99
+
+
+def test_typed_values_cross_in_wire_form_and_an_unknown_version_is_dropped(bus: Bus) -> None:
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "typed-owner")
+    clock = FakeClock()
+    owner = MapOwner(zctx, paths, pub, "pods-typed", clock=clock, encode=PodSetValue.to_wire)
+    replica = MapReplica(zctx, paths, "pods-typed", clock=clock, decode=PodSetValue.from_wire)
+    value = PodSetValue("file", [{"metadata": {"name": "a"}}], [], 1.0)
+    owner.set("set", value)
+    owner.set("new", _FutureSet("file", [], [], 2.0))  # from a newer producer
+    _sync_with_owner(replica, owner)  # the snapshot carries the wire forms
+    assert replica.get("set") == value and isinstance(replica.get("set"), PodSetValue)
+    assert replica.get("new") is None  # an unknown version is dropped ...
+    assert replica.value_drops["version"] >= 1  # ... and counted
+    replica.close()
+    owner.close()
+    pub.close()
