@@ -3,12 +3,15 @@
 #
 #   .ci/containerd.sh [DIR]        (DIR defaults to a new /tmp/pvctr.XXXXXX)
 #
-# Runs deploy/containerd/setup.sh DIR (installs containerd/runc/busybox-static from apt when root
-# and missing) and deploy/containerd/start.sh DIR. Exports nothing. The LAST line of its output is
+# Runs deploy/containerd/setup.sh DIR (installs containerd/runc/busybox-static and the CNI plugins
+# (containernetworking-plugins, iptables) from apt when root and missing) and
+# deploy/containerd/start.sh DIR: pods without hostNetwork get an IP on the instance's bridge.
+# Exports nothing. The LAST line of its output is
 #   PODVISOR_CONTAINERD_ENDPOINT=unix://DIR/run/containerd.sock   when containerd is up, or
 #   containerd: unavailable: <why>                                 when it is not.
 # Always exits 0: without containerd the suite still runs and its containerd tests say skipped
-# with the reason. Stop it afterwards with: deploy/containerd/stop.sh [--purge] DIR
+# with the reason. Stop it afterwards with: deploy/containerd/stop.sh [--purge] DIR (which also
+# removes the bridge and the iptables rules of the instance's pod network).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -5,7 +5,10 @@
 - ``running_pods(pleg)``: the ``GET /runningpods/`` PodList, kubelet style (minimal metadata and
   the names and images of running containers only).
 - ``check_health(...)``: the ``/healthz`` verdict (PLEG relisted within 3 min; sync loop's
-  ``desired`` map owner heard from recently).
+  ``desired`` map owner heard from recently). The runtime's network readiness (the sync loop's
+  ``_runtime`` entry of ``desired``) is a detail, not a verdict: as the kubelet's, whose
+  ``/healthz`` stays ok while its node condition says the network is not ready, the answer is
+  still 200, but it lists every check and ``[!]runtime-network`` with the runtime's reason.
 """
 
 from __future__ import annotations
@@ -150,18 +153,29 @@ def running_pods(pleg: Mapping[str, Any]) -> dict[str, Any]:
 class Health:
     ok: bool
     checks: tuple[tuple[str, bool, str], ...]  # (name, ok, reason)
+    notes: tuple[tuple[str, str], ...] = ()  # (name, detail): not failures, shown all the same
 
     def text(self) -> str:
-        if self.ok:
+        if self.ok and not self.notes:
             return "ok"
         lines = [f"[{'+' if ok else '-'}]{name} {'ok' if ok else 'failed: ' + why}"
                  for name, ok, why in self.checks]
-        return "\n".join([*lines, "healthz check failed"])
+        lines += [f"[!]{name} {detail}" for name, detail in self.notes]
+        return "\n".join([*lines, "healthz check passed" if self.ok else "healthz check failed"])
+
+
+def _runtime_notes(runtime: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(runtime, Mapping) or runtime.get("networkReady", True):
+        return ()
+    return (("runtime-network", f"{runtime.get('condition', 'network not ready')} (pods "
+                                "without hostNetwork wait for it)"),)
 
 
 def check_health(pleg_health: Mapping[str, Any] | None, wall_now: float,
-                 desired_synced: bool, desired_age: float | None) -> Health:
-    """``desired_age``: seconds since the ``desired`` owner was last heard (None: never)."""
+                 desired_synced: bool, desired_age: float | None,
+                 runtime: Mapping[str, Any] | None = None) -> Health:
+    """``desired_age``: seconds since the ``desired`` owner was last heard (None: never);
+    ``runtime``: the ``desired`` map's ``_runtime`` entry (the runtime's network readiness)."""
     checks = []
     if not pleg_health:
         checks.append(("pleg", False, "PLEG has not relisted yet"))
@@ -177,7 +191,7 @@ def check_health(pleg_health: Mapping[str, Any] | None, wall_now: float,
         checks.append(("syncloop", ok, "" if ok else
                        f"sync loop silent for {desired_age:.0f}s; "
                        f"threshold {SYNCLOOP_HEALTHY_WITHIN:.0f}s"))
-    return Health(all(ok for _n, ok, _w in checks), tuple(checks))
+    return Health(all(ok for _n, ok, _w in checks), tuple(checks), _runtime_notes(runtime))
 
 
 def _ready_count(status: Mapping[str, Any]) -> tuple[int, int]:
@@ -199,14 +213,16 @@ def display_status(pod: Mapping[str, Any]) -> str:
     return str(status.get("phase", "Pending"))
 
 
-def table_rows(podlist: Mapping[str, Any], age_of: Any) -> list[list[str]]:
-    """Rows NAME, READY, STATUS, RESTARTS, AGE; ``age_of(startTime) -> str``."""
-    rows = [["NAME", "READY", "STATUS", "RESTARTS", "AGE"]]
+def table_rows(podlist: Mapping[str, Any], age_of: Any, wide: bool = False) -> list[list[str]]:
+    """Rows NAME, READY, STATUS, RESTARTS, AGE (``wide``: and IP, as ``kubectl get pods -o
+    wide``; ``<none>`` while the pod has none); ``age_of(startTime) -> str``."""
+    rows = [["NAME", "READY", "STATUS", "RESTARTS", "AGE", *(["IP"] if wide else [])]]
     for pod in podlist.get("items", []):
         status = pod.get("status") or {}
         ready, total = _ready_count(status)
         restarts = sum(int(c.get("restartCount", 0))
                        for c in status.get("containerStatuses") or [])
         rows.append([pod.get("metadata", {}).get("name", ""), f"{ready}/{total}",
-                     display_status(pod), str(restarts), age_of(status.get("startTime"))])
+                     display_status(pod), str(restarts), age_of(status.get("startTime")),
+                     *([status.get("podIP") or "<none>"] if wide else [])])
     return rows

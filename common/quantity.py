@@ -49,7 +49,7 @@ def parse_quantity(value: object) -> Decimal:
     number, suffix = match.groups()
     try:
         amount = Decimal(number)
-        if suffix[:1] in ("e", "E"):
+        if suffix[:1] in ("e", "E") and suffix not in _SUFFIX:  # "1E" is exa, "1e3" 1000
             amount = amount.scaleb(int(suffix[1:]))
         elif suffix in _SUFFIX:
             amount = amount * _SUFFIX[suffix]

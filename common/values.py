@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from podvisor.common import quantity
+from podvisor.common.endpoint import EMBEDDED
 
 __all__ = [
     "ConfigError",
@@ -152,7 +153,7 @@ def parse_quantity(key: str, raw: object) -> int:
 def parse_endpoint(key: str, raw: object) -> str:
     """`embedded` or `unix:///absolute/path` (a CRI runtime's socket)."""
     text = parse_str(key, raw).strip()
-    if text == "embedded":
+    if text == EMBEDDED:
         return text
     if text.startswith("unix:///") and len(text) > len("unix:///"):
         return text

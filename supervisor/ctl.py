@@ -8,7 +8,7 @@
       tail NAME [-n N]            the last N lines of logs/NAME.log (`supervisor` = the agent)
       reload                      like SIGHUP
       shutdown [--pods]           stop the agent (and every pod with --pods)
-      pods [--json]               the PodList of GET /pods, as a table
+      pods [--json] [--wide]      the PodList of GET /pods, as a table (--wide: with pod IPs)
       events [--json] [--pod P] [--limit N]   the kept events (kubectl get events)
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
@@ -61,7 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("shutdown", help="stop the agent")
     sh.add_argument("--pods", action="store_true", help="stop every pod too")
     sub.add_parser("reload", help="re-read the config file")
-    sub.add_parser("pods").add_argument("--json", action="store_true")
+    pods = sub.add_parser("pods")
+    pods.add_argument("--json", action="store_true")
+    pods.add_argument("--wide", action="store_true",
+                      help="add the IP column (kubectl get pods -o wide)")
     ev = sub.add_parser("events", help="events (last 1000, oldest first)")
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--pod", default=None, help="only this pod's (name or namespace/name)")
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         from podvisor.supervisor.ctl_pods import main_pods
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
-        return main_pods(root, ns.json, ns.timeout or 5.0)
+        return main_pods(root, ns.json, ns.timeout or 5.0, ns.wide)
     if ns.cmd == "logs":  # read from rootDir/pod-logs by this process
         from podvisor.supervisor.ctl_logs import main_logs
 

@@ -1,4 +1,5 @@
-"""`podvisorctl pods [--json]`: the same PodList as `GET /pods`, as JSON or a kubectl-like table.
+"""`podvisorctl pods [--json] [--wide]`: the same PodList as `GET /pods`, as JSON or a kubectl-like
+table (`--wide`: with each pod's IP, as `kubectl get pods -o wide`).
 
 Where it comes from: `run/config.json` gives `address` and `readOnlyPort`; when the port is
 enabled the PodList is fetched from `http://<address>:<readOnlyPort>/pods`. When the port is
@@ -42,9 +43,9 @@ def format_age(start: str | None, now: float) -> str:
     return f"{secs}s"
 
 
-def format_table(podlist: dict[str, Any], now: float | None = None) -> str:
+def format_table(podlist: dict[str, Any], now: float | None = None, wide: bool = False) -> str:
     now = SYSTEM_CLOCK.wall() if now is None else now
-    rows = table_rows(podlist, lambda start: format_age(start, now))
+    rows = table_rows(podlist, lambda start: format_age(start, now), wide)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                      for r in rows)
@@ -92,7 +93,7 @@ def get_podlist(root: Path, timeout: float = 5.0) -> dict[str, Any] | None:
     return _from_snapshots(paths, min(timeout, 2.0))
 
 
-def main_pods(root_dir: str, as_json: bool, timeout: float = 5.0) -> int:
+def main_pods(root_dir: str, as_json: bool, timeout: float = 5.0, wide: bool = False) -> int:
     podlist = get_podlist(Path(root_dir), timeout)
     if podlist is None:
         print(f"podvisorctl: no agent answers under {root_dir} (run/config.json or the sync loop "
@@ -101,5 +102,5 @@ def main_pods(root_dir: str, as_json: bool, timeout: float = 5.0) -> int:
     if as_json:
         print(json.dumps(podlist, indent=2, sort_keys=True))
     else:
-        print(format_table(podlist))
+        print(format_table(podlist, wide=wide))
     return 0

@@ -14,10 +14,11 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from podvisor.common.config import Config, ConfigError
 from podvisor.common.endpoint import is_embedded
+from podvisor.common.logs import Log
 
 __all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "module_problem",
            "report_builtins", "resolve_specs"]
@@ -108,12 +109,7 @@ def module_exists(module: str) -> bool:
     return module_problem(module) is None
 
 
-class _Log(Protocol):
-    def info(self, event: str, **fields: Any) -> None: ...
-    def error(self, event: str, **fields: Any) -> None: ...
-
-
-def report_builtins(config: Config, log: _Log, builtins: tuple[Builtin, ...] = BUILTINS,
+def report_builtins(config: Config, log: Log, builtins: tuple[Builtin, ...] = BUILTINS,
                     problem: Callable[[str], str | None] = module_problem) -> None:
     """Say at start which built-ins will not run for want of their module: one info line for
     those not built yet (no module: e.g. ``imagegc`` before it lands), an error per built-in

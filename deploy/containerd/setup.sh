@@ -3,19 +3,28 @@
 #
 #   deploy/containerd/setup.sh [--no-install] DIR
 #
-# 1. Installs containerd, runc, busybox-static, gcc and libc6-dev from the OS (Debian) packages when
-#    a tool is missing (needs root and apt-get; --no-install makes a missing tool an error instead).
+# 1. Installs containerd, runc, busybox-static, gcc, libc6-dev, containernetworking-plugins and
+#    iptables from the OS (Debian) packages when a tool is missing (needs root and apt-get;
+#    --no-install makes a missing tool an error instead).
 # 2. Builds a static pause binary (pause.c) and, offline, two OCI-layout image tarballs
 #    (build_images.py): DIR/images/pause.tar and DIR/images/busybox.tar.
 # 3. Renders DIR/config.toml from config.toml.in (every path under DIR: own socket, root, state,
-#    runc root) and DIR/instance.env (ENDPOINT, IMAGE, PAUSE_IMAGE, CGROUP_PARENT).
+#    runc root, network namespaces) and DIR/instance.env (ENDPOINT, IMAGE, PAUSE_IMAGE,
+#    CGROUP_PARENT, and the pod network: BRIDGE, SUBNET, GATEWAY, NETWORK).
+# 4. Writes the CNI conflist DIR/cni/net.d/10-podvisor.conflist (cni.py: bridge + host-local IPAM
+#    on a /24 of 10.200.0.0/13 that nothing on this machine uses, portmap for hostPort; containerd
+#    adds loopback itself), so pods without hostNetwork get their own network namespace and IP.
+#    PODVISOR_CONTAINERD_CNI=off leaves it out (and removes it): containerd then reports
+#    NetworkReady=false and runs hostNetwork pods only. Running start.sh again without it on a
+#    running instance turns the network on (containerd reads the conf dir live).
 # Idempotent: re-running changes nothing that is already in place. Then use start.sh DIR / stop.sh DIR.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PAUSE_IMAGE="localhost/podvisor/pause:1"
 BUSYBOX_IMAGE="localhost/podvisor/busybox:1"
-PACKAGES=(containerd runc busybox-static gcc libc6-dev)
+PACKAGES=(containerd runc busybox-static gcc libc6-dev containernetworking-plugins iptables)
+CNI_BIN_DIR=/usr/lib/cni
 
 die() { echo "setup.sh: $*" >&2; exit 1; }
 
@@ -43,8 +52,11 @@ static_busybox() {
 
 missing_tools() {
     local tool
-    for tool in containerd ctr containerd-shim-runc-v2 runc gcc; do
+    for tool in containerd ctr containerd-shim-runc-v2 runc gcc iptables iptables-save ip; do
         command -v "$tool" >/dev/null 2>&1 || echo "$tool"
+    done
+    for plugin in loopback bridge host-local portmap; do
+        [[ -x "$CNI_BIN_DIR/$plugin" ]] || echo "cni-$plugin"
     done
     static_busybox >/dev/null || echo "busybox-static"
     [[ -n "$(gcc -print-file-name=libc.a 2>/dev/null | grep /)" ]] || echo "libc.a"
@@ -63,7 +75,7 @@ if [[ -n "$missing" ]]; then
     [[ -z "$missing" ]] || die "still missing after apt-get install: $missing"
 fi
 
-mkdir -p "$DIR"/{build,images,root,state,run,runc,opt,cni/net.d}
+mkdir -p "$DIR"/{build,images,root,state,run,runc,opt,cni/net.d,cni/ipam}
 chmod 0700 "$DIR/run"
 
 if [[ ! -x "$DIR/build/pause" || "$HERE/pause.c" -nt "$DIR/build/pause" ]]; then
@@ -74,9 +86,17 @@ fi
 python3 "$HERE/build_images.py" --pause "$DIR/build/pause" \
     --busybox "$(static_busybox)" --out "$DIR/images"
 
+if [[ "${PODVISOR_CONTAINERD_CNI:-on}" == off ]]; then  # hostNetwork pods only (tests)
+    rm -f "$DIR/cni/net.d/10-podvisor.conflist"
+    network=""
+else
+    network="$(python3 "$HERE/cni.py" conflist "$DIR")"  # BRIDGE= SUBNET= GATEWAY= NETWORK=
+fi
+
 render() {
     sed -e "s|@DIR@|$DIR|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" \
-        -e "s|@RUNC@|$(command -v runc)|g" "$HERE/config.toml.in"
+        -e "s|@RUNC@|$(command -v runc)|g" -e "s|@CNI_BIN_DIR@|$CNI_BIN_DIR|g" \
+        "$HERE/config.toml.in"
 }
 render >"$DIR/config.toml.tmp" && mv -f "$DIR/config.toml.tmp" "$DIR/config.toml"
 
@@ -87,5 +107,6 @@ IMAGE=$BUSYBOX_IMAGE
 PAUSE_IMAGE=$PAUSE_IMAGE
 CGROUP_PARENT=/podvisor-containerd-$tag
 EOF
+[[ -z "$network" ]] || tr ' ' '\n' <<<"$network" >>"$DIR/instance.env.tmp"
 mv -f "$DIR/instance.env.tmp" "$DIR/instance.env"
 echo "setup.sh: ready in $DIR (start it with: $HERE/start.sh $DIR)"

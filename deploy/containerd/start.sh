@@ -3,7 +3,9 @@
 #
 #   deploy/containerd/start.sh DIR
 #
-# Runs `setup.sh --no-install DIR` (idempotent), starts containerd in its own session with
+# Runs `setup.sh --no-install DIR` (idempotent), creates the pod network's bridge (BRIDGE with
+# GATEWAY/24 from DIR/instance.env; pods reach this machine through it, nothing else), starts
+# containerd in its own session with
 # DIR/config.toml (pid in DIR/containerd.pid, log in DIR/containerd.log), waits until its socket
 # answers, imports the pause and busybox images into the k8s.io namespace, and prints
 # `ENDPOINT=unix://DIR/run/containerd.sock` as its last line. If the instance is already running
@@ -35,6 +37,10 @@ DIR="${DIR%/}"
 CONTAINERD="$(command -v containerd)" || die "containerd is not installed (run setup.sh as root)"
 "$HERE/setup.sh" --no-install "$DIR" >/dev/null
 SOCK="$DIR/run/containerd.sock"
+env_() { sed -n "s/^$1=//p" "$DIR/instance.env"; }
+BRIDGE="$(env_ BRIDGE)"
+SUBNET="$(env_ SUBNET)"
+GATEWAY="$(env_ GATEWAY)"
 ctr_() { timeout 20 ctr --address "$SOCK" "$@"; }
 
 running_pid() {
@@ -44,6 +50,20 @@ running_pid() {
     [[ "$pid" =~ ^[0-9]+$ && "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$CONTAINERD" ]] || return 1
     echo "$pid"
 }
+
+# The bridge the CNI bridge plugin attaches pods to, with its address set here (the conflist says
+# isGateway: false, so the plugin never enables IP forwarding). A route to SUBNET through another
+# device means another network already uses it: refuse rather than shadow it.
+if [[ -n "$BRIDGE" ]]; then
+    other="$(ip -4 -o route show "$SUBNET" | grep -v " dev $BRIDGE " || true)"
+    [[ -z "$other" ]] || die "subnet $SUBNET of $DIR/cni/net.d is already routed here: $other"
+    ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add name "$BRIDGE" type bridge \
+        || die "cannot create bridge $BRIDGE"
+    ip -4 addr show dev "$BRIDGE" | grep -q " $GATEWAY/" \
+        || ip addr add "$GATEWAY/${SUBNET#*/}" dev "$BRIDGE" \
+        || die "cannot set $GATEWAY on bridge $BRIDGE"
+    ip link set "$BRIDGE" up || die "cannot bring bridge $BRIDGE up"
+fi
 
 if pid="$(running_pid)"; then
     echo "start.sh: containerd already running (pid $pid)"

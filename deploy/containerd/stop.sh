@@ -7,10 +7,14 @@
 # 2. Stops containerd by the pid in DIR/containerd.pid (SIGTERM, then SIGKILL after 10 s).
 # 3. Kills (by pid) any shim still serving this instance's socket, and any process left in one of
 #    its containers' cgroups.
-# 4. Unmounts everything mounted under DIR, removes the containers' cgroup folders and their empty
-#    parents (containerd 1.6 leaves pod-level folders behind) and the whole CGROUP_PARENT tree
-#    from DIR/instance.env, and the instance's shim sockets under /run/containerd/s.
-# 5. --purge: removes DIR itself.
+# 4. Unmounts everything mounted under DIR (network namespaces too), removes the containers' cgroup
+#    folders and their empty parents (containerd 1.6 leaves pod-level folders behind) and the
+#    whole CGROUP_PARENT tree from DIR/instance.env, and the instance's shim sockets under
+#    /run/containerd/s.
+# 5. Deletes the iptables nat rules CNI's portmap made for this instance's network (and portmap's
+#    shared CNI-HOSTPORT-* chains once no port mapping of any network is left; cni.py cleanup)
+#    and the pod network's bridge (BRIDGE in DIR/instance.env).
+# 6. --purge: removes DIR itself (with the host-local IPAM state and the network namespaces).
 # Safe to run twice, or on an instance that already died.
 set -uo pipefail
 
@@ -151,6 +155,18 @@ for s in "${!SHIM_SOCKETS[@]}"; do
     [[ "$s" == /run/containerd/s/* ]] && rm -f "$s"
 done
 rm -f "$SOCK" "$SOCK.ttrpc" "$DIR/containerd.pid"
+
+# 5. The pod network: iptables rules of this network, then the bridge. The host-local IPAM state
+#    is reset with them (no pod of this instance holds an address any more).
+if [[ -f "$DIR/cni/net.d/10-podvisor.conflist" ]]; then
+    python3 "$(dirname "${BASH_SOURCE[0]}")/cni.py" cleanup "$DIR"
+    rm -rf "$DIR/cni/ipam"
+    mkdir -p "$DIR/cni/ipam"
+fi
+BRIDGE="$(sed -n 's/^BRIDGE=//p' "$DIR/instance.env" 2>/dev/null)"
+if [[ -n "$BRIDGE" ]] && ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link del "$BRIDGE" && echo "stop.sh: removed bridge $BRIDGE"
+fi
 
 if (( purge )); then
     rm -rf --one-file-system "$DIR"

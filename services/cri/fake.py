@@ -5,6 +5,13 @@ It records every call in ``calls`` as ``(method, args)`` and has knobs:
     or forever); ``clear_failures()``.
   - ``latency``: seconds added to every call through the injected ``sleep`` (default no-op).
   - ``exit_container(id, exit_code)``: make a running container exit, as if its process died.
+  - ``set_network(ready, reason, message)``: the NetworkReady condition of ``status``. While it
+    is not ready the fake behaves as containerd 1.6 without a CNI config: RunPodSandbox of a
+    sandbox with its own network (``NamespaceMode.POD``) fails "cni plugin not initialized" but
+    leaves a NOTREADY sandbox (no creation time) that holds its name (name, uid, namespace,
+    attempt) until it is removed: a later RunPodSandbox with that name fails "is reserved", and
+    StopPodSandbox of it fails until the network is ready. Sandboxes with their own network
+    that did start report an IP from 10.88.0.0/16.
 It models sandboxes, containers and the ``host`` image just enough for PLEG/syncloop logic;
 methods are guarded by one lock, so it is thread-safe.
 """
@@ -68,6 +75,10 @@ class FakeRuntimeClient:
         self.hold_subscriptions = False  # new streams' wait_subscribed blocks until released
         self.exec_results: dict[str, pb.ExecSyncResponse] = {}
         self.unpullable: set[str] = set()  # images whose pull fails NOT_FOUND (no such image)
+        self.network = pb.RuntimeCondition(type="NetworkReady", status=True)
+        self._reserved: dict[str, str] = {}  # sandbox name -> the sandbox holding it
+        self._no_network: set[str] = set()  # sandboxes whose network setup failed
+        self._ips = itertools.count(2)
 
     # --- knobs ---
     def fail(self, method: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
@@ -87,6 +98,14 @@ class FakeRuntimeClient:
             status.reason = "Completed" if exit_code == 0 else reason
             status.finished_at = self._clock()
             self._emit(container_id, pb.CONTAINER_STOPPED_EVENT)
+
+    def set_network(self, ready: bool, reason: str = "NetworkPluginNotReady",
+                    message: str = "Network plugin returns error: cni plugin not initialized"
+                    ) -> None:
+        with self._lock:
+            self.network = pb.RuntimeCondition(type="NetworkReady", status=ready,
+                                               reason="" if ready else reason,
+                                               message="" if ready else message)
 
     def method_calls(self, method: str) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -144,23 +163,47 @@ class FakeRuntimeClient:
 
     def status(self, verbose: bool = False) -> pb.StatusResponse:
         self._enter("Status", verbose)
-        conds = [pb.RuntimeCondition(type=t, status=True) for t in ("RuntimeReady", "NetworkReady")]
+        with self._lock:
+            conds = [pb.RuntimeCondition(type="RuntimeReady", status=True), self.network]
         return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds))
 
     # --- sandboxes ---
     def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "") -> str:
         self._enter("RunPodSandbox", config, runtime_handler)
         with self._lock:
+            m = config.metadata
+            name = f"{m.name}_{m.namespace}_{m.uid}_{m.attempt}"
+            if name in self._reserved:
+                raise CriError("RunPodSandbox", grpc.StatusCode.UNKNOWN,
+                               f'failed to reserve sandbox name "{name}": name "{name}" is '
+                               f'reserved for "{self._reserved[name]}"')
             sid = f"sandbox-{next(self._ids)}"
+            own = config.linux.security_context.namespace_options.network == pb.POD
             self.sandboxes[sid] = pb.PodSandboxStatus(
                 id=sid, metadata=config.metadata, state=pb.SANDBOX_READY,
                 created_at=self._clock(), labels=config.labels, annotations=config.annotations,
             )
+            if own and not self.network.status:
+                self._reserved[name] = sid  # (containerd reserves every name; the fake only
+                self._no_network.add(sid)   # these, so tests may reuse names otherwise)
+                self.sandboxes[sid].state = pb.SANDBOX_NOTREADY
+                self.sandboxes[sid].created_at = 0
+                raise CriError("RunPodSandbox", grpc.StatusCode.UNKNOWN,
+                               f'failed to setup network for sandbox "{sid}": cni plugin not '
+                               f'initialized')
+            if own:
+                n = next(self._ips)
+                self.sandboxes[sid].network.ip = f"10.88.{n // 250}.{n % 250 + 2}"
             return sid
 
     def stop_pod_sandbox(self, sandbox_id: str) -> None:
         self._enter("StopPodSandbox", sandbox_id)
         with self._lock:
+            if sandbox_id in self._no_network and not self.network.status:
+                raise CriError("StopPodSandbox", grpc.StatusCode.UNKNOWN,
+                               f'failed to destroy network for sandbox "{sandbox_id}": cni '
+                               f'plugin not initialized')
+            self._no_network.discard(sandbox_id)
             self._sandbox(sandbox_id).state = pb.SANDBOX_NOTREADY
             for cid, (sid, status) in list(self.containers.items()):
                 if sid == sandbox_id and status.state == pb.CONTAINER_RUNNING:
@@ -170,6 +213,7 @@ class FakeRuntimeClient:
         self._enter("RemovePodSandbox", sandbox_id)
         with self._lock:
             self.sandboxes.pop(sandbox_id, None)
+            self._reserved = {k: v for k, v in self._reserved.items() if v != sandbox_id}
             for cid, (sid, _status) in list(self.containers.items()):
                 if sid == sandbox_id:
                     self._emit(cid, pb.CONTAINER_DELETED_EVENT)

@@ -19,6 +19,12 @@ syncloop.volume.failed         Warning  FailedMount         MountVolume.SetUp fa
                                                             "V" : <why>
 syncloop.work.failed/crashed   Warning  FailedSync          error syncing|terminating pod: ...
 syncloop.prestop.failed        Warning  FailedPreStopHook   PreStop hook of container X failed
+syncloop.sandbox.stop_failed   Warning  FailedKillPod       error killing pod: failed to stop
+                                                            sandbox S: <error> (retried)
+syncloop.pod.network_not_ready Warning  NetworkNotReady     network is not ready: container
+                                                            runtime network not ready: ...
+syncloop.runtime.network_*     Warning  NetworkNotReady     (on the Node) the runtime's
+                               Normal   NetworkReady        NetworkReady condition changed
 =============================  =======  ==================  ===================================
 """
 
@@ -41,6 +47,10 @@ def _pod_obj(fields: Mapping[str, Any], container: str = "") -> dict[str, Any]:
     if container:
         obj["fieldPath"] = f"spec.containers{{{container}}}"
     return obj
+
+
+def _node_obj(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": "Node", "name": str(fields.get("node", ""))}
 
 
 def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
@@ -70,6 +80,14 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
         kind = "terminating" if "terminat" in str(fields.get("kind", "")).lower() else "syncing"
         return [(ev.WARNING, "FailedSync",
                  f"error {kind} pod: {fields.get('error', 'see the syncloop log')}")]
+    if event == "syncloop.sandbox.stop_failed":
+        return [(ev.WARNING, "FailedKillPod",
+                 f"error killing pod: failed to stop sandbox {fields.get('sandbox_id', '')}: "
+                 f"{fields.get('error', '')} (retried in {fields.get('retry_in', '?')}s)")]
+    if event in ("syncloop.pod.network_not_ready", "syncloop.runtime.network_not_ready"):
+        return [(ev.WARNING, "NetworkNotReady", str(fields.get("message", "")))]
+    if event == "syncloop.runtime.network_ready":
+        return [(ev.NORMAL, "NetworkReady", str(fields.get("message", "")))]
     if event == "syncloop.prestop.failed":
         detail = fields.get("error") or f"exit code {fields.get('exit_code')}"
         return [(ev.WARNING, "FailedPreStopHook", f"PreStop hook of container {c} failed: "
@@ -86,8 +104,9 @@ class EventingLog:
 
     def _also(self, event: str, fields: Mapping[str, Any]) -> None:
         for type_, reason, message in events_for(event, fields):
-            self._recorder.record(type_, reason, message,
-                                  _pod_obj(fields, str(fields.get("container", ""))))
+            obj = (_node_obj(fields) if event.startswith("syncloop.runtime.")
+                   else _pod_obj(fields, str(fields.get("container", ""))))
+            self._recorder.record(type_, reason, message, obj)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._log.debug(event, **fields)

@@ -103,6 +103,8 @@ def sandbox_record(s: pb.PodSandbox | pb.PodSandboxStatus,
         "created_at": int(s.created_at),
         "attempt": int(s.metadata.attempt),
         "ip": status.network.ip if status is not None else "",
+        "additional_ips": ([a.ip for a in status.network.additional_ips if a.ip]
+                           if status is not None else []),
     }
 
 

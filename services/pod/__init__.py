@@ -6,6 +6,10 @@
 - ``PodValidationError(where, errors)``: every rejection, each ``FieldIssue(field, reason)``.
 - ``apply_static_defaults``: the kubelet's defaults for file/HTTP pods (UID, name, annotations).
 - ``container_hash``: the spec hash that triggers a restart when a container's spec changes.
+- ``defaults``: the API server's defaults as data (``DEFAULTS``).
+- ``qos_class`` / ``oom_score_adj``: the kubelet's QoS class and OOM score adjustment.
+- ``container_env`` / ``expand``: a container's environment with the downward API
+  (``NodeFacts`` carries the node's part) and ``$(VAR)`` expansion.
 """
 
 from podvisor.common.timefmt import rfc3339_micro as rfc3339
@@ -30,6 +34,8 @@ from podvisor.services.pod.container import (
     URIScheme,
     VolumeMount,
 )
+from podvisor.services.pod.downward import NodeFacts, volume_files
+from podvisor.services.pod.envvars import container_env, expand, expand_command, needs_pod_ip
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.hashing import canonical_json, container_hash
 from podvisor.services.pod.manifest import (
@@ -44,6 +50,7 @@ from podvisor.services.pod.model import (
     CONFIG_SEEN_ANNOTATION,
     CONFIG_SOURCE_ANNOTATION,
     LOCAL_ANNOTATION_PREFIX,
+    DownwardAPIVolume,
     EmptyDirVolume,
     HostPathType,
     HostPathVolume,
@@ -56,6 +63,23 @@ from podvisor.services.pod.model import (
     Volume,
 )
 from podvisor.services.pod.parse import ParsedPod, pod_from_dict
+from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
+from podvisor.services.pod.security import (
+    Capabilities,
+    FSGroupChangePolicy,
+    PodSecurityContext,
+    ProcMountType,
+    Profile,
+    ProfileType,
+    SecurityContext,
+    SELinuxOptions,
+    SupplementalGroupsPolicy,
+    Sysctl,
+    effective_security_context,
+    masked_paths,
+    no_new_privs,
+    readonly_paths,
+)
 from podvisor.services.pod.static import (
     SOURCE_FILE,
     SOURCE_HTTP,
@@ -72,11 +96,14 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "SOURCE_FILE",
     "SOURCE_HTTP",
+    "Capabilities",
     "Container",
     "ContainerPort",
+    "DownwardAPIVolume",
     "EmptyDirVolume",
     "EnvVar",
     "ExecAction",
+    "FSGroupChangePolicy",
     "FieldIssue",
     "GRPCAction",
     "HTTPGetAction",
@@ -85,32 +112,53 @@ __all__ = [
     "HostPathVolume",
     "Lifecycle",
     "LifecycleHandler",
+    "NodeFacts",
     "ObjectMeta",
     "Origin",
     "ParsedPod",
     "Pod",
+    "PodSecurityContext",
     "PodSpec",
     "PodValidationError",
     "PortProtocol",
     "Probe",
     "ProbeHandler",
+    "ProcMountType",
+    "Profile",
+    "ProfileType",
     "PullPolicy",
+    "QOSClass",
     "ResourceList",
     "Resources",
     "RestartPolicy",
+    "SELinuxOptions",
+    "SecurityContext",
     "SleepAction",
     "StorageMedium",
+    "SupplementalGroupsPolicy",
+    "Sysctl",
     "TCPSocketAction",
     "URIScheme",
     "Volume",
     "VolumeMount",
     "apply_static_defaults",
     "canonical_json",
+    "container_env",
     "container_hash",
     "decode_pod",
     "decode_pod_or_list",
+    "effective_security_context",
+    "expand",
+    "expand_command",
     "load_document",
+    "masked_paths",
+    "needs_pod_ip",
+    "no_new_privs",
+    "oom_score_adj",
     "pod_from_dict",
+    "qos_class",
+    "readonly_paths",
     "rfc3339",
     "static_pod_uid",
+    "volume_files",
 ]

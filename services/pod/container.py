@@ -11,6 +11,8 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from podvisor.common.quantity import format_cpu
+from podvisor.services.pod.defaults import TERMINATION_MESSAGE_PATH
+from podvisor.services.pod.security import SecurityContext
 
 
 class PullPolicy(StrEnum):
@@ -28,6 +30,11 @@ class PortProtocol(StrEnum):
 class URIScheme(StrEnum):
     HTTP = "HTTP"
     HTTPS = "HTTPS"
+
+
+class TerminationMessagePolicy(StrEnum):
+    FILE = "File"
+    FALLBACK_TO_LOGS_ON_ERROR = "FallbackToLogsOnError"
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,51 @@ class Lifecycle:
 
 
 @dataclass(frozen=True)
+class ObjectFieldSelector:
+    """A downward API ``fieldRef``: ``field_path`` such as ``metadata.name`` or
+    ``metadata.labels['app']`` (validated by ``podvisor.services.pod.downward``)."""
+
+    field_path: str
+    api_version: str = "v1"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "fieldPath": self.field_path}
+
+
+@dataclass(frozen=True)
+class ResourceFieldSelector:
+    """A downward API ``resourceFieldRef``: ``resource`` such as ``limits.cpu``; ``divisor``
+    in its canonical form ("0" = unset, i.e. 1); ``container_name`` "" = this container."""
+
+    resource: str
+    container_name: str = ""
+    divisor: str = "0"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"resource": self.resource, "divisor": self.divisor}
+        if self.container_name:
+            out["containerName"] = self.container_name
+        return out
+
+
+EnvVarSource = ObjectFieldSelector | ResourceFieldSelector
+
+
+def value_from_dict(source: EnvVarSource) -> dict[str, Any]:
+    key = "fieldRef" if isinstance(source, ObjectFieldSelector) else "resourceFieldRef"
+    return {key: source.to_dict()}
+
+
+@dataclass(frozen=True)
 class EnvVar:
     name: str
     value: str = ""
+    value_from: EnvVarSource | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.value_from is None:
+            return {"name": self.name, "value": self.value}
+        return {"name": self.name, "valueFrom": value_from_dict(self.value_from)}
 
 
 @dataclass(frozen=True)
@@ -229,14 +278,20 @@ class Container:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
     volume_mounts: tuple[VolumeMount, ...] = ()
+    security_context: SecurityContext | None = None
+    termination_message_path: str = TERMINATION_MESSAGE_PATH
+    termination_message_policy: TerminationMessagePolicy = TerminationMessagePolicy.FILE
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "image": self.image,
-                               "imagePullPolicy": str(self.image_pull_policy)}
+                               "imagePullPolicy": str(self.image_pull_policy),
+                               "terminationMessagePath": self.termination_message_path,
+                               "terminationMessagePolicy":
+                                   str(self.termination_message_policy)}
         optional: dict[str, Any] = {
             "command": list(self.command),
             "args": list(self.args),
-            "env": [{"name": e.name, "value": e.value} for e in self.env],
+            "env": [e.to_dict() for e in self.env],
             "workingDir": self.working_dir,
             "ports": [p.to_dict() for p in self.ports],
             "resources": self.resources.to_dict(),
@@ -245,6 +300,7 @@ class Container:
             "startupProbe": self.startup_probe and self.startup_probe.to_dict(),
             "lifecycle": self.lifecycle.to_dict(),
             "volumeMounts": [m.to_dict() for m in self.volume_mounts],
+            "securityContext": self.security_context and self.security_context.to_dict(),
         }
         out.update((key, value) for key, value in optional.items() if value)
         return out

@@ -68,6 +68,8 @@ def check_fields(f: Findings, m: Mapping[str, Any], path: str, known: Collection
             continue
         rule = unsupported.get(key)
         where = join(path, key)
+        if rule is not None and not rule.reject and value == {}:
+            continue  # an empty object sets nothing (e.g. the defaulted securityContext: {})
         if rule is not None:
             (f.error if rule.reject else f.warn)(where, rule.reason)
         elif reject_unknown:

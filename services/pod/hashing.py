@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from podvisor.services.pod.container import Container
+from podvisor.services.pod.defaults import TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_POLICY
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -21,4 +22,14 @@ def container_hash(container: Container) -> str:
     image because API pods' specs are immutable; a static pod's spec is not). A running
     container whose recorded hash differs from its spec's hash is restarted.
     """
-    return hashlib.sha256(canonical_json(container.to_dict())).hexdigest()[:16]
+    spec = container.to_dict()
+    # Defaults added after the hash was pinned stay out of it while they hold their default,
+    # so adding them restarted no container.
+    for key, default in _LATER_DEFAULTS.items():
+        if spec.get(key) == default:
+            del spec[key]
+    return hashlib.sha256(canonical_json(spec)).hexdigest()[:16]
+
+
+_LATER_DEFAULTS = {"terminationMessagePath": TERMINATION_MESSAGE_PATH,
+                   "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY}

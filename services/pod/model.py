@@ -16,7 +16,14 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from podvisor.services.pod.container import Container
+from podvisor.services.pod import defaults as D
+from podvisor.services.pod.container import (
+    Container,
+    ObjectFieldSelector,
+    ResourceFieldSelector,
+    value_from_dict,
+)
+from podvisor.services.pod.security import PodSecurityContext
 
 CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
 CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
@@ -72,9 +79,38 @@ class HostPathVolume:
 
 
 @dataclass(frozen=True)
+class DownwardAPIFile:
+    """One file of a downwardAPI volume: ``path`` relative to the volume, one source, and the
+    file's mode (None: the volume's ``defaultMode``)."""
+
+    path: str
+    source: ObjectFieldSelector | ResourceFieldSelector
+    mode: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, **value_from_dict(self.source)}
+        if self.mode is not None:
+            out["mode"] = self.mode
+        return out
+
+
+@dataclass(frozen=True)
+class DownwardAPIVolume:
+    items: tuple[DownwardAPIFile, ...] = ()
+    default_mode: int = D.DOWNWARD_API_DEFAULT_MODE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"downwardAPI": {"items": [i.to_dict() for i in self.items],
+                                "defaultMode": self.default_mode}}
+
+
+VolumeSource = EmptyDirVolume | HostPathVolume | DownwardAPIVolume
+
+
+@dataclass(frozen=True)
 class Volume:
     name: str
-    source: EmptyDirVolume | HostPathVolume
+    source: VolumeSource
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **self.source.to_dict()}
@@ -105,16 +141,62 @@ class ObjectMeta:
         return out
 
 
+class DNSPolicy(StrEnum):
+    CLUSTER_FIRST = "ClusterFirst"
+    CLUSTER_FIRST_WITH_HOST_NET = "ClusterFirstWithHostNet"
+    DEFAULT = "Default"
+    NONE = "None"
+
+
+class TolerationOperator(StrEnum):
+    UNSET = ""
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    ALL = ""
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """Kept as data (shown in ``/pods``); podvisor evicts nothing for taints."""
+
+    key: str = ""
+    operator: TolerationOperator = TolerationOperator.UNSET
+    value: str = ""
+    effect: TaintEffect = TaintEffect.ALL
+    toleration_seconds: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in (("key", self.key),
+                                                 ("operator", str(self.operator)),
+                                                 ("value", self.value),
+                                                 ("effect", str(self.effect))) if v}
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
 @dataclass(frozen=True)
 class PodSpec:
     containers: tuple[Container, ...]
     init_containers: tuple[Container, ...] = ()
     restart_policy: RestartPolicy = RestartPolicy.ALWAYS
-    termination_grace_period_seconds: int = 30
+    termination_grace_period_seconds: int = D.TERMINATION_GRACE_PERIOD_SECONDS
     host_network: bool = False
     volumes: tuple[Volume, ...] = ()
     node_name: str = ""
     priority: int = 0
+    security_context: PodSecurityContext | None = None
+    service_account_name: str = ""
+    dns_policy: DNSPolicy = DNSPolicy.CLUSTER_FIRST
+    scheduler_name: str = D.SCHEDULER_NAME
+    enable_service_links: bool = D.ENABLE_SERVICE_LINKS
+    tolerations: tuple[Toleration, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containers": [c.to_dict() for c in self.containers]}
@@ -122,14 +204,24 @@ class PodSpec:
             out["initContainers"] = [c.to_dict() for c in self.init_containers]
         out["restartPolicy"] = str(self.restart_policy)
         out["terminationGracePeriodSeconds"] = self.termination_grace_period_seconds
+        out["dnsPolicy"] = str(self.dns_policy)
+        out["securityContext"] = {}
+        out["schedulerName"] = self.scheduler_name
+        out["enableServiceLinks"] = self.enable_service_links
         if self.host_network:
             out["hostNetwork"] = True
         if self.volumes:
             out["volumes"] = [v.to_dict() for v in self.volumes]
         if self.node_name:
             out["nodeName"] = self.node_name
+        if self.service_account_name:
+            out["serviceAccountName"] = self.service_account_name
         if self.priority:
             out["priority"] = self.priority
+        if self.security_context is not None:
+            out["securityContext"] = self.security_context.to_dict()
+        if self.tolerations:
+            out["tolerations"] = [t.to_dict() for t in self.tolerations]
         return out
 
 

@@ -60,8 +60,9 @@ def pod_from_dict(obj: Any, where: str = "") -> ParsedPod:
     if f.errors or meta is None or spec is None:
         raise PodValidationError(where, f.errors or [FieldIssue("", "invalid pod")])
     warnings = tuple(f.warnings)
-    if origin is not None and warnings:
-        origin = replace(origin, warnings=origin.warnings + tuple(map(str, warnings)))
+    if origin is not None and warnings:  # a wire form already lists its own warnings
+        new = tuple(w for w in map(str, warnings) if w not in origin.warnings)
+        origin = replace(origin, warnings=origin.warnings + new)
     return ParsedPod(Pod(meta, spec, status, origin), warnings)
 
 

@@ -6,15 +6,18 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from podvisor.common.quantity import QuantityError, cpu_millis, memory_bytes
-from podvisor.services.pod import names, policy
+from podvisor.services.pod import defaults as D
+from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
     Container,
     ContainerPort,
     EnvVar,
+    EnvVarSource,
     PortProtocol,
     PullPolicy,
     ResourceList,
     Resources,
+    TerminationMessagePolicy,
     VolumeMount,
 )
 from podvisor.services.pod.fields import (
@@ -31,10 +34,11 @@ from podvisor.services.pod.fields import (
     join,
 )
 from podvisor.services.pod.parse_probe import parse_lifecycle, parse_probe
+from podvisor.services.pod.parse_security import parse_container_security
 
 
 def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[str],
-                    host_network: bool) -> Container | None:
+                    host_network: bool, container_names: Collection[str] = ()) -> Container | None:
     m = as_map(f, raw, path)
     if m is None:
         return None
@@ -52,12 +56,19 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
               for key in ("livenessProbe", "readinessProbe", "startupProbe")
               if m.get(key) is not None}
     lifecycle = parse_lifecycle(f, m.get("lifecycle") or {}, join(path, "lifecycle"), port_names)
+    message_path = get_str(f, m, "terminationMessagePath", path) or D.TERMINATION_MESSAGE_PATH
+    message_policy = get_enum(f, m, "terminationMessagePolicy", path, TerminationMessagePolicy,
+                              TerminationMessagePolicy.FILE)
+    if message_path != D.TERMINATION_MESSAGE_PATH:
+        f.warn(join(path, "terminationMessagePath"), policy.TERMINATION_MESSAGES)
+    if message_policy is not TerminationMessagePolicy.FILE:
+        f.warn(join(path, "terminationMessagePolicy"), policy.TERMINATION_MESSAGES)
     return Container(
         name=name,
         image=image,
         command=get_str_list(f, m, "command", path),
         args=get_str_list(f, m, "args", path),
-        env=_parse_env(f, m, path),
+        env=_parse_env(f, m, path, container_names),
         working_dir=get_str(f, m, "workingDir", path),
         ports=ports,
         resources=_parse_resources(f, m.get("resources"), join(path, "resources")),
@@ -68,6 +79,10 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         image_pull_policy=get_enum(f, m, "imagePullPolicy", path, PullPolicy,
                                    default_pull_policy(image)),
         volume_mounts=_parse_mounts(f, m, path, volume_names),
+        security_context=parse_container_security(f, m.get("securityContext"),
+                                                  join(path, "securityContext")),
+        termination_message_path=message_path,
+        termination_message_policy=message_policy,
     )
 
 
@@ -108,7 +123,8 @@ def _parse_ports(f: Findings, m: Mapping[str, Any], path: str,
     return tuple(out)
 
 
-def _parse_env(f: Findings, m: Mapping[str, Any], path: str) -> tuple[EnvVar, ...]:
+def _parse_env(f: Findings, m: Mapping[str, Any], path: str,
+               container_names: Collection[str]) -> tuple[EnvVar, ...]:
     out: list[EnvVar] = []
     for where, item in get_list(f, m, "env", path):
         e = as_map(f, item, where)
@@ -118,25 +134,48 @@ def _parse_env(f: Findings, m: Mapping[str, Any], path: str) -> tuple[EnvVar, ..
         name = get_str(f, e, "name", where, required=True)
         if name and (reason := names.env_var_name(name)):
             f.error(join(where, "name"), reason)
-        value_from = e.get("valueFrom")
-        if value_from is not None:
-            _reject_value_from(f, value_from, join(where, "valueFrom"))
-        out.append(EnvVar(name, get_str(f, e, "value", where)))
+        value = get_str(f, e, "value", where)
+        source: EnvVarSource | None = None
+        if e.get("valueFrom") is not None:
+            source = _parse_value_from(f, e["valueFrom"], join(where, "valueFrom"), value,
+                                       container_names)
+        out.append(EnvVar(name, "" if source is not None else value, source))
     return tuple(out)
 
 
-def _reject_value_from(f: Findings, raw: Any, where: str) -> None:
+def _parse_value_from(f: Findings, raw: Any, where: str, value: str,
+                      container_names: Collection[str]) -> EnvVarSource | None:
+    """``validateEnvVarValueFrom``: exactly one source, and no ``value`` beside it."""
     m = as_map(f, raw, where)
     if m is None:
-        return
-    for key in m:
-        kind = policy.VALUE_FROM_API.get(key)
-        if kind:
-            f.error(join(where, key), f"static pods may not reference API objects ({kind})")
-        else:
-            f.error(join(where, key), "valueFrom is not supported (use value)")
-    if not m:
-        f.error(where, "valueFrom is not supported (use value)")
+        return None
+    check_fields(f, m, where, policy.VALUE_FROM_KNOWN, policy.VALUE_FROM_UNSUPPORTED)
+    sources = [k for k in (*policy.VALUE_FROM_KNOWN, *policy.VALUE_FROM_UNSUPPORTED)
+               if m.get(k) is not None]
+    if not sources:
+        f.error(where, "Invalid value: \"\": must specify one of: `fieldRef`, "
+                       "`resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`")
+        return None
+    if value:
+        f.error(where, "Invalid value: \"\": may not be specified when `value` is not empty")
+        return None
+    if len(sources) > 1:
+        f.error(where, "Invalid value: \"\": may not have more than one field specified at "
+                       "a time")
+        return None
+    if sources[0] == "fieldRef":
+        return downward.parse_field_ref(f, m["fieldRef"], join(where, "fieldRef"),
+                                        downward.ENV_FIELD_PATHS)
+    if sources[0] == "resourceFieldRef":
+        sel = downward.parse_resource_field_ref(f, m["resourceFieldRef"],
+                                                join(where, "resourceFieldRef"), volume=False)
+        if sel is not None and sel.container_name and container_names and (
+                sel.container_name not in container_names):
+            f.error(join(where, "resourceFieldRef.containerName"),
+                    f'Invalid value: "{sel.container_name}": no container with that name')
+            return None
+        return sel
+    return None  # an API object reference: already rejected by check_fields
 
 
 def _parse_resources(f: Findings, raw: Any, path: str) -> Resources:

@@ -6,8 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from podvisor.common.quantity import QuantityError, memory_bytes
-from podvisor.services.pod import names, policy
-from podvisor.services.pod.container import Container
+from podvisor.services.pod import defaults as D
+from podvisor.services.pod import downward, names, policy
+from podvisor.services.pod.container import (
+    Container,
+    ObjectFieldSelector,
+    ResourceFieldSelector,
+)
 from podvisor.services.pod.fields import (
     Findings,
     as_map,
@@ -16,19 +21,28 @@ from podvisor.services.pod.fields import (
     get_enum,
     get_int,
     get_list,
+    get_opt_int,
     get_str,
     join,
 )
 from podvisor.services.pod.model import (
+    DNSPolicy,
+    DownwardAPIFile,
+    DownwardAPIVolume,
     EmptyDirVolume,
     HostPathType,
     HostPathVolume,
     PodSpec,
     RestartPolicy,
     StorageMedium,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
     Volume,
+    VolumeSource,
 )
 from podvisor.services.pod.parse_container import parse_container
+from podvisor.services.pod.parse_security import parse_pod_security
 
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
 
@@ -41,19 +55,35 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     if m is None:
         return None
     check_fields(f, m, path, policy.SPEC_KNOWN, policy.SPEC_UNSUPPORTED)
+    accounts = {}
     for key in ("serviceAccountName", "serviceAccount"):
-        account = get_str(f, m, key, path)
-        if account not in _DEFAULT_SERVICE_ACCOUNTS:
-            f.error(join(path, key),
-                    f"static pods may not reference API objects (ServiceAccount {account!r})")
-    volumes = _parse_volumes(f, m, path)
+        accounts[key] = get_str(f, m, key, path)
+        if accounts[key] not in _DEFAULT_SERVICE_ACCOUNTS:
+            f.error(join(path, key), f"static pods may not reference API objects "
+                                     f"(ServiceAccount {accounts[key]!r})")
+    # v1 -> internal conversion: the deprecated serviceAccount fills an empty
+    # serviceAccountName.
+    account = accounts["serviceAccountName"] or accounts["serviceAccount"]
+    dns_policy = get_enum(f, m, "dnsPolicy", path, DNSPolicy, DNSPolicy.CLUSTER_FIRST)
+    if dns_policy is DNSPolicy.NONE:
+        f.warn(join(path, "dnsPolicy"), "podvisor does not configure pod DNS: containers get "
+                                        "the node's resolv.conf; ignored")
+    container_names = _raw_container_names(m)
+    volumes = _parse_volumes(f, m, path, container_names)
     volume_names = {v.name for v in volumes}
     host_network = get_bool(f, m, "hostNetwork", path)
-    init = _parse_containers(f, m, path, "initContainers", volume_names, host_network)
-    containers = _parse_containers(f, m, path, "containers", volume_names, host_network)
+    init = _parse_containers(f, m, path, "initContainers", volume_names, host_network,
+                             container_names)
+    containers = _parse_containers(f, m, path, "containers", volume_names, host_network,
+                                   container_names)
     if not containers and not any(e.field.startswith(join(path, "containers")) for e in f.errors):
         f.error(join(path, "containers"), "required (at least one container)")
     _check_unique_names(f, m, path, init, containers)
+    if m.get("hostUsers") is False:
+        f.error(join(path, "hostUsers"), "user namespaces are not supported by podvisor (the "
+                                         "pod would run in the node's user namespace)")
+    elif m.get("hostUsers") is not None and not isinstance(m["hostUsers"], bool):
+        f.error(join(path, "hostUsers"), "must be true or false")
     return PodSpec(
         containers=containers,
         init_containers=init,
@@ -65,14 +95,59 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         volumes=volumes,
         node_name=get_str(f, m, "nodeName", path),
         priority=get_int(f, m, "priority", path, 0),
+        security_context=parse_pod_security(f, m.get("securityContext"),
+                                            join(path, "securityContext"), host_network),
+        service_account_name=account,
+        dns_policy=dns_policy,
+        scheduler_name=get_str(f, m, "schedulerName", path) or D.SCHEDULER_NAME,
+        enable_service_links=(D.ENABLE_SERVICE_LINKS if m.get("enableServiceLinks") is None
+                              else get_bool(f, m, "enableServiceLinks", path)),
+        tolerations=_parse_tolerations(f, m, path),
     )
 
 
+def _raw_container_names(m: Mapping[str, Any]) -> frozenset[str]:
+    out: set[str] = set()
+    for key in ("initContainers", "containers"):
+        items = m.get(key)
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                out.add(item["name"])
+    return frozenset(out)
+
+
+def _parse_tolerations(f: Findings, m: Mapping[str, Any], path: str) -> tuple[Toleration, ...]:
+    out: list[Toleration] = []
+    for where, item in get_list(f, m, "tolerations", path):
+        t = as_map(f, item, where)
+        if t is None:
+            continue
+        check_fields(f, t, where, policy.TOLERATION_KNOWN, {})
+        key = get_str(f, t, "key", where)
+        if key and (reason := names.qualified_name(key)):
+            f.error(join(where, "key"), reason)
+        operator = get_enum(f, t, "operator", where, TolerationOperator,
+                            TolerationOperator.UNSET)
+        value = get_str(f, t, "value", where)
+        if operator is TolerationOperator.EXISTS and value:
+            f.error(join(where, "operator"), "value must be empty when `operator` is 'Exists'")
+        if not key and operator is not TolerationOperator.EXISTS:
+            f.error(join(where, "operator"), "operator must be Exists when `key` is empty")
+        effect = get_enum(f, t, "effect", where, TaintEffect, TaintEffect.ALL)
+        seconds = get_opt_int(f, t, "tolerationSeconds", where)
+        if seconds is not None and effect is not TaintEffect.NO_EXECUTE:
+            f.error(join(where, "effect"), "effect must be 'NoExecute' when `tolerationSeconds` "
+                                           "is set")
+        out.append(Toleration(key, operator, value, effect, seconds))
+    return tuple(out)
+
+
 def _parse_containers(f: Findings, m: Mapping[str, Any], path: str, key: str,
-                      volume_names: set[str], host_network: bool) -> tuple[Container, ...]:
+                      volume_names: set[str], host_network: bool,
+                      container_names: frozenset[str]) -> tuple[Container, ...]:
     out: list[Container] = []
     for where, item in get_list(f, m, key, path):
-        container = parse_container(f, item, where, volume_names, host_network)
+        container = parse_container(f, item, where, volume_names, host_network, container_names)
         if container is not None:
             out.append(container)
     return tuple(out)
@@ -89,7 +164,8 @@ def _check_unique_names(f: Findings, m: Mapping[str, Any], path: str,
             seen.add(container.name)
 
 
-def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str) -> tuple[Volume, ...]:
+def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str,
+                   container_names: frozenset[str]) -> tuple[Volume, ...]:
     out: list[Volume] = []
     seen: set[str] = set()
     for where, item in get_list(f, m, "volumes", path):
@@ -104,23 +180,29 @@ def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str) -> tuple[Volume
         elif name in seen:
             f.error(join(where, "name"), f"duplicate volume name {name!r}")
         seen.add(name)
-        source = _parse_volume_source(f, v, where)
+        source = _parse_volume_source(f, v, where, container_names)
         if source is not None:
             out.append(Volume(name, source))
     return tuple(out)
 
 
-def _parse_volume_source(f: Findings, v: Mapping[str, Any],
-                         where: str) -> EmptyDirVolume | HostPathVolume | None:
-    present = [k for k in ("emptyDir", "hostPath") if v.get(k) is not None or k in v]
+def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
+                         container_names: frozenset[str]) -> VolumeSource | None:
+    present = [k for k in ("emptyDir", "hostPath", "downwardAPI")
+               if v.get(k) is not None or k in v]
+    if not present and not any(e.field.startswith(where) for e in f.errors):
+        return EmptyDirVolume()  # SetDefaults_Volume: no source is an emptyDir
     if len(present) != 1:
         if not any(e.field.startswith(where) for e in f.errors):
-            f.error(where, "must specify exactly one volume source (emptyDir or hostPath)")
+            f.error(where, "must specify exactly one volume source (emptyDir, hostPath or "
+                           "downwardAPI)")
         return None
     kind = present[0]
     body = as_map(f, v[kind] if v[kind] is not None else {}, join(where, kind))
     if body is None:
         return None
+    if kind == "downwardAPI":
+        return _parse_downward_api(f, body, join(where, kind), container_names)
     if kind == "hostPath":
         check_fields(f, body, join(where, kind), policy.HOST_PATH_KNOWN, {})
         host_path = get_str(f, body, "path", join(where, kind), required=True)
@@ -145,3 +227,62 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any],
         else:
             f.warn(join(where, "emptyDir.sizeLimit"), "not enforced by podvisor; ignored")
     return EmptyDirVolume(medium, size)
+
+
+def _parse_mode(f: Findings, m: Mapping[str, Any], key: str, where: str) -> int | None:
+    mode = get_opt_int(f, m, key, where)
+    if mode is not None and not 0 <= mode <= 0o777:
+        f.error(join(where, key), f"Invalid value: {mode}: must be a number between 0 and "
+                                  "0777 (octal), both inclusive")
+        return None
+    return mode
+
+
+def _parse_downward_api(f: Findings, body: Mapping[str, Any], where: str,
+                        container_names: frozenset[str]) -> DownwardAPIVolume | None:
+    """``validateDownwardAPIVolumeSource``: each item one source, a relative path without
+    '..', modes within 0..0777."""
+    check_fields(f, body, where, policy.DOWNWARD_API_KNOWN, {})
+    default_mode = _parse_mode(f, body, "defaultMode", where)
+    items: list[DownwardAPIFile] = []
+    seen: set[str] = set()
+    for item_where, raw in get_list(f, body, "items", where):
+        item = as_map(f, raw, item_where)
+        if item is None:
+            continue
+        check_fields(f, item, item_where, policy.DOWNWARD_API_ITEM_KNOWN, {})
+        file_path = get_str(f, item, "path", item_where)
+        if not file_path:
+            f.error(join(item_where, "path"), "Required value")
+        elif (file_path.startswith("/") or ".." in file_path.split("/")
+              or file_path.startswith("..")):
+            f.error(join(item_where, "path"), f'Invalid value: "{file_path}": must be a '
+                                              "relative path without '..' and must not start "
+                                              "with '..'")
+        elif file_path in seen:
+            f.error(join(item_where, "path"), f'Duplicate value: "{file_path}"')
+        seen.add(file_path)
+        mode = _parse_mode(f, item, "mode", item_where)
+        has_field, has_resource = (item.get(k) is not None
+                                   for k in ("fieldRef", "resourceFieldRef"))
+        source: ObjectFieldSelector | ResourceFieldSelector | None = None
+        if has_field and has_resource:
+            f.error(item_where, "fieldRef and resourceFieldRef can not be specified "
+                                "simultaneously")
+        elif has_field:
+            source = downward.parse_field_ref(f, item["fieldRef"], join(item_where, "fieldRef"),
+                                              downward.VOLUME_FIELD_PATHS)
+        elif has_resource:
+            where_ref = join(item_where, "resourceFieldRef")
+            source = downward.parse_resource_field_ref(f, item["resourceFieldRef"], where_ref,
+                                                       volume=True)
+            if source is not None and source.container_name not in container_names:
+                f.error(join(where_ref, "containerName"),
+                        f'Invalid value: "{source.container_name}": no container with that name')
+                source = None
+        else:
+            f.error(item_where, "must specify one of: `fieldRef` or `resourceFieldRef`")
+        if source is not None and file_path:
+            items.append(DownwardAPIFile(file_path, source, mode))
+    return DownwardAPIVolume(tuple(items), D.DOWNWARD_API_DEFAULT_MODE if default_mode is None
+                             else default_mode)

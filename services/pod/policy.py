@@ -2,8 +2,10 @@
 
 docs/ARCHITECTURE.md ("Pods and sources") renders these tables; keep the two in step.
 Rule of thumb: a field whose absence would change what the workload sees or can reach
-(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod; a field
-that only tunes scheduling, security hardening or terminal handling is ignored with a warning.
+(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod, and so does
+a security setting podvisor cannot enforce (user namespaces, SELinux relabelling); a field
+that only tunes scheduling or terminal handling is ignored with a warning. Security contexts
+are supported (parse_security.py); what a runtime cannot enforce, it refuses at create.
 """
 
 from __future__ import annotations
@@ -43,15 +45,15 @@ METADATA_UNSUPPORTED = {
 
 SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
-                        "priority", "serviceAccountName", "serviceAccount"})
+                        "priority", "serviceAccountName", "serviceAccount", "securityContext",
+                        "hostUsers", "dnsPolicy", "schedulerName", "enableServiceLinks",
+                        "tolerations"})
 SPEC_UNSUPPORTED = {
     "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
     "ephemeralContainers": _reject("ephemeral containers are not supported"),
     "affinity": _SCHEDULING,
-    "tolerations": _SCHEDULING,
     "nodeSelector": _SCHEDULING,
-    "schedulerName": _SCHEDULING,
     "schedulingGates": _SCHEDULING,
     "priorityClassName": _SCHEDULING,
     "preemptionPolicy": _SCHEDULING,
@@ -61,18 +63,14 @@ SPEC_UNSUPPORTED = {
     "overhead": _NOT_ENFORCED,
     "resources": _NOT_ENFORCED,
     "activeDeadlineSeconds": _NOT_ENFORCED,
-    "securityContext": _NOT_ENFORCED,
     "hostPID": _warn("host PID namespace is not supported; ignored"),
     "hostIPC": _warn("host IPC namespace is not supported; ignored"),
-    "hostUsers": _NOT_ENFORCED,
     "shareProcessNamespace": _warn("a shared process namespace is not supported; ignored"),
-    "dnsPolicy": _DNS,
     "dnsConfig": _DNS,
     "hostname": _DNS,
     "subdomain": _DNS,
     "setHostnameAsFQDN": _DNS,
     "hostAliases": _DNS,
-    "enableServiceLinks": _warn("service environment variables are not injected; ignored"),
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
     "readinessGates": _warn("readiness gates are not supported; ignored"),
     "os": _warn("the pod runs on this node's OS; ignored"),
@@ -80,20 +78,32 @@ SPEC_UNSUPPORTED = {
 
 CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
-                             "lifecycle", "imagePullPolicy", "volumeMounts"})
+                             "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
+                             "terminationMessagePath", "terminationMessagePolicy"})
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
                              "may not reference"),
     "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
-    "securityContext": _NOT_ENFORCED,
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
     "stdin": _warn("attaching a terminal is not supported; ignored"),
     "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
     "tty": _warn("attaching a terminal is not supported; ignored"),
-    "terminationMessagePath": _warn("termination messages are not collected; ignored"),
-    "terminationMessagePolicy": _warn("termination messages are not collected; ignored"),
 }
+
+_WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")
+POD_SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
+                                "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy",
+                                "sysctls", "seccompProfile", "appArmorProfile",
+                                "seLinuxOptions"})
+POD_SECURITY_UNSUPPORTED = {
+    "windowsOptions": _WINDOWS,
+    "seLinuxChangePolicy": _reject("SELinux volume relabelling is not supported"),
+}
+SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabilities",
+                            "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
+                            "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
+SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 
 LIFECYCLE_KNOWN = frozenset({"preStop"})
 LIFECYCLE_UNSUPPORTED = {
@@ -120,13 +130,18 @@ MOUNT_UNSUPPORTED = {
 }
 
 ENV_KNOWN = frozenset({"name", "value", "valueFrom"})
-VALUE_FROM_API = {"secretKeyRef": "Secret", "configMapKeyRef": "ConfigMap"}
+VALUE_FROM_KNOWN = ("fieldRef", "resourceFieldRef")
+_NO_API_YET = "until the API server pod source lands; use value or fieldRef"
+VALUE_FROM_UNSUPPORTED = {
+    "configMapKeyRef": _reject(f"{_API} (ConfigMap) {_NO_API_YET}"),
+    "secretKeyRef": _reject(f"{_API} (Secret) {_NO_API_YET}"),
+}
 
 RESOURCES_KNOWN = frozenset({"limits", "requests"})
 RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
 RESOURCE_WARN_PREFIXES = ("ephemeral-storage", "hugepages-")
 
-VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath"})
+VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})
 VOLUME_UNSUPPORTED = {
     "secret": _reject(f"{_API} (Secret volume)"),
     "configMap": _reject(f"{_API} (ConfigMap volume)"),
@@ -134,9 +149,13 @@ VOLUME_UNSUPPORTED = {
     "projected": _reject(f"{_API} (projected volume)"),
     "ephemeral": _reject(f"{_API} (ephemeral volume claim)"),
     "csi": _reject("CSI volumes are not supported"),
-    "downwardAPI": _reject("downwardAPI volumes are not supported"),
 }
-VOLUME_UNKNOWN_REASON = "unsupported volume type (podvisor supports emptyDir and hostPath)"
+VOLUME_UNKNOWN_REASON = ("unsupported volume type (podvisor supports emptyDir, hostPath and "
+                         "downwardAPI)")
+DOWNWARD_API_KNOWN = frozenset({"items", "defaultMode"})
+DOWNWARD_API_ITEM_KNOWN = frozenset({"path", "fieldRef", "resourceFieldRef", "mode"})
+TOLERATION_KNOWN = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+TERMINATION_MESSAGES = "termination messages are not collected; ignored"
 
 HANDLER_KNOWN = {
     "exec": frozenset({"command"}),

@@ -1,10 +1,18 @@
-"""Records -> runtime.v1 protobuf messages. Pure functions."""
+"""Records -> runtime.v1 protobuf messages. Pure functions.
+
+Network: the embedded runtime has no network namespaces; every sandbox runs in the host's
+network. A sandbox that asked for its own (``NamespaceMode.POD``) reports ``POD_IP``, the
+loopback address it is reachable on (the address podvisor reports as the node's ``hostIP``); a
+``NODE`` one reports no IP, as containerd does (the kubelet uses the host's IP for those).
+"""
 
 from __future__ import annotations
 
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.runtime.model import Container, ContainerState, Sandbox
+
+POD_IP = "127.0.0.1"
 
 
 def sandbox_item(sb: Sandbox) -> pb.PodSandbox:
@@ -19,7 +27,7 @@ def sandbox_status(sb: Sandbox) -> pb.PodSandboxStatus:
     ns = sb.config.linux.security_context.namespace_options
     return pb.PodSandboxStatus(
         id=sb.id, metadata=sb.config.metadata, state=sb.state.to_pb(), created_at=sb.created_at,
-        network=pb.PodSandboxNetworkStatus(ip=""),
+        network=pb.PodSandboxNetworkStatus(ip="" if ns.network == pb.NODE else POD_IP),
         linux=pb.LinuxPodSandboxStatus(namespaces=pb.Namespace(options=ns)),
         labels=sb.config.labels, annotations=sb.config.annotations,
         runtime_handler=sb.runtime_handler,

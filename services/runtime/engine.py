@@ -24,7 +24,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
-from podvisor.services.runtime import convert, images
+from podvisor.services.runtime import convert, images, oom
 from podvisor.services.runtime.events import EventBroadcaster
 from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
 from podvisor.services.runtime.index import ID_LENGTH, Index, sandbox_name
@@ -39,6 +39,7 @@ from podvisor.services.runtime.model import (
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.native import monitor_binary
 from podvisor.services.runtime.procfs import is_alive, signal_group
+from podvisor.services.runtime.security import container_security, read_host, sandbox_security
 from podvisor.services.runtime.store import Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
 from podvisor.services.runtime.zygote import Spawner, SpawnError
@@ -63,6 +64,7 @@ class Engine:
         self._index = Index()
         self._exit_socket = root / "exits.sock"
         self._spawner = Spawner()
+        self._host = read_host()  # the ids and capabilities containers can be given
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
     # --- lifecycle ---
@@ -164,6 +166,7 @@ class Engine:
         md = config.metadata
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
+        sandbox_security(config)
         name = sandbox_name(config)
         with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.sandbox_names.get(name)
@@ -232,6 +235,15 @@ class Engine:
         mounts = _mounts(md.name, config.mounts)
         if mounts:
             doc["mounts"] = mounts
+        if (config.linux.security_context.privileged
+                and not sb.config.linux.security_context.privileged):
+            raise invalid(f"container {md.name!r}: no privileged container allowed in sandbox "
+                          "(the sandbox is not privileged; containerd's rule)")
+        doc["security"] = container_security(config, self._host)
+        if config.linux.HasField("resources"):
+            current, lowering_allowed = oom.own_state()
+            doc["oom_score_adj"] = oom.effective(config.linux.resources.oom_score_adj, current,
+                                                 lowering_allowed)
         spec = json.dumps(doc).encode()
         name = (sandbox_id, md.name, md.attempt)
         with self._lock:  # reserve the name; write the journal outside the lock
@@ -295,6 +307,7 @@ class Engine:
         if not result.ok:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", result.error))
             raise invalid(f"failed to start container {c.id}: {result.error}")
+        self._apply_oom_score_adj(c.id, spec, result.pid)
         started = StartInfo(result.monitor_pid, result.monitor_ticks, result.pid,
                             result.pid_ticks, result.started_at)
         with self._lock:
@@ -305,6 +318,18 @@ class Engine:
         if early is not None:
             self._record_exit(c.id, early, on_disk=True)
         self._watcher.watch(c.id, started.monitor_pid, started.monitor_ticks)
+
+    def _apply_oom_score_adj(self, container_id: str, spec: bytes, pid: int) -> None:
+        """The container's ``oom_score_adj`` (already clamped at create), written right after
+        the start: processes it forks within that first moment keep the runtime's value."""
+        value = json.loads(spec).get("oom_score_adj")
+        if value is None:
+            return
+        try:
+            oom.apply(pid, int(value))
+        except OSError as err:
+            self.log.warning("container.oom_score_adj_failed", container=container_id,
+                             value=value, error=str(err))
 
     def stop_container(self, container_id: str, timeout: int) -> None:
         """Stop signal (default TERM) to the container's process group, KILL after ``timeout``."""

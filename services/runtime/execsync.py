@@ -1,4 +1,5 @@
-"""ExecSync: run a command in a running container's context (its env and working dir)."""
+"""ExecSync: run a command in a running container's context (its env, working dir, mount
+namespace, user, groups, capabilities and no_new_privs)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import grpc
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.runtime.faults import Fault, invalid, precondition
+from podvisor.services.runtime.security import names_of
 
 MAX_OUTPUT = 16 * 1024 * 1024 - 64 * 1024  # stay under the kubelet's 16 MiB message limit
 
@@ -27,8 +29,8 @@ def exec_sync(spec: dict[str, Any], cmd: Sequence[str], timeout: int,
     if not cmd:
         raise invalid("exec: empty command")
     env = dict(item.split("=", 1) for item in spec["env"])
-    argv, cwd = list(cmd), spec.get("cwd") or "/"
-    if spec.get("mounts"):
+    argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
+    if spec.get("mounts") or has_private_mounts(spec.get("security")):
         nsenter = shutil.which("nsenter")
         if nsenter is None:
             raise precondition("exec in a container with mounts needs nsenter (util-linux) "
@@ -54,6 +56,33 @@ def exec_sync(spec: dict[str, Any], cmd: Sequence[str], timeout: int,
     code = proc.returncode
     return pb.ExecSyncResponse(stdout=out[:MAX_OUTPUT], stderr=err_out[:MAX_OUTPUT],
                                exit_code=128 - code if code < 0 else code)
+
+
+def has_private_mounts(sec: dict[str, Any] | None) -> bool:
+    """The container has a mount namespace of its own for its masked/read-only paths."""
+    return bool(sec and (sec["masked"] or sec["readonly"] or sec["ro_root"]))
+
+
+def security_prefix(sec: dict[str, Any] | None) -> list[str]:
+    """util-linux ``setpriv`` with the container's security context (security.py): the command
+    gets the same user, groups, capabilities (bounding set; root's effective = bounding after
+    exec) and no_new_privs as the container's process. [] when there is nothing to apply."""
+    if not sec or not (sec["manage"] or sec["nnp"]):
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise precondition("exec in a container with a security context needs setpriv "
+                           "(util-linux) on the runtime's PATH")
+    argv = [setpriv]
+    if sec["manage"]:
+        groups = ",".join(map(str, sec["groups"]))
+        bounding = ",".join(["-all", *(f"+{n.lower()}" for n in names_of(int(sec["caps"])))])
+        argv += [f"--reuid={sec['uid']}", f"--regid={sec['gid']}",
+                 f"--groups={groups}" if groups else "--clear-groups",
+                 f"--bounding-set={bounding}", "--inh-caps=-all"]
+    if sec["nnp"]:
+        argv.append("--no-new-privs")
+    return [*argv, "--"]
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

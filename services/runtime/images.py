@@ -4,6 +4,7 @@ host filesystem. Pulling real OCI images comes later; until then other reference
 from __future__ import annotations
 
 import hashlib
+import os
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
@@ -25,6 +26,8 @@ def is_host(ref: str) -> bool:
 def host_image() -> pb.Image:
     return pb.Image(
         id=HOST_IMAGE_ID, repo_tags=[HOST_IMAGE], size=0, spec=pb.ImageSpec(image=HOST_IMAGE),
+        uid=pb.Int64Value(value=os.geteuid()),  # it runs as the runtime's user (the kubelet's
+        # runAsNonRoot check reads this)
         pinned=True,  # never garbage-collected: it is not stored anywhere
     )
 

@@ -8,7 +8,9 @@
  * The zygote keeps SPARES spare monitors forked and hands each spare's end of its socket to the
  * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
- * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...]. The
+ * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...] then
+ * keyed sections: "security" UID GID NGROUPS GROUP... CAPS NNP RO_ROOT MANAGE NMASKED PATH...
+ * NREADONLY PATH... (parse_security; applied by apply_security_mounts and apply_security). The
  * spare becomes the container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
@@ -34,6 +36,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -340,6 +343,182 @@ static int apply_mounts(int *failed) {
     return 0;
 }
 
+/* --- the security context (security.py) ------------------------------------------------------ */
+
+/* The "security" section of the request: UID GID NGROUPS GROUP... CAPS (hex) NNP RO_ROOT MANAGE
+ * NMASKED PATH... NREADONLY PATH... ("0"/"1" flags). MANAGE 0: the runtime is not root, only
+ * no_new_privs is applied. */
+struct security {
+    int present;
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    int ngroups;
+    unsigned long long caps;
+    int nnp, ro_root, manage;
+    char **masked, **readonly;
+};
+static struct security sec;
+
+/* <linux/capability.h>, without a libcap dependency: capset(2) with version 3 (64-bit sets). */
+struct cap_header {
+    unsigned int version;
+    int pid;
+};
+struct cap_data {
+    unsigned int effective, permitted, inheritable;
+};
+#define CAP_VERSION_3 0x20080522
+
+static char *field(char **at, const char *end);
+static char **field_list(char **at, const char *end);
+
+static int parse_security(char **at, const char *end) {
+    char *uid = field(at, end), *gid = field(at, end);
+    char **groups = field_list(at, end);
+    char *caps = field(at, end), *nnp = field(at, end), *ro = field(at, end);
+    char *manage = field(at, end);
+    if (uid == NULL || gid == NULL || groups == NULL || caps == NULL || nnp == NULL ||
+        ro == NULL || manage == NULL)
+        return -1;
+    sec.uid = (uid_t)strtoul(uid, NULL, 10);
+    sec.gid = (gid_t)strtoul(gid, NULL, 10);
+    for (sec.ngroups = 0; groups[sec.ngroups] != NULL; sec.ngroups++) {
+    }
+    sec.groups = calloc((size_t)sec.ngroups + 1, sizeof *sec.groups);
+    if (sec.groups == NULL)
+        return -1;
+    for (int i = 0; i < sec.ngroups; i++)
+        sec.groups[i] = (gid_t)strtoul(groups[i], NULL, 10);
+    sec.caps = strtoull(caps, NULL, 16);
+    sec.nnp = strcmp(nnp, "1") == 0;
+    sec.ro_root = strcmp(ro, "1") == 0;
+    sec.manage = strcmp(manage, "1") == 0;
+    if ((sec.masked = field_list(at, end)) == NULL || (sec.readonly = field_list(at, end)) == NULL)
+        return -1;
+    sec.present = 1;
+    return 0;
+}
+
+/* Keep nosuid/nodev/noexec of what is mounted at PATH in a read-only remount. */
+static unsigned long kept_flags(const char *path) {
+    struct statvfs vfs;
+    if (statvfs(path, &vfs) != 0)
+        return 0;
+    return (vfs.f_flag & ST_NOSUID ? MS_NOSUID : 0) | (vfs.f_flag & ST_NODEV ? MS_NODEV : 0) |
+           (vfs.f_flag & ST_NOEXEC ? MS_NOEXEC : 0);
+}
+
+static int count(char **list) {
+    int n = 0;
+    while (list != NULL && list[n] != NULL)
+        n++;
+    return n;
+}
+
+/* In the container's child, after apply_mounts: masked paths (/dev/null over a file, a
+ * read-only tmpfs over a directory), read-only paths (a read-only bind of themselves) and the
+ * read-only root, as runc does them, in the container's private mount namespace (made here when
+ * there were no volume mounts). A missing path is skipped (runc's rule). -1 with errno and
+ * *failed: -1 the namespace, then the masked paths, the read-only paths, and the root. */
+static int apply_security_mounts(int *failed) {
+    int nmasked = count(sec.masked), nro = count(sec.readonly);
+    *failed = -1;
+    if (!sec.present || (!sec.ro_root && nmasked == 0 && nro == 0))
+        return 0;
+    if (nmounts == 0 &&
+        (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0))
+        return -1;
+    for (int i = 0; i < nmasked; i++) {
+        const char *p = sec.masked[i];
+        struct stat st;
+        *failed = i;
+        if (stat(p, &st) != 0) {
+            if (errno == ENOENT)
+                continue;
+            return -1;
+        }
+        if (S_ISDIR(st.st_mode) ? mount("tmpfs", p, "tmpfs", MS_RDONLY, NULL)
+                                : mount("/dev/null", p, NULL, MS_BIND, NULL))
+            return -1;
+    }
+    for (int i = 0; i < nro; i++) {
+        const char *p = sec.readonly[i];
+        *failed = nmasked + i;
+        if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) != 0) {
+            if (errno == ENOENT)
+                continue;
+            return -1;
+        }
+        if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(p), NULL) != 0)
+            return -1;
+    }
+    *failed = nmasked + nro;
+    if (sec.ro_root &&
+        mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags("/"), NULL) != 0)
+        return -1;
+    return 0;
+}
+
+static const char *security_mount_name(int i) {
+    int nmasked = count(sec.masked), nro = count(sec.readonly);
+    if (i < 0)
+        return "a private mount namespace for the container's masked and read-only paths";
+    if (i < nmasked)
+        return sec.masked[i];
+    if (i < nmasked + nro)
+        return sec.readonly[i - nmasked];
+    return "the read-only root filesystem";
+}
+
+static const char *const security_steps[] = {
+    "dropping capabilities from the bounding set", "setgroups", "setgid", "setuid", "capset",
+    "no_new_privs"};
+
+/* In the container's child, right before exec: the bounding set (while CAP_SETPCAP is held),
+ * groups, gid, uid (in this order: each needs the privilege the next drops), then for root the
+ * effective/permitted sets (inheritable cleared, as runc does now); a non-root uid lost them all
+ * at setresuid (no SECBIT_KEEP_CAPS), so exec gives it none. Last no_new_privs. -1 with errno and
+ * *failed the step (security_steps). */
+static int apply_security(int *failed) {
+    if (!sec.present)
+        return 0;
+    if (sec.manage) {
+        *failed = 0;
+        for (int cap = 0; cap < 64; cap++) {
+            int have = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+            if (have < 0)
+                break; /* past the kernel's last capability */
+            if (have == 1 && !(sec.caps >> cap & 1ULL) &&
+                prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
+                return -1;
+        }
+        *failed = 1;
+        if (setgroups((size_t)sec.ngroups, sec.groups) != 0)
+            return -1;
+        *failed = 2;
+        if (setresgid(sec.gid, sec.gid, sec.gid) != 0)
+            return -1;
+        *failed = 3;
+        if (setresuid(sec.uid, sec.uid, sec.uid) != 0)
+            return -1;
+        if (sec.uid == 0) {
+            struct cap_header head = {CAP_VERSION_3, 0};
+            struct cap_data data[2];
+            memset(data, 0, sizeof data);
+            data[0].effective = data[0].permitted = (unsigned int)(sec.caps & 0xffffffffULL);
+            data[1].effective = data[1].permitted = (unsigned int)(sec.caps >> 32);
+            *failed = 4;
+            if (syscall(SYS_capset, &head, data) != 0)
+                return -1;
+        }
+    }
+    *failed = 5;
+    if (sec.nnp && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return 0;
+}
+
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
  * the mounts, the chdir or the exec fail. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w) {
@@ -363,8 +542,20 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
     }
+    if (apply_security_mounts(&report[2]) != 0) {
+        report[0] = 4;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (chdir(cwd) != 0) {
         report[0] = 1;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
+    if (apply_security(&report[2]) != 0) {
+        report[0] = 5;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
@@ -428,6 +619,14 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
             reply_error(reply_fd, "mount \"%s\" on \"%s\"%s: %s (errno %d %s)", m->src, m->dst,
                         strcmp(m->ro, "1") == 0 ? " read-only" : "", strerror(report[1]),
                         report[1], errno_name(report[1]));
+        } else if (report[0] == 4) {
+            reply_error(reply_fd, "security context: mounting %s: %s (errno %d %s)",
+                        security_mount_name(report[2]), strerror(report[1]), report[1],
+                        errno_name(report[1]));
+        } else if (report[0] == 5) {
+            reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
+                        security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
+                        strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 1) {
             reply_error(reply_fd, "chdir '%s': %s (errno %d)", cwd, strerror(report[1]),
                         report[1]);
@@ -698,6 +897,17 @@ static int spare_main(int conn) {
         return 70;
     if (at < end && parse_mounts(&at, end) != 0)
         return 70;
+    while (at < end) { /* keyed sections after the mounts */
+        const char *key = field(&at, end);
+        if (key == NULL)
+            return 70;
+        if (strcmp(key, "security") == 0) {
+            if (parse_security(&at, end) != 0)
+                return 70;
+        } else {
+            return 70;
+        }
+    }
     log_fd = fds[1];
     environ = cenv; /* the container's environment: execvp searches its PATH */
     return run_monitor(fds[0], cwd, notify, cargv);

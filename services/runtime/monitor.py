@@ -169,9 +169,170 @@ def apply_mounts(mounts: list[dict[str, Any]]) -> None:
             check(mount(None, dst, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep), what)
 
 
+# <sys/prctl.h>, <linux/capability.h>
+_PR_CAPBSET_READ, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 23, 24, 38
+_CAP_VERSION_3 = 0x20080522
+_SECURITY_STEPS = ("dropping capabilities from the bounding set", "setgroups", "setgid",
+                   "setuid", "capset", "no_new_privs")
+
+
+def _libc() -> Any:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p]
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                           ctypes.c_ulong]
+    return libc
+
+
+def _errno_text(what: str, err: int) -> str:
+    return f"{what}: {os.strerror(err)} (errno {err} {errno.errorcode.get(err, '')})"
+
+
+def apply_security_mounts(sec: dict[str, Any], had_mounts: bool) -> None:
+    """monitor.c's ``apply_security_mounts``, in the container's child after ``apply_mounts``:
+    masked paths (/dev/null over a file, a read-only tmpfs over a directory), read-only paths,
+    the read-only root, in the container's private mount namespace (made here when there were
+    no volume mounts). A missing path is skipped, as runc does."""
+    if not (sec["masked"] or sec["readonly"] or sec["ro_root"]):
+        return
+    import ctypes
+
+    libc = _libc()
+
+    def mount(src: str | None, dst: str, fstype: str | None, flags: int, what: str) -> None:
+        if libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags,
+                      None) != 0:
+            raise OSError(_errno_text(f"security context: mounting {what}", ctypes.get_errno()))
+
+    def keep(path: str) -> int:
+        return os.statvfs(path).f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+    if not had_mounts:
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            raise OSError(_errno_text("security context: a private mount namespace",
+                                      ctypes.get_errno()))
+        mount(None, "/", None, _MS_REC | _MS_SLAVE, "a private mount namespace")
+    for path in sec["masked"]:
+        try:
+            is_dir = os.path.isdir(path) if os.path.lexists(path) else None
+        except OSError:
+            is_dir = None
+        if is_dir is None:
+            continue
+        if is_dir:
+            mount("tmpfs", path, "tmpfs", _MS_RDONLY, path)
+        else:
+            mount("/dev/null", path, None, _MS_BIND, path)
+    for path in sec["readonly"]:
+        if not os.path.lexists(path):
+            continue
+        mount(path, path, None, _MS_BIND | _MS_REC, path)
+        mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep(path), path)
+    if sec["ro_root"]:
+        mount(None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep("/"),
+              "the read-only root filesystem")
+
+
+def apply_security(sec: dict[str, Any]) -> None:
+    """monitor.c's ``apply_security``, in the container's child right before exec: bounding
+    set, groups, gid, uid, then (root) effective/permitted = the set, inheritable cleared; last
+    no_new_privs. Raises OSError naming the step."""
+    import ctypes
+
+    libc = _libc()
+    step = 0
+
+    def fail() -> OSError:
+        return OSError(_errno_text(f"security context: {_SECURITY_STEPS[step]}",
+                                   ctypes.get_errno()))
+
+    if sec["manage"]:
+        caps = int(sec["caps"])
+        for cap in range(64):
+            have = libc.prctl(_PR_CAPBSET_READ, cap, 0, 0, 0)
+            if have < 0:
+                break
+            if have == 1 and not caps >> cap & 1 and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0,
+                                                                  0) != 0:
+                raise fail()
+        try:
+            step = 1
+            os.setgroups(sec["groups"])
+            step = 2
+            os.setresgid(sec["gid"], sec["gid"], sec["gid"])
+            step = 3
+            os.setresuid(sec["uid"], sec["uid"], sec["uid"])
+        except OSError as err:
+            raise OSError(_errno_text(f"security context: {_SECURITY_STEPS[step]}",
+                                      err.errno or 0)) from None
+        if sec["uid"] == 0:
+            step = 4
+            header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+            low, high = caps & 0xFFFFFFFF, caps >> 32
+            data = (ctypes.c_uint32 * 6)(low, low, 0, high, high, 0)
+            if libc.capset(header, data) != 0:
+                raise fail()
+    step = 5
+    if sec["nnp"] and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise fail()
+
+
+def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
+    """fork + exec (this monitor is single-threaded) for a container with a security context:
+    its mounts, masks and ids are applied in the child (the monitor keeps its own view and
+    ids); failures come back on a close-on-exec pipe, as OSError."""
+    argv: list[str] = spec["argv"]
+    env = dict(item.split("=", 1) for item in spec["env"])
+    cwd = spec.get("cwd") or "/"
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child execs or exits
+        try:
+            os.setsid()
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for sig in (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM,
+                        signal.SIGCHLD, signal.SIGQUIT):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            if spec.get("mounts"):
+                apply_mounts(spec["mounts"])
+            apply_security_mounts(spec["security"], bool(spec.get("mounts")))
+            try:
+                os.chdir(cwd)
+            except OSError as err:
+                raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
+            apply_security(spec["security"])
+            try:
+                os.execvpe(argv[0], argv, env)
+            except OSError as err:
+                raise OSError(f'exec "{argv[0]}": {err.strerror} (errno {err.errno} '
+                              f"{errno.errorcode.get(err.errno or 0, '')})") from None
+        except BaseException as exc:  # everything goes to the parent
+            with contextlib.suppress(BaseException):
+                os.write(report_w, str(exc).encode()[:4000])
+        os._exit(127)
+    os.close(report_w)
+    try:
+        message = b""
+        while chunk := os.read(report_r, 4096):
+            message += chunk
+    finally:
+        os.close(report_r)
+    if message:
+        os.waitpid(pid, 0)
+        raise OSError(message.decode(errors="replace"))
+    return pid
+
+
 def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     """posix_spawn (vfork+exec: no copy of this Python process) the container's process in its
     own session; exec errors (ENOENT, EACCES, E2BIG...) come back here as OSError."""
+    if spec.get("security"):
+        return _fork_container(spec, out_w, err_w)
     argv: list[str] = spec["argv"]
     env = dict(item.split("=", 1) for item in spec["env"])
     cwd = spec.get("cwd") or "/"

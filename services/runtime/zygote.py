@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from podvisor.services.runtime.monitor import run_monitor, warm_up
 
@@ -276,11 +276,14 @@ class Spawner:
         fields = [state, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
                   str(len(argv)), *argv, str(len(env)), *env]
         mounts = doc.get("mounts") or []
-        if mounts:
+        sec = doc.get("security")
+        if mounts or sec:
             fields.append(str(len(mounts)))
             for m in mounts:
                 fields += [m["host"], m["container"], "1" if m["ro"] else "0",
                            m["propagation"]]
+        if sec:
+            fields += security_fields(sec)
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"
@@ -306,6 +309,16 @@ class Spawner:
                     spare.close()
             self._spares.clear()
             self._close_zygote()
+
+
+def security_fields(sec: dict[str, Any]) -> list[str]:
+    """monitor.c's ``security`` section (parse_security) for the spec's ``security``."""
+    flag = {True: "1", False: "0"}
+    return ["security", str(sec["uid"]), str(sec["gid"]), str(len(sec["groups"])),
+            *map(str, sec["groups"]), format(sec["caps"], "x"), flag[bool(sec["nnp"])],
+            flag[bool(sec["ro_root"])], flag[bool(sec["manage"])],
+            str(len(sec["masked"])), *sec["masked"], str(len(sec["readonly"])),
+            *sec["readonly"]]
 
 
 def _read_reply(fd: int, timeout: float) -> SpawnResult:

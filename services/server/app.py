@@ -63,7 +63,8 @@ def make_app(get_view: Callable[[], View], clock: Clock = SYSTEM_CLOCK.monotonic
     async def healthz(request: web.Request) -> web.Response:
         view = await current()
         age = None if view.desired_heard is None else clock() - view.desired_heard
-        health = check_health(view.pleg.get("_health"), wall(), view.desired_synced, age)
+        health = check_health(view.pleg.get("_health"), wall(), view.desired_synced, age,
+                              view.desired.get("_runtime"))
         return web.Response(text=health.text(), status=200 if health.ok else 500)
 
     async def pods(request: web.Request) -> web.Response:

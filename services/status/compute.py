@@ -20,7 +20,7 @@ CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "Contain
                    "PodScheduled")
 # The keys of a ``desired`` entry that ``compute_pod_status`` reads: a change of any other key
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
-DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting")
+DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class")
 
 
 def desired_inputs(entry: Any) -> Any:
@@ -87,7 +87,9 @@ def get_phase(spec: Mapping[str, Any], init: Sequence[Mapping[str, Any]],
 
 
 def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
-    cond: dict[str, Any] = {"type": ctype, "status": "True" if ok else "False"}
+    # lastProbeTime: null, as the kubelet's conditions (it probes nothing for them)
+    cond: dict[str, Any] = {"type": ctype, "status": "True" if ok else "False",
+                            "lastProbeTime": None}
     if reason:
         cond["reason"] = reason
     if message:
@@ -139,6 +141,20 @@ def _meta(pod: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid", "")}
 
 
+def pod_ips(spec: Mapping[str, Any], sandboxes: Sequence[Mapping[str, Any]],
+             host_ip: str) -> list[str]:
+    """The kubelet's pod IPs: a hostNetwork pod has the host's; another pod those its newest
+    sandbox reports (PodSandboxStatus ``network.ip`` then ``additional_ips``; none yet while
+    it has no sandbox or no network)."""
+    if spec.get("hostNetwork"):
+        return [host_ip]
+    sandbox = sandboxes[-1] if sandboxes else {}
+    first = str(sandbox.get("ip") or "")
+    if not first:
+        return []
+    return [first, *(str(ip) for ip in sandbox.get("additional_ips") or () if ip != first)]
+
+
 def compute_pod_status(
     desired: Mapping[str, Any],
     pleg: Mapping[str, Any] | None,
@@ -157,7 +173,10 @@ def compute_pod_status(
     spec = pod.get("spec") or {}
     prev_phase = (previous or {}).get("phase")
     start = (previous or {}).get("startTime") or rfc3339(now)
-    status: dict[str, Any] = {"hostIP": host_ip, "startTime": start, "_pod": _meta(pod)}
+    status: dict[str, Any] = {"hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+                              "startTime": start, "_pod": _meta(pod)}
+    if desired.get("qos_class"):  # the sync loop's QoS class of the pod (services/pod/qos.py)
+        status["qosClass"] = desired["qos_class"]
     if not desired.get("admitted", True):
         status.update(phase=FAILED, reason=desired.get("reason") or "Rejected",
                       message=desired.get("message", ""), containerStatuses=[],
@@ -183,9 +202,11 @@ def compute_pod_status(
     phase = get_phase(spec, init, regular)
     if prev_phase in TERMINAL:
         phase = prev_phase
-    ip = (ready_sb or sandboxes or [{}])[-1].get("ip", "")
-    status.update(phase=phase, podIP=ip or (host_ip if spec.get("hostNetwork") else ""),
-                  containerStatuses=regular, initContainerStatuses=init)
+    ips = pod_ips(spec, ready_sb or sandboxes, host_ip)
+    status.update(phase=phase, podIP=ips[0] if ips else "", containerStatuses=regular,
+                  initContainerStatuses=init)
+    if ips:
+        status["podIPs"] = [{"ip": ip} for ip in ips]
     if desired.get("reason"):
         status.update(reason=desired["reason"], message=desired.get("message", ""))
     status["conditions"] = _stamp(_conditions(phase, bool(ready_sb), init_pending, regular),

@@ -5,7 +5,12 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
 
 - Recreate the sandbox when there is none, the newest is not ready, or several are ready; a new
   sandbox kills every container and starts over from the first init container (containers that
-  succeeded under restartPolicy OnFailure, or any under Never, are not run again).
+  succeeded under restartPolicy OnFailure, or any under Never, are not run again). Its attempt
+  is one more than the largest attempt of every sandbox the runtime lists for the pod (a
+  sandbox whose creation failed half-way keeps its name reserved in containerd).
+- Remove not-ready sandboxes that hold no container (one whose network setup failed, or one
+  being replaced), each unless its stop is backing off (``sandbox_wait``): the kubelet's
+  sandbox garbage collection, done by the pod's own sync.
 - Kill running containers whose spec hash changed, whose liveness probe failed, or that no
   longer appear in the spec.
 - Init containers run one at a time in order; the next starts only after the previous exited 0.
@@ -19,7 +24,7 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from podvisor.services.pod import Container, Pod, RestartPolicy
@@ -67,24 +72,60 @@ class PodActions:
     waiting: Mapping[str, Waiting] = field(default_factory=dict)
     pod_failed: bool = False        # an init container failed under restartPolicy Never
     retry_after: float | None = None  # seconds until the earliest back-off ends
+    remove_sandboxes: tuple[str, ...] = ()  # not-ready sandboxes without containers: stop+remove
 
     @property
     def noop(self) -> bool:
-        return not (self.kill_pod or self.create_sandbox or self.kill or self.start)
+        return not (self.kill_pod or self.create_sandbox or self.kill or self.start
+                    or self.remove_sandboxes)
 
 
 Hasher = Callable[[Container], str]
+SandboxWait = Callable[[str], float]  # sandbox id -> seconds its stop still backs off (0: due)
+
+
+def _no_wait(sandbox_id: str) -> float:
+    return 0.0
 
 
 def _sandbox_changed(rt: PodRuntime) -> tuple[bool, int, str]:
-    """(create a new sandbox?, its attempt, the current sandbox id)."""
+    """(create a new sandbox?, its attempt, the current sandbox id). The new attempt is the
+    largest listed one + 1: the newest sandbox by creation time may not carry it (containerd
+    lists a sandbox whose network setup failed with no creation time)."""
     if not rt.sandboxes:
         return True, 0, ""
     latest = rt.sandboxes[0]
     ready = sum(1 for s in rt.sandboxes if s.ready)
     if ready > 1 or not latest.ready:
-        return True, latest.attempt + 1, latest.id
+        return True, max(s.attempt for s in rt.sandboxes) + 1, latest.id
     return False, latest.attempt, latest.id
+
+
+def _dead_sandboxes(rt: PodRuntime, wait: SandboxWait) -> tuple[tuple[str, ...], float | None]:
+    """(not-ready sandboxes without containers whose stop is due, seconds until the next one
+    backing off is due)."""
+    used = {c.sandbox_id for c in rt.containers}
+    due: list[str] = []
+    retry: float | None = None
+    for s in rt.sandboxes:
+        if s.ready or s.id in used:
+            continue
+        left = wait(s.id)
+        if left > 0:
+            retry = left if retry is None else min(retry, left)
+        else:
+            due.append(s.id)
+    return tuple(due), retry
+
+
+def _with_dead(actions: PodActions, rt: PodRuntime, wait: SandboxWait) -> PodActions:
+    dead, retry = _dead_sandboxes(rt, wait)
+    if not dead and retry is None:
+        return actions
+    if retry is not None and actions.retry_after is not None:
+        retry = min(retry, actions.retry_after)
+    return replace(actions, remove_sandboxes=dead,
+                   retry_after=retry if retry is not None else actions.retry_after)
 
 
 def _restarts_on_failure(pod: Pod) -> bool:
@@ -206,11 +247,19 @@ def _succeeded(status: ContainerInfo | None) -> bool:
 def compute_pod_actions(
     pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
     liveness_failed: Collection[str] = (), hasher: Hasher = container_hash,
+    sandbox_wait: SandboxWait = _no_wait,
 ) -> PodActions:
     """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
 
     ``liveness_failed``: IDs of running containers whose liveness or startup probe failed.
+    ``sandbox_wait``: seconds a sandbox's stop still backs off after it failed (0: due).
     """
+    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher), rt,
+                      sandbox_wait)
+
+
+def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
+             liveness_failed: Collection[str], hasher: Hasher) -> PodActions:
     b = _Builder(pod, rt, now, backoff)
     create, attempt, sandbox_id = _sandbox_changed(rt)
     if create:

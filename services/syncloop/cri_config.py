@@ -4,7 +4,8 @@ hostNetwork pods get the node's network namespace and an empty hostname; the PID
 is CONTAINER for the sandbox and every container (what containerd needs here); the sandbox's
 ``cgroup_parent`` is the pod's cgroup under ``cgroupRoot`` (``podcgroups``). Labels,
 annotations and log paths follow ``labels``. Volume host paths: emptyDir under
-``<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>``, hostPath as given.
+``<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>``, hostPath as given,
+downwardAPI under ``.../kubernetes.io~downward-api/<name>`` (always mounted read-only).
 """
 
 from __future__ import annotations
@@ -13,7 +14,24 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.pod import Container, EmptyDirVolume, HostPathVolume, Pod, PortProtocol
+from podvisor.services.pod import (
+    Container,
+    DownwardAPIVolume,
+    EmptyDirVolume,
+    HostPathVolume,
+    Pod,
+    PortProtocol,
+    Profile,
+    ProfileType,
+    SecurityContext,
+    SELinuxOptions,
+    SupplementalGroupsPolicy,
+    effective_security_context,
+    expand_command,
+    masked_paths,
+    no_new_privs,
+    readonly_paths,
+)
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.spec import container_hash
 
@@ -25,6 +43,10 @@ def empty_dir_path(pods_dir: Path, uid: str, volume: str) -> Path:
     return pods_dir / uid / "volumes" / "kubernetes.io~empty-dir" / volume
 
 
+def downward_api_path(pods_dir: Path, uid: str, volume: str) -> Path:
+    return pods_dir / uid / "volumes" / "kubernetes.io~downward-api" / volume
+
+
 def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
     """Volume name -> host path."""
     out: dict[str, Path] = {}
@@ -33,7 +55,14 @@ def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
             out[v.name] = empty_dir_path(pods_dir, pod.uid, v.name)
         elif isinstance(v.source, HostPathVolume):
             out[v.name] = Path(v.source.path)
+        elif isinstance(v.source, DownwardAPIVolume):
+            out[v.name] = downward_api_path(pods_dir, pod.uid, v.name)
     return out
+
+
+def read_only_volumes(pod: Pod) -> set[str]:
+    """Volumes the kubelet always mounts read-only (downwardAPI, like secret and configMap)."""
+    return {v.name for v in pod.spec.volumes if isinstance(v.source, DownwardAPIVolume)}
 
 
 def host_ports(pod: Pod) -> list[tuple[str, int]]:
@@ -51,6 +80,7 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
                    cgroup_parent: str = "") -> pb.PodSandboxConfig:
     """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's."""
     host_net = pod.spec.host_network
+    psc = pod.spec.security_context
     ns = pb.NamespaceOption(network=pb.NODE if host_net else pb.POD, pid=pb.CONTAINER,
                             ipc=pb.POD)
     mappings = [
@@ -68,13 +98,127 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
         labels={**pod.metadata.labels, **L.pod_labels(pod.name, pod.namespace, pod.uid)},
         annotations=dict(pod.metadata.annotations),
         linux=pb.LinuxPodSandboxConfig(
-            cgroup_parent=cgroup_parent,
-            security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns)),
+            cgroup_parent=cgroup_parent, security_context=_sandbox_security(pod, ns),
+            sysctls={s.name: s.value for s in psc.sysctls} if psc else {}),
     )
 
 
-def _resources(c: Container) -> pb.LinuxContainerResources:
+def _sandbox_security(pod: Pod, ns: pb.NamespaceOption) -> pb.LinuxSandboxSecurityContext:
+    """The kubelet's ``generatePodSandboxLinuxConfig``: privileged when any container is, the
+    runtime's default seccomp profile for the sandbox, the pod's user, group and groups."""
+    psc = pod.spec.security_context
+    out = pb.LinuxSandboxSecurityContext(
+        namespace_options=ns,
+        privileged=any(c.security_context is not None and bool(c.security_context.privileged)
+                       for c in pod.all_containers()),
+        seccomp=pb.SecurityProfile(profile_type=pb.SecurityProfile.RuntimeDefault))
+    if psc is None:
+        return out
+    if psc.run_as_user is not None:
+        out.run_as_user.value = psc.run_as_user
+    if psc.run_as_group is not None:
+        out.run_as_group.value = psc.run_as_group
+    out.supplemental_groups.extend(_pod_groups(pod))
+    if psc.se_linux_options is not None:
+        out.selinux_options.CopyFrom(_selinux(psc.se_linux_options))
+    return out
+
+
+def _pod_groups(pod: Pod) -> list[int]:
+    """fsGroup first, then supplementalGroups (the kubelet's order)."""
+    psc = pod.spec.security_context
+    if psc is None:
+        return []
+    return ([psc.fs_group] if psc.fs_group is not None else []) + list(psc.supplemental_groups)
+
+
+def _selinux(o: SELinuxOptions) -> pb.SELinuxOption:
+    return pb.SELinuxOption(user=o.user, role=o.role, type=o.type, level=o.level)
+
+
+_PROFILE_TYPES = {ProfileType.RUNTIME_DEFAULT: pb.SecurityProfile.RuntimeDefault,
+                  ProfileType.UNCONFINED: pb.SecurityProfile.Unconfined,
+                  ProfileType.LOCALHOST: pb.SecurityProfile.Localhost}
+
+
+def _seccomp(sc: SecurityContext, seccomp_root: Path) -> pb.SecurityProfile:
+    """The kubelet's ``getSeccompProfile`` (without --seccomp-default): Unconfined unless the
+    pod or container names a profile; Localhost profiles under ``<rootDir>/seccomp``."""
+    p = sc.seccomp_profile
+    if p is None:
+        return pb.SecurityProfile(profile_type=pb.SecurityProfile.Unconfined)
+    ref = str(seccomp_root / p.localhost_profile) if p.type is ProfileType.LOCALHOST else ""
+    return pb.SecurityProfile(profile_type=_PROFILE_TYPES[p.type], localhost_ref=ref)
+
+
+def _apparmor(p: Profile | None) -> pb.SecurityProfile | None:
+    """``getAppArmorProfile``: none (the runtime's default) unless the pod or container names
+    one; a Localhost profile is referenced by its name."""
+    if p is None:
+        return None
+    return pb.SecurityProfile(profile_type=_PROFILE_TYPES[p.type],
+                              localhost_ref=p.localhost_profile)
+
+
+def container_security(pod: Pod, c: Container, ns: pb.NamespaceOption,
+                       seccomp_root: Path) -> pb.LinuxContainerSecurityContext:
+    """The kubelet's ``determineEffectiveSecurityContext``: the merged security context in
+    CRI form. (The image's user is left to the runtime, which applies it itself; the kubelet
+    reads it only to check runAsNonRoot, done before this in ``run_as_non_root_error``.)"""
+    sc = effective_security_context(pod.spec.security_context, c.security_context)
+    out = pb.LinuxContainerSecurityContext(
+        namespace_options=ns, privileged=bool(sc.privileged),
+        readonly_rootfs=bool(sc.read_only_root_filesystem), no_new_privs=no_new_privs(sc),
+        masked_paths=list(masked_paths(sc)), readonly_paths=list(readonly_paths(sc)),
+        seccomp=_seccomp(sc, seccomp_root), supplemental_groups=_pod_groups(pod))
+    if sc.capabilities is not None:
+        out.capabilities.add_capabilities.extend(sc.capabilities.add)
+        out.capabilities.drop_capabilities.extend(sc.capabilities.drop)
+    if sc.se_linux_options is not None:
+        out.selinux_options.CopyFrom(_selinux(sc.se_linux_options))
+    if sc.run_as_user is not None:
+        out.run_as_user.value = sc.run_as_user
+    if sc.run_as_group is not None:
+        out.run_as_group.value = sc.run_as_group
+    apparmor = _apparmor(sc.app_armor_profile)
+    if apparmor is not None:
+        out.apparmor.CopyFrom(apparmor)
+    psc = pod.spec.security_context
+    if psc is not None and psc.supplemental_groups_policy is SupplementalGroupsPolicy.STRICT:
+        out.supplemental_groups_policy = pb.SupplementalGroupsPolicy.Strict
+    return out
+
+
+def run_as_non_root_error(pod: Pod, c: Container, image_uid: int | None,
+                          image_user: str) -> str | None:
+    """The kubelet's ``verifyRunAsNonRoot`` (its messages, word for word): ``image_uid`` /
+    ``image_user`` from ImageStatus (no uid and no user name: root)."""
+    sc = effective_security_context(pod.spec.security_context, c.security_context)
+    if not sc.run_as_non_root:
+        return None
+    where = f"(pod: \"{pod.full_name}({pod.uid})\", container: {c.name})"
+    if sc.run_as_user is not None:
+        if sc.run_as_user == 0:
+            return f"container's runAsUser breaks non-root policy {where}"
+        return None
+    if image_uid is None and image_user:
+        return (f"container has runAsNonRoot and image has non-numeric user ({image_user}), "
+                f"cannot verify user is non-root {where}")
+    if not image_uid:
+        return f"container has runAsNonRoot and image will run as root {where}"
+    return None
+
+
+def needs_image_user(pod: Pod, c: Container) -> bool:
+    """Whether ``run_as_non_root_error`` needs the image's user (ImageStatus)."""
+    sc = effective_security_context(pod.spec.security_context, c.security_context)
+    return bool(sc.run_as_non_root) and sc.run_as_user is None
+
+
+def _resources(c: Container, oom_score_adj: int | None) -> pb.LinuxContainerResources:
     res = pb.LinuxContainerResources()
+    if oom_score_adj is not None:
+        res.oom_score_adj = oom_score_adj
     if c.resources.limits.memory_bytes is not None:
         res.memory_limit_in_bytes = c.resources.limits.memory_bytes
     if c.resources.limits.cpu_millis is not None:
@@ -85,33 +229,43 @@ def _resources(c: Container) -> pb.LinuxContainerResources:
     return res
 
 
-def _mounts(c: Container, volumes: dict[str, Path]) -> list[pb.Mount]:
+def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str]) -> list[pb.Mount]:
     out = []
     for m in c.volume_mounts:
         host = volumes[m.name]
         if m.sub_path:
             host = host / m.sub_path
         out.append(pb.Mount(container_path=m.mount_path, host_path=str(host),
-                            readonly=m.read_only))
+                            readonly=m.read_only or m.name in read_only))
     return out
 
 
 def container_config(pod: Pod, c: Container, restart_count: int,
-                     volumes: dict[str, Path]) -> pb.ContainerConfig:
-    """Raises KeyError when a mount names a volume the pod does not declare."""
+                     volumes: dict[str, Path],
+                     seccomp_root: Path = Path("/"),
+                     env: list[tuple[str, str]] | None = None,
+                     oom_score_adj: int | None = None) -> pb.ContainerConfig:
+    """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
+    where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
+    environment as ``envvars.container_env`` built it (None: the plain values); command and args
+    are expanded against it (``$(VAR)``). ``oom_score_adj``: the kubelet's value for the pod's
+    QoS class (None: unset)."""
     ns = pb.NamespaceOption(network=pb.NODE if pod.spec.host_network else pb.POD,
                             pid=pb.CONTAINER, ipc=pb.POD)
+    if env is None:
+        env = [(e.name, e.value) for e in c.env]
+    command, args = expand_command(c, dict(env))
     return pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=c.name, attempt=restart_count),
         image=pb.ImageSpec(image=c.image, user_specified_image=c.image),
-        command=list(c.command), args=list(c.args), working_dir=c.working_dir,
-        envs=[pb.KeyValue(key=e.name, value=e.value) for e in c.env],
-        mounts=_mounts(c, volumes),
+        command=command, args=args, working_dir=c.working_dir,
+        envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        mounts=_mounts(c, volumes, read_only_volumes(pod)),
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
                                             pod.spec.termination_grace_period_seconds),
         log_path=L.container_log_path(c.name, restart_count),
         linux=pb.LinuxContainerConfig(
-            resources=_resources(c),
-            security_context=pb.LinuxContainerSecurityContext(namespace_options=ns)),
+            resources=_resources(c, oom_score_adj),
+            security_context=container_security(pod, c, ns, seccomp_root)),
     )

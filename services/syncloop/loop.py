@@ -4,6 +4,13 @@
 and calls ``step(now)``). Syncs, terminations and housekeeping run on a thread pool through
 ``submit``; each posts its result back with ``wake()`` and the loop thread applies it in
 ``step``. Tests drive it with the CRI fake and an inline ``submit``.
+
+Network readiness (``network``): housekeeping refreshes it from CRI ``Status``; each change is
+logged once (an event on the node: ``NetworkNotReady`` / ``NetworkReady``) and published under
+the ``desired`` map's ``_runtime`` key (``/healthz`` shows it). While it is not ready, the syncs
+of pods that are not ``hostNetwork`` are held on the loop thread (no CRI call; the pod's error
+says "network is not ready: ...", an event says it once per pod) and retried at the error
+delay; when it becomes ready they all sync at once.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ import grpc
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
-from podvisor.services.pod import Pod, PodValidationError, pod_from_dict
+from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import admit
+from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.runtime_state import read_pod_runtime
@@ -29,6 +37,7 @@ from podvisor.services.syncloop.terminate import orphan_grace, teardown
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
 HOUSEKEEPING_INTERVAL = 2.0
+RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's conditions
 
 
 def _no_failures(uid: str) -> Collection[str]:
@@ -55,6 +64,7 @@ class LoopDeps:
     # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
+    node_name: str = ""  # the object of node-level events
 
 
 def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
@@ -64,6 +74,7 @@ def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
         "admitted": w.admitted, "reason": w.reason, "message": w.message or w.last_error,
         "waiting": {n: {"reason": x.reason, "message": x.message} for n, x in w.waiting.items()},
         "sandbox_id": w.sandbox_id, "updated_at": updated_at,
+        "qos_class": str(qos_class(w.pod)),
     }
 
 
@@ -83,6 +94,8 @@ class SyncLoop:
         self._housekeeping_busy = False
         self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
         self.stopping = False
+        self._network: Network | None = None  # as last published under RUNTIME_KEY
+        self._held: set[str] = set()  # pods held while the network is not ready
 
     # --- inputs (loop thread) ---
     def handle_pod_set(self, source: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
@@ -188,7 +201,7 @@ class SyncLoop:
                 break
         works = self.deps.table.due(now)
         for work in works:  # first: a pool thread starts while the loop publishes
-            if not self._quiet(work):
+            if not self._hold(work) and not self._quiet(work):
                 self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
         for work in works:
             self._publish(work.uid)
@@ -204,6 +217,16 @@ class SyncLoop:
         if deadline is not None:
             waits.append(deadline - now)
         return max(0.0, min(waits)) if waits else None
+
+    def _hold(self, work: Work) -> bool:
+        """A sync of a pod that is not hostNetwork while the network is known not ready ends
+        here, as an error, without a CRI call (the kubelet's syncPod refuses it the same way)."""
+        network = self.deps.sync.network.current if self.deps.sync.network else None
+        if (work.kind is not WorkKind.SYNC or work.pod is None or work.pod.spec.host_network
+                or network is None or network.ready):
+            return False
+        self._finish(work, Outcome(ok=False, error=not_ready_error(network), network=True))
+        return True
 
     def _quiet(self, work: Work) -> bool:
         """A periodic resync that needs no CRI call is done here, on the loop thread
@@ -246,7 +269,7 @@ class SyncLoop:
                      work.newer_than, work.snapshot)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
-                       effects=r.effects, acted=r.acted)
+                       effects=r.effects, acted=r.acted, network=bool(r.network_error))
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
@@ -272,14 +295,46 @@ class SyncLoop:
 
     def _finish(self, work: Work, outcome: Outcome) -> None:
         cache = self.deps.sync.cache
-        if cache is not None and (outcome.acted or not outcome.ok
+        if cache is not None and (outcome.acted or (not outcome.ok and not outcome.network)
                                   or work.kind is WorkKind.TERMINATE):
-            cache.changed()  # a listing from before may miss what the work did
+            cache.changed()  # a listing from before may miss what the work did (a held
+            # sync did nothing)
         w = self.deps.table.finish(work, outcome, self.deps.sync.mono())
+        if work.kind is WorkKind.SYNC:
+            self._note_held(work, outcome)
         if work.kind is WorkKind.TERMINATE and w is None:
             self._removed[work.uid] = self.deps.sync.mono()
             self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
         self._publish(work.uid)
+
+    def _note_held(self, work: Work, outcome: Outcome) -> None:
+        """Say once per pod that it waits for the network; forget it once it synced."""
+        if not outcome.network:
+            if outcome.ok:
+                self._held.discard(work.uid)
+            return
+        if work.uid not in self._held and self.deps.table.get(work.uid) is not None:
+            self._held.add(work.uid)
+            self.log.warning("syncloop.pod.network_not_ready",
+                             pod=work.pod.full_name if work.pod else "", pod_uid=work.uid,
+                             message=outcome.error)
+
+    def _network_seen(self, network: Network | None, now: float) -> None:
+        """Loop thread: a fresh NetworkReady reading (None: the runtime did not answer)."""
+        if network is None or network == self._network:
+            return
+        before, self._network = self._network, network
+        self.deps.desired.set(RUNTIME_KEY, network.to_dict())
+        if not network.ready:
+            self.log.warning("syncloop.runtime.network_not_ready", node=self.deps.node_name,
+                             reason=network.reason, message=network.condition_text())
+            return
+        if before is not None:
+            self.log.info("syncloop.runtime.network_ready", node=self.deps.node_name,
+                          message=network.condition_text(), held=len(self._held))
+        for uid in sorted(self._held):  # the pods waiting for it sync now
+            self.deps.table.trigger(uid, now)
+        self._held.clear()
 
     def _housekeeping(self, known: frozenset[str]) -> None:
         """Pool thread. ``known``: the workers' UIDs when it was submitted. The runtime's pod
@@ -305,11 +360,15 @@ class SyncLoop:
             if ready and error is None:
                 stale |= d.cgroups.leftovers(known | uids)
         d.backoff.gc(d.mono())
-        self._post(lambda: self._housekeeping_done(uids, error, stale, listed_at))
+        d.sandbox_backoff.gc(d.mono())
+        network = d.network.refresh(d.cri) if d.network is not None else None
+        self._post(lambda: self._housekeeping_done(uids, error, stale, listed_at, network))
 
     def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None,
-                           stale_cgroups: set[str], listed_at: float) -> None:
+                           stale_cgroups: set[str], listed_at: float,
+                           network: Network | None = None) -> None:
         self._housekeeping_busy = False
+        self._network_seen(network, self.deps.sync.mono())
         # a pod terminated after the listing started is no orphan, whatever it showed
         self._removed = {u: t for u, t in self._removed.items() if t >= listed_at}
         # On the loop thread, so no worker for these UIDs can appear (and create the folder)

@@ -34,6 +34,8 @@ from podvisor.services.prober import liveness_failed
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.network import NetworkState
+from podvisor.services.syncloop.node import discover_node_facts
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
@@ -82,8 +84,9 @@ def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
-                    cgroups=cgroups, cache=RuntimeCache(cri, clock.monotonic, clock.wall),
-                    images=ImagePresence(cri, clock.monotonic))
+                    cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
+                    cache=RuntimeCache(cri, clock.monotonic, clock.wall),
+                    images=ImagePresence(cri, clock.monotonic), network=NetworkState())
     owner = service.owner(publisher, DESIRED, serving=False)
 
     def submit(fn: Callable[[], None]) -> None:
@@ -92,7 +95,7 @@ def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
     table = WorkerTable(Timing(resync=cfg.sync_frequency))
     loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
                              desired=owner, submit=submit,
-                             wake=wake.wake))
+                             wake=wake.wake, node_name=cfg.node_name))
     return loop, owner
 
 

@@ -1,6 +1,10 @@
 """Pod cgroups under ``cgroupRoot``, as the kubelet's pod container manager names them.
 
-Every sandbox gets ``linux.cgroup_parent = <cgroupRoot>/pod<uid>`` (``parent``); the runtime
+Every sandbox gets ``linux.cgroup_parent`` = the pod's folder by its QoS class (``parent``):
+``<cgroupRoot>/pod<uid>`` for Guaranteed, ``<cgroupRoot>/burstable/pod<uid>`` and
+``<cgroupRoot>/besteffort/pod<uid>`` for the others (the QoS folders are made by the runtime
+as parents and kept, as the kubelet keeps its QoS cgroups). Removal and the leftover scan look
+at all three places (a pod's class is not known once it is gone). The runtime
 (containerd with the cgroupfs driver) creates ``<parent>/<container id>`` in every hierarchy and
 removes the leaves, but containerd 1.6 leaves the pod folder behind. So after a pod's sandboxes
 are removed the sync loop removes the pod's folders on every mounted cgroup hierarchy (v1
@@ -56,11 +60,20 @@ def parse_mountinfo(text: str) -> list[CgroupMount]:
     return out
 
 
-def pod_cgroup_parent(cgroup_root: str, uid: str) -> str:
-    """``<cgroupRoot>/pod<uid>``; "" when pod cgroups are disabled (``cgroupRoot: ""``)."""
+# The kubelet's QoS cgroups under the node's root (pkg/kubelet/cm/qos_container_manager):
+# Guaranteed pods sit right under it, the others in one folder per class.
+QOS_FOLDERS = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
+
+
+def pod_cgroup_parent(cgroup_root: str, uid: str, qos: str = "Guaranteed") -> str:
+    """``<cgroupRoot>/pod<uid>`` (Guaranteed), ``<cgroupRoot>/burstable/pod<uid>``,
+    ``<cgroupRoot>/besteffort/pod<uid>``; "" when pod cgroups are disabled
+    (``cgroupRoot: ""``)."""
     if not cgroup_root:
         return ""
-    return f"{cgroup_root.rstrip('/')}/{POD_PREFIX}{uid}"
+    folder = QOS_FOLDERS.get(qos, "")
+    base = cgroup_root.rstrip("/") + (f"/{folder}" if folder else "")
+    return f"{base}/{POD_PREFIX}{uid}"
 
 
 def pod_uid(folder_name: str) -> str | None:
@@ -110,8 +123,8 @@ class PodCgroups:
     def enabled(self) -> bool:
         return bool(self.root)
 
-    def parent(self, uid: str) -> str:
-        return pod_cgroup_parent(self.root, uid)
+    def parent(self, uid: str, qos: str = "Guaranteed") -> str:
+        return pod_cgroup_parent(self.root, uid, qos)
 
     def pending(self) -> set[str]:
         """UIDs whose folders could not all be removed yet (retried at housekeeping)."""
@@ -123,7 +136,9 @@ class PodCgroups:
         logged) when one is still in use."""
         if not self.enabled:
             return True
-        result = self._remove_path(self.parent(uid))
+        results = [self._remove_path(self.parent(uid, qos)) for qos in QOS_FOLDERS]
+        result = Removal(sum(r.removed for r in results),
+                         tuple(f for r in results for f in r.failed))
         with self._lock:
             attempts = self._pending.pop(uid, 0)
             if result.failed:
@@ -142,7 +157,9 @@ class PodCgroups:
         if not self.enabled:
             return set()
         found: set[str] = set()
-        for folder in hierarchy_dirs(self._mounts(), self.root):
+        mounts = self._mounts()
+        bases = [self.root.rstrip("/") + (f"/{q}" if q else "") for q in QOS_FOLDERS.values()]
+        for folder in (d for base in bases for d in hierarchy_dirs(mounts, base)):
             for name in self.fs.child_dirs(folder):
                 uid = pod_uid(name)
                 if uid is not None and uid not in known:

@@ -169,9 +169,11 @@ def pod_runtime(cri: RuntimeClient, sandboxes: Sequence[pb.PodSandbox],
                         raise
                     continue
         out.append(_container(c, status, mono, wall))
+    # newest first; on equal times (containerd lists sandboxes whose setup failed with none)
+    # the higher attempt first
     boxes = sorted(
         (SandboxInfo(s.id, s.state == pb.SANDBOX_READY, s.metadata.attempt, s.created_at)
          for s in sandboxes),
-        key=lambda s: s.created_at, reverse=True,
+        key=lambda s: (s.created_at, s.attempt), reverse=True,
     )
     return PodRuntime(tuple(boxes), tuple(out))

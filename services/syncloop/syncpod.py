@@ -5,6 +5,13 @@ Thin effects over ``compute_pod_actions`` and the ``cri_config`` builders. Error
 container do not stop the others (regular containers); every error is reported in the result,
 and the worker requeues the pod after the error delay. Runs on a worker thread: everything it
 touches (CRI client, shared back-off, logger) is thread-safe.
+
+Sandboxes: a new one gets the largest listed attempt + 1 (``actions``). Not-ready sandboxes
+without containers are stopped and removed here; one whose stop fails (containerd cannot tear
+down a network it never set up while its CNI is not initialized) never blocks the pod: it is
+retried with its own back-off (``sandbox_backoff``, 2 s doubling to 5 min) by later syncs. A
+pod that is not ``hostNetwork`` gets no new sandbox while the runtime's network is not ready
+(``network``): the result says so (``network_error``) and the loop holds the pod.
 """
 
 from __future__ import annotations
@@ -18,7 +25,16 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
-from podvisor.services.pod import Container, Pod, PullPolicy
+from podvisor.services.pod import (
+    Container,
+    NodeFacts,
+    Pod,
+    PullPolicy,
+    container_env,
+    needs_pod_ip,
+    oom_score_adj,
+    qos_class,
+)
 from podvisor.services.syncloop import cri_config, volumes
 from podvisor.services.syncloop.actions import (
     PodActions,
@@ -26,7 +42,8 @@ from podvisor.services.syncloop.actions import (
     Waiting,
     compute_pod_actions,
 )
-from podvisor.services.syncloop.backoff import SharedBackoff
+from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroups
 from podvisor.services.syncloop.runtime_events import (
@@ -47,8 +64,14 @@ IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
+CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 RUN_CONTAINER_ERROR = "RunContainerError"
 KEEP_DEAD_PER_CONTAINER = 1
+SANDBOX_STOP_BACKOFF = BackoffPolicy(initial=2.0, cap=300.0, reset_after=600.0)
+
+
+def _sandbox_backoff() -> SharedBackoff:
+    return SharedBackoff(CrashBackoff(SANDBOX_STOP_BACKOFF))
 
 
 @dataclass(frozen=True)
@@ -63,8 +86,14 @@ class SyncDeps:
     log: Log
     sleep: Callable[[float], None]
     cgroups: PodCgroups | None = None  # None: no cgroup_parent, no cleanup (cgroupRoot: "")
+    # CPUs, memory and IPs of the node (downward API, OOM score); read once by main.py
+    node: NodeFacts = field(default_factory=lambda: NodeFacts(cpu_millis=1000,
+                                                              memory_bytes=1 << 30))
     cache: RuntimeCache | None = None  # a listing shared by workers; None: always read fresh
     images: ImagePresence | None = None  # None: ImageStatus before every start
+    # keyed (pod uid, "sandbox:" + id): a failed stop of a dead sandbox waits this out
+    sandbox_backoff: SharedBackoff = field(default_factory=_sandbox_backoff)
+    network: NetworkState | None = None  # None: never hold pods for the network
 
 
 @dataclass(frozen=True)
@@ -77,6 +106,7 @@ class SyncResult:
     pod_failed: bool = False
     effects: Effects = field(default_factory=dict)  # container ID -> what this sync did
     acted: bool = False  # it called the runtime to change something
+    network_error: str = ""  # no sandbox: the runtime's network is not ready (kubelet wording)
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -94,12 +124,27 @@ class _Run:
         self.errors: list[str] = []
         self.waiting: dict[str, Waiting] = dict(actions.waiting)
         self.sandbox_id = actions.sandbox_id
-        parent = deps.cgroups.parent(pod.uid) if deps.cgroups is not None else ""
+        self.qos = qos_class(pod)
+        parent = deps.cgroups.parent(pod.uid, self.qos) if deps.cgroups is not None else ""
+        self._pod_ips: tuple[str, ...] | None = None
         self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir,
                                                      parent)
         self.retry_after = actions.retry_after
         self.effects: dict[str, Effect] = {}
         self.from_event = False  # the runtime state came from a stream event (for the log)
+
+    def pod_ips(self) -> tuple[str, ...]:
+        """The sandbox's IPs (PodSandboxStatus ``network``), read once per sync and only when
+        an env var needs them. hostNetwork pods, and sandboxes that report none (the embedded
+        runtime's share the host's network), have the host's IPs, as the kubelet gives
+        hostNetwork pods."""
+        if self._pod_ips is None:
+            ips: tuple[str, ...] = ()
+            if not self.pod.spec.host_network and self.sandbox_id:
+                net = self.deps.cri.pod_sandbox_status(self.sandbox_id).network
+                ips = tuple(ip for ip in (net.ip, *(a.ip for a in net.additional_ips)) if ip)
+            self._pod_ips = ips or self.deps.node.host_ips
+        return self._pod_ips
 
     def fail(self, name: str, reason: str, message: str) -> None:
         self.waiting[name] = Waiting(reason, message)
@@ -111,7 +156,8 @@ class _Run:
     def create_sandbox(self) -> bool:
         """False (and the errors recorded) when a volume could not be set up: no sandbox then,
         and the worker retries after its error delay, as the kubelet's volume manager does."""
-        failed = volumes.setup_volumes(self.pod, self.deps.pods_dir)
+        failed = volumes.setup_volumes(self.pod, self.deps.pods_dir, self.deps.node,
+                                       self.deps.wall())
         for name, why in failed.items():
             message = f'MountVolume.SetUp failed for volume "{name}" : {why}'
             self.errors.append(message)
@@ -122,9 +168,13 @@ class _Run:
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
+        try:
+            ips = list(self.pod_ips())
+        except CriError as err:  # only for the log here: a later pod_ips() asks again
+            ips = [f"unknown: {err.message}"]
         self.deps.log.info("syncloop.sandbox.created", pod=self.pod.full_name,
                            pod_uid=self.pod.uid, sandbox_id=self.sandbox_id,
-                           attempt=self.actions.attempt)
+                           attempt=self.actions.attempt, pod_ips=ips)
         return True
 
     def ensure_image(self, c: Container) -> bool:
@@ -156,15 +206,35 @@ class _Run:
         deps.image_backoff.forget_key(key)
         return True
 
+    def non_root_error(self, c: Container) -> str | None:
+        """The kubelet's runAsNonRoot check, with the image's user from ImageStatus (asked only
+        when runAsNonRoot is set without runAsUser)."""
+        if not cri_config.needs_image_user(self.pod, c):
+            return cri_config.run_as_non_root_error(self.pod, c, None, "")
+        image = self.deps.cri.image_status(c.image)
+        uid = image.uid.value if image is not None and image.HasField("uid") else None
+        user = image.username if image is not None else ""
+        return cri_config.run_as_non_root_error(self.pod, c, uid, user)
+
     def start(self, action: StartAction, spec: Container) -> bool:
         deps = self.deps
         if not self.ensure_image(spec):
             return False
+        if (why := self.non_root_error(spec)) is not None:
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, why)
+            return False
         volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
         try:
-            config = cri_config.container_config(self.pod, spec, action.restart_count, volumes)
+            ips = self.pod_ips() if needs_pod_ip(spec) else ()
+            env = container_env(self.pod, spec, deps.node, ips)
+            oom = oom_score_adj(self.pod, spec, deps.node.memory_bytes, self.qos)
+            config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
+                                                 deps.pods_dir.parent / "seccomp", env, oom)
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
+            return False
+        except ValueError as err:
+            self.fail(spec.name, CREATE_CONTAINER_ERROR, f"environment: {err}")
             return False
         if action.previous_finished_at > 0:
             deps.backoff.record_restart((self.pod.uid, spec.name), action.previous_finished_at,
@@ -187,6 +257,47 @@ class _Run:
                       container=spec.name, container_id=cid, restart_count=action.restart_count,
                       state_from_event=self.from_event)
         return True
+
+
+def _sandbox_key(uid: str, sandbox_id: str) -> tuple[str, str]:
+    return uid, "sandbox:" + sandbox_id
+
+
+def sandbox_wait(deps: SyncDeps, uid: str, now: float) -> Callable[[str], float]:
+    """Seconds each sandbox's stop still backs off (``compute_pod_actions``' view)."""
+
+    def wait(sandbox_id: str) -> float:
+        key = _sandbox_key(uid, sandbox_id)
+        entry = deps.sandbox_backoff.entry(key)
+        if entry is None:
+            return 0.0
+        return deps.sandbox_backoff.remaining(key, entry.last_update, now)
+    return wait
+
+
+def _remove_sandboxes(deps: SyncDeps, pod: Pod, ids: Collection[str]) -> float | None:
+    """Stop and remove each dead sandbox; a failure is logged and backs off (never raised).
+    Returns the seconds until the earliest retry (None: every one went)."""
+    retry: float | None = None
+    for sid in ids:
+        key = _sandbox_key(pod.uid, sid)
+        try:
+            deps.cri.stop_pod_sandbox(sid)
+            deps.cri.remove_pod_sandbox(sid)
+        except CriError as err:
+            if err.not_found:
+                deps.sandbox_backoff.forget_key(key)
+                continue
+            now = deps.mono()
+            delay = deps.sandbox_backoff.record_restart(key, now, now)
+            retry = delay if retry is None else min(retry, delay)
+            deps.log.warning("syncloop.sandbox.stop_failed", pod=pod.full_name, pod_uid=pod.uid,
+                             sandbox_id=sid, error=err.message, retry_in=round(delay, 1))
+            continue
+        deps.sandbox_backoff.forget_key(key)
+        deps.log.info("syncloop.sandbox.removed", pod=pod.full_name, pod_uid=pod.uid,
+                      sandbox_id=sid)
+    return retry
 
 
 def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str],
@@ -222,6 +333,17 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         victims = tuple(c for c in rt.containers if c.id in ids)
         kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
         run.effects.update((c.id, Effect.STOPPED) for c in victims)
+    retry = _remove_sandboxes(deps, pod, actions.remove_sandboxes)
+    if retry is not None:
+        run.retry_after = retry if run.retry_after is None else min(run.retry_after, retry)
+    network = (deps.network.not_ready(deps.cri)
+               if deps.network is not None and actions.create_sandbox
+               and not pod.spec.host_network else None)
+    if network is not None:
+        message = not_ready_error(network)
+        return SyncResult(ok=False, errors=(message,), waiting=run.waiting,
+                          sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
+                          effects=run.effects, acted=True, network_error=message)
     if not actions.create_sandbox or run.create_sandbox():
         specs = {c.name: c for c in pod.all_containers()}
         _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
@@ -289,7 +411,9 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                          running_status)
     except _WouldCall:
         return None
-    actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
+    now = deps.mono()
+    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
+                                  sandbox_wait=sandbox_wait(deps, uid, now))
     if not actions.noop:
         return None
     return SyncResult(ok=True, waiting=actions.waiting,
@@ -308,12 +432,15 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
     if rt is None:
         rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
-    actions = compute_pod_actions(pod, rt, deps.mono(), deps.backoff, liveness_failed)
+    now = deps.mono()
+    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
+                                  sandbox_wait=sandbox_wait(deps, pod.uid, now))
     if actions.noop:
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
         return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
                           retry_after=actions.retry_after, pod_failed=actions.pod_failed)
     deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,
                    kill_pod=actions.kill_pod, create_sandbox=actions.create_sandbox,
-                   kill=[k.name for k in actions.kill], start=[s.name for s in actions.start])
+                   kill=[k.name for k in actions.kill], start=[s.name for s in actions.start],
+                   remove_sandboxes=list(actions.remove_sandboxes))
     return execute(deps, pod, rt, actions, from_event)

@@ -93,24 +93,35 @@ def orphan_grace(rt: PodRuntime) -> int:
 def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grace: float,
              sleep: Callable[[float], None], mono: Callable[[], float],
              pod_dir: Path | None) -> None:
-    """Kill the running containers, then stop and remove every sandbox and container."""
+    """Kill the running containers, then stop and remove every sandbox and container. A
+    sandbox that cannot be stopped does not keep the others: each is tried, then the first
+    error is raised (the worker retries the termination)."""
     kill_containers(cri, log, pod, rt.running(), grace, sleep, mono)
-    for s in rt.sandboxes:
-        _ignore_missing(cri.stop_pod_sandbox, s.id)
+    errors: list[CriError] = []
+    stopped = [s for s in rt.sandboxes if _ignore_missing(cri.stop_pod_sandbox, s.id, errors)]
     for c in rt.containers:
-        _ignore_missing(cri.remove_container, c.id)
-    for s in rt.sandboxes:
-        _ignore_missing(cri.remove_pod_sandbox, s.id)
+        _ignore_missing(cri.remove_container, c.id, errors)
+    for s in stopped:
+        _ignore_missing(cri.remove_pod_sandbox, s.id, errors)
+    if errors:
+        raise errors[0]
     if pod_dir is not None:
         shutil.rmtree(pod_dir, ignore_errors=True)
 
 
-def _ignore_missing(fn: Callable[[str], None], ident: str) -> None:
+def _ignore_missing(fn: Callable[[str], None], ident: str,
+                    errors: list[CriError] | None = None) -> bool:
+    """Call ``fn(ident)``; NOT_FOUND counts as done. Another error is raised, or appended
+    to ``errors`` (then False is returned)."""
     try:
         fn(ident)
     except CriError as err:
         if not err.not_found:
-            raise
+            if errors is None:
+                raise
+            errors.append(err)
+            return False
+    return True
 
 
 __all__ = ["L", "Log", "kill_containers", "orphan_grace", "stop_container", "teardown"]

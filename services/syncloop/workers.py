@@ -67,6 +67,7 @@ class Outcome:
     pod_failed: bool = False
     effects: Effects = field(default_factory=dict)  # what the sync did to which container
     acted: bool = False  # the work called the runtime to change something
+    network: bool = False  # held: a non-hostNetwork pod while the runtime's network is not ready
 
 
 @dataclass

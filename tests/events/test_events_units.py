@@ -165,6 +165,37 @@ def test_log_bridge_maps_syncloop_lines_to_events() -> None:
                           "fieldPath": "spec.containers{c}", "file": "/m/web.yaml"}
 
 
+def test_log_bridge_network_and_sandbox_events() -> None:
+    """NetworkReady changes are events on the Node, a held pod's on the Pod, a sandbox stop
+    that failed (retried with back-off) a FailedKillPod."""
+    cond = "container runtime network not ready: NetworkReady=false reason:R message:M"
+    assert events_for("syncloop.runtime.network_not_ready", {"message": cond}) == \
+        [(ev.WARNING, "NetworkNotReady", cond)]
+    assert events_for("syncloop.runtime.network_ready", {"message": "ready"}) == \
+        [(ev.NORMAL, "NetworkReady", "ready")]
+    assert events_for("syncloop.pod.network_not_ready", {"message": "network is not ready"}) \
+        == [(ev.WARNING, "NetworkNotReady", "network is not ready")]
+    assert events_for("syncloop.sandbox.stop_failed", {
+        "sandbox_id": "s1", "error": "cni plugin not initialized", "retry_in": 4.0}) == [
+        (ev.WARNING, "FailedKillPod", "error killing pod: failed to stop sandbox s1: cni plugin "
+                                      "not initialized (retried in 4.0s)")]
+
+    class Log:
+        def warning(self, event: str, **fields: Any) -> None:
+            pass
+
+    rec, sent = Recorder("syncloop", wall=lambda: 7.0), Sink()
+    bridge = EventingLog(Log(), rec)
+    bridge.warning("syncloop.runtime.network_not_ready", node="n1", message=cond)
+    bridge.warning("syncloop.pod.network_not_ready", pod="web_ns", pod_uid="u",
+                   message="network is not ready: " + cond)
+    assert rec.flush(sent) == 2
+    node, pod = sent.got
+    assert isinstance(node, Event) and node.object == {"kind": "Node", "name": "n1"}
+    assert isinstance(pod, Event) and pod.object == {"kind": "Pod", "uid": "u", "name": "web",
+                                                     "namespace": "ns"}
+
+
 class Sink:
     def __init__(self) -> None:
         self.got: list[Message] = []

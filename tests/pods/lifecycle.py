@@ -48,7 +48,8 @@ def pod_yaml(name: str, command: str, *, policy: str = "Always", grace: int = 2,
 
 def marked(marks: Path, name: str, ignore_term: bool = False) -> str:
     """A long-running command that records its pid and (unless ignoring TERM) the TERM."""
-    pid = f"echo $$ > {marks}/{name}.pid.tmp && mv {marks}/{name}.pid.tmp {marks}/{name}.pid"
+    # "$$$$": the kubelet's $(VAR) expansion of the command turns "$$" into "$"
+    pid = f"echo $$$$ > {marks}/{name}.pid.tmp && mv {marks}/{name}.pid.tmp {marks}/{name}.pid"
     if ignore_term:
         return f"trap '' TERM; {pid}; sleep 3600 & wait"
     return f"trap 'echo term > {marks}/{name}.term; exit 0' TERM; {pid}; sleep 3600 & wait"

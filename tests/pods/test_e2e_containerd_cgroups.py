@@ -1,7 +1,8 @@
 """End to end on containerd: pods' cgroups under `cgroupRoot`.
 
 The real agent with `runtimeEndpoint: <containerd>` and a per-test `cgroupRoot`
-(`/podvisor-test-<random>`): the container's process sits in `<cgroupRoot>/pod<uid>/...` on
+(`/podvisor-test-<random>`): the container's process sits in its QoS class's folder,
+`<cgroupRoot>/besteffort/pod<uid>/...` for this pod without resources, on
 every hierarchy it belongs to (its /proc/<pid>/cgroup), and once the manifest is deleted the
 pod's folders are gone on every mounted hierarchy; an empty `pod<uid>` folder no pod has (a
 crash leftover) is removed at housekeeping, other folders under the root are left alone.
@@ -116,7 +117,7 @@ def test_pod_cgroups_under_root_and_removed_with_the_pod(
         body = wait_for(lambda: (b := get_pods(port)) and all_running(b, {"cg"}) and b,
                         90.0, 0.2, "the pod Running in /pods")
         uid = body["items"][0]["metadata"]["uid"]
-        pod_path = f"{cgroup_root}/pod{uid}"
+        pod_path = f"{cgroup_root}/besteffort/pod{uid}"  # no resources: BestEffort
         pid = wait_for(lambda: container_pid(marker), 30.0, 0.1, "the container's process")
         lines = cgroup_lines(pid)
         placed = {h: p for h, p in lines.items() if p.startswith(pod_path + "/")}

@@ -95,8 +95,8 @@ def test_containerd_examples_run_and_delete(agent: Any, containerd: ContainerdHa
         assert handle.stop() == 0  # stopPodsOnExit: the other pod goes too
         wait_for(lambda: not ours(cri, uids), 60.0, 0.2, "every sandbox removed")
         # the agent removed both pods' cgroup folders (one at deletion, one on exit)
-        left = [d for uid in uids for d in folders(f"{cgroup_root}/pod{uid}")
-                if os.path.exists(d)]
+        left = [d for uid in uids for qos in ("", "burstable/", "besteffort/")
+                for d in folders(f"{cgroup_root}/{qos}pod{uid}") if os.path.exists(d)]
         assert not left, left
     finally:
         clean(cri, cgroup_root, uids)

@@ -222,6 +222,9 @@ def test_twenty_pods_survive_kill_of_status_server_pleg_syncloop(
         obs = Observer(port, handle.paths, zctx)
         first = wait_for(lambda: (b := obs.podlist()) and all_ready(b) and b, 90.0)
         obs.set_baseline(first)
+        # the embedded runtime runs every pod in the host network: its pod IP is the host's
+        assert {(p["status"]["podIP"], p["status"]["podIPs"][0]["ip"], p["status"]["hostIP"])
+                for p in first["items"]} == {("127.0.0.1", "127.0.0.1", "127.0.0.1")}
         assert wait_for(lambda: get(port, "/healthz") == (200, "ok"), 30.0)
         code, running = get(port, "/runningpods/")
         assert code == 200 and len(running["items"]) == N_PODS

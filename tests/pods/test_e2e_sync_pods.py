@@ -104,7 +104,7 @@ def test_policies_crashloop_init_and_kill9_syncloop(agent: Any, manifests: Path,
                 name, ctr("c", f"sleep 0.2; exit {code}"), policy=policy), "utf-8")
     (manifests / "init.yaml").write_text(pod_yaml(
         "init", ctr("main", "sleep 1000"),
-        init=ctr("i1", "echo one >> /tmp/$$.x; sleep 0.3") + ctr("i2", "sleep 0.1")), "utf-8")
+        init=ctr("i1", "echo one >> /tmp/$$$$.x; sleep 0.3") + ctr("i2", "sleep 0.1")), "utf-8")
     (manifests / "steady.yaml").write_text(pod_yaml("steady", ctr("s", "sleep 1000")), "utf-8")
     handle, cri = start(agent, manifests, wait_for)
     try:

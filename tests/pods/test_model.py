@@ -220,9 +220,10 @@ REJECTED = [
     ("configMapKeyRef", lambda d: d["spec"]["containers"][0].update(
         env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "s", "key": "k"}}}]),
      "(ConfigMap)"),
-    ("fieldRef", lambda d: d["spec"]["containers"][0].update(
-        env=[{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
-     "env[0].valueFrom.fieldRef: valueFrom is not supported"),
+    ("configMapKeyRef", lambda d: d["spec"]["containers"][0].update(
+        env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
+     "env[0].valueFrom.configMapKeyRef: static pods may not reference API objects (ConfigMap) "
+     "until the API server pod source lands"),
     ("imagePullSecrets", lambda d: d["spec"].update(imagePullSecrets=[{"name": "x"}]),
      "spec.imagePullSecrets: static pods may not reference API objects (Secret)"),
     ("postStart", lambda d: d["spec"]["containers"][0].update(
@@ -304,15 +305,17 @@ def test_every_error_reported_at_once() -> None:
 
 
 WARNED = [
-    ("dnsPolicy", lambda d: d["spec"].update(dnsPolicy="ClusterFirst"), "spec.dnsPolicy"),
-    ("securityContext", lambda d: d["spec"]["containers"][0].update(
-        securityContext={"runAsUser": 1}), "spec.containers[0].securityContext"),
+    ("windowsOptions", lambda d: d["spec"]["containers"][0].update(
+        securityContext={"windowsOptions": {"runAsUserName": "x"}}),
+     "spec.containers[0].securityContext.windowsOptions"),
+    ("dnsConfig", lambda d: d["spec"].update(dnsConfig={"nameservers": ["1.1.1.1"]}),
+     "spec.dnsConfig"),
     ("unknown spec field", lambda d: d["spec"].update(frobnicate=1), "spec.frobnicate"),
     ("unknown container field", lambda d: d["spec"]["containers"][0].update(colour="red"),
      "spec.containers[0].colour"),
     ("creationTimestamp", lambda d: d["metadata"].update(creationTimestamp="2024-01-01T00:00Z"),
      "metadata.creationTimestamp"),
-    ("tolerations", lambda d: d["spec"].update(tolerations=[]), "spec.tolerations"),
+    ("affinity", lambda d: d["spec"].update(affinity={"nodeAffinity": {}}), "spec.affinity"),
     ("hostIP", lambda d: d["spec"]["containers"][0].update(
         ports=[{"containerPort": 1, "hostIP": "1.2.3.4"}]), "ports[0].hostIP"),
     ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(

@@ -63,6 +63,9 @@ def test_new_pod_is_started_inspected_and_recorded() -> None:
     rec = res.changed["u1"]
     assert rec["ts"] == 100.0 and rec["name"] == "web" and rec["namespace"] == "default"
     assert rec["sandboxes"][0]["id"] == sid and rec["sandboxes"][0]["state"] == "SANDBOX_READY"
+    # the pod network sandbox's IPs from PodSandboxStatus (the fake's 10.88.0.0/16)
+    assert rec["sandboxes"][0]["ip"] == client.pod_sandbox_status(sid).network.ip != ""
+    assert rec["sandboxes"][0]["additional_ips"] == []
     c = rec["containers"][0]
     assert c["id"] == cid and c["name"] == "app" and c["sandbox_id"] == sid
     assert c["state"] == "CONTAINER_RUNNING" and c["started_at"] > 0 and c["hash"] == "h1"

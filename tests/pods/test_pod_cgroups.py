@@ -121,6 +121,17 @@ def test_leftovers_are_unknown_pod_folders_only() -> None:
     assert cg.leftovers({"a"}) == {"b", "d"}
 
 
+def test_parent_by_qos_class_and_every_place_searched() -> None:
+    assert [pod_cgroup_parent("/podvisor", "u", q) for q in ("Guaranteed", "Burstable",
+                                                             "BestEffort")] == [
+        "/podvisor/podu", "/podvisor/burstable/podu", "/podvisor/besteffort/podu"]
+    fs = fake_fs("/podvisor/poda", "/podvisor/burstable/podb", "/podvisor/besteffort/podc")
+    cg = PodCgroups("/podvisor", fs, MemoryLogger())
+    assert cg.leftovers(set()) == {"a", "b", "c"}
+    assert cg.remove("b") and not [d for d in fs.dirs if "podb" in d]
+    assert "/sys/fs/cgroup/cpu/podvisor/burstable" in fs.dirs
+
+
 # --- the sync loop ---------------------------------------------------------------------------
 
 def harness(tmp: Path, fs: FakeCgroupFS, **kw: Any) -> Harness:
@@ -129,10 +140,11 @@ def harness(tmp: Path, fs: FakeCgroupFS, **kw: Any) -> Harness:
     return h
 
 
-def containerd_made(fs: FakeCgroupFS, uid: str) -> None:
-    """What containerd leaves once a pod's sandbox is gone: the empty pod folder."""
+def containerd_made(fs: FakeCgroupFS, uid: str, qos_folder: str = "besteffort/") -> None:
+    """What containerd leaves once a pod's sandbox is gone: the empty pod folder (the test
+    pods have no resources: BestEffort)."""
     for h in HIERARCHIES:
-        fs.mkdir(f"{h}/podvisor/pod{uid}")
+        fs.mkdir(f"{h}/podvisor/{qos_folder}pod{uid}")
 
 
 def test_sandbox_gets_cgroup_parent_and_removal_follows_termination(tmp_path: Path) -> None:
@@ -140,18 +152,18 @@ def test_sandbox_gets_cgroup_parent_and_removal_follows_termination(tmp_path: Pa
     h = harness(tmp_path, fs)
     h.set(manifest("p", "u1"))
     [(cfg, _handler)] = h.cri.method_calls("RunPodSandbox")
-    assert cfg.linux.cgroup_parent == "/podvisor/podu1"
+    assert cfg.linux.cgroup_parent == "/podvisor/besteffort/podu1"   # by its QoS class
     containerd_made(fs, "u1")
-    fs.busy.add("/sys/fs/cgroup/memory/podvisor/podu1")        # a process lingers in it
+    fs.busy.add("/sys/fs/cgroup/memory/podvisor/besteffort/podu1")   # a process lingers in it
     h.set()
     assert not h.cri.sandboxes and "u1" not in h.desired.items
-    assert "/sys/fs/cgroup/cpu/podvisor/podu1" not in fs.dirs
-    assert "/sys/fs/cgroup/memory/podvisor/podu1" in fs.dirs
+    assert "/sys/fs/cgroup/cpu/podvisor/besteffort/podu1" not in fs.dirs
+    assert "/sys/fs/cgroup/memory/podvisor/besteffort/podu1" in fs.dirs
     fs.busy.clear()
     h.now += 3                                                  # the next housekeeping
     h.settle()
     assert not [d for d in fs.dirs if "podu1" in d]
-    assert "/sys/fs/cgroup/memory/podvisor" in fs.dirs          # the root stays
+    assert "/sys/fs/cgroup/memory/podvisor/besteffort" in fs.dirs   # QoS folders stay
 
 
 def test_orphan_pod_cgroups_go_with_the_orphan(tmp_path: Path) -> None:
@@ -166,7 +178,7 @@ def test_orphan_pod_cgroups_go_with_the_orphan(tmp_path: Path) -> None:
     h.settle()
     assert {s.labels["io.kubernetes.pod.uid"] for s in h.cri.list_pod_sandbox()} == {"u1"}
     assert not [d for d in fs.dirs if "podu2" in d]
-    assert "/sys/fs/cgroup/memory/podvisor/podu1" in fs.dirs     # a running pod's: kept
+    assert "/sys/fs/cgroup/memory/podvisor/besteffort/podu1" in fs.dirs   # running: kept
 
 
 def test_leftover_folders_removed_only_once_sources_are_ready(tmp_path: Path) -> None:

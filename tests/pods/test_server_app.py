@@ -84,6 +84,30 @@ def test_healthz_ok() -> None:
     assert call(healthy_view(), "GET", "/healthz")[::2] == (200, "ok")
 
 
+def test_healthz_says_the_runtime_network_is_not_ready_but_stays_ok() -> None:
+    """The kubelet's /healthz stays ok while its node condition says the network is not
+    ready; podvisor's answers 200 too, with the sync loop's ``_runtime`` reading as detail."""
+    cond = ("container runtime network not ready: NetworkReady=false "
+            "reason:NetworkPluginNotReady message:cni plugin not initialized")
+    view = healthy_view()
+    not_ready = View(desired={**view.desired, "_runtime": {
+        "networkReady": False, "reason": "NetworkPluginNotReady", "message": "x",
+        "condition": cond}}, statuses=view.statuses, pleg=PLEG, desired_synced=True,
+        statuses_synced=True, pleg_synced=True, desired_heard=99.0)
+    code, _, text = call(not_ready, "GET", "/healthz")
+    assert code == 200
+    assert text.splitlines() == [
+        "[+]pleg ok", "[+]syncloop ok",
+        f"[!]runtime-network {cond} (pods without hostNetwork wait for it)",
+        "healthz check passed"]
+    ready = View(desired={**view.desired, "_runtime": {"networkReady": True}},
+                 statuses=view.statuses, pleg=PLEG, desired_synced=True, statuses_synced=True,
+                 pleg_synced=True, desired_heard=99.0)
+    assert call(ready, "GET", "/healthz")[::2] == (200, "ok")
+    assert [p["metadata"]["name"] for p in call(not_ready, "GET", "/pods")[1]["items"]] \
+        == ["a", "b"]  # the entry is no pod
+
+
 def test_healthz_fails_on_stale_pleg() -> None:
     stale = {"_health": {"last_relist_ok": WALL - 400}}
     view = View(desired={}, statuses={}, pleg=stale, desired_synced=True, desired_heard=99.0)
@@ -128,6 +152,9 @@ def test_table_rows() -> None:
         ["c", "0/1", "CrashLoopBackOff", "4", "<unknown>"],
         ["r", "0/0", "Rejected", "0", "<unknown>"],
     ]
+    podlist["items"][0]["status"] = {**STATUS, "podIP": "10.205.1.2"}
+    assert [r[-1] for r in table_rows(podlist, age, wide=True)] == [
+        "IP", "10.205.1.2", "<none>", "<none>"]
 
 
 def test_running_pods_empty() -> None:

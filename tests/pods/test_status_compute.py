@@ -243,6 +243,26 @@ def test_containerd_scheme_and_host_network_ip() -> None:
     assert s["podIP"] == "10.1.1.1" and s["hostIP"] == "10.1.1.1"
 
 
+def test_pod_ips_and_host_ips() -> None:
+    """podIP/podIPs from the newest sandbox (PodSandboxStatus ip, then additional_ips); a
+    hostNetwork pod has the host's whatever the sandbox says; hostIPs always."""
+    pl = pleg(ctr("c1"))
+    pl["sandboxes"][0]["additional_ips"] = ["fd00::5", "10.0.0.5"]
+    s = compute_pod_status(desired(), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    assert s["podIP"] == "10.0.0.5"
+    assert s["podIPs"] == [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]
+    assert s["hostIP"] == "10.1.1.1" and s["hostIPs"] == [{"ip": "10.1.1.1"}]
+    old = {"id": "sb0", "state": "SANDBOX_NOTREADY", "created_at": 0, "attempt": 0, "ip": ""}
+    pl["sandboxes"].insert(0, old)  # an older dead one (a failed setup) changes nothing
+    assert compute_pod_status(desired(), pl, None, T0)["podIPs"] == s["podIPs"]
+    p = pod()
+    p["spec"]["hostNetwork"] = True
+    s = compute_pod_status(desired(p), pl, None, T0, host_ip="10.1.1.1")
+    assert s["podIP"] == "10.1.1.1" and s["podIPs"] == [{"ip": "10.1.1.1"}]
+    none = compute_pod_status(desired(), None, None, T0)  # no sandbox (yet): no IP
+    assert none["podIP"] == "" and "podIPs" not in none
+
+
 def test_pod_level_reason_is_reported() -> None:
     s = compute_pod_status(desired(reason="Terminating", message="deleted"), pleg(ctr("c1")),
                            None, T0)
@@ -299,3 +319,16 @@ def test_desired_keys_are_every_key_a_status_reads(entry: dict[str, Any]) -> Non
 @pytest.mark.parametrize("wall", [0.0, 0.999, T0, T0 + 0.5, T0 + 59.999, -0.5, 4102444800.25])
 def test_rfc3339_is_strftime_at_second_precision(wall: float) -> None:
     assert rfc3339(wall) == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+def test_qos_class_and_last_probe_time_as_the_kubelet_shows_them() -> None:
+    s = compute_pod_status(desired(qos_class="Burstable"), pleg(ctr("c1")), None, T0)
+    assert s["qosClass"] == "Burstable"
+    assert all("lastProbeTime" in c and c["lastProbeTime"] is None for c in s["conditions"])
+    rejected = compute_pod_status(desired(admitted=False, qos_class="BestEffort"), None, None,
+                                  T0)
+    assert rejected["qosClass"] == "BestEffort"
+    assert rejected["conditions"][0]["lastProbeTime"] is None
+    changed = compute_pod_status(desired(qos_class="Guaranteed"), pleg(ctr("c1")), s, T0)
+    assert changed["qosClass"] == "Guaranteed" and changed["_version"] == s["_version"] + 1
+    assert "qos_class" in DESIRED_KEYS

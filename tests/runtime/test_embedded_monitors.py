@@ -22,6 +22,11 @@ from tests.conftest import process_gone
 from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.runtime.test_contract_io import parse_log
 from tests.runtime.test_contract_mounts import check_bind_mounts
+from tests.runtime.test_contract_security import (
+    check_identity,
+    check_masked_paths,
+    check_read_only_root,
+)
 
 
 @pytest.fixture(params=["c", "python"])
@@ -104,6 +109,16 @@ def test_start_errors_are_reported(monitored: RuntimeUnderTest, cmd: list[str], 
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 def test_bind_mounts(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
     check_bind_mounts(monitored, tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing users and capabilities needs root")
+def test_security_context(monitored: RuntimeUnderTest) -> None:
+    """Users, groups, capabilities, no_new_privs, masks and a read-only root: applied by the
+    monitor in the container's child before exec."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    check_identity(monitored)
+    check_masked_paths(monitored)
+    check_read_only_root(monitored)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")

@@ -1,0 +1,72 @@
+"""What the node adds to the downward API (``NodeFacts``), read once at the edge.
+
+- Allocatable CPU and memory, the kubelet's defaults for an unset limit in ``resourceFieldRef``
+  and the memory capacity in the OOM score of Burstable containers: podvisor reserves nothing
+  for the system, so allocatable = capacity = the machine's CPUs (``os.cpu_count``, as
+  cAdvisor's NumCores) x 1000 millicores and ``MemTotal`` from /proc/meminfo.
+- The host's IPs (``status.hostIP(s)``): the config's ``address`` when it is a concrete IP (the
+  status process reports that one as ``status.hostIP``, so env and ``/pods`` agree); else, as
+  the kubelet without ``--node-ip``: the node name's addresses from DNS that are not loopback
+  or link-local, else the address of the interface holding the default route, else 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+
+from podvisor.services.pod import NodeFacts
+
+_FALLBACK_MEMORY = 1 << 30
+
+
+def memory_total(meminfo: str) -> int:
+    """``MemTotal`` in bytes from a /proc/meminfo text (0 when absent)."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) >= 2 and parts[1].isdigit() else 0
+    return 0
+
+
+def _usable(ip: str) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return not (addr.is_loopback or addr.is_link_local or addr.is_multicast
+                or addr.is_unspecified)
+
+
+def host_ips(address: str, node_name: str) -> tuple[str, ...]:
+    if _usable(address) or address == "127.0.0.1":
+        return (address,)
+    try:
+        found = [str(info[4][0]) for info in socket.getaddrinfo(node_name, None,
+                                                                socket.AF_INET)]
+    except (OSError, UnicodeError):
+        found = []
+    for ip in found:
+        if _usable(ip):
+            return (ip,)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: routing only, nothing is sent
+            ip = str(s.getsockname()[0])
+        if _usable(ip):
+            return (ip,)
+    except OSError:
+        pass
+    return ("127.0.0.1",)
+
+
+def discover_node_facts(address: str = "127.0.0.1", node_name: str = "") -> NodeFacts:
+    cpus = os.cpu_count() or 1
+    try:
+        memory = memory_total(Path("/proc/meminfo").read_text())
+    except OSError:
+        memory = 0
+    return NodeFacts(cpu_millis=cpus * 1000, memory_bytes=memory or _FALLBACK_MEMORY,
+                     host_ips=host_ips(address, node_name or socket.gethostname()))
