@@ -9,11 +9,12 @@ of an unknown version (or a malformed one) is dropped by the replica and counted
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["DESIRED", "PLEG", "PROBES", "STATUSES", "MapValueError", "PodSetValue",
-           "pods_map"]
+__all__ = ["DESIRED", "PLEG", "POD_SET_KEY", "PROBES", "STATUSES", "ContainerVerdict",
+           "MapValueError", "PodProbes", "PodSetValue", "pods_map"]
 
 DESIRED = "desired"  # pod UID -> the pod, its worker state, waiting reasons (owner: syncloop)
 PLEG = "pleg"  # pod UID -> sandboxes and containers; "_health" (owner: pleg)
@@ -75,3 +76,68 @@ class PodSetValue:
                 or isinstance(ts, bool) or not isinstance(ts, int | float)):
             raise MapValueError("fields", "pod set: wrong field types")
         return cls(source, pods, errors, float(ts))
+
+
+_OPT_BOOL = (bool, type(None))
+_OPT_STR = (str, type(None))
+
+
+@dataclass(frozen=True)
+class ContainerVerdict:
+    """What the prober says about one container (by its current runtime ID): ``ready`` and
+    ``started`` (None: no such probe), ``liveness`` ("success" | "failure" | None),
+    ``failed_probe`` ("startup" | "liveness" | None), ``ts``: since when (monotonic)."""
+
+    container_id: str
+    ready: bool | None = None
+    started: bool | None = None
+    liveness: str | None = None
+    failed_probe: str | None = None
+    ts: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"container_id": self.container_id, "ready": self.ready,
+                "started": self.started, "liveness": self.liveness,
+                "failed_probe": self.failed_probe, "ts": self.ts}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> ContainerVerdict:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("container_id"), str):
+            raise MapValueError("fields", "probe verdict: no container_id")
+        ts = raw.get("ts", 0.0)
+        if (not isinstance(raw.get("ready"), _OPT_BOOL)
+                or not isinstance(raw.get("started"), _OPT_BOOL)
+                or not isinstance(raw.get("liveness"), _OPT_STR)
+                or not isinstance(raw.get("failed_probe"), _OPT_STR)
+                or isinstance(ts, bool) or not isinstance(ts, int | float)):
+            raise MapValueError("fields", "probe verdict: wrong field types")
+        return cls(raw["container_id"], raw.get("ready"), raw.get("started"),
+                   raw.get("liveness"), raw.get("failed_probe"), float(ts))
+
+
+@dataclass(frozen=True)
+class PodProbes:
+    """A ``probes`` value: the verdicts of one pod's probed containers, by container name."""
+
+    VERSION: ClassVar[int] = 1
+    containers: Mapping[str, ContainerVerdict]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION,
+                "containers": {n: v.to_wire() for n, v in self.containers.items()}}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PodProbes:
+        if not isinstance(raw, Mapping):
+            raise MapValueError("fields", "probes: not a map")
+        if raw.get("v") != cls.VERSION:
+            raise MapValueError("version", f"probes v{raw.get('v')!r}")
+        containers = raw.get("containers")
+        if not isinstance(containers, Mapping):
+            raise MapValueError("fields", "probes: no containers")
+        return cls({str(n): ContainerVerdict.from_wire(v) for n, v in containers.items()})
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Mapping[str, Any]]) -> PodProbes:
+        """From the prober's own form (``{container name: verdict fields}``, also its file)."""
+        return cls({str(n): ContainerVerdict.from_wire(v) for n, v in entry.items()})

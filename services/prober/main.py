@@ -21,7 +21,7 @@ from typing import Any
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.maps import DESIRED, PLEG, PROBES
+from podvisor.ipc.maps import DESIRED, PLEG, PROBES, PodProbes
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.prober.handlers import LazyClient, ProbeRunner, new_probe_runner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
@@ -46,9 +46,9 @@ class ProberService:
         saved = self.store.load()
         self.loop = ServiceLoop(ctx)  # the poller, stop, heartbeats, the maps below, the clock
         self.pub = self.loop.publisher()
-        self.owner = self.loop.owner(self.pub, MAP_NAME)
+        self.owner = self.loop.owner(self.pub, MAP_NAME, encode=PodProbes.to_wire)
         for uid, value in saved.items():
-            self.owner.set(uid, value)
+            self.owner.set(uid, PodProbes.from_entry(value))
         self.manager = ProbeManager(rand, clock.monotonic(), saved)
         self.runner = runner
         self.desired = self.loop.replica(DESIRED, self._on_desired,
@@ -161,7 +161,7 @@ class ProberService:
             self._save_failed = True
             self.ctx.log.error("prober.save_failed", path=str(self.store.path), error=str(err))
         for uid, value in entries.items():
-            self.owner.set(uid, value)
+            self.owner.set(uid, PodProbes.from_entry(value))
         for uid in set(self.owner.items()) - set(entries):
             self.owner.delete(uid)
         self._published = entries

@@ -31,7 +31,7 @@ from typing import Any
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import runtime_name
 from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES
+from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, PodProbes
 from podvisor.services.status.compute import desired_inputs
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.store import StatusStore
@@ -73,7 +73,8 @@ class StatusService:
                                          snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = self.loop.replica(PLEG, self._on_change, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.probes = self.loop.replica(PROBES, self._on_change,
-                                        snapshot_timeout=SNAPSHOT_TIMEOUT)
+                                        snapshot_timeout=SNAPSHOT_TIMEOUT,
+                                        decode=PodProbes.from_wire)
         self._started = clock.monotonic()
         self._last_save = -RETRY_SAVE
         self._last_sweep = self._last_full = clock.monotonic()

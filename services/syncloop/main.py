@@ -26,7 +26,7 @@ from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
-from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodSetValue, pods_map
+from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
 from podvisor.ipc.messages import AllPodsStopped
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
@@ -163,7 +163,7 @@ def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> 
     container is killed and restarted per policy); syncs read the failed IDs."""
     failed: dict[str, frozenset[str]] = {}
 
-    def on_change(key: str, old: object, new: object) -> None:
+    def on_change(key: str, old: PodProbes | None, new: PodProbes | None) -> None:
         ids = liveness_failed(new)
         if ids:
             failed[key] = ids
@@ -174,7 +174,8 @@ def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> 
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
     # only its updates are polled: its snapshot answer is taken by the pump of any turn
-    return service.replica(PROBES, on_change, watch_snapshots=False)
+    return service.replica(PROBES, on_change, watch_snapshots=False,
+                           decode=PodProbes.from_wire)
 
 
 class _Stopping:
