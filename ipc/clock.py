@@ -3,8 +3,8 @@
 It lives in ``ipc`` (the bottom layer) because the map owners and replicas need it;
 ``podvisor.common`` re-exports it for everyone else.
 
-Two readings: ``monotonic()`` (seconds, CLOCK_MONOTONIC: deadlines, intervals, timers, poll
-timeouts) and ``wall()`` (seconds since the epoch: timestamps shown to users or written into
+Three readings: ``monotonic()`` (seconds, CLOCK_MONOTONIC: deadlines, intervals, timers, poll
+timeouts), ``wall()`` (seconds since the epoch: timestamps shown to users or written into
 statuses and events). A process builds ONE clock at its edge (``SYSTEM_CLOCK``, or a
 ``FakeClock`` in a test) and hands it to everything that computes a deadline: the service loop,
 the map owners and replicas, the publishers. No object takes a clock of its own by default, so a
@@ -33,6 +33,10 @@ class Clock(Protocol):
         """Seconds since the Unix epoch (may jump: never use it for deadlines)."""
         ...
 
+    def wall_ns(self) -> int:
+        """``wall`` in integer nanoseconds (CRI timestamps)."""
+        ...
+
 
 class SystemClock:
     """The machine's clocks."""
@@ -42,6 +46,9 @@ class SystemClock:
 
     def wall(self) -> float:
         return time.time()
+
+    def wall_ns(self) -> int:
+        return time.time_ns()
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -63,6 +70,9 @@ class FakeClock:
 
     def wall(self) -> float:
         return self.wall_now
+
+    def wall_ns(self) -> int:
+        return int(self.wall_now * 1_000_000_000)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds

@@ -21,13 +21,13 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.cri.errors import CriError
 
 HOST_IMAGE = "host"
@@ -57,7 +57,7 @@ class FakeEventStream:
 class FakeRuntimeClient:
     def __init__(
         self,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
         sleep: Callable[[float], None] = lambda _s: None,
     ) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []

@@ -200,8 +200,8 @@ def serve(ctx: ChildContext, client: RuntimeClient) -> None:
     pub = loop.publisher()
     owner = loop.owner(pub, MAP_NAME, heartbeat_interval=1.0)
     watcher = EventWatcher(client, ctx.log)
-    pleg = PlegLoop(new_relister(client, clock, ctx.heartbeat), owner, pub, ctx.log, clock,
-                    ctx.clock.wall)
+    pleg = PlegLoop(new_relister(client, clock, ctx.heartbeat, ctx.clock.wall_ns), owner, pub,
+                    ctx.log, clock, ctx.clock.wall)
     t = _Timing(clock())
 
     def on_events() -> None:

@@ -22,7 +22,6 @@ runs between calls, so one relist stalls the heartbeat for at most one call's ti
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -227,7 +226,7 @@ def _new_created(record: dict[str, Any] | None, published: dict[str, ContainerSt
 
 def new_relister(
     client: RuntimeClient, clock: Clock = SYSTEM_CLOCK.monotonic, beat: Beat = lambda: None,
-    wall_ns: Callable[[], int] = time.time_ns,
+    wall_ns: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
 ) -> Relister:
     """``wall_ns``: the clock of the runtime's event ``created_at`` (CLOCK_REALTIME, ns)."""
     return _Relister(client, clock, beat, wall_ns)

@@ -48,7 +48,8 @@ KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
 
 
 class Engine:
-    def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, root: Path, log: Logger,
+                 wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns) -> None:
         self.store = Store(root)
         self.log = log
         self.wall = wall

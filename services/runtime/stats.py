@@ -4,18 +4,18 @@ the previous sample of the same container."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime.model import Container, ContainerState
 from podvisor.services.runtime.procfs import group_members
 
 
 class StatsCollector:
-    def __init__(self, wall: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns) -> None:
         self._wall = wall
         self._lock = threading.Lock()
         self._last: dict[str, tuple[int, int]] = {}  # container id -> (ts ns, cpu ns)
