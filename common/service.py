@@ -129,16 +129,14 @@ class ServiceLoop:
             self.poller.register(owner.socket, zmq.POLLIN)
 
     def replica(self, map_name: str, on_change: OnChange | None = None, *,
-                snapshot_timeout: float = 2.0, watch_snapshots: bool = True,
-                decode: Codec | None = None) -> MapReplica:
-        """A map this process consumes, pumped by the loop. ``watch_snapshots=False`` polls only
-        its updates (its snapshot answers are picked up by the next pump)."""
+                snapshot_timeout: float = 2.0, decode: Codec | None = None) -> MapReplica:
+        """A map this process consumes (``decode``: its declared value type's ``from_wire``),
+        pumped by the loop: both its sockets are watched (updates, snapshot answers)."""
         replica = MapReplica(self.ctx.zctx, self.ctx.paths, map_name, on_change,
                              snapshot_timeout, clock=self.clock, decode=decode)
-        socks = replica.sockets if watch_snapshots else (replica.socket,)
-        for sock in socks:
+        for sock in replica.sockets:
             self.poller.register(sock, zmq.POLLIN)
-        self._replica_socks.extend(socks)
+        self._replica_socks.extend(replica.sockets)
         self._replicas.append(replica)
         self._closables.append(replica)
         return replica

@@ -173,9 +173,7 @@ def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> 
             loop.handle_pleg_event(key, ctx.clock.monotonic())
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
-    # only its updates are polled: its snapshot answer is taken by the pump of any turn
-    return service.replica(PROBES, on_change, watch_snapshots=False,
-                           decode=PodProbes.from_wire)
+    return service.replica(PROBES, on_change, decode=PodProbes.from_wire)
 
 
 class _Stopping:

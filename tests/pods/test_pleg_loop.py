@@ -25,8 +25,8 @@ from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
-from podvisor.services.pleg import main as pleg_main
-from podvisor.services.pleg.main import serve
+from podvisor.services.pleg import service as pleg_main
+from podvisor.services.pleg.service import serve
 from podvisor.services.pleg.stream import EventWatcher
 from tests.conftest import wait_for_impl
 

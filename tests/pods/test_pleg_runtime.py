@@ -29,8 +29,8 @@ from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
-from podvisor.services.pleg.main import serve
 from podvisor.services.pleg.relist import new_relister
+from podvisor.services.pleg.service import serve
 from tests.conftest import wait_for_impl
 
 UID = "pleg-it-uid"

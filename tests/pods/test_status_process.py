@@ -20,7 +20,7 @@ from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
 from podvisor.services.status.engine import RETIRE_AFTER
-from podvisor.services.status.main import COALESCE, SWEEP_PERIOD, StatusService
+from podvisor.services.status.service import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
 from tests.conftest import MapBus
 

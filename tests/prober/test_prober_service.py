@@ -18,7 +18,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.services.prober.handlers import FakeRunner
-from podvisor.services.prober.main import HOLD, ProberService
+from podvisor.services.prober.service import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
 from tests.conftest import MapBus
 
