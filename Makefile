@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONFIG ?= deploy/podvisor.yaml
 
-.PHONY: venv run test lint typecheck soak bench clean
+.PHONY: venv run test test-deps lint typecheck soak bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,11 +14,9 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The agent itself prints how to look at it from another shell (exact for its config).
 run: venv
-	@echo "podvisor: pods from deploy/examples; in another shell try:"
-	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo status"
-	@echo "  $(VENV)/bin/podvisorctl --root-dir /tmp/podvisor-demo pods"
-	@echo "  curl -s http://127.0.0.1:10255/pods"
+	@echo "podvisor: pods from deploy/examples"
 	$(VENV)/bin/podvisor run --config $(CONFIG)
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of
@@ -33,7 +31,11 @@ lint: venv typecheck
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: lint
+# The outside tools the tests drive (.ci/test-packages.txt), from Debian when root with apt.
+test-deps:
+	bash .ci/test-deps.sh
+
+test: test-deps lint
 	$(VENV)/bin/pytest -q
 
 soak: venv

@@ -74,12 +74,13 @@ class Target:
         return self.client.run_pod_sandbox(config), config
 
     def container(self, sandbox: tuple[str, pb.PodSandboxConfig], name: str,
-                  secure: bool = False) -> str:
+                  secure: bool = False,
+                  resources: pb.LinuxContainerResources | None = None) -> str:
         ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name), image=pb.ImageSpec(image=self.image),
             command=["sleep", "100000"], log_path=f"{name}.log",
-            linux=pb.LinuxContainerConfig(security_context=(
+            linux=pb.LinuxContainerConfig(resources=resources, security_context=(
                 pb.LinuxContainerSecurityContext(namespace_options=ns))))
         if secure:
             sc = config.linux.security_context

@@ -130,6 +130,12 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
     Key("cgroupRoot", "cgroup_root", CGROUP,
         "pods' cgroups go under <cgroupRoot>/pod<uid> ('' = the runtime's default place)"),
+    Key("runOnce", "run_once", BOOL,
+        "run the sources' first sets once, print each pod's result and exit"),
+    Key("runOnceMaxRetries", "run_once_max_retries", COUNT,
+        "RunOnce: SyncPods per pod at most before it counts as failed"),
+    Key("runOnceRetryDelay", "run_once_retry_delay", DURATION,
+        "RunOnce: the wait after a pod's first SyncPod (doubles after each)"),
 )
 
 SUPERVISION_KEYS: tuple[Key, ...] = (
@@ -222,6 +228,9 @@ class Config:
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     cgroup_root: str = "/podvisor"
+    run_once: bool = False
+    run_once_max_retries: int = 10
+    run_once_retry_delay: float = 1.0
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
 

@@ -11,3 +11,6 @@ CONTAINER_NAME = "io.kubernetes.container.name"
 CONTAINER_HASH = "io.kubernetes.container.hash"
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
+# The container's preStop handler as JSON (the kubelet's annotation), so a container whose pod
+# spec is gone (an orphan; `podvisorctl shutdown --pods` without an agent) still gets its hook.
+PRE_STOP = "io.kubernetes.container.preStopHandler"

@@ -39,7 +39,7 @@ from podvisor.supervisor.registry import (
 from podvisor.supervisor.spawner import Spawner, new_forkserver_spawner, new_spawner
 from podvisor.supervisor.states import StateChange
 
-__all__ = ["AgentLockedError", "Dependencies", "run_agent"]
+__all__ = ["AgentLockedError", "Dependencies", "lock_root", "run_agent"]
 
 
 @dataclass
@@ -55,7 +55,9 @@ class AgentLockedError(RuntimeError):
     """Another agent already runs on this rootDir."""
 
 
-def _lock(paths: RunPaths) -> IO[str]:
+def lock_root(paths: RunPaths) -> IO[str]:
+    """Hold `run/agent.lock` (flock) for as long as the returned file is open: one agent (or
+    one `podvisorctl shutdown --pods` without an agent) per rootDir."""
     lock = (paths.run_dir / "agent.lock").open("a+", encoding="utf-8")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -83,7 +85,7 @@ def run_agent(
     deps = deps or Dependencies()
     paths = RunPaths(Path(config.root_dir))
     paths.ensure()
-    lock = _lock(paths)
+    lock = lock_root(paths)
     sup_cfg = config.supervision
     log = setup_logging("supervisor", paths.logs_dir, sup_cfg.log_level, sup_cfg.log_max_size,
                         sup_cfg.log_max_files)

@@ -1,10 +1,12 @@
 """`podvisor`: the agent's command line.
 
     podvisor run --config FILE [--node-name N] [--root-dir DIR] ...   run in the foreground
+    podvisor run --config FILE --runonce                              RunOnce: run the pods, report
     podvisor config --config FILE [flags]                             print the effective config
 
 Exit codes: 0 after a clean shutdown, 2 for a bad config (the message names the key), 1 when
-another agent already runs on the same rootDir.
+another agent already runs on the same rootDir. RunOnce: 0 when every pod started, 1 otherwise
+(the failed pods are named on stderr).
 """
 
 from __future__ import annotations

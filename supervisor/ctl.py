@@ -7,14 +7,16 @@
       kill NAME [--signal SIG]    deliver exactly SIG (default KILL) for fault injection
       tail NAME [-n N]            the last N lines of logs/NAME.log (`supervisor` = the agent)
       reload                      like SIGHUP
-      shutdown [--pods]           stop the agent (and every pod with --pods)
+      shutdown [--pods]           stop the agent (and every pod with --pods); with --pods and
+                                  no agent running, stop the pods through the runtime directly
       pods [--json] [--wide]      the PodList of GET /pods, as a table (--wide: with pod IPs)
       events [--json] [--pod P] [--limit N]   the kept events (kubectl get events)
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
 
 Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
-stderr); 2 the agent is not running or did not answer in time, or bad usage.
+stderr); 2 the agent is not running or did not answer in time, or bad usage. `shutdown --pods`
+with no agent: 0 every pod stopped, 1 some could not be, 2 no rootDir or a silent agent holds it.
 `--json` prints the command's result object as JSON on stdout (documented in ARCHITECTURE.md).
 """
 
@@ -160,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = client.call(ns.cmd, **_args_for(ns))
     except AgentNotRunning as exc:
+        if ns.cmd == "shutdown" and ns.pods and ns.endpoint is None:
+            from podvisor.supervisor.ctl_stoppods import main_stop_pods
+
+            return main_stop_pods(ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR",
+                                                                DEFAULT_ROOT))
         print(f"podvisorctl: {exc}", file=sys.stderr)
         return 2
     except ControlFault as exc:

@@ -27,6 +27,9 @@ from podvisor.common.config import (
 # Plain sections (a map of keys): `<section>.<key>` -> `--<section>-<kebab key>`.
 SECTIONS: tuple[tuple[str, tuple[Key, ...]], ...] = (("syncloop", SYNCLOOP_KEYS),)
 
+# Extra spellings of a key's flag (the kubelet's own flag name where it differs).
+ALIASES: dict[str, tuple[str, ...]] = {"runOnce": ("--runonce",)}
+
 __all__ = ["add_config_flags", "flag_name", "overrides_from_args"]
 
 
@@ -37,14 +40,15 @@ def flag_name(key: str) -> str:
 
 
 def _add(group: argparse._ArgumentGroup, flag: str, dest: str, key: Key) -> None:
+    flags = (flag, *ALIASES.get(key.name, ()))
     if key.kind is BOOL:
-        group.add_argument(flag, dest=dest, nargs="?", const="true", default=None,
+        group.add_argument(*flags, dest=dest, nargs="?", const="true", default=None,
                            metavar="BOOL", help=key.help)
     elif key.kind is HEADERS:
-        group.add_argument(flag, dest=dest, action="append", default=None,
+        group.add_argument(*flags, dest=dest, action="append", default=None,
                            metavar=key.kind.metavar, help=key.help)
     else:
-        group.add_argument(flag, dest=dest, default=None, metavar=key.kind.metavar,
+        group.add_argument(*flags, dest=dest, default=None, metavar=key.kind.metavar,
                            help=key.help)
 
 

@@ -26,6 +26,7 @@ from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
 from podvisor.ipc.paths import RunPaths
+from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.eventstore import EventStore
@@ -34,6 +35,13 @@ from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
+from podvisor.supervisor.runonce import (
+    INTERRUPTED,
+    Report,
+    driver_failed,
+    read_report,
+    results_path,
+)
 from podvisor.supervisor.states import ProcessState, StateChange
 
 __all__ = ["Agent", "AgentParts"]
@@ -83,6 +91,7 @@ class Agent:
         self.events = parts.events
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
+        self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
         self._heartbeats = parts.zctx.socket(zmq.PULL)
         self._heartbeats.setsockopt(zmq.LINGER, 0)
         self._heartbeats.bind(parts.heartbeat_endpoint)
@@ -114,9 +123,29 @@ class Agent:
         """Ask the runtime (still up: shutdown has not begun) how many pods stay running."""
         if "syncloop" not in self.sup.procs:
             return  # this agent manages no pods
-        count = count_running_pods(self.p.config, RunPaths(Path(self.p.config.root_dir)))
-        self._left_pods = left_message(count)
+        paths = RunPaths(Path(self.p.config.root_dir))
+        count = count_running_pods(self.p.config, paths)
+        self._left_pods = left_message(count, paths.root)
         self.p.log.info("agent.pods_left", pods=count)
+
+    def _check_runonce(self) -> None:
+        """RunOnce: once the driver returned (or went FATAL), take its report and stop."""
+        if not self.p.config.run_once or self._runonce is not None or self.sup.shutting_down:
+            return
+        proc = self.sup.procs.get("runonce")
+        if proc is None:
+            return
+        paths = RunPaths(Path(self.p.config.root_dir))
+        if proc.state is ProcessState.EXITED:
+            hint = f"stop them with `{stop_pods_command(paths.root)}`"
+            self._runonce = read_report(results_path(paths), hint)
+        elif proc.state is ProcessState.FATAL:
+            self._runonce = driver_failed(proc.state.value)
+        else:
+            return
+        self.p.log.info("agent.runonce_done", exit_code=self._runonce.exit_code,
+                        summary=self._runonce.summary)
+        self.request_shutdown(False)
 
     def _check_pods_stopped(self) -> None:
         if self._pods_deadline is None:
@@ -260,12 +289,18 @@ class Agent:
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
 
     def run(self, control: ControlServer) -> int:
-        """Start every enabled process and serve until shutdown completes. Returns 0."""
+        """Start every enabled process and serve until shutdown completes. Returns 0 (RunOnce:
+        the run's exit code)."""
         self.control = control
         self._install_signals()
         self.p.log.info("agent.started", pid=os.getpid(), root_dir=self.p.config.root_dir,
                         processes=list(self.sup.procs))
+        if self.p.config.run_once:
+            results_path(RunPaths(Path(self.p.config.root_dir))).unlink(missing_ok=True)
         self.sup.start_all()
+        if not self.p.config.run_once:
+            advice = start_advice(self.p.config, "syncloop" in self.sup.procs)
+            print("\n".join(advice), file=sys.stderr, flush=True)
         while True:
             timeout = self._timeout_ms(control)
             control.check_pending(self.p.clock())
@@ -292,6 +327,7 @@ class Agent:
             for fd, name in fds.items():
                 if fd in ready:
                     self.sup.on_exit(name)
+            self._check_runonce()
             self._drain_events()
             if control.socket in ready:
                 control.serve(self.p.clock())
@@ -301,7 +337,16 @@ class Agent:
         self.p.log.info("agent.stopped", bad_heartbeats=self.bad_beats)
         if self._left_pods:
             print(self._left_pods, file=sys.stderr, flush=True)
+        if self.p.config.run_once:
+            return self._print_runonce(self._runonce or INTERRUPTED)
         return 0
+
+    @staticmethod
+    def _print_runonce(report: Report) -> int:
+        for line in report.lines:
+            print(line, flush=True)
+        print(report.summary, file=sys.stderr, flush=True)
+        return report.exit_code
 
     def close(self) -> None:
         signal.set_wakeup_fd(-1)

@@ -21,7 +21,7 @@ from podvisor.common.endpoint import is_embedded
 from podvisor.common.logs import Log
 
 __all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "module_problem",
-           "report_builtins", "resolve_specs"]
+           "report_builtins", "resolve_specs", "runtime_module"]
 
 
 @dataclass(frozen=True)
@@ -63,23 +63,33 @@ def _has_static_pod_url(config: Config) -> bool:
     return bool(config.static_pod_url)
 
 
+def _run_once(config: Config) -> bool:
+    return config.run_once
+
+
 @dataclass(frozen=True)
 class Builtin:
-    """A built-in subsystem: its process name, its module, when it runs, and spec overrides."""
+    """A built-in subsystem: its process name, its module, when it runs, and spec overrides.
+    With `runOnce` only the built-ins marked `runonce` run (the runtime, the sources and the
+    RunOnce driver); the sync loop, PLEG, status, prober, GC and the HTTP server do not."""
 
     name: str
     module: str
     when: Callable[[Config], bool] = _always
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    runonce: bool = False
 
 
 BUILTINS: tuple[Builtin, ...] = (
-    Builtin("runtime", "podvisor.services.runtime.main", _embedded_runtime),
+    Builtin("runtime", "podvisor.services.runtime.main", _embedded_runtime, runonce=True),
     Builtin("status", "podvisor.services.status.main"),
     Builtin("pleg", "podvisor.services.pleg.main"),
     Builtin("syncloop", "podvisor.services.syncloop.main"),
-    Builtin("source-file", "podvisor.services.sources.file_main", _has_static_pod_path),
-    Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url),
+    Builtin("source-file", "podvisor.services.sources.file_main", _has_static_pod_path,
+            runonce=True),
+    Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url,
+            runonce=True),
+    Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
     Builtin("server", "podvisor.services.server.main"),
@@ -131,6 +141,12 @@ def report_builtins(config: Config, log: Log, builtins: tuple[Builtin, ...] = BU
         log.info("supervisor.builtins.not_built", processes=sorted(absent), modules=absent)
 
 
+def runtime_module(builtins: tuple[Builtin, ...] = BUILTINS) -> str:
+    """The embedded runtime built-in's module (``podvisorctl`` runs it in-process to stop pods
+    when no agent runs)."""
+    return next(b.module for b in builtins if b.name == "runtime")
+
+
 def _spec(name: str, module: str, *layers: Mapping[str, Any]) -> ProcessSpec:
     values: dict[str, Any] = {}
     for layer in layers:
@@ -161,6 +177,8 @@ def resolve_specs(
     builtin_names = {b.name for b in builtins} if sup.builtins else set()
     if sup.builtins:
         for b in builtins:
+            if config.run_once and not b.runonce:
+                continue
             mine = sup.processes.get(b.name, {})
             module = str(mine.get("module") or b.module)
             if not b.when(config):
@@ -181,4 +199,7 @@ def resolve_specs(
             raise ConfigError(f"supervision.processes.{name}.module",
                               f"no module {str(custom)!r} can be imported")
         specs.append(_spec(name, str(custom), sup.defaults, partial))
+    if config.run_once and not any(s.name == "runonce" for s in specs):
+        raise ConfigError("runOnce", "needs the built-in runonce process "
+                                     "(supervision.builtins: true)")
     return tuple(specs)

@@ -64,7 +64,7 @@ missing_tools() {
 
 missing="$(missing_tools | tr '\n' ' ')"
 if [[ -n "$missing" ]]; then
-    (( install )) || die "missing: $missing(run setup.sh without --no-install as root)"
+    (( install )) || die "missing: $missing(install them: run $HERE/setup.sh $DIR as root)"
     [[ "$(id -u)" == 0 ]] || die "missing: $missing(installing needs root)"
     command -v apt-get >/dev/null || die "missing: $missing(and no apt-get to install them)"
     echo "setup.sh: installing ${PACKAGES[*]} (missing: $missing)"

@@ -34,7 +34,8 @@ DIR="$1"
 [[ "$DIR" == /* ]] || DIR="$(pwd)/$DIR"
 DIR="${DIR%/}"
 [[ "$(id -u)" == 0 ]] || die "containerd needs root (running as uid $(id -u))"
-CONTAINERD="$(command -v containerd)" || die "containerd is not installed (run setup.sh as root)"
+CONTAINERD="$(command -v containerd)" \
+    || die "containerd is not installed (run $HERE/setup.sh $DIR as root)"
 "$HERE/setup.sh" --no-install "$DIR" >/dev/null
 SOCK="$DIR/run/containerd.sock"
 env_() { sed -n "s/^$1=//p" "$DIR/instance.env"; }

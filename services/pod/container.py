@@ -216,10 +216,12 @@ class ContainerPort:
 
 @dataclass(frozen=True)
 class ResourceList:
-    """CPU in millicores and memory in bytes; None when not given."""
+    """CPU in millicores and memory in bytes; None when not given. ``hugepages``: (page size as
+    written, e.g. "2Mi"; bytes) per ``hugepages-<size>`` key, in the manifest's order."""
 
     cpu_millis: int | None = None
     memory_bytes: int | None = None
+    hugepages: tuple[tuple[str, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -227,6 +229,8 @@ class ResourceList:
             out["cpu"] = format_cpu(self.cpu_millis)
         if self.memory_bytes is not None:
             out["memory"] = self.memory_bytes
+        for size, amount in self.hugepages:
+            out[f"hugepages-{size}"] = amount
         return out
 
 

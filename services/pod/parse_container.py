@@ -193,7 +193,7 @@ def _parse_resources(f: Findings, raw: Any, path: str) -> Resources:
                                 ("memory", memory, limits.memory_bytes)):
         if request is not None and limit is not None and request > limit:
             f.error(join(path, f"requests.{key}"), f"must be less than or equal to {key} limit")
-    return Resources(limits=limits, requests=ResourceList(cpu, memory))
+    return Resources(limits=limits, requests=ResourceList(cpu, memory, requests.hugepages))
 
 
 def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
@@ -204,6 +204,7 @@ def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
         return ResourceList()
     cpu: int | None = None
     memory: int | None = None
+    hugepages: list[tuple[str, int]] = []
     for key, value in m.items():
         where = join(path, key)
         try:
@@ -211,13 +212,18 @@ def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
                 cpu = cpu_millis(value)
             elif key == "memory":
                 memory = memory_bytes(value)
+            elif key.startswith(policy.HUGEPAGES_PREFIX):
+                size = key[len(policy.HUGEPAGES_PREFIX):]
+                if memory_bytes(size) <= 0:
+                    raise QuantityError(f"{size!r} is not a page size")
+                hugepages.append((size, memory_bytes(value)))  # the runtime enforces or refuses
             elif key.startswith(policy.RESOURCE_WARN_PREFIXES):
                 f.warn(where, "not enforced by podvisor; ignored")
             else:
                 f.error(where, f"extended resource {key!r} is not available on this node")
         except QuantityError as exc:
             f.error(where, str(exc))
-    return ResourceList(cpu, memory)
+    return ResourceList(cpu, memory, tuple(hugepages))
 
 
 def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,

@@ -61,7 +61,8 @@ SPEC_UNSUPPORTED = {
     "runtimeClassName": _warn("runtime classes are not supported; the default runtime handler "
                               "is used"),
     "overhead": _NOT_ENFORCED,
-    "resources": _NOT_ENFORCED,
+    "resources": _reject("pod-level resources (spec.resources) are not supported; set "
+                         "resources on each container (they are enforced)"),
     "activeDeadlineSeconds": _NOT_ENFORCED,
     "hostPID": _warn("host PID namespace is not supported; ignored"),
     "hostIPC": _warn("host IPC namespace is not supported; ignored"),
@@ -139,7 +140,8 @@ VALUE_FROM_UNSUPPORTED = {
 
 RESOURCES_KNOWN = frozenset({"limits", "requests"})
 RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
-RESOURCE_WARN_PREFIXES = ("ephemeral-storage", "hugepages-")
+RESOURCE_WARN_PREFIXES = ("ephemeral-storage",)  # the kubelet enforces it by eviction
+HUGEPAGES_PREFIX = "hugepages-"  # passed to the runtime (CRI hugepage_limits): enforced or refused
 
 VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})
 VOLUME_UNSUPPORTED = {

@@ -25,6 +25,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime import convert, images, oom
+from podvisor.services.runtime.cgroups import DEFAULT_PARENT, Cgroups, host_layout
 from podvisor.services.runtime.events import EventBroadcaster
 from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
 from podvisor.services.runtime.index import ID_LENGTH, Index, sandbox_name
@@ -38,7 +39,7 @@ from podvisor.services.runtime.model import (
 )
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.native import monitor_binary
-from podvisor.services.runtime.procfs import is_alive, signal_group
+from podvisor.services.runtime.procfs import group_members, is_alive, signal_group
 from podvisor.services.runtime.security import container_security, read_host, sandbox_security
 from podvisor.services.runtime.store import Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
@@ -48,9 +49,11 @@ KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
 
 
 class Engine:
-    def __init__(self, root: Path, log: Logger,
-                 wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns) -> None:
+    def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
+                 cgroups: Cgroups | None = None) -> None:
+        """``cgroups``: where container cgroups go (the host's hierarchies by default)."""
         self.store = Store(root)
+        self.cgroups = cgroups if cgroups is not None else Cgroups(host_layout())
         self.log = log
         self.wall = wall
         self.events = EventBroadcaster()
@@ -86,11 +89,17 @@ class Engine:
         self._watcher.start()
         native = monitor_binary()
         self._spawner.monitor_exe = str(native.path or "")
+        # monitors outlive the agent: they must not hold its stdout/stderr (a pipe to `tee` or
+        # a caller reading `podvisor run --runonce` would stay open while any pod runs)
+        self._spawner.stderr_path = str(self._exit_socket.with_name("monitors.log"))
         if native.path is None:
             self.log.warning("runtime.monitor.python", reason=native.why,
                              detail="container monitors run the Python monitor "
                                     "(~1.8 MB more private memory each)")
         self._specs.update(loaded.specs)
+        for i, c in enumerate(loaded.containers):
+            if c.exited is not None:  # exited while the runtime was down
+                loaded.containers[i] = c = replace(c, exited=self._exit_reason(c.id, c.exited))
         for c in loaded.containers:
             self._containers[c.id] = c
             self._index.add_container(c)
@@ -245,7 +254,6 @@ class Engine:
             current, lowering_allowed = oom.own_state()
             doc["oom_score_adj"] = oom.effective(config.linux.resources.oom_score_adj, current,
                                                  lowering_allowed)
-        spec = json.dumps(doc).encode()
         name = (sandbox_id, md.name, md.attempt)
         with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.container_names.get(name)
@@ -256,11 +264,19 @@ class Engine:
             c = Container(secrets.token_hex(32), sandbox_id, config, self.wall(), log_path,
                           image.id)
             self._index.container_names[name] = c.id
+        dirs: dict[str, str] = {}
         try:
+            dirs = self._make_cgroup(sb, c, config.linux.resources)
+            if dirs:
+                doc["cgroups"] = dirs
+                doc["cgroup_join"] = self.cgroups.join_files(dirs)  # before the exec
+            spec = json.dumps(doc).encode()
             self.store.save_container(c, spec)
         except BaseException:
             with self._lock:
                 del self._index.container_names[name]
+            if dirs:
+                self.cgroups.remove(dirs)
             raise
         with self._lock:
             self._containers[c.id] = c
@@ -353,6 +369,7 @@ class Engine:
         if c is None:
             return  # idempotent, as the CRI asks
         self.stop_container(container_id, 0)
+        dirs = self.cgroup_dirs(container_id)
         with self._lock:
             gone = self._containers.pop(container_id, None)
             self._specs.pop(container_id, None)
@@ -361,7 +378,79 @@ class Engine:
                 return
             self._index.remove_container(gone)
             self.store.delete_container(container_id)
+        if dirs:
+            failed = self.cgroups.remove(dirs)
+            if failed:
+                self.log.warning("container.cgroup.busy", container=container_id,
+                                 folders=failed)
         self._publish(c, pb.CONTAINER_DELETED_EVENT)
+
+    # --- cgroups (cgroups.py) ---
+    def cgroup_dirs(self, container_id: str) -> dict[str, str]:
+        """The container's cgroup folders (controller -> folder), {} when it has none."""
+        with self._lock:
+            spec = self._specs.get(container_id)
+        if spec is None or b'"cgroups"' not in spec:
+            return {}
+        dirs = json.loads(spec).get("cgroups") or {}
+        return {str(k): str(v) for k, v in dirs.items()}
+
+    def _make_cgroup(self, sb: Sandbox, c: Container,
+                     res: pb.LinuxContainerResources) -> dict[str, str]:
+        """Create the container's cgroup with ``res`` ({} when it asks for nothing); a
+        refusal is logged and raised (CreateContainer fails with its reason)."""
+        parent = sb.config.linux.cgroup_parent or DEFAULT_PARENT
+        md = sb.config.metadata
+        try:
+            return self.cgroups.create(f"{parent.rstrip('/')}/{c.id}", res)
+        except Fault as err:
+            self.log.warning("container.resources.refused", pod=md.name, namespace=md.namespace,
+                             container=c.config.metadata.name, reason=err.message)
+            raise
+
+    def update_resources(self, container_id: str, res: pb.LinuxContainerResources) -> None:
+        """UpdateContainerResources: write the new limits into the container's cgroup; a
+        container created without one gets one now, its running processes moved in."""
+        c = self.container(container_id)
+        if c.state is not ContainerState.RUNNING or c.started is None:
+            raise precondition(f"container {container_id} is not running")
+        dirs = self.cgroup_dirs(container_id)
+        if dirs:
+            self.cgroups.update(dirs, res)
+            return
+        dirs = self._make_cgroup(self.sandbox(c.sandbox_id), c, res)
+        if not dirs:
+            return
+        try:
+            for pid in group_members().get(c.started.pid, []):
+                with contextlib.suppress(ProcessLookupError):
+                    self.cgroups.join(dirs, pid)
+            with self._lock:
+                doc = json.loads(self._specs[container_id])
+                doc["cgroups"] = dirs
+                spec = json.dumps(doc).encode()
+                self.store.save_container(c, spec)
+                self._specs[container_id] = spec
+        except OSError as err:
+            self.cgroups.remove(dirs)
+            raise precondition(f"cannot update the container's resources: {err}") from None
+        except BaseException:
+            self.cgroups.remove(dirs)
+            raise
+
+    def _exit_reason(self, container_id: str, info: ExitInfo) -> ExitInfo:
+        """OOMKilled (as containerd reports it) when the container's process died of a signal
+        or an error and the kernel's OOM killer killed in its cgroup; rewritten into exit.json,
+        so it holds after the cgroup is gone."""
+        if info.exit_code == 0 or info.reason == "OOMKilled":
+            return info
+        dirs = self.cgroup_dirs(container_id)
+        if not dirs or not self.cgroups.oom_killed(dirs):
+            return info
+        info = replace(info, reason="OOMKilled")
+        with contextlib.suppress(OSError):
+            self.store.save_exit(container_id, info)
+        return info
 
     def reopen_log(self, container_id: str) -> None:
         c = self.container(container_id)
@@ -399,6 +488,7 @@ class Engine:
 
     def _record_exit(self, container_id: str, info: ExitInfo, on_disk: bool = False) -> None:
         """``on_disk``: ``info`` was read from ``exit.json`` (the monitor wrote it)."""
+        info = self._exit_reason(container_id, info)
         with self._lock:
             c = self._containers.get(container_id)
             if c is None or c.exited is not None:

@@ -10,13 +10,14 @@
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
  * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...] then
  * keyed sections: "security" UID GID NGROUPS GROUP... CAPS NNP RO_ROOT MANAGE NMASKED PATH...
- * NREADONLY PATH... (parse_security; applied by apply_security_mounts and apply_security). The
- * spare becomes the container's monitor:
+ * NREADONLY PATH... (parse_security; applied by apply_security_mounts and apply_security) and
+ * "CGROUPS" N FILE... (parse_cgroups; joined by join_cgroups). The spare becomes the
+ * container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
  * the container's environment, stdout/stderr to pipes, stdin /dev/null, default signal
- * dispositions and an empty mask; with mounts, in a private mount namespace holding them, see
- * apply_mounts), writes STATE.started.json, answers once on the reply pipe
+ * dispositions and an empty mask; in the container's cgroups, joined before the exec, see
+ * join_cgroups; with mounts, in a private mount namespace holding them, see apply_mounts), writes STATE.started.json, answers once on the reply pipe
  * ({"ok": true, "monitor_pid", "monitor_ticks", "pid", "pid_ticks", "started_at"} or
  * {"ok": false, "error": "..."}), copies the output into the log fd as CRI log records
  * ("<RFC3339Nano> <stdout|stderr> <F|P> <line>", lines over 16 KiB split into P records),
@@ -519,6 +520,34 @@ static int apply_security(int *failed) {
     return 0;
 }
 
+/* --- cgroups (cgroups.py) ------------------------------------------------------------------- */
+
+/* The files the container's process writes itself into (cgroups.py join_files: v1 <dir>/tasks,
+ * v2 <dir>/cgroup.procs), from the request's CGROUPS section. */
+static char **cgroup_files;
+static int ncgroups;
+
+/* In the container's child, first thing before exec: move this process into each of the
+ * container's cgroups (write "0", "myself", into each file), so everything the command does
+ * from its first instruction is counted and limited. Returns -1 with errno and *failed the
+ * index of the file that failed. */
+static int join_cgroups(int *failed) {
+    for (int i = 0; i < ncgroups; i++) {
+        *failed = i;
+        int fd = open(cgroup_files[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        ssize_t n = write(fd, "0", 1);
+        int saved = errno;
+        close(fd);
+        if (n != 1) {
+            errno = n < 0 ? saved : EIO;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
  * the mounts, the chdir or the exec fail. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w) {
@@ -536,6 +565,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         signal(sig, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
     int report[3] = {0, 0, -1};
+    if (ncgroups > 0 && join_cgroups(&report[2]) != 0) {
+        report[0] = 4;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (nmounts > 0 && apply_mounts(&report[2]) != 0) {
         report[0] = 3;
         report[1] = errno;
@@ -610,7 +645,10 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         waitpid(pid, NULL, 0);
         close(out[0]);
         close(err[0]);
-        if (report[0] == 3 && report[2] < 0) {
+        if (report[0] == 4) {
+            reply_error(reply_fd, "join cgroup \"%s\": %s (errno %d %s)", cgroup_files[report[2]],
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 3 && report[2] < 0) {
             reply_error(reply_fd, "a private mount namespace for the container's mounts: "
                         "%s (errno %d %s)", strerror(report[1]), report[1],
                         errno_name(report[1]));
@@ -847,6 +885,16 @@ static int parse_mounts(char **at, const char *end) {
     return 0;
 }
 
+/* "CGROUPS" N FILE... after the mounts; -1 when malformed. */
+static int parse_cgroups(char **at, const char *end) {
+    cgroup_files = field_list(at, end);
+    if (cgroup_files == NULL)
+        return -1;
+    while (cgroup_files[ncgroups] != NULL)
+        ncgroups++;
+    return 0;
+}
+
 /* A pre-forked monitor waiting on CONN for its container: an 8-byte big-endian length with
  * the fds (reply pipe, log file or none) over SCM_RIGHTS, then the body, NUL-separated fields:
  * DIR NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...]. EOF
@@ -903,6 +951,9 @@ static int spare_main(int conn) {
             return 70;
         if (strcmp(key, "security") == 0) {
             if (parse_security(&at, end) != 0)
+                return 70;
+        } else if (strcmp(key, "CGROUPS") == 0) {
+            if (parse_cgroups(&at, end) != 0)
                 return 70;
         } else {
             return 70;

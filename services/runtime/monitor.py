@@ -280,6 +280,22 @@ def apply_security(sec: dict[str, Any]) -> None:
         raise fail()
 
 
+def join_cgroups(files: list[str]) -> None:
+    """In a container's forked child, before anything else: write "0" (itself) into each of
+    the container's cgroup files (cgroups.py ``join_files``), as monitor.c ``join_cgroups``
+    does; the OSError names the file."""
+    for path in files:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise OSError(f'join cgroup "{path}": {err.strerror} (errno {err.errno} '
+                          f"{errno.errorcode.get(err.errno or 0, '')})") from None
+
+
 def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     """fork + exec (this monitor is single-threaded) for a container with a security context:
     its mounts, masks and ids are applied in the child (the monitor keeps its own view and
@@ -291,6 +307,7 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child execs or exits
         try:
+            join_cgroups(spec.get("cgroup_join") or [])
             os.setsid()
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
@@ -343,6 +360,9 @@ def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     except OSError as err:
         raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
     os.environ["PATH"] = env.get("PATH", os.defpath)  # posix_spawnp searches the caller's PATH
+    cgroups: list[str] = spec.get("cgroup_join") or []
+    if cgroups:
+        return _fork_exec(argv, env, cgroups, out_w, err_w)
     try:
         return os.posix_spawnp(
             argv[0], argv, env,
@@ -355,6 +375,52 @@ def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     except OSError as err:
         raise OSError(f'exec "{argv[0]}": {err.strerror} (errno {err.errno} '
                       f"{errno.errorcode.get(err.errno or 0, '')})") from None
+
+
+def _fork_exec(argv: list[str], env: dict[str, str], cgroups: list[str], out_w: int,
+               err_w: int) -> int:
+    """posix_spawn has no step between fork and exec, so a container with cgroups is forked
+    (this monitor is single-threaded): the child joins each of its cgroups (writes "0",
+    itself, into each file of ``cgroups``: cgroups.py ``join_files``) before anything else,
+    then execs; a failure comes back over a pipe as OSError, like posix_spawn's. monitor.c
+    ``join_cgroups`` does the same."""
+    rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child execs or exits
+        what = ""
+        try:
+            for path in cgroups:
+                what = f'join cgroup "{path}"'
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.setsid()
+            for sig in (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM,
+                        signal.SIGCHLD, signal.SIGQUIT):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            what = f'exec "{argv[0]}"'
+            os.execvpe(argv[0], argv, env)
+        except OSError as err:
+            os.write(rep_w, f"{what}: {err.strerror} (errno {err.errno} "
+                            f"{errno.errorcode.get(err.errno or 0, '')})".encode())
+        finally:
+            os._exit(127)
+    os.close(rep_w)
+    report = b""
+    while chunk := os.read(rep_r, 4096):
+        report += chunk
+    os.close(rep_r)
+    if report:
+        os.waitpid(pid, 0)
+        raise OSError(report.decode(errors="replace"))
+    return pid
 
 
 def _start(spec: dict[str, Any]) -> tuple[int, int, int]:

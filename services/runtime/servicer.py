@@ -16,12 +16,11 @@ import grpc
 from cri_api.v1 import api_pb2 as pb
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
-from podvisor.services.runtime import cgroups, convert, execsync, images
+from podvisor.services.runtime import convert, execsync, images
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.faults import Fault, precondition
 from podvisor.services.runtime.index import POD_UID_LABEL
 from podvisor.services.runtime.model import Container, ContainerState, Sandbox, labels_match
-from podvisor.services.runtime.procfs import group_members
 from podvisor.services.runtime.stats import StatsCollector
 
 VERSION = "0.1.0"
@@ -113,7 +112,7 @@ class _ItemCache:
 class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.stats = StatsCollector(engine.wall)
+        self.stats = StatsCollector(engine.wall, engine.cgroup_dirs, engine.cgroups.usage)
         self._cache = _ItemCache()
         self._cache_lock = threading.Lock()
         # The server sets this when its serializers pass bytes through (server.py): list
@@ -186,7 +185,6 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     def RemoveContainer(self, request: pb.RemoveContainerRequest, context: Any) -> Any:
         self.engine.remove_container(request.container_id)
         self.stats.forget(request.container_id)
-        cgroups.remove(request.container_id)
         return pb.RemoveContainerResponse()
 
     @_guard
@@ -237,11 +235,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     def UpdateContainerResources(
         self, request: pb.UpdateContainerResourcesRequest, context: Any
     ) -> Any:
-        c = self.engine.container(request.container_id)
-        if c.state is not ContainerState.RUNNING or c.started is None:
-            raise precondition(f"container {c.id} is not running")
-        pids = group_members().get(c.started.pid, [])
-        cgroups.apply(c.id, pids, request.linux)
+        self.engine.update_resources(request.container_id, request.linux)
         return pb.UpdateContainerResourcesResponse()
 
     def GetContainerEvents(

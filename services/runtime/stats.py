@@ -1,22 +1,34 @@
-"""Container stats from the container's process group (psutil), with usage_nano_cores from
-the previous sample of the same container."""
+"""Container stats, with usage_nano_cores from the previous sample of the same container.
+
+A container with a cgroup (cgroups.py: it asked for resources) is read from it as the kubelet's
+cAdvisor does: CPU from cpuacct.usage (v2 cpu.stat usage_usec), memory usage, working set =
+usage - inactive_file, rss. Others from their process group (psutil over /proc): working set =
+usage = rss there."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.services.runtime.cgroups import Usage
 from podvisor.services.runtime.model import Container, ContainerState
 from podvisor.services.runtime.procfs import group_members
 
 
 class StatsCollector:
-    def __init__(self, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns) -> None:
+    def __init__(self, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
+                 cgroup_of: Callable[[str], Mapping[str, str]] = lambda _id: {},
+                 read_cgroup: Callable[[Mapping[str, str]], Usage | None] = lambda _d: None,
+                 ) -> None:
+        """``cgroup_of``: a container's cgroup folders ({} for none); ``read_cgroup``: their
+        usage (None when unreadable: /proc is read instead)."""
         self._wall = wall
+        self._cgroup_of = cgroup_of
+        self._read_cgroup = read_cgroup
         self._lock = threading.Lock()
         self._last: dict[str, tuple[int, int]] = {}  # container id -> (ts ns, cpu ns)
 
@@ -36,16 +48,11 @@ class StatsCollector:
         )
         if c.state is not ContainerState.RUNNING or c.started is None:
             return stats
-        cpu_ns, rss = 0, 0
-        for pid in groups.get(c.started.pid, []):
-            try:
-                p = psutil.Process(pid)
-                with p.oneshot():
-                    t = p.cpu_times()
-                    cpu_ns += int((t.user + t.system) * 1e9)
-                    rss += p.memory_info().rss
-            except psutil.Error:
-                continue
+        dirs = self._cgroup_of(c.id)
+        usage = self._read_cgroup(dirs) if dirs else None
+        if usage is None:
+            usage = _from_proc(groups.get(c.started.pid, []))
+        cpu_ns = usage.cpu_ns
         with self._lock:
             prev = self._last.get(c.id)
             self._last[c.id] = (now, cpu_ns)
@@ -56,10 +63,25 @@ class StatsCollector:
             timestamp=now, usage_core_nano_seconds=pb.UInt64Value(value=cpu_ns),
             usage_nano_cores=pb.UInt64Value(value=nano_cores)))
         stats.memory.CopyFrom(pb.MemoryUsage(
-            timestamp=now, working_set_bytes=pb.UInt64Value(value=rss),
-            rss_bytes=pb.UInt64Value(value=rss), usage_bytes=pb.UInt64Value(value=rss)))
+            timestamp=now, working_set_bytes=pb.UInt64Value(value=usage.working_set_bytes),
+            rss_bytes=pb.UInt64Value(value=usage.rss_bytes),
+            usage_bytes=pb.UInt64Value(value=usage.memory_bytes)))
         return stats
 
     def forget(self, container_id: str) -> None:
         with self._lock:
             self._last.pop(container_id, None)
+
+
+def _from_proc(pids: list[int]) -> Usage:
+    cpu_ns, rss = 0, 0
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            with p.oneshot():
+                t = p.cpu_times()
+                cpu_ns += int((t.user + t.system) * 1e9)
+                rss += p.memory_info().rss
+        except psutil.Error:
+            continue
+    return Usage(cpu_ns, rss, rss, rss)

@@ -7,8 +7,8 @@ The zygote keeps ``_SPARES`` *spare* monitors forked and warmed up and hands eac
 its socket to the runtime (message ``spare`` + the fd, SCM_RIGHTS). A start then goes straight
 from the runtime to a spare, with no hop through the zygote: an 8-byte length and two fds (the
 write end of a reply pipe, the opened log file or none), then the JSON request
-``{"state", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path; state: the prefix of
-the container's state files, store.py). The spare becomes the
+``{"state", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path, mounts, cgroups,
+cgroup_join; state: the prefix of the container's state files, store.py). The spare becomes the
 container's monitor (``monitor.run_monitor``) and answers on the reply pipe. Once the reply is
 in, the runtime tells the zygote ``used`` for each spare it took (``need`` when it holds none:
 fork one now), and the zygote forks the replacement once idle for ``_REFILL_IDLE``: the fork
@@ -162,6 +162,9 @@ class Spawner:
         self._reply_timeout = reply_timeout
         self.notify = notify
         self.monitor_exe = monitor_exe
+        # the zygote's (so every monitor's) stderr: this file when set, else the runtime's;
+        # stdout is /dev/null
+        self.stderr_path = ""
         self._native = False  # the running zygote is the C one
 
     def start(self) -> None:
@@ -175,11 +178,17 @@ class Spawner:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fd = str(theirs.fileno())
         self._native = bool(self.monitor_exe)
-        self._proc = subprocess.Popen(
-            [self.monitor_exe, "--zygote", fd] if self._native
-            else [sys.executable, "-m", "podvisor.services.runtime.zygote", fd],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        err = open(self.stderr_path, "ab") if self.stderr_path else None  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [self.monitor_exe, "--zygote", fd] if self._native
+                else [sys.executable, "-m", "podvisor.services.runtime.zygote", fd],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            )
+        finally:
+            if err is not None:
+                err.close()
         theirs.close()
         self._sock = ours
         return ours
@@ -267,7 +276,8 @@ class Spawner:
     def _request(self, state: str, spec: bytes) -> bytes:
         """The request body: JSON with the spec inline for a Python spare; for a C one the
         NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...
-        and, when the container has mounts, MOUNTC then SRC DST RO PROPAGATION per mount)."""
+        and, when the container has mounts or cgroups, MOUNTC then SRC DST RO PROPAGATION per
+        mount, then with cgroups ``CGROUPS`` N FILE..., cgroups.py ``join_files``)."""
         if not self._native:
             return b'{"state": %s, "notify": %s, "spec": %s}' % (
                 json.dumps(state).encode(), json.dumps(self.notify).encode(), spec)
@@ -277,13 +287,16 @@ class Spawner:
                   str(len(argv)), *argv, str(len(env)), *env]
         mounts = doc.get("mounts") or []
         sec = doc.get("security")
-        if mounts or sec:
+        cgroups = list(doc.get("cgroup_join") or [])
+        if mounts or sec or cgroups:
             fields.append(str(len(mounts)))
             for m in mounts:
                 fields += [m["host"], m["container"], "1" if m["ro"] else "0",
                            m["propagation"]]
         if sec:
             fields += security_fields(sec)
+        if cgroups:  # the files the container's process writes itself into before its exec
+            fields += ["CGROUPS", str(len(cgroups)), *cgroups]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

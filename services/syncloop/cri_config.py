@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.quantity import memory_bytes
 from podvisor.services.pod import (
     Container,
     DownwardAPIVolume,
@@ -215,18 +216,56 @@ def needs_image_user(pod: Pod, c: Container) -> bool:
     return bool(sc.run_as_non_root) and sc.run_as_user is None
 
 
+MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262_144, 1024
+MIN_QUOTA_US = 1000
+
+
+def milli_cpu_to_shares(milli: int) -> int:
+    """The kubelet's ``MilliCPUToShares``: 1024 per CPU, within [2, 262144]."""
+    if milli <= 0:
+        return MIN_SHARES
+    return max(MIN_SHARES, min(MAX_SHARES, milli * SHARES_PER_CPU // 1000))
+
+
+def milli_cpu_to_quota(milli: int, period: int = CPU_PERIOD_US) -> int:
+    """The kubelet's ``milliCPUToQuota``: 0 (no quota) for 0, else at least 1000 us."""
+    if milli <= 0:
+        return 0
+    return max(MIN_QUOTA_US, milli * period // 1000)
+
+
 def _resources(c: Container, oom_score_adj: int | None) -> pb.LinuxContainerResources:
+    """The kubelet's arithmetic (``calculateLinuxResources``): shares from the CPU request
+    (which defaults to the limit), quota from the CPU limit over a 100 ms period, the memory
+    limit as is. One deliberate difference: a container with no CPU request and no limit gets
+    no shares field (runtime default) where the kubelet sends the minimum, 2, so that a
+    BestEffort container needs no cgroup of its own on the embedded runtime (which then runs
+    without root); its weight against other pods comes from the pod's cgroup."""
     res = pb.LinuxContainerResources()
     if oom_score_adj is not None:
         res.oom_score_adj = oom_score_adj
-    if c.resources.limits.memory_bytes is not None:
-        res.memory_limit_in_bytes = c.resources.limits.memory_bytes
-    if c.resources.limits.cpu_millis is not None:
+    limits, requests = c.resources.limits, c.resources.requests
+    if limits.memory_bytes:
+        res.memory_limit_in_bytes = limits.memory_bytes
+    if limits.cpu_millis:
         res.cpu_period = CPU_PERIOD_US
-        res.cpu_quota = max(1000, c.resources.limits.cpu_millis * CPU_PERIOD_US // 1000)
-    if c.resources.requests.cpu_millis is not None:
-        res.cpu_shares = max(2, c.resources.requests.cpu_millis * 1024 // 1000)
+        res.cpu_quota = milli_cpu_to_quota(limits.cpu_millis)
+    if requests.cpu_millis is not None:
+        res.cpu_shares = milli_cpu_to_shares(requests.cpu_millis)
+    for size, amount in limits.hugepages:
+        res.hugepage_limits.append(pb.HugepageLimit(
+            page_size=hugepage_size_name(memory_bytes(size)), limit=amount))
     return res
+
+
+def hugepage_size_name(size: int) -> str:
+    """The CRI's page size name, as the kubelet writes it (2Mi -> "2MB", 1Gi -> "1GB")."""
+    value, unit = float(size), 0
+    units = ("B", "KB", "MB", "GB", "TB", "PB")
+    while value >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    return f"{value:g}{units[unit]}"
 
 
 def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str]) -> list[pb.Mount]:
@@ -263,7 +302,8 @@ def container_config(pod: Pod, c: Container, restart_count: int,
         mounts=_mounts(c, volumes, read_only_volumes(pod)),
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
-                                            pod.spec.termination_grace_period_seconds),
+                                            pod.spec.termination_grace_period_seconds,
+                                            c.lifecycle.pre_stop),
         log_path=L.container_log_path(c.name, restart_count),
         linux=pb.LinuxContainerConfig(
             resources=_resources(c, oom_score_adj),

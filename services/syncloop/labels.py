@@ -3,6 +3,7 @@ and the log paths (``<rootDir>/pod-logs/<ns>_<name>_<uid>/<container>/<restartCo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from podvisor.common.labels import (
@@ -12,11 +13,13 @@ from podvisor.common.labels import (
     POD_NAME,
     POD_NAMESPACE,
     POD_UID,
+    PRE_STOP,
     RESTART_COUNT,
 )
+from podvisor.services.pod import ExecAction, LifecycleHandler, SleepAction
 
 __all__ = ["CONTAINER_HASH", "CONTAINER_NAME", "GRACE_PERIOD", "POD_NAME", "POD_NAMESPACE",
-           "POD_UID", "RESTART_COUNT"]
+           "POD_UID", "PRE_STOP", "RESTART_COUNT"]
 
 
 def parse_int(text: str | None, default: int = 0) -> int:
@@ -34,9 +37,33 @@ def container_labels(name: str, namespace: str, uid: str, container: str) -> dic
     return {**pod_labels(name, namespace, uid), CONTAINER_NAME: container}
 
 
-def container_annotations(spec_hash: str, restart_count: int, grace: int) -> dict[str, str]:
-    return {CONTAINER_HASH: spec_hash, RESTART_COUNT: str(restart_count),
-            GRACE_PERIOD: str(grace)}
+def container_annotations(spec_hash: str, restart_count: int, grace: int,
+                          pre_stop: LifecycleHandler | None = None) -> dict[str, str]:
+    out = {CONTAINER_HASH: spec_hash, RESTART_COUNT: str(restart_count),
+           GRACE_PERIOD: str(grace)}
+    if pre_stop is not None:
+        out[PRE_STOP] = json.dumps({pre_stop.KIND: pre_stop.to_dict()}, sort_keys=True)
+    return out
+
+
+def pre_stop_handler(text: str) -> ExecAction | SleepAction | None:
+    """The preStop handler recorded in ``PRE_STOP`` (exec and sleep; None for anything else,
+    a missing or a malformed one)."""
+    try:
+        raw = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    exec_ = raw.get("exec")
+    if isinstance(exec_, dict) and isinstance(cmd := exec_.get("command"), list) and cmd \
+            and all(isinstance(x, str) for x in cmd):
+        return ExecAction(tuple(cmd))
+    sleep = raw.get("sleep")
+    if isinstance(sleep, dict) and isinstance(secs := sleep.get("seconds"), int) \
+            and not isinstance(secs, bool) and secs >= 0:
+        return SleepAction(secs)
+    return None
 
 
 def pod_log_dir(pod_logs_root: Path, name: str, namespace: str, uid: str) -> Path:

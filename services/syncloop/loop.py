@@ -30,10 +30,9 @@ from podvisor.services.syncloop.admission import admit
 from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
-from podvisor.services.syncloop.runtime_state import read_pod_runtime
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import SyncDeps, quiet_resync, sync_pod
-from podvisor.services.syncloop.terminate import orphan_grace, teardown
+from podvisor.services.syncloop.terminate import terminate_pod
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
 HOUSEKEEPING_INTERVAL = 2.0
@@ -273,19 +272,8 @@ class SyncLoop:
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
-        rt = read_pod_runtime(d.cri, work.uid, d.mono, d.wall)
-        grace: float
-        if work.grace is not None:
-            grace = work.grace
-        elif work.pod is not None:
-            grace = work.pod.spec.termination_grace_period_seconds
-        else:
-            grace = orphan_grace(rt)
-        if not rt.empty:
-            self.log.info("syncloop.pod.terminating", pod_uid=work.uid, grace=grace,
-                          containers=len(rt.running()))
-        teardown(d.cri, d.log, work.pod, rt, grace, d.sleep, d.mono, d.pods_dir / work.uid)
-        left = read_pod_runtime(d.cri, work.uid, d.mono, d.wall)
+        _, _, left = terminate_pod(d.cri, d.log, work.uid, work.pod, work.grace, d.sleep, d.mono,
+                                   d.wall, d.pods_dir)
         if not left.empty:
             return Outcome(ok=False, error="containers or sandboxes remain after teardown")
         d.backoff.forget_pod(work.uid)

@@ -47,6 +47,7 @@ from podvisor.services.syncloop.runtime_events import (
     pod_events,
 )
 from podvisor.services.syncloop.syncpod import SyncDeps
+from podvisor.services.syncloop.terminate import Log
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 
 TOPICS = ("pleg.pod.event", "syncloop.pods.stopall")
@@ -65,10 +66,9 @@ def _sources(ctx: ChildContext) -> set[str]:
     return out
 
 
-def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
-          pool: ThreadPoolExecutor, wake: WakePipe, events: Recorder | None = None
-          ) -> tuple[SyncLoop, MapOwner]:
-    """The composition root: every part of the sync loop, from the config."""
+def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
+    """What SyncPod needs, from the config (also RunOnce's, with ``shared`` off: no listing
+    shared between workers and no image presence cache, every read fresh)."""
     cfg, clock = ctx.config, ctx.clock
     sl = cfg.syncloop
     policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
@@ -77,16 +77,25 @@ def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
                              timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
-    log = EventingLog(ctx.log, events) if events is not None else ctx.log
     cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log) if cfg.cgroup_root
                else None)
-    sync = SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
+    return SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
-                    cache=RuntimeCache(cri, clock.monotonic, clock.wall),
-                    images=ImagePresence(cri, clock.monotonic), network=NetworkState())
+                    cache=RuntimeCache(cri, clock.monotonic, clock.wall) if shared else None,
+                    images=ImagePresence(cri, clock.monotonic) if shared else None,
+                    network=NetworkState())
+
+
+def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
+          pool: ThreadPoolExecutor, wake: WakePipe, events: Recorder | None = None
+          ) -> tuple[SyncLoop, MapOwner]:
+    """The composition root: every part of the sync loop, from the config."""
+    cfg = ctx.config
+    log = EventingLog(ctx.log, events) if events is not None else ctx.log
+    sync = new_sync_deps(ctx, log)
     owner = service.owner(publisher, DESIRED, serving=False)
 
     def submit(fn: Callable[[], None]) -> None:

@@ -54,6 +54,7 @@ class ContainerInfo:
     finished_at: float = 0.0  # monotonic seconds (0 = unknown)
     reason: str = ""
     grace: int = -1           # terminationGracePeriodSeconds recorded at creation (-1 unknown)
+    pre_stop: str = ""        # the preStop handler recorded at creation (JSON, "" none)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: flo
         sandbox_id=c.pod_sandbox_id, state=_STATES.get(c.state, ContainerState.UNKNOWN),
         hash=ann.get(L.CONTAINER_HASH, ""), restart_count=L.parse_int(ann.get(L.RESTART_COUNT)),
         created_at=c.created_at, grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
+        pre_stop=ann.get(L.PRE_STOP, ""),
     )
     if status is None:
         return info
@@ -114,7 +116,7 @@ def container_from_status(s: pb.ContainerStatus, sandbox_id: str, now_mono: floa
         restart_count=L.parse_int(ann.get(L.RESTART_COUNT)), created_at=s.created_at,
         exit_code=s.exit_code, started_at=_to_mono(s.started_at, now_mono, now_wall),
         finished_at=_to_mono(s.finished_at, now_mono, now_wall), reason=s.reason,
-        grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
+        grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1), pre_stop=ann.get(L.PRE_STOP, ""),
     )
 
 

@@ -18,7 +18,7 @@ from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import ExecAction, Pod, SleepAction
 from podvisor.services.syncloop import labels as L
-from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime
+from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
 MIN_KILL_GRACE = 2
 DEFAULT_GRACE = 30
@@ -27,7 +27,9 @@ DEFAULT_GRACE = 30
 def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, grace: float,
               sleep: Callable[[float], None]) -> None:
     spec = next((s for s in pod.all_containers() if s.name == c.name), None) if pod else None
-    hook = spec.lifecycle.pre_stop if spec is not None else None
+    # without the spec (an orphan, no agent): the handler recorded on the container, as the
+    # kubelet restores it from its annotations
+    hook = spec.lifecycle.pre_stop if spec is not None else L.pre_stop_handler(c.pre_stop)
     if hook is None:
         return
     try:
@@ -109,6 +111,26 @@ def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grac
         shutil.rmtree(pod_dir, ignore_errors=True)
 
 
+def terminate_pod(cri: RuntimeClient, log: Log, uid: str, pod: Pod | None,
+                  grace: float | None, sleep: Callable[[float], None],
+                  mono: Callable[[], float], wall: Callable[[], float],
+                  pods_dir: Path) -> tuple[PodRuntime, float, PodRuntime]:
+    """Terminate pod ``uid`` as the sync loop does: read it fresh, pick the grace (``grace``,
+    else the pod's ``terminationGracePeriodSeconds``, else for an orphan the largest grace
+    recorded on its containers), tear it down, read it again. Returns (what there was, the
+    grace used, what is left: empty on success). Used by the sync loop's workers and by
+    ``stop_all_pods`` (``podvisorctl shutdown --pods`` with no agent)."""
+    rt = read_pod_runtime(cri, uid, mono, wall)
+    if grace is None:
+        grace = (pod.spec.termination_grace_period_seconds if pod is not None
+                 else orphan_grace(rt))
+    if not rt.empty:
+        log.info("syncloop.pod.terminating", pod_uid=uid, grace=grace,
+                 containers=len(rt.running()))
+    teardown(cri, log, pod, rt, grace, sleep, mono, pods_dir / uid)
+    return rt, grace, read_pod_runtime(cri, uid, mono, wall)
+
+
 def _ignore_missing(fn: Callable[[str], None], ident: str,
                     errors: list[CriError] | None = None) -> bool:
     """Call ``fn(ident)``; NOT_FOUND counts as done. Another error is raised, or appended
@@ -124,4 +146,5 @@ def _ignore_missing(fn: Callable[[str], None], ident: str,
     return True
 
 
-__all__ = ["L", "Log", "kill_containers", "orphan_grace", "stop_container", "teardown"]
+__all__ = ["L", "Log", "kill_containers", "orphan_grace", "stop_container", "teardown",
+           "terminate_pod"]

@@ -10,14 +10,20 @@
   KILLed after its grace and nothing is left running.
 - kill -9 of the supervisor: every agent process exits (parent-death signal), pods keep running,
   and a new agent adopts them without restarting them.
+- SIGINT (Ctrl-C), then the exact command the agent printed, run as printed with no agent: every
+  pod stopped (its preStop hook, TERM, KILL after the grace for the one ignoring TERM), exit 0,
+  nothing left in the runtime, under `pods/` or as a process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +32,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from tests.pods.lifecycle import (
     agent_config,
@@ -141,7 +148,7 @@ def test_sigterm_leaves_pods_new_agent_adopts_then_shutdown_pods(
     assert all(pid_alive(pid) for pid in pids.values()), "a container died with the agent"
     assert not any(pods.termed(n) for n in NAMES)
     assert "podvisor: left 3 pods running" in output(first)
-    assert "podvisorctl shutdown --pods" in output(first)
+    assert f"--root-dir {first.paths.root} shutdown --pods" in output(first)
 
     second = start(agent, pods, root=first.paths.root)
     again = summary(running_podlist(pods, wait_for))
@@ -198,3 +205,48 @@ def test_kill9_supervisor_pods_survive_and_are_adopted(
     assert pods.pids() == pids and all(pid_alive(pid) for pid in pids.values())
     assert second.stop() == 0  # stopPodsOnExit: the pods go with it
     assert not any(pid_alive(pid) for pid in pids.values())
+
+
+PRINTED = re.compile(r"podvisor: left (\d+) pods? running; stop them with `([^`]+)`")
+
+
+@pytest.mark.timeout(170)
+def test_sigint_then_the_printed_command_stops_every_pod(
+        agent: Any, pods: Pods, wait_for: Any) -> None:
+    write_pods(pods, stubborn_grace=3)
+    # pod a has a preStop hook: with no agent (no pod spec) it runs from the container's record
+    a = yaml.safe_load((pods.manifests / "a.yaml").read_text("utf-8"))
+    a["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": [
+        "sh", "-c", f"echo hook > {pods.marks}/a.prestop"]}}}
+    (pods.manifests / "a.yaml").write_text(yaml.safe_dump(a), "utf-8")
+    handle = start(agent, pods)
+    running_podlist(pods, wait_for)
+    pids = wait_for(lambda: (d := pods.pids()) and len(d) == 3 and d, 10.0)
+    procs = agent_processes(handle, list(pids.values()))
+    handle.proc.send_signal(signal.SIGINT)  # Ctrl-C
+    assert handle.proc.wait(60) == 0
+    wait_for(lambda: all_gone(procs), 30.0, 0.05, "every agent process to exit")
+    assert all(pid_alive(pid) for pid in pids.values()), "a container died with the agent"
+    found = PRINTED.search(output(handle))
+    assert found is not None, output(handle)[-3000:]
+    assert found.group(1) == "3"
+
+    done = subprocess.run(shlex.split(found.group(2)), capture_output=True, text=True,
+                          timeout=120, cwd="/")
+    assert done.returncode == 0, (found.group(2), done.stdout, done.stderr)
+    assert not any(pid_alive(pid) for pid in pids.values()), "a container outlived the command"
+    assert pods.termed("a") and pods.termed("b") and not pods.termed("stubborn")
+    assert (pods.marks / "a.prestop").read_text() == "hook\n", "a's preStop hook did not run"
+    for name in NAMES:
+        assert re.search(rf"^stopped pod default/{name}-e2e \(uid \S+\): 1 running container, "
+                         rf"grace {3 if name == 'stubborn' else 10}s$", done.stdout, re.M), \
+            done.stdout
+    assert "stopped 3 pods" in done.stdout
+    root = handle.paths.root
+    assert runtime_records(root) == []
+    assert list((root / "pods").iterdir()) == []
+    assert not (root / "run" / "cri.sock").exists()
+    # once more: nothing to stop, still exit 0
+    again = subprocess.run(shlex.split(found.group(2)), capture_output=True, text=True,
+                           timeout=60, cwd="/")
+    assert again.returncode == 0 and "stopped 0 pods" in again.stdout, again

@@ -8,7 +8,12 @@ containerd 1.6 answers UNIMPLEMENTED to GetContainerEvents (so podvisor relists 
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +25,7 @@ import pytest
 from cri_api.v1 import api_pb2, api_pb2_grpc
 
 from tests.runtime.containerd import (
+    DEPLOY_DIR,
     ContainerdHandle,
     containerd_or_skip,
     instance_shims,
@@ -155,3 +161,35 @@ def test_container_events_unimplemented(cri: Cri) -> None:
     with pytest.raises(grpc.RpcError) as failed:
         next(iter(stream))
     assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.timeout(300)
+def test_setup_prints_a_start_command_that_works() -> None:
+    """setup.sh ends with `start it with: .../start.sh DIR`: run exactly that, on a private
+    instance of this test's own (stopped and purged by it), and ask it over CRI."""
+    if not os.environ.get("PODVISOR_CONTAINERD_ENDPOINT"):
+        pytest.skip("PODVISOR_CONTAINERD_ENDPOINT is not set (containerd tests are off)")
+    if os.geteuid() != 0 or any(shutil.which(t) is None for t in
+                                ("containerd", "ctr", "containerd-shim-runc-v2", "runc", "gcc")):
+        pytest.skip("needs root and containerd, runc and gcc installed")
+    directory = Path(tempfile.mkdtemp(prefix="pvst", dir="/tmp"))
+    try:
+        setup = subprocess.run(["bash", str(DEPLOY_DIR / "setup.sh"), "--no-install",
+                                str(directory)], capture_output=True, text=True, timeout=240)
+        assert setup.returncode == 0, setup.stderr[-2000:]
+        advised = re.search(r"\(start it with: (.+)\)$", setup.stdout, re.M)
+        assert advised is not None, setup.stdout
+        start = subprocess.run(shlex.split(advised.group(1)), capture_output=True, text=True,
+                               timeout=240, cwd="/")
+        assert start.returncode == 0, start.stderr[-2000:]
+        endpoint = re.search(r"^ENDPOINT=(\S+)$", start.stdout, re.M)
+        assert endpoint is not None and endpoint.group(1) == \
+            f"unix://{directory}/run/containerd.sock", start.stdout
+        with grpc.insecure_channel(endpoint.group(1)) as channel:
+            stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+            version = stub.Version(api_pb2.VersionRequest(), timeout=CALL_TIMEOUT)
+        assert version.runtime_name == "containerd"
+    finally:
+        subprocess.run([str(DEPLOY_DIR / "stop.sh"), "--purge", str(directory)],
+                       capture_output=True, text=True, timeout=120, check=False)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -185,3 +185,52 @@ def test_the_c_monitor_builds_into_an_empty_cache(tmp_path: Path) -> None:
     assert got.path.parent == tmp_path / "cache" and os.access(got.path, os.X_OK)
     assert monitor_binary(tmp_path / "cache") == got  # built once, then reused
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [got.path.name]  # no tmp left
+
+
+@pytest.fixture
+def cgroup_parent(monitored: RuntimeUnderTest) -> Iterator[str]:
+    """Sandboxes of ``monitored`` under a per-test cgroup parent, removed at teardown."""
+    from tests.runtime.containerd import remove_pod_cgroup
+
+    if not Path("/sys/fs/cgroup/memory").is_dir() or os.geteuid() != 0:
+        pytest.skip("needs root and a cgroup v1 memory hierarchy")
+    monitored.cgroup_parent = f"/podvisor-test-{os.getpid()}-{monitored.name}"
+    yield monitored.cgroup_parent
+    for sb in monitored.client.list_pod_sandbox():
+        monitored.client.stop_pod_sandbox(sb.id)
+        monitored.client.remove_pod_sandbox(sb.id)
+    for cgroup in monitored.pod_cgroups:
+        remove_pod_cgroup(cgroup)
+    remove_pod_cgroup(monitored.cgroup_parent)
+
+
+def _limited(rt: RuntimeUnderTest, name: str, cmd: list[str]) -> tuple[str, Path]:
+    sid, sconfig = rt.run(name)
+    config = rt.container_config("c", cmd)
+    config.linux.resources.memory_limit_in_bytes = 64 * 1024 * 1024
+    cid = rt.client.create_container(sid, config, sconfig)
+    return cid, Path(sconfig.log_directory) / "c/0.log"
+
+
+def test_the_command_starts_in_its_cgroup(monitored: RuntimeUnderTest,
+                                          cgroup_parent: str) -> None:
+    """/proc/self/cgroup read by the command's first process (cat execs at once) already
+    shows the container's memory cgroup: the join happened before the exec."""
+    cid, log = _limited(monitored, "joined", ["cat", "/proc/self/cgroup"])
+    monitored.client.start_container(cid)
+    assert monitored.wait_exited(cid).exit_code == 0
+    lines = dict(line.split(":", 2)[1:] for _s, _t, line in parse_log(str(log)))
+    assert lines["memory"].startswith(f"{cgroup_parent}/pod") and lines["memory"].endswith(cid)
+    assert lines["cpuacct"] == lines["memory"]
+    assert not lines["pids"].endswith(cid)  # no pids limit: not moved there
+
+
+def test_a_failed_join_fails_the_start(monitored: RuntimeUnderTest, cgroup_parent: str) -> None:
+    cid, _log = _limited(monitored, "nojoin", ["true"])
+    memory = next(Path("/sys/fs/cgroup/memory").glob(f"{cgroup_parent.strip('/')}/*/{cid}"))
+    memory.rmdir()  # removed behind the runtime's back
+    with pytest.raises(CriError) as err:
+        monitored.client.start_container(cid)
+    assert f'join cgroup "{memory}/tasks": No such file or directory' in err.value.message
+    status = monitored.client.container_status(cid)
+    assert (status.state, status.reason) == (pb.CONTAINER_EXITED, "StartError")

@@ -170,6 +170,29 @@ def test_resolve_specs_layers_and_builtins() -> None:
     assert err.value.key == "supervision.processes.z.module"
 
 
+def test_runonce_key_flags_and_processes() -> None:
+    p = argparse.ArgumentParser()
+    add_config_flags(p)
+    for argv in (["--runonce"], ["--run-once"], ["--run-once", "true"]):
+        assert config_from_mapping(overrides_from_args(p.parse_args(argv))).run_once
+    c = config_from_mapping(overrides_from_args(p.parse_args(
+        ["--runonce", "--run-once-max-retries", "3", "--run-once-retry-delay", "250ms"])))
+    assert (c.run_once, c.run_once_max_retries, c.run_once_retry_delay) == (True, 3, 0.25)
+    assert (Config().run_once_max_retries, Config().run_once_retry_delay) == (10, 1.0)
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"runOnceMaxRetries": 0})
+    assert err.value.key == "runOnceMaxRetries"
+    # RunOnce runs only the runtime, the sources and its driver: no sync loop, no server
+    once = config_from_mapping({"runOnce": True, "staticPodPath": "/m"})
+    assert [s.name for s in resolve_specs(once, exists=lambda m: True)] == [
+        "runtime", "source-file", "runonce"]
+    assert "runonce" not in [s.name for s in resolve_specs(
+        config_from_mapping({"staticPodPath": "/m"}), exists=lambda m: True)]
+    with pytest.raises(ConfigError) as err:
+        resolve_specs(config_from_mapping({"runOnce": True, "supervision": {"builtins": False}}))
+    assert err.value.key == "runOnce"
+
+
 def test_a_custom_or_replacement_module_that_cannot_be_found_is_a_config_error() -> None:
     builtins = (Builtin("a", "mod.a"),)
     typo = config_from_mapping({"supervision": {"processes": {"web": {"module": "svc_idel"}}}})

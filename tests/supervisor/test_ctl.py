@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import signal
 import socket
+import subprocess
 import time
 from typing import Any
 
@@ -14,6 +16,7 @@ import zmq
 
 from podvisor.supervisor.client import ControlClient
 from podvisor.supervisor.faults import ControlFault, Fault
+from tests.conftest import BIN
 
 IDLE = {"module": "svc_idle", "heartbeatTimeout": "3s", "stopTimeout": "2s"}
 
@@ -143,3 +146,23 @@ def test_shutdown_pods_waits_for_the_sync_loop(agent: Any) -> None:
               (a.paths.logs_dir / "supervisor.log").read_text().splitlines()]
     assert events.index("agent.pods_stopped") < events.index("process.stopping")
     assert "fake.stopall" in (a.paths.logs_dir / "syncloop.log").read_text()
+
+
+def test_shutdown_pods_without_an_agent(agent: Any, tmp_path: Any) -> None:
+    """No agent: `shutdown --pods` stops the pods itself (tests/pods/test_e2e_lifecycle_restart.py
+    runs it with real pods); with no runtime state there is nothing to stop (exit 0); no rootDir
+    is exit 2; an agent that holds the rootDir but does not answer is never bypassed (exit 2)."""
+    a = agent({"web": IDLE})
+    a.wait_state("web", "RUNNING")
+    assert a.stop() == 0
+    out = a.ctl("shutdown", "--pods")
+    assert out.returncode == 0 and "no pods" in out.stdout, out
+    out = a.ctl("shutdown")  # without --pods it only stops an agent
+    assert out.returncode == 2 and "not running" in out.stderr
+    missing = subprocess.run([str(BIN / "podvisorctl"), "--root-dir", str(tmp_path / "none"),
+                              "shutdown", "--pods"], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "no podvisor rootDir" in missing.stderr
+    with (a.paths.run_dir / "agent.lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a silent agent, as far as ctl knows
+        out = a.ctl("shutdown", "--pods")
+    assert out.returncode == 2 and "holds the rootDir" in out.stderr, out
