@@ -1,0 +1,103 @@
+"""The main port's application (kubelet ``port``, 10250): HTTPS, authenticated, authorized.
+
+It serves what the read-only port serves (``/healthz``, ``/pods``, ``/runningpods/``) plus
+``/containerLogs/{namespace}/{pod}/{container}`` and ``/configz``. Every request, whatever its
+path (an unknown one included), is authenticated first (401 without valid credentials), then
+authorized (403 when not allowed), before anything else; errors are Kubernetes ``Status``
+objects, never a 500 for a client's mistake.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from podvisor.services.server.app import Clock, Handler, make_app, status_error
+from podvisor.services.server.auth import Authenticator, Authorizer, attributes
+from podvisor.services.server.containerlogs import (
+    LogRequestError,
+    find_container_files,
+    parse_options,
+    serve_logs,
+)
+from podvisor.services.server.replicas import View
+
+__all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
+
+MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
+             "/containerLogs/{namespace}/{pod}/{container} and /configz")
+REDACTED = "<redacted>"
+
+
+def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The effective config with secret values replaced: the static pod URL's header values
+    (they may carry credentials). Paths to secret files are not secrets and are kept."""
+    out = dict(config)
+    headers = out.get("staticPodURLHeader")
+    if isinstance(headers, Mapping) and headers:
+        out["staticPodURLHeader"] = {name: [REDACTED] for name in headers}
+    return out
+
+
+def auth_middleware(authn: Authenticator, authz: Authorizer, node_name: str,
+                    log: Any) -> Any:
+    @web.middleware
+    async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        peercert = request.transport.get_extra_info("peercert") if request.transport else None
+        user, why = authn.authenticate(request.headers.get("Authorization"), peercert)
+        if user is None:
+            log.info("mainport.unauthorized", path=request.path, reason=why)
+            response = status_error(401, "Unauthorized", f"Unauthorized: {why}")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="podvisor"'
+            return response
+        attrs = attributes(request.method, request.path, node_name)
+        allowed, reason = authz.authorize(user, attrs)
+        if not allowed:
+            log.info("mainport.forbidden", path=request.path, user=user.name,
+                     verb=attrs.verb, subresource=attrs.subresource)
+            return status_error(403, "Forbidden",
+                                f"Forbidden (user={user.name}, verb={attrs.verb}, "
+                                f"resource={attrs.resource}, subresource={attrs.subresource})"
+                                + (f": {reason}" if reason else ""))
+        return await handler(request)
+    return _auth
+
+
+def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: Authorizer,
+                  node_name: str, root_dir: str, config: Mapping[str, Any], log: Any,
+                  stopping: Callable[[], bool], clock: Clock = time.monotonic,
+                  wall: Clock = time.time,
+                  refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
+    app = make_app(get_view, clock=clock, wall=wall, refresh=refresh,
+                   middlewares=(auth_middleware(authn, authz, node_name, log),),
+                   hint=MAIN_HINT)
+    pod_logs = Path(root_dir) / "pod-logs"
+    configz = {"kubeletconfig": redact_config(config)}
+
+    async def current() -> View:
+        return get_view() if refresh is None else await refresh()
+
+    async def container_logs(request: web.Request) -> web.StreamResponse:
+        ns, pod = request.match_info["namespace"], request.match_info["pod"]
+        container = request.match_info["container"]
+        try:
+            opts = parse_options(request.query, wall())
+            view = await current()
+            files = find_container_files(pod_logs, ns, pod, container,
+                                         lambda: set(view.desired))
+            log.debug("mainport.logs", pod=f"{ns}/{pod}", container=container,
+                      follow=opts.follow)
+            return await serve_logs(request, files, opts, stopping)
+        except LogRequestError as exc:
+            return status_error(exc.code, exc.reason, str(exc))
+
+    async def configz_handler(request: web.Request) -> web.Response:
+        return web.json_response(configz)
+
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+    app.router.add_get("/configz", configz_handler)
+    return app
