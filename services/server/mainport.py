@@ -1,10 +1,10 @@
 """The main port's application (kubelet ``port``, 10250): HTTPS, authenticated, authorized.
 
 It serves what the read-only port serves (``/healthz``, ``/pods``, ``/runningpods/``) plus
-``/containerLogs/{namespace}/{pod}/{container}`` and ``/configz``. Every request, whatever its
-path (an unknown one included), is authenticated first (401 without valid credentials), then
-authorized (403 when not allowed), before anything else; errors are Kubernetes ``Status``
-objects, never a 500 for a client's mistake.
+``/containerLogs/{namespace}/{pod}/{container}``, ``/configz`` and ``/metrics``. Every request,
+whatever its path (an unknown one included), is authenticated first (401 without valid
+credentials), then authorized (403 when not allowed), before anything else; errors are
+Kubernetes ``Status`` objects, never a 500 for a client's mistake.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from podvisor.services.server.containerlogs import (
     parse_options,
     serve_logs,
 )
+from podvisor.services.server.metrics import CONTENT_TYPE, render_metrics
 from podvisor.services.server.replicas import View
 
 __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
 MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
-             "/containerLogs/{namespace}/{pod}/{container} and /configz")
+             "/containerLogs/{namespace}/{pod}/{container}, /configz and /metrics")
 REDACTED = "<redacted>"
 
 
@@ -99,5 +100,12 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
         return web.json_response(configz)
 
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+    async def metrics(request: web.Request) -> web.Response:
+        view = await current()
+        if not view.pleg_synced:
+            return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
+        return web.Response(body=render_metrics(view), headers={"Content-Type": CONTENT_TYPE})
+
     app.router.add_get("/configz", configz_handler)
+    app.router.add_get("/metrics", metrics)
     return app

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ TALKER = ("echo $$$$ > {marks}/talker.pid; seq 1 1000000 | while read n; do echo
           "sleep 0.1; done")
 CRASH_ONCE = ("echo run $$$$; test -e {marks}/crashed && exec sleep 3600; "
               "touch {marks}/crashed; exit 1")
-ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz",
+ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz", "/metrics",
              "/containerLogs/default/talker-e2e/c", "/no-such-endpoint"]
 
 
@@ -163,6 +164,24 @@ def test_configz_is_the_effective_config(node: Node) -> None:
     assert body["port"] == node.port
     assert body["authentication"]["anonymous"]["enabled"] is False
     assert body["authorization"]["mode"] == "AlwaysAllow"
+
+
+def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None:
+    def running_pods() -> int:
+        return sum(1 for p in (get_pods(node.ro_port) or {}).get("items", [])
+                   if p["status"].get("phase") == "Running")
+
+    def agree() -> str | None:
+        text = node.get("/metrics").text
+        line = next(ln for ln in text.splitlines() if ln.startswith("kubelet_running_pods "))
+        return text if float(line.split()[1]) == running_pods() == 2 else None
+
+    text = wait_for(agree, 60.0, 0.2, "kubelet_running_pods == Running pods in /pods")
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_container_logs_options(node: Node, wait_for: Any) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from podvisor.services.server.containerlogs import (
     parse_rfc3339,
 )
 from podvisor.services.server.mainport import REDACTED, make_main_app, redact_config
+from podvisor.services.server.metrics import render_metrics
 from podvisor.services.server.replicas import View
 from podvisor.services.server.tls import serving_context, serving_pair
 from podvisor.supervisor.config import (
@@ -173,6 +176,38 @@ def test_log_options() -> None:
         True, 3, 990.0, 5, True)
     with pytest.raises(LogRequestError, match="tailLines"):
         parse_options({"tailLines": "-2"}, 0.0)
+
+
+# --- metrics ---
+
+
+def _pleg_view() -> View:
+    pleg = {
+        "_health": {"last_relist_ok": 1700000000.5, "relists": 7, "relist_errors": 1},
+        "u1": {"sandboxes": [{"id": "s1", "state": "SANDBOX_READY"}],
+               "containers": [{"state": "CONTAINER_RUNNING"}, {"state": "CONTAINER_EXITED"}]},
+        "u2": {"sandboxes": [{"id": "s2", "state": "SANDBOX_NOTREADY"}],
+               "containers": [{"state": "CONTAINER_EXITED"}, {"state": "?"}]},
+    }
+    return View(pleg=pleg, pleg_synced=True)
+
+
+def test_metrics_from_the_pleg_view() -> None:
+    text = render_metrics(_pleg_view()).decode()
+    assert "kubelet_running_pods 1.0" in text
+    assert 'kubelet_running_containers{container_state="exited"} 2.0' in text
+    assert 'kubelet_running_containers{container_state="unknown"} 1.0' in text
+    assert "kubelet_pleg_last_seen_seconds 1.7000000005e+09" in text
+    assert "podvisor_pleg_relists_total 7.0" in text
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package prometheus; "
+                           ".ci/test-packages.txt)")
+def test_metrics_pass_promtool() -> None:
+    done = subprocess.run(["promtool", "check", "metrics"], input=render_metrics(_pleg_view()),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # --- the application in-process, over real HTTPS ---

@@ -1,0 +1,74 @@
+"""``/metrics`` of the main port: what the server's replicas know, in Prometheus text format.
+
+Rendered per scrape by a prometheus-client custom collector over the current ``View`` (no
+metric objects are kept, so nothing goes stale): from the ``pleg`` map,
+``kubelet_running_pods`` (pods with a ready sandbox), ``kubelet_running_containers
+{container_state}`` (``created``, ``running``, ``exited``, ``unknown``) and
+``kubelet_pleg_last_seen_seconds`` (wall time of PLEG's last good relist); PLEG's own counters
+from its ``_health`` entry as ``podvisor_pleg_relists_total`` and
+``podvisor_pleg_relist_errors_total`` (they restart from 0 when PLEG restarts: a counter reset,
+which ``rate()`` handles).
+
+Not yet (issue 13, item 3): metrics made inside other processes (the kubelet's histograms,
+``podvisor_process_*``, CRI call latency), ``/metrics/probes`` and ``/metrics/resource``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from podvisor.services.server.replicas import View
+
+__all__ = ["CONTENT_TYPE", "render_metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running",
+           "CONTAINER_EXITED": "exited"}
+
+
+class _ViewCollector(Collector):
+    def __init__(self, view: View) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        pods = 0
+        states = dict.fromkeys(("created", "running", "exited", "unknown"), 0)
+        health: Mapping[str, Any] | None = None
+        for uid, record in self._view.pleg.items():
+            if uid == "_health" and isinstance(record, Mapping):
+                health = record
+            if uid.startswith("_") or not isinstance(record, Mapping):
+                continue
+            if any(s.get("state") == "SANDBOX_READY" for s in record.get("sandboxes", [])):
+                pods += 1
+            for c in record.get("containers", []):
+                states[_STATES.get(c.get("state", ""), "unknown")] += 1
+        yield GaugeMetricFamily("kubelet_running_pods",
+                                "Number of pods that have a running pod sandbox", value=pods)
+        running = GaugeMetricFamily("kubelet_running_containers",
+                                    "Number of containers currently running",
+                                    labels=["container_state"])
+        for state, count in states.items():
+            running.add_metric([state], count)
+        yield running
+        if health is not None:
+            yield GaugeMetricFamily(
+                "kubelet_pleg_last_seen_seconds",
+                "Timestamp in seconds when PLEG was last seen active",
+                value=float(health.get("last_relist_ok", 0.0)))
+            yield CounterMetricFamily("podvisor_pleg_relists", "PLEG relists since it started",
+                                      value=int(health.get("relists", 0)))
+            yield CounterMetricFamily("podvisor_pleg_relist_errors",
+                                      "PLEG relists that failed since it started",
+                                      value=int(health.get("relist_errors", 0)))
+
+
+def render_metrics(view: View) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ViewCollector(view))
+    return generate_latest(registry)
