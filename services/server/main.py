@@ -29,6 +29,7 @@ from podvisor.services.server.auth import (
     load_token_file,
 )
 from podvisor.services.server.mainport import make_main_app
+from podvisor.services.server.processes import process_rows
 from podvisor.services.server.replicas import ReplicaPump
 from podvisor.services.server.tls import TlsError, serving_context, serving_pair
 from podvisor.supervisor.child import ChildContext
@@ -70,7 +71,8 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
                         authn=Authenticator(tokens, authn_cfg.anonymous_enabled),
                         authz=AlwaysAllow(), node_name=cfg.node_name, root_dir=cfg.root_dir,
                         config=config_to_mapping(cfg), log=ctx.log,
-                        stopping=stopping.is_set)
+                        stopping=stopping.is_set,
+                        processes=lambda: process_rows(ctx.zctx, ctx.paths.control))
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()

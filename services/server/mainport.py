@@ -9,6 +9,7 @@ Kubernetes ``Status`` objects, never a 500 for a client's mistake.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -70,7 +71,9 @@ def auth_middleware(authn: Authenticator, authz: Authorizer, node_name: str,
 
 def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: Authorizer,
                   node_name: str, root_dir: str, config: Mapping[str, Any], log: Any,
-                  stopping: Callable[[], bool], clock: Clock = time.monotonic,
+                  stopping: Callable[[], bool],
+                  processes: Callable[[], list[dict[str, Any]] | None] = lambda: None,
+                  clock: Clock = time.monotonic,
                   wall: Clock = time.time,
                   refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
     app = make_app(get_view, clock=clock, wall=wall, refresh=refresh,
@@ -104,7 +107,9 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
         view = await current()
         if not view.pleg_synced:
             return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
-        return web.Response(body=render_metrics(view), headers={"Content-Type": CONTENT_TYPE})
+        rows = await asyncio.get_running_loop().run_in_executor(None, processes)
+        return web.Response(body=render_metrics(view, rows),
+                            headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/configz", configz_handler)
     app.router.add_get("/metrics", metrics)

@@ -9,8 +9,14 @@ from its ``_health`` entry as ``podvisor_pleg_relists_total`` and
 ``podvisor_pleg_relist_errors_total`` (they restart from 0 when PLEG restarts: a counter reset,
 which ``rate()`` handles).
 
+The supervised processes, from the supervisor's ``status`` rows (``processes.py``):
+``podvisor_process_restarts_total{process}`` (the supervisor's restart count: monotonic while
+the agent runs, a reset when the agent restarts), ``podvisor_process_state{process,state}`` (1
+for the current state, 0 for the others) and ``podvisor_heartbeat_age_seconds{process}`` (RUNNING
+processes only).
+
 Not yet (issue 13, item 3): metrics made inside other processes (the kubelet's histograms,
-``podvisor_process_*``, CRI call latency), ``/metrics/probes`` and ``/metrics/resource``.
+bus counters, CRI call latency), ``/metrics/probes`` and ``/metrics/resource``.
 """
 
 from __future__ import annotations
@@ -31,11 +37,40 @@ _STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running",
            "CONTAINER_EXITED": "exited"}
 
 
+STATES = ("STOPPED", "STARTING", "RUNNING", "BACKOFF", "STOPPING", "EXITED", "FATAL", "UNKNOWN")
+
+
 class _ViewCollector(Collector):
-    def __init__(self, view: View) -> None:
+    def __init__(self, view: View, processes: list[dict[str, Any]] | None) -> None:
         self._view = view
+        self._processes = processes
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._pleg()
+        if self._processes is not None:
+            yield from self._process_metrics(self._processes)
+
+    def _process_metrics(self, rows: list[dict[str, Any]]) -> Iterator[Metric]:
+        restarts = CounterMetricFamily("podvisor_process_restarts",
+                                       "Restarts of each supervised process", labels=["process"])
+        state = GaugeMetricFamily("podvisor_process_state",
+                                  "1 for the supervised process's current state",
+                                  labels=["process", "state"])
+        age = GaugeMetricFamily("podvisor_heartbeat_age_seconds",
+                                "Seconds since the running process's last heartbeat",
+                                labels=["process"])
+        for row in sorted(rows, key=lambda r: str(r.get("name"))):
+            name = str(row.get("name", ""))
+            restarts.add_metric([name], int(row.get("restarts") or 0))
+            for s in STATES:
+                state.add_metric([name, s], 1.0 if row.get("state") == s else 0.0)
+            if isinstance(row.get("heartbeatAge"), int | float):
+                age.add_metric([name], float(row["heartbeatAge"]))
+        yield restarts
+        yield state
+        yield age
+
+    def _pleg(self) -> Iterator[Metric]:
         pods = 0
         states = dict.fromkeys(("created", "running", "exited", "unknown"), 0)
         health: Mapping[str, Any] | None = None
@@ -68,7 +103,7 @@ class _ViewCollector(Collector):
                                       value=int(health.get("relist_errors", 0)))
 
 
-def render_metrics(view: View) -> bytes:
+def render_metrics(view: View, processes: list[dict[str, Any]] | None = None) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ViewCollector(view))
+    registry.register(_ViewCollector(view, processes))
     return generate_latest(registry)

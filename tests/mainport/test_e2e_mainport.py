@@ -245,3 +245,14 @@ def test_kill9_of_the_server_during_follow(node: Node, wait_for: Any) -> None:
     after = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
              for p in get_pods(node.ro_port)["items"] if p["metadata"]["name"] == "talker-e2e"}
     assert after == before
+    restarts = wait_for(lambda: _metric(node, 'podvisor_process_restarts_total{process="server"}'),
+                        10.0, 0.1, "the server's restart in /metrics")
+    assert restarts >= 1
+    assert _metric(node, 'podvisor_process_state{process="server",state="RUNNING"}') == 1
+
+
+def _metric(node: Node, series: str) -> float | None:
+    for line in node.get("/metrics").text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None

@@ -192,8 +192,18 @@ def _pleg_view() -> View:
     return View(pleg=pleg, pleg_synced=True)
 
 
-def test_metrics_from_the_pleg_view() -> None:
-    text = render_metrics(_pleg_view()).decode()
+ROWS = [{"name": "pleg", "state": "RUNNING", "restarts": 2, "heartbeatAge": 0.25},
+        {"name": "prober", "state": "BACKOFF", "restarts": 5, "heartbeatAge": None}]
+
+
+def test_metrics_from_the_pleg_view_and_the_processes() -> None:
+    text = render_metrics(_pleg_view(), ROWS).decode()
+    assert 'podvisor_process_restarts_total{process="prober"} 5.0' in text
+    assert 'podvisor_process_state{process="prober",state="BACKOFF"} 1.0' in text
+    assert 'podvisor_process_state{process="prober",state="RUNNING"} 0.0' in text
+    assert 'podvisor_heartbeat_age_seconds{process="pleg"} 0.25' in text
+    assert 'podvisor_heartbeat_age_seconds{process="prober"}' not in text
+    assert "podvisor_process" not in render_metrics(_pleg_view(), None).decode()
     assert "kubelet_running_pods 1.0" in text
     assert 'kubelet_running_containers{container_state="exited"} 2.0' in text
     assert 'kubelet_running_containers{container_state="unknown"} 1.0' in text
@@ -205,8 +215,9 @@ def test_metrics_from_the_pleg_view() -> None:
                     reason="promtool not installed (Debian package prometheus; "
                            ".ci/test-packages.txt)")
 def test_metrics_pass_promtool() -> None:
-    done = subprocess.run(["promtool", "check", "metrics"], input=render_metrics(_pleg_view()),
-                          capture_output=True, timeout=60, check=False)
+    text = render_metrics(_pleg_view(), ROWS)
+    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
