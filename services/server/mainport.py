@@ -108,7 +108,8 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
         if not view.pleg_synced:
             return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
         rows = await asyncio.get_running_loop().run_in_executor(None, processes)
-        return web.Response(body=render_metrics(view, rows),
+        body = render_metrics(view, rows, str(Path(root_dir) / "run" / "metrics"))
+        return web.Response(body=body,
                             headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/configz", configz_handler)

@@ -15,17 +15,24 @@ the agent runs, a reset when the agent restarts), ``podvisor_process_state{proce
 for the current state, 0 for the others) and ``podvisor_heartbeat_age_seconds{process}`` (RUNNING
 processes only).
 
-Not yet (issue 13, item 3): metrics made inside other processes (the kubelet's histograms,
-bus counters, CRI call latency), ``/metrics/probes`` and ``/metrics/resource``.
+Metrics made inside other processes come through prometheus-client's multiprocess mode (the
+supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` to ``<rootDir>/run/metrics`` before any child
+starts): so far PLEG's ``kubelet_pleg_relist_duration_seconds`` and
+``kubelet_pleg_relist_interval_seconds`` histograms.
+
+Not yet (issue 13, item 3): the sync loop's and runtime's kubelet metrics, bus counters, CRI
+call latency, ``/metrics/probes`` and ``/metrics/resource``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from podvisor.services.server.replicas import View
@@ -103,7 +110,13 @@ class _ViewCollector(Collector):
                                       value=int(health.get("relist_errors", 0)))
 
 
-def render_metrics(view: View, processes: list[dict[str, Any]] | None = None) -> bytes:
+def render_metrics(view: View, processes: list[dict[str, Any]] | None = None,
+                   multiprocess_dir: str = "") -> bytes:
+    """``multiprocess_dir``: prometheus-client's multiprocess directory (the agent's
+    ``run/metrics``), whose files every child writes; summed in (dead processes' counters and
+    histograms included, so they never go back when a process restarts)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ViewCollector(view, processes))
+    if multiprocess_dir and os.path.isdir(multiprocess_dir):
+        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
     return generate_latest(registry)

@@ -177,6 +177,9 @@ def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None
         return text if float(line.split()[1]) == running_pods() == 2 else None
 
     text = wait_for(agree, 60.0, 0.2, "kubelet_running_pods == Running pods in /pods")
+    relists = wait_for(lambda: _metric(node, "kubelet_pleg_relist_duration_seconds_count"),
+                       30.0, 0.2, "PLEG's histogram (multiprocess mode) in /metrics")
+    assert relists >= 1
     if shutil.which("promtool") is None:
         pytest.skip("promtool not installed (Debian package prometheus)")
     done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
@@ -197,8 +200,10 @@ def test_container_logs_options(node: Node, wait_for: Any) -> None:
     future = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1))
     assert node.get(path, params={"sinceTime": future.strftime("%Y-%m-%dT%H:%M:%SZ")}
                     ).text == ""
-    recent = node.get(path, params={"sinceSeconds": "1"}).text.splitlines()
-    assert 0 < len(recent) < len(node.get(path).text.splitlines())
+    assert node.get(path, params={"sinceSeconds": "3600"}).text.splitlines()[0] == "line 1"
+    third = node.get(path, params={"timestamps": "1"}).text.splitlines()[2].split(" ")[0]
+    since = node.get(path, params={"sinceTime": third}).text.splitlines()
+    assert since[0] == "line 3"
     for bad in ({"tailLines": "-1"}, {"sinceSeconds": "x"}, {"limitBytes": "0"},
                 {"sinceTime": "yesterday"},
                 {"sinceSeconds": "1", "sinceTime": "2024-01-01T00:00:00Z"},
@@ -256,3 +261,17 @@ def _metric(node: Node, series: str) -> float | None:
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def test_counters_of_a_restarted_process_never_go_back(node: Node, wait_for: Any) -> None:
+    """PLEG's histogram (multiprocess mode): kill -9 of PLEG keeps its count monotonic."""
+    series = "kubelet_pleg_relist_duration_seconds_count"
+    before = wait_for(lambda: _metric(node, series), 30.0, 0.1)
+    old = node.handle.state("pleg")
+    node.handle.call("kill", name="pleg", signal="KILL")
+    wait_for(lambda: (s := node.handle.state("pleg"))["state"] == "RUNNING"
+             and s["pid"] != old["pid"], 30.0, 0.1, "pleg restarted")
+    after = wait_for(lambda: (v := _metric(node, series)) is not None and v > before and v,
+                     30.0, 0.1, "the count grows on after the restart")
+    assert after > before
+    assert _metric(node, 'podvisor_process_restarts_total{process="pleg"}') >= 1
