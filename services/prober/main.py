@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import zmq
+from prometheus_client import CollectorRegistry, Counter
 
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
@@ -43,6 +44,10 @@ CALL_TIMEOUT = 4.0
 HOLD = 0.05  # replica traffic waits at most this long after a drain (seconds)
 
 Clock = Callable[[], float]
+
+
+_PROBE_RESULTS = {Result.SUCCESS: "successful", Result.FAILURE: "failed",
+                  Result.UNKNOWN: "unknown"}
 
 
 class _WakePipe:
@@ -82,6 +87,12 @@ class ProberService:
         for uid, value in saved.items():
             self.owner.set(uid, value)
         self.manager = ProbeManager(rand, clock(), saved)
+        # the kubelet's probe counter, served on the main port's /metrics/probes (in the agent
+        # prometheus-client's multiprocess mode writes it to <rootDir>/run/metrics)
+        self.probe_total = Counter(
+            "prober_probe", "Cumulative number of a liveness, readiness or startup probe for a "
+            "container by result", ["probe_type", "result", "container", "pod", "namespace"],
+            registry=CollectorRegistry(auto_describe=False))
         self.runner = runner
         self.desired = MapReplica(ctx.zctx, ctx.paths, "desired", self._on_desired,
                                   snapshot_timeout=SNAPSHOT_TIMEOUT)
@@ -173,6 +184,7 @@ class ProberService:
         before = self.manager.workers.get(task.key)
         old = before.result if before is not None else None
         changed = self.manager.complete(task, outcome.result, now)
+        self._count(uid, name, str(kind), outcome.result)
         if outcome.result is not Result.SUCCESS:
             self.ctx.log.info("prober.probe.failed", pod_uid=uid, container=name,
                               probe=str(kind), result=str(outcome.result),
@@ -180,6 +192,13 @@ class ProberService:
         if changed and before is not None and before.result is not old:
             self.ctx.log.info("prober.result", pod_uid=uid, container=name, probe=str(kind),
                               result=str(before.result), container_id=task.target.container_id)
+
+    def _count(self, uid: str, container: str, kind: str, result: Result) -> None:
+        entry = self.desired.get(uid)
+        meta = entry.get("pod", {}).get("metadata", {}) if isinstance(entry, dict) else {}
+        self.probe_total.labels(
+            probe_type=kind.capitalize(), result=_PROBE_RESULTS[result], container=container,
+            pod=str(meta.get("name", "")), namespace=str(meta.get("namespace", ""))).inc()
 
     def commit(self) -> None:
         """Durable before visible: save the entries, then publish them. So a prober killed at

@@ -1,10 +1,11 @@
 """The main port's application (kubelet ``port``, 10250): HTTPS, authenticated, authorized.
 
 It serves what the read-only port serves (``/healthz``, ``/pods``, ``/runningpods/``) plus
-``/containerLogs/{namespace}/{pod}/{container}``, ``/configz`` and ``/metrics``. Every request,
-whatever its path (an unknown one included), is authenticated first (401 without valid
-credentials), then authorized (403 when not allowed), before anything else; errors are
-Kubernetes ``Status`` objects, never a 500 for a client's mistake.
+``/containerLogs/{namespace}/{pod}/{container}``, ``/configz``, ``/metrics`` and
+``/metrics/probes``. Every request, whatever its path (an unknown one included), is
+authenticated first (401 without valid credentials), then authorized (403 when not allowed),
+before anything else; errors are Kubernetes ``Status`` objects, never a 500 for a client's
+mistake.
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ from podvisor.services.server.containerlogs import (
     parse_options,
     serve_logs,
 )
-from podvisor.services.server.metrics import CONTENT_TYPE, render_metrics
+from podvisor.services.server.metrics import (
+    CONTENT_TYPE,
+    render_metrics,
+    render_probe_metrics,
+)
 from podvisor.services.server.replicas import View
 
 __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
 MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
-             "/containerLogs/{namespace}/{pod}/{container}, /configz and /metrics")
+             "/containerLogs/{namespace}/{pod}/{container}, /configz, /metrics and /metrics/probes")
 REDACTED = "<redacted>"
 
 
@@ -80,6 +85,7 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
                    middlewares=(auth_middleware(authn, authz, node_name, log),),
                    hint=MAIN_HINT)
     pod_logs = Path(root_dir) / "pod-logs"
+    metrics_dir = str(Path(root_dir) / "run" / "metrics")
     configz = {"kubeletconfig": redact_config(config)}
 
     async def current() -> View:
@@ -108,10 +114,16 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
         if not view.pleg_synced:
             return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
         rows = await asyncio.get_running_loop().run_in_executor(None, processes)
-        body = render_metrics(view, rows, str(Path(root_dir) / "run" / "metrics"))
+        body = render_metrics(view, rows, metrics_dir)
         return web.Response(body=body,
                             headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/configz", configz_handler)
+    async def probe_metrics(request: web.Request) -> web.Response:
+        body = await asyncio.get_running_loop().run_in_executor(
+            None, render_probe_metrics, metrics_dir)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/probes", probe_metrics)
     return app

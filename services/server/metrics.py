@@ -18,16 +18,17 @@ processes only).
 Metrics made inside other processes come through prometheus-client's multiprocess mode (the
 supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` to ``<rootDir>/run/metrics`` before any child
 starts): so far PLEG's ``kubelet_pleg_relist_duration_seconds`` and
-``kubelet_pleg_relist_interval_seconds`` histograms.
+``kubelet_pleg_relist_interval_seconds`` histograms; the prober's ``prober_probe_total`` goes to
+``/metrics/probes`` only.
 
 Not yet (issue 13, item 3): the sync loop's and runtime's kubelet metrics, bus counters, CRI
-call latency, ``/metrics/probes`` and ``/metrics/resource``.
+call latency and ``/metrics/resource``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -37,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from podvisor.services.server.replicas import View
 
-__all__ = ["CONTENT_TYPE", "render_metrics"]
+__all__ = ["CONTENT_TYPE", "render_metrics", "render_probe_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running",
@@ -118,5 +119,26 @@ def render_metrics(view: View, processes: list[dict[str, Any]] | None = None,
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ViewCollector(view, processes))
     if multiprocess_dir and os.path.isdir(multiprocess_dir):
-        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+        registry.register(_Filtered(multiprocess_dir, lambda name: not name.startswith("prober_")))
+    return generate_latest(registry)
+
+
+class _Filtered(Collector):
+    """The multiprocess directory's families whose name ``keep`` accepts."""
+
+    def __init__(self, directory: str, keep: Callable[[str], bool]) -> None:
+        self._inner = MultiProcessCollector(None, path=directory)  # type: ignore[no-untyped-call]
+        self._keep = keep
+
+    def collect(self) -> Iterator[Metric]:
+        found = self._inner.collect()  # type: ignore[no-untyped-call]
+        return (m for m in found if self._keep(m.name))
+
+
+def render_probe_metrics(multiprocess_dir: str) -> bytes:
+    """``/metrics/probes``: the prober's ``prober_probe_total{probe_type,result,container,pod,
+    namespace}`` (made in the prober process, read from the multiprocess directory)."""
+    registry = CollectorRegistry(auto_describe=False)
+    if multiprocess_dir and os.path.isdir(multiprocess_dir):
+        registry.register(_Filtered(multiprocess_dir, lambda name: name.startswith("prober_")))
     return generate_latest(registry)

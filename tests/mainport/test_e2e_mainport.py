@@ -42,7 +42,9 @@ TALKER = ("echo $$$$ > {marks}/talker.pid; seq 1 1000000 | while read n; do echo
           "sleep 0.1; done")
 CRASH_ONCE = ("echo run $$$$; test -e {marks}/crashed && exec sleep 3600; "
               "touch {marks}/crashed; exit 1")
+PROBE = "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n"
 ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz", "/metrics",
+             "/metrics/probes",
              "/containerLogs/default/talker-e2e/c", "/no-such-endpoint"]
 
 
@@ -74,7 +76,8 @@ def node() -> Iterator[Node]:
     manifests, marks, pki = tmp / "manifests", tmp / "marks", tmp / "pki"
     for d in (manifests, marks, pki):
         d.mkdir()
-    (manifests / "talker.yaml").write_text(pod_yaml("talker", TALKER.format(marks=marks)))
+    (manifests / "talker.yaml").write_text(pod_yaml("talker", TALKER.format(marks=marks))
+                                           + PROBE)
     (manifests / "crasher.yaml").write_text(pod_yaml("crasher", CRASH_ONCE.format(marks=marks)))
     ca = make_ca(pki)
     client = make_client(pki, ca, "alice", ("admins",))
@@ -187,6 +190,18 @@ def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_probe_metrics(node: Node, wait_for: Any) -> None:
+    series = ('prober_probe_total{container="c",namespace="default",pod="talker-e2e",'
+              'probe_type="Readiness",result="successful"}')
+    assert wait_for(lambda: _metric(node, series, "/metrics/probes"), 30.0, 0.2) >= 1
+    assert "prober_probe" not in node.get("/metrics").text
+    text = node.get("/metrics/probes").content
+    if shutil.which("promtool") is not None:
+        done = subprocess.run(["promtool", "check", "metrics"], input=text,
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_container_logs_options(node: Node, wait_for: Any) -> None:
     path = "/containerLogs/default/talker-e2e/c"
     lines = wait_for(lambda: len(t := node.get(path).text.splitlines()) >= 5 and t, 30.0, 0.1)
@@ -256,8 +271,8 @@ def test_kill9_of_the_server_during_follow(node: Node, wait_for: Any) -> None:
     assert _metric(node, 'podvisor_process_state{process="server",state="RUNNING"}') == 1
 
 
-def _metric(node: Node, series: str) -> float | None:
-    for line in node.get("/metrics").text.splitlines():
+def _metric(node: Node, series: str, path: str = "/metrics") -> float | None:
+    for line in node.get(path).text.splitlines():
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
