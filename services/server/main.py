@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.server.app import make_app
 from podvisor.services.server.auth import (
     AlwaysAllow,
@@ -36,6 +37,7 @@ from podvisor.supervisor.child import ChildContext
 from podvisor.supervisor.config import config_to_mapping
 
 MAIN_RETRY = 5.0
+STATS_TIMEOUT = 10.0  # ListContainerStats for /stats/summary
 SHUTDOWN_TIMEOUT = 2.0  # open connections (a followed log) get this long at stop
 
 
@@ -67,12 +69,23 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
     if pair.generated:
         ctx.log.info("mainport.certificate_generated", cert=str(pair.cert), key=str(pair.key))
     ssl_ctx = serving_context(pair, authn_cfg.client_ca_file)
+    clients: list[RuntimeClient] = []
+
+    def client() -> RuntimeClient:
+        """The runtime's CRI client, made on first use (``/stats/summary``)."""
+        if not clients:
+            endpoint = (f"unix://{ctx.paths.cri_socket}" if cfg.runtime_endpoint == "embedded"
+                        else cfg.runtime_endpoint)
+            clients.append(new_runtime_client(endpoint, timeout=STATS_TIMEOUT))
+        return clients[0]
+
     app = make_main_app(lambda: pump.view, refresh=pump.refresh,
                         authn=Authenticator(tokens, authn_cfg.anonymous_enabled),
                         authz=AlwaysAllow(), node_name=cfg.node_name, root_dir=cfg.root_dir,
                         config=config_to_mapping(cfg), log=ctx.log,
                         stopping=stopping.is_set,
-                        processes=lambda: process_rows(ctx.zctx, ctx.paths.control))
+                        processes=lambda: process_rows(ctx.zctx, ctx.paths.control),
+                        container_stats=lambda: client().list_container_stats())
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()

@@ -1,8 +1,8 @@
 """The main port's application (kubelet ``port``, 10250): HTTPS, authenticated, authorized.
 
 It serves what the read-only port serves (``/healthz``, ``/pods``, ``/runningpods/``) plus
-``/containerLogs/{namespace}/{pod}/{container}``, ``/configz``, ``/metrics`` and
-``/metrics/probes``. Every request, whatever its path (an unknown one included), is
+``/containerLogs/{namespace}/{pod}/{container}``, ``/configz``, ``/stats/summary``,
+``/metrics`` and ``/metrics/probes``. Every request, whatever its path (an unknown one included), is
 authenticated first (401 without valid credentials), then authorized (403 when not allowed),
 before anything else; errors are Kubernetes ``Status`` objects, never a 500 for a client's
 mistake.
@@ -16,8 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
 from aiohttp import web
+from cri_api.v1 import api_pb2 as pb
 
+from podvisor.services.cri import CriError
 from podvisor.services.server.app import Clock, Handler, make_app, status_error
 from podvisor.services.server.auth import Authenticator, Authorizer, attributes
 from podvisor.services.server.containerlogs import (
@@ -32,11 +35,13 @@ from podvisor.services.server.metrics import (
     render_probe_metrics,
 )
 from podvisor.services.server.replicas import View
+from podvisor.services.server.summary import NodeSampler, summary
 
 __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
 MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
-             "/containerLogs/{namespace}/{pod}/{container}, /configz, /metrics and /metrics/probes")
+             "/containerLogs/{namespace}/{pod}/{container}, /configz, /stats/summary, /metrics "
+             "and /metrics/probes")
 REDACTED = "<redacted>"
 
 
@@ -78,6 +83,7 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
                   node_name: str, root_dir: str, config: Mapping[str, Any], log: Any,
                   stopping: Callable[[], bool],
                   processes: Callable[[], list[dict[str, Any]] | None] = lambda: None,
+                  container_stats: Callable[[], list[pb.ContainerStats]] | None = None,
                   clock: Clock = time.monotonic,
                   wall: Clock = time.time,
                   refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
@@ -124,6 +130,27 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
             None, render_probe_metrics, metrics_dir)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
+    sampler = NodeSampler()
+    boot_ns = int(psutil.boot_time() * 1e9)
+
+    async def stats_summary(request: web.Request) -> web.Response:
+        if request.query and set(request.query) != {"only_cpu_and_memory"}:
+            return status_error(400, "BadRequest", "unexpected query parameters: "
+                                + ", ".join(sorted(request.query)))
+        if container_stats is None:
+            return status_error(503, "ServiceUnavailable", "no runtime to ask for stats")
+        view = await current()
+        loop = asyncio.get_running_loop()
+        try:
+            stats = await loop.run_in_executor(None, container_stats)
+        except CriError as exc:
+            return status_error(503, "ServiceUnavailable",
+                                f"the runtime did not answer ListContainerStats: {exc}")
+        now_ns = int(wall() * 1e9)
+        node = await loop.run_in_executor(None, sampler.sample, now_ns, root_dir)
+        return web.json_response(summary(node_name, boot_ns, node, stats, view.pleg))
+
+    app.router.add_get("/stats/summary", stats_summary)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/probes", probe_metrics)
     return app

@@ -43,7 +43,7 @@ TALKER = ("echo $$$$ > {marks}/talker.pid; seq 1 1000000 | while read n; do echo
 CRASH_ONCE = ("echo run $$$$; test -e {marks}/crashed && exec sleep 3600; "
               "touch {marks}/crashed; exit 1")
 PROBE = "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n"
-ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz", "/metrics",
+ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz", "/metrics", "/stats/summary",
              "/metrics/probes",
              "/containerLogs/default/talker-e2e/c", "/no-such-endpoint"]
 
@@ -78,6 +78,8 @@ def node() -> Iterator[Node]:
         d.mkdir()
     (manifests / "talker.yaml").write_text(pod_yaml("talker", TALKER.format(marks=marks))
                                            + PROBE)
+    (manifests / "burner.yaml").write_text(pod_yaml("burner", "while :; do :; done")
+                                           + "    resources: {limits: {cpu: 200m}}\n")
     (manifests / "crasher.yaml").write_text(pod_yaml("crasher", CRASH_ONCE.format(marks=marks)))
     ca = make_ca(pki)
     client = make_client(pki, ca, "alice", ("admins",))
@@ -177,7 +179,7 @@ def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None
     def agree() -> str | None:
         text = node.get("/metrics").text
         line = next(ln for ln in text.splitlines() if ln.startswith("kubelet_running_pods "))
-        return text if float(line.split()[1]) == running_pods() == 2 else None
+        return text if float(line.split()[1]) == running_pods() == 3 else None
 
     text = wait_for(agree, 60.0, 0.2, "kubelet_running_pods == Running pods in /pods")
     relists = wait_for(lambda: _metric(node, "kubelet_pleg_relist_duration_seconds_count"),
@@ -200,6 +202,33 @@ def test_probe_metrics(node: Node, wait_for: Any) -> None:
         done = subprocess.run(["promtool", "check", "metrics"], input=text,
                               capture_output=True, timeout=60, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_stats_summary(node: Node, wait_for: Any) -> None:
+    def pods() -> dict[str, Any] | None:
+        body = node.get("/stats/summary").json()
+        by_name = {p["podRef"]["name"]: p for p in body["pods"]}
+        if not {"talker-e2e", "burner-e2e", "crasher-e2e"} <= set(by_name):
+            return None
+        burner, talker = by_name["burner-e2e"], by_name["talker-e2e"]
+        if burner["cpu"]["usageNanoCores"] <= talker["cpu"]["usageNanoCores"]:
+            return None  # the first sample of a container has no rate yet
+        return {"body": body, **by_name}
+
+    found = wait_for(pods, 60.0, 0.5, "every pod in /stats/summary, the burner burning")
+    body = found["body"]
+    assert body["node"]["nodeName"] == "e2e"
+    assert body["node"]["cpu"]["usageCoreNanoSeconds"] > 0
+    assert body["node"]["memory"]["workingSetBytes"] > 0
+    for pod in body["pods"]:
+        assert pod["podRef"]["namespace"] == "default" and pod["podRef"]["uid"]
+        assert pod["startTime"] and pod["cpu"] and pod["memory"]
+        for c in pod["containers"]:
+            assert c["name"] == "c" and c["startTime"]
+            assert c["cpu"]["usageCoreNanoSeconds"] >= 0  # a sleeping shell may have used 0
+            assert c["memory"]["workingSetBytes"] > 0
+    assert found["burner-e2e"]["cpu"]["usageCoreNanoSeconds"] > 0
+    assert node.get("/stats/summary", params={"x": "1"}).status_code == 400
 
 
 def test_container_logs_options(node: Node, wait_for: Any) -> None:
