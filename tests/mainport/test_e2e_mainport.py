@@ -8,6 +8,7 @@ server process during ``logs --follow``: the port is back, the pods are untouche
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shutil
 import subprocess
@@ -229,6 +230,25 @@ def test_stats_summary(node: Node, wait_for: Any) -> None:
             assert c["memory"]["workingSetBytes"] > 0
     assert found["burner-e2e"]["cpu"]["usageCoreNanoSeconds"] > 0
     assert node.get("/stats/summary", params={"x": "1"}).status_code == 400
+
+
+def test_podvisorctl_top(node: Node, wait_for: Any) -> None:
+    def burning() -> list[dict[str, Any]] | None:
+        done = node.handle.ctl("top", "--json")
+        assert done.returncode == 0, done.stderr
+        pods = json.loads(done.stdout)
+        by_name = {p["name"]: p for p in pods}
+        burner = by_name.get("burner-e2e")
+        return pods if burner and burner["cpuNanoCores"] > 0 and "talker-e2e" in by_name \
+            else None
+
+    pods = wait_for(burning, 60.0, 0.2, "podvisorctl top shows the burner burning")
+    assert all(p["memoryWorkingSetBytes"] > 0 and p["containers"] for p in pods)
+    table = node.handle.ctl("top")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]
+    assert any(ln.split()[1] == "burner-e2e" and ln.split()[2].endswith("m") for ln in lines[1:])
 
 
 def test_container_logs_options(node: Node, wait_for: Any) -> None:

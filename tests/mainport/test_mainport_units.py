@@ -8,6 +8,7 @@ import asyncio
 import datetime
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +274,10 @@ def test_anonymous_only_when_enabled(tmp_path: Path) -> None:
     assert _serve_and_get(tmp_path, AlwaysAllow(), False, "/configz", {})[0] == 401
     key = tmp_path / "pki" / "kubelet.key"
     assert key.stat().st_mode & 0o777 == 0o600
+
+
+def test_podvisorctl_top_without_a_runtime_exits_2(tmp_path: Path) -> None:
+    ctl = Path(sys.executable).parent / "podvisorctl"
+    done = subprocess.run([str(ctl), "--root-dir", str(tmp_path), "top"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "did not answer ListContainerStats" in done.stderr
