@@ -281,3 +281,23 @@ def test_podvisorctl_top_without_a_runtime_exits_2(tmp_path: Path) -> None:
     done = subprocess.run([str(ctl), "--root-dir", str(tmp_path), "top"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and "did not answer ListContainerStats" in done.stderr
+
+
+def test_auth_flags_use_the_kubelet_names() -> None:
+    import argparse
+
+    from podvisor.supervisor.flags import add_config_flags, overrides_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    args = parser.parse_args(["--anonymous-auth", "true", "--client-ca-file", "/ca.crt",
+                              "--token-auth-file", "/t.csv", "--authorization-mode",
+                              "AlwaysAllow", "--tls-cert-file", "/s.crt",
+                              "--tls-private-key-file", "/s.key", "--port", "0"])
+    cfg = config_from_mapping(overrides_from_args(args))
+    assert cfg.authentication.anonymous_enabled and cfg.authentication.client_ca_file == "/ca.crt"
+    assert cfg.authentication.token_file == "/t.csv" and cfg.tls_cert_file == "/s.crt"
+    assert cfg.port == 0
+    bad = parser.parse_args(["--authorization-mode", "Webhook"])
+    with pytest.raises(ConfigError, match="API server"):
+        config_from_mapping(overrides_from_args(bad))
