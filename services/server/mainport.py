@@ -2,10 +2,10 @@
 
 It serves what the read-only port serves (``/healthz``, ``/pods``, ``/runningpods/``) plus
 ``/containerLogs/{namespace}/{pod}/{container}``, ``/configz``, ``/stats/summary``,
-``/metrics`` and ``/metrics/probes``. Every request, whatever its path (an unknown one included), is
-authenticated first (401 without valid credentials), then authorized (403 when not allowed),
-before anything else; errors are Kubernetes ``Status`` objects, never a 500 for a client's
-mistake.
+``/metrics``, ``/metrics/probes`` and ``/metrics/resource``. Every request, whatever its path
+(an unknown one included), is authenticated first (401 without valid credentials), then
+authorized (403 when not allowed), before anything else; errors are Kubernetes ``Status``
+objects, never a 500 for a client's mistake.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 from aiohttp import web
 from cri_api.v1 import api_pb2 as pb
@@ -33,6 +34,7 @@ from podvisor.services.server.metrics import (
     CONTENT_TYPE,
     render_metrics,
     render_probe_metrics,
+    render_resource_metrics,
 )
 from podvisor.services.server.replicas import View
 from podvisor.services.server.summary import NodeSampler, summary
@@ -40,8 +42,8 @@ from podvisor.services.server.summary import NodeSampler, summary
 __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
 MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
-             "/containerLogs/{namespace}/{pod}/{container}, /configz, /stats/summary, /metrics "
-             "and /metrics/probes")
+             "/containerLogs/{namespace}/{pod}/{container}, /configz, /stats/summary, /metrics, "
+             "/metrics/probes and /metrics/resource")
 REDACTED = "<redacted>"
 
 
@@ -133,24 +135,39 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
     sampler = NodeSampler()
     boot_ns = int(psutil.boot_time() * 1e9)
 
+    async def make_summary() -> dict[str, Any]:
+        """Raises ``CriError`` when the runtime does not answer."""
+        if container_stats is None:
+            raise CriError("ListContainerStats", grpc.StatusCode.UNAVAILABLE,
+                           "no runtime to ask for stats")
+        view = await current()
+        loop = asyncio.get_running_loop()
+        stats = await loop.run_in_executor(None, container_stats)
+        now_ns = int(wall() * 1e9)
+        node = await loop.run_in_executor(None, sampler.sample, now_ns, root_dir)
+        return summary(node_name, boot_ns, node, stats, view.pleg)
+
     async def stats_summary(request: web.Request) -> web.Response:
         if request.query and set(request.query) != {"only_cpu_and_memory"}:
             return status_error(400, "BadRequest", "unexpected query parameters: "
                                 + ", ".join(sorted(request.query)))
-        if container_stats is None:
-            return status_error(503, "ServiceUnavailable", "no runtime to ask for stats")
-        view = await current()
-        loop = asyncio.get_running_loop()
         try:
-            stats = await loop.run_in_executor(None, container_stats)
+            return web.json_response(await make_summary())
         except CriError as exc:
             return status_error(503, "ServiceUnavailable",
                                 f"the runtime did not answer ListContainerStats: {exc}")
-        now_ns = int(wall() * 1e9)
-        node = await loop.run_in_executor(None, sampler.sample, now_ns, root_dir)
-        return web.json_response(summary(node_name, boot_ns, node, stats, view.pleg))
+
+    async def resource_metrics(request: web.Request) -> web.Response:
+        try:
+            body: dict[str, Any] | None = await make_summary()
+        except CriError as exc:
+            log.warning("mainport.resource_metrics_failed", error=str(exc))
+            body = None
+        return web.Response(body=render_resource_metrics(body),
+                            headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/stats/summary", stats_summary)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/probes", probe_metrics)
+    app.router.add_get("/metrics/resource", resource_metrics)
     return app

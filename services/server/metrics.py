@@ -21,8 +21,11 @@ starts): so far PLEG's ``kubelet_pleg_relist_duration_seconds`` and
 ``kubelet_pleg_relist_interval_seconds`` histograms; the prober's ``prober_probe_total`` goes to
 ``/metrics/probes`` only.
 
-Not yet (issue 13, item 3): the sync loop's and runtime's kubelet metrics, bus counters, CRI
-call latency and ``/metrics/resource``.
+``/metrics/resource`` renders the same figures as ``/stats/summary`` under the kubelet's
+resource metric names.
+
+Not yet (issue 13, item 3): the sync loop's and runtime's kubelet metrics, bus counters and CRI
+call latency.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from prometheus_client.registry import Collector
 
 from podvisor.services.server.replicas import View
 
-__all__ = ["CONTENT_TYPE", "render_metrics", "render_probe_metrics"]
+__all__ = ["CONTENT_TYPE", "render_metrics", "render_probe_metrics", "render_resource_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running",
@@ -141,4 +144,55 @@ def render_probe_metrics(multiprocess_dir: str) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     if multiprocess_dir and os.path.isdir(multiprocess_dir):
         registry.register(_Filtered(multiprocess_dir, lambda name: name.startswith("prober_")))
+    return generate_latest(registry)
+
+
+class _ResourceCollector(Collector):
+    """``/metrics/resource`` from a ``/stats/summary`` body (the kubelet's names)."""
+
+    def __init__(self, summary: Mapping[str, Any] | None) -> None:
+        self._summary = summary
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("scrape_error",
+                                "1 if there was an error while getting container metrics, "
+                                "0 otherwise", value=0 if self._summary is not None else 1)
+        if self._summary is None:
+            return
+        node = self._summary.get("node", {})
+        yield CounterMetricFamily("node_cpu_usage_seconds",
+                                  "Cumulative cpu time consumed by the node in core-seconds",
+                                  value=node.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
+        yield GaugeMetricFamily("node_memory_working_set_bytes",
+                                "Current working set of the node in bytes",
+                                value=node.get("memory", {}).get("workingSetBytes", 0))
+        labels = ["container", "pod", "namespace"]
+        c_cpu = CounterMetricFamily("container_cpu_usage_seconds",
+                                    "Cumulative cpu time consumed by the container in "
+                                    "core-seconds", labels=labels)
+        c_mem = GaugeMetricFamily("container_memory_working_set_bytes",
+                                  "Current working set of the container in bytes", labels=labels)
+        p_cpu = CounterMetricFamily("pod_cpu_usage_seconds",
+                                    "Cumulative cpu time consumed by the pod in core-seconds",
+                                    labels=["pod", "namespace"])
+        p_mem = GaugeMetricFamily("pod_memory_working_set_bytes",
+                                  "Current working set of the pod in bytes",
+                                  labels=["pod", "namespace"])
+        for pod in self._summary.get("pods", []):
+            ref = pod.get("podRef", {})
+            name, ns = str(ref.get("name", "")), str(ref.get("namespace", ""))
+            for c in pod.get("containers", []):
+                values = [str(c.get("name", "")), name, ns]
+                c_cpu.add_metric(values, c.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
+                c_mem.add_metric(values, c.get("memory", {}).get("workingSetBytes", 0))
+            p_cpu.add_metric([name, ns], pod.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
+            p_mem.add_metric([name, ns], pod.get("memory", {}).get("workingSetBytes", 0))
+        yield from (c_cpu, c_mem, p_cpu, p_mem)
+
+
+def render_resource_metrics(summary: Mapping[str, Any] | None) -> bytes:
+    """``/metrics/resource``: node, pod and container CPU and memory (the kubelet's names);
+    ``summary`` None when the runtime did not answer (``scrape_error 1``)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ResourceCollector(summary))
     return generate_latest(registry)

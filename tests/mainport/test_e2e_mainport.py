@@ -45,7 +45,7 @@ CRASH_ONCE = ("echo run $$$$; test -e {marks}/crashed && exec sleep 3600; "
               "touch {marks}/crashed; exit 1")
 PROBE = "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n"
 ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz", "/metrics", "/stats/summary",
-             "/metrics/probes",
+             "/metrics/probes", "/metrics/resource",
              "/containerLogs/default/talker-e2e/c", "/no-such-endpoint"]
 
 
@@ -230,6 +230,19 @@ def test_stats_summary(node: Node, wait_for: Any) -> None:
             assert c["memory"]["workingSetBytes"] > 0
     assert found["burner-e2e"]["cpu"]["usageCoreNanoSeconds"] > 0
     assert node.get("/stats/summary", params={"x": "1"}).status_code == 400
+
+
+def test_resource_metrics(node: Node, wait_for: Any) -> None:
+    series = 'container_cpu_usage_seconds_total{container="c",namespace="default",pod="burner-e2e"}'
+    assert wait_for(lambda: _metric(node, series, "/metrics/resource"), 30.0, 0.2) > 0
+    assert _metric(node, "scrape_error", "/metrics/resource") == 0
+    assert _metric(node, 'pod_memory_working_set_bytes{namespace="default",pod="talker-e2e"}',
+                   "/metrics/resource") > 0
+    if shutil.which("promtool") is not None:
+        done = subprocess.run(["promtool", "check", "metrics"],
+                              input=node.get("/metrics/resource").content,
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_podvisorctl_top(node: Node, wait_for: Any) -> None:
