@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from podvisor.common.config import read_config_json
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.config import read_config_json
 
 __all__ = ["main_top", "pod_usage"]
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from podvisor.supervisor.config import (
+from podvisor.common.config import (
     AUTHN_KEYS,
     AUTHN_SUB_KEYS,
     AUTHZ_KEYS,

@@ -21,6 +21,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import config_to_mapping
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.server.app import make_app
 from podvisor.services.server.auth import (
@@ -33,8 +36,6 @@ from podvisor.services.server.mainport import make_main_app
 from podvisor.services.server.processes import process_rows
 from podvisor.services.server.replicas import ReplicaPump
 from podvisor.services.server.tls import TlsError, serving_context, serving_pair
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import config_to_mapping
 
 MAIN_RETRY = 5.0
 STATS_TIMEOUT = 10.0  # ListContainerStats for /stats/summary
@@ -46,7 +47,8 @@ class PumpDied(RuntimeError):
 
 
 async def _start_read_only(ctx: ChildContext, pump: ReplicaPump) -> web.AppRunner:
-    app = make_app(lambda: pump.view, refresh=pump.refresh)
+    app = make_app(lambda: pump.view, clock=ctx.clock.monotonic, wall=ctx.clock.wall,
+                   refresh=pump.refresh)
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
@@ -63,7 +65,7 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
     cfg = ctx.config
     authn_cfg = cfg.authentication
     tokens = load_token_file(Path(authn_cfg.token_file)) if authn_cfg.token_file else {}
-    now = datetime.datetime.now(datetime.UTC)  # the certificate's validity: the wall clock
+    now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the certificate's
     pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
                         cfg.node_name, cfg.address, now)
     if pair.generated:
@@ -74,8 +76,7 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
     def client() -> RuntimeClient:
         """The runtime's CRI client, made on first use (``/stats/summary``)."""
         if not clients:
-            endpoint = (f"unix://{ctx.paths.cri_socket}" if cfg.runtime_endpoint == "embedded"
-                        else cfg.runtime_endpoint)
+            endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket)
             clients.append(new_runtime_client(endpoint, timeout=STATS_TIMEOUT))
         return clients[0]
 
@@ -83,7 +84,8 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
                         authn=Authenticator(tokens, authn_cfg.anonymous_enabled),
                         authz=AlwaysAllow(), node_name=cfg.node_name, root_dir=cfg.root_dir,
                         config=config_to_mapping(cfg), log=ctx.log,
-                        stopping=stopping.is_set,
+                        stopping=stopping.is_set, clock=ctx.clock.monotonic,
+                        wall=ctx.clock.wall,
                         processes=lambda: process_rows(ctx.zctx, ctx.paths.control),
                         container_stats=lambda: client().list_container_stats())
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
@@ -164,7 +166,7 @@ def run(ctx: ChildContext) -> None:
         while not ctx.sleep(3600):
             pass
         return
-    pump = ReplicaPump(ctx.zctx, ctx.paths)
+    pump = ReplicaPump(ctx.zctx, ctx.paths, ctx.clock)
     pump.start()
     try:
         asyncio.run(_serve(ctx, pump))

@@ -15,6 +15,11 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession, web
 
+from podvisor.common.config import (
+    ConfigError,
+    config_from_mapping,
+    config_to_mapping,
+)
 from podvisor.services.server.auth import (
     ANONYMOUS,
     AlwaysAllow,
@@ -36,11 +41,6 @@ from podvisor.services.server.mainport import REDACTED, make_main_app, redact_co
 from podvisor.services.server.metrics import render_metrics
 from podvisor.services.server.replicas import View
 from podvisor.services.server.tls import serving_context, serving_pair
-from podvisor.supervisor.config import (
-    ConfigError,
-    config_from_mapping,
-    config_to_mapping,
-)
 
 # --- config ---
 
@@ -81,7 +81,7 @@ def test_bad_auth_config_names_the_key(raw: dict[str, Any], key: str, words: str
 
 
 def test_relative_auth_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
-    from podvisor.supervisor.config import load_config
+    from podvisor.common.config import load_config
 
     (tmp_path / "c.yaml").write_text("authentication:\n  tokenFile: tokens.csv\n"
                                      "  x509: {clientCAFile: ca.crt}\n"
