@@ -98,7 +98,9 @@ def test_stats(cri_runtime: Any) -> None:
 
 def test_pod_sandbox_stats(cri_runtime: Any) -> None:
     """CRI PodSandboxStats / ListPodSandboxStats (over the client's gRPC stub: the
-    RuntimeClient interface has no method for them yet)."""
+    RuntimeClient interface has no method for them yet, so the fake is left out)."""
+    if not hasattr(cri_runtime.client, "_rt"):
+        pytest.skip(f"{cri_runtime.name}: not a gRPC client (no PodSandboxStats stub)")
     sandbox = cri_runtime.run("sbstats")
     cid = cri_runtime.start(sandbox, "busy", ["sleep", "1000"])
     stub = cri_runtime.client._rt
