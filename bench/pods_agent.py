@@ -77,7 +77,7 @@ def pod_name(name: str) -> str:
 
 
 class Agent:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, extra: dict[str, Any] | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="pvbp", dir="/tmp"))
         self.manifests = self.tmp / "manifests"
         self.staging = self.tmp / "staging"  # same filesystem: a rename drops a file at once
@@ -87,7 +87,8 @@ class Agent:
         self.port = port
         config = {"rootDir": str(self.paths.root), "nodeName": NODE,
                   "staticPodPath": str(self.manifests), "readOnlyPort": port,
-                  "stopPodsOnExit": True, "supervision": {"shutdownTimeout": "60s"}}
+                  "stopPodsOnExit": True, "supervision": {"shutdownTimeout": "60s"},
+                  "port": 0, **(extra or {})}
         (self.tmp / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         self.log = (self.tmp / "agent.stderr").open("wb")
         self.proc = subprocess.Popen(

@@ -88,6 +88,7 @@ def run_agent(
     paths = RunPaths(Path(config.root_dir))
     paths.ensure()
     lock = lock_root(paths)
+    _metrics_dir(paths)
     sup_cfg = config.supervision
     log = setup_logging("supervisor", paths.logs_dir, sup_cfg.log_level, sup_cfg.log_max_size,
                         sup_cfg.log_max_files)
@@ -146,6 +147,22 @@ def run_agent(
             _unlink_ipc(endpoint)
         lock.close()
         sys.stderr.flush()
+
+
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _metrics_dir(paths: RunPaths) -> None:
+    """prometheus-client's multiprocess mode for the children: each writes its metrics to
+    mmap files in ``<rootDir>/run/metrics`` (the server's ``/metrics`` sums them). Emptied at
+    start (under the root lock: the previous agent's are stale), and set in the environment
+    before the forkserver (which imports prometheus_client) or any child starts."""
+    import shutil
+
+    directory = paths.run_dir / "metrics"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ[METRICS_ENV] = str(directory)
 
 
 def _default_spawner(config: Config, specs: tuple[ProcessSpec, ...]) -> Spawner:

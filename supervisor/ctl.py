@@ -71,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--pod", default=None, help="only this pod's (name or namespace/name)")
     ev.add_argument("--limit", type=int, default=None, help="only the last N")
+    top = sub.add_parser("top", help="per-pod CPU and memory (kubectl top pod)")
+    top.add_argument("--json", action="store_true")
     lg = sub.add_parser("logs", help="container logs")
     lg.add_argument("pod")
     lg.add_argument("container", nargs="?")
@@ -154,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_logs(root, ns.pod, ns.container, ns.follow, ns.tail)
+    if ns.cmd == "top":  # asks the runtime (CRI) directly
+        from podvisor.supervisor.ctl_top import main_top
+
+        root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
+        return main_top(root, ns.json, ns.timeout or 10.0)
     endpoint = ns.endpoint or endpoint_for_root(
         ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT))
     timeout = ns.timeout if ns.timeout is not None else (

@@ -51,6 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Histogram
+
 from podvisor.common.child import ChildContext
 from podvisor.common.logs import EventLog
 from podvisor.common.service import ServiceLoop
@@ -94,6 +96,21 @@ class Counters:
     event_drops: int = 0
 
 
+class RelistMetrics:
+    """The kubelet's PLEG histograms. In the agent the supervisor turns on prometheus-client's
+    multiprocess mode, so the values land in ``<rootDir>/run/metrics`` for the server's
+    ``/metrics``; a private registry keeps several loops in one test process apart."""
+
+    def __init__(self) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        self.duration = Histogram("kubelet_pleg_relist_duration_seconds",
+                                  "Duration in seconds for relisting pods in PLEG",
+                                  registry=registry)
+        self.interval = Histogram("kubelet_pleg_relist_interval_seconds",
+                                  "Interval in seconds between relisting in PLEG",
+                                  registry=registry)
+
+
 class PlegLoop:
     """One relist step and its publishing; the I/O edges are injected (owner, publisher)."""
 
@@ -108,12 +125,18 @@ class PlegLoop:
         self._clock = clock
         self._wall = wall
         self.counters = Counters()
+        self.metrics = RelistMetrics()
+        self._last_start: float | None = None
         self.last_ok_wall = 0.0
         self._last_error_log = -ERROR_LOG_EVERY
         self._failing = False
 
     def step(self, events_mode: str, stream_drops: int = 0) -> RelistResult | None:
         """Relist once and publish. Returns None when the runtime could not be listed."""
+        start = self._clock()
+        if self._last_start is not None:
+            self.metrics.interval.observe(max(0.0, start - self._last_start))
+        self._last_start = start
         try:
             result = self._relister.relist()
         except CriError as err:
@@ -123,6 +146,7 @@ class PlegLoop:
             self._log.info("pleg.relist_recovered", errors=self.counters.relist_errors)
             self._failing = False
         self.counters.relists += 1
+        self.metrics.duration.observe(result.duration)
         self.last_ok_wall = self._wall()
         self._publish(result, self._health(result, events_mode, stream_drops))
         return result

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
+
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.maps import DESIRED, PLEG, PROBES, PodProbes
@@ -35,6 +37,10 @@ SNAPSHOT_TIMEOUT = 0.5
 CALL_TIMEOUT = 4.0
 HOLD = 0.05  # replica traffic waits at most this long after a drain (seconds)
 
+_PROBE_RESULTS = {Result.SUCCESS: "successful", Result.FAILURE: "failed",
+                  Result.UNKNOWN: "unknown"}
+
+
 class ProberService:
     def __init__(self, ctx: ChildContext, runner: ProbeRunner,
                  rand: Callable[[], float] = random.random) -> None:
@@ -48,6 +54,12 @@ class ProberService:
         for uid, value in saved.items():
             self.owner.set(uid, PodProbes.from_entry(value))
         self.manager = ProbeManager(rand, clock.monotonic(), saved)
+        # the kubelet's probe counter, served on the main port's /metrics/probes (in the agent
+        # prometheus-client's multiprocess mode writes it to <rootDir>/run/metrics)
+        self.probe_total = Counter(
+            "prober_probe", "Cumulative number of a liveness, readiness or startup probe for a "
+            "container by result", ["probe_type", "result", "container", "pod", "namespace"],
+            registry=CollectorRegistry(auto_describe=False))
         self.runner = runner
         self.desired = self.loop.replica(DESIRED, self._on_desired,
                                          snapshot_timeout=SNAPSHOT_TIMEOUT)
@@ -138,6 +150,7 @@ class ProberService:
         before = self.manager.workers.get(task.key)
         old = before.result if before is not None else None
         changed = self.manager.complete(task, outcome.result, now)
+        self._count(uid, name, str(kind), outcome.result)
         if outcome.result is not Result.SUCCESS:
             self.ctx.log.info("prober.probe.failed", pod_uid=uid, container=name,
                               probe=str(kind), result=str(outcome.result),
@@ -145,6 +158,13 @@ class ProberService:
         if changed and before is not None and before.result is not old:
             self.ctx.log.info("prober.result", pod_uid=uid, container=name, probe=str(kind),
                               result=str(before.result), container_id=task.target.container_id)
+
+    def _count(self, uid: str, container: str, kind: str, result: Result) -> None:
+        entry = self.desired.get(uid)
+        meta = entry.get("pod", {}).get("metadata", {}) if isinstance(entry, dict) else {}
+        self.probe_total.labels(
+            probe_type=kind.capitalize(), result=_PROBE_RESULTS[result], container=container,
+            pod=str(meta.get("name", "")), namespace=str(meta.get("namespace", ""))).inc()
 
     def commit(self) -> None:
         """Durable before visible: save the entries, then publish them. So a prober killed at
