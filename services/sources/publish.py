@@ -42,6 +42,10 @@ class SetPublisher:
         self._publisher.publish(msg)
         self._owner.set(SET_KEY, {"pods": msg.pods, "errors": msg.errors})
 
+    def set_value(self, key: str, value: object) -> None:
+        """Another key of the source's map (the API source's ``mirrors``)."""
+        self._owner.set(key, value)
+
     @property
     def socket(self) -> zmq.Socket[bytes]:
         """The map's snapshot ROUTER: poll it and call ``service()`` when readable."""

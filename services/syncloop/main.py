@@ -90,6 +90,8 @@ def _sources(ctx: ChildContext) -> set[str]:
         out.add("file")
     if ctx.config.static_pod_url:
         out.add("http")
+    if ctx.config.kubeconfig and not ctx.config.run_once:
+        out.add("api")
     return out
 
 
