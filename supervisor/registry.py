@@ -88,6 +88,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url,
             runonce=True),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
+    Builtin("node", "podvisor.services.node.main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
