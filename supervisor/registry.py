@@ -89,6 +89,7 @@ BUILTINS: tuple[Builtin, ...] = (
             runonce=True),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
     Builtin("node", "podvisor.services.node.main", _has_kubeconfig),
+    Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
