@@ -35,6 +35,7 @@ from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
 from podvisor.services.prober.verdicts import liveness_failed
 from podvisor.services.sources.publish import SET_KEY, map_name
+from podvisor.services.syncloop.admission import Capacity
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -137,7 +138,9 @@ def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
     table = WorkerTable(Timing(resync=cfg.sync_frequency))
     loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
                              desired=owner, submit=submit,
-                             wake=wake.wake, node_name=cfg.node_name))
+                             wake=wake.wake, node_name=cfg.node_name,
+                             capacity=Capacity(sync.node.cpu_millis, sync.node.memory_bytes,
+                                               cfg.max_pods) if cfg.kubeconfig else None))
     return loop, owner
 
 

@@ -1,6 +1,7 @@
 """source-api end to end: a real agent (embedded runtime) with a kubeconfig for the stand-in API
 server (HTTPS, client certificate); pods bound to the node run, other nodes' pods and mirror
-pods do not, a pod removed from the API stops, and a restart of source-api restarts no pod."""
+pods do not, a pod removed from the API stops, a restart of source-api restarts no pod, and a
+pod larger than the Node's allocatable is rejected (OutOfcpu) with that status in the API."""
 
 from __future__ import annotations
 
@@ -85,3 +86,17 @@ def test_api_pods_run_mirror_and_foreign_pods_do_not(api: KubeApi, agent: Any,
 
     wait_for(late_gone, timeout=60, message="late stopped")
     assert running(port)["web"] == first["web"]
+    # admission against the Node's allocatable: a pod asking for more CPU than the node has
+    big = api_pod("big")
+    big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100000"}}
+    api.store.create("pods", "default", big)
+
+    def rejected() -> dict[str, Any] | None:
+        st = api.store.get("pods", "default", "big").get("status", {})
+        return st if st.get("phase") == "Failed" else None
+
+    status = wait_for(rejected, timeout=30, message="big Failed in the API")
+    assert status["reason"] == "OutOfcpu"
+    assert status["message"].startswith("Node didn't have enough resource: cpu, requested: "
+                                        "100000000")
+    assert "big" not in running(port)
