@@ -153,6 +153,8 @@ TOP_KEYS: tuple[Key, ...] = (
         "cap of the back-off between failed API requests (0.8 s doubling)"),
     Key("statusSweepFrequency", "status_sweep_frequency", DURATION,
         "every API pod's status is compared with the API's and written this often"),
+    Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
+        "ConfigMaps and Secrets read for pods are cached this long"),
 )
 
 SUPERVISION_KEYS: tuple[Key, ...] = (
@@ -258,6 +260,7 @@ class Config:
     api_watch_timeout: float = 300.0
     api_retry_max_delay: float = 30.0
     status_sweep_frequency: float = 10.0
+    api_object_cache_ttl: float = 10.0
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
 

@@ -134,7 +134,7 @@ def _parse(obj: Obj) -> Pod | SourceError:
     body.setdefault("kind", "Pod")
     body.setdefault("apiVersion", "v1")
     try:
-        parsed = pod_from_dict(body, where)
+        parsed = pod_from_dict(body, where, api_objects=True)
     except PodValidationError as exc:
         first = exc.errors[0] if exc.errors else None
         return SourceError(where, first.field if first else "",

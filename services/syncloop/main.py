@@ -29,6 +29,7 @@ from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.messages import AllPodsStopped
+from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.events.logbridge import EventingLog
 from podvisor.services.events.publisher import EventPublisher
@@ -36,6 +37,7 @@ from podvisor.services.events.recorder import Recorder
 from podvisor.services.prober.verdicts import liveness_failed
 from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.admission import Capacity
+from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -120,7 +122,9 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
                     cache=RuntimeCache(cri, time.monotonic, time.time) if shared else None,
                     images=ImagePresence(cri, time.monotonic) if shared else None,
-                    network=NetworkState())
+                    network=NetworkState(),
+                    objects=ApiObjects(ApiConnection(cfg.kubeconfig), cfg.api_object_cache_ttl)
+                    if cfg.kubeconfig else None)
 
 
 def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,

@@ -189,6 +189,11 @@ class KubeApi:
                                              "data": {"ca.crt": self._ca.cert_pem.bytes()
                                                       .decode()}})
 
+    def create_pod(self, ns: str, pod: Obj) -> Obj:
+        """Create a pod as a POST would: through the admission plugins (ServiceAccount)."""
+        self.store.get("namespaces", "", ns)
+        return self.store.create("pods", ns, self._admit_pod(ns, pod))
+
     def client_cert(self, user: str, groups: tuple[str, ...] = ()) -> tuple[Path, Path]:
         """A client certificate (CN ``user``, O ``groups``) and its key, as files."""
         cert = self._ca.issue_cert("client.invalid", common_name=user,
