@@ -5,6 +5,8 @@
   ``ApiError`` (an HTTP answer) and ``ApiUnreachable`` (none).
 - ``Reflector``: list + watch of one collection on a thread (bookmarks, 410 relist, back-off).
 - ``WakePipe``: how a helper thread wakes a process's poll loop.
+- ``WebhookAuthenticator`` / ``WebhookAuthorizer`` / ``request_attributes``: TokenReview and
+  SubjectAccessReview for the main port (cached, fail closed); see ``webhook.py``.
 """
 
 from podvisor.services.apiserver.client import (
@@ -18,6 +20,14 @@ from podvisor.services.apiserver.client import (
 )
 from podvisor.services.apiserver.reflector import Reflector, Sink
 from podvisor.services.apiserver.wake import WakePipe
+from podvisor.services.apiserver.webhook import (
+    Attributes,
+    Decision,
+    User,
+    WebhookAuthenticator,
+    WebhookAuthorizer,
+    request_attributes,
+)
 
 __all__ = [
     "MERGE_PATCH",
@@ -25,9 +35,15 @@ __all__ = [
     "ApiConnection",
     "ApiError",
     "ApiUnreachable",
+    "Attributes",
+    "Decision",
     "Obj",
     "Reflector",
     "Sink",
+    "User",
     "WakePipe",
     "WatchStream",
+    "WebhookAuthenticator",
+    "WebhookAuthorizer",
+    "request_attributes",
 ]
