@@ -90,6 +90,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
     Builtin("node", "podvisor.services.node.main", _has_kubeconfig),
     Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
+    Builtin("events-api", "podvisor.services.events.api_main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),

@@ -64,6 +64,12 @@ def test_api_pods_run_mirror_and_foreign_pods_do_not(api: KubeApi, agent: Any,
     first = wait_for(lambda: running(port).get("web") and running(port), timeout=60,
                      message="the API pod running")
     assert set(first) == {"web"}
+    # its events reach the API as core/v1 Events (events-api)
+    def web_events() -> set[str]:
+        items, _ = api.store.list("events", "default")
+        return {e["reason"] for e in items if e["involvedObject"].get("name") == "web"}
+
+    wait_for(lambda: "Started" in web_events(), timeout=30, message="web's events in the API")
     # a pod added while the watch is open runs too
     api.store.create("pods", "default", api_pod("late"))
     wait_for(lambda: {"web", "late"} <= set(running(port)), timeout=60)
