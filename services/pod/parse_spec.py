@@ -59,7 +59,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     accounts = {}
     for key in ("serviceAccountName", "serviceAccount"):
         accounts[key] = get_str(f, m, key, path)
-        if accounts[key] not in _DEFAULT_SERVICE_ACCOUNTS:
+        if accounts[key] not in _DEFAULT_SERVICE_ACCOUNTS and not f.api_objects:
             f.error(join(path, key), f"static pods may not reference API objects "
                                      f"(ServiceAccount {accounts[key]!r})")
     # v1 -> internal conversion: the deprecated serviceAccount fills an empty

@@ -14,7 +14,7 @@ from podvisor.services.pod.model import ApiVolume
 def manifest() -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns",
                                                             "uid": "u"},
-            "spec": {"volumes": [
+            "spec": {"serviceAccountName": "builder", "volumes": [
                 {"name": "cfg", "configMap": {"name": "app", "items": [
                     {"key": "k", "path": "dir/k", "mode": 0o600}]}},
                 {"name": "sec", "secret": {"secretName": "s", "optional": True}},
@@ -35,6 +35,7 @@ def test_api_pod_accepted_and_its_wire_form_parses_again() -> None:
     kinds = [v.source.kind for v in pod.spec.volumes if isinstance(v.source, ApiVolume)]
     assert kinds == ["configMap", "secret", "projected"]
     assert pod.spec.containers[0].env_from[0].prefix == "X_"
+    assert pod.spec.service_account_name == "builder"
     wire = {**pod.to_dict(), "podvisor": {"source": "api", "location": "ns/p",
                                           "warnings": []}}
     assert pod_from_dict(wire).pod.spec == pod.spec
@@ -46,6 +47,7 @@ def test_static_pod_may_not_reference_api_objects() -> None:
     fields = {e.field for e in err.value.errors}
     assert "spec.volumes[0].configMap" in fields
     assert "spec.containers[0].envFrom" in fields
+    assert "spec.serviceAccountName" in fields
 
 
 def test_api_volume_validation() -> None:
