@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import process_gone
 from tests.kubeapi import ApiError, KubeApi
-from tests.pods.lifecycle import free_port
+from tests.pods.lifecycle import free_port, get_pods
 
 NODE = "e2e-dur"
 
@@ -71,12 +72,17 @@ def test_kill9_of_status_and_of_the_whole_agent(api: KubeApi, agent: Any,
     first.wait_state("status", "RUNNING", where=lambda r: r["pid"] != pid)
     # kill -9 of the whole agent, then a new one on the same rootDir
     pids = [first.wait_state(n, "RUNNING")["pid"] for n in ("source-api", "node", "status-api")]
+    # the agent's own processes (subsystems, forkserver), not the containers nor their monitors
+    pids += [p.pid for p in psutil.Process(first.proc.pid).children(recursive=True)
+             if "forkserver" in " ".join(p.cmdline())
+             or (p.name().startswith("pv-") and not p.name().startswith("pv-monitor"))]
     first.proc.kill()
     first.proc.wait()
     for p in pids:
-        wait_for(lambda p=p: process_gone(p), timeout=30, message="children follow")
+        wait_for(lambda p=p: process_gone(p), timeout=30, message="the agent's processes go")
     lease_before = api.store.get("leases", "kube-node-lease", NODE)["spec"]["renewTime"]
-    second = agent(config={**config(kubeconfig, root), "stopPodsOnExit": True})
+    cfg = {**config(kubeconfig, root), "stopPodsOnExit": True}
+    second = agent(config=cfg)
     wait_for(lambda: api.store.get("leases", "kube-node-lease", NODE)["spec"]["renewTime"]
              != lease_before, timeout=30, message="the next agent renews the Lease")
     second.wait_state("status-api", "RUNNING")
@@ -85,6 +91,10 @@ def test_kill9_of_status_and_of_the_whole_agent(api: KubeApi, agent: Any,
     assert container(api, "web") == (cid, 0, "running")
     assert int(api.store.get("pods", "default", "web")["metadata"]["resourceVersion"]) >= \
         int(rv)
+    # the adopted pod goes when it leaves the API (and with it the first runtime's monitor)
+    api.store.delete("pods", "default", "web", grace=0)
+    wait_for(lambda: (get_pods(cfg["readOnlyPort"]) or {"items": [1]})["items"] == [],
+             timeout=60, message="the adopted pod stopped")
 
 
 @pytest.mark.slow
