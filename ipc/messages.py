@@ -87,24 +87,6 @@ class PodLifecycleEvent(Message):
 # --- pod sources ---
 
 
-@dataclass(frozen=True)
-class PodSet(Message):
-    """The FULL set of pods one source wants, sent on every change and every relist (the
-    sources are stateless: a restarted source just sends its set again).
-
-    ``source``: "file" | "http". ``pods``: ``Pod.to_dict()`` of each valid, defaulted pod, in
-    file-name order (rebuild with ``podvisor.services.pod.pod_from_dict``). ``errors``: one
-    ``{"file" or "url": where, "field": path, "reason": text}`` per rejected input.
-    ``ts``: time.monotonic when the set was read."""
-
-    TYPE: ClassVar[str] = "sources.pods.set"
-    TOPIC: ClassVar[str] = "sources.pods.set"
-    source: str
-    pods: list[dict[str, Any]]
-    errors: list[dict[str, Any]]
-    ts: float
-
-
 # --- syncloop ---
 
 

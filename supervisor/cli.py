@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, load_config
+from podvisor.common.config import Config, ConfigError, config_to_mapping, load_config
 from podvisor.supervisor.flags import add_config_flags, overrides_from_args
 from podvisor.supervisor.registry import resolve_specs
 

@@ -26,9 +26,9 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.supervisor.client import AgentNotRunning, ControlClient, endpoint_for_root
 from podvisor.supervisor.faults import ControlFault
 
@@ -88,7 +88,7 @@ def _ago(ts: float | None, now: float) -> str:
 
 def format_status(result: dict[str, Any], now: float | None = None) -> str:
     """The human table of `status`."""
-    now = time.time() if now is None else now
+    now = SYSTEM_CLOCK.wall() if now is None else now
     rows = [("NAME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT")]
     for p in result.get("processes", []):
         last = p.get("lastExit")

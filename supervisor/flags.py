@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from podvisor.supervisor.config import (
+from podvisor.common.config import (
     BOOL,
     HEADERS,
     SUPERVISION_KEYS,

@@ -13,11 +13,11 @@ from collections import deque
 from dataclasses import asdict
 from typing import Any
 
+from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.messages import Event
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.events.apisink import ApiEventSink
-from podvisor.supervisor.child import ChildContext
 
 QUEUE = 1000
 INITIAL_DELAY = 0.8
@@ -41,7 +41,7 @@ def run(ctx: ChildContext) -> None:
         except BaseException as exc:  # re-raised by the main thread
             failure.append(exc)
 
-    subscriber = Subscriber(ctx.zctx, ctx.paths, [Event.TOPIC])
+    subscriber = Subscriber(ctx.zctx, ctx.paths, [Event.TOPIC], clock=ctx.clock)
     thread = threading.Thread(target=helper, name="events-api", daemon=True)
     thread.start()
     try:

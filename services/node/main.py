@@ -14,11 +14,11 @@ import threading
 import time
 from urllib.parse import urlparse
 
+from podvisor.common.child import ChildContext
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
 from podvisor.services.node.status import RuntimeFacts, machine_facts
-from podvisor.supervisor.child import ChildContext
 
 STALL_LIMIT = 60.0
 RETRY = 1.0  # after a failed request, try again this soon (capped by the periods)

@@ -12,6 +12,7 @@
   (``NodeFacts`` carries the node's part) and ``$(VAR)`` expansion.
 """
 
+from podvisor.common.timefmt import rfc3339_micro as rfc3339
 from podvisor.services.pod.container import (
     Container,
     ContainerPort,
@@ -33,8 +34,14 @@ from podvisor.services.pod.container import (
     URIScheme,
     VolumeMount,
 )
-from podvisor.services.pod.downward import NodeFacts, volume_files
-from podvisor.services.pod.envvars import container_env, expand, expand_command, needs_pod_ip
+from podvisor.services.pod.downward import NodeFacts, projected_downward_files, volume_files
+from podvisor.services.pod.envvars import (
+    ObjectReader,
+    container_env,
+    expand,
+    expand_command,
+    needs_pod_ip,
+)
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.hashing import canonical_json, container_hash
 from podvisor.services.pod.manifest import (
@@ -49,6 +56,8 @@ from podvisor.services.pod.model import (
     CONFIG_SEEN_ANNOTATION,
     CONFIG_SOURCE_ANNOTATION,
     LOCAL_ANNOTATION_PREFIX,
+    ApiVolume,
+    DownwardAPIVolume,
     EmptyDirVolume,
     HostPathType,
     HostPathVolume,
@@ -64,20 +73,24 @@ from podvisor.services.pod.parse import ParsedPod, pod_from_dict
 from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
 from podvisor.services.pod.security import (
     Capabilities,
+    FSGroupChangePolicy,
     PodSecurityContext,
     ProcMountType,
     Profile,
     ProfileType,
     SecurityContext,
     SELinuxOptions,
+    SupplementalGroupsPolicy,
     Sysctl,
     effective_security_context,
+    masked_paths,
+    no_new_privs,
+    readonly_paths,
 )
 from podvisor.services.pod.static import (
     SOURCE_FILE,
     SOURCE_HTTP,
     apply_static_defaults,
-    rfc3339,
     static_pod_uid,
 )
 
@@ -90,12 +103,15 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "SOURCE_FILE",
     "SOURCE_HTTP",
+    "ApiVolume",
     "Capabilities",
     "Container",
     "ContainerPort",
+    "DownwardAPIVolume",
     "EmptyDirVolume",
     "EnvVar",
     "ExecAction",
+    "FSGroupChangePolicy",
     "FieldIssue",
     "GRPCAction",
     "HTTPGetAction",
@@ -106,6 +122,7 @@ __all__ = [
     "LifecycleHandler",
     "NodeFacts",
     "ObjectMeta",
+    "ObjectReader",
     "Origin",
     "ParsedPod",
     "Pod",
@@ -127,6 +144,7 @@ __all__ = [
     "SecurityContext",
     "SleepAction",
     "StorageMedium",
+    "SupplementalGroupsPolicy",
     "Sysctl",
     "TCPSocketAction",
     "URIScheme",
@@ -142,10 +160,14 @@ __all__ = [
     "expand",
     "expand_command",
     "load_document",
+    "masked_paths",
     "needs_pod_ip",
+    "no_new_privs",
     "oom_score_adj",
     "pod_from_dict",
+    "projected_downward_files",
     "qos_class",
+    "readonly_paths",
     "rfc3339",
     "static_pod_uid",
     "volume_files",

@@ -13,8 +13,9 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
+from podvisor.common.logs import Log as Logger
 from podvisor.ipc.paths import MAX_SOCKET_PATH
-from podvisor.services.runtime.engine import Engine, Logger
+from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024

@@ -9,13 +9,13 @@ restarted server never serves an empty PodList).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from podvisor.services.server.podlist import PodListJson, check_health, running_pods
+from podvisor.common.podlist import PodListJson, check_health, running_pods
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.server.replicas import View
 
 Clock = Callable[[], float]
@@ -45,8 +45,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
                             "the read-only port serves /healthz, /pods and /runningpods/")
 
 
-def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
-             wall: Clock = time.time,
+def make_app(get_view: Callable[[], View], clock: Clock = SYSTEM_CLOCK.monotonic,
+             wall: Clock = SYSTEM_CLOCK.wall,
              refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
     """``refresh``: a fresh view (the replica pump drains what is queued); else ``get_view``."""
     pod_json = PodListJson()  # handlers run on the event loop thread only

@@ -12,9 +12,9 @@ import asyncio
 
 from aiohttp import web
 
+from podvisor.common.child import ChildContext
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import ReplicaPump
-from podvisor.supervisor.child import ChildContext
 
 
 class PumpDied(RuntimeError):
@@ -22,7 +22,8 @@ class PumpDied(RuntimeError):
 
 
 async def _serve(ctx: ChildContext, pump: ReplicaPump) -> None:
-    app = make_app(lambda: pump.view, refresh=pump.refresh)
+    app = make_app(lambda: pump.view, clock=ctx.clock.monotonic, wall=ctx.clock.wall,
+                   refresh=pump.refresh)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     address = ctx.config.address or "127.0.0.1"
@@ -67,7 +68,7 @@ def run(ctx: ChildContext) -> None:
         while not ctx.sleep(3600):
             pass
         return
-    pump = ReplicaPump(ctx.zctx, ctx.paths)
+    pump = ReplicaPump(ctx.zctx, ctx.paths, ctx.clock)
     pump.start()
     try:
         asyncio.run(_serve(ctx, pump))

@@ -22,10 +22,10 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
 from podvisor.ipc.clone import MapReplica
 from podvisor.services.apiserver import ApiConnection, ApiUnreachable
 from podvisor.services.status.apiwriter import Snapshot, StatusWriter
-from podvisor.supervisor.child import ChildContext
 
 INITIAL_DELAY = 0.8
 STALL_LIMIT = 120.0
@@ -75,9 +75,10 @@ def run(ctx: ChildContext) -> None:
     def on_change(key: str, old: Any, new: Any) -> None:
         changed[0] = True
 
-    replicas = [MapReplica(ctx.zctx, ctx.paths, name, on_change, snapshot_timeout=0.5)
-                for name in ("desired", "statuses", "pods-api")]
-    desired, statuses, api = replicas
+    replicas = [MapReplica(ctx.zctx, ctx.paths, name, on_change, snapshot_timeout=0.5,
+                           clock=ctx.clock)
+                for name in ("desired", "statuses", "pods-api", "api-mirrors")]
+    desired, statuses, api, api_mirrors = replicas
     thread = threading.Thread(target=helper, name="status-api", daemon=True)
     thread.start()
     poller = zmq.Poller()
@@ -97,7 +98,7 @@ def run(ctx: ChildContext) -> None:
                 replica.pump()
             if changed[0] and desired.synced and statuses.synced:
                 changed[0] = False
-                mirrors = api.get("mirrors") if api.synced else None
+                mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
                 api_set = api.get("set") if api.synced else None
                 handoff.put(Snapshot(desired.items(), statuses.items(),
                                      list(mirrors) if isinstance(mirrors, list) else None,

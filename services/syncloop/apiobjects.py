@@ -23,11 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
-from podvisor.services.pod import NodeFacts, Pod
-from podvisor.services.pod.downward import volume_files as downward_files
-from podvisor.services.pod.fields import Findings
-from podvisor.services.pod.model import ApiVolume
-from podvisor.services.pod.parse_spec import _parse_downward_api
+from podvisor.services.pod import ApiVolume, NodeFacts, Pod, projected_downward_files
 
 DEFAULT_MODE = 0o644
 TOKEN_REFRESH = 0.8
@@ -164,12 +160,7 @@ def volume_files(pod: Pod, volume: ApiVolume, objects: ApiObjects,
             out.update(_keyed(objects.data("secret", pod.namespace, src["name"]), src, mode,
                               f'secret "{src["name"]}"'))
         elif "downwardAPI" in source:
-            f = Findings()
-            parsed = _parse_downward_api(f, source["downwardAPI"], "downwardAPI",
-                                         frozenset(c.name for c in pod.all_containers()))
-            if parsed is None or f.errors:
-                raise ValueError(f"downwardAPI: {f.errors}")
-            out.update(downward_files(pod, parsed.items, mode, node))
+            out.update(projected_downward_files(pod, source["downwardAPI"], mode, node))
         elif "serviceAccountToken" in source:
             src = source["serviceAccountToken"]
             token = objects.token(pod.namespace, pod.spec.service_account_name or "default",

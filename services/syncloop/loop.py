@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import Capacity, admit

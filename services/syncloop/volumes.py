@@ -26,16 +26,17 @@ import os
 import stat
 from pathlib import Path
 
-from podvisor.services.pod.downward import NodeFacts, volume_files
-from podvisor.services.pod.model import (
+from podvisor.services.pod import (
     ApiVolume,
     DownwardAPIVolume,
     EmptyDirVolume,
+    FSGroupChangePolicy,
     HostPathType,
     HostPathVolume,
+    NodeFacts,
     Pod,
+    volume_files,
 )
-from podvisor.services.pod.security import FSGroupChangePolicy
 from podvisor.services.syncloop import cri_config
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.apiobjects import volume_files as api_volume_files

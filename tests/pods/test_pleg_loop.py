@@ -17,16 +17,17 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
-from podvisor.services.pleg import main as pleg_main
-from podvisor.services.pleg.main import serve
+from podvisor.services.pleg import service as pleg_main
+from podvisor.services.pleg.service import serve
 from podvisor.services.pleg.stream import EventWatcher
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import wait_for_impl
 
 
@@ -46,7 +47,7 @@ class Harness:
         self.log = MemoryLogger()
         self.ctx = ChildContext("pleg", Config(root_dir=str(root)), self.paths,
                                 self.log, self.zctx)  # type: ignore[arg-type]
-        self.replica = MapReplica(self.zctx, self.paths, "pleg")
+        self.replica = MapReplica(self.zctx, self.paths, "pleg", clock=SYSTEM_CLOCK)
         self.events = Subscriber(self.zctx, self.paths, ["pleg.pod.event"])
         self.seen: list[tuple[str, str, str]] = []
         self.thread = threading.Thread(target=serve, args=(self.ctx, client), daemon=True)
@@ -229,7 +230,7 @@ def test_dropped_events_make_pleg_relist(harness: Any, monkeypatch: pytest.Monke
 
 
 def test_stream_fallback_period_is_slow_but_within_healthz_threshold() -> None:
-    from podvisor.services.server.podlist import PLEG_HEALTHY_WITHIN
+    from podvisor.common.podlist import PLEG_HEALTHY_WITHIN
     assert pleg_main.RELIST_PERIOD == 1.0
     assert 30.0 <= pleg_main.STREAM_RELIST_PERIOD <= PLEG_HEALTHY_WITHIN / 3
 

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.errors import CriError
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
@@ -21,7 +22,6 @@ from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Outcome, Timing, WorkerTable, WorkKind
-from podvisor.supervisor.logs import MemoryLogger
 
 
 def manifest(name: str = "p", uid: str = "u1", containers: list[dict[str, Any]] | None = None,

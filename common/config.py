@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from podvisor.supervisor.values import (
+from podvisor.common.values import (
     ConfigError,
     format_duration,
     parse_bool,
