@@ -139,6 +139,25 @@ TOP_KEYS: tuple[Key, ...] = (
         "RunOnce: SyncPods per pod at most before it counts as failed"),
     Key("runOnceRetryDelay", "run_once_retry_delay", DURATION,
         "RunOnce: the wait after a pod's first SyncPod (doubles after each)"),
+    # [issue 15] API server membership (used when kubeconfig is set)
+    Key("nodeStatusUpdateFrequency", "node_status_update_frequency", DURATION,
+        "how often the Node status is computed (PATCHed when it changed)"),
+    Key("nodeStatusReportFrequency", "node_status_report_frequency", DURATION,
+        "an unchanged Node status is PATCHed this often"),
+    Key("nodeLeaseDurationSeconds", "node_lease_duration_seconds", COUNT,
+        "the node Lease's leaseDurationSeconds"),
+    Key("nodeLeaseRenewInterval", "node_lease_renew_interval", DURATION,
+        "the node Lease is renewed this often"),
+    Key("maxPods", "max_pods", COUNT, "the Node's pods capacity (admission: OutOfpods)"),
+    Key("registerNode", "register_node", BOOL, "register the Node with the API server"),
+    Key("apiWatchTimeout", "api_watch_timeout", DURATION,
+        "each watch request lasts rand[t, 2t) before it is renewed"),
+    Key("apiRetryMaxDelay", "api_retry_max_delay", DURATION,
+        "cap of the back-off between failed API requests (0.8 s doubling)"),
+    Key("statusSweepFrequency", "status_sweep_frequency", DURATION,
+        "every API pod's status is compared with the API's and written this often"),
+    Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
+        "ConfigMaps and Secrets read for pods are cached this long"),
 )
 
 SUPERVISION_KEYS: tuple[Key, ...] = (
@@ -320,6 +339,17 @@ class Config:
     run_once: bool = False
     run_once_max_retries: int = 10
     run_once_retry_delay: float = 1.0
+    # [issue 15] API server membership
+    node_status_update_frequency: float = 10.0
+    node_status_report_frequency: float = 300.0
+    node_lease_duration_seconds: int = 40
+    node_lease_renew_interval: float = 10.0
+    max_pods: int = 110
+    register_node: bool = True
+    api_watch_timeout: float = 300.0
+    api_retry_max_delay: float = 30.0
+    status_sweep_frequency: float = 10.0
+    api_object_cache_ttl: float = 10.0
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
@@ -423,7 +453,6 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 # Keys podvisor accepts (they are part of the config contract) but whose subsystem does not exist
 # yet: a value other than the default is reported at start, never silently ignored.
 NOT_YET_USED: tuple[tuple[str, str, str], ...] = (
-    ("kubeconfig", "kubeconfig", "the API server pod source and status writes are not built yet"),
     ("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", "no image GC yet"),
     ("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", "no image GC yet"),
     ("imageMinimumGCAge", "image_minimum_gc_age", "no image GC yet"),

@@ -63,6 +63,10 @@ def _has_static_pod_url(config: Config) -> bool:
     return bool(config.static_pod_url)
 
 
+def _has_kubeconfig(config: Config) -> bool:
+    return bool(config.kubeconfig)
+
+
 def _run_once(config: Config) -> bool:
     return config.run_once
 
@@ -89,6 +93,10 @@ BUILTINS: tuple[Builtin, ...] = (
             runonce=True),
     Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url,
             runonce=True),
+    Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
+    Builtin("node", "podvisor.services.node.main", _has_kubeconfig),
+    Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
+    Builtin("events-api", "podvisor.services.events.api_main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),

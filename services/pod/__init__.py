@@ -34,8 +34,14 @@ from podvisor.services.pod.container import (
     URIScheme,
     VolumeMount,
 )
-from podvisor.services.pod.downward import NodeFacts, volume_files
-from podvisor.services.pod.envvars import container_env, expand, expand_command, needs_pod_ip
+from podvisor.services.pod.downward import NodeFacts, projected_downward_files, volume_files
+from podvisor.services.pod.envvars import (
+    ObjectReader,
+    container_env,
+    expand,
+    expand_command,
+    needs_pod_ip,
+)
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.hashing import canonical_json, container_hash
 from podvisor.services.pod.manifest import (
@@ -50,6 +56,7 @@ from podvisor.services.pod.model import (
     CONFIG_SEEN_ANNOTATION,
     CONFIG_SOURCE_ANNOTATION,
     LOCAL_ANNOTATION_PREFIX,
+    ApiVolume,
     DownwardAPIVolume,
     EmptyDirVolume,
     HostPathType,
@@ -96,6 +103,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "SOURCE_FILE",
     "SOURCE_HTTP",
+    "ApiVolume",
     "Capabilities",
     "Container",
     "ContainerPort",
@@ -114,6 +122,7 @@ __all__ = [
     "LifecycleHandler",
     "NodeFacts",
     "ObjectMeta",
+    "ObjectReader",
     "Origin",
     "ParsedPod",
     "Pod",
@@ -156,6 +165,7 @@ __all__ = [
     "no_new_privs",
     "oom_score_adj",
     "pod_from_dict",
+    "projected_downward_files",
     "qos_class",
     "readonly_paths",
     "rfc3339",

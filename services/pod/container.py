@@ -175,10 +175,48 @@ class ResourceFieldSelector:
         return out
 
 
-EnvVarSource = ObjectFieldSelector | ResourceFieldSelector
+@dataclass(frozen=True)
+class ApiKeyRef:
+    """``configMapKeyRef`` / ``secretKeyRef`` (``kind``): one key of an API object (API pods
+    only; read through the API server when the container is created)."""
+
+    kind: str
+    name: str
+    key: str
+    optional: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "key": self.key}
+        if self.optional:
+            out["optional"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class EnvFromSource:
+    """``envFrom``: every key of a ConfigMap (``kind`` configMapRef) or Secret (secretRef)."""
+
+    kind: str
+    name: str
+    prefix: str = ""
+    optional: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        ref: dict[str, Any] = {"name": self.name}
+        if self.optional:
+            ref["optional"] = True
+        out: dict[str, Any] = {self.kind: ref}
+        if self.prefix:
+            out["prefix"] = self.prefix
+        return out
+
+
+EnvVarSource = ObjectFieldSelector | ResourceFieldSelector | ApiKeyRef
 
 
 def value_from_dict(source: EnvVarSource) -> dict[str, Any]:
+    if isinstance(source, ApiKeyRef):
+        return {source.kind: source.to_dict()}
     key = "fieldRef" if isinstance(source, ObjectFieldSelector) else "resourceFieldRef"
     return {key: source.to_dict()}
 
@@ -285,6 +323,7 @@ class Container:
     security_context: SecurityContext | None = None
     termination_message_path: str = TERMINATION_MESSAGE_PATH
     termination_message_policy: TerminationMessagePolicy = TerminationMessagePolicy.FILE
+    env_from: tuple[EnvFromSource, ...] = ()  # API pods only
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "image": self.image,
@@ -296,6 +335,7 @@ class Container:
             "command": list(self.command),
             "args": list(self.args),
             "env": [e.to_dict() for e in self.env],
+            "envFrom": [e.to_dict() for e in self.env_from],
             "workingDir": self.working_dir,
             "ports": [p.to_dict() for p in self.ports],
             "resources": self.resources.to_dict(),

@@ -265,3 +265,19 @@ def volume_files(pod: Pod, items: Sequence[DownwardAPIFile], default_mode: int,
             text = resource_value(item.source, target, node)
         out[item.path.strip("/")] = (text.encode(), mode)
     return out
+
+
+def projected_downward_files(pod: Pod, raw: Mapping[str, Any], default_mode: int,
+                             node: NodeFacts) -> dict[str, tuple[bytes, int]]:
+    """The files of a projected volume's ``downwardAPI`` source as written in the pod (validated
+    again here). Raises ValueError when it is not valid."""
+    from podvisor.services.pod.fields import Findings
+    from podvisor.services.pod.parse_spec import _parse_downward_api
+
+    f = Findings()
+    parsed = _parse_downward_api(f, raw, "downwardAPI",
+                                 frozenset(c.name for c in pod.all_containers()))
+    if parsed is None or f.errors:
+        raise ValueError("downwardAPI: " + "; ".join(f"{e.field}: {e.reason}"
+                                                      for e in f.errors))
+    return dict(volume_files(pod, parsed.items, default_mode, node))

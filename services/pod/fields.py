@@ -33,6 +33,9 @@ MAX_FINDINGS = 100
 class Findings:
     errors: list[FieldIssue] = field(default_factory=list)
     warnings: list[FieldIssue] = field(default_factory=list)
+    # API pods may reference API objects (configMap/secret/projected volumes, their env
+    # sources); static pods may not (the kubelet rejects them)
+    api_objects: bool = False
 
     def error(self, path: str, reason: str) -> None:
         if len(self.errors) < MAX_FINDINGS:

@@ -104,7 +104,20 @@ class DownwardAPIVolume:
                                 "defaultMode": self.default_mode}}
 
 
-VolumeSource = EmptyDirVolume | HostPathVolume | DownwardAPIVolume
+@dataclass(frozen=True)
+class ApiVolume:
+    """A ``configMap``, ``secret`` or ``projected`` volume (``kind``), API pods only: its
+    validated source as written (``spec``); the files are made from API objects when the pod's
+    sandbox is created and refreshed on every sync (``syncloop/apivolumes.py``)."""
+
+    kind: str
+    spec: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.kind: copy.deepcopy(dict(self.spec))}
+
+
+VolumeSource = EmptyDirVolume | HostPathVolume | DownwardAPIVolume | ApiVolume
 
 
 @dataclass(frozen=True)

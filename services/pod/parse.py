@@ -39,8 +39,10 @@ class ParsedPod:
     warnings: tuple[FieldIssue, ...] = ()
 
 
-def pod_from_dict(obj: Any, where: str = "") -> ParsedPod:
-    """Validate and default one Pod object. Raises ``PodValidationError`` naming ``where``."""
+def pod_from_dict(obj: Any, where: str = "", *, api_objects: bool = False) -> ParsedPod:
+    """Validate and default one Pod object. Raises ``PodValidationError`` naming ``where``.
+    ``api_objects``: the pod comes from the API server and may reference ConfigMaps, Secrets
+    and service account tokens (a wire form whose origin is ``api`` may too)."""
     f = Findings()
     m = as_map(f, obj, "")
     if m is None:
@@ -53,10 +55,11 @@ def pod_from_dict(obj: Any, where: str = "") -> ParsedPod:
     api_version = get_str(f, m, "apiVersion", "", required=True)
     if api_version and api_version != "v1":
         f.error("apiVersion", f"expected 'v1', got {api_version!r}")
+    origin = _parse_origin(f, m.get("podvisor"))
+    f.api_objects = api_objects or (origin is not None and origin.source == "api")
     meta = _parse_metadata(f, m.get("metadata"))
     spec = parse_spec(f, m.get("spec"), "spec")
     status = _parse_status(f, m.get("status"))
-    origin = _parse_origin(f, m.get("podvisor"))
     if f.errors or meta is None or spec is None:
         raise PodValidationError(where, f.errors or [FieldIssue("", "invalid pod")])
     warnings = tuple(f.warnings)

@@ -9,8 +9,10 @@ from podvisor.common.quantity import QuantityError, cpu_millis, memory_bytes
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
+    ApiKeyRef,
     Container,
     ContainerPort,
+    EnvFromSource,
     EnvVar,
     EnvVarSource,
     PortProtocol,
@@ -42,7 +44,8 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
     m = as_map(f, raw, path)
     if m is None:
         return None
-    check_fields(f, m, path, policy.CONTAINER_KNOWN, policy.CONTAINER_UNSUPPORTED)
+    check_fields(f, m, path, policy.CONTAINER_KNOWN | ({"envFrom"} if f.api_objects else set()),
+                 policy.CONTAINER_UNSUPPORTED)
     name = get_str(f, m, "name", path, required=True)
     if name and (reason := names.dns1123_label(name)):
         f.error(join(path, "name"), reason)
@@ -69,6 +72,7 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         command=get_str_list(f, m, "command", path),
         args=get_str_list(f, m, "args", path),
         env=_parse_env(f, m, path, container_names),
+        env_from=_parse_env_from(f, m, path) if f.api_objects else (),
         working_dir=get_str(f, m, "workingDir", path),
         ports=ports,
         resources=_parse_resources(f, m.get("resources"), join(path, "resources")),
@@ -149,7 +153,9 @@ def _parse_value_from(f: Findings, raw: Any, where: str, value: str,
     m = as_map(f, raw, where)
     if m is None:
         return None
-    check_fields(f, m, where, policy.VALUE_FROM_KNOWN, policy.VALUE_FROM_UNSUPPORTED)
+    known = (*policy.VALUE_FROM_KNOWN, *policy.API_VALUE_FROM) if f.api_objects \
+        else policy.VALUE_FROM_KNOWN
+    check_fields(f, m, where, known, policy.VALUE_FROM_UNSUPPORTED)
     sources = [k for k in (*policy.VALUE_FROM_KNOWN, *policy.VALUE_FROM_UNSUPPORTED)
                if m.get(k) is not None]
     if not sources:
@@ -175,7 +181,37 @@ def _parse_value_from(f: Findings, raw: Any, where: str, value: str,
                     f'Invalid value: "{sel.container_name}": no container with that name')
             return None
         return sel
+    if f.api_objects and sources[0] in policy.API_VALUE_FROM:
+        ref = as_map(f, m[sources[0]], join(where, sources[0]))
+        if ref is None:
+            return None
+        ref_where = join(where, sources[0])
+        check_fields(f, ref, ref_where, {"name", "key", "optional"}, {})
+        name = get_str(f, ref, "name", ref_where, required=True)
+        key = get_str(f, ref, "key", ref_where, required=True)
+        return ApiKeyRef(sources[0], name, key, bool(ref.get("optional")))
     return None  # an API object reference: already rejected by check_fields
+
+
+def _parse_env_from(f: Findings, m: Mapping[str, Any], path: str) -> tuple[EnvFromSource, ...]:
+    out: list[EnvFromSource] = []
+    for where, item in get_list(f, m, "envFrom", path):
+        e = as_map(f, item, where)
+        if e is None:
+            continue
+        check_fields(f, e, where, {"prefix", "configMapRef", "secretRef"}, {})
+        kinds = [k for k in ("configMapRef", "secretRef") if e.get(k) is not None]
+        if len(kinds) != 1:
+            f.error(where, "must specify exactly one of: configMapRef, secretRef")
+            continue
+        ref = as_map(f, e[kinds[0]], join(where, kinds[0]))
+        if ref is None:
+            continue
+        check_fields(f, ref, join(where, kinds[0]), {"name", "optional"}, {})
+        name = get_str(f, ref, "name", join(where, kinds[0]), required=True)
+        out.append(EnvFromSource(kinds[0], name, get_str(f, e, "prefix", where),
+                                 bool(ref.get("optional"))))
+    return tuple(out)
 
 
 def _parse_resources(f: Findings, raw: Any, path: str) -> Resources:

@@ -26,6 +26,7 @@ from podvisor.services.pod.fields import (
     join,
 )
 from podvisor.services.pod.model import (
+    ApiVolume,
     DNSPolicy,
     DownwardAPIFile,
     DownwardAPIVolume,
@@ -58,7 +59,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     accounts = {}
     for key in ("serviceAccountName", "serviceAccount"):
         accounts[key] = get_str(f, m, key, path)
-        if accounts[key] not in _DEFAULT_SERVICE_ACCOUNTS:
+        if accounts[key] not in _DEFAULT_SERVICE_ACCOUNTS and not f.api_objects:
             f.error(join(path, key), f"static pods may not reference API objects "
                                      f"(ServiceAccount {accounts[key]!r})")
     # v1 -> internal conversion: the deprecated serviceAccount fills an empty
@@ -172,7 +173,9 @@ def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str,
         v = as_map(f, item, where)
         if v is None:
             continue
-        check_fields(f, v, where, policy.VOLUME_KNOWN, policy.VOLUME_UNSUPPORTED,
+        known = policy.VOLUME_KNOWN | set(policy.API_VOLUME_KINDS) if f.api_objects \
+            else policy.VOLUME_KNOWN
+        check_fields(f, v, where, known, policy.VOLUME_UNSUPPORTED,
                      reject_unknown=policy.VOLUME_UNKNOWN_REASON)
         name = get_str(f, v, "name", where, required=True)
         if name and (reason := names.dns1123_label(name)):
@@ -188,8 +191,9 @@ def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str,
 
 def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
                          container_names: frozenset[str]) -> VolumeSource | None:
-    present = [k for k in ("emptyDir", "hostPath", "downwardAPI")
-               if v.get(k) is not None or k in v]
+    kinds = ("emptyDir", "hostPath", "downwardAPI",
+             *(policy.API_VOLUME_KINDS if f.api_objects else ()))
+    present = [k for k in kinds if v.get(k) is not None or k in v]
     if not present and not any(e.field.startswith(where) for e in f.errors):
         return EmptyDirVolume()  # SetDefaults_Volume: no source is an emptyDir
     if len(present) != 1:
@@ -203,6 +207,8 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
         return None
     if kind == "downwardAPI":
         return _parse_downward_api(f, body, join(where, kind), container_names)
+    if kind in policy.API_VOLUME_KINDS:
+        return _parse_api_volume(f, kind, body, join(where, kind), container_names)
     if kind == "hostPath":
         check_fields(f, body, join(where, kind), policy.HOST_PATH_KNOWN, {})
         host_path = get_str(f, body, "path", join(where, kind), required=True)
@@ -286,3 +292,78 @@ def _parse_downward_api(f: Findings, body: Mapping[str, Any], where: str,
             items.append(DownwardAPIFile(file_path, source, mode))
     return DownwardAPIVolume(tuple(items), D.DOWNWARD_API_DEFAULT_MODE if default_mode is None
                              else default_mode)
+
+
+def _parse_key_items(f: Findings, body: Mapping[str, Any], where: str) -> None:
+    for item_where, raw in get_list(f, body, "items", where):
+        item = as_map(f, raw, item_where)
+        if item is None:
+            continue
+        check_fields(f, item, item_where, policy.KEY_TO_PATH_KNOWN, {})
+        if not get_str(f, item, "key", item_where):
+            f.error(join(item_where, "key"), "Required value")
+        _check_relative(f, get_str(f, item, "path", item_where), join(item_where, "path"))
+        _parse_mode(f, item, "mode", item_where)
+
+
+def _check_relative(f: Findings, file_path: str, where: str) -> None:
+    if not file_path:
+        f.error(where, "Required value")
+    elif file_path.startswith("/") or ".." in file_path.split("/"):
+        f.error(where, f'Invalid value: "{file_path}": must be a relative path without '
+                       "'..'")
+
+
+def _parse_object_source(f: Findings, kind: str, body: Mapping[str, Any], where: str,
+                         projected: bool) -> None:
+    if kind == "configMap":
+        check_fields(f, body, where, policy.CONFIG_MAP_VOLUME_KNOWN - (
+            {"defaultMode"} if projected else set()), {})
+        get_str(f, body, "name", where, required=True)
+    else:
+        name_key = "name" if projected else "secretName"
+        check_fields(f, body, where, (policy.SECRET_VOLUME_KNOWN - {"secretName",
+                                                                    "defaultMode"})
+                     | {name_key} | (set() if projected else {"defaultMode"}), {})
+        get_str(f, body, name_key, where, required=True)
+    _parse_key_items(f, body, where)
+    if not projected:
+        _parse_mode(f, body, "defaultMode", where)
+
+
+def _parse_api_volume(f: Findings, kind: str, body: Mapping[str, Any], where: str,
+                      container_names: frozenset[str]) -> ApiVolume | None:
+    """``configMap``/``secret``/``projected`` (API pods): validated here, kept as written."""
+    errors = len(f.errors)
+    if kind in ("configMap", "secret"):
+        _parse_object_source(f, kind, body, where, projected=False)
+    else:
+        check_fields(f, body, where, policy.PROJECTED_KNOWN, {})
+        _parse_mode(f, body, "defaultMode", where)
+        for src_where, raw in get_list(f, body, "sources", where):
+            src = as_map(f, raw, src_where)
+            if src is None:
+                continue
+            present = [k for k in policy.PROJECTION_KINDS if src.get(k) is not None]
+            if len(present) != 1:
+                f.error(src_where, "must specify exactly one of: configMap, secret, "
+                                   "downwardAPI, serviceAccountToken")
+                continue
+            sub = as_map(f, src[present[0]], join(src_where, present[0]))
+            if sub is None:
+                continue
+            sub_where = join(src_where, present[0])
+            if present[0] == "downwardAPI":
+                _parse_downward_api(f, sub, sub_where, container_names)
+            elif present[0] == "serviceAccountToken":
+                check_fields(f, sub, sub_where, policy.SA_TOKEN_KNOWN, {})
+                _check_relative(f, get_str(f, sub, "path", sub_where), join(sub_where, "path"))
+                seconds = get_opt_int(f, sub, "expirationSeconds", sub_where)
+                if seconds is not None and seconds < 600:
+                    f.error(join(sub_where, "expirationSeconds"), f"Invalid value: {seconds}:"
+                            " may not specify a duration less than 10 minutes")
+            else:
+                _parse_object_source(f, present[0], sub, sub_where, projected=True)
+    if len(f.errors) > errors:
+        return None
+    return ApiVolume(kind, dict(body))

@@ -132,7 +132,7 @@ MOUNT_UNSUPPORTED = {
 
 ENV_KNOWN = frozenset({"name", "value", "valueFrom"})
 VALUE_FROM_KNOWN = ("fieldRef", "resourceFieldRef")
-_NO_API_YET = "until the API server pod source lands; use value or fieldRef"
+_NO_API_YET = "(only pods from the API server may); use value or fieldRef"
 VALUE_FROM_UNSUPPORTED = {
     "configMapKeyRef": _reject(f"{_API} (ConfigMap) {_NO_API_YET}"),
     "secretKeyRef": _reject(f"{_API} (Secret) {_NO_API_YET}"),
@@ -154,6 +154,15 @@ VOLUME_UNSUPPORTED = {
 }
 VOLUME_UNKNOWN_REASON = ("unsupported volume type (podvisor supports emptyDir, hostPath and "
                          "downwardAPI)")
+# [issue 15] API pods: the API-backed volume sources and env sources
+API_VOLUME_KINDS = ("configMap", "secret", "projected")
+API_VALUE_FROM = ("configMapKeyRef", "secretKeyRef")
+CONFIG_MAP_VOLUME_KNOWN = frozenset({"name", "items", "defaultMode", "optional"})
+SECRET_VOLUME_KNOWN = frozenset({"secretName", "items", "defaultMode", "optional"})
+PROJECTED_KNOWN = frozenset({"sources", "defaultMode"})
+PROJECTION_KINDS = ("configMap", "secret", "downwardAPI", "serviceAccountToken")
+KEY_TO_PATH_KNOWN = frozenset({"key", "path", "mode"})
+SA_TOKEN_KNOWN = frozenset({"audience", "expirationSeconds", "path"})
 DOWNWARD_API_KNOWN = frozenset({"items", "defaultMode"})
 DOWNWARD_API_ITEM_KNOWN = frozenset({"path", "fieldRef", "resourceFieldRef", "mode"})
 TOLERATION_KNOWN = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})

@@ -1,7 +1,16 @@
 """Admission before a pod's first sync (the kubelet's canAdmitPod, narrowed).
 
-Pure: ``admit(pod, admitted_pods)`` returns None or the rejection (reason, message). A rejected
-pod never starts; its ``desired`` entry says ``admitted: false`` and status reports phase Failed.
+Pure: ``admit(pod, admitted_pods, capacity)`` returns None or the rejection (reason, message). A
+rejected pod never starts; its ``desired`` entry says ``admitted: false`` and status reports
+phase Failed.
+
+With ``capacity`` (the Node's allocatable; given when the agent is a cluster node, i.e.
+``kubeconfig`` is set) the kubelet's resource fit (noderesources.Fits) runs too: the number of
+admitted pods must stay below ``maxPods`` (``OutOfpods``), and the pod's requests plus those of
+the admitted pods must fit the allocatable CPU and memory (``OutOfcpu``, ``OutOfmemory``). A
+pod's request per resource is max(sum over its containers, largest init container), as
+``resource.PodRequests`` computes it. The message is the kubelet's: ``Node didn't have enough
+resource: cpu, requested: 500, used: 1500, capacity: 2000`` (millicores, bytes, pods).
 """
 
 from __future__ import annotations
@@ -42,8 +51,50 @@ def _duplicate_ports(pod: Pod) -> list[str]:
     return dups
 
 
-def admit(pod: Pod, admitted: Iterable[Pod]) -> Rejection | None:
-    """Check ``pod`` against the pods already admitted on this node."""
+@dataclass(frozen=True)
+class Capacity:
+    """The Node's allocatable: CPU in millicores, memory in bytes, pods."""
+
+    cpu_millis: int
+    memory_bytes: int
+    pods: int
+
+
+def pod_requests(pod: Pod) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) the pod requests."""
+    cpu = sum(c.resources.requests.cpu_millis or 0 for c in pod.spec.containers)
+    mem = sum(c.resources.requests.memory_bytes or 0 for c in pod.spec.containers)
+    for c in pod.spec.init_containers:
+        cpu = max(cpu, c.resources.requests.cpu_millis or 0)
+        mem = max(mem, c.resources.requests.memory_bytes or 0)
+    return cpu, mem
+
+
+def _fits(pod: Pod, admitted: list[Pod], capacity: Capacity) -> Rejection | None:
+    def short(resource: str, requested: int, used: int, cap: int) -> Rejection:
+        return Rejection(f"OutOf{resource}", f"Node didn't have enough resource: {resource}, "
+                         f"requested: {requested}, used: {used}, capacity: {cap}")
+
+    if len(admitted) + 1 > capacity.pods:
+        return short("pods", 1, len(admitted), capacity.pods)
+    cpu, mem = pod_requests(pod)
+    used = [pod_requests(p) for p in admitted]
+    used_cpu, used_mem = sum(u[0] for u in used), sum(u[1] for u in used)
+    if cpu and used_cpu + cpu > capacity.cpu_millis:
+        return short("cpu", cpu, used_cpu, capacity.cpu_millis)
+    if mem and used_mem + mem > capacity.memory_bytes:
+        return short("memory", mem, used_mem, capacity.memory_bytes)
+    return None
+
+
+def admit(pod: Pod, admitted: Iterable[Pod], capacity: Capacity | None = None,
+          ) -> Rejection | None:
+    """Check ``pod`` against the pods already admitted on this node (and, with ``capacity``,
+    against the Node's allocatable)."""
+    if capacity is not None:
+        admitted = [p for p in admitted if p.uid != pod.uid]
+        if (rejection := _fits(pod, admitted, capacity)) is not None:
+            return rejection
     if not pod.spec.containers:
         return Rejection("UnsupportedPod", "the pod has no containers")
     if dups := _duplicate_ports(pod):

@@ -16,6 +16,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.quantity import memory_bytes
 from podvisor.services.pod import (
+    ApiVolume,
     Container,
     DownwardAPIVolume,
     EmptyDirVolume,
@@ -48,6 +49,14 @@ def downward_api_path(pods_dir: Path, uid: str, volume: str) -> Path:
     return pods_dir / uid / "volumes" / "kubernetes.io~downward-api" / volume
 
 
+_API_PLUGINS = {"configMap": "kubernetes.io~configmap", "secret": "kubernetes.io~secret",
+                "projected": "kubernetes.io~projected"}
+
+
+def api_volume_path(pods_dir: Path, uid: str, kind: str, volume: str) -> Path:
+    return pods_dir / uid / "volumes" / _API_PLUGINS[kind] / volume
+
+
 def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
     """Volume name -> host path."""
     out: dict[str, Path] = {}
@@ -58,12 +67,15 @@ def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
             out[v.name] = Path(v.source.path)
         elif isinstance(v.source, DownwardAPIVolume):
             out[v.name] = downward_api_path(pods_dir, pod.uid, v.name)
+        elif isinstance(v.source, ApiVolume):
+            out[v.name] = api_volume_path(pods_dir, pod.uid, v.source.kind, v.name)
     return out
 
 
 def read_only_volumes(pod: Pod) -> set[str]:
     """Volumes the kubelet always mounts read-only (downwardAPI, like secret and configMap)."""
-    return {v.name for v in pod.spec.volumes if isinstance(v.source, DownwardAPIVolume)}
+    return {v.name for v in pod.spec.volumes
+            if isinstance(v.source, DownwardAPIVolume | ApiVolume)}
 
 
 def host_ports(pod: Pod) -> list[tuple[str, int]]:

@@ -26,7 +26,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
 from podvisor.services.syncloop import labels as L
-from podvisor.services.syncloop.admission import admit
+from podvisor.services.syncloop.admission import Capacity, admit
 from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
@@ -66,6 +66,8 @@ class LoopDeps:
     node_name: str = ""  # the object of node-level events
     # called on the loop thread when a work changed containers in the runtime (PLEG's hint)
     changed_runtime: Callable[[], None] = lambda: None
+    # the Node's allocatable for admission (OutOfpods/cpu/memory); None: standalone, no check
+    capacity: Capacity | None = None
 
 
 def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
@@ -147,7 +149,7 @@ class SyncLoop:
         admitted = (w.pod for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
                     and w.state is WorkerState.SYNCING)
-        rejection = admit(pod, admitted)
+        rejection = admit(pod, admitted, self.deps.capacity)
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
                 del self.deps.table.workers[pod.uid]

@@ -28,9 +28,12 @@ from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
 from podvisor.ipc.messages import AllPodsStopped, RelistHint
+from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.prober import liveness_failed
+from podvisor.services.syncloop.admission import Capacity
+from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -63,6 +66,8 @@ def _sources(ctx: ChildContext) -> set[str]:
         out.add("file")
     if ctx.config.static_pod_url:
         out.add("http")
+    if ctx.config.kubeconfig and not ctx.config.run_once:
+        out.add("api")
     return out
 
 
@@ -86,7 +91,9 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
                     cache=RuntimeCache(cri, clock.monotonic, clock.wall) if shared else None,
                     images=ImagePresence(cri, clock.monotonic) if shared else None,
-                    network=NetworkState())
+                    network=NetworkState(),
+                    objects=ApiObjects(ApiConnection(cfg.kubeconfig), cfg.api_object_cache_ttl)
+                    if cfg.kubeconfig else None)
 
 
 def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
@@ -104,7 +111,9 @@ def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
     table = WorkerTable(Timing(resync=cfg.sync_frequency))
     loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
                              desired=owner, submit=submit,
-                             wake=wake.wake, node_name=cfg.node_name))
+                             wake=wake.wake, node_name=cfg.node_name,
+                             capacity=Capacity(sync.node.cpu_millis, sync.node.memory_bytes,
+                                               cfg.max_pods) if cfg.kubeconfig else None))
     return loop, owner
 
 

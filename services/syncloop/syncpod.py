@@ -26,6 +26,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import (
+    ApiVolume,
     Container,
     NodeFacts,
     Pod,
@@ -42,6 +43,7 @@ from podvisor.services.syncloop.actions import (
     Waiting,
     compute_pod_actions,
 )
+from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
@@ -94,6 +96,8 @@ class SyncDeps:
     # keyed (pod uid, "sandbox:" + id): a failed stop of a dead sandbox waits this out
     sandbox_backoff: SharedBackoff = field(default_factory=_sandbox_backoff)
     network: NetworkState | None = None  # None: never hold pods for the network
+    # API pods' ConfigMaps, Secrets and tokens (None: standalone, such pods never get here)
+    objects: ApiObjects | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ class _Run:
         """False (and the errors recorded) when a volume could not be set up: no sandbox then,
         and the worker retries after its error delay, as the kubelet's volume manager does."""
         failed = volumes.setup_volumes(self.pod, self.deps.pods_dir, self.deps.node,
-                                       self.deps.wall())
+                                       self.deps.wall(), self.deps.objects)
         for name, why in failed.items():
             message = f'MountVolume.SetUp failed for volume "{name}" : {why}'
             self.errors.append(message)
@@ -226,7 +230,7 @@ class _Run:
         volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
         try:
             ips = self.pod_ips() if needs_pod_ip(spec) else ()
-            env = container_env(self.pod, spec, deps.node, ips)
+            env = container_env(self.pod, spec, deps.node, ips, deps.objects)
             oom = oom_score_adj(self.pod, spec, deps.node.memory_bytes, self.qos)
             config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
                                                  deps.pods_dir.parent / "seccomp", env, oom)
@@ -317,6 +321,22 @@ def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str],
                                  error=err.message)
 
 
+def _has_api_volumes(deps: SyncDeps, pod: Pod) -> bool:
+    return deps.objects is not None and any(isinstance(v.source, ApiVolume)
+                                            for v in pod.spec.volumes)
+
+
+def _refresh_api_volumes(deps: SyncDeps, pod: Pod) -> None:
+    """An existing pod's configMap/secret/projected files follow their API objects (each
+    sync; unchanged files are left alone)."""
+    if deps.objects is None or not _has_api_volumes(deps, pod):
+        return
+    for name, why in volumes.refresh_api_volumes(pod, deps.pods_dir, deps.node, deps.wall(),
+                                                 deps.objects).items():
+        deps.log.warning("syncloop.volume.refresh_failed", pod=pod.full_name,
+                         pod_uid=pod.uid, volume=name, message=why)
+
+
 def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             from_event: bool = False) -> SyncResult:
     run = _Run(deps, pod, actions)
@@ -344,6 +364,8 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         return SyncResult(ok=False, errors=(message,), waiting=run.waiting,
                           sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
                           effects=run.effects, acted=True, network_error=message)
+    if not actions.create_sandbox and run.sandbox_id:
+        _refresh_api_volumes(deps, pod)
     if not actions.create_sandbox or run.create_sandbox():
         specs = {c.name: c for c in pod.all_containers()}
         _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
@@ -396,8 +418,8 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
     is usable for ``newer_than`` as it is, no ContainerStatus is needed and the actions are
     none. The kubelet's periodic resync of a running pod, without two thread hand-offs. None:
     it needs the runtime, hand it to a pool thread (``sync_pod``)."""
-    if deps.cache is None:
-        return None
+    if deps.cache is None or _has_api_volumes(deps, pod):
+        return None  # API volumes are refreshed on a pool thread (``sync_pod``)
     listing = deps.cache.peek(pod.uid, newer_than)
     if listing is None:
         return None
@@ -437,6 +459,8 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
                                   sandbox_wait=sandbox_wait(deps, pod.uid, now))
     if actions.noop:
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
+        if sandbox is not None:
+            _refresh_api_volumes(deps, pod)
         return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
                           retry_after=actions.retry_after, pod_failed=actions.pod_failed)
     deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,

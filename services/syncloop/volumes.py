@@ -27,6 +27,7 @@ import stat
 from pathlib import Path
 
 from podvisor.services.pod import (
+    ApiVolume,
     DownwardAPIVolume,
     EmptyDirVolume,
     FSGroupChangePolicy,
@@ -37,6 +38,8 @@ from podvisor.services.pod import (
     volume_files,
 )
 from podvisor.services.syncloop import cri_config
+from podvisor.services.syncloop.apiobjects import ApiObjects
+from podvisor.services.syncloop.apiobjects import volume_files as api_volume_files
 from podvisor.services.syncloop.atomic_writer import write_atomic
 
 _KINDS = {
@@ -102,13 +105,47 @@ def set_volume_ownership(root: Path, fs_group: int, on_root_mismatch: bool) -> N
             change(os.path.join(base, name))
 
 
+def refresh_api_volumes(pod: Pod, pods_dir: Path, node: NodeFacts, now: float,
+                        objects: ApiObjects) -> dict[str, str]:
+    """Rewrite the pod's configMap/secret/projected volumes from their API objects (an
+    unchanged volume is left alone; a changed one swaps its ``..data`` link); name -> error."""
+    errors: dict[str, str] = {}
+    for v in pod.spec.volumes:
+        if isinstance(v.source, ApiVolume):
+            why = _write_api_volume(pod, v.name, v.source, pods_dir, node, now, objects)
+            if why:
+                errors[v.name] = why
+    return errors
+
+
+def _write_api_volume(pod: Pod, name: str, source: ApiVolume, pods_dir: Path, node: NodeFacts,
+                      now: float, objects: ApiObjects | None) -> str:
+    target = cri_config.api_volume_path(pods_dir, pod.uid, source.kind, name)
+    if objects is None:
+        return "this pod may not reference API objects"
+    try:
+        files = api_volume_files(pod, source, objects, node)
+        target.mkdir(parents=True, exist_ok=True)
+        os.chmod(target, 0o777 if source.kind == "projected" else 0o755)
+        write_atomic(target, files, now)
+    except (OSError, ValueError) as err:
+        return str(err)
+    return ""
+
+
 def setup_volumes(pod: Pod, pods_dir: Path, node: NodeFacts | None = None,
-                  now: float = 0.0) -> dict[str, str]:
+                  now: float = 0.0, objects: ApiObjects | None = None) -> dict[str, str]:
     """Make the pod's emptyDirs, check its hostPaths and write its downwardAPI volumes
     (``atomic_writer``; ``node`` gives the defaults of unset limits, ``now`` the wall clock
     that names the data folder); volume name -> error (empty: all set up)."""
     errors: dict[str, str] = {}
     for v in pod.spec.volumes:
+        if isinstance(v.source, ApiVolume):
+            failure = _write_api_volume(pod, v.name, v.source, pods_dir,
+                                        node or NodeFacts(0, 0), now, objects)
+            if failure:
+                errors[v.name] = failure
+            continue
         if isinstance(v.source, DownwardAPIVolume):
             target = cri_config.downward_api_path(pods_dir, pod.uid, v.name)
             try:

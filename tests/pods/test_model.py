@@ -223,7 +223,7 @@ REJECTED = [
     ("configMapKeyRef", lambda d: d["spec"]["containers"][0].update(
         env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
      "env[0].valueFrom.configMapKeyRef: static pods may not reference API objects (ConfigMap) "
-     "until the API server pod source lands"),
+     "(only pods from the API server may)"),
     ("imagePullSecrets", lambda d: d["spec"].update(imagePullSecrets=[{"name": "x"}]),
      "spec.imagePullSecrets: static pods may not reference API objects (Secret)"),
     ("postStart", lambda d: d["spec"]["containers"][0].update(

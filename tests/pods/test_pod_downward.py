@@ -126,7 +126,7 @@ def test_volume_labels_and_annotations_format() -> None:
      "may not be specified when `value` is not empty"),
     ({"name": "V", "valueFrom": {}}, "must specify one of: `fieldRef`, `resourceFieldRef`"),
     ({"name": "V", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-     "static pods may not reference API objects (Secret) until the API server pod source"),
+     "static pods may not reference API objects (Secret) (only pods from the API server may)"),
 ])
 def test_env_validation_errors(env: dict[str, Any], error: str) -> None:
     with pytest.raises(PodValidationError) as info:

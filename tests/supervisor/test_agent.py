@@ -188,12 +188,12 @@ def test_exec_spawn_method_also_restarts(agent: Any) -> None:
 
 
 def test_config_keys_without_a_subsystem_are_reported_at_start(agent: Any) -> None:
-    a = agent({"one": IDLE}, extra_args=("--kubeconfig", "/nonexistent/kubeconfig"))
+    a = agent({"one": IDLE}, extra_args=("--container-log-max-files", "9"))
     a.wait_state("one", "RUNNING")
     events = [json.loads(line) for line in
               (a.paths.logs_dir / "supervisor.log").read_text().splitlines()]
     [warning] = [e for e in events if e["event"] == "config.key_not_used"]
-    assert warning["key"] == "kubeconfig" and warning["level"] == "warning"
+    assert warning["key"] == "containerLogMaxFiles" and warning["level"] == "warning"
 
 
 def test_ctrl_c_to_the_process_group_stops_children_in_reverse_order(agent: Any) -> None:

@@ -1,0 +1,49 @@
+"""podvisor.services.apiserver: what the API-facing processes share (issue 15).
+
+- ``ApiConnection(kubeconfig)``: the official ``kubernetes`` client's configuration (TLS,
+  token, client certificate) with raw JSON requests (``request``) and watches (``watch``);
+  ``ApiError`` (an HTTP answer) and ``ApiUnreachable`` (none).
+- ``Reflector``: list + watch of one collection on a thread (bookmarks, 410 relist, back-off).
+- ``WakePipe``: how a helper thread wakes a process's poll loop.
+- ``WebhookAuthenticator`` / ``WebhookAuthorizer`` / ``request_attributes``: TokenReview and
+  SubjectAccessReview for the main port (cached, fail closed); see ``webhook.py``.
+"""
+
+from podvisor.services.apiserver.client import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiConnection,
+    ApiError,
+    ApiUnreachable,
+    Obj,
+    WatchStream,
+)
+from podvisor.services.apiserver.reflector import Reflector, Sink
+from podvisor.services.apiserver.wake import WakePipe
+from podvisor.services.apiserver.webhook import (
+    Attributes,
+    Decision,
+    User,
+    WebhookAuthenticator,
+    WebhookAuthorizer,
+    request_attributes,
+)
+
+__all__ = [
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "ApiConnection",
+    "ApiError",
+    "ApiUnreachable",
+    "Attributes",
+    "Decision",
+    "Obj",
+    "Reflector",
+    "Sink",
+    "User",
+    "WakePipe",
+    "WatchStream",
+    "WebhookAuthenticator",
+    "WebhookAuthorizer",
+    "request_attributes",
+]

@@ -1,0 +1,155 @@
+"""The API server connection every API-facing process shares: the official ``kubernetes``
+client for kubeconfig, TLS and credentials, and raw JSON in and out.
+
+podvisor reads and writes raw JSON (``_preload_content=False`` underneath) instead of the
+client's generated models: a model drops the fields it does not know, and pod objects travel
+on the bus in their wire form anyway. ``ApiConnection.request`` raises ``ApiError`` for any
+non-2xx answer (with the ``Status`` reason) and ``ApiUnreachable`` when no answer came.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+CONNECT_TIMEOUT = 5.0
+REQUEST_TIMEOUT = 10.0
+
+
+class ApiUnreachable(Exception):
+    """No HTTP answer (connection refused/reset, TLS failure, timeout)."""
+
+
+@dataclass
+class ApiError(Exception):
+    """A non-2xx answer: ``status`` (HTTP code), ``reason`` (Status.reason) and message."""
+
+    status: int
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+
+def _api_error(exc: ApiException) -> ApiError:
+    reason, message = str(exc.reason or ""), ""
+    try:
+        body = json.loads(exc.body or "{}")
+        reason = str(body.get("reason") or reason)
+        message = str(body.get("message") or "")
+    except (ValueError, AttributeError):
+        message = str(exc.body or "")[:200]
+    return ApiError(int(exc.status or 0), reason, message)
+
+
+class ApiConnection:
+    """One API client built from a kubeconfig file (thread-safe: urllib3's pool)."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig)
+        self.requests = 0  # every request sent, for the logs and the benchmarks
+
+    @property
+    def host(self) -> str:
+        return str(self.api.configuration.host)
+
+    def _send(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+              body: Any = None, content_type: str = "",
+              timeout: float | tuple[float, float] = REQUEST_TIMEOUT) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        method_, url, headers_, body_, post = self.api.param_serialize(
+            method=method, resource_path=path, query_params=params, header_params=headers,
+            body=body, auth_settings=["BearerToken"])
+        self.requests += 1
+        try:
+            answer = self.api.call_api(method_, url, headers_, body_, post,
+                                       _request_timeout=timeout)
+        except ApiException as exc:
+            if exc.status:
+                raise _api_error(exc) from None
+            raise ApiUnreachable(str(exc.reason)) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiUnreachable(str(exc)) from None
+        if not 200 <= answer.status <= 299:
+            answer.read()
+            raise _api_error(ApiException(http_resp=answer))
+        return answer
+
+    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                body: Any = None, content_type: str = "",
+                timeout: float = REQUEST_TIMEOUT) -> Obj:
+        answer = self._send(method, path, query=query, body=body, content_type=content_type,
+                            timeout=(CONNECT_TIMEOUT, timeout))
+        try:
+            data = answer.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiUnreachable(str(exc)) from None
+        try:
+            out = json.loads(data or b"{}")
+        except ValueError as exc:
+            raise ApiError(answer.status, "BadResponse", f"not JSON: {exc}") from None
+        return out if isinstance(out, dict) else {}
+
+    def watch(self, path: str, query: Mapping[str, Any], read_timeout: float) -> WatchStream:
+        """Open a watch (``watch=1`` added); iterate the returned stream for event dicts."""
+        answer = self._send("GET", path, query={**query, "watch": "1"},
+                            timeout=(CONNECT_TIMEOUT, read_timeout))
+        return WatchStream(answer.response)
+
+    def close(self) -> None:
+        self.api.close()
+
+
+class WatchStream:
+    """The events of one watch response, one JSON object per line; ``close()`` from any
+    thread ends the iteration."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+        self._response = response
+
+    def __iter__(self) -> Iterator[Obj]:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(64 * 1024, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield _event(line)
+            if buffer.strip():
+                yield _event(buffer)
+        except (urllib3.exceptions.HTTPError, OSError, AttributeError) as exc:
+            raise ApiUnreachable(f"watch cut: {exc}") from None
+
+    def close(self) -> None:
+        try:
+            self._response.release_conn()
+            self._response.close()
+        except (OSError, AttributeError):
+            pass
+
+
+def _event(line: bytes) -> Obj:
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise ApiUnreachable(f"watch sent a line that is not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise ApiUnreachable("watch sent a line that is not an object")
+    return event

@@ -1,0 +1,94 @@
+"""Process ``events-api``: every event recorded on the bus (``events.event.recorded``) goes to
+the API server as a core/v1 Event, aggregated and rate-limited (``apisink.py``). Runs when
+``kubeconfig`` is set. The main thread receives (and heartbeats); a helper thread sends, so a
+slow API server never stalls the bus. Up to ``QUEUE`` events wait while the server is away
+(oldest dropped first, counted); they are sent in order once it is back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import asdict
+from typing import Any
+
+from podvisor.common.child import ChildContext
+from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.messages import Event
+from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
+from podvisor.services.events.apisink import ApiEventSink
+
+QUEUE = 1000
+INITIAL_DELAY = 0.8
+
+
+def run(ctx: ChildContext) -> None:
+    config = ctx.config
+    if not config.kubeconfig:
+        ctx.log.info("events.api.disabled", reason="kubeconfig is not set")
+        return
+    conn = ApiConnection(config.kubeconfig)
+    sink = ApiEventSink(conn, config.node_name)
+    pending: deque[tuple[dict[str, Any], float]] = deque(maxlen=QUEUE)
+    cond = threading.Condition()
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def helper() -> None:
+        try:
+            _send_loop(ctx, sink, pending, cond, stop)
+        except BaseException as exc:  # re-raised by the main thread
+            failure.append(exc)
+
+    subscriber = Subscriber(ctx.zctx, ctx.paths, [Event.TOPIC], clock=ctx.clock)
+    thread = threading.Thread(target=helper, name="events-api", daemon=True)
+    thread.start()
+    try:
+        while not ctx.stop.is_set():
+            ctx.heartbeat()
+            if failure:
+                raise failure[0]
+            env = subscriber.recv(ctx.heartbeat_interval)
+            while env is not None:
+                if isinstance(env.message, Event):
+                    with cond:
+                        pending.append((asdict(env.message), time.time()))
+                        cond.notify()
+                env = subscriber.recv(0)
+    finally:
+        stop.set()
+        with cond:
+            cond.notify()
+        thread.join(2)
+        subscriber.close()
+        conn.close()
+
+
+def _send_loop(ctx: ChildContext, sink: ApiEventSink,
+               pending: deque[tuple[dict[str, Any], float]], cond: threading.Condition,
+               stop: threading.Event) -> None:
+    delay = INITIAL_DELAY
+    while not stop.is_set():
+        with cond:
+            if not pending:
+                cond.wait(1.0)
+                continue
+            event, at = pending[0]
+        if not sink.node_uid:
+            try:
+                node = sink.conn.request("GET", f"/api/v1/nodes/{sink.node}")
+                sink.node_uid = str(node.get("metadata", {}).get("uid", ""))
+            except (ApiError, ApiUnreachable):
+                pass  # node events go without the UID until the Node exists
+        try:
+            sink.send(event, at)
+        except ApiUnreachable as exc:
+            ctx.log.debug("events.api.unreachable", reason=str(exc), pending=len(pending))
+            stop.wait(delay)
+            delay = min(delay * 2, ctx.config.api_retry_max_delay)
+            continue
+        delay = INITIAL_DELAY
+        with cond:
+            if pending and pending[0][0] is event:
+                pending.popleft()

@@ -1,0 +1,180 @@
+"""The Node's life in the API server: registration, status reports and the node Lease.
+
+- ``register()``: POST the Node with its labels; ``409 AlreadyExists`` (a restart, or a node
+  that was there before) reconciles: the labels podvisor owns are merge-PATCHed onto it.
+- ``report_status(now)``: the status is computed every ``nodeStatusUpdateFrequency``; it is
+  PATCHed (strategic merge on ``nodes/<name>/status``) when it changed (heartbeat times aside)
+  or when the last report is ``nodeStatusReportFrequency`` old; up to 5 tries per turn.
+- ``renew_lease(now)``: ``kube-node-lease/<node>`` with ``holderIdentity`` = node,
+  ``leaseDurationSeconds``, owned by the Node; renewed by PUT with its resourceVersion (a 409
+  re-reads it and tries once more), created when missing.
+Times come in as parameters (wall seconds): the caller reads the clock.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from podvisor.services.apiserver import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiConnection,
+    ApiError,
+    ApiUnreachable,
+)
+from podvisor.services.node.status import (
+    MachineFacts,
+    RuntimeFacts,
+    node_labels,
+    node_status,
+    with_times,
+)
+
+Obj = dict[str, Any]
+STATUS_TRIES = 5
+LEASE_NS = "kube-node-lease"
+
+
+def rfc3339(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class NodeSettings:
+    name: str
+    max_pods: int = 110
+    port: int = 10250
+    report_frequency: float = 300.0
+    lease_duration: int = 40
+
+
+@dataclass
+class NodeAgent:
+    conn: ApiConnection
+    settings: NodeSettings
+    facts: MachineFacts
+    runtime: Callable[[], RuntimeFacts]
+    log: Any
+    uid: str = ""
+    registered: bool = False
+    reported: Obj | None = None  # the last status PATCHed (with times)
+    reported_at: float = float("-inf")
+    lease: Obj | None = None
+    counters: dict[str, int] = field(default_factory=lambda: {
+        "status_patches": 0, "lease_renewals": 0})
+
+    @property
+    def _path(self) -> str:
+        return f"/api/v1/nodes/{self.settings.name}"
+
+    def register(self) -> None:
+        labels = node_labels(self.settings.name, self.facts)
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.settings.name, "labels": labels}}
+        try:
+            node = self.conn.request("POST", "/api/v1/nodes", body=body)
+            self.log.info("node.registered", node=self.settings.name)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            node = self.conn.request("PATCH", self._path, body={"metadata": {"labels": labels}},
+                                     content_type=MERGE_PATCH)
+            self.log.info("node.reconciled", node=self.settings.name)
+        self.uid = str(node.get("metadata", {}).get("uid", ""))
+        self.reported = node.get("status") or None
+        self.registered = True
+
+    def report_status(self, now: float) -> bool:
+        """Compute the status; PATCH it when due. True when a PATCH went through."""
+        computed = node_status(self.settings.name, self.facts, self.runtime(),
+                               max_pods=self.settings.max_pods, port=self.settings.port)
+        before = self.reported or {}
+        changed = _strip_times(computed) != _strip_times({k: before.get(k) for k in computed})
+        if not changed and now - self.reported_at < self.settings.report_frequency:
+            return False
+        status = with_times(computed, self.reported, rfc3339(now))
+        error: Exception | None = None
+        for _ in range(STATUS_TRIES):
+            try:
+                node = self.conn.request("PATCH", self._path + "/status",
+                                         body={"status": status},
+                                         content_type=STRATEGIC_MERGE_PATCH)
+            except ApiUnreachable as exc:
+                raise exc
+            except ApiError as exc:
+                error = exc
+                if exc.status == 404:  # the Node was deleted: register again
+                    self.registered = False
+                    raise
+                continue
+            self.reported = node.get("status") or status
+            self.reported_at = now
+            self.counters["status_patches"] += 1
+            if changed:
+                ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+                self.log.info("node.status", node=self.settings.name, ready=ready["status"],
+                              reason=ready["reason"])
+            return True
+        assert error is not None
+        raise error
+
+    def renew_lease(self, now: float) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{self.settings.name}"
+        for attempt in range(2):
+            if self.lease is None:
+                try:
+                    self.lease = self.conn.request("GET", path)
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+                    self.lease = self._create_lease(now)
+                    self.counters["lease_renewals"] += 1
+                    return
+            lease = copy.deepcopy(self.lease)
+            spec = lease.setdefault("spec", {})
+            spec["holderIdentity"] = self.settings.name
+            spec["leaseDurationSeconds"] = self.settings.lease_duration
+            spec["renewTime"] = micro_time(now)
+            if self.uid:
+                lease.setdefault("metadata", {})["ownerReferences"] = [self._owner()]
+            try:
+                self.lease = self.conn.request("PUT", path, body=lease)
+                self.counters["lease_renewals"] += 1
+                return
+            except ApiError as exc:
+                self.lease = None  # re-read it
+                if exc.status not in (409, 404) or attempt:
+                    raise
+
+    def _owner(self) -> Obj:
+        return {"apiVersion": "v1", "kind": "Node", "name": self.settings.name,
+                "uid": self.uid}
+
+    def _create_lease(self, now: float) -> Obj:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.settings.name, "namespace": LEASE_NS,
+                             **({"ownerReferences": [self._owner()]} if self.uid else {})},
+                "spec": {"holderIdentity": self.settings.name,
+                         "leaseDurationSeconds": self.settings.lease_duration,
+                         "renewTime": micro_time(now)}}
+        return self.conn.request(
+            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases", body=body)
+
+
+def _strip_times(status: Obj) -> Obj:
+    out = dict(status)
+    out["conditions"] = sorted(({k: v for k, v in c.items()
+                                 if k not in ("lastHeartbeatTime", "lastTransitionTime")}
+                                for c in status.get("conditions") or []),
+                               key=lambda c: str(c.get("type")))
+    for key in ("images", "volumesInUse", "volumesAttached", "phase"):
+        out.pop(key, None)
+    return out

@@ -1,0 +1,149 @@
+"""The API server source's state: this node's pods as the reflector last saw them, and the full
+set made of them for the merge.
+
+- ``listed``/``event`` (reflector thread) replace or change the raw objects (keyed by UID) and
+  call ``wake`` so the main loop publishes; the main loop's ``take()`` returns the raw objects
+  when something changed since the last call.
+- ``build_set`` turns them into a ``SourceSet``: each pod validated with ``pod_from_dict`` (a
+  bad pod is an error of the set naming ``api:<namespace>/<name>``, the others go on), its
+  ``status`` dropped (the agent's own status is the truth; status writes from this node would
+  otherwise come back as merge updates), origin ``api``. Mirror pods (annotation
+  ``kubernetes.io/config.mirror``) are recognised, listed apart in ``mirrors`` and never run.
+Parsed pods are cached by (UID, resourceVersion), so a relist of 110 pods parses none again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from podvisor.services.pod import Origin, Pod, PodValidationError, pod_from_dict
+from podvisor.services.sources.common import SourceError, SourceSet
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# metadata the agent uses; the server-set rest (resourceVersion, managedFields, owners...) is
+# the API server's business and would only make warnings
+_META_KEPT = ("name", "namespace", "uid", "labels", "annotations", "deletionTimestamp",
+              "deletionGracePeriodSeconds")
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MirrorRef:
+    """A mirror pod the API holds for one of this node's static pods."""
+
+    name: str
+    namespace: str
+    uid: str
+    hash: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "namespace": self.namespace, "uid": self.uid,
+                "hash": self.hash}
+
+
+@dataclass(frozen=True)
+class ApiSet:
+    pods: SourceSet
+    mirrors: tuple[MirrorRef, ...]
+
+
+class ApiPodState:
+    """Thread-safe holder of the raw pods (reflector thread in, main thread out)."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[str, Obj] = {}
+        self._dirty = False
+        self._synced = False
+        self._wake = wake
+        self.last_error = ""
+
+    def listed(self, items: list[Obj], rv: str) -> None:
+        with self._lock:
+            self._pods = {_uid(i): i for i in items if _uid(i)}
+            self._dirty = self._synced = True
+            self.last_error = ""
+        self._wake()
+
+    def event(self, kind: str, obj: Obj) -> None:
+        uid = _uid(obj)
+        if not uid:
+            return
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(uid, None)
+            else:
+                self._pods[uid] = obj
+            self._dirty = True
+        self._wake()
+
+    def failed(self, why: str) -> None:
+        with self._lock:
+            self.last_error = why
+        self._wake()
+
+    def take(self) -> list[Obj] | None:
+        """The raw pods when they changed since the last call (after the first list)."""
+        with self._lock:
+            if not (self._dirty and self._synced):
+                return None
+            self._dirty = False
+            return list(self._pods.values())
+
+
+class SetBuilder:
+    """Raw API pods -> ``ApiSet`` (cached per UID and resourceVersion)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[str, Pod | SourceError]] = {}
+
+    def build(self, raw: list[Obj]) -> ApiSet:
+        pods: list[Pod] = []
+        errors: list[SourceError] = []
+        mirrors: list[MirrorRef] = []
+        cache: dict[str, tuple[str, Pod | SourceError]] = {}
+        for obj in sorted(raw, key=lambda o: str(o.get("metadata", {}).get(
+                "creationTimestamp", ""))):
+            meta = obj.get("metadata") or {}
+            uid, rv = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+            annotations = meta.get("annotations") or {}
+            if MIRROR_ANNOTATION in annotations:
+                mirrors.append(MirrorRef(str(meta.get("name", "")),
+                                         str(meta.get("namespace", "")), uid,
+                                         str(annotations[MIRROR_ANNOTATION])))
+                continue
+            hit = self._cache.get(uid)
+            result = hit[1] if hit is not None and hit[0] == rv else _parse(obj)
+            cache[uid] = (rv, result)
+            if isinstance(result, Pod):
+                pods.append(result)
+            else:
+                errors.append(result)
+        self._cache = cache
+        return ApiSet(SourceSet("api", tuple(pods), tuple(errors)), tuple(mirrors))
+
+
+def _parse(obj: Obj) -> Pod | SourceError:
+    meta = obj.get("metadata") or {}
+    where = f"api:{meta.get('namespace', '')}/{meta.get('name', '')}"
+    body = {k: v for k, v in obj.items() if k != "status"}
+    body["metadata"] = {k: meta[k] for k in _META_KEPT if k in meta}
+    body.setdefault("kind", "Pod")
+    body.setdefault("apiVersion", "v1")
+    try:
+        parsed = pod_from_dict(body, where, api_objects=True)
+    except PodValidationError as exc:
+        first = exc.errors[0] if exc.errors else None
+        return SourceError(where, first.field if first else "",
+                           "; ".join(f"{i.field}: {i.reason}" if i.field else i.reason
+                                     for i in exc.errors) or "invalid pod")
+    pod = parsed.pod
+    return Pod(pod.metadata, pod.spec, {}, Origin("api", where.removeprefix("api:"),
+                                                  tuple(str(w) for w in parsed.warnings)))
+
+
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")

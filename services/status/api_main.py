@@ -1,0 +1,145 @@
+"""Process ``status-api``: the status subsystem's API writer (runs when ``kubeconfig`` is set).
+
+The main thread replicates ``desired``, ``statuses`` and the API source's ``pods-api`` map and
+hands a snapshot of them to a writer thread after every change; the writer (``apiwriter.py``)
+PATCHes statuses whose version advanced, keeps mirror pods and deletes terminated API pods, and
+does a turn every ``statusSweepFrequency`` anyway (what failed is retried then). When the API
+server is unreachable the writer backs off (0.8 s doubling to ``apiRetryMaxDelay``); nothing is
+lost meanwhile: the pending work is "every status newer than what was written", recomputed from
+the latest snapshot, so each pod's newest status reaches the API once it is back.
+
+A separate process from ``status`` on purpose: a slow or absent API server never delays the
+statuses the rest of the agent reads, and a kill -9 of either leaves the other alone. Stateless:
+after a restart every status is written once more (a PATCH of an equal status changes nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from podvisor.common.child import ChildContext
+from podvisor.ipc.clone import MapReplica
+from podvisor.services.apiserver import ApiConnection, ApiUnreachable
+from podvisor.services.status.apiwriter import Snapshot, StatusWriter
+
+INITIAL_DELAY = 0.8
+STALL_LIMIT = 120.0
+
+
+class _Handoff:
+    """The latest snapshot from the main thread to the writer (newest wins)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.snapshot: Snapshot | None = None
+        self.fresh = False
+        self.progress = time.monotonic()
+
+    def put(self, snap: Snapshot) -> None:
+        with self.cond:
+            self.snapshot, self.fresh = snap, True
+            self.cond.notify()
+
+    def take(self, timeout: float) -> Snapshot | None:
+        with self.cond:
+            if not self.fresh:
+                self.cond.wait(timeout)
+            self.fresh = False
+            return self.snapshot
+
+
+def run(ctx: ChildContext) -> None:
+    config = ctx.config
+    if not config.kubeconfig:
+        ctx.log.info("status.api.disabled", reason="kubeconfig is not set")
+        return
+    conn = ApiConnection(config.kubeconfig)
+    writer = StatusWriter(conn, config.node_name, ctx.log)
+    handoff = _Handoff()
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def helper() -> None:
+        try:
+            _write_loop(ctx, writer, handoff, stop)
+        except BaseException as exc:  # re-raised on the main thread
+            failure.append(exc)
+
+    changed = [True]
+
+    def on_change(key: str, old: Any, new: Any) -> None:
+        changed[0] = True
+
+    replicas = [MapReplica(ctx.zctx, ctx.paths, name, on_change, snapshot_timeout=0.5,
+                           clock=ctx.clock)
+                for name in ("desired", "statuses", "pods-api", "api-mirrors")]
+    desired, statuses, api, api_mirrors = replicas
+    thread = threading.Thread(target=helper, name="status-api", daemon=True)
+    thread.start()
+    poller = zmq.Poller()
+    for replica in replicas:
+        for sock in replica.sockets:
+            poller.register(sock, zmq.POLLIN)
+    if ctx.stop_fd is not None:
+        poller.register(ctx.stop_fd, zmq.POLLIN)
+    try:
+        while not ctx.stop.is_set():
+            ctx.heartbeat()
+            if failure:
+                raise failure[0]
+            if time.monotonic() - handoff.progress > STALL_LIMIT:
+                raise RuntimeError(f"the API writer made no progress for {STALL_LIMIT}s")
+            for replica in replicas:
+                replica.pump()
+            if changed[0] and desired.synced and statuses.synced:
+                changed[0] = False
+                mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
+                api_set = api.get("set") if api.synced else None
+                handoff.put(Snapshot(desired.items(), statuses.items(),
+                                     list(mirrors) if isinstance(mirrors, list) else None,
+                                     list(api_set.get("pods") or [])
+                                     if isinstance(api_set, dict) else None))
+            pending = any(r.waiting_for_snapshot or not r.synced for r in replicas)
+            timeout = min(ctx.heartbeat_interval, 0.5 if pending else math.inf)
+            poller.poll(int(timeout * 1000))
+    finally:
+        stop.set()
+        with handoff.cond:
+            handoff.cond.notify()
+        thread.join(2)
+        conn.close()
+
+
+def _write_loop(ctx: ChildContext, writer: StatusWriter, handoff: _Handoff,
+                stop: threading.Event) -> None:
+    config = ctx.config
+    delay = INITIAL_DELAY
+    failing = ""
+    snap: Snapshot | None = None
+    while not stop.is_set():
+        handoff.progress = time.monotonic()
+        newer = handoff.take(config.status_sweep_frequency if not failing else delay)
+        snap = newer or snap
+        if stop.is_set() or snap is None:
+            continue
+        try:
+            writer.turn(snap)
+        except ApiUnreachable as exc:
+            if not failing:
+                ctx.log.warning("status.api.unreachable", server=writer.conn.host,
+                                reason=str(exc), pending=writer.pending(snap))
+            failing = str(exc)
+            stop.wait(delay)
+            delay = min(delay * 2, config.api_retry_max_delay)
+            with handoff.cond:
+                handoff.fresh = True  # try again with the newest snapshot
+            continue
+        if failing:
+            ctx.log.info("status.api.recovered", server=writer.conn.host)
+            failing = ""
+        delay = INITIAL_DELAY

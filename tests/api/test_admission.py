@@ -1,0 +1,48 @@
+"""Admission against the Node's allocatable (OutOfpods, OutOfcpu, OutOfmemory): unit tests of
+the pure ``admit`` with the kubelet's messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podvisor.services.pod import Pod, pod_from_dict
+from podvisor.services.syncloop.admission import Capacity, admit, pod_requests
+
+
+def pod(name: str, cpu: str = "", memory: str = "", init_cpu: str = "") -> Pod:
+    def res(c: str, m: str) -> dict[str, Any]:
+        req = {k: v for k, v in (("cpu", c), ("memory", m)) if v}
+        return {"requests": req} if req else {}
+
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i",
+                                            "resources": res(cpu, memory)}]}
+    if init_cpu:
+        spec["initContainers"] = [{"name": "i", "image": "i", "resources": res(init_cpu, "")}]
+    return pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": "default", "uid": name}, "spec": spec}).pod
+
+
+CAP = Capacity(cpu_millis=2000, memory_bytes=1 << 30, pods=3)
+
+
+def test_requests_are_max_of_sum_and_largest_init() -> None:
+    assert pod_requests(pod("a", cpu="500m", memory="64Mi")) == (500, 64 << 20)
+    assert pod_requests(pod("b", cpu="500m", init_cpu="1")) == (1000, 0)
+
+
+def test_out_of_pods_cpu_memory_with_kubelet_messages() -> None:
+    running = [pod("a", cpu="1"), pod("b", cpu="500m", memory="512Mi")]
+    assert admit(pod("ok", cpu="500m"), running, CAP) is None
+    cpu = admit(pod("big", cpu="600m"), running, CAP)
+    assert cpu is not None and cpu.reason == "OutOfcpu"
+    assert cpu.message == ("Node didn't have enough resource: cpu, requested: 600, used: 1500, "
+                           "capacity: 2000")
+    mem = admit(pod("fat", memory="600Mi"), running, CAP)
+    assert mem is not None and mem.reason == "OutOfmemory"
+    full = admit(pod("d"), [*running, pod("c")], CAP)
+    assert full is not None and full.reason == "OutOfpods"
+    assert full.message == ("Node didn't have enough resource: pods, requested: 1, used: 3, "
+                            "capacity: 3")
+    # a pod without requests fits whatever the others use; standalone (no capacity): no check
+    assert admit(pod("free"), running, CAP) is None
+    assert admit(pod("huge", cpu="64"), running, None) is None
