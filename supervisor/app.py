@@ -24,11 +24,18 @@ from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.events.store import EventStore
 from podvisor.supervisor.commands import Command, default_commands
-from podvisor.supervisor.config import Config, keys_not_yet_used, load_config, write_config_json
+from podvisor.supervisor.config import (
+    Config,
+    keys_not_yet_used,
+    load_config,
+    ops_password_path,
+    write_config_json,
+)
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import CoreDeps, Supervisor
 from podvisor.supervisor.logs import setup_logging
 from podvisor.supervisor.loop import Agent, AgentParts
+from podvisor.supervisor.opspass import ensure_ops_password
 from podvisor.supervisor.registry import BUILTINS, Builtin, ProcessSpec, resolve_specs
 from podvisor.supervisor.spawner import Spawner, new_forkserver_spawner, new_spawner
 from podvisor.supervisor.states import StateChange
@@ -87,6 +94,8 @@ def run_agent(
     write_config_json(config, paths.config_json)
     for key, why in keys_not_yet_used(config):
         log.warning("config.key_not_used", key=key, reason=why)
+    if config.ops_port and ensure_ops_password(ops_password_path(config)):
+        log.info("ops.password_written", file=str(ops_password_path(config)))
 
     def resolve(cfg: Config) -> tuple[ProcessSpec, ...]:
         return resolve_specs(cfg, deps.builtins)

@@ -136,6 +136,14 @@ TOP_KEYS: tuple[Key, ...] = (
         "RunOnce: SyncPods per pod at most before it counts as failed"),
     Key("runOnceRetryDelay", "run_once_retry_delay", DURATION,
         "RunOnce: the wait after a pod's first SyncPod (doubles after each)"),
+    # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
+    Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
+    Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
+    Key("opsUsername", "ops_username", STR, "HTTP Basic user name of the ops port"),
+    Key("opsPasswordFile", "ops_password_file", STR,
+        "file holding the ops password ('' = rootDir/ops-password, written once at random)"),
+    Key("opsTLSCertFile", "ops_tls_cert_file", STR, "serve the ops port over TLS with this cert"),
+    Key("opsTLSPrivateKeyFile", "ops_tls_private_key_file", STR, "the TLS cert's private key"),
 )
 
 SUPERVISION_KEYS: tuple[Key, ...] = (
@@ -231,6 +239,13 @@ class Config:
     run_once: bool = False
     run_once_max_retries: int = 10
     run_once_retry_delay: float = 1.0
+    # [ops port, issue 14]
+    ops_address: str = "127.0.0.1"
+    ops_port: int = 9001
+    ops_username: str = "admin"
+    ops_password_file: str = ""
+    ops_tls_cert_file: str = ""
+    ops_tls_private_key_file: str = ""
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
 
@@ -286,7 +301,18 @@ def config_from_mapping(raw: object) -> Config:
         raise ConfigError("rootDir", "must not be empty")
     if config.supervision.heartbeat_interval <= 0:
         raise ConfigError("supervision.heartbeatInterval", "must be > 0")
+    if bool(config.ops_tls_cert_file) != bool(config.ops_tls_private_key_file):
+        raise ConfigError("opsTLSCertFile" if not config.ops_tls_cert_file
+                          else "opsTLSPrivateKeyFile",
+                          "opsTLSCertFile and opsTLSPrivateKeyFile go together")
+    if config.ops_port and not config.ops_username:
+        raise ConfigError("opsUsername", "must not be empty")
     return config
+
+
+def ops_password_path(config: Config) -> Path:
+    """The ops port's password file: `opsPasswordFile`, else `<rootDir>/ops-password`."""
+    return Path(config.ops_password_file or os.path.join(config.root_dir, "ops-password"))
 
 
 def _dump_section(obj: object, keys: tuple[Key, ...]) -> dict[str, Any]:
@@ -342,7 +368,8 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 
 # Keys naming files: relative paths in the config file are relative to the file's folder (as
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
-PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig")
+PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "opsPasswordFile", "opsTLSCertFile",
+             "opsTLSPrivateKeyFile")
 
 
 def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:

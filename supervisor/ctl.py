@@ -13,6 +13,7 @@
       events [--json] [--pod P] [--limit N]   the kept events (kubectl get events)
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
+      ops-password                the ops port's HTTP Basic password (user opsUsername)
 
 Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
 stderr); 2 the agent is not running or did not answer in time, or bad usage. `shutdown --pods`
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("container", nargs="?")
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
+    sub.add_parser("ops-password", help="print the ops port's password (user opsUsername)")
     return p
 
 
@@ -149,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_pods(root, ns.json, ns.timeout or 5.0, ns.wide)
+    if ns.cmd == "ops-password":  # read from the rootDir by this process
+        from podvisor.supervisor.ctl_ops import main_ops_password
+
+        return main_ops_password(ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR",
+                                                               DEFAULT_ROOT))
     if ns.cmd == "logs":  # read from rootDir/pod-logs by this process
         from podvisor.supervisor.ctl_logs import main_logs
 

@@ -87,6 +87,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
     Builtin("server", "podvisor.services.server.main"),
+    Builtin("ops", "podvisor.services.ops.main", lambda c: c.ops_port != 0),
 )
 
 

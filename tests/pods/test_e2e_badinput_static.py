@@ -163,7 +163,7 @@ def test_bad_manifests_reported_valid_ones_run(agent: Any, wait_for: Any) -> Non
         write_manifests(manifests)
         handle = agent(config={
             "nodeName": "e2e", "staticPodPath": str(manifests), "readOnlyPort": port,
-            "stopPodsOnExit": True,
+            "stopPodsOnExit": True, "opsPort": 0,
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
         root = handle.paths.root
         wait_for(lambda: running(port) == RUNNING, 90.0, message="valid pods Running")
