@@ -190,7 +190,29 @@ SPEC_KEYS: tuple[Key, ...] = (
     Key("intensityPeriod", "intensity_period", DURATION, "window of the intensity limit"),
     Key("heartbeatTimeout", "heartbeat_timeout", DURATION, "kill when silent this long"),
     Key("stopTimeout", "stop_timeout", DURATION, "SIGTERM to SIGKILL grace"),
+    # [ops port, issue 14] supervisord-style event listeners (custom processes only)
+    Key("kind", "kind", Kind(
+        lambda k, v: _parse_choice(k, v, ("process", "eventlistener")), metavar="KIND"),
+        "process (a module's run(ctx)) or eventlistener (a command fed supervisord's events)"),
+    Key("command", "command", STR, "eventlistener: the command (split like a shell's words)"),
+    Key("events", "events", Kind(lambda k, v: _parse_events(k, v), metavar="EVENTS"),
+        "eventlistener: comma-separated event types (PROCESS_STATE, TICK_5, TICK_60, ...)"),
 )
+
+# supervisord's event types an eventlistener may subscribe to (a type covers its subtypes).
+EVENT_TYPES = ("EVENT", "PROCESS_STATE", "PROCESS_STATE_STARTING", "PROCESS_STATE_RUNNING",
+               "PROCESS_STATE_BACKOFF", "PROCESS_STATE_STOPPING", "PROCESS_STATE_EXITED",
+               "PROCESS_STATE_STOPPED", "PROCESS_STATE_FATAL", "PROCESS_STATE_UNKNOWN",
+               "TICK", "TICK_5", "TICK_60", "TICK_3600")
+
+
+def _parse_events(key: str, raw: object) -> str:
+    text = parse_str(key, raw)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in EVENT_TYPES]
+    if bad or not names:
+        raise ConfigError(key, f"unknown event type {bad[0]!r}" if bad else "no event type")
+    return ",".join(names)
 
 
 @dataclass(frozen=True)

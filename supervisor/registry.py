@@ -39,6 +39,9 @@ class ProcessSpec:
     intensity_period: float = 60.0
     heartbeat_timeout: float = 10.0
     stop_timeout: float = 5.0
+    kind: str = "process"  # or "eventlistener" (issue 14): `command` fed `events`
+    command: str = ""
+    events: str = ""
 
 
 def _always(config: Config) -> bool:
@@ -91,6 +94,10 @@ BUILTINS: tuple[Builtin, ...] = (
 )
 
 
+# The harness that runs an eventlistener's command and feeds it supervisord's events.
+EVENTLISTENER_MODULE = "podvisor.services.ops.listener"
+
+
 def module_exists(module: str) -> bool:
     """True when `module` can be imported (its parent packages are imported to find out)."""
     try:
@@ -139,6 +146,12 @@ def resolve_specs(
         if name in builtin_names:
             continue
         custom = partial.get("module")
+        if partial.get("kind") == "eventlistener":
+            if not partial.get("command"):
+                raise ConfigError(f"supervision.processes.{name}.command",
+                                  "required for an eventlistener")
+            custom = custom or EVENTLISTENER_MODULE
+            partial = {"events": "EVENT", **partial}
         if not custom:
             raise ConfigError(f"supervision.processes.{name}.module",
                               "required for a custom process")

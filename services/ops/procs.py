@@ -183,6 +183,8 @@ def pod_procs(desired: Mapping[str, Any], statuses: Mapping[str, Any],
                 logfile=str(rc.get("log_path", "")),
                 restarts=int((cs or {}).get("restartCount", rc.get("restart_count", 0)) or 0),
                 extra={"uid": uid, "container_id": cid, "restartPolicy": policy,
+                       "last_exit_code": (((cs or {}).get("lastState") or {})
+                                          .get("terminated") or {}).get("exitCode"),
                        "grace": int(grace) if isinstance(grace, int) else 30,
                        "image": str(container.get("image", "")),
                        "command": [*(container.get("command") or []),

@@ -32,3 +32,26 @@ def test_config_keys() -> None:
         config_from_mapping({"rootDir": "/r", "opsTLSCertFile": "/c.pem"})
     with pytest.raises(ConfigError, match="opsPort"):
         config_from_mapping({"rootDir": "/r", "opsPort": 70000})
+
+
+def test_eventlistener_specs() -> None:
+    from podvisor.supervisor.registry import EVENTLISTENER_MODULE, resolve_specs
+
+    def specs(proc: dict[str, object]) -> dict[str, object]:
+        cfg = config_from_mapping({"rootDir": "/r", "supervision": {
+            "builtins": False, "processes": {"mail": proc}}})
+        (spec,) = resolve_specs(cfg)
+        return {"module": spec.module, "kind": spec.kind, "events": spec.events,
+                "command": spec.command}
+
+    got = specs({"kind": "eventlistener", "command": "crashmail -a"})
+    assert got == {"module": EVENTLISTENER_MODULE, "kind": "eventlistener", "events": "EVENT",
+                   "command": "crashmail -a"}
+    assert specs({"kind": "eventlistener", "command": "x", "events": "TICK_5, PROCESS_STATE"}
+                 )["events"] == "TICK_5,PROCESS_STATE"
+    with pytest.raises(ConfigError, match="command"):
+        specs({"kind": "eventlistener"})
+    with pytest.raises(ConfigError, match="unknown event type 'TOCK'"):
+        specs({"kind": "eventlistener", "command": "x", "events": "TOCK"})
+    with pytest.raises(ConfigError, match="kind"):
+        specs({"kind": "daemon", "module": "m"})
