@@ -13,7 +13,7 @@ import base64
 import binascii
 import hmac
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from xmlrpc.server import SimpleXMLRPCDispatcher
 
 from aiohttp import web
@@ -44,7 +44,7 @@ def unauthorized() -> web.Response:
 
 
 def make_app(dispatcher: SimpleXMLRPCDispatcher, username: str, password: str,
-             extra_routes: Callable[[web.Application], None] | None = None,
+             extra_routes: Callable[[web.Application, Executor], object] | None = None,
              workers: int = 8) -> web.Application:
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc")
 
@@ -66,6 +66,6 @@ def make_app(dispatcher: SimpleXMLRPCDispatcher, username: str, password: str,
     app = web.Application(middlewares=[auth], client_max_size=MAX_RPC_BODY)
     app.router.add_post("/RPC2", rpc2)
     if extra_routes is not None:
-        extra_routes(app)
+        extra_routes(app, executor)
     app.on_cleanup.append(close_executor)
     return app

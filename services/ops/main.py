@@ -18,6 +18,7 @@ from aiohttp import web
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.ops.app import make_app
 from podvisor.services.ops.control import ControlLink
+from podvisor.services.ops.dashboard import add_dashboard
 from podvisor.services.ops.pump import MapPump
 from podvisor.services.ops.rpc import OpsRpc, RpcDeps, new_dispatcher
 from podvisor.supervisor.child import ChildContext
@@ -42,8 +43,9 @@ def _tls(ctx: ChildContext) -> ssl.SSLContext | None:
 
 async def _serve(ctx: ChildContext, pump: MapPump, rpc: OpsRpc, password: str) -> None:
     cfg = ctx.config
-    app = make_app(new_dispatcher(rpc), cfg.ops_username, password)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    app = make_app(new_dispatcher(rpc), cfg.ops_username, password,
+                   lambda a, ex: add_dashboard(a, rpc, lambda: pump.maps, ex))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, cfg.ops_address, cfg.ops_port, reuse_address=True,
                        ssl_context=_tls(ctx))

@@ -4,6 +4,8 @@ port")."""
 
 from __future__ import annotations
 
+import base64
+import json
 import urllib.error
 import urllib.request
 import xmlrpc.client
@@ -79,7 +81,8 @@ def test_faults(ops: OpsAgent) -> None:
 
 
 def test_unauthenticated_and_wrong_password_get_401(ops: OpsAgent) -> None:
-    for path in ("/", "/RPC2", "/api/status", "/api/events"):
+    for path in ("/", "/RPC2", "/api/state", "/api/events", "/api/action", "/api/log",
+                 "/static/app.js"):
         for method in ("GET", "POST"):
             req = urllib.request.Request(ops.url + path, method=method, data=b"" if
                                          method == "POST" else None)
@@ -154,3 +157,36 @@ def test_ops_password_printed_by_podvisorctl(ops: OpsAgent) -> None:
     assert out.stdout.strip() == ops.password
     pw = ops.handle.paths.root / "ops-password"
     assert pw.stat().st_mode & 0o777 == 0o600
+
+
+def _get(ops: OpsAgent, path: str, data: bytes | None = None) -> Any:
+    req = urllib.request.Request(ops.url + path, data=data, headers={
+        "Authorization": "Basic " + base64.b64encode(f"admin:{ops.password}".encode()).decode(),
+        "Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=30)
+
+
+def test_dashboard_api(ops: OpsAgent, wait_for: Callable[..., Any]) -> None:
+    with _get(ops, "/") as resp:
+        assert b"/static/app.js" in resp.read()
+    with _get(ops, "/static/app.js") as resp:
+        assert b"EventSource" in resp.read()
+    with _get(ops, "/api/state") as resp:
+        state = json.loads(resp.read())
+    names = {p["namespec"] for p in state["processes"]}
+    assert {"agent:pleg", APP} <= names and state["pods"][0]["group"] == GROUP
+    with _get(ops, "/api/events") as resp:  # server-sent events: the first state at once
+        assert resp.readline().strip() == b"event: state"
+        assert json.loads(resp.readline().removeprefix(b"data: "))["processes"]
+    pid = ops.rpc().supervisor.getProcessInfo("agent:pleg")["pid"]
+    body = json.dumps({"action": "kill", "name": "agent:pleg", "signal": "KILL"}).encode()
+    with _get(ops, "/api/action", body) as resp:
+        assert json.loads(resp.read()) == {"ok": True}
+    wait_for(lambda: ops.rpc().supervisor.getProcessInfo("agent:pleg")["pid"] not in (0, pid),
+             30.0, message="pleg back with a new pid")
+    with _get(ops, f"/api/log?name={APP}&offset=-1") as resp:
+        log = json.loads(resp.read())
+    assert "tick" in log["text"] and log["offset"] > 0
+    with _get(ops, "/api/state") as resp:
+        timeline = json.loads(resp.read())["timeline"]
+    assert any(c["name"] == "agent:pleg" and c["restart"] for c in timeline)
