@@ -115,7 +115,8 @@ class Dashboard:
         now = self.wall()
         procs = self.rpc._all()
         self.timeline.observe(procs, now)
-        return {"now": now, "processes": [_proc_json(p, now) for p in procs],
+        # whole seconds: when only time moved, clients get at most one state a second
+        return {"now": int(now), "processes": [_proc_json(p, now) for p in procs],
                 "pods": _pods_json(self.maps()), "timeline": list(self.timeline.changes)}
 
     async def state_body(self) -> str:

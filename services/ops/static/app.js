@@ -4,6 +4,9 @@ const COLORS = { RUNNING: "#2e9d5b", STARTING: "#d9a400", BACKOFF: "#e07b00",
   STOPPING: "#8a93a6", STOPPED: "#8a93a6", EXITED: "#8a93a6", FATAL: "#c8332e",
   UNKNOWN: "#c8332e" };
 const SIGNALS = ["KILL", "TERM", "INT", "HUP", "STOP", "CONT", "USR1", "USR2"];
+// absolute URLs from the origin: a page opened as http://user:pass@host/ resolves relative
+// URLs with the credentials in them, which fetch() refuses
+const API = location.origin;
 let state = null;
 let logName = null, logOffset = -1, logTimer = null;
 
@@ -26,9 +29,10 @@ function toast(msg) {
   t.textContent = msg; t.hidden = false; setTimeout(() => { t.hidden = true; }, 4000);
 }
 async function act(action, name, signal) {
-  const r = await fetch("/api/action", { method: "POST", headers: { "Content-Type": "application/json" },
+  const r = await fetch(`${API}/api/action`, { method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ action, name, signal }) });
-  if (!r.ok) toast((await r.json()).faultString || `${action} failed`);
+  if (!r.ok) toast(await r.text().then(t => { try { return JSON.parse(t).faultString; }
+    catch (e) { return `${action} ${name}: HTTP ${r.status}`; } }));
 }
 function actions(p) {
   const td = el("td");
@@ -107,7 +111,7 @@ function render() {
 }
 async function pollLog() {
   if (!logName) return;
-  const r = await fetch(`/api/log?name=${encodeURIComponent(logName)}&offset=${logOffset}`);
+  const r = await fetch(`${API}/api/log?name=${encodeURIComponent(logName)}&offset=${logOffset}`);
   if (r.ok) {
     const d = await r.json(), pre = document.getElementById("log");
     if (d.text) { pre.append(d.text); pre.scrollTop = pre.scrollHeight; }
@@ -128,7 +132,7 @@ document.getElementById("logclose").onclick = () => {
 };
 function connect() {
   const conn = document.getElementById("conn");
-  const es = new EventSource("/api/events");
+  const es = new EventSource(`${API}/api/events`);
   es.addEventListener("state", ev => { state = JSON.parse(ev.data); render();
     conn.textContent = "live"; conn.classList.remove("down"); });
   es.onerror = () => { conn.textContent = "reconnecting…"; conn.classList.add("down"); };
