@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="podvisorctl", description="control a podvisor agent")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--root-dir", default=None, help="the agent's rootDir")
-    where.add_argument("--endpoint", default=None, help="control endpoint URL (ipc:// or tcp://)")
+    where.add_argument("--endpoint", default=None,
+                       help="control endpoint URL (ipc:// or tcp://), or a remote agent's ops "
+                            "port (http(s)://HOST:PORT, with --credentials)")
+    p.add_argument("--credentials", default=None,
+                   help="with an http(s) endpoint: a file holding user:password (or a password)")
+    p.add_argument("--cacert", default=None, help="with an https endpoint: the CA to trust")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for a reply")
     sub = p.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("status", help="list supervised processes")
@@ -151,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_pods(root, ns.json, ns.timeout or 5.0, ns.wide)
+    if ns.endpoint and ns.endpoint.startswith(("http://", "https://")):
+        from podvisor.supervisor.ctl_remote import main_remote
+
+        return main_remote(ns)
     if ns.cmd == "ops-password":  # read from the rootDir by this process
         from podvisor.supervisor.ctl_ops import main_ops_password
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import urllib.error
 import urllib.request
 import xmlrpc.client
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import BIN
 from tests.ops.opsagent import APP, GROUP, OpsAgent, ops_agent
 from tests.pods.lifecycle import get_pods
 
@@ -101,6 +104,8 @@ def test_logs_read_and_tail(ops: OpsAgent, wait_for: Callable[..., Any]) -> None
     s = ops.rpc()
     text = s.supervisor.readProcessStdoutLog("agent:syncloop", -2000, 0)
     assert '"subsystem"' in text or "syncloop" in text
+    wait_for(lambda: len(s.supervisor.readProcessStdoutLog(APP, 0, 0)) > 200, 20.0,
+             message="some container log")
     data, offset, overflow = s.supervisor.tailProcessStdoutLog(APP, 0, 100)
     assert offset > 100 and overflow is True and len(data) <= 100
     more = wait_for(lambda: s.supervisor.tailProcessStdoutLog(APP, offset, 4096)[0], 10.0,
@@ -190,3 +195,28 @@ def test_dashboard_api(ops: OpsAgent, wait_for: Callable[..., Any]) -> None:
     with _get(ops, "/api/state") as resp:
         timeline = json.loads(resp.read())["timeline"]
     assert any(c["name"] == "agent:pleg" and c["restart"] for c in timeline)
+
+
+def _ctl(ops: OpsAgent, creds: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "podvisorctl"), "--endpoint", ops.url, "--credentials",
+                           str(creds), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_podvisorctl_over_the_ops_port(ops: OpsAgent, tmp_path: Path) -> None:
+    creds = tmp_path / "creds"
+    creds.write_text(f"admin:{ops.password}\n")
+    out = _ctl(ops, creds, "status")
+    assert out.returncode == 0, out.stderr
+    assert "agent:pleg" in out.stdout and APP in out.stdout
+    before = ops.rpc().supervisor.getProcessInfo("agent:pleg")["pid"]
+    out = _ctl(ops, creds, "restart", "pleg")
+    assert out.returncode == 0 and out.stdout.startswith("agent:pleg: RUNNING"), out.stderr
+    assert ops.rpc().supervisor.getProcessInfo("agent:pleg")["pid"] != before
+    out = _ctl(ops, creds, "tail", APP, "-n", "3")
+    assert out.returncode == 0 and out.stdout.count("tick") == 3
+    out = _ctl(ops, creds, "status", "nope", "--json")
+    assert out.returncode == 1 and "BAD_NAME(10)" in out.stderr
+    assert _ctl(ops, creds, "pods").returncode == 2
+    creds.write_text("wrong\n")  # a bare password: user admin
+    out = _ctl(ops, creds, "status")
+    assert out.returncode == 2 and "wrong credentials" in out.stderr
