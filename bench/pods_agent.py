@@ -83,7 +83,8 @@ class Agent:
         self.port = port
         config = {"rootDir": str(self.paths.root), "nodeName": NODE,
                   "staticPodPath": str(self.manifests), "readOnlyPort": port,
-                  "stopPodsOnExit": True, "supervision": {"shutdownTimeout": "60s"}}
+                  "stopPodsOnExit": True, "opsPort": 0,  # bench/ops.py measures it
+                  "supervision": {"shutdownTimeout": "60s"}}
         (self.tmp / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         self.log = (self.tmp / "agent.stderr").open("wb")
         self.proc = subprocess.Popen(

@@ -224,7 +224,7 @@ def test_events_survive_agent_restart(agent: Any, wait_for: Any) -> None:
     try:
         (manifests / "deployment.yaml").write_text(DEPLOYMENT)
         handle = agent(config={"nodeName": "e2e", "staticPodPath": str(manifests),
-                               "supervision": {"heartbeatInterval": "200ms"}})
+                               "opsPort": 0, "supervision": {"heartbeatInterval": "200ms"}})
         wait_for(lambda: "deployment.yaml" in evented(handle), 30.0)
         assert handle.stop() == 0
         saved = handle.paths.state_dir / "events.jsonl"
