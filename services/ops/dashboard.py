@@ -2,9 +2,11 @@
 
 - ``GET /`` and ``GET /static/{file}``: the page, served from this package (no CDN).
 - ``GET /api/state``: ``{"now", "processes": [...], "pods": [...], "timeline": [...]}``.
-- ``GET /api/events``: server-sent events, one ``state`` event per change. One broadcaster
-  computes the state (``OpsRpc`` on a worker thread) every ``PERIOD`` while a client listens,
-  and sends it to every client only when it changed; no client, no work.
+- ``GET /api/events``: server-sent events, one ``state`` event per change. One broadcaster,
+  while a client listens, recomputes the state (``OpsRpc`` on a worker thread) when the map
+  pump's version moved (a map update or a process state change on the bus; looked at every
+  ``PERIOD``) or ``REFRESH`` passed, and sends it to every client when it changed; no client,
+  no work. The page ticks uptimes itself between states.
 - ``POST /api/action`` ``{"action": start|stop|restart|kill, "name": "group:name",
   "signal"?}``: the XML-RPC methods' semantics (a container's restart is a stop; its
   restartPolicy brings it back). Faults answer 409 with ``{"faultCode", "faultString"}``.
@@ -35,7 +37,8 @@ from podvisor.services.ops.rpc import OpsRpc
 __all__ = ["Timeline", "add_dashboard"]
 
 STATIC = Path(__file__).parent / "static"
-PERIOD = 0.25
+PERIOD = 0.1  # how often the broadcaster looks at the maps' version (an attribute read)
+REFRESH = 10.0  # recompute at least this often (restart counts, uptimes) with nothing moving
 WINDOW = 3600.0
 LOG_CHUNK = 16384
 
@@ -125,7 +128,14 @@ class Dashboard:
         return json.dumps(state, separators=(",", ":"))
 
     async def broadcast(self) -> None:
+        seen, last = -1, -REFRESH
+        loop = asyncio.get_running_loop()
         while self.clients:
+            version = getattr(self.maps(), "version", 0)
+            if version == seen and loop.time() - last < REFRESH:
+                await asyncio.sleep(PERIOD)
+                continue
+            seen, last = version, loop.time()
             try:
                 body = await self.state_body()
             except (OSError, xmlrpc.client.Fault):

@@ -1,9 +1,12 @@
 """The pods' maps for the ops port, pumped on one thread (zmq sockets are thread-bound).
 
-``MapPump`` owns replicas of ``desired``, ``statuses`` and ``pleg``; after each drain it
-publishes a new immutable ``PodMaps`` by swapping one attribute (atomic under the GIL), and
-calls ``on_change`` (from its thread) so the dashboard can push. Readers (XML-RPC threads, the
-aiohttp loop) only read ``pump.maps``.
+``MapPump`` owns replicas of ``desired``, ``statuses`` and ``pleg`` and a subscriber of the
+supervisor's ``supervisor.process.state`` messages; after each drain that moved a map or saw a
+process change state it publishes a new immutable ``PodMaps`` (``version`` + 1) by swapping one
+attribute (atomic under the GIL), and calls ``on_change`` (from its thread). Entries under
+``_`` keys (PLEG's ``_health`` moves at every relist) do not bump the version: readers that
+only care about pods and processes wake on real changes. Readers (XML-RPC threads, the aiohttp
+loop) only read ``pump.maps``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 
 import zmq
 
+from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.child import StopEvent
 
@@ -64,7 +69,10 @@ class MapPump:
         for sock in [s for r in replicas.values() for s in r.sockets]:
             poller.register(sock, zmq.POLLIN)
         poller.register(self.stop.fileno(), zmq.POLLIN)
+        states = Subscriber(self._zctx, self._paths, [ProcessStateChanged.TOPIC])
+        poller.register(states.socket, zmq.POLLIN)
         keys: dict[str, tuple[Any, ...]] = {}
+        fingerprint: tuple[Any, ...] = ()
         try:
             while not self.stop.is_set():
                 synced = all(r.synced for r in replicas.values())
@@ -72,16 +80,28 @@ class MapPump:
                 for replica in replicas.values():
                     if any(s in ready for s in replica.sockets) or not replica.synced:
                         replica.pump(0)
+                moved = False
+                while states.recv(0) is not None:
+                    moved = True
                 fresh = {n: (r.epoch, r.seq, r.synced) for n, r in replicas.items()}
-                if fresh == keys:
+                if fresh == keys and not moved:
                     continue
                 old, keys = self.maps, fresh
                 d, s, p = (MappingProxyType(replicas[n].items()) for n in names)
-                self.maps = PodMaps(d, s, p, synced=all(r.synced for r in replicas.values()),
-                                    version=old.version + 1)
+                # values are replaced, never mutated, by a replica: ids tell what moved
+                print_ = tuple((n, k, id(v)) for n, m in zip(names, (d, s, p), strict=True)
+                               for k, v in m.items() if not k.startswith("_"))
+                synced = all(r.synced for r in replicas.values())
+                bump = moved or print_ != fingerprint or synced != old.synced
+                fingerprint = print_
+                self.maps = PodMaps(d, s, p, synced=synced,
+                                    version=old.version + (1 if bump else 0))
+                if not bump:
+                    continue
                 if self._on_change is not None:
                     self._on_change()
         finally:
+            states.close()
             for replica in replicas.values():
                 replica.close()
 

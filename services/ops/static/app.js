@@ -8,6 +8,7 @@ const SIGNALS = ["KILL", "TERM", "INT", "HUP", "STOP", "CONT", "USR1", "USR2"];
 // URLs with the credentials in them, which fetch() refuses
 const API = location.origin;
 let state = null;
+let skew = 0;  // server clock - local clock (s): uptimes tick locally between states
 let logName = null, logOffset = -1, logTimer = null;
 
 function el(tag, attrs = {}, ...kids) {
@@ -52,7 +53,7 @@ function renderProcs() {
   tb.replaceChildren(...state.processes.filter(p => p.kind === "agent").map(p => {
     const last = p.lastExit ? `${p.lastExit.reason || ""}` : "-";
     return el("tr", { "data-proc": p.namespec }, el("td", {}, p.name), el("td", {}, badge(p.statename)),
-      el("td", { class: "pid" }, p.pid || "-"), el("td", {}, dur(p.uptime)),
+      el("td", { class: "pid" }, p.pid || "-"), el("td", { "data-start": p.statename === "RUNNING" ? p.start : "" }, dur(p.uptime)),
       el("td", { class: "restarts" }, p.restarts), el("td", {}, last), actions(p));
   }));
 }
@@ -64,7 +65,7 @@ function renderPods() {
     const rows = (byGroup[pod.group] || []).map(c => {
       const cs = pod.containers.find(x => x.name === c.name) || {};
       return el("tr", { "data-proc": c.namespec }, el("td", {}, c.name), el("td", {}, badge(c.statename)),
-        el("td", { class: "pid" }, c.pid || "-"), el("td", {}, dur(c.uptime)),
+        el("td", { class: "pid" }, c.pid || "-"), el("td", { "data-start": c.statename === "RUNNING" ? c.start : "" }, dur(c.uptime)),
         el("td", { class: "restarts" }, cs.restartCount ?? c.restarts),
         el("td", {}, cs.ready ? "ready" : (cs.reason || "not ready")), actions(c));
     });
@@ -133,8 +134,16 @@ document.getElementById("logclose").onclick = () => {
 function connect() {
   const conn = document.getElementById("conn");
   const es = new EventSource(`${API}/api/events`);
-  es.addEventListener("state", ev => { state = JSON.parse(ev.data); render();
+  es.addEventListener("state", ev => { state = JSON.parse(ev.data);
+    skew = state.now - Date.now() / 1000; render();
     conn.textContent = "live"; conn.classList.remove("down"); });
   es.onerror = () => { conn.textContent = "reconnecting…"; conn.classList.add("down"); };
 }
+setInterval(() => {  // uptimes and the clock between states
+  const now = Date.now() / 1000 + skew;
+  for (const td of document.querySelectorAll("td[data-start]")) {
+    if (td.dataset.start) td.textContent = dur(now - Number(td.dataset.start));
+  }
+  if (state) document.getElementById("clock").textContent = new Date(now * 1000).toLocaleString();
+}, 1000);
 connect();
