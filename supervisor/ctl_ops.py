@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from podvisor.common.config import Config, ConfigError, ops_password_path, read_config_json
+from podvisor.common.opspass import read_ops_password
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.config import Config, ConfigError, ops_password_path, read_config_json
-from podvisor.supervisor.opspass import read_ops_password
 
 __all__ = ["main_ops_password"]
 

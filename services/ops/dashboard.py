@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import xmlrpc.client
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -31,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.services.ops.procs import Proc
 from podvisor.services.ops.rpc import OpsRpc
 
@@ -106,8 +106,8 @@ def _state_of(cs: Mapping[str, Any]) -> dict[str, str]:
 
 class Dashboard:
     def __init__(self, rpc: OpsRpc, maps: Callable[[], Any], executor: Executor,
-                 wall: Callable[[], float] = time.time) -> None:
-        self.rpc, self.maps, self.executor, self.wall = rpc, maps, executor, wall
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.rpc, self.maps, self.executor, self.wall = rpc, maps, executor, clock.wall
         self.timeline = Timeline()
         self.clients: set[asyncio.Queue[str]] = set()
         self.last_body = ""
@@ -228,8 +228,8 @@ class Dashboard:
 
 
 def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],
-                  executor: Executor) -> Dashboard:
-    dash = Dashboard(rpc, maps, executor)
+                  executor: Executor, clock: Clock = SYSTEM_CLOCK) -> Dashboard:
+    dash = Dashboard(rpc, maps, executor, clock)
     app.router.add_get("/", dash.index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/state", dash.state)

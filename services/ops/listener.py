@@ -16,12 +16,14 @@ import contextlib
 import os
 import shlex
 import subprocess
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import zmq
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import ops_password_path
+from podvisor.common.opspass import read_ops_password
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.events import (
@@ -34,9 +36,6 @@ from podvisor.services.ops.events import (
 from podvisor.services.ops.feeder import EventFeeder
 from podvisor.services.ops.procs import AGENT_GROUP, Proc, pod_procs
 from podvisor.services.ops.pump import MapPump
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import ops_password_path
-from podvisor.supervisor.opspass import read_ops_password
 
 TICKS = (("TICK_5", 5), ("TICK_60", 60), ("TICK_3600", 3600))
 
@@ -103,7 +102,8 @@ class Listener:
         return nxt
 
 
-def run(ctx: ChildContext, wall: Callable[[], float] = time.time) -> None:
+def run(ctx: ChildContext) -> None:
+    wall = ctx.clock.wall
     spec: Mapping[str, Any] = ctx.config.supervision.processes.get(ctx.name, {})
     events = [e for e in str(spec.get("events") or "EVENT").split(",") if e]
     feeder = EventFeeder(ctx.name)
@@ -116,7 +116,7 @@ def run(ctx: ChildContext, wall: Callable[[], float] = time.time) -> None:
             os.write(wake_w, b"x")
 
     want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
-    pump = MapPump(ctx.zctx, ctx.paths, on_change) if want_maps else None
+    pump = MapPump(ctx.zctx, ctx.paths, ctx.clock, on_change) if want_maps else None
     sub = Subscriber(ctx.zctx, ctx.paths, [ProcessStateChanged.TOPIC])
     stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115
     child = subprocess.Popen(shlex.split(str(spec.get("command", ""))), stdin=subprocess.PIPE,

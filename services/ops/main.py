@@ -15,15 +15,16 @@ import threading
 
 from aiohttp import web
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import ops_password_path
+from podvisor.common.endpoint import cri_endpoint
+from podvisor.common.opspass import read_ops_password
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.ops.app import make_app
 from podvisor.services.ops.control import ControlLink
 from podvisor.services.ops.dashboard import add_dashboard
 from podvisor.services.ops.pump import MapPump
 from podvisor.services.ops.rpc import OpsRpc, RpcDeps, new_dispatcher
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import ops_password_path
-from podvisor.supervisor.opspass import read_ops_password
 
 CRI_CALL_TIMEOUT = 30.0
 
@@ -44,7 +45,7 @@ def _tls(ctx: ChildContext) -> ssl.SSLContext | None:
 async def _serve(ctx: ChildContext, pump: MapPump, rpc: OpsRpc, password: str) -> None:
     cfg = ctx.config
     app = make_app(new_dispatcher(rpc), cfg.ops_username, password,
-                   lambda a, ex: add_dashboard(a, rpc, lambda: pump.maps, ex))
+                   lambda a, ex: add_dashboard(a, rpc, lambda: pump.maps, ex, ctx.clock))
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, cfg.ops_address, cfg.ops_port, reuse_address=True,
@@ -95,14 +96,13 @@ def run(ctx: ChildContext) -> None:
         with changed:
             changed.notify_all()
 
-    pump = MapPump(ctx.zctx, ctx.paths, on_change)
+    pump = MapPump(ctx.zctx, ctx.paths, ctx.clock, on_change)
     cri_lock, cri_box = threading.Lock(), list[RuntimeClient]()
 
     def cri() -> RuntimeClient:
         with cri_lock:
             if not cri_box:
-                endpoint = (f"unix://{ctx.paths.cri_socket}"
-                            if cfg.runtime_endpoint == "embedded" else cfg.runtime_endpoint)
+                endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket)
                 cri_box.append(new_runtime_client(endpoint, timeout=CRI_CALL_TIMEOUT))
             return cri_box[0]
 
@@ -110,7 +110,7 @@ def run(ctx: ChildContext) -> None:
         control=ControlLink(ctx.zctx, ctx.paths.control), maps=lambda: pump.maps,
         changed=changed, cri=cri, logs_dir=ctx.paths.logs_dir,
         runtime_dir=ctx.paths.runtime_dir if cfg.runtime_endpoint == "embedded" else None,
-        identification=f"podvisor@{cfg.node_name}", self_name=ctx.name))
+        identification=f"podvisor@{cfg.node_name}", self_name=ctx.name, clock=ctx.clock))
     pump.start()
     try:
         asyncio.run(_serve(ctx, pump, rpc, password))

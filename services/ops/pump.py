@@ -19,11 +19,12 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.child import StopEvent
 from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.clock import Clock
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.child import StopEvent
 
 __all__ = ["MapPump", "PodMaps"]
 
@@ -41,9 +42,10 @@ class PodMaps:
 
 
 class MapPump:
-    def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths,
+    def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, clock: Clock,
                  on_change: Callable[[], None] | None = None) -> None:
         self._zctx, self._paths, self._on_change = zctx, paths, on_change
+        self._clock = clock
         self.maps = PodMaps()
         self.stop = StopEvent()
         self.error: BaseException | None = None
@@ -63,7 +65,8 @@ class MapPump:
 
     def _loop(self) -> None:
         names = ("desired", "statuses", "pleg")
-        replicas = {n: MapReplica(self._zctx, self._paths, n, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        replicas = {n: MapReplica(self._zctx, self._paths, n, snapshot_timeout=SNAPSHOT_TIMEOUT,
+                               clock=self._clock)
                     for n in names}
         poller = zmq.Poller()
         for sock in [s for r in replicas.values() for s in r.sockets]:

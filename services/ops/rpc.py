@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -26,6 +25,7 @@ from typing import Any
 from xmlrpc.client import Fault as XmlFault
 from xmlrpc.server import SimpleXMLRPCDispatcher
 
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.ops.control import ControlError, ControlLink
 from podvisor.services.ops.logfiles import BadRead, read_file, tail_file, truncate
@@ -55,7 +55,7 @@ class RpcDeps:
     runtime_dir: Path | None  # the embedded runtime's state dir (container pids), else None
     identification: str
     self_name: str = "ops"  # this process: group stops leave it alone
-    wall: Callable[[], float] = time.time
+    clock: Clock = SYSTEM_CLOCK  # the process's one clock
 
 
 def _parse_signal(raw: object) -> signal.Signals:
@@ -77,7 +77,7 @@ class OpsRpc:
     # -- model --------------------------------------------------------------------------
     def _agent(self) -> list[Proc]:
         rows = self._control("status").get("processes", [])
-        return agent_procs(rows, self.d.wall(), self.d.logs_dir)
+        return agent_procs(rows, self.d.clock.wall(), self.d.logs_dir)
 
     def _pods(self) -> list[Proc]:
         m = self.d.maps()
@@ -210,14 +210,14 @@ class OpsRpc:
         @param string name The name of the process (or 'group:name')
         @return struct result     A structure containing data about the process
         """
-        return self._one(name).info(self.d.wall())
+        return self._one(name).info(self.d.clock.wall())
 
     def getAllProcessInfo(self) -> list[dict[str, Any]]:
         """ Get info about all processes
 
         @return array result  An array of process status results
         """
-        now = self.d.wall()
+        now = self.d.clock.wall()
         return [p.info(now) for p in self._all()]
 
     def getAllConfigInfo(self) -> list[dict[str, Any]]:
@@ -276,13 +276,13 @@ class OpsRpc:
                             "kubelet does not start this container again")
         if not wait:
             return True
-        deadline = time.monotonic() + START_WAIT
+        deadline = self.d.clock.monotonic() + START_WAIT
         with self.d.changed:
             while True:
                 now = self._find_quiet(proc)
                 if now is not None and now.state == ProcState.RUNNING:
                     return True
-                left = deadline - time.monotonic()
+                left = deadline - self.d.clock.monotonic()
                 if left <= 0:
                     why = now.spawnerr if now is not None else "gone"
                     raise rpc_fault(Fault.ABNORMAL_TERMINATION, f"{proc.namespec}: {why}")

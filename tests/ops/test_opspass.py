@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from podvisor.supervisor.config import ConfigError, config_from_mapping, ops_password_path
-from podvisor.supervisor.opspass import ensure_ops_password, read_ops_password
+from podvisor.common.config import ConfigError, config_from_mapping, ops_password_path
+from podvisor.common.opspass import ensure_ops_password, read_ops_password
 
 
 def test_written_once_0600(tmp_path: Path) -> None:
