@@ -88,7 +88,7 @@ class Agent:
         config = {"rootDir": str(self.paths.root), "nodeName": NODE,
                   "staticPodPath": str(self.manifests), "readOnlyPort": port,
                   "stopPodsOnExit": True, "supervision": {"shutdownTimeout": "60s"},
-                  "port": 0, **(extra or {})}
+                  "port": 0, "opsPort": 0, **(extra or {})}  # bench/ops.py measures the ops port
         (self.tmp / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         self.log = (self.tmp / "agent.stderr").open("wb")
         self.proc = subprocess.Popen(

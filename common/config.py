@@ -158,6 +158,14 @@ TOP_KEYS: tuple[Key, ...] = (
         "every API pod's status is compared with the API's and written this often"),
     Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
         "ConfigMaps and Secrets read for pods are cached this long"),
+    # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
+    Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
+    Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
+    Key("opsUsername", "ops_username", STR, "HTTP Basic user name of the ops port"),
+    Key("opsPasswordFile", "ops_password_file", STR,
+        "file holding the ops password ('' = rootDir/ops-password, written once at random)"),
+    Key("opsTLSCertFile", "ops_tls_cert_file", STR, "serve the ops port over TLS with this cert"),
+    Key("opsTLSPrivateKeyFile", "ops_tls_private_key_file", STR, "the TLS cert's private key"),
 )
 
 SUPERVISION_KEYS: tuple[Key, ...] = (
@@ -288,7 +296,29 @@ SPEC_KEYS: tuple[Key, ...] = (
     Key("intensityPeriod", "intensity_period", DURATION, "window of the intensity limit"),
     Key("heartbeatTimeout", "heartbeat_timeout", DURATION, "kill when silent this long"),
     Key("stopTimeout", "stop_timeout", DURATION, "SIGTERM to SIGKILL grace"),
+    # [ops port, issue 14] supervisord-style event listeners (custom processes only)
+    Key("kind", "kind", Kind(
+        lambda k, v: _parse_choice(k, v, ("process", "eventlistener")), metavar="KIND"),
+        "process (a module's run(ctx)) or eventlistener (a command fed supervisord's events)"),
+    Key("command", "command", STR, "eventlistener: the command (split like a shell's words)"),
+    Key("events", "events", Kind(lambda k, v: _parse_events(k, v), metavar="EVENTS"),
+        "eventlistener: comma-separated event types (PROCESS_STATE, TICK_5, TICK_60, ...)"),
 )
+
+# supervisord's event types an eventlistener may subscribe to (a type covers its subtypes).
+EVENT_TYPES = ("EVENT", "PROCESS_STATE", "PROCESS_STATE_STARTING", "PROCESS_STATE_RUNNING",
+               "PROCESS_STATE_BACKOFF", "PROCESS_STATE_STOPPING", "PROCESS_STATE_EXITED",
+               "PROCESS_STATE_STOPPED", "PROCESS_STATE_FATAL", "PROCESS_STATE_UNKNOWN",
+               "TICK", "TICK_5", "TICK_60", "TICK_3600")
+
+
+def _parse_events(key: str, raw: object) -> str:
+    text = parse_str(key, raw)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in EVENT_TYPES]
+    if bad or not names:
+        raise ConfigError(key, f"unknown event type {bad[0]!r}" if bad else "no event type")
+    return ",".join(names)
 
 
 @dataclass(frozen=True)
@@ -350,6 +380,13 @@ class Config:
     api_retry_max_delay: float = 30.0
     status_sweep_frequency: float = 10.0
     api_object_cache_ttl: float = 10.0
+    # [ops port, issue 14]
+    ops_address: str = "127.0.0.1"
+    ops_port: int = 9001
+    ops_username: str = "admin"
+    ops_password_file: str = ""
+    ops_tls_cert_file: str = ""
+    ops_tls_private_key_file: str = ""
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
@@ -414,7 +451,18 @@ def config_from_mapping(raw: object) -> Config:
         raise ConfigError("rootDir", "must not be empty")
     if config.supervision.heartbeat_interval <= 0:
         raise ConfigError("supervision.heartbeatInterval", "must be > 0")
+    if bool(config.ops_tls_cert_file) != bool(config.ops_tls_private_key_file):
+        raise ConfigError("opsTLSCertFile" if not config.ops_tls_cert_file
+                          else "opsTLSPrivateKeyFile",
+                          "opsTLSCertFile and opsTLSPrivateKeyFile go together")
+    if config.ops_port and not config.ops_username:
+        raise ConfigError("opsUsername", "must not be empty")
     return config
+
+
+def ops_password_path(config: Config) -> Path:
+    """The ops port's password file: `opsPasswordFile`, else `<rootDir>/ops-password`."""
+    return Path(config.ops_password_file or os.path.join(config.root_dir, "ops-password"))
 
 
 def _dump_section(obj: object, keys: tuple[Key, ...]) -> dict[str, Any]:
@@ -470,7 +518,8 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 
 # Keys naming files: relative paths in the config file are relative to the file's folder (as
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
-PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile")
+PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile",
+             "opsPasswordFile", "opsTLSCertFile", "opsTLSPrivateKeyFile")
 NESTED_PATH_KEYS = (("authentication", "tokenFile"), ("authentication", "x509", "clientCAFile"))
 
 

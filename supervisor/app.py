@@ -19,8 +19,15 @@ from typing import IO, Any
 
 import zmq
 
-from podvisor.common.config import Config, keys_not_yet_used, load_config, write_config_json
+from podvisor.common.config import (
+    Config,
+    keys_not_yet_used,
+    load_config,
+    ops_password_path,
+    write_config_json,
+)
 from podvisor.common.logs import setup_logging
+from podvisor.common.opspass import ensure_ops_password
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.paths import RunPaths
@@ -97,6 +104,8 @@ def run_agent(
         log.info("supervisor.nofile_raised", soft_was=nofile[0], soft=nofile[1])
     for key, why in keys_not_yet_used(config):
         log.warning("config.key_not_used", key=key, reason=why)
+    if config.ops_port and ensure_ops_password(ops_password_path(config)):
+        log.info("ops.password_written", file=str(ops_password_path(config)))
 
     def resolve(cfg: Config) -> tuple[ProcessSpec, ...]:
         return resolve_specs(cfg, deps.builtins)

@@ -13,6 +13,7 @@
       events [--json] [--pod P] [--limit N]   the kept events (kubectl get events)
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
+      ops-password                the ops port's HTTP Basic password (user opsUsername)
 
 Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
 stderr); 2 the agent is not running or did not answer in time, or bad usage. `shutdown --pods`
@@ -42,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="podvisorctl", description="control a podvisor agent")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--root-dir", default=None, help="the agent's rootDir")
-    where.add_argument("--endpoint", default=None, help="control endpoint URL (ipc:// or tcp://)")
+    where.add_argument("--endpoint", default=None,
+                       help="control endpoint URL (ipc:// or tcp://), or a remote agent's ops "
+                            "port (http(s)://HOST:PORT, with --credentials)")
+    p.add_argument("--credentials", default=None,
+                   help="with an http(s) endpoint: a file holding user:password (or a password)")
+    p.add_argument("--cacert", default=None, help="with an https endpoint: the CA to trust")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for a reply")
     sub = p.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("status", help="list supervised processes")
@@ -78,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("container", nargs="?")
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
+    sub.add_parser("ops-password", help="print the ops port's password (user opsUsername)")
     return p
 
 
@@ -151,6 +158,15 @@ def main(argv: list[str] | None = None) -> int:
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_pods(root, ns.json, ns.timeout or 5.0, ns.wide)
+    if ns.endpoint and ns.endpoint.startswith(("http://", "https://")):
+        from podvisor.supervisor.ctl_remote import main_remote
+
+        return main_remote(ns)
+    if ns.cmd == "ops-password":  # read from the rootDir by this process
+        from podvisor.supervisor.ctl_ops import main_ops_password
+
+        return main_ops_password(ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR",
+                                                               DEFAULT_ROOT))
     if ns.cmd == "logs":  # read from rootDir/pod-logs by this process
         from podvisor.supervisor.ctl_logs import main_logs
 

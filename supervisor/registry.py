@@ -45,6 +45,9 @@ class ProcessSpec:
     intensity_period: float = 60.0
     heartbeat_timeout: float = 10.0
     stop_timeout: float = 5.0
+    kind: str = "process"  # or "eventlistener" (issue 14): `command` fed `events`
+    command: str = ""
+    events: str = ""
 
 
 def _always(config: Config) -> bool:
@@ -101,6 +104,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
     Builtin("server", "podvisor.services.server.main"),
+    Builtin("ops", "podvisor.services.ops.main", lambda c: c.ops_port != 0),
 )
 
 
@@ -120,6 +124,10 @@ def module_problem(module: str) -> str | None:
         return f"{type(exc).__name__}: {exc}"  # a package above it imports something missing
     except Exception as exc:  # a package above it raised while importing
         return f"{type(exc).__name__}: {exc}"
+
+
+# The harness that runs an eventlistener's command and feeds it supervisord's events.
+EVENTLISTENER_MODULE = "podvisor.services.ops.listener"
 
 
 def module_exists(module: str) -> bool:
@@ -200,6 +208,12 @@ def resolve_specs(
         if name in builtin_names:
             continue
         custom = partial.get("module")
+        if partial.get("kind") == "eventlistener":
+            if not partial.get("command"):
+                raise ConfigError(f"supervision.processes.{name}.command",
+                                  "required for an eventlistener")
+            custom = custom or EVENTLISTENER_MODULE
+            partial = {"events": "EVENT", **partial}
         if not custom:
             raise ConfigError(f"supervision.processes.{name}.module",
                               "required for a custom process")

@@ -308,6 +308,10 @@ def agent() -> Iterator[Callable[..., AgentHandle]]:
         dirs.append(tmp)
         cfg = config if config is not None else base_config(tmp / "root")
         cfg.setdefault("rootDir", str(tmp / "root"))
+        # The fixed default ports (main 10250, ops 9001) stay off unless a test asks for them,
+        # so agents of different tests (and a user's agent) never compete for them.
+        cfg.setdefault("port", 0)
+        cfg.setdefault("opsPort", 0)
         if processes:
             cfg.setdefault("supervision", {})["processes"] = processes
         env = dict(os.environ)

@@ -163,7 +163,7 @@ def test_bad_manifests_reported_valid_ones_run(agent: Any, wait_for: Any) -> Non
         write_manifests(manifests)
         handle = agent(config={
             "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "readOnlyPort": port,
-            "stopPodsOnExit": True,
+            "stopPodsOnExit": True, "opsPort": 0,
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
         root = handle.paths.root
         wait_for(lambda: running(port) == RUNNING, 90.0, message="valid pods Running")
@@ -224,7 +224,7 @@ def test_events_survive_agent_restart(agent: Any, wait_for: Any) -> None:
     try:
         (manifests / "deployment.yaml").write_text(DEPLOYMENT)
         handle = agent(config={"nodeName": "e2e", "port": 0, "staticPodPath": str(manifests),
-                               "supervision": {"heartbeatInterval": "200ms"}})
+                               "opsPort": 0, "supervision": {"heartbeatInterval": "200ms"}})
         wait_for(lambda: "deployment.yaml" in evented(handle), 30.0)
         assert handle.stop() == 0
         saved = handle.paths.state_dir / "events.jsonl"

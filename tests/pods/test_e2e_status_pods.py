@@ -214,7 +214,7 @@ def test_twenty_pods_survive_kill_of_status_server_pleg_syncloop(
             (manifests / f"web{i}.yaml").write_text(MANIFEST.format(i=i), encoding="utf-8")
         handle = agent(wait=False, config={
             "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "readOnlyPort": port,
-            "stopPodsOnExit": True,
+            "stopPodsOnExit": True, "opsPort": 0,
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s",
                             "processes": source_process()}})
         paths = handle.paths

@@ -36,7 +36,7 @@ def start(agent: Any, manifests: Path, wait_for: Any, **extra: Any) -> tuple[Any
     handle = agent(config={
         "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "fileCheckFrequency": "1s",
         "syncloop": {"crashLoopBackOffInitial": "1s", "crashLoopBackOffMax": "2s"},
-        "stopPodsOnExit": True,
+        "stopPodsOnExit": True, "opsPort": 0,
         "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s",
                         "processes": SOURCES}, **extra})
     wait_for(lambda: handle.paths.cri_socket.exists(), 30.0)

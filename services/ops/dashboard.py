@@ -1,0 +1,239 @@
+"""The dashboard's routes on the ops port (behind the same HTTP Basic auth as ``/RPC2``).
+
+- ``GET /`` and ``GET /static/{file}``: the page, served from this package (no CDN).
+- ``GET /api/state``: ``{"now", "processes": [...], "pods": [...], "timeline": [...]}``.
+- ``GET /api/events``: server-sent events, one ``state`` event per change. One broadcaster,
+  while a client listens, recomputes the state (``OpsRpc`` on a worker thread) when the map
+  pump's version moved (a map update or a process state change on the bus; looked at every
+  ``PERIOD``) or ``REFRESH`` passed, and sends it to every client when it changed; no client,
+  no work. The page ticks uptimes itself between states.
+- ``POST /api/action`` ``{"action": start|stop|restart|kill, "name": "group:name",
+  "signal"?}``: the XML-RPC methods' semantics (a container's restart is a stop; its
+  restartPolicy brings it back). Faults answer 409 with ``{"faultCode", "faultString"}``.
+- ``GET /api/log?name=group:name&offset=N``: ``tailProcessStdoutLog`` (offset -1: the last
+  16 KiB).
+
+The timeline keeps the state changes and restarts of every process and pod over the last hour
+(``Timeline``: pure, fed each computed state with the wall time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import xmlrpc.client
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
+from podvisor.services.ops.procs import Proc
+from podvisor.services.ops.rpc import OpsRpc
+
+__all__ = ["Timeline", "add_dashboard"]
+
+STATIC = Path(__file__).parent / "static"
+PERIOD = 0.1  # how often the broadcaster looks at the maps' version (an attribute read)
+REFRESH = 10.0  # recompute at least this often (restart counts, uptimes) with nothing moving
+WINDOW = 3600.0
+LOG_CHUNK = 16384
+
+
+class Timeline:
+    """State changes per namespec over the last ``window`` seconds (pure)."""
+
+    def __init__(self, window: float = WINDOW, limit: int = 20_000) -> None:
+        self.window = window
+        self.last: dict[str, tuple[str, int, int]] = {}
+        self.changes: deque[dict[str, Any]] = deque(maxlen=limit)
+
+    def observe(self, procs: list[Proc], now: float) -> None:
+        for p in procs:
+            key = (p.state.name, p.restarts, p.pid)
+            prev = self.last.get(p.namespec)
+            if prev is None or prev[0] != key[0] or prev[1] != key[1]:
+                restarted = prev is not None and key[1] > prev[1]
+                self.changes.append({"t": round(now, 3), "name": p.namespec,
+                                     "group": p.group, "state": p.state.name,
+                                     "restart": restarted, "pid": p.pid})
+            self.last[p.namespec] = key
+        while self.changes and self.changes[0]["t"] < now - self.window:
+            self.changes.popleft()
+
+
+def _proc_json(p: Proc, now: float) -> dict[str, Any]:
+    info = p.info(now)
+    extra = {k: v for k, v in p.extra.items() if k in ("reason", "lastExit", "restartPolicy",
+                                                       "container_id", "uid", "module")}
+    return {**info, "namespec": p.namespec, "kind": p.kind, "restarts": p.restarts,
+            "uptime": max(0, int(now - p.start)) if p.state.name == "RUNNING" else None,
+            **extra}
+
+
+def _pods_json(maps: Any) -> list[dict[str, Any]]:
+    out = []
+    for uid, entry in maps.desired.items():
+        if uid.startswith("_") or not isinstance(entry, Mapping):
+            continue
+        pod = entry.get("pod") or {}
+        meta = pod.get("metadata") or {}
+        status: Mapping[str, Any] = maps.statuses.get(uid) or {}
+        out.append({
+            "uid": uid, "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
+            "group": f"{meta.get('namespace') or 'default'}.{meta.get('name', uid)}",
+            "phase": status.get("phase", "Pending"),
+            "conditions": [{"type": c.get("type"), "status": c.get("status")}
+                           for c in status.get("conditions") or []],
+            "containers": [{"name": cs.get("name"), "ready": cs.get("ready"),
+                            "restartCount": cs.get("restartCount", 0),
+                            **_state_of(cs)}
+                           for cs in status.get("containerStatuses") or []],
+            "podIP": status.get("podIP", ""),
+        })
+    return sorted(out, key=lambda p: p["group"])
+
+
+def _state_of(cs: Mapping[str, Any]) -> dict[str, str]:
+    """``{"state": running|waiting|terminated, "reason"}`` of a ContainerStatus."""
+    for kind, detail in (cs.get("state") or {}).items():
+        return {"state": str(kind), "reason": str((detail or {}).get("reason", ""))}
+    return {"state": "unknown", "reason": ""}
+
+
+class Dashboard:
+    def __init__(self, rpc: OpsRpc, maps: Callable[[], Any], executor: Executor,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.rpc, self.maps, self.executor, self.wall = rpc, maps, executor, clock.wall
+        self.timeline = Timeline()
+        self.clients: set[asyncio.Queue[str]] = set()
+        self.last_body = ""
+        self._task: asyncio.Task[None] | None = None
+
+    def compute(self) -> dict[str, Any]:
+        """Blocking (control and map reads): run on a worker thread."""
+        now = self.wall()
+        procs = self.rpc._all()
+        self.timeline.observe(procs, now)
+        # whole seconds: when only time moved, clients get at most one state a second
+        return {"now": int(now), "processes": [_proc_json(p, now) for p in procs],
+                "pods": _pods_json(self.maps()), "timeline": list(self.timeline.changes)}
+
+    async def state_body(self) -> str:
+        loop = asyncio.get_running_loop()
+        state = await loop.run_in_executor(self.executor, self.compute)
+        return json.dumps(state, separators=(",", ":"))
+
+    async def broadcast(self) -> None:
+        seen, last = -1, -REFRESH
+        loop = asyncio.get_running_loop()
+        while self.clients:
+            version = getattr(self.maps(), "version", 0)
+            if version == seen and loop.time() - last < REFRESH:
+                await asyncio.sleep(PERIOD)
+                continue
+            seen, last = version, loop.time()
+            try:
+                body = await self.state_body()
+            except (OSError, xmlrpc.client.Fault):
+                body = self.last_body
+            if body != self.last_body:
+                self.last_body = body
+                for q in list(self.clients):
+                    if q.qsize() < 4:  # a slow client skips states, never blocks the others
+                        q.put_nowait(body)
+            await asyncio.sleep(PERIOD)
+        self._task = None
+
+    async def index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def state(self, request: web.Request) -> web.Response:
+        return web.Response(text=await self.state_body(), content_type="application/json")
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        q: asyncio.Queue[str] = asyncio.Queue()
+        if self.last_body:
+            q.put_nowait(self.last_body)
+        self.clients.add(q)
+        if self._task is None:
+            self._task = asyncio.create_task(self.broadcast())
+        try:
+            while True:
+                body = await q.get()
+                await resp.write(f"event: state\ndata: {body}\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.clients.discard(q)
+        return resp
+
+    async def action(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            action, name = str(body["action"]), str(body["name"])
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"faultString": "need JSON {action, name}"}, status=400)
+        sig = str(body.get("signal") or "KILL")
+        calls: dict[str, Callable[[], object]] = {
+            "start": lambda: self.rpc.startProcess(name, True),
+            "stop": lambda: self.rpc.stopProcess(name, True),
+            "restart": lambda: self._restart(name),
+            "kill": lambda: self.rpc.signalProcess(name, sig),
+        }
+        if action not in calls:
+            return web.json_response({"faultString": f"unknown action {action!r}"}, status=400)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, calls[action])
+        except xmlrpc.client.Fault as fault:
+            return web.json_response({"faultCode": fault.faultCode,
+                                      "faultString": fault.faultString}, status=409)
+        return web.json_response({"ok": True})
+
+    def _restart(self, name: str) -> None:
+        info = self.rpc.getProcessInfo(name)
+        if info["group"] == "agent":
+            self.rpc._control("restart", name=info["name"])
+        else:  # a container: stop it; the pod's restartPolicy brings it back
+            self.rpc.stopProcess(name, True)
+
+    async def log(self, request: web.Request) -> web.Response:
+        name = request.query.get("name", "")
+        try:
+            offset = int(request.query.get("offset", "-1"))
+        except ValueError:
+            return web.json_response({"faultString": "bad offset"}, status=400)
+        loop = asyncio.get_running_loop()
+
+        def tail() -> list[object]:
+            start = offset
+            if start < 0:
+                size = self.rpc.tailProcessStdoutLog(name, 0, 0)[1]
+                start = max(0, int(str(size)) - LOG_CHUNK)
+            return self.rpc.tailProcessStdoutLog(name, start, LOG_CHUNK)
+
+        try:
+            text, nxt, overflow = await loop.run_in_executor(self.executor, tail)
+        except xmlrpc.client.Fault as fault:
+            return web.json_response({"faultCode": fault.faultCode,
+                                      "faultString": fault.faultString}, status=404)
+        return web.json_response({"text": text, "offset": nxt, "overflow": overflow})
+
+
+def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],
+                  executor: Executor, clock: Clock = SYSTEM_CLOCK) -> Dashboard:
+    dash = Dashboard(rpc, maps, executor, clock)
+    app.router.add_get("/", dash.index)
+    app.router.add_static("/static/", STATIC)
+    app.router.add_get("/api/state", dash.state)
+    app.router.add_get("/api/events", dash.events)
+    app.router.add_post("/api/action", dash.action)
+    app.router.add_get("/api/log", dash.log)
+    return dash

@@ -1,0 +1,180 @@
+"""An eventlistener process (``supervision.processes.<name>.kind: eventlistener``).
+
+This process is the supervised one: it runs the configured ``command`` as its child (stdin and
+stdout are the protocol's pipes; stderr goes to ``logs/<name>.listener.log``) with supervisord's
+environment (``SUPERVISOR_SERVER_URL`` = the ops port, ``SUPERVISOR_USERNAME``/``PASSWORD``,
+``SUPERVISOR_PROCESS_NAME``, ``SUPERVISOR_GROUP_NAME``, ``SUPERVISOR_ENABLED``), and feeds it
+the subscribed ``events``: PROCESS_STATE_* of the subsystems (from the supervisor's
+``supervisor.process.state`` messages) and of the containers (derived from the pod maps),
+TICK_5/TICK_60/TICK_3600. When the command exits, this process exits 1 and the supervisor
+restarts both (crash back-off), as supervisord restarts a dead listener.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import zmq
+
+from podvisor.common.child import ChildContext
+from podvisor.common.config import ops_password_path
+from podvisor.common.opspass import read_ops_password
+from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.messages import ProcessStateChanged
+from podvisor.services.ops.events import (
+    Transition,
+    agent_transitions,
+    container_events,
+    matches,
+    payload,
+)
+from podvisor.services.ops.feeder import EventFeeder
+from podvisor.services.ops.procs import AGENT_GROUP, Proc, pod_procs
+from podvisor.services.ops.pump import MapPump
+
+TICKS = (("TICK_5", 5), ("TICK_60", 60), ("TICK_3600", 3600))
+
+
+class ListenerExited(RuntimeError):
+    pass
+
+
+def _env(ctx: ChildContext) -> dict[str, str]:
+    cfg = ctx.config
+    env = dict(os.environ)
+    scheme = "https" if cfg.ops_tls_cert_file else "http"
+    env.update(SUPERVISOR_ENABLED="1", SUPERVISOR_PROCESS_NAME=ctx.name,
+               SUPERVISOR_GROUP_NAME=ctx.name,
+               SUPERVISOR_SERVER_URL=f"{scheme}://{cfg.ops_address}:{cfg.ops_port}")
+    if cfg.ops_port:
+        with contextlib.suppress(OSError, ValueError):
+            env.update(SUPERVISOR_USERNAME=cfg.ops_username,
+                       SUPERVISOR_PASSWORD=read_ops_password(ops_password_path(cfg)))
+    return env
+
+
+class Listener:
+    """Turns bus messages, map snapshots and ticks into events for one feeder."""
+
+    def __init__(self, feeder: EventFeeder, events: list[str],
+                 runtime_dir: Any = None) -> None:
+        self.feeder, self.events, self.runtime_dir = feeder, events, runtime_dir
+        self.crashed: set[str] = set()
+        self.containers: Mapping[str, Proc] | None = None
+        self.ticks = {name: 0 for name, _ in TICKS}
+
+    def _emit(self, tr: Transition) -> None:
+        if matches(self.events, tr.event):
+            self.feeder.push(tr.event, payload(tr))
+
+    def on_state(self, msg: ProcessStateChanged) -> None:
+        prev_crash = msg.name in self.crashed
+        for tr in agent_transitions(AGENT_GROUP, msg.name, msg.from_state, msg.to_state,
+                                    msg.pid or 0, msg.exit_code, msg.restarts, prev_crash):
+            self._emit(tr)
+        if (msg.from_state, msg.to_state) in (("RUNNING", "BACKOFF"), ("STOPPING", "BACKOFF")):
+            self.crashed.add(msg.name)
+        elif msg.to_state != "BACKOFF":
+            self.crashed.discard(msg.name)
+
+    def on_maps(self, desired: Mapping[str, Any], statuses: Mapping[str, Any],
+                pleg: Mapping[str, Any]) -> None:
+        now = {p.namespec: p for p in pod_procs(desired, statuses, pleg, self.runtime_dir)}
+        if self.containers is not None:  # the first snapshot is the baseline
+            for tr in container_events(self.containers, now):
+                self._emit(tr)
+        self.containers = now
+
+    def on_time(self, wall: float) -> float:
+        """Emit the ticks whose boundary ``wall`` crossed; returns the next boundary."""
+        nxt = float("inf")
+        for name, period in TICKS:
+            boundary = int(wall // period) * period
+            if self.ticks[name] and boundary > self.ticks[name] and matches(self.events, name):
+                self.feeder.push(name, f"when:{boundary}")
+            self.ticks[name] = boundary
+            nxt = min(nxt, boundary + period)
+        return nxt
+
+
+def run(ctx: ChildContext) -> None:
+    wall = ctx.clock.wall
+    spec: Mapping[str, Any] = ctx.config.supervision.processes.get(ctx.name, {})
+    events = [e for e in str(spec.get("events") or "EVENT").split(",") if e]
+    feeder = EventFeeder(ctx.name)
+    runtime_dir = ctx.paths.runtime_dir if ctx.config.runtime_endpoint == "embedded" else None
+    listener = Listener(feeder, events, runtime_dir)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def on_change() -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
+
+    want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
+    pump = MapPump(ctx.zctx, ctx.paths, ctx.clock, on_change) if want_maps else None
+    sub = Subscriber(ctx.zctx, ctx.paths, [ProcessStateChanged.TOPIC])
+    stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115
+    child = subprocess.Popen(shlex.split(str(spec.get("command", ""))), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=stderr, env=_env(ctx))
+    assert child.stdin is not None and child.stdout is not None
+    out_fd = child.stdout.fileno()
+    os.set_blocking(out_fd, False)
+    ctx.log.info("listener.started", command=spec.get("command"), events=events, pid=child.pid)
+    if pump is not None:
+        pump.start()
+    poller = zmq.Poller()
+    for fd in (out_fd, wake_r, *([ctx.stop_fd] if ctx.stop_fd is not None else [])):
+        poller.register(fd, zmq.POLLIN)
+    poller.register(sub.socket, zmq.POLLIN)
+    seen = -1
+    try:
+        next_tick = listener.on_time(wall())
+        while not ctx.stop.is_set():
+            wait = min(ctx.heartbeat_interval, max(0.0, next_tick - wall()))
+            ready = dict(poller.poll(int(wait * 1000) + 1))
+            ctx.heartbeat()
+            if out_fd in ready:
+                data = b""
+                with contextlib.suppress(BlockingIOError):
+                    data = os.read(out_fd, 65536)
+                if not data:
+                    raise ListenerExited(f"listener command exited ({child.wait()})")
+                feeder.feed(data)
+            while (env := sub.recv(0)) is not None:
+                if isinstance(env.message, ProcessStateChanged):
+                    listener.on_state(env.message)
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+            if pump is not None and pump.maps.synced and pump.maps.version != seen:
+                maps, seen = pump.maps, pump.maps.version
+                listener.on_maps(maps.desired, maps.statuses, maps.pleg)
+            if wall() >= next_tick:
+                next_tick = listener.on_time(wall())
+            message = feeder.next_message()
+            if message is not None:
+                child.stdin.write(message)
+                child.stdin.flush()
+            if child.poll() is not None:
+                raise ListenerExited(f"listener command exited ({child.returncode})")
+    finally:
+        ctx.log.info("listener.stopping", sent=feeder.sent, failed=feeder.failed,
+                     dropped=feeder.dropped)
+        if pump is not None:
+            pump.close()
+        sub.close()
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        stderr.close()
+        os.close(wake_r)
+        os.close(wake_w)

@@ -1,0 +1,192 @@
+"""The processes the ops port shows, as supervisord's ``getProcessInfo`` structs (pure).
+
+Two kinds: the agent's subsystems (group ``agent``, from the supervisor's ``status`` rows) and
+the pods' containers (group ``<namespace>.<pod name>``, from the ``desired``, ``statuses`` and
+``pleg`` maps). ``Proc`` keeps what the actions need beside the public ``info`` struct, whose keys
+are exactly supervisord's (``name``, ``group``, ``start``, ``stop``, ``now``, ``state``,
+``statename``, ``spawnerr``, ``exitstatus``, ``logfile``, ``stdout_logfile``, ``stderr_logfile``,
+``pid``, ``description``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podvisor.services.ops.states import AGENT_STATES, ProcState, container_state
+
+__all__ = ["AGENT_GROUP", "Proc", "agent_procs", "describe", "pod_group", "pod_procs",
+           "split_namespec"]
+
+AGENT_GROUP = "agent"
+XMLRPC_MAXINT = 2**31 - 1
+
+
+def capped(value: float) -> int:
+    """supervisord's ``capped_int``: XML-RPC ints are 32-bit."""
+    return max(-(2**31), min(XMLRPC_MAXINT, int(value)))
+
+
+def split_namespec(namespec: str) -> tuple[str, str | None]:
+    """supervisord's ``split_namespec``: ``group:name`` -> (group, name); ``group:*`` and
+    ``group:`` -> (group, None); ``name`` -> (name, name)."""
+    group, sep, name = namespec.partition(":")
+    if not sep:
+        return namespec, namespec
+    return group, (name if name not in ("", "*") else None)
+
+
+def pod_group(namespace: str, name: str) -> str:
+    """A pod's process group name: ``<namespace>.<name>`` (a namespace has no dots)."""
+    return f"{namespace}.{name}"
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as the ops port sees it."""
+
+    group: str
+    name: str
+    kind: str  # "agent" | "container"
+    state: ProcState
+    pid: int
+    start: float  # wall seconds (0: never started)
+    stop: float
+    exitstatus: int
+    spawnerr: str
+    logfile: str
+    restarts: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)  # container id, pod uid, ...
+
+    @property
+    def namespec(self) -> str:
+        return f"{self.group}:{self.name}"
+
+    def info(self, now: float) -> dict[str, Any]:
+        """supervisord's ``getProcessInfo`` struct, key for key."""
+        out: dict[str, Any] = {
+            "name": self.name, "group": self.group, "start": capped(self.start),
+            "stop": capped(self.stop), "now": capped(now), "state": int(self.state),
+            "statename": self.state.name, "spawnerr": self.spawnerr,
+            "exitstatus": self.exitstatus, "logfile": self.logfile,
+            "stdout_logfile": self.logfile, "stderr_logfile": "", "pid": self.pid,
+        }
+        out["description"] = describe(out)
+        return out
+
+
+def describe(info: Mapping[str, Any]) -> str:
+    """supervisord's ``_interpretProcessInfo``."""
+    state = info["state"]
+    if state == ProcState.RUNNING:
+        uptime = datetime.datetime(*time.gmtime(info["now"])[:6]) - datetime.datetime(
+            *time.gmtime(info["start"])[:6])
+        if uptime.total_seconds() < 0:
+            uptime = datetime.timedelta(0)
+        return f"pid {info['pid']}, uptime {uptime}"
+    if state in (ProcState.FATAL, ProcState.BACKOFF):
+        return str(info["spawnerr"]) or f'unknown error (try "tail {info["name"]}")'
+    if state in (ProcState.STOPPED, ProcState.EXITED):
+        if info["start"]:
+            stop = datetime.datetime(*time.localtime(info["stop"])[:7])
+            return stop.strftime("%b %d %I:%M %p")
+        return "Not started"
+    return ""
+
+
+def agent_procs(rows: Iterable[Mapping[str, Any]], now: float, logs_dir: Path) -> list[Proc]:
+    """The ``agent`` group from the supervisor's ``status`` rows (``now``: wall seconds)."""
+    out = []
+    for row in rows:
+        state = AGENT_STATES.get(str(row.get("state")), ProcState.UNKNOWN)
+        last = row.get("lastExit") or {}
+        uptime = row.get("uptime")
+        start = now - float(uptime) if uptime is not None else float(
+            (last.get("time") or 0) - (last.get("ranFor") or 0))
+        spawnerr = str(row.get("reason") or "") if state in (
+            ProcState.BACKOFF, ProcState.FATAL) else ""
+        out.append(Proc(
+            group=AGENT_GROUP, name=str(row["name"]), kind="agent", state=state,
+            pid=int(row.get("pid") or 0), start=max(0.0, start),
+            stop=float(last.get("time") or 0), exitstatus=int(last.get("code") or 0),
+            spawnerr=spawnerr, logfile=str(logs_dir / f"{row['name']}.log"),
+            restarts=int(row.get("restarts") or 0),
+            extra={"module": row.get("module", ""), "reason": row.get("reason", ""),
+                   "lastExit": last or None}))
+    return out
+
+
+def _latest(containers: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The newest runtime container per container name (by attempt, then creation)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for c in containers:
+        name = str(c.get("name", ""))
+        cur = out.get(name)
+        key = (int(c.get("attempt", 0)), int(c.get("created_at", 0)))
+        if cur is None or key > (int(cur.get("attempt", 0)), int(cur.get("created_at", 0))):
+            out[name] = c
+    return out
+
+
+def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
+    """The pid the embedded runtime's monitor recorded (0 when unknown or another runtime)."""
+    if runtime_dir is None or not container_id:
+        return 0
+    try:
+        data = json.loads((runtime_dir / "containers" / f"{container_id}.started.json")
+                          .read_text(encoding="utf-8"))
+        return int(data.get("pid") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
+def pod_procs(desired: Mapping[str, Any], statuses: Mapping[str, Any],
+              pleg: Mapping[str, Any], runtime_dir: Path | None = None) -> list[Proc]:
+    """One process per container of every desired pod (init containers included, first)."""
+    out = []
+    for uid, entry in desired.items():
+        if uid.startswith("_") or not isinstance(entry, Mapping):
+            continue
+        pod = entry.get("pod")
+        if not isinstance(pod, Mapping):
+            continue
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        group = pod_group(str(meta.get("namespace") or "default"), str(meta.get("name", uid)))
+        status: Mapping[str, Any] = statuses.get(uid) or {}
+        by_name = {str(cs.get("name")): cs for key in ("initContainerStatuses",
+                                                        "containerStatuses")
+                   for cs in (status.get(key) or []) if isinstance(cs, Mapping)}
+        record: Mapping[str, Any] = pleg.get(uid) or {}
+        runtime = _latest(record.get("containers") or [])
+        policy = str(spec.get("restartPolicy") or "Always")
+        grace = spec.get("terminationGracePeriodSeconds")
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            name = str(container.get("name", ""))
+            cs, rc = by_name.get(name), runtime.get(name) or {}
+            code = int(rc.get("exit_code", 0))
+            terminal = policy == "Never" or (policy == "OnFailure" and code == 0)
+            state = container_state(cs, terminal)
+            cid = str(rc.get("id", ""))
+            waiting = ((cs or {}).get("state") or {}).get("waiting") or {}
+            spawnerr = " ".join(str(x) for x in (waiting.get("reason"), waiting.get("message"))
+                                if x)
+            out.append(Proc(
+                group=group, name=name, kind="container", state=state,
+                pid=_embedded_pid(runtime_dir, cid) if state == ProcState.RUNNING else 0,
+                start=int(rc.get("started_at", 0)) / 1e9,
+                stop=int(rc.get("finished_at", 0)) / 1e9, exitstatus=code, spawnerr=spawnerr,
+                logfile=str(rc.get("log_path", "")),
+                restarts=int((cs or {}).get("restartCount", rc.get("restart_count", 0)) or 0),
+                extra={"uid": uid, "container_id": cid, "restartPolicy": policy,
+                       "last_exit_code": (((cs or {}).get("lastState") or {})
+                                          .get("terminated") or {}).get("exitCode"),
+                       "grace": int(grace) if isinstance(grace, int) else 30,
+                       "image": str(container.get("image", "")),
+                       "command": [*(container.get("command") or []),
+                                   *(container.get("args") or [])]}))
+    return out
