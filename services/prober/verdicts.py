@@ -43,6 +43,18 @@ def probe_verdicts(entry: Any, pleg_record: Any) -> tuple[dict[str, bool], dict[
     return ready, started
 
 
+def failed_probes(entry: Any) -> dict[str, str]:
+    """Container ID -> the probe whose failure kills it ("liveness" or "startup"), for the
+    containers whose liveness or startup probe failed past its threshold."""
+    if not isinstance(entry, Mapping):
+        return {}
+    return {str(item["container_id"]): ("startup" if item.get("failed_probe") == "startup"
+                                        else "liveness")
+            for item in entry.values()
+            if isinstance(item, Mapping) and item.get("liveness") == "failure"
+            and item.get("container_id")}
+
+
 def liveness_failed(entry: Any) -> frozenset[str]:
     """IDs of containers whose liveness (or startup) probe failed past its threshold."""
     if not isinstance(entry, Mapping):

@@ -33,7 +33,7 @@ from podvisor.services.cri import new_runtime_client
 from podvisor.services.events.logbridge import EventingLog
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
-from podvisor.services.prober.verdicts import liveness_failed
+from podvisor.services.prober.verdicts import failed_probes, liveness_failed
 from podvisor.services.sources.publish import SET_KEY, map_name
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
@@ -200,18 +200,18 @@ def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
 def _probes_replica(ctx: ChildContext, loop: SyncLoop) -> MapReplica:
     """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
     container is killed and restarted per policy); syncs read the failed IDs."""
-    failed: dict[str, frozenset[str]] = {}
+    failed: dict[str, dict[str, str]] = {}  # pod UID -> container ID -> the failed probe
 
     def on_change(key: str, old: object, new: object) -> None:
-        ids = liveness_failed(new)
-        if ids:
-            failed[key] = ids
+        probes = failed_probes(new)
+        if probes:
+            failed[key] = probes
         else:
             failed.pop(key, None)
-        if ids - liveness_failed(old):
+        if set(probes) - liveness_failed(old):
             loop.handle_pleg_event(key, time.monotonic())
 
-    loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
+    loop.deps.liveness_failed = lambda uid: failed.get(uid, {})
     return MapReplica(ctx.zctx, ctx.paths, "probes", on_change)
 
 

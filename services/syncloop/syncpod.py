@@ -46,12 +46,13 @@ from podvisor.services.syncloop.runtime_events import (
     runtime_from_event,
 )
 from podvisor.services.syncloop.runtime_state import (
+    ContainerInfo,
     ContainerState,
     PodRuntime,
     pod_runtime,
     read_pod_runtime,
 )
-from podvisor.services.syncloop.terminate import Log, kill_containers
+from podvisor.services.syncloop.terminate import Log, kill_containers, kill_grace
 
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"
@@ -315,17 +316,23 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
     run = _Run(deps, pod, actions)
     run.from_event = from_event
     grace = pod.spec.termination_grace_period_seconds
+    if actions.kill:  # first: a container killed after a failed probe gets the probe's grace
+        reasons = {k.container_id: k for k in actions.kill}
+        by_grace: dict[int, list[ContainerInfo]] = {}
+        for c in rt.containers:
+            if c.id in reasons:
+                k = reasons[c.id]
+                by_grace.setdefault(kill_grace(pod, k.name, k.reason), []).append(c)
+        for seconds, victims in sorted(by_grace.items()):
+            kill_containers(deps.cri, deps.log, pod, victims, seconds, deps.sleep, deps.mono)
+            run.effects.update((c.id, Effect.STOPPED) for c in victims)
     if actions.kill_pod:
-        kill_containers(deps.cri, deps.log, pod, rt.running(), grace, deps.sleep, deps.mono)
-        run.effects.update((c.id, Effect.STOPPED) for c in rt.running())
+        rest = tuple(c for c in rt.running() if c.id not in run.effects)
+        kill_containers(deps.cri, deps.log, pod, rest, grace, deps.sleep, deps.mono)
+        run.effects.update((c.id, Effect.STOPPED) for c in rest)
         for s in rt.sandboxes:
             if s.ready:
                 deps.cri.stop_pod_sandbox(s.id)
-    if actions.kill:
-        ids = {k.container_id for k in actions.kill}
-        victims = tuple(c for c in rt.containers if c.id in ids)
-        kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
-        run.effects.update((c.id, Effect.STOPPED) for c in victims)
     retry = _remove_sandboxes(deps, pod, actions.remove_sandboxes)
     if retry is not None:
         run.retry_after = retry if run.retry_after is None else min(run.retry_after, retry)

@@ -221,13 +221,15 @@ def test_fs_group_volume_ownership(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(tmp_path / "new").st_mode) == 0o660
 
 
-def test_probe_level_grace_is_warned_not_silently_dropped() -> None:
+def test_probe_level_grace_is_kept_and_not_warned() -> None:
+    """Applied when the probe's failure kills the container (test_syncloop_probe_grace)."""
     doc = pod()
     doc["spec"]["containers"][0]["livenessProbe"] = {
         "exec": {"command": ["true"]}, "terminationGracePeriodSeconds": 5}
     parsed = pod_from_dict(doc)
-    assert any(w.field.endswith("livenessProbe.terminationGracePeriodSeconds")
-               for w in parsed.warnings), parsed.warnings
+    assert not parsed.warnings, parsed.warnings
+    probe = parsed.pod.spec.containers[0].liveness_probe
+    assert probe is not None and probe.termination_grace_period_seconds == 5
 
 
 @pytest.mark.parametrize("fields, pid, ipc", [

@@ -43,3 +43,14 @@ def test_status_uses_probe_verdicts_of_current_container() -> None:
     assert app_status({"u1": {"app": item}}) == (True, True, "True")
     assert app_status({"u1": {"app": {**item, "ready": False}}}) == (False, True, "False")
     assert app_status({"u1": {"app": item}}, cid="c2") == (False, False, "False")
+
+
+def test_failed_probes_say_which_probe_failed() -> None:
+    from podvisor.services.prober.verdicts import failed_probes, liveness_failed
+
+    entry = {"a": {"container_id": "c1", "liveness": "failure", "failed_probe": "startup"},
+             "b": {"container_id": "c2", "liveness": "failure", "failed_probe": "liveness"},
+             "c": {"container_id": "c3", "liveness": "success", "failed_probe": None}}
+    assert failed_probes(entry) == {"c1": "startup", "c2": "liveness"}
+    assert liveness_failed(entry) == set(failed_probes(entry))
+    assert failed_probes(None) == {}
