@@ -107,10 +107,10 @@ def main() -> None:
         shutil.rmtree(emb.tmp, ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
 
-    print(f"\n{'':<12} {'':<22} {'p50':>9} {'p99':>9}   (ms, {args.n} containers each)")
+    print(f"\n{'':<12} {'':<24} {'p50':>9} {'p99':>9}   (ms, {args.n} containers each)")
     for name, r in results.items():
         for key in r:
-            print(f"{name:<12} {key:<22} {rb.pct(r[key], .5) * 1e3:9.2f} "
+            print(f"{name:<12} {key:<24} {rb.pct(r[key], .5) * 1e3:9.2f} "
                   f"{rb.pct(r[key], .99) * 1e3:9.2f}")
         for kind in list(KINDS)[1:]:
             added = (rb.pct(r[f"start {kind}"], .5) - rb.pct(r["start plain"], .5)) * 1e3
@@ -118,7 +118,7 @@ def main() -> None:
             # median of the per-round differences cancels most of a shared machine's drift
             paired = rb.pct([a - b for a, b in zip(r[f"start {kind}"], r["start plain"],
                                                    strict=True)], .5) * 1e3
-            print(f"{name:<12} {'added by ' + kind:<22} {added:9.2f} {paired:9.2f}   "
+            print(f"{name:<12} {'added by ' + kind:<24} {added:9.2f} {paired:9.2f}   "
                   "(p50 difference, median of paired differences)")
     if isinstance(ctr, str):
         print(f"\ncontainerd: {ctr}")

@@ -108,7 +108,8 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
     cri = new_runtime_client(_endpoint(ctx), timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
-    cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log) if cfg.cgroup_root
+    cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log, cfg.pod_pids_limit)
+               if cfg.cgroup_root
                else None)
     return SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),

@@ -38,7 +38,7 @@ from podvisor.services.syncloop.actions import (
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
-from podvisor.services.syncloop.podcgroups import PodCgroups
+from podvisor.services.syncloop.podcgroups import PodCgroupError, PodCgroups
 from podvisor.services.syncloop.runtime_events import (
     Effect,
     Effects,
@@ -159,6 +159,15 @@ class _Run:
                                   pod_uid=self.pod.uid, volume=name, message=message)
         if failed:
             return False
+        if self.deps.cgroups is not None:
+            try:  # the pod's own limits, before anything runs in it
+                self.deps.cgroups.ensure(self.pod, self.qos)
+            except PodCgroupError as err:
+                message = f"pod cgroup: {err}"
+                self.errors.append(message)
+                self.deps.log.warning("syncloop.pod.cgroup.failed", pod=self.pod.full_name,
+                                      pod_uid=self.pod.uid, message=message)
+                return False
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
