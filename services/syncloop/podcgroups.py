@@ -38,8 +38,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from podvisor.services.pod.container import Container
-from podvisor.services.pod.model import Pod
+from podvisor.services.pod import Container, Pod
 from podvisor.services.syncloop.cgroupfs import CgroupFS
 from podvisor.services.syncloop.cri_config import (
     CPU_PERIOD_US,
