@@ -16,6 +16,7 @@ pod that is not ``hostNetwork`` gets no new sandbox while the runtime's network 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,6 +321,29 @@ def _prune_dead(deps: SyncDeps, rt: PodRuntime, names: Collection[str],
                                  error=err.message)
 
 
+def _kill_by_grace(deps: SyncDeps, pod: Pod, by_grace: Mapping[int, list[ContainerInfo]]) -> None:
+    """Each group with its grace, all at once (as one ``kill_containers`` stops its containers
+    in parallel); the first CriError is raised after all were tried."""
+    errors: list[CriError] = []
+
+    def group(seconds: int, victims: list[ContainerInfo]) -> None:
+        try:
+            kill_containers(deps.cri, deps.log, pod, victims, seconds, deps.sleep, deps.mono)
+        except CriError as err:
+            errors.append(err)
+
+    groups = sorted(by_grace.items())
+    threads = [threading.Thread(target=group, args=g, daemon=True) for g in groups[1:]]
+    for t in threads:
+        t.start()
+    if groups:
+        group(*groups[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             from_event: bool = False) -> SyncResult:
     run = _Run(deps, pod, actions)
@@ -332,9 +356,8 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             if c.id in reasons:
                 k = reasons[c.id]
                 by_grace.setdefault(kill_grace(pod, k.name, k.reason), []).append(c)
-        for seconds, victims in sorted(by_grace.items()):
-            kill_containers(deps.cri, deps.log, pod, victims, seconds, deps.sleep, deps.mono)
-            run.effects.update((c.id, Effect.STOPPED) for c in victims)
+        _kill_by_grace(deps, pod, by_grace)
+        run.effects.update((c.id, Effect.STOPPED) for cs in by_grace.values() for c in cs)
     if actions.kill_pod:
         rest = tuple(c for c in rt.running() if c.id not in run.effects)
         kill_containers(deps.cri, deps.log, pod, rest, grace, deps.sleep, deps.mono)
