@@ -12,6 +12,7 @@
   (``NodeFacts`` carries the node's part) and ``$(VAR)`` expansion.
 """
 
+from podvisor.common.timefmt import rfc3339_micro as rfc3339
 from podvisor.services.pod.container import (
     Container,
     ContainerPort,
@@ -49,6 +50,7 @@ from podvisor.services.pod.model import (
     CONFIG_SEEN_ANNOTATION,
     CONFIG_SOURCE_ANNOTATION,
     LOCAL_ANNOTATION_PREFIX,
+    DownwardAPIVolume,
     EmptyDirVolume,
     HostPathType,
     HostPathVolume,
@@ -64,20 +66,24 @@ from podvisor.services.pod.parse import ParsedPod, pod_from_dict
 from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
 from podvisor.services.pod.security import (
     Capabilities,
+    FSGroupChangePolicy,
     PodSecurityContext,
     ProcMountType,
     Profile,
     ProfileType,
     SecurityContext,
     SELinuxOptions,
+    SupplementalGroupsPolicy,
     Sysctl,
     effective_security_context,
+    masked_paths,
+    no_new_privs,
+    readonly_paths,
 )
 from podvisor.services.pod.static import (
     SOURCE_FILE,
     SOURCE_HTTP,
     apply_static_defaults,
-    rfc3339,
     static_pod_uid,
 )
 
@@ -93,9 +99,11 @@ __all__ = [
     "Capabilities",
     "Container",
     "ContainerPort",
+    "DownwardAPIVolume",
     "EmptyDirVolume",
     "EnvVar",
     "ExecAction",
+    "FSGroupChangePolicy",
     "FieldIssue",
     "GRPCAction",
     "HTTPGetAction",
@@ -127,6 +135,7 @@ __all__ = [
     "SecurityContext",
     "SleepAction",
     "StorageMedium",
+    "SupplementalGroupsPolicy",
     "Sysctl",
     "TCPSocketAction",
     "URIScheme",
@@ -142,10 +151,13 @@ __all__ = [
     "expand",
     "expand_command",
     "load_document",
+    "masked_paths",
     "needs_pod_ip",
+    "no_new_privs",
     "oom_score_adj",
     "pod_from_dict",
     "qos_class",
+    "readonly_paths",
     "rfc3339",
     "static_pod_uid",
     "volume_files",

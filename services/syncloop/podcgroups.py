@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from podvisor.common.logs import Log
 from podvisor.services.pod import Container, Pod
 from podvisor.services.syncloop.cgroupfs import CgroupFS
 from podvisor.services.syncloop.cri_config import (
@@ -45,7 +46,6 @@ from podvisor.services.syncloop.cri_config import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
-from podvisor.services.syncloop.terminate import Log
 
 POD_PREFIX = "pod"
 MAX_DEPTH = 32  # nested cgroups a container may have made under its own

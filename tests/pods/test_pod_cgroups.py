@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.pod import pod_from_dict, qos_class
 from podvisor.services.syncloop.cgroupfs import FakeCgroupFS, new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import (
@@ -25,7 +26,6 @@ from podvisor.services.syncloop.podcgroups import (
     pod_uid,
     removal_order,
 )
-from podvisor.supervisor.logs import MemoryLogger
 from tests.pods.test_podworkers import Harness, manifest
 
 # This VM's layout (hybrid: v1 controllers + v2 at unified), plus lines that must be ignored.

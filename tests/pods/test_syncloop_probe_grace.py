@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
-from podvisor.supervisor.logs import MemoryLogger
 
 PROBE = {"exec": {"command": ["true"]}}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from podvisor.ipc.maps import PodProbes
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved
 
@@ -29,7 +30,9 @@ def pleg(cid: str = "c1") -> dict[str, Any]:
 
 def app_status(probes: dict[str, Any] | None, cid: str = "c1") -> tuple[bool, bool, str]:
     engine = StatusEngine(Saved())
-    changes = engine.reconcile(desired(), pleg(cid), WALL, 2.0, probes)
+    typed = None if probes is None else {
+        uid: PodProbes.from_entry(entry) for uid, entry in probes.items()}
+    changes = engine.reconcile(desired(), pleg(cid), WALL, 2.0, typed)
     assert changes is not None
     status = changes.set["u1"]
     cs = status["containerStatuses"][0]
@@ -46,11 +49,13 @@ def test_status_uses_probe_verdicts_of_current_container() -> None:
 
 
 def test_failed_probes_say_which_probe_failed() -> None:
-    from podvisor.services.prober.verdicts import failed_probes, liveness_failed
+    from podvisor.ipc.maps import ContainerVerdict, PodProbes
+    from podvisor.services.prober import failed_probes, liveness_failed
 
-    entry = {"a": {"container_id": "c1", "liveness": "failure", "failed_probe": "startup"},
-             "b": {"container_id": "c2", "liveness": "failure", "failed_probe": "liveness"},
-             "c": {"container_id": "c3", "liveness": "success", "failed_probe": None}}
+    entry = PodProbes(containers={
+        "a": ContainerVerdict("c1", liveness="failure", failed_probe="startup"),
+        "b": ContainerVerdict("c2", liveness="failure", failed_probe="liveness"),
+        "c": ContainerVerdict("c3", liveness="success")})
     assert failed_probes(entry) == {"c1": "startup", "c2": "liveness"}
     assert liveness_failed(entry) == set(failed_probes(entry))
     assert failed_probes(None) == {}
