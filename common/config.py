@@ -71,6 +71,7 @@ INT = Kind(lambda k, v: parse_int(k, v, minimum=0), metavar="INT")
 PORT = Kind(lambda k, v: parse_int(k, v, minimum=0, maximum=65535), metavar="PORT")
 PERCENT = Kind(lambda k, v: parse_int(k, v, minimum=0, maximum=100), metavar="PERCENT")
 COUNT = Kind(lambda k, v: parse_int(k, v, minimum=1), metavar="INT")
+LIMIT = Kind(lambda k, v: parse_int(k, v, minimum=-1), metavar="INT")  # -1 = unlimited
 FACTOR = Kind(parse_float, metavar="NUMBER")
 LEVEL = Kind(
     lambda k, v: _parse_choice(k, v, ("debug", "info", "warning", "error")), metavar="LEVEL"
@@ -133,6 +134,8 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
     Key("cgroupRoot", "cgroup_root", CGROUP,
         "pods' cgroups go under <cgroupRoot>/pod<uid> ('' = the runtime's default place)"),
+    Key("podPidsLimit", "pod_pids_limit", LIMIT,
+        "pids.max of each Guaranteed/Burstable pod's cgroup (-1 = unlimited, as the kubelet)"),
     Key("runOnce", "run_once", BOOL,
         "run the sources' first sets once, print each pod's result and exit"),
     Key("runOnceMaxRetries", "run_once_max_retries", COUNT,
@@ -366,6 +369,7 @@ class Config:
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     cgroup_root: str = "/podvisor"
+    pod_pids_limit: int = -1
     run_once: bool = False
     run_once_max_retries: int = 10
     run_once_retry_delay: float = 1.0

@@ -201,6 +201,9 @@ class PodSpec:
     restart_policy: RestartPolicy = RestartPolicy.ALWAYS
     termination_grace_period_seconds: int = D.TERMINATION_GRACE_PERIOD_SECONDS
     host_network: bool = False
+    host_pid: bool = False                 # the node's PID namespace (CRI pid=NODE)
+    host_ipc: bool = False                 # the node's IPC namespace (CRI ipc=NODE)
+    share_process_namespace: bool = False  # one PID namespace for the pod (CRI pid=POD)
     volumes: tuple[Volume, ...] = ()
     node_name: str = ""
     priority: int = 0
@@ -223,6 +226,12 @@ class PodSpec:
         out["enableServiceLinks"] = self.enable_service_links
         if self.host_network:
             out["hostNetwork"] = True
+        if self.host_pid:
+            out["hostPID"] = True
+        if self.host_ipc:
+            out["hostIPC"] = True
+        if self.share_process_namespace:
+            out["shareProcessNamespace"] = True
         if self.volumes:
             out["volumes"] = [v.to_dict() for v in self.volumes]
         if self.node_name:

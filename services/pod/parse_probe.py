@@ -50,10 +50,6 @@ def parse_probe(f: Findings, raw: Any, path: str, port_names: Collection[str],
     if readiness and grace is not None:
         f.error(join(path, "terminationGracePeriodSeconds"),
                 "must not be set for readiness probes")
-    elif grace is not None:  # kept in the model (wire form, static pod UID), not applied
-        f.warn(join(path, "terminationGracePeriodSeconds"),
-               "probe-level grace is not supported: a container killed after a failed probe "
-               "gets the pod's terminationGracePeriodSeconds; ignored")
     initial_delay = get_int(f, m, "initialDelaySeconds", path, 0, minimum=0)
     period = get_int(f, m, "periodSeconds", path, 10, minimum=1)
     timeout = get_int(f, m, "timeoutSeconds", path, 1, minimum=1)

@@ -2,7 +2,8 @@
 with the API server's validation and the kubelet's sysctl admission.
 
 Sysctls: as a kubelet without ``--allowed-unsafe-sysctls``, only the safe (namespaced) set is
-allowed, and none of the ``net.*`` ones with hostNetwork ("not allowed with host net enabled").
+allowed, and none of the ``net.*`` ones with hostNetwork ("not allowed with host net enabled"),
+nor the IPC ones with hostIPC ("not allowed with host ipc enabled").
 Whether a runtime can set them is its own check (the embedded runtime refuses every sysctl: its
 pods share the node's namespaces).
 """
@@ -59,7 +60,8 @@ _SYSCTL_MAX = 253
 
 
 def parse_pod_security(f: Findings, raw: Any, path: str,
-                       host_network: bool) -> PodSecurityContext | None:
+                       host_network: bool, host_ipc: bool = False
+                       ) -> PodSecurityContext | None:
     if raw is None:
         return None
     m = as_map(f, raw, path)
@@ -83,7 +85,7 @@ def parse_pod_security(f: Findings, raw: Any, path: str,
                                              SupplementalGroupsPolicy),
         fs_group=_id(f, m, "fsGroup", path),
         fs_group_change_policy=_opt_enum(f, m, "fsGroupChangePolicy", path, FSGroupChangePolicy),
-        sysctls=_sysctls(f, m, path, host_network),
+        sysctls=_sysctls(f, m, path, host_network, host_ipc),
         seccomp_profile=_profile(f, m, "seccompProfile", path),
         app_armor_profile=_profile(f, m, "appArmorProfile", path),
         se_linux_options=_selinux(f, m, path),
@@ -199,7 +201,7 @@ def _selinux(f: Findings, m: Mapping[str, Any], path: str) -> SELinuxOptions | N
 
 
 def _sysctls(f: Findings, m: Mapping[str, Any], path: str,
-             host_network: bool) -> tuple[Sysctl, ...]:
+             host_network: bool, host_ipc: bool) -> tuple[Sysctl, ...]:
     out: list[Sysctl] = []
     seen: set[str] = set()
     for where, item in get_list(f, m, "sysctls", path):
@@ -222,6 +224,9 @@ def _sysctls(f: Findings, m: Mapping[str, Any], path: str,
         elif SAFE_SYSCTLS[normal] == "net" and host_network:
             f.error(join(where, "name"),
                     f"forbidden sysctl: {normal!r} not allowed with host net enabled")
+        elif SAFE_SYSCTLS[normal] == "ipc" and host_ipc:
+            f.error(join(where, "name"),
+                    f"forbidden sysctl: {normal!r} not allowed with host ipc enabled")
         seen.add(normal)
         out.append(Sysctl(name, value))
     return tuple(out)

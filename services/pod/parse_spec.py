@@ -73,6 +73,12 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     volumes = _parse_volumes(f, m, path, container_names)
     volume_names = {v.name for v in volumes}
     host_network = get_bool(f, m, "hostNetwork", path)
+    host_pid = get_bool(f, m, "hostPID", path)
+    host_ipc = get_bool(f, m, "hostIPC", path)
+    share_pid = get_bool(f, m, "shareProcessNamespace", path)
+    if host_pid and share_pid:  # the API server's validation
+        f.error(join(path, "shareProcessNamespace"),
+                "ShareProcessNamespace and HostPID cannot both be enabled")
     init = _parse_containers(f, m, path, "initContainers", volume_names, host_network,
                              container_names)
     containers = _parse_containers(f, m, path, "containers", volume_names, host_network,
@@ -93,11 +99,15 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         termination_grace_period_seconds=get_int(f, m, "terminationGracePeriodSeconds", path,
                                                  30, minimum=0),
         host_network=host_network,
+        host_pid=host_pid,
+        host_ipc=host_ipc,
+        share_process_namespace=share_pid,
         volumes=volumes,
         node_name=get_str(f, m, "nodeName", path),
         priority=get_int(f, m, "priority", path, 0),
         security_context=parse_pod_security(f, m.get("securityContext"),
-                                            join(path, "securityContext"), host_network),
+                                            join(path, "securityContext"), host_network,
+                                            host_ipc),
         service_account_name=account,
         dns_policy=dns_policy,
         scheduler_name=get_str(f, m, "schedulerName", path) or D.SCHEDULER_NAME,

@@ -47,7 +47,7 @@ SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
                         "priority", "serviceAccountName", "serviceAccount", "securityContext",
                         "hostUsers", "dnsPolicy", "schedulerName", "enableServiceLinks",
-                        "tolerations"})
+                        "tolerations", "hostPID", "hostIPC", "shareProcessNamespace"})
 SPEC_UNSUPPORTED = {
     "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
@@ -64,9 +64,6 @@ SPEC_UNSUPPORTED = {
     "resources": _reject("pod-level resources (spec.resources) are not supported; set "
                          "resources on each container (they are enforced)"),
     "activeDeadlineSeconds": _NOT_ENFORCED,
-    "hostPID": _warn("host PID namespace is not supported; ignored"),
-    "hostIPC": _warn("host IPC namespace is not supported; ignored"),
-    "shareProcessNamespace": _warn("a shared process namespace is not supported; ignored"),
     "dnsConfig": _DNS,
     "hostname": _DNS,
     "subdomain": _DNS,

@@ -46,6 +46,16 @@ def probe_verdicts(entry: PodProbes | None, pleg_record: Any
     return ready, started
 
 
+def failed_probes(entry: PodProbes | None) -> dict[str, str]:
+    """Container ID -> the probe whose failure kills it ("liveness" or "startup"), for the
+    containers whose liveness or startup probe failed past its threshold."""
+    if entry is None:
+        return {}
+    return {item.container_id: "startup" if item.failed_probe == "startup" else "liveness"
+            for item in entry.containers.values()
+            if item.liveness == "failure" and item.container_id}
+
+
 def liveness_failed(entry: PodProbes | None) -> frozenset[str]:
     """IDs of containers whose liveness (or startup) probe failed past its threshold."""
     if entry is None:

@@ -262,7 +262,7 @@ class Cgroups:
                 made.extend(_mkdirs(dirs[controller]))
             if lay.version == 2:
                 self._enable(dirs[UNIFIED], {_v2_controller(w.file) for w in writes})
-            self._write(dirs, writes)
+            self._write(dirs, writes, fresh=True)
         except BaseException as exc:
             for d in reversed(made):
                 with contextlib.suppress(OSError):
@@ -284,8 +284,10 @@ class Cgroups:
         except OSError as err:
             raise _refusal(err) from None
 
-    def _write(self, dirs: Mapping[str, str], writes: list[Write]) -> None:
-        for w in _ordered(dirs, writes):
+    def _write(self, dirs: Mapping[str, str], writes: list[Write], fresh: bool = False) -> None:
+        """``fresh``: a folder just made, whose limits are all unlimited, so the v1 memsw
+        ordering (``_ordered``, a read of the current limit) is provably not needed."""
+        for w in writes if fresh else _ordered(dirs, writes):
             path = os.path.join(dirs[w.controller], w.file)
             if w.optional and not os.path.exists(path):
                 continue
@@ -402,6 +404,13 @@ def _ordered(dirs: Mapping[str, str], writes: list[Write]) -> list[Write]:
 def _mkdirs(path: str) -> list[str]:
     """mkdir -p; returns the folders it created, parents first."""
     made: list[str] = []
+    try:  # the usual case, the parent (the pod's folder) exists: one mkdir, no stat
+        os.mkdir(path, 0o755)
+        return [path]
+    except FileExistsError:
+        return []
+    except FileNotFoundError:
+        pass
     todo = []
     d = path
     while not os.path.isdir(d):

@@ -324,7 +324,6 @@ class Engine:
         if not result.ok:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", result.error))
             raise invalid(f"failed to start container {c.id}: {result.error}")
-        self._apply_oom_score_adj(c.id, spec, result.pid)
         started = StartInfo(result.monitor_pid, result.monitor_ticks, result.pid,
                             result.pid_ticks, result.started_at)
         with self._lock:
@@ -335,18 +334,6 @@ class Engine:
         if early is not None:
             self._record_exit(c.id, early, on_disk=True)
         self._watcher.watch(c.id, started.monitor_pid, started.monitor_ticks)
-
-    def _apply_oom_score_adj(self, container_id: str, spec: bytes, pid: int) -> None:
-        """The container's ``oom_score_adj`` (already clamped at create), written right after
-        the start: processes it forks within that first moment keep the runtime's value."""
-        value = json.loads(spec).get("oom_score_adj")
-        if value is None:
-            return
-        try:
-            oom.apply(pid, int(value))
-        except OSError as err:
-            self.log.warning("container.oom_score_adj_failed", container=container_id,
-                             value=value, error=str(err))
 
     def stop_container(self, container_id: str, timeout: int) -> None:
         """Stop signal (default TERM) to the container's process group, KILL after ``timeout``."""

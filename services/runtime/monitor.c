@@ -11,7 +11,8 @@
  * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...] then
  * keyed sections: "security" UID GID NGROUPS GROUP... CAPS NNP RO_ROOT MANAGE NMASKED PATH...
  * NREADONLY PATH... (parse_security; applied by apply_security_mounts and apply_security) and
- * "CGROUPS" N FILE... (parse_cgroups; joined by join_cgroups). The spare becomes the
+ * "CGROUPS" N FILE... (parse_cgroups; joined by join_cgroups) and "OOM" VALUE (written by
+ * write_oom_score_adj before the mounts and the ids change). The spare becomes the
  * container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
@@ -239,6 +240,7 @@ static const char *errno_name(int err) {
     case ENOENT: return "ENOENT";
     case EACCES: return "EACCES";
     case EPERM: return "EPERM";
+    case EINVAL: return "EINVAL";
     case ENOEXEC: return "ENOEXEC";
     case E2BIG: return "E2BIG";
     case ENOTDIR: return "ENOTDIR";
@@ -430,17 +432,12 @@ static int apply_security_mounts(int *failed) {
     if (nmounts == 0 &&
         (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0))
         return -1;
-    for (int i = 0; i < nmasked; i++) {
+    for (int i = 0; i < nmasked; i++) { /* runc's maskPath: no stat, one mount for a file */
         const char *p = sec.masked[i];
-        struct stat st;
         *failed = i;
-        if (stat(p, &st) != 0) {
-            if (errno == ENOENT)
-                continue;
-            return -1;
-        }
-        if (S_ISDIR(st.st_mode) ? mount("tmpfs", p, "tmpfs", MS_RDONLY, NULL)
-                                : mount("/dev/null", p, NULL, MS_BIND, NULL))
+        if (mount("/dev/null", p, NULL, MS_BIND, NULL) == 0 || errno == ENOENT)
+            continue;
+        if (errno != ENOTDIR || mount("tmpfs", p, "tmpfs", MS_RDONLY, NULL) != 0)
             return -1;
     }
     for (int i = 0; i < nro; i++) {
@@ -548,6 +545,29 @@ static int join_cgroups(int *failed) {
     return 0;
 }
 
+/* --- oom_score_adj (oom.py) ------------------------------------------------------------------ */
+
+/* The request's "OOM" VALUE section: the container's oom_score_adj (clamped by the runtime,
+ * oom.py effective), written by the child itself before the exec (and before it changes its
+ * uid: a process whose ids changed is not dumpable, its /proc files belong to root), so the
+ * command has its value from its first instruction, as runc writes it in its init. */
+static const char *oom_score_adj;
+
+static int write_oom_score_adj(void) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(oom_score_adj);
+    ssize_t n = write(fd, oom_score_adj, len);
+    int saved = errno;
+    close(fd);
+    if (n != (ssize_t)len) {
+        errno = n < 0 ? saved : EIO;
+        return -1;
+    }
+    return 0;
+}
+
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
  * the mounts, the chdir or the exec fail. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w) {
@@ -567,6 +587,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
     int report[3] = {0, 0, -1};
     if (ncgroups > 0 && join_cgroups(&report[2]) != 0) {
         report[0] = 4;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
+    if (oom_score_adj != NULL && write_oom_score_adj() != 0) {
+        report[0] = 6;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
@@ -664,6 +690,9 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         } else if (report[0] == 5) {
             reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
                         security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 6) {
+            reply_error(reply_fd, "oom_score_adj %s: %s (errno %d %s)", oom_score_adj,
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 1) {
             reply_error(reply_fd, "chdir '%s': %s (errno %d)", cwd, strerror(report[1]),
@@ -954,6 +983,9 @@ static int spare_main(int conn) {
                 return 70;
         } else if (strcmp(key, "CGROUPS") == 0) {
             if (parse_cgroups(&at, end) != 0)
+                return 70;
+        } else if (strcmp(key, "OOM") == 0) {
+            if ((oom_score_adj = field(&at, end)) == NULL)
                 return 70;
         } else {
             return 70;

@@ -260,6 +260,8 @@ def apply_security(sec: dict[str, Any]) -> None:
                 raise fail()
         try:
             step = 1
+            if len(sec["groups"]) > os.sysconf("SC_NGROUPS_MAX"):  # os.setgroups: ValueError
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))  # setgroups(2): EINVAL
             os.setgroups(sec["groups"])
             step = 2
             os.setresgid(sec["gid"], sec["gid"], sec["gid"])
@@ -296,6 +298,24 @@ def join_cgroups(files: list[str]) -> None:
                           f"{errno.errorcode.get(err.errno or 0, '')})") from None
 
 
+def write_oom_score_adj(value: int | None) -> None:
+    """In a container's forked child, after joining its cgroups and before its mounts and ids
+    change (a process whose ids changed is not dumpable: its /proc files belong to root): the
+    container's ``oom_score_adj`` (clamped by the runtime, oom.py ``effective``), so the command
+    has it from its first instruction, as monitor.c ``write_oom_score_adj`` does."""
+    if value is None:
+        return
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"%d" % value)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise OSError(f"oom_score_adj {value}: {err.strerror} (errno {err.errno} "
+                      f"{errno.errorcode.get(err.errno or 0, '')})") from None
+
+
 def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     """fork + exec (this monitor is single-threaded) for a container with a security context:
     its mounts, masks and ids are applied in the child (the monitor keeps its own view and
@@ -308,6 +328,7 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     if pid == 0:  # pragma: no cover - the child execs or exits
         try:
             join_cgroups(spec.get("cgroup_join") or [])
+            write_oom_score_adj(spec.get("oom_score_adj"))
             os.setsid()
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
@@ -361,8 +382,8 @@ def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
         raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
     os.environ["PATH"] = env.get("PATH", os.defpath)  # posix_spawnp searches the caller's PATH
     cgroups: list[str] = spec.get("cgroup_join") or []
-    if cgroups:
-        return _fork_exec(argv, env, cgroups, out_w, err_w)
+    if cgroups or spec.get("oom_score_adj") is not None:
+        return _fork_exec(argv, env, cgroups, out_w, err_w, spec.get("oom_score_adj"))
     try:
         return os.posix_spawnp(
             argv[0], argv, env,
@@ -378,7 +399,7 @@ def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
 
 
 def _fork_exec(argv: list[str], env: dict[str, str], cgroups: list[str], out_w: int,
-               err_w: int) -> int:
+               err_w: int, oom_score_adj: int | None = None) -> int:
     """posix_spawn has no step between fork and exec, so a container with cgroups is forked
     (this monitor is single-threaded): the child joins each of its cgroups (writes "0",
     itself, into each file of ``cgroups``: cgroups.py ``join_files``) before anything else,
@@ -394,6 +415,13 @@ def _fork_exec(argv: list[str], env: dict[str, str], cgroups: list[str], out_w: 
                 fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
                 try:
                     os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            if oom_score_adj is not None:  # write_oom_score_adj, with this child's report
+                what = f"oom_score_adj {oom_score_adj}"
+                fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, b"%d" % oom_score_adj)
                 finally:
                     os.close(fd)
             null = os.open(os.devnull, os.O_RDONLY)

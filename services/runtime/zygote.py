@@ -277,7 +277,8 @@ class Spawner:
         """The request body: JSON with the spec inline for a Python spare; for a C one the
         NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...
         and, when the container has mounts or cgroups, MOUNTC then SRC DST RO PROPAGATION per
-        mount, then with cgroups ``CGROUPS`` N FILE..., cgroups.py ``join_files``)."""
+        mount, then with cgroups ``CGROUPS`` N FILE..., cgroups.py ``join_files``, then with
+        an oom_score_adj ``OOM`` VALUE)."""
         if not self._native:
             return b'{"state": %s, "notify": %s, "spec": %s}' % (
                 json.dumps(state).encode(), json.dumps(self.notify).encode(), spec)
@@ -288,7 +289,8 @@ class Spawner:
         mounts = doc.get("mounts") or []
         sec = doc.get("security")
         cgroups = list(doc.get("cgroup_join") or [])
-        if mounts or sec or cgroups:
+        oom = doc.get("oom_score_adj")
+        if mounts or sec or cgroups or oom is not None:
             fields.append(str(len(mounts)))
             for m in mounts:
                 fields += [m["host"], m["container"], "1" if m["ro"] else "0",
@@ -297,6 +299,8 @@ class Spawner:
             fields += security_fields(sec)
         if cgroups:  # the files the container's process writes itself into before its exec
             fields += ["CGROUPS", str(len(cgroups)), *cgroups]
+        if oom is not None:  # written by the container's process itself before its exec
+            fields += ["OOM", str(int(oom))]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

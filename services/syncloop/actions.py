@@ -46,6 +46,10 @@ class Waiting:
     message: str = ""
 
 
+LIVENESS_FAILED = "liveness probe failed"
+STARTUP_FAILED = "startup probe failed"
+
+
 @dataclass(frozen=True)
 class KillAction:
     container_id: str
@@ -251,7 +255,8 @@ def compute_pod_actions(
 ) -> PodActions:
     """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
 
-    ``liveness_failed``: IDs of running containers whose liveness or startup probe failed.
+    ``liveness_failed``: IDs of running containers whose liveness or startup probe failed
+    (a mapping ID -> "liveness"/"startup" tells which: the kill's reason, and so its grace).
     ``sandbox_wait``: seconds a sandbox's stop still backs off after it failed (0: due).
     """
     return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher), rt,
@@ -284,7 +289,10 @@ def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
         if status.hash != hasher(c):
             reason, restart = "container spec changed", True
         elif status.id in liveness_failed:
-            reason, restart = "liveness probe failed", _restarts_on_failure(pod)
+            probe = liveness_failed.get(status.id) if isinstance(liveness_failed, Mapping) \
+                else "liveness"
+            reason = STARTUP_FAILED if probe == "startup" else LIVENESS_FAILED
+            restart = _restarts_on_failure(pod)
         else:
             keep += 1
             continue

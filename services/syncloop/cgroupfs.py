@@ -1,4 +1,5 @@
-"""The filesystem effect behind pod cgroup cleanup: read mountinfo, list and rmdir folders.
+"""The filesystem effect behind pod cgroups: read mountinfo, list and rmdir folders (cleanup),
+make a pod's folder and write its limits.
 
 ``CgroupFS`` is what ``podcgroups.PodCgroups`` needs from the host; ``new_cgroup_fs()`` is the
 real one (``/proc/self/mountinfo``, ``os.scandir``, ``os.rmdir``), ``FakeCgroupFS`` an in-memory
@@ -32,6 +33,18 @@ class CgroupFS(Protocol):
         """Remove the empty folder ``path``; raises OSError (FileNotFoundError when gone)."""
         ...
 
+    def mkdir(self, path: str) -> None:
+        """Create ``path`` and its parents (runc's MkdirAll); an existing one is fine."""
+        ...
+
+    def write(self, path: str, value: str) -> None:
+        """Write ``value`` into the cgroup file ``path``; raises OSError."""
+        ...
+
+    def read(self, path: str) -> str:
+        """The text of the cgroup file ``path``; raises OSError."""
+        ...
+
 
 class _HostCgroupFS:
     def mountinfo(self) -> str:
@@ -48,6 +61,20 @@ class _HostCgroupFS:
     def rmdir(self, path: str) -> None:
         os.rmdir(path)
 
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, 0o755, exist_ok=True)
+
+    def write(self, path: str, value: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+    def read(self, path: str) -> str:
+        with open(path, encoding="utf-8") as src:
+            return src.read()
+
 
 def new_cgroup_fs() -> CgroupFS:
     return _HostCgroupFS()
@@ -63,6 +90,8 @@ class FakeCgroupFS:
         self.busy: set[str] = set()
         self.errors: dict[str, int] = {}
         self.removed: list[str] = []
+        self.files: dict[str, str] = {}  # path -> the last value written (or a seeded text)
+        self.write_errors: dict[str, int] = {}  # path -> errno for write
         self.calls: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         for d in dirs:
@@ -74,6 +103,22 @@ class FakeCgroupFS:
             parts = path.strip("/").split("/")
             for i in range(1, len(parts) + 1):
                 self.dirs.add("/" + "/".join(parts[:i]))
+
+    def write(self, path: str, value: str) -> None:
+        with self._lock:
+            self.calls.append(("write", f"{path}={value}"))
+            if os.path.dirname(path) not in self.dirs:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            if path in self.write_errors:
+                code = self.write_errors[path]
+                raise OSError(code, os.strerror(code), path)
+            self.files[path] = value
+
+    def read(self, path: str) -> str:
+        with self._lock:
+            if path not in self.files:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            return self.files[path]
 
     def mountinfo(self) -> str:
         self.calls.append(("mountinfo", ""))

@@ -89,13 +89,23 @@ def host_ports(pod: Pod) -> list[tuple[str, int]]:
     return out
 
 
+def namespace_options(pod: Pod) -> pb.NamespaceOption:
+    """The kubelet's ``namespacesForPod``: the node's network/IPC/PID namespace for
+    hostNetwork/hostIPC/hostPID, one PID namespace for the pod with shareProcessNamespace, else
+    the container's own PID namespace and the pod's network and IPC ones."""
+    spec = pod.spec
+    pid = (pb.NODE if spec.host_pid else pb.POD if spec.share_process_namespace
+           else pb.CONTAINER)
+    return pb.NamespaceOption(network=pb.NODE if spec.host_network else pb.POD, pid=pid,
+                              ipc=pb.NODE if spec.host_ipc else pb.POD)
+
+
 def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
                    cgroup_parent: str = "") -> pb.PodSandboxConfig:
     """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's."""
     host_net = pod.spec.host_network
     psc = pod.spec.security_context
-    ns = pb.NamespaceOption(network=pb.NODE if host_net else pb.POD, pid=pb.CONTAINER,
-                            ipc=pb.POD)
+    ns = namespace_options(pod)
     mappings = [
         pb.PortMapping(protocol=_PROTOCOLS[p.protocol], container_port=p.container_port,
                        host_port=p.host_port or (p.container_port if host_net else 0))
@@ -301,8 +311,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
     environment as ``envvars.container_env`` built it (None: the plain values); command and args
     are expanded against it (``$(VAR)``). ``oom_score_adj``: the kubelet's value for the pod's
     QoS class (None: unset)."""
-    ns = pb.NamespaceOption(network=pb.NODE if pod.spec.host_network else pb.POD,
-                            pid=pb.CONTAINER, ipc=pb.POD)
+    ns = namespace_options(pod)
     if env is None:
         env = [(e.name, e.value) for e in c.env]
     command, args = expand_command(c, dict(env))

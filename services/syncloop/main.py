@@ -31,7 +31,7 @@ from podvisor.ipc.messages import AllPodsStopped, RelistHint
 from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
-from podvisor.services.prober import liveness_failed
+from podvisor.services.prober import failed_probes, liveness_failed
 from podvisor.services.syncloop.admission import Capacity
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
@@ -82,7 +82,8 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                              timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
-    cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log) if cfg.cgroup_root
+    cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log, cfg.pod_pids_limit)
+               if cfg.cgroup_root
                else None)
     return SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
@@ -179,18 +180,18 @@ def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
 def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> MapReplica:
     """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
     container is killed and restarted per policy); syncs read the failed IDs."""
-    failed: dict[str, frozenset[str]] = {}
+    failed: dict[str, dict[str, str]] = {}  # pod UID -> container ID -> the failed probe
 
     def on_change(key: str, old: PodProbes | None, new: PodProbes | None) -> None:
-        ids = liveness_failed(new)
-        if ids:
-            failed[key] = ids
+        probes = failed_probes(new)
+        if probes:
+            failed[key] = probes
         else:
             failed.pop(key, None)
-        if ids - liveness_failed(old):
+        if set(probes) - liveness_failed(old):
             loop.handle_pleg_event(key, ctx.clock.monotonic())
 
-    loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
+    loop.deps.liveness_failed = lambda uid: failed.get(uid, {})
     return service.replica(PROBES, on_change, decode=PodProbes.from_wire)
 
 

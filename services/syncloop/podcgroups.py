@@ -13,6 +13,18 @@ folder still in use (EBUSY, ENOTEMPTY) is logged and the pod is retried at the n
 housekeeping. Housekeeping also removes ``pod<uid>`` folders under the root whose UID no pod
 has (a crash between teardown and cleanup).
 
+Pod-level limits (``pod_limits``, the kubelet's ``ResourceConfigForPod``): for Guaranteed and
+Burstable pods the sync loop makes the pod's folder itself before RunPodSandbox (``ensure``) and
+writes CPU shares = the sum of the CPU requests, CPU quota = the sum of the CPU limits when
+every container has one, memory limit = the sum of the memory limits when every container has
+one (init containers count as the kubelet's ``PodRequests``/``PodLimits`` do: the larger of the
+regular containers' sum and any one init container), and ``pids.max`` = ``podPidsLimit`` when
+it is positive (-1, the default, as the kubelet: unlimited). v1: in the memory/cpu/pids
+hierarchies; v2: memory.max, cpu.weight, cpu.max, pids.max, with the controllers enabled in
+``cgroup.subtree_control`` from the mount down to the pod's parent. BestEffort pods get no
+folder from podvisor (the runtime makes it when a container needs one). A write that fails
+refuses the pod's sandbox with the reason (``PodCgroupError``).
+
 Path logic is pure functions (``parse_mountinfo``, ``hierarchy_dirs``, ...); the filesystem is
 a ``CgroupFS``. ``PodCgroups`` is thread-safe (terminations run on pool threads).
 """
@@ -23,11 +35,17 @@ import errno
 import os
 import re
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from podvisor.common.logs import Log
+from podvisor.services.pod import Container, Pod
 from podvisor.services.syncloop.cgroupfs import CgroupFS
+from podvisor.services.syncloop.cri_config import (
+    CPU_PERIOD_US,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
 
 POD_PREFIX = "pod"
 MAX_DEPTH = 32  # nested cgroups a container may have made under its own
@@ -105,16 +123,83 @@ def removal_order(dirs: Iterable[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class PodLimits:
+    """What the pod's own cgroup enforces (None: unlimited / not written)."""
+    cpu_shares: int
+    cpu_quota: int | None = None  # microseconds per ``cpu_period``
+    cpu_period: int = CPU_PERIOD_US
+    memory_bytes: int | None = None
+    pids: int | None = None
+
+
+def _pod_amount(pod: Pod, amount: Callable[[Container], int | None]) -> tuple[int, bool]:
+    """(the pod's amount, whether every container declares one): the larger of the regular
+    containers' sum and each init container's (init containers run one at a time)."""
+    regular = [amount(c) for c in pod.spec.containers]
+    init = [amount(c) for c in pod.spec.init_containers]
+    total = max([sum(a or 0 for a in regular)] + [a or 0 for a in init])
+    return total, all(a for a in regular + init)
+
+
+def pod_limits(pod: Pod, qos: str, pids_limit: int = -1) -> PodLimits | None:
+    """The kubelet's ``ResourceConfigForPod`` for a Guaranteed or Burstable pod; None for
+    BestEffort (no folder of podvisor's own)."""
+    if qos not in ("Guaranteed", "Burstable"):
+        return None
+    cpu_request, _ = _pod_amount(pod, lambda c: c.resources.requests.cpu_millis)
+    cpu_limit, cpu_all = _pod_amount(pod, lambda c: c.resources.limits.cpu_millis)
+    memory, memory_all = _pod_amount(pod, lambda c: c.resources.limits.memory_bytes)
+    return PodLimits(
+        cpu_shares=milli_cpu_to_shares(cpu_request),
+        cpu_quota=milli_cpu_to_quota(cpu_limit) if cpu_all and cpu_limit else None,
+        memory_bytes=memory if memory_all and memory else None,
+        pids=pids_limit if pids_limit > 0 else None)
+
+
+def _shares_to_weight(shares: int) -> int:
+    """runc's cpu.shares -> cpu.weight ([2, 262144] -> [1, 10000])."""
+    return max(1, min(10_000, 1 + ((shares - 2) * 9999) // 262_142))
+
+
+def limit_writes(limits: PodLimits, v2: bool) -> list[tuple[str, str, str]]:
+    """(controller, file, value) in order, for cgroup v1 or v2."""
+    out: list[tuple[str, str, str]] = []
+    if v2:
+        out.append(("cpu", "cpu.weight", str(_shares_to_weight(limits.cpu_shares))))
+        if limits.cpu_quota is not None:
+            out.append(("cpu", "cpu.max", f"{limits.cpu_quota} {limits.cpu_period}"))
+        if limits.memory_bytes is not None:
+            out.append(("memory", "memory.max", str(limits.memory_bytes)))
+        if limits.pids is not None:
+            out.append(("pids", "pids.max", str(limits.pids)))
+        return out
+    out.append(("cpu", "cpu.shares", str(limits.cpu_shares)))
+    if limits.cpu_quota is not None:
+        out.append(("cpu", "cpu.cfs_period_us", str(limits.cpu_period)))
+        out.append(("cpu", "cpu.cfs_quota_us", str(limits.cpu_quota)))
+    if limits.memory_bytes is not None:
+        out.append(("memory", "memory.limit_in_bytes", str(limits.memory_bytes)))
+    if limits.pids is not None:
+        out.append(("pids", "pids.max", str(limits.pids)))
+    return out
+
+
+class PodCgroupError(Exception):
+    """The pod's cgroup cannot be made or limited: the reason, for the pod's status."""
+
+
+@dataclass(frozen=True)
 class Removal:
     removed: int                 # folders removed
     failed: tuple[str, ...]      # "path: reason" of folders that could not go
 
 
 class PodCgroups:
-    def __init__(self, cgroup_root: str, fs: CgroupFS, log: Log) -> None:
+    def __init__(self, cgroup_root: str, fs: CgroupFS, log: Log, pids_limit: int = -1) -> None:
         self.root = cgroup_root
         self.fs = fs
         self.log = log
+        self.pids_limit = pids_limit  # podPidsLimit (-1: unlimited)
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}  # uid -> failed attempts
         self._mountinfo: tuple[str, tuple[CgroupMount, ...]] | None = None  # text, parsed
@@ -125,6 +210,58 @@ class PodCgroups:
 
     def parent(self, uid: str, qos: str = "Guaranteed") -> str:
         return pod_cgroup_parent(self.root, uid, qos)
+
+    def ensure(self, pod: Pod, qos: str) -> PodLimits | None:
+        """Make the pod's folder and write its limits (``pod_limits``) before its sandbox;
+        None (nothing made) for a BestEffort pod. Raises ``PodCgroupError`` with the reason."""
+        limits = pod_limits(pod, qos, self.pids_limit)
+        if limits is None or not self.enabled:
+            return limits
+        path = self.parent(pod.uid, qos)
+        mounts = self._mounts()
+        v1 = {ctl: m for m in mounts if m.fstype == "cgroup"
+              for ctl in m.options.split(",")}
+        unified = next((m for m in mounts if m.fstype == "cgroup2"), None)
+        writes = limit_writes(limits, v2=not v1 and unified is not None)
+        try:
+            for controller, file, value in writes:
+                mount = v1.get(controller) if v1 else unified
+                if mount is None:
+                    raise PodCgroupError(f"the {controller} cgroup controller is not mounted "
+                                         "on this host")
+                folder = hierarchy_dirs([mount], path)
+                if not folder:
+                    raise PodCgroupError(f"{path} is outside the {controller} hierarchy "
+                                         f"mounted at {mount.mount_point}")
+                if mount.fstype == "cgroup2":
+                    self._enable(mount, folder[0], controller)
+                self.fs.mkdir(folder[0])
+                self.fs.write(os.path.join(folder[0], file), value)
+        except OSError as err:
+            where = err.filename or path
+            raise PodCgroupError(f"{where}: {err.strerror or err}") from None
+        self.log.info("syncloop.pod.cgroup.limits", pod=pod.full_name, pod_uid=pod.uid,
+                      cgroup=path, limits={f: v for _c, f, v in writes})
+        return limits
+
+    def _enable(self, mount: CgroupMount, folder: str, controller: str) -> None:
+        """v2: ``+controller`` in cgroup.subtree_control from the mount down to the pod
+        folder's parent (where it is not yet), as runc does for a container."""
+        chain, d = [], os.path.dirname(folder)
+        while len(d) >= len(mount.mount_point):
+            chain.append(d)
+            if d == mount.mount_point:
+                break
+            d = os.path.dirname(d)
+        for d in reversed(chain):
+            self.fs.mkdir(d)
+            control = os.path.join(d, "cgroup.subtree_control")
+            try:
+                enabled = self.fs.read(control).split()
+            except FileNotFoundError:
+                enabled = []
+            if controller not in enabled:
+                self.fs.write(control, f"+{controller}")
 
     def pending(self) -> set[str]:
         """UIDs whose folders could not all be removed yet (retried at housekeeping)."""
@@ -206,5 +343,6 @@ class PodCgroups:
         return Removal(removed, tuple(failed))
 
 
-def new_pod_cgroups(cgroup_root: str, fs: CgroupFS, log: Log) -> PodCgroups:
-    return PodCgroups(cgroup_root, fs, log)
+def new_pod_cgroups(cgroup_root: str, fs: CgroupFS, log: Log,
+                    pids_limit: int = -1) -> PodCgroups:
+    return PodCgroups(cgroup_root, fs, log, pids_limit)

@@ -16,6 +16,7 @@ pod that is not ``hostNetwork`` gets no new sandbox while the runtime's network 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
-from podvisor.services.syncloop.podcgroups import PodCgroups
+from podvisor.services.syncloop.podcgroups import PodCgroupError, PodCgroups
 from podvisor.services.syncloop.runtime_events import (
     Effect,
     Effects,
@@ -55,12 +56,13 @@ from podvisor.services.syncloop.runtime_events import (
     runtime_from_event,
 )
 from podvisor.services.syncloop.runtime_state import (
+    ContainerInfo,
     ContainerState,
     PodRuntime,
     pod_runtime,
     read_pod_runtime,
 )
-from podvisor.services.syncloop.terminate import kill_containers
+from podvisor.services.syncloop.terminate import kill_containers, kill_grace
 
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"
@@ -169,6 +171,15 @@ class _Run:
                                   pod_uid=self.pod.uid, volume=name, message=message)
         if failed:
             return False
+        if self.deps.cgroups is not None:
+            try:  # the pod's own limits, before anything runs in it
+                self.deps.cgroups.ensure(self.pod, self.qos)
+            except PodCgroupError as err:
+                message = f"pod cgroup: {err}"
+                self.errors.append(message)
+                self.deps.log.warning("syncloop.pod.cgroup.failed", pod=self.pod.full_name,
+                                      pod_uid=self.pod.uid, message=message)
+                return False
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
@@ -337,22 +348,50 @@ def _refresh_api_volumes(deps: SyncDeps, pod: Pod) -> None:
                          pod_uid=pod.uid, volume=name, message=why)
 
 
+def _kill_by_grace(deps: SyncDeps, pod: Pod, by_grace: Mapping[int, list[ContainerInfo]]) -> None:
+    """Each group with its grace, all at once (as one ``kill_containers`` stops its containers
+    in parallel); the first CriError is raised after all were tried."""
+    errors: list[CriError] = []
+
+    def group(seconds: int, victims: list[ContainerInfo]) -> None:
+        try:
+            kill_containers(deps.cri, deps.log, pod, victims, seconds, deps.sleep, deps.mono)
+        except CriError as err:
+            errors.append(err)
+
+    groups = sorted(by_grace.items())
+    threads = [threading.Thread(target=group, args=g, daemon=True) for g in groups[1:]]
+    for t in threads:
+        t.start()
+    if groups:
+        group(*groups[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             from_event: bool = False) -> SyncResult:
     run = _Run(deps, pod, actions)
     run.from_event = from_event
     grace = pod.spec.termination_grace_period_seconds
+    if actions.kill:  # first: a container killed after a failed probe gets the probe's grace
+        reasons = {k.container_id: k for k in actions.kill}
+        by_grace: dict[int, list[ContainerInfo]] = {}
+        for c in rt.containers:
+            if c.id in reasons:
+                k = reasons[c.id]
+                by_grace.setdefault(kill_grace(pod, k.name, k.reason), []).append(c)
+        _kill_by_grace(deps, pod, by_grace)
+        run.effects.update((c.id, Effect.STOPPED) for cs in by_grace.values() for c in cs)
     if actions.kill_pod:
-        kill_containers(deps.cri, deps.log, pod, rt.running(), grace, deps.sleep, deps.mono)
-        run.effects.update((c.id, Effect.STOPPED) for c in rt.running())
+        rest = tuple(c for c in rt.running() if c.id not in run.effects)
+        kill_containers(deps.cri, deps.log, pod, rest, grace, deps.sleep, deps.mono)
+        run.effects.update((c.id, Effect.STOPPED) for c in rest)
         for s in rt.sandboxes:
             if s.ready:
                 deps.cri.stop_pod_sandbox(s.id)
-    if actions.kill:
-        ids = {k.container_id for k in actions.kill}
-        victims = tuple(c for c in rt.containers if c.id in ids)
-        kill_containers(deps.cri, deps.log, pod, victims, grace, deps.sleep, deps.mono)
-        run.effects.update((c.id, Effect.STOPPED) for c in victims)
     retry = _remove_sandboxes(deps, pod, actions.remove_sandboxes)
     if retry is not None:
         run.retry_after = retry if run.retry_after is None else min(run.retry_after, retry)

@@ -18,6 +18,7 @@ from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import ExecAction, Pod, SleepAction
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.actions import LIVENESS_FAILED, STARTUP_FAILED
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
 MIN_KILL_GRACE = 2
@@ -86,6 +87,21 @@ def kill_containers(cri: RuntimeClient, log: Log, pod: Pod | None,
         raise errors[0]
 
 
+def kill_grace(pod: Pod, name: str, reason: str) -> int:
+    """The kubelet's ``setTerminationGracePeriod`` for a container the sync loop kills:
+    the liveness (startup) probe's ``terminationGracePeriodSeconds`` when the kill is for that
+    probe's failure and it sets one, else the pod's."""
+    spec = next((c for c in pod.all_containers() if c.name == name), None)
+    probe = None
+    if spec is not None and reason == LIVENESS_FAILED:
+        probe = spec.liveness_probe
+    elif spec is not None and reason == STARTUP_FAILED:
+        probe = spec.startup_probe
+    if probe is not None and probe.termination_grace_period_seconds is not None:
+        return probe.termination_grace_period_seconds
+    return pod.spec.termination_grace_period_seconds
+
+
 def orphan_grace(rt: PodRuntime) -> int:
     """The grace of a pod no source knows: the largest one recorded on its containers."""
     values = [c.grace for c in rt.containers if c.grace >= 0]
@@ -146,5 +162,5 @@ def _ignore_missing(fn: Callable[[str], None], ident: str,
     return True
 
 
-__all__ = ["L", "Log", "kill_containers", "orphan_grace", "stop_container", "teardown",
-           "terminate_pod"]
+__all__ = ["L", "Log", "kill_containers", "kill_grace", "orphan_grace", "stop_container",
+           "teardown", "terminate_pod"]

@@ -126,3 +126,41 @@ def test_refused_resource_shows_in_pods_and_events(cgroup_root: str, agent: Any,
                    for e in yaml.safe_load(out.stdout or "{}").get("items", []))
 
     wait_for(failed_event, 30.0, 0.2, "a Failed event naming the refusal")
+
+
+@pytest.mark.timeout(120)
+def test_a_guaranteed_pods_cgroup_has_the_pods_limits(cgroup_root: str, agent: Any,
+                                                      manifests: Path, runtime: dict[str, str],
+                                                      wait_for: Any) -> None:
+    """The kubelet's pod-level limits on ``<cgroupRoot>/pod<uid>`` (made by the sync loop
+    before the sandbox): memory = the sum of the containers' limits, CPU quota = the sum of
+    the CPU limits, shares from the summed requests, pids.max from ``podPidsLimit``; the
+    containers' own cgroups sit under it."""
+    image = runtime.pop("image")
+    limits = {"limits": {"cpu": "100m", "memory": "40Mi"}}
+    doc = yaml.safe_load(manifest("sum", image, "sleep 1000", limits))
+    second = dict(doc["spec"]["containers"][0], name="d")
+    doc["spec"]["containers"].append(second)
+    (manifests / "sum.yaml").write_text(yaml.safe_dump(doc))
+    port = free_port()
+    agent(config=agent_config(manifests, port, cgroupRoot=cgroup_root, podPidsLimit=64,
+                              **runtime))
+
+    def running() -> str | None:
+        for pod in (get_pods(port) or {}).get("items", []):
+            statuses = pod.get("status", {}).get("containerStatuses", [])
+            if len(statuses) == 2 and all("running" in s.get("state", {}) for s in statuses):
+                return str(pod["metadata"]["uid"])
+        return None
+
+    uid = wait_for(running, 60.0, 0.1, "both containers running")
+    pod = f"{cgroup_root.strip('/')}/pod{uid}"
+    cg = Path("/sys/fs/cgroup")
+    assert (cg / "memory" / pod / "memory.limit_in_bytes").read_text().strip() == \
+        str(80 << 20)
+    assert (cg / "cpu" / pod / "cpu.cfs_quota_us").read_text().strip() == "20000"
+    assert (cg / "cpu" / pod / "cpu.cfs_period_us").read_text().strip() == "100000"
+    assert (cg / "cpu" / pod / "cpu.shares").read_text().strip() == "204"
+    assert (cg / "pids" / pod / "pids.max").read_text().strip() == "64"
+    children = [d for d in (cg / "memory" / pod).iterdir() if d.is_dir()]
+    assert children, "the containers' memory cgroups are under the pod's"

@@ -3,6 +3,8 @@ when none is available): a pod with ``runAsUser: 65534``, ``capabilities.drop: [
 ``allowPrivilegeEscalation: false`` and an ``fsGroup`` runs as uid 65534 with an empty effective
 set and no_new_privs, writing into its emptyDir as group fsGroup; a pod with
 ``runAsNonRoot: true`` whose image runs as root is refused with the kubelet's message, visible
+in ``/pods``; on the embedded runtime a pod whose security context fails in the monitor's
+child (more supplemental groups than NGROUPS_MAX) shows ``security context: setgroups: ...``
 in ``/pods``."""
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def pods(image: str) -> dict[str, dict[str, Any]]:
                             {"capabilities": {"drop": ["ALL"]},
                              "allowPrivilegeEscalation": False}, volumes=True),
         "nonroot": pod("nonroot", "sleep 3600", {"runAsNonRoot": True}, {}),
+        # more groups than NGROUPS_MAX (65536): setgroups(2) fails in the container's child
+        "toomanygroups": pod("toomanygroups", "sleep 3600",
+                             {"supplementalGroups": list(range(100_000, 165_537))}, {}),
     }
 
 
@@ -84,6 +89,21 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
                             return {"pod": p, "waiting": waiting}
             return None
 
+        def start_failed() -> dict[str, Any] | None:
+            body = get_pods(port) or {"items": []}
+            for p in body["items"]:
+                if p["metadata"]["name"] == "toomanygroups-e2e":
+                    for c in p["status"].get("containerStatuses", []):
+                        waiting = c.get("state", {}).get("waiting", {})
+                        if waiting.get("reason") == "RunContainerError":
+                            return dict(waiting)
+            return None
+
+        if "endpoint" not in runtime:  # the embedded runtime's monitors name the failed step
+            waiting = wait_for(start_failed, 120.0, 0.2, "toomanygroups failing to start")
+            assert "security context: setgroups: Invalid argument (errno 22 EINVAL)" in \
+                waiting["message"], waiting
+
         found = wait_for(refused, 120.0, 0.2, "nonroot refused in /pods")
         uid = found["pod"]["metadata"]["uid"]
         assert found["waiting"]["message"] == (
@@ -102,7 +122,8 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
             cri = new_runtime_client(runtime["endpoint"], timeout=30.0)
             try:
                 wait_for(lambda: not [s for s in cri.list_pod_sandbox()
-                                      if s.metadata.name in ("nonroot-e2e", "unprivileged-e2e")
+                                      if s.metadata.name in ("nonroot-e2e", "unprivileged-e2e",
+                                                             "toomanygroups-e2e")
                                       and s.metadata.namespace == "default"
                                       and s.state == 0], 60.0, 0.2, "sandboxes stopped")
             finally:

@@ -221,10 +221,53 @@ def test_fs_group_volume_ownership(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(tmp_path / "new").st_mode) == 0o660
 
 
-def test_probe_level_grace_is_warned_not_silently_dropped() -> None:
+def test_probe_level_grace_is_kept_and_not_warned() -> None:
+    """Applied when the probe's failure kills the container (test_syncloop_probe_grace)."""
     doc = pod()
     doc["spec"]["containers"][0]["livenessProbe"] = {
         "exec": {"command": ["true"]}, "terminationGracePeriodSeconds": 5}
     parsed = pod_from_dict(doc)
-    assert any(w.field.endswith("livenessProbe.terminationGracePeriodSeconds")
-               for w in parsed.warnings), parsed.warnings
+    assert not parsed.warnings, parsed.warnings
+    probe = parsed.pod.spec.containers[0].liveness_probe
+    assert probe is not None and probe.termination_grace_period_seconds == 5
+
+
+@pytest.mark.parametrize("fields, pid, ipc", [
+    ({}, pb.CONTAINER, pb.POD),
+    ({"hostPID": True}, pb.NODE, pb.POD),
+    ({"hostIPC": True}, pb.CONTAINER, pb.NODE),
+    ({"shareProcessNamespace": True}, pb.POD, pb.POD),
+    ({"hostPID": True, "hostIPC": True, "hostNetwork": True}, pb.NODE, pb.NODE),
+])
+def test_namespaces_are_the_kubelets(fields: dict[str, Any], pid: int, ipc: int) -> None:
+    """hostPID/hostIPC/shareProcessNamespace are honoured, not warned away: the CRI namespace
+    options of the sandbox and of every container are the kubelet's ``namespacesForPod``, kept
+    in the wire form (and so in the static pod's UID) only when set."""
+    doc = pod()
+    doc["spec"].update(fields)
+    parsed = pod_from_dict(doc)
+    assert not parsed.warnings, parsed.warnings
+    p = parsed.pod
+    want = pb.NamespaceOption(network=pb.NODE if fields.get("hostNetwork") else pb.POD,
+                              pid=pid, ipc=ipc)
+    sandbox = cri_config.sandbox_config(p, 0, Path("/tmp/logs"))
+    assert sandbox.linux.security_context.namespace_options == want
+    config = cri_config.container_config(p, p.spec.containers[0], 0, {})
+    assert config.linux.security_context.namespace_options == want
+    spec = p.spec.to_dict()
+    for key in ("hostPID", "hostIPC", "shareProcessNamespace"):
+        assert spec.get(key) == fields.get(key)
+    # the embedded runtime accepts them: its containers are processes of the node
+    sandbox_security(sandbox)
+
+
+def test_namespace_conflicts_are_refused_as_the_api_server_does() -> None:
+    doc = pod({"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]})
+    doc["spec"].update(hostPID=True, shareProcessNamespace=True, hostIPC=True)
+    found = errors(doc)
+    assert any("spec.shareProcessNamespace: ShareProcessNamespace and HostPID cannot both be "
+               "enabled" in e for e in found), found
+    assert any("forbidden sysctl: 'kernel.shm_rmid_forced' not allowed with host ipc enabled"
+               in e for e in found), found
+    doc["spec"]["hostPID"] = "yes"
+    assert any("hostPID" in e for e in errors(doc))

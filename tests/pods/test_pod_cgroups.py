@@ -8,14 +8,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from podvisor.common.logs import MemoryLogger
+from podvisor.services.pod import pod_from_dict, qos_class
 from podvisor.services.syncloop.cgroupfs import FakeCgroupFS, new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import (
     CgroupMount,
+    PodCgroupError,
     PodCgroups,
+    PodLimits,
     hierarchy_dirs,
+    limit_writes,
     parse_mountinfo,
     pod_cgroup_parent,
+    pod_limits,
     pod_uid,
     removal_order,
 )
@@ -200,3 +207,89 @@ def test_no_cgroup_root_no_parent(tmp_path: Path) -> None:
     h.set(manifest("p", "u1"))
     [(cfg, _handler)] = h.cri.method_calls("RunPodSandbox")
     assert cfg.linux.cgroup_parent == ""
+
+
+# --- pod-level limits (the kubelet's ResourceConfigForPod) -----------------------------------
+
+def _ctr(name: str, requests: dict[str, Any] | None = None,
+         limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if requests:
+        res["requests"] = requests
+    if limits:
+        res["limits"] = limits
+    return {"name": name, "image": "host", "command": ["true"], "resources": res}
+
+
+def _limits(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None,
+            pids: int = -1) -> PodLimits | None:
+    spec: dict[str, Any] = {"initContainers": init} if init else {}
+    p = pod_from_dict(manifest(containers=containers, **spec)).pod
+    return pod_limits(p, str(qos_class(p)), pids)
+
+
+def test_pod_limits_are_the_kubelets_sums() -> None:
+    g = {"cpu": "100m", "memory": "50Mi"}
+    assert _limits([_ctr("a", limits=g), _ctr("b", limits=g)]) == PodLimits(
+        cpu_shares=204, cpu_quota=20_000, memory_bytes=100 << 20)
+    # Burstable: shares from every request; quota and memory only when ALL have a limit
+    assert _limits([_ctr("a", {"cpu": "250m"}, {"cpu": "500m", "memory": "64Mi"}),
+                    _ctr("b", {"cpu": "250m", "memory": "10Mi"})], pids=100) == PodLimits(
+        cpu_shares=512, memory_bytes=None, cpu_quota=None, pids=100)
+    assert _limits([_ctr("a", {"memory": "10Mi"})]) == PodLimits(cpu_shares=2)
+    assert _limits([_ctr("a")]) is None  # BestEffort: no folder of podvisor's own
+    # init containers: the larger of the regular sum and any one init container
+    assert _limits([_ctr("a", limits=g)], init=[_ctr("i", limits={
+        "cpu": "1", "memory": "20Mi"})]) == PodLimits(
+        cpu_shares=1024, cpu_quota=100_000, memory_bytes=50 << 20)
+    assert limit_writes(PodLimits(cpu_shares=204, cpu_quota=20_000, memory_bytes=1 << 20,
+                                  pids=7), v2=True) == [
+        ("cpu", "cpu.weight", "8"), ("cpu", "cpu.max", "20000 100000"),
+        ("memory", "memory.max", "1048576"), ("pids", "pids.max", "7")]
+
+
+def test_ensure_writes_v1_limits_before_the_sandbox(tmp_path: Path) -> None:
+    fs = fake_fs()
+    h = harness(tmp_path, fs)
+    g = {"cpu": "100m", "memory": "50Mi"}
+    h.set(manifest("p", "u1", containers=[_ctr("a", limits=g), _ctr("b", limits=g)]))
+    [(cfg, _handler)] = h.cri.method_calls("RunPodSandbox")
+    assert cfg.linux.cgroup_parent == "/podvisor/podu1"
+    assert {k: v for k, v in fs.files.items() if "podu1" in k} == {
+        "/sys/fs/cgroup/cpu/podvisor/podu1/cpu.shares": "204",
+        "/sys/fs/cgroup/cpu/podvisor/podu1/cpu.cfs_period_us": "100000",
+        "/sys/fs/cgroup/cpu/podvisor/podu1/cpu.cfs_quota_us": "20000",
+        "/sys/fs/cgroup/memory/podvisor/podu1/memory.limit_in_bytes": str(100 << 20)}
+    writes = [i for i, c in enumerate(fs.calls) if c[0] == "write"]
+    assert writes  # and the sandbox came after them (the fake CRI was called once, above)
+
+
+def test_ensure_on_v2_enables_the_controllers_down_the_tree() -> None:
+    fs = FakeCgroupFS("41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+                      ["/sys/fs/cgroup"])
+    fs.files["/sys/fs/cgroup/cgroup.subtree_control"] = "cpu memory"
+    p = pod_from_dict(manifest(containers=[_ctr("a", limits={"cpu": "1", "memory": "1Mi"})])
+                      ).pod
+    PodCgroups("/podvisor", fs, MemoryLogger(), pids_limit=50).ensure(p, "Guaranteed")
+    assert fs.files["/sys/fs/cgroup/podvisor/podu1/memory.max"] == str(1 << 20)
+    assert fs.files["/sys/fs/cgroup/podvisor/podu1/cpu.max"] == "100000 100000"
+    assert fs.files["/sys/fs/cgroup/podvisor/podu1/pids.max"] == "50"
+    assert fs.files["/sys/fs/cgroup/cgroup.subtree_control"] == "+pids"  # the one missing
+    assert fs.files["/sys/fs/cgroup/podvisor/cgroup.subtree_control"] == "+pids"
+
+
+def test_a_pod_cgroup_that_cannot_be_limited_keeps_the_pod_pending(tmp_path: Path) -> None:
+    fs = fake_fs()
+    fs.write_errors["/sys/fs/cgroup/memory/podvisor/podu1/memory.limit_in_bytes"] = errno.EBUSY
+    h = harness(tmp_path, fs)
+    g = {"cpu": "100m", "memory": "50Mi"}
+    h.set(manifest("p", "u1", containers=[_ctr("a", limits=g)]))
+    assert h.cri.method_calls("RunPodSandbox") == []
+    assert h.desired.items["u1"]["message"] == (
+        "pod cgroup: /sys/fs/cgroup/memory/podvisor/podu1/memory.limit_in_bytes: Device or "
+        "resource busy")
+    # a host without the pids controller mounted: refused with the reason, never ignored
+    fs2 = fake_fs()
+    cg = PodCgroups("/podvisor", fs2, MemoryLogger(), pids_limit=10)
+    with pytest.raises(PodCgroupError, match="the pids cgroup controller is not mounted"):
+        cg.ensure(pod_from_dict(manifest(containers=[_ctr("a", limits=g)])).pod, "Guaranteed")

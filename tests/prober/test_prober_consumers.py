@@ -46,3 +46,16 @@ def test_status_uses_probe_verdicts_of_current_container() -> None:
     assert app_status({"u1": {"app": item}}) == (True, True, "True")
     assert app_status({"u1": {"app": {**item, "ready": False}}}) == (False, True, "False")
     assert app_status({"u1": {"app": item}}, cid="c2") == (False, False, "False")
+
+
+def test_failed_probes_say_which_probe_failed() -> None:
+    from podvisor.ipc.maps import ContainerVerdict, PodProbes
+    from podvisor.services.prober import failed_probes, liveness_failed
+
+    entry = PodProbes(containers={
+        "a": ContainerVerdict("c1", liveness="failure", failed_probe="startup"),
+        "b": ContainerVerdict("c2", liveness="failure", failed_probe="liveness"),
+        "c": ContainerVerdict("c3", liveness="success")})
+    assert failed_probes(entry) == {"c1": "startup", "c2": "liveness"}
+    assert liveness_failed(entry) == set(failed_probes(entry))
+    assert failed_probes(None) == {}

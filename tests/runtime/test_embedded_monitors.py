@@ -234,3 +234,43 @@ def test_a_failed_join_fails_the_start(monitored: RuntimeUnderTest, cgroup_paren
     assert f'join cgroup "{memory}/tasks": No such file or directory' in err.value.message
     status = monitored.client.container_status(cid)
     assert (status.state, status.reason) == (pb.CONTAINER_EXITED, "StartError")
+
+
+@pytest.mark.parametrize("user", [None, 65534])
+def test_the_command_sees_its_oom_score_adj_from_its_first_instruction(
+        monitored: RuntimeUnderTest, user: int | None) -> None:
+    """The monitor's child writes the container's oom_score_adj before its exec (and before it
+    changes its uid): ``cat`` reads its own value with its first instruction, not the
+    runtime's."""
+    from podvisor.services.runtime import oom
+
+    current, lowering_allowed = oom.own_state()  # the runtime inherits the test's value
+    wanted = min(oom.MAX, max(current, 0) + 500)
+    expected = oom.effective(wanted, current, lowering_allowed)
+    assert expected != current
+    sid, sconfig = monitored.run(f"oom{user}")
+    config = monitored.container_config("c", ["cat", "/proc/self/oom_score_adj"])
+    config.linux.resources.oom_score_adj = wanted
+    if user is not None:
+        config.linux.security_context.run_as_user.value = user
+    cid = monitored.client.create_container(sid, config, sconfig)
+    monitored.client.start_container(cid)
+    status = monitored.wait_exited(cid)
+    lines = [text for _s, _t, text in parse_log(status.log_path)]
+    assert (status.exit_code, lines) == (0, [str(expected)])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing groups needs root")
+def test_a_failed_security_step_fails_the_start(monitored: RuntimeUnderTest) -> None:
+    """More supplemental groups than the kernel's NGROUPS_MAX (65536): setgroups(2) fails
+    EINVAL in the container's child; the start fails naming the step and the errno."""
+    sid, sconfig = monitored.run("toomanygroups")
+    config = monitored.container_config("c", ["true"])
+    config.linux.security_context.supplemental_groups.extend(range(100_000, 100_000 + 65_537))
+    cid = monitored.client.create_container(sid, config, sconfig)
+    with pytest.raises(CriError) as err:
+        monitored.client.start_container(cid)
+    assert "security context: setgroups: Invalid argument (errno 22 EINVAL)" \
+        in err.value.message
+    status = monitored.client.container_status(cid)
+    assert (status.state, status.reason) == (pb.CONTAINER_EXITED, "StartError")
