@@ -233,6 +233,8 @@ class Config:
     run_once_retry_delay: float = 1.0
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
+    # [images, issue 12] imageRegistries: {HOST: {caFile, plainHTTP, mirrors}} (YAML only)
+    image_registries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _parse_section(
@@ -275,11 +277,15 @@ def _parse_supervision(raw: object) -> SupervisionConfig:
 
 def config_from_mapping(raw: object) -> Config:
     """Validate a parsed YAML/JSON document into a `Config` (raises `ConfigError`)."""
-    values = _parse_section("", raw, TOP_KEYS, skip=("supervision", "syncloop"))
+    values = _parse_section("", raw, TOP_KEYS,
+                            skip=("supervision", "syncloop", "imageRegistries"))
     section = raw.get("supervision") if isinstance(raw, Mapping) else None
     sl_raw = raw.get("syncloop") if isinstance(raw, Mapping) else None
     syncloop = SyncloopConfig(**_parse_section("syncloop", sl_raw, SYNCLOOP_KEYS))
-    config = Config(**values, supervision=_parse_supervision(section), syncloop=syncloop)
+    registries = _parse_registries(raw.get("imageRegistries") if isinstance(raw, Mapping)
+                                   else None)
+    config = Config(**values, supervision=_parse_supervision(section), syncloop=syncloop,
+                    image_registries=registries)
     if config.image_gc_low_threshold_percent > config.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:
@@ -287,6 +293,37 @@ def config_from_mapping(raw: object) -> Config:
     if config.supervision.heartbeat_interval <= 0:
         raise ConfigError("supervision.heartbeatInterval", "must be > 0")
     return config
+
+
+# [images, issue 12] The embedded runtime's registry settings, per registry host.
+REGISTRY_FIELDS = {"caFile": str, "plainHTTP": bool, "mirrors": list}
+
+
+def _parse_registries(raw: object) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("imageRegistries", "expected a map of registry host to settings")
+    out: dict[str, dict[str, Any]] = {}
+    for host, spec in raw.items():
+        path = f"imageRegistries.{host}"
+        if not isinstance(host, str) or not host or "/" in host:
+            raise ConfigError(path, "keys are registry hosts like registry.local:5000")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(path, "expected a map (caFile, plainHTTP, mirrors)")
+        entry: dict[str, Any] = {}
+        for name, value in spec.items():
+            want = REGISTRY_FIELDS.get(name) if isinstance(name, str) else None
+            if want is None:
+                raise ConfigError(f"{path}.{name}", "unknown key (caFile, plainHTTP, mirrors)")
+            if not isinstance(value, want) or (
+                    isinstance(value, list) and not all(isinstance(m, str) and m
+                                                        for m in value)):
+                raise ConfigError(f"{path}.{name}", f"expected {want.__name__}"
+                                  + (" of registry hosts" if want is list else ""))
+            entry[name] = list(value) if isinstance(value, list) else value
+        out[host] = entry
+    return out
 
 
 def _dump_section(obj: object, keys: tuple[Key, ...]) -> dict[str, Any]:
@@ -301,6 +338,7 @@ def config_to_mapping(config: Config) -> dict[str, Any]:
     """The inverse of `config_from_mapping` (camelCase keys, durations as strings)."""
     out = _dump_section(config, TOP_KEYS)
     out["syncloop"] = _dump_section(config.syncloop, SYNCLOOP_KEYS)
+    out["imageRegistries"] = {h: dict(v) for h, v in config.image_registries.items()}
     sup = config.supervision
     out["supervision"] = {
         **_dump_section(sup, SUPERVISION_KEYS),

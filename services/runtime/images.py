@@ -1,15 +1,22 @@
-"""The embedded runtime's image model: one built-in image, ``host``, that runs the command on the
-host filesystem. Pulling real OCI images comes later; until then other references fail clearly."""
+"""The embedded runtime's images: the built-in ``host`` image, which runs the command on the host
+filesystem, and OCI images pulled from registries into the content-addressed store
+(imagestore.py), whose containers run inside the image's root filesystem."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.services.runtime import registry as reg
 from podvisor.services.runtime.faults import Fault
+from podvisor.services.runtime.imagestore import ImageError, ImageRecord, ImageStore, Progress
 
 HOST_IMAGE = "host"
 HOST_IMAGE_ID = "sha256:" + hashlib.sha256(b"podvisor host image v1").hexdigest()
@@ -32,30 +39,82 @@ def host_image() -> pb.Image:
     )
 
 
-def resolve(ref: str) -> pb.Image | None:
-    return host_image() if is_host(ref) else None
-
-
-def require(ref: str) -> pb.Image:
-    image = resolve(ref)
-    if image is None:
-        raise Fault(grpc.StatusCode.NOT_FOUND, _missing(ref))
+def image_of(rec: ImageRecord) -> pb.Image:
+    image = pb.Image(id=rec.id, repo_tags=rec.repo_tags, repo_digests=rec.repo_digests,
+                     size=rec.size, spec=pb.ImageSpec(image=rec.id))
+    user = str(rec.config.get("User") or "").split(":", 1)[0]
+    if user.isdigit():
+        image.uid.value = int(user)
+    elif user:
+        image.username = user
     return image
 
 
-def pull(ref: str) -> str:
-    if is_host(ref):
-        return HOST_IMAGE_ID
-    raise Fault(grpc.StatusCode.UNIMPLEMENTED, _missing(ref) + "; pulling OCI images is not "
-                "supported yet")
+class Images:
+    """The host image plus the store; every error is a Fault with the reason."""
 
+    def __init__(self, root: Path, registries: Mapping[str, Any] | None = None,
+                 wall: Callable[[], int] = time.time_ns) -> None:
+        try:
+            settings = reg.RegistrySettings.from_config(dict(registries or {}))
+        except ValueError as exc:
+            raise Fault(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        self.store = ImageStore(root, settings, wall)
 
-def remove(ref: str) -> None:
-    if is_host(ref):
-        raise Fault(grpc.StatusCode.FAILED_PRECONDITION,
-                    "image 'host' is built into the embedded runtime and cannot be removed")
+    def list(self, want: str = "") -> list[pb.Image]:
+        if want:
+            one = self.resolve(want)
+            return [one] if one is not None else []
+        return [host_image(), *(image_of(r) for r in self.store.images())]
 
+    def resolve(self, ref: str) -> pb.Image | None:
+        if is_host(ref):
+            return host_image()
+        rec = self.store.resolve(ref)
+        return image_of(rec) if rec is not None else None
 
-def _missing(ref: str) -> str:
-    return (f"image {ref!r} is not available in the embedded runtime: it only has the built-in "
-            f"image {HOST_IMAGE!r}, which runs commands on the host filesystem")
+    def record(self, ref: str) -> ImageRecord | None:
+        """The stored image behind ``ref`` (None for ``host``); NOT_FOUND when absent."""
+        if is_host(ref):
+            return None
+        rec = self.store.resolve(ref)
+        if rec is None:
+            raise Fault(grpc.StatusCode.NOT_FOUND,
+                        f"image {ref!r} is not present in the embedded runtime: pull it first")
+        return rec
+
+    def require(self, ref: str) -> pb.Image:
+        image = self.resolve(ref)
+        if image is None:
+            raise Fault(grpc.StatusCode.NOT_FOUND,
+                        f"image {ref!r} is not present in the embedded runtime: pull it first")
+        return image
+
+    def pull(self, ref: str, auth: pb.AuthConfig | None = None,
+             progress: Progress | None = None) -> str:
+        if is_host(ref):
+            return HOST_IMAGE_ID
+        creds = None
+        if auth is not None:
+            creds = reg.Credentials.from_auth(auth.username, auth.password, auth.auth,
+                                              auth.identity_token, auth.registry_token)
+        try:
+            return self.store.pull(ref, creds, progress).id
+        except reg.InvalidReference as exc:
+            raise Fault(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        except reg.RegistryError as exc:
+            code = grpc.StatusCode.NOT_FOUND if exc.not_found else (
+                grpc.StatusCode.PERMISSION_DENIED if exc.status in (401, 403)
+                else grpc.StatusCode.UNAVAILABLE)
+            raise Fault(code, f"pulling image {ref!r}: {exc}") from None
+        except (ImageError, OSError, ValueError, KeyError) as exc:
+            raise Fault(grpc.StatusCode.INTERNAL, f"pulling image {ref!r}: {exc}") from None
+
+    def remove(self, ref: str, layers_in_use: Iterable[str] = ()) -> None:
+        if is_host(ref):
+            raise Fault(grpc.StatusCode.FAILED_PRECONDITION,
+                        "image 'host' is built into the embedded runtime and cannot be removed")
+        self.store.remove(ref, layers_in_use)  # removing an absent image is not an error (CRI)
+
+    def usage(self) -> tuple[int, int]:
+        return self.store.used_bytes()

@@ -31,7 +31,8 @@ def test_tables_match_dataclasses() -> None:
     sections = {f.name for f in fields(Config)
                 if f.default_factory is not MISSING and is_dataclass(f.default_factory)}
     assert "supervision" in sections
-    assert {k.attr for k in TOP_KEYS} == dataclass_attrs(Config) - sections
+    assert {k.attr for k in TOP_KEYS} == dataclass_attrs(Config) - sections - {
+        "image_registries"}  # a YAML-only map, parsed by _parse_registries
     assert {k.attr for k in SUPERVISION_KEYS} == dataclass_attrs(SupervisionConfig) - {
         "defaults", "processes"}
 
@@ -228,3 +229,16 @@ def test_keys_without_a_subsystem_yet_are_reported_when_set() -> None:
                                              container_log_max_files=9)))
     assert set(reported) == {"kubeconfig", "containerLogMaxFiles"}
     assert "not built yet" in reported["kubeconfig"]
+
+
+def test_image_registries_parse_and_round_trip() -> None:
+    raw = {"imageRegistries": {"registry.local:5000": {"caFile": "/etc/ca.pem",
+                                                       "mirrors": ["mirror.local"]},
+                               "10.0.0.1:5000": {"plainHTTP": True}}}
+    config = config_from_mapping(raw)
+    assert config.image_registries["10.0.0.1:5000"] == {"plainHTTP": True}
+    assert config_from_mapping(config_to_mapping(config)) == config
+    with pytest.raises(ConfigError, match=r"imageRegistries.r.plainHTTP.*expected bool"):
+        config_from_mapping({"imageRegistries": {"r": {"plainHTTP": "yes"}}})
+    with pytest.raises(ConfigError, match=r"imageRegistries.r.ca.*unknown key"):
+        config_from_mapping({"imageRegistries": {"r": {"ca": "x"}}})

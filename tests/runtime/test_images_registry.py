@@ -1,0 +1,223 @@
+"""OCI pulls and image containers on the embedded runtime, against a real registry: Debian's
+``docker-registry`` on a free 127.0.0.1 port (anonymous, and behind basic auth with an htpasswd
+file), an image built offline (deploy/containerd/build_images.py) pushed with ``skopeo``."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.services.cri import CriError
+from podvisor.services.runtime.imagestore import unpack_layer
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ("docker-registry", "skopeo")
+BUSYBOX = next((p for p in ("/bin/busybox", "/usr/bin/busybox") if Path(p).is_file()), "")
+
+
+def _build_images() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "build_images", ROOT / "deploy" / "containerd" / "build_images.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_images"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Registry:
+    host: str  # 127.0.0.1:PORT
+    proc: subprocess.Popen[bytes]
+    user: str = ""
+    password: str = ""
+
+
+def _start_registry(base: Path, auth: bool) -> Registry:
+    port = _free_port()
+    config = [
+        "version: 0.1", "log: {level: error}",
+        f"storage: {{filesystem: {{rootdirectory: {base / 'data'}}}, delete: {{enabled: true}}}}",
+        f"http: {{addr: 127.0.0.1:{port}}}",
+    ]
+    user, password = "", ""
+    if auth:
+        import bcrypt
+        user, password = "puller", "s3cret"
+        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+        (base / "htpasswd").write_text(f"{user}:{hashed}\n")
+        config.append(f"auth: {{htpasswd: {{realm: podvisor, path: {base / 'htpasswd'}}}}}")
+    (base / "config.yml").write_text("\n".join(config) + "\n")
+    with open(base / "registry.log", "wb") as err:
+        proc = subprocess.Popen(["docker-registry", "serve", str(base / "config.yml")],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    reg = Registry(f"127.0.0.1:{port}", proc, user, password)
+
+    def up() -> bool:
+        assert proc.poll() is None, (base / "registry.log").read_text()
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    from tests.conftest import wait_for_impl
+    wait_for_impl(up, 20.0)
+    return reg
+
+
+def _push(reg: Registry, archive: Path, name: str) -> None:
+    cmd = ["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{archive}",
+           f"docker://{reg.host}/{name}"]
+    if reg.user:
+        cmd.insert(2, f"--dest-creds={reg.user}:{reg.password}")
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registry, Registry]]:
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing or not BUSYBOX:
+        pytest.skip(f"needs {', '.join(missing) or 'a static busybox'} (.ci/test-packages.txt)")
+    base = tmp_path_factory.mktemp("registry")
+    archive = base / "busybox.tar"
+    archive.write_bytes(_build_images().busybox_image(Path(BUSYBOX)))
+    (base / "anon").mkdir()
+    (base / "auth").mkdir()
+    anon = _start_registry(base / "anon", auth=False)
+    try:
+        authed = _start_registry(base / "auth", auth=True)
+        try:
+            _push(anon, archive, "podvisor/busybox:1")
+            _push(authed, archive, "private/busybox:1")
+            yield anon, authed
+        finally:
+            authed.proc.terminate()
+            authed.proc.wait(10)
+    finally:
+        anon.proc.terminate()
+        anon.proc.wait(10)
+
+
+def _sandbox(rt: Any, tmp: Path, name: str) -> tuple[str, pb.PodSandboxConfig]:
+    config = pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, namespace="images", uid=f"uid-{name}"),
+        hostname=name, log_directory=str(tmp / "logs" / name))
+    (tmp / "logs" / name).mkdir(parents=True, exist_ok=True)
+    return rt.client.run_pod_sandbox(config), config
+
+
+def test_pull_run_inside_image_and_remove(registries: tuple[Registry, Registry],
+                                          embedded_runtime: Any, poll: Any,
+                                          tmp_path: Path) -> None:
+    anon, _ = registries
+    rt = embedded_runtime
+    ref = f"{anon.host}/podvisor/busybox:1"
+    sid, sconfig = _sandbox(rt, tmp_path, "early")
+    with pytest.raises(CriError, match="not present"):
+        rt.client.create_container(sid, pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image=ref),
+            log_path="c.log"), sconfig)
+    image_id = rt.client.pull_image(ref)
+    assert image_id.startswith("sha256:")
+    listed = {i.id: i for i in rt.client.list_images()}
+    assert listed[image_id].repo_tags == [ref] and listed[image_id].size > 500_000
+    used = rt.client.image_fs_info().image_filesystems[0].used_bytes.value
+    assert used > 500_000  # busybox unpacked: real bytes
+    # The container runs inside the image's root: its /bin/sh is the image's busybox, a file it
+    # writes is not on the host, /etc/hostname is the pod's, env/cmd come from the image.
+    sid, sconfig = _sandbox(rt, tmp_path, "inimage")
+    marker = f"/pv-marker-{os.getpid()}"
+    script = (f"readlink /bin/sh; echo hi > {marker}; cat {marker}; cat /etc/hostname; "
+              "echo PATH=$PATH; ls /proc/self/ >/dev/null && echo proc-ok")
+    cid = rt.client.create_container(sid, pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image=ref),
+        args=["sh", "-c", script], log_path="c.log"), sconfig)  # args replace the image's Cmd
+    rt.client.start_container(cid)
+    st = poll(lambda: (s := rt.client.container_status(cid)).state == pb.CONTAINER_EXITED and s,
+              30.0, "the image container to exit")
+    log = (tmp_path / "logs" / "inimage" / "c.log").read_text()
+    assert st.exit_code == 0, (st.reason, st.message, log)
+    assert "busybox" in log and " hi" in log and "inimage" in log and "proc-ok" in log
+    assert "PATH=/usr/local/sbin" in log
+    assert not os.path.exists(marker)
+    rt.client.stop_pod_sandbox(sid)
+    rt.client.remove_container(cid)
+    rt.client.remove_pod_sandbox(sid)
+    rt.client.remove_image(ref)
+    assert rt.client.image_status(ref) is None
+    assert rt.client.image_fs_info().image_filesystems[0].used_bytes.value < used // 10
+
+
+def test_basic_auth_and_missing_tag(registries: tuple[Registry, Registry],
+                                    embedded_runtime: Any) -> None:
+    anon, authed = registries
+    rt = embedded_runtime
+    ref = f"{authed.host}/private/busybox:1"
+    with pytest.raises(CriError, match="user name and password"):
+        rt.client.pull_image(ref)
+    with pytest.raises(CriError, match=r"UNAUTHORIZED|authentication required"):
+        rt.client.pull_image(ref, auth=pb.AuthConfig(username="puller", password="wrong"))
+    assert rt.client.pull_image(
+        ref, auth=pb.AuthConfig(username="puller", password="s3cret")).startswith("sha256:")
+    with pytest.raises(CriError, match=r"MANIFEST_UNKNOWN|manifest unknown"):
+        rt.client.pull_image(f"{anon.host}/podvisor/busybox:nope")
+    with pytest.raises(CriError, match="invalid image name"):
+        rt.client.pull_image("UPPER/Case")
+
+
+def test_concurrent_pulls_of_one_image_are_one_download(
+        registries: tuple[Registry, Registry], embedded_runtime: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    anon, _ = registries
+    ref = f"{anon.host}/podvisor/busybox:1"
+    with ThreadPoolExecutor(4) as pool:
+        ids = set(pool.map(lambda _: embedded_runtime.client.pull_image(ref), range(4)))
+    assert len(ids) == 1
+    layers = embedded_runtime.root / "images" / "layers"
+    assert len([p for p in layers.iterdir() if p.is_dir()]) == 1
+
+
+def _tar(entries: list[tuple[str, bytes | None]]) -> tarfile.TarFile:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return tarfile.open(fileobj=buf, mode="r")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts are 0/0 devices: mknod needs root")
+def test_unpack_whiteouts_opaque_and_escapes(tmp_path: Path) -> None:
+    dest = tmp_path / "layer"
+    dest.mkdir()
+    unpack_layer(_tar([("etc", None), ("etc/.wh.passwd", b""), ("var", None),
+                       ("var/.wh..wh..opq", b""), ("var/new", b"x")]), dest)
+    st = os.lstat(dest / "etc" / "passwd")
+    assert os.major(st.st_rdev) == 0 and os.minor(st.st_rdev) == 0
+    assert os.getxattr(dest / "var", "trusted.overlay.opaque") == b"y"
+    assert (dest / "var" / "new").read_bytes() == b"x"
+    with pytest.raises(Exception, match="escapes"):
+        unpack_layer(_tar([("../evil", b"x")]), tmp_path / "layer")
