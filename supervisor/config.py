@@ -126,6 +126,9 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("imageMinimumGCAge", "image_minimum_gc_age", DURATION, "minimum age of a GCed image"),
     Key("containerLogMaxSize", "container_log_max_size", QUANTITY, "rotate container logs at"),
     Key("containerLogMaxFiles", "container_log_max_files", COUNT, "container log files kept"),
+    Key("serializeImagePulls", "serialize_image_pulls", BOOL, "pull one image at a time"),
+    Key("maxParallelImagePulls", "max_parallel_image_pulls", INT,
+        "with serializeImagePulls false: pulls at once (0 = no limit)"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
     Key("cgroupRoot", "cgroup_root", CGROUP,
@@ -225,6 +228,8 @@ class Config:
     image_minimum_gc_age: float = 120.0
     container_log_max_size: int = 10 * 1024 * 1024
     container_log_max_files: int = 5
+    serialize_image_pulls: bool = True
+    max_parallel_image_pulls: int = 0
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     cgroup_root: str = "/podvisor"
@@ -290,6 +295,9 @@ def config_from_mapping(raw: object) -> Config:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:
         raise ConfigError("rootDir", "must not be empty")
+    if config.serialize_image_pulls and config.max_parallel_image_pulls > 1:
+        raise ConfigError("maxParallelImagePulls", "needs serializeImagePulls: false (the "
+                                                   "kubelet's rule)")
     if config.supervision.heartbeat_interval <= 0:
         raise ConfigError("supervision.heartbeatInterval", "must be > 0")
     return config

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -117,7 +118,16 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
                     cache=RuntimeCache(cri, time.monotonic, time.time) if shared else None,
                     images=ImagePresence(cri, time.monotonic) if shared else None,
-                    network=NetworkState())
+                    network=NetworkState(), pull_slots=pull_slots(cfg))
+
+
+def pull_slots(cfg: Any) -> threading.Semaphore | None:
+    """serializeImagePulls (default): one pull at a time; else maxParallelImagePulls at once
+    (0: no limit)."""
+    if cfg.serialize_image_pulls:
+        return threading.Semaphore(1)
+    n = int(cfg.max_parallel_image_pulls)
+    return threading.Semaphore(n) if n > 0 else None
 
 
 def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
