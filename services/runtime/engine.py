@@ -77,9 +77,6 @@ class Engine:
         self._index = Index()
         self._exit_socket = root / "exits.sock"
         self._spawner = Spawner()
-        # Image containers (pivot_root in the child) run under the Python monitor: monitor.c
-        # has no rootfs step yet.
-        self._rootfs_spawner: Spawner | None = None
         self._host = read_host()  # the ids and capabilities containers can be given
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
@@ -129,8 +126,6 @@ class Engine:
         self.events.close_all()
         self._watcher.stop()
         self._spawner.close()
-        if self._rootfs_spawner is not None:
-            self._rootfs_spawner.close()
         self.store.close()
 
     # --- lookups ---
@@ -363,10 +358,7 @@ class Engine:
             raise not_found("container", c.id)  # removed meanwhile
         log_fd = self._open_log(c)
         try:
-            spawner = self._spawner
-            if b'"rootfs"' in spec:
-                spawner = self._python_spawner()
-            result = spawner.spawn(self.store.state_prefix(c.id), log_fd, spec)
+            result = self._spawner.spawn(self.store.state_prefix(c.id), log_fd, spec)
         except SpawnError as err:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", str(err)))
             raise Fault(grpc.StatusCode.INTERNAL, f"starting container {c.id}: {err}") from None
@@ -439,15 +431,6 @@ class Engine:
         self._publish(c, pb.CONTAINER_DELETED_EVENT)
 
     # --- image root filesystems ---
-    def _python_spawner(self) -> Spawner:
-        with self._lock:
-            if self._rootfs_spawner is None:
-                sp = Spawner(notify=self._spawner.notify, monitor_exe="")
-                sp.stderr_path = self._spawner.stderr_path
-                sp.start()
-                self._rootfs_spawner = sp
-            return self._rootfs_spawner
-
     def _make_rootfs(self, container_id: str, sandbox: pb.PodSandboxConfig) -> dict[str, Any]:
         """The container's writable layer and the pod's /etc files (the monitor mounts them)."""
         top = self._rootfs_root / container_id

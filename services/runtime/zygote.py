@@ -286,9 +286,13 @@ class Spawner:
         fields = [state, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
                   str(len(argv)), *argv, str(len(env)), *env]
         mounts = doc.get("mounts") or []
+        rootfs = doc.get("rootfs")
+        if rootfs:  # volumes go inside the image's root (mounted before the pivot_root)
+            mounts = [dict(m, container=rootfs["merged"] + "/" + m["container"].lstrip("/"))
+                      for m in mounts]
         sec = doc.get("security")
         cgroups = list(doc.get("cgroup_join") or [])
-        if mounts or sec or cgroups:
+        if mounts or sec or cgroups or rootfs:
             fields.append(str(len(mounts)))
             for m in mounts:
                 fields += [m["host"], m["container"], "1" if m["ro"] else "0",
@@ -297,6 +301,11 @@ class Spawner:
             fields += security_fields(sec)
         if cgroups:  # the files the container's process writes itself into before its exec
             fields += ["CGROUPS", str(len(cgroups)), *cgroups]
+        if rootfs:
+            etc = [x for name, src in sorted((rootfs.get("etc") or {}).items())
+                   for x in (name, src)]
+            fields += ["ROOTFS", rootfs["merged"], rootfs["upper"], rootfs["work"],
+                       str(len(rootfs["lower"])), *rootfs["lower"], str(len(etc)), *etc]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

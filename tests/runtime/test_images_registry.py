@@ -22,6 +22,8 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
 from podvisor.services.runtime.imagestore import unpack_layer
+from podvisor.services.runtime.native import monitor_binary
+from tests.runtime.conftest import running_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("docker-registry", "skopeo")
@@ -122,11 +124,35 @@ def _sandbox(rt: Any, tmp: Path, name: str) -> tuple[str, pb.PodSandboxConfig]:
     return rt.client.run_pod_sandbox(config), config
 
 
+@pytest.fixture(params=["c", "python"])
+def monitored(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The embedded runtime with the C monitor, then with the Python one."""
+    if request.param == "c" and monitor_binary().path is None:
+        pytest.skip(f"C monitor unavailable: {monitor_binary().why}")
+    env = {"PODVISOR_MONITOR": "python"} if request.param == "python" else {}
+    with running_embedded("pvimg", env) as rt:
+        yield rt
+
+
+def _run(rt: Any, poll: Any, tmp: Path, pod: str, config: pb.ContainerConfig
+         ) -> tuple[pb.ContainerStatus, str]:
+    sid, sconfig = _sandbox(rt, tmp, pod)
+    cid = rt.client.create_container(sid, config, sconfig)
+    rt.client.start_container(cid)
+    st = poll(lambda: (s := rt.client.container_status(cid)).state == pb.CONTAINER_EXITED and s,
+              30.0, "the image container to exit")
+    log = (tmp / "logs" / pod / config.log_path).read_text()
+    rt.client.stop_pod_sandbox(sid)
+    rt.client.remove_container(cid)
+    rt.client.remove_pod_sandbox(sid)
+    return st, log
+
+
 def test_pull_run_inside_image_and_remove(registries: tuple[Registry, Registry],
-                                          embedded_runtime: Any, poll: Any,
+                                          monitored: Any, poll: Any,
                                           tmp_path: Path) -> None:
     anon, _ = registries
-    rt = embedded_runtime
+    rt = monitored
     ref = f"{anon.host}/podvisor/busybox:1"
     sid, sconfig = _sandbox(rt, tmp_path, "early")
     with pytest.raises(CriError, match="not present"):
@@ -141,24 +167,30 @@ def test_pull_run_inside_image_and_remove(registries: tuple[Registry, Registry],
     assert used > 500_000  # busybox unpacked: real bytes
     # The container runs inside the image's root: its /bin/sh is the image's busybox, a file it
     # writes is not on the host, /etc/hostname is the pod's, env/cmd come from the image.
-    sid, sconfig = _sandbox(rt, tmp_path, "inimage")
     marker = f"/pv-marker-{os.getpid()}"
+    volume = tmp_path / "volume"
+    volume.mkdir()
     script = (f"readlink /bin/sh; echo hi > {marker}; cat {marker}; cat /etc/hostname; "
-              "echo PATH=$PATH; ls /proc/self/ >/dev/null && echo proc-ok")
-    cid = rt.client.create_container(sid, pb.ContainerConfig(
+              "echo PATH=$PATH; ls /proc/self/ >/dev/null && echo proc-ok; "
+              "echo from-container > /data/out; id -u; pwd")
+    st, log = _run(rt, poll, tmp_path, "inimage", pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image=ref),
-        args=["sh", "-c", script], log_path="c.log"), sconfig)  # args replace the image's Cmd
-    rt.client.start_container(cid)
-    st = poll(lambda: (s := rt.client.container_status(cid)).state == pb.CONTAINER_EXITED and s,
-              30.0, "the image container to exit")
-    log = (tmp_path / "logs" / "inimage" / "c.log").read_text()
+        args=["sh", "-c", script], log_path="c.log",  # args replace the image's Cmd
+        working_dir="/tmp",
+        mounts=[pb.Mount(container_path="/data", host_path=str(volume))]))
     assert st.exit_code == 0, (st.reason, st.message, log)
-    assert "busybox" in log and " hi" in log and "inimage" in log and "proc-ok" in log
-    assert "PATH=/usr/local/sbin" in log
-    assert not os.path.exists(marker)
-    rt.client.stop_pod_sandbox(sid)
-    rt.client.remove_container(cid)
-    rt.client.remove_pod_sandbox(sid)
+    for want in ("busybox", " hi", "inimage", "proc-ok", "PATH=/usr/local/sbin", " 0", "/tmp"):
+        assert want in log, (want, log)
+    assert not os.path.exists(marker)  # written in the container's own layer
+    assert (volume / "out").read_text() == "from-container\n"
+    # readOnlyRootFilesystem applies to the image's root
+    ro = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="ro"),
+                            image=pb.ImageSpec(image=ref), command=["sh", "-c",
+                                                                    "echo x > /x || echo ro-ok"],
+                            log_path="ro.log")
+    ro.linux.security_context.readonly_rootfs = True
+    st, log = _run(rt, poll, tmp_path, "readonly", ro)
+    assert st.exit_code == 0 and "ro-ok" in log, log
     rt.client.remove_image(ref)
     assert rt.client.image_status(ref) is None
     assert rt.client.image_fs_info().image_filesystems[0].used_bytes.value < used // 10
