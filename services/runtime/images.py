@@ -5,7 +5,9 @@ filesystem, and OCI images pulled from registries into the content-addressed sto
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -98,8 +100,9 @@ class Images:
         if auth is not None:
             creds = reg.Credentials.from_auth(auth.username, auth.password, auth.auth,
                                               auth.identity_token, auth.registry_token)
+        board = ProgressBoard(self.store.root / "progress", ref)
         try:
-            return self.store.pull(ref, creds, progress).id
+            return self.store.pull(ref, creds, progress or board.update).id
         except reg.InvalidReference as exc:
             raise Fault(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         except reg.RegistryError as exc:
@@ -109,6 +112,8 @@ class Images:
             raise Fault(code, f"pulling image {ref!r}: {exc}") from None
         except (ImageError, OSError, ValueError, KeyError) as exc:
             raise Fault(grpc.StatusCode.INTERNAL, f"pulling image {ref!r}: {exc}") from None
+        finally:
+            board.close()
 
     def remove(self, ref: str, layers_in_use: Iterable[str] = ()) -> None:
         if is_host(ref):
@@ -118,3 +123,37 @@ class Images:
 
     def usage(self) -> tuple[int, int]:
         return self.store.used_bytes()
+
+
+def progress_file(directory: Path, ref: str) -> Path:
+    """Where a pull of ``ref`` publishes its per-layer progress (``podvisorctl images pull``
+    reads it: CRI PullImage has no progress stream)."""
+    return directory / (hashlib.sha256(ref.encode()).hexdigest()[:24] + ".json")
+
+
+class ProgressBoard:
+    """Per-layer progress of one pull, written (atomically, at most every 0.1 s and at each
+    phase change) to ``progress_file``; removed when the pull ends."""
+
+    def __init__(self, directory: Path, ref: str) -> None:
+        self.path = progress_file(directory, ref)
+        self.ref = ref
+        self.layers: dict[str, dict[str, Any]] = {}
+        self._last = 0.0
+        self._lock = threading.Lock()
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def update(self, digest: str, phase: str, done: int, total: int) -> None:
+        with self._lock:
+            old = self.layers.get(digest, {}).get("phase")
+            self.layers[digest] = {"phase": phase, "done": done, "total": total}
+            now = time.monotonic()
+            if phase == old and now - self._last < 0.1:
+                return
+            self._last = now
+            tmp = self.path.with_suffix(f".{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps({"ref": self.ref, "layers": self.layers}))
+            os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)

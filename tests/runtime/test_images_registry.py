@@ -4,16 +4,10 @@ file), an image built offline (deploy/containerd/build_images.py) pushed with ``
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,96 +18,14 @@ from podvisor.services.cri import CriError
 from podvisor.services.runtime.imagestore import unpack_layer
 from podvisor.services.runtime.native import monitor_binary
 from tests.runtime.conftest import running_embedded
-
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("docker-registry", "skopeo")
-BUSYBOX = next((p for p in ("/bin/busybox", "/usr/bin/busybox") if Path(p).is_file()), "")
-
-
-def _build_images() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "build_images", ROOT / "deploy" / "containerd" / "build_images.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_images"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Registry:
-    host: str  # 127.0.0.1:PORT
-    proc: subprocess.Popen[bytes]
-    user: str = ""
-    password: str = ""
-
-
-def _start_registry(base: Path, auth: bool) -> Registry:
-    port = _free_port()
-    config = [
-        "version: 0.1", "log: {level: error}",
-        f"storage: {{filesystem: {{rootdirectory: {base / 'data'}}}, delete: {{enabled: true}}}}",
-        f"http: {{addr: 127.0.0.1:{port}}}",
-    ]
-    user, password = "", ""
-    if auth:
-        import bcrypt
-        user, password = "puller", "s3cret"
-        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
-        (base / "htpasswd").write_text(f"{user}:{hashed}\n")
-        config.append(f"auth: {{htpasswd: {{realm: podvisor, path: {base / 'htpasswd'}}}}}")
-    (base / "config.yml").write_text("\n".join(config) + "\n")
-    with open(base / "registry.log", "wb") as err:
-        proc = subprocess.Popen(["docker-registry", "serve", str(base / "config.yml")],
-                                stdout=subprocess.DEVNULL, stderr=err)
-    reg = Registry(f"127.0.0.1:{port}", proc, user, password)
-
-    def up() -> bool:
-        assert proc.poll() is None, (base / "registry.log").read_text()
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-    from tests.conftest import wait_for_impl
-    wait_for_impl(up, 20.0)
-    return reg
-
-
-def _push(reg: Registry, archive: Path, name: str) -> None:
-    cmd = ["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{archive}",
-           f"docker://{reg.host}/{name}"]
-    if reg.user:
-        cmd.insert(2, f"--dest-creds={reg.user}:{reg.password}")
-    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+from tests.runtime.registry import Registry
+from tests.runtime.registry import registries as running_registries
 
 
 @pytest.fixture(scope="module")
 def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registry, Registry]]:
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    if missing or not BUSYBOX:
-        pytest.skip(f"needs {', '.join(missing) or 'a static busybox'} (.ci/test-packages.txt)")
-    base = tmp_path_factory.mktemp("registry")
-    archive = base / "busybox.tar"
-    archive.write_bytes(_build_images().busybox_image(Path(BUSYBOX)))
-    (base / "anon").mkdir()
-    (base / "auth").mkdir()
-    anon = _start_registry(base / "anon", auth=False)
-    try:
-        authed = _start_registry(base / "auth", auth=True)
-        try:
-            _push(anon, archive, "podvisor/busybox:1")
-            _push(authed, archive, "private/busybox:1")
-            yield anon, authed
-        finally:
-            authed.proc.terminate()
-            authed.proc.wait(10)
-    finally:
-        anon.proc.terminate()
-        anon.proc.wait(10)
+    with running_registries(tmp_path_factory.mktemp("registry")) as regs:
+        yield regs
 
 
 def _sandbox(rt: Any, tmp: Path, name: str) -> tuple[str, pb.PodSandboxConfig]:
@@ -253,3 +165,32 @@ def test_unpack_whiteouts_opaque_and_escapes(tmp_path: Path) -> None:
     assert (dest / "var" / "new").read_bytes() == b"x"
     with pytest.raises(Exception, match="escapes"):
         unpack_layer(_tar([("../evil", b"x")]), tmp_path / "layer")
+
+
+def test_image_pod_on_each_runtime(registries: tuple[Registry, Registry], cri_runtime: Any,
+                                   poll: Any) -> None:
+    """The same pull + container on the embedded runtime and on containerd (which reaches a
+    loopback registry over plain HTTP by default, as the embedded runtime does)."""
+    anon, _ = registries
+    rt = cri_runtime
+    ref = f"{anon.host}/podvisor/busybox:1"
+    image_id = rt.client.pull_image(ref)
+    try:
+        image = rt.client.image_status(ref)
+        assert image is not None and image.size > 500_000 and ref in image.repo_tags
+        assert image_id in {i.id for i in rt.client.list_images()} or image.id == image_id
+        sandbox = rt.run("imgpod")
+        marker = f"/pv-marker-{rt.name}-{os.getpid()}"
+        config = rt.container_config("c", ["sh", "-c", f"readlink /bin/sh; echo x > {marker}; "
+                                                       f"cat {marker}"])
+        config.image.image = ref
+        cid = rt.client.create_container(sandbox[0], config, sandbox[1])
+        rt.client.start_container(cid)
+        st = rt.wait_exited(cid, 60.0)
+        log = Path(sandbox[1].log_directory, config.log_path).read_text()
+        assert st.exit_code == 0 and "busybox" in log and " x" in log, (st.message, log)
+        assert not os.path.exists(marker)
+    finally:
+        from tests.runtime.conftest import cleanup
+        cleanup(rt.client, rt.run_label)
+        rt.client.remove_image(ref)
