@@ -371,9 +371,6 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 NOT_YET_USED: tuple[tuple[str, str, str], ...] = (
     ("port", "port", "the authenticated main port is not served yet; use readOnlyPort"),
     ("kubeconfig", "kubeconfig", "the API server pod source and status writes are not built yet"),
-    ("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", "no image GC yet"),
-    ("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", "no image GC yet"),
-    ("imageMinimumGCAge", "image_minimum_gc_age", "no image GC yet"),
     ("containerLogMaxSize", "container_log_max_size", "container logs are not rotated yet"),
     ("containerLogMaxFiles", "container_log_max_files", "container logs are not rotated yet"),
 )

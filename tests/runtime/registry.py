@@ -86,13 +86,22 @@ def _push(reg: Registry, archive: Path, name: str) -> None:
 @contextlib.contextmanager
 def registries(base: Path) -> Iterator[tuple[Registry, Registry]]:
     """(anonymous, basic auth puller:s3cret) registries, both holding podvisor/busybox:1
-    (private/busybox:1 behind auth); skips the test when a tool is missing."""
+    (private/busybox:1 behind auth; the anonymous one also podvisor/busybox:other, another image
+    on the same layer); skips the test when a tool is missing."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing or not BUSYBOX:
         pytest.skip(f"needs {', '.join(missing) or 'a static busybox'} (.ci/test-packages.txt)")
     base.mkdir(parents=True, exist_ok=True)
     archive = base / "busybox.tar"
-    archive.write_bytes(_build_images().busybox_image(Path(BUSYBOX)))
+    build = _build_images()
+    archive.write_bytes(build.busybox_image(Path(BUSYBOX)))
+    # another image (its own id) sharing the busybox layer: podvisor/busybox:other
+    entries = [*build.base_entries(), build.Entry("bin/busybox", 0o755, Path(BUSYBOX).read_bytes())]
+    entries += [build.Entry("bin/" + a, 0o777, link="busybox")
+                for a in build.busybox_applets(Path(BUSYBOX)) if a != "busybox"]
+    other = base / "other.tar"
+    other.write_bytes(build.image_layout("localhost/podvisor/busybox:other", entries,
+                                         {"Cmd": ["sh"], "Env": [build.DEFAULT_PATH, "V=2"]}))
     (base / "anon").mkdir()
     (base / "auth").mkdir()
     anon = _start_registry(base / "anon", auth=False)
@@ -100,6 +109,7 @@ def registries(base: Path) -> Iterator[tuple[Registry, Registry]]:
         authed = _start_registry(base / "auth", auth=True)
         try:
             _push(anon, archive, "podvisor/busybox:1")
+            _push(anon, other, "podvisor/busybox:other")
             _push(authed, archive, "private/busybox:1")
             yield anon, authed
         finally:
