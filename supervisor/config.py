@@ -371,8 +371,6 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 NOT_YET_USED: tuple[tuple[str, str, str], ...] = (
     ("port", "port", "the authenticated main port is not served yet; use readOnlyPort"),
     ("kubeconfig", "kubeconfig", "the API server pod source and status writes are not built yet"),
-    ("containerLogMaxSize", "container_log_max_size", "container logs are not rotated yet"),
-    ("containerLogMaxFiles", "container_log_max_files", "container logs are not rotated yet"),
 )
 
 

@@ -10,6 +10,7 @@ from podvisor.services.cri import new_runtime_client
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
 from podvisor.services.imagegc.gc import owned_by
+from podvisor.services.imagegc.logrotate import STAMP
 from podvisor.services.imagegc.service import EventSink, ImageGC, usage_source
 from podvisor.supervisor.child import ChildContext
 
@@ -30,6 +31,8 @@ def run(ctx: ChildContext) -> None:
                  # the embedded runtime holds this agent's pods only; another runtime may
                  # hold other clients' pods: only the pods this rootDir's agent made
                  (lambda _uid: True) if ep == "embedded" else owned_by(ctx.paths.pod_logs_dir))
+    gc.log_limits = (cfg.container_log_max_size, cfg.container_log_max_files)
+    gc.stamp = lambda: time.strftime(STAMP, time.gmtime())
     every = float(ctx.config.supervision.heartbeat_interval)
     try:
         while not ctx.stop.is_set():

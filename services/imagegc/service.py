@@ -25,6 +25,7 @@ from podvisor.services.imagegc.gc import (
     container_gc_pass,
     image_gc_pass,
 )
+from podvisor.services.imagegc.logrotate import ROTATE_PERIOD, rotate_pass
 
 CONTAINER_GC_PERIOD = 60.0
 IMAGE_GC_PERIOD = 300.0
@@ -70,6 +71,9 @@ class ImageGC:
         self.high, self.low, self.min_age = high, low, min_age
         self.tracker = ImageTracker()
         self.owned = owned
+        self.log_limits: tuple[int, int] | None = None  # (containerLogMaxSize, MaxFiles)
+        self.stamp: Callable[[], str] = lambda: "0"
+        self.next_rotation = 0.0
         self.next_container_gc = 0.0
         self.next_image_gc = 0.0
         self.metrics_path = metrics_path
@@ -92,6 +96,13 @@ class ImageGC:
         if now >= self.next_image_gc:
             self.next_image_gc = now + IMAGE_GC_PERIOD
             self.image_pass(now, pleg)
+        if self.log_limits is not None and now >= self.next_rotation:
+            self.next_rotation = now + ROTATE_PERIOD
+            try:
+                rotate_pass(self.cri, *self.log_limits, self.stamp(), self.log)
+            except CriError as err:
+                self.log.warning("imagegc.log_rotation.failed", error=err.message)
+            return min(self.next_container_gc, self.next_image_gc, self.next_rotation)
         return min(self.next_container_gc, self.next_image_gc)
 
     def image_pass(self, now: float, pleg: Mapping[str, Any]) -> None:

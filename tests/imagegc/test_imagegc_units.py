@@ -89,3 +89,46 @@ def test_container_gc_keeps_one_dead_per_container_and_clears_removed_pods() -> 
     plan = plan_container_gc(containers, sandboxes, None)
     assert sorted(c.id for c in plan.containers) == ["d2", "d3", "g1"]
     assert sorted(s.id for s in plan.sandboxes) == ["s0"]
+
+
+class Reopener:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.reopened: list[str] = []
+
+    def reopen_container_log(self, cid: str) -> None:
+        from podvisor.services.cri import CriError
+        if self.fail:
+            import grpc
+            raise CriError("ReopenContainerLog", grpc.StatusCode.NOT_FOUND, "gone")
+        self.reopened.append(cid)
+
+
+def test_log_rotation_gzips_all_but_newest_and_keeps_max_files(tmp_path: Any) -> None:
+    import gzip
+
+    import pytest
+
+    from podvisor.services.cri import CriError
+    from podvisor.services.imagegc.logrotate import rotate_log, rotated_files
+    from podvisor.supervisor.ctl_logs import _with_rotated, tail_lines
+
+    log = tmp_path / "0.log"
+    cri: Any = Reopener()
+    for i in range(5):  # five rotations, max 3 files: live + newest rotated + one gzipped
+        log.write_bytes(f"2024-01-01T00:00:0{i}Z stdout F line{i}\n".encode() * 10)
+        assert rotate_log(cri, "c1", log, 100, 3, f"2024010{i}-000000")
+        log.write_bytes(f"2024-01-01T00:00:1{i}Z stdout F live{i}\n".encode())
+    names = [p.name for p in rotated_files(log)]
+    assert names == ["0.log.20240103-000000.gz", "0.log.20240104-000000"]
+    assert gzip.decompress((tmp_path / names[0]).read_bytes()).startswith(b"2024-01-01T")
+    assert cri.reopened == ["c1"] * 5
+    assert not rotate_log(cri, "c1", log, 100, 3, "20240109-000000")  # under the limit
+    # reading across the rotation: gzipped, rotated, live, oldest first
+    lines = tail_lines(_with_rotated(log), None)
+    assert lines[0] == b"line3\n" and lines[-2:] == [b"line4\n", b"live4\n"]
+    # a failed reopen puts the file back
+    log.write_bytes(b"x" * 200)
+    with pytest.raises(CriError):
+        rotate_log(Reopener(fail=True), "c1", log, 100, 3, "20240110-000000")
+    assert log.read_bytes() == b"x" * 200
