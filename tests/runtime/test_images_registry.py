@@ -194,3 +194,82 @@ def test_image_pod_on_each_runtime(registries: tuple[Registry, Registry], cri_ru
         from tests.runtime.conftest import cleanup
         cleanup(rt.client, rt.run_label)
         rt.client.remove_image(ref)
+
+
+class _TokenFront:
+    """A bearer-token front for the anonymous registry: /v2/ answers 401 with a Bearer
+    challenge; /token trades puller:s3cret (basic) for a token; requests with the token are
+    passed to the registry."""
+
+    def __init__(self, upstream: str) -> None:
+        import base64
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import requests
+
+        front = self
+        self.token_requests: list[str] = []
+        good = "Basic " + base64.b64encode(b"puller:s3cret").decode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                port = self.server.server_address[1]
+                if self.path.startswith("/token"):
+                    front.token_requests.append(self.path)
+                    ok = self.headers.get("Authorization") == good
+                    body = b'{"token": "T0K3N"}' if ok else b'{"errors": [{"code": ' \
+                        b'"UNAUTHORIZED", "message": "bad credentials"}]}'
+                    self.send_response(200 if ok else 401)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                if self.headers.get("Authorization") != "Bearer T0K3N":
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", (
+                        f'Bearer realm="http://127.0.0.1:{port}/token",service="front",'
+                        'scope="repository:podvisor/busybox:pull"'))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                up = requests.get(f"http://{upstream}{self.path}", timeout=30, headers={
+                    "Accept": self.headers.get("Accept", "*/*")})
+                self.send_response(up.status_code)
+                for key in ("Content-Type", "Docker-Content-Digest"):
+                    if key in up.headers:
+                        self.send_header(key, up.headers[key])
+                self.send_header("Content-Length", str(len(up.content)))
+                self.end_headers()
+                self.wfile.write(up.content)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_bearer_token_challenge(registries: tuple[Registry, Registry],
+                                embedded_runtime: Any) -> None:
+    anon, _ = registries
+    front = _TokenFront(anon.host)
+    try:
+        ref = f"{front.host}/podvisor/busybox:1"
+        with pytest.raises(CriError, match="bad credentials"):
+            embedded_runtime.client.pull_image(
+                ref, auth=pb.AuthConfig(username="puller", password="nope"))
+        image_id = embedded_runtime.client.pull_image(
+            ref, auth=pb.AuthConfig(username="puller", password="s3cret"))
+        assert image_id.startswith("sha256:")
+        assert any("service=front" in p and "scope=repository" in p
+                   for p in front.token_requests)
+    finally:
+        front.close()
