@@ -14,7 +14,8 @@
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
       images [--json]             the runtime's images (ctl_images.py); `images pull REF
-                                  [--creds USER:PASSWORD]`, `images rm REF...`
+                                  [--creds USER:PASSWORD]`, `images rm REF...`,
+                                  `images load FILE` (OCI archive or docker-archive)
 
 Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
 stderr); 2 the agent is not running or did not answer in time, or bad usage. `shutdown --pods`
@@ -79,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
     im = sub.add_parser("images", help="the runtime's images (pull REF, rm REF...)")
-    im.add_argument("action", nargs="?", choices=("pull", "rm"))
+    im.add_argument("action", nargs="?", choices=("pull", "rm", "load"))
     im.add_argument("refs", nargs="*")
     im.add_argument("--json", action="store_true")
     im.add_argument("--creds", default=None, help="USER:PASSWORD for the registry (pull)")
@@ -165,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         from podvisor.supervisor.ctl_images import main_images
 
         if ns.action is not None and not ns.refs:
-            print(f"podvisorctl: images {ns.action} needs an image reference", file=sys.stderr)
+            what = "a file" if ns.action == "load" else "an image reference"
+            print(f"podvisorctl: images {ns.action} needs {what}", file=sys.stderr)
             return 2
         if ns.action is None and ns.refs:
             print("podvisorctl: images takes no reference (images pull|rm REF)",

@@ -4,6 +4,8 @@ runtime's socket while the agent runs, else `runtimeEndpoint` from `run/config.j
     images [--json]                 IMAGE  TAG  IMAGE ID  SIZE (crictl images)
     images pull REF [--creds U:P]   per-layer progress on a terminal (embedded runtime)
     images rm REF...
+    images load FILE                an OCI archive or a docker-archive, into the embedded
+                                    runtime's store (air-gapped nodes; the runtime need not run)
 
 Exit codes: 0 success; 1 the runtime refused (its reason on stderr); 2 no runtime to talk to.
 """
@@ -107,6 +109,8 @@ def main_images(root: str, action: str | None, refs: list[str], as_json: bool,
 
     from podvisor.services.cri import CriError, new_runtime_client
 
+    if action == "load":
+        return _load(root, refs[0])
     try:
         endpoint, progress_dir = _endpoint(root)
     except RuntimeError as exc:
@@ -150,3 +154,25 @@ def main_images(root: str, action: str | None, refs: list[str], as_json: bool,
         return 1
     finally:
         cri.close()
+
+
+def _load(root: str, archive: str) -> int:
+    """Straight into the embedded runtime's store (CRI has no import call); the runtime reads
+    the new record at its next lookup."""
+    from podvisor.services.runtime.imagestore import ImageError, ImageStore
+
+    paths = RunPaths(Path(root))
+    config = _config(paths)
+    if config is not None and config.runtime_endpoint != "embedded":
+        print(f"podvisorctl: images load imports into the embedded runtime only; this agent "
+              f"uses {config.runtime_endpoint}", file=sys.stderr)
+        return 2
+    try:
+        store = ImageStore(paths.runtime_dir / "images", sweep=False)
+        names = store.load_archive(Path(archive))
+    except (ImageError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"podvisorctl: images load {archive}: {exc}", file=sys.stderr)
+        return 1
+    for name in names:
+        print(f"Loaded image: {name}")
+    return 0

@@ -71,7 +71,9 @@ class ImageRecord:
 
 class ImageStore:
     def __init__(self, root: Path, settings: reg.RegistrySettings | None = None,
-                 wall: Callable[[], int] = time.time_ns) -> None:
+                 wall: Callable[[], int] = time.time_ns, sweep: bool = True) -> None:
+        """``sweep``: clear ``tmp/`` (the runtime at start; not ``podvisorctl images load``,
+        which writes into the store of a running runtime)."""
         self.root = root
         self.settings = settings or reg.RegistrySettings()
         self.wall = wall
@@ -81,18 +83,35 @@ class ImageStore:
         self._layer_jobs: dict[str, Future[None]] = {}  # by diff id
         for sub in ("blobs/sha256", "layers", "images", "tmp"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(root / "tmp", ignore_errors=True)  # what a killed pull left
-        (root / "tmp").mkdir(exist_ok=True)
-        for p in (root / "images").glob("*.json"):
+        if sweep:
+            shutil.rmtree(root / "tmp", ignore_errors=True)  # what a killed pull left
+            (root / "tmp").mkdir(exist_ok=True)
+        self._seen = -1
+        with self._lock:
+            self._reload_locked()
+
+    def _reload_locked(self) -> None:
+        """Read the records again when ``images/`` changed (another process loaded one)."""
+        try:
+            mtime = (self.root / "images").stat().st_mtime_ns
+        except OSError:
+            return
+        if mtime == self._seen:
+            return
+        self._seen = mtime
+        loaded: dict[str, ImageRecord] = {}
+        for p in (self.root / "images").glob("*.json"):
             try:
                 rec = ImageRecord.from_json(json.loads(p.read_text()))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            self._images[rec.id] = rec
+            loaded[rec.id] = rec
+        self._images = loaded
 
     # --- lookups ---
     def images(self) -> list[ImageRecord]:
         with self._lock:
+            self._reload_locked()
             return list(self._images.values())
 
     def resolve(self, ref: str) -> ImageRecord | None:
@@ -101,6 +120,7 @@ class ImageStore:
             return self._resolve_locked(ref)
 
     def _resolve_locked(self, ref: str) -> ImageRecord | None:
+        self._reload_locked()
         if ref in self._images:
             return self._images[ref]
         bare = ref.removeprefix("sha256:")
@@ -186,6 +206,8 @@ class ImageStore:
                 rec.repo_digests.append(repo_digest)
             self._images[image_id] = rec
             self._save(rec)
+            with contextlib.suppress(OSError):
+                self._seen = (self.root / "images").stat().st_mtime_ns
             return rec
 
     def _save(self, rec: ImageRecord) -> None:
@@ -275,7 +297,111 @@ class ImageStore:
             shutil.rmtree(work, ignore_errors=True)
             raise ImageError(f"layer {diff_id}: the unpacked content has digest {got}")
         (self.root / "layers" / (dest.name + ".size")).write_text(f"{size} {inodes}")
-        os.replace(work, dest)
+        try:
+            os.replace(work, dest)
+        except OSError:
+            if not dest.is_dir():
+                raise
+            shutil.rmtree(work, ignore_errors=True)  # another process unpacked it meanwhile
+
+    # --- archives (podvisorctl images load) ---
+    def load_archive(self, archive: Path) -> list[str]:
+        """Import an OCI image layout tarball (``index.json``; names from the
+        ``io.containerd.image.name`` or ``org.opencontainers.image.ref.name`` annotation) or a
+        docker-archive (``manifest.json``: Config, RepoTags, Layers); returns the names (or ids)
+        loaded. Every blob is checked against its digest."""
+        work = self._tmp()
+        work.mkdir()
+        try:
+            try:
+                with tarfile.open(archive) as tar:
+                    tar.extractall(work, filter="data")
+            except tarfile.TarError as exc:
+                raise ImageError(f"{archive}: not a tar archive ({exc})") from None
+            if (work / "index.json").exists():
+                return self._load_oci(work)
+            if (work / "manifest.json").exists():
+                return self._load_docker(work)
+            raise ImageError(f"{archive}: neither an OCI archive (index.json) nor a "
+                             "docker-archive (manifest.json)")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _oci_blob(self, layout: Path, digest: str) -> Path:
+        path = layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        if "sha256:" + h.hexdigest() != digest:
+            raise ImageError(f"blob {digest}: the archive holds content with another digest")
+        return path
+
+    def _load_oci(self, layout: Path) -> list[str]:
+        index = json.loads((layout / "index.json").read_text())
+        names: list[str] = []
+        for entry in index.get("manifests") or []:
+            ann = entry.get("annotations") or {}
+            desc = entry
+            doc = json.loads(self._oci_blob(layout, desc["digest"]).read_bytes())
+            if "manifests" in doc:  # a nested index: this platform's image
+                chosen = reg.select_platform(doc["manifests"])
+                if chosen is None:
+                    continue
+                doc = json.loads(self._oci_blob(layout, chosen).read_bytes())
+                manifest_digest = chosen
+            else:
+                manifest_digest = str(desc["digest"])
+            name = ann.get("io.containerd.image.name") or ann.get(
+                "org.opencontainers.image.ref.name", "")
+            config_path = self._oci_blob(layout, doc["config"]["digest"])
+            layers = [(d, self._oci_blob(layout, d["digest"])) for d in doc["layers"]]
+            names.append(self._import(config_path, layers, manifest_digest, name))
+        return names
+
+    def _load_docker(self, root: Path) -> list[str]:
+        names: list[str] = []
+        for entry in json.loads((root / "manifest.json").read_text()):
+            config_path = root / entry["Config"]
+            layers = []
+            for rel in entry["Layers"]:
+                path = root / rel
+                layers.append(({"digest": "", "mediaType": "", "size": path.stat().st_size},
+                               path))
+            tags = entry.get("RepoTags") or [""]
+            for i, tag in enumerate(tags):
+                name = self._import(config_path, layers if i == 0 else [], "", tag)
+                names.append(name)
+        return names
+
+    def _import(self, config_path: Path, layers: list[tuple[dict[str, Any], Path]],
+                manifest: str, name: str) -> str:
+        config_bytes = config_path.read_bytes()
+        image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+        config = json.loads(config_bytes)
+        diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+        if layers and len(diff_ids) != len(layers):
+            raise ImageError(f"{name or image_id}: the config names {len(diff_ids)} layers, "
+                             f"the archive {len(layers)}")
+        for (desc, path), diff_id in zip(layers, diff_ids, strict=False):
+            self._ensure_layer(None, desc, diff_id, None, source=path)
+        missing = [d for d in diff_ids if not self.layer_dir(d).is_dir()]
+        if missing:
+            raise ImageError(f"{name or image_id}: layers {missing} are missing")
+        blob = self.blob_path(image_id)
+        if not blob.exists():
+            tmp = self._tmp()
+            tmp.write_bytes(config_bytes)
+            os.replace(tmp, blob)
+        tag = None
+        if name:
+            try:
+                tag = str(reg.parse_reference(name))
+            except reg.InvalidReference as exc:
+                raise ImageError(str(exc)) from None
+        size = len(config_bytes) + sum(int(d.get("size", 0)) for d, _ in layers)
+        self._record(image_id, config, diff_ids, size, manifest, tag, None)
+        return tag or image_id
 
     # --- removal and space ---
     def remove(self, ref: str, layers_in_use: Iterable[str] = ()) -> ImageRecord | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,24 @@ def test_registry_pod_images_and_pull_errors(agent: Any, wait_for: Any) -> None:
         assert out.returncode == 0 and out.stdout.strip() == f"Deleted: {ref}", out.stderr
         assert ref not in handle.ctl("images").stdout
         assert _running(handle, "img")
+        # images load: an OCI archive and a docker-archive, then a pod that never pulls
+        oci = base / "reg" / "busybox.tar"  # built by the registry helper (OCI layout)
+        docker = base / "docker.tar"
+        subprocess.run(["skopeo", "copy", f"oci-archive:{oci}",
+                        f"docker-archive:{docker}:localhost/podvisor/dockerarch:1"],
+                       check=True, capture_output=True, timeout=120)
+        out = handle.ctl("images", "load", str(oci))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "Loaded image: localhost/podvisor/busybox:1"
+        out = handle.ctl("images", "load", str(docker))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "Loaded image: localhost/podvisor/dockerarch:1"
+        tags = {t for i in json.loads(handle.ctl("images", "--json").stdout)
+                for t in i["repoTags"]}
+        assert {"localhost/podvisor/busybox:1", "localhost/podvisor/dockerarch:1"} <= tags
+        (manifests / "loaded.yaml").write_text(POD.format(
+            name="loaded", image="localhost/podvisor/dockerarch:1").replace(
+            "    args:", "    imagePullPolicy: Never\n    args:"))
+        wait_for(lambda: _running(handle, "loaded"), 60.0, message="the loaded image's pod")
+        out = handle.ctl("images", "load", str(manifests / "img.yaml"))
+        assert out.returncode == 1 and "images load" in out.stderr
