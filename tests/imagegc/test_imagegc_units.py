@@ -132,3 +132,27 @@ def test_log_rotation_gzips_all_but_newest_and_keeps_max_files(tmp_path: Any) ->
     with pytest.raises(CriError):
         rotate_log(Reopener(fail=True), "c1", log, 100, 3, "20240110-000000")
     assert log.read_bytes() == b"x" * 200
+
+
+def test_pull_progress_lines(tmp_path: Any, capsys: Any) -> None:
+    """`images pull` on a terminal: one line per layer, redrawn in place."""
+    import hashlib
+    import json
+
+    from podvisor.supervisor.ctl_images import _Progress, format_images
+
+    ref = "127.0.0.1:5000/a:1"
+    name = hashlib.sha256(ref.encode()).hexdigest()[:24] + ".json"
+    (tmp_path / name).write_text(json.dumps({"ref": ref, "layers": {
+        "sha256:" + "a" * 64: {"phase": "downloading", "done": 1500, "total": 3000000},
+        "sha256:" + "b" * 64: {"phase": "exists", "done": 10, "total": 10}}}))
+    bar = _Progress(tmp_path, ref)
+    bar.draw()
+    bar.draw()
+    out = capsys.readouterr().out
+    assert "aaaaaaaaaaaa: Downloading 1.5kB/3MB\n" in out
+    assert "bbbbbbbbbbbb: Already exists\n" in out
+    assert out.count("\x1b[F") == 2  # the second draw moved up over the two lines
+    table = format_images([{"id": "sha256:" + "c" * 64, "repoTags": ["r.local:5000/x:1"],
+                            "size": 1234567}])
+    assert table.splitlines()[1].split() == ["r.local:5000/x", "1", "c" * 13, "1.23MB"]
