@@ -222,13 +222,11 @@ class _Run:
         deps.image_backoff.forget_key(key)
         if deps.images is not None:
             deps.images.forget(c.image)
-        image = deps.cri.image_status(c.image)
-        size = f" Image size: {image.size} bytes." if image is not None else ""
         self.image_log("pulled", c, duration=round(done - started, 3),
                        waited=round(started - asked, 3),
                        message=f'Successfully pulled image "{c.image}" in '
                                f"{done - started:.3g}s ({done - asked:.3g}s including "
-                               f"waiting).{size}")
+                               "waiting).")  # no size: that would be one more ImageStatus
         return True
 
     def image_log(self, what: str, c: Container, **fields: Any) -> None:
