@@ -273,3 +273,26 @@ def test_bearer_token_challenge(registries: tuple[Registry, Registry],
                    for p in front.token_requests)
     finally:
         front.close()
+
+
+def test_mirror_first_and_settings(registries: tuple[Registry, Registry],
+                                   tmp_path: Path) -> None:
+    """imageRegistries: a host's mirror is tried first (here the only one that answers);
+    loopback hosts are plain HTTP by default, others HTTPS unless plainHTTP."""
+    from podvisor.services.runtime import registry as reg
+    from podvisor.services.runtime.imagestore import ImageStore
+
+    anon, _ = registries
+    settings = reg.RegistrySettings.from_config(
+        {"registry.invalid:5000": {"mirrors": [anon.host]}, "10.1.2.3:5000": {"plainHTTP": True}})
+    assert [e[0] for e in settings.endpoints("registry.invalid:5000")] == [
+        f"http://{anon.host}", "https://registry.invalid:5000"]
+    assert settings.endpoints("10.1.2.3:5000")[0][0] == "http://10.1.2.3:5000"
+    assert settings.endpoints("docker.io")[0][0] == "https://registry-1.docker.io"
+    store = ImageStore(tmp_path / "store", settings)
+    rec = store.pull("registry.invalid:5000/podvisor/busybox:1")
+    assert rec.repo_tags == ["registry.invalid:5000/podvisor/busybox:1"]
+    with pytest.raises(ValueError, match="unknown key"):
+        reg.RegistrySettings.from_config({"h": {"insecure": True}})
+    assert reg.parse_reference("busybox") == reg.Reference("docker.io", "library/busybox",
+                                                           "latest")
