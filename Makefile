@@ -20,14 +20,16 @@ run: venv
 	$(VENV)/bin/podvisor run --config $(CONFIG)
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of
-# symlinks that spells the installed layout (podvisor/{supervisor,ipc,services}).
+# symlinks that spells the installed layout (podvisor/{supervisor,ipc,common,services}).
 typecheck: venv
 	rm -rf .typecheck && mkdir -p .typecheck/podvisor
-	for d in supervisor ipc services; do ln -s ../../$$d .typecheck/podvisor/$$d; done
+	for d in supervisor ipc common services; do ln -s ../../$$d .typecheck/podvisor/$$d; done
 	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p podvisor
 
+# lint-imports: the layering contracts in pyproject.toml ([tool.importlinter]).
 lint: venv typecheck
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 # The outside tools the tests drive (.ci/test-packages.txt), from Debian when root with apt.
 test-deps:

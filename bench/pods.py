@@ -28,6 +28,11 @@ test; prints figures and ratios).
    only.
 3. Idle CPU and RSS over a window with K pods (`sleep`) beside supervisord with K programs, both
    measured in the same window (classification in bench/pods_agent.py).
+4. Scale (`--scale 110,250,1000`): for each count, a fresh agent; all its manifests dropped at
+   once -> all running in /pods; then, with them all running: idle CPU and resident memory of
+   the agent's processes, GET /pods (time and size), one PLEG relist (the PLEG's own relister
+   over the agent's CRI socket: ListPodSandbox + ListContainers + the diff), and the sync loop's
+   lag: one more manifest -> running on the status bus, with the others all running.
 
 The manifests run `sleep` from the embedded runtime's image `host` with
 `imagePullPolicy: IfNotPresent`, as production manifests with pinned images do (`host` has no
@@ -36,6 +41,11 @@ with `--pull-policy Always`).
 
     .venv/bin/python bench/pods.py [--quick] [-n 20] [--many 200] [--idle-pods 110]
         [--idle-seconds 60] [--stages 1,2,3] [--pull-policy IfNotPresent|Always]
+        [--scale 110,250,1000] [--limits]
+
+`--limits` gives every container CPU and memory limits (a cgroup per container, created by the
+runtime, joined by the monitor before the exec) on top of the security context every container
+gets (the monitor's private mount namespace for the masked paths): what they cost at scale.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import math
 import os
 import queue
@@ -68,6 +79,8 @@ from supervisord_peer import Supervisord, free_port, spawn_floor, supervisord_ma
 
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.messages import MapUpdate, PodLifecycleEvent
+from podvisor.services.cri import new_runtime_client
+from podvisor.services.pleg.relist import new_relister
 from podvisor.services.syncloop import labels as L
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -103,6 +116,7 @@ class BusWatch:
         self.sub = sub
         self.pleg: dict[str, float] = {}
         self.status: dict[str, float] = {}
+        self.missed = False  # the bus missed updates: /pods said all were running
 
     def reset(self) -> None:
         while self.sub.recv(timeout=0.0) is not None:
@@ -125,12 +139,22 @@ class BusWatch:
                     self.status.setdefault(msg.key, env.ts)
             env = self.sub.recv(timeout=0.0)
 
-    def wait_running(self, count: int, timeout: float) -> None:
+    def wait_running(self, count: int, timeout: float,
+                     fallback: Callable[[], int] | None = None) -> None:
+        """Until ``count`` pods are running on the bus. ``fallback`` (pods running in /pods) is
+        asked every 2 s: a subscriber past its high-water mark misses updates (1,000 pods at
+        once), and then only /pods can tell; ``self.missed`` says so."""
         deadline = time.monotonic() + timeout
+        ask_at = time.monotonic() + 2.0
         while len(self.status) < count:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(self.status)} of {count} pods running on the bus")
             self.pump(0.5)
+            if fallback is not None and time.monotonic() >= ask_at:
+                ask_at = time.monotonic() + 2.0
+                if len(self.status) < count and fallback() >= count:
+                    self.missed = True
+                    return
 
 
 @dataclass
@@ -496,6 +520,91 @@ def stage_idle(args: argparse.Namespace) -> None:
         report_leftovers("idle agent", agent.stop())
 
 
+# --- 4. scale -----------------------------------------------------------------------------------
+
+def _median_ms(fn: Callable[[], object], repeats: int) -> tuple[float, float, float]:
+    """(median, min, max) milliseconds of ``fn`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        fn()
+        times.append((time.monotonic() - t0) * 1000)
+    return statistics.median(times), min(times), max(times)
+
+
+def scale_one(count: int, args: argparse.Namespace) -> dict[str, float]:
+    """The figures at ``count`` pods (see the module docstring, stage 4)."""
+    agent = Agent(free_port())
+    agent.pull_policy = args.pull_policy
+    agent.limits = args.limits
+    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    out: dict[str, float] = {}
+    try:
+        agent.wait_ready()
+        sub = Subscriber(zctx, agent.paths, ["clone.pleg.update", "clone.statuses.update"])
+        bus = BusWatch(sub)
+        staged = [agent.stage(f"s{i}") for i in range(count)]
+        bus.reset()
+        t0 = time.monotonic()
+        for path in staged:
+            agent.drop(path)
+        bus.wait_running(count, 900.0, lambda: len(agent.running_names()))
+        poll(lambda: len(agent.running_names()) >= count, 120.0, 0.05, f"{count} in /pods")
+        out["at_once_s"] = time.monotonic() - t0
+        out["bus_missed"] = float(bus.missed)
+        if agent.http is not None:
+            agent.http.close()
+            agent.http = None
+        time.sleep(args.settle)
+        [usage] = measure_idle([("agent", agent.agent_processes)], args.idle_seconds)
+        out["idle_cpu_pct"], out["idle_resident_mb"] = usage.cpu_percent, usage.resident_mb
+        out["idle_rss_sum_mb"], out["agent_procs"] = usage.rss_mb, usage.processes
+        body = len(json.dumps(agent.pods()))
+        out["pods_ms"], out["pods_ms_min"], out["pods_ms_max"] = _median_ms(agent.pods, 5)
+        out["pods_kb"] = body / 1024
+        client = new_runtime_client(f"unix://{agent.paths.cri_socket}", timeout=30.0)
+        try:
+            relister = new_relister(client)
+            relister.relist()  # the first one sees everything new
+            out["relist_ms"], out["relist_ms_min"], out["relist_ms_max"] = _median_ms(
+                relister.relist, 5)
+        finally:
+            client.close()
+        lags = []
+        for i in range(3):
+            path = agent.stage(f"lag{i}")
+            bus.reset()
+            t1 = time.monotonic()
+            agent.drop(path)
+            bus.wait_running(1, 120.0)
+            lags.append(time.monotonic() - t1)
+        out["lag_ms"] = statistics.median(lags) * 1000
+        out["lag_ms_min"], out["lag_ms_max"] = min(lags) * 1000, max(lags) * 1000
+        sub.close()
+    finally:
+        zctx.destroy(linger=0)
+        report_leftovers(f"agent with {count} pods", agent.stop())
+    return out
+
+
+def stage_scale(args: argparse.Namespace) -> None:
+    counts = [int(c) for c in args.scale.split(",") if c]
+    print(f"\n4. scale: {counts} pods{' with limits (a cgroup each)' if args.limits else ''}; "
+          f"idle window {args.idle_seconds:.0f} s after {args.settle:.0f} s settling")
+    for count in counts:
+        f = scale_one(count, args)
+        print(f"  {count:5d} pods: all at once -> running {f['at_once_s']:7.1f} s   idle CPU "
+              f"{f['idle_cpu_pct']:5.2f} % of a core   resident (all agent processes) "
+              f"{f['idle_resident_mb']:6.1f} MB ({f['agent_procs']:.0f} procs)"
+              + ("   (the bench's bus subscriber missed updates: all running said by /pods, "
+                 "asked every 2 s)" if f["bus_missed"] else ""))
+        print(f"        GET /pods {f['pods_ms']:7.1f} ms ({f['pods_ms_min']:.1f}-"
+              f"{f['pods_ms_max']:.1f}, {f['pods_kb']:.0f} KiB)   PLEG relist "
+              f"{f['relist_ms']:7.1f} ms ({f['relist_ms_min']:.1f}-{f['relist_ms_max']:.1f})   "
+              f"sync loop lag (1 more pod -> running on the bus) {f['lag_ms']:6.0f} ms "
+              f"({f['lag_ms_min']:.0f}-{f['lag_ms_max']:.0f})")
+
+
 # --- main ----------------------------------------------------------------------------------------
 
 def report_leftovers(what: str, leftovers: list[str]) -> None:
@@ -517,12 +626,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--stages", default="1,2,3")
     ap.add_argument("--pull-policy", default="IfNotPresent", choices=["IfNotPresent", "Always"],
                     help="the manifests' imagePullPolicy (Always: a PullImage call per start)")
+    ap.add_argument("--scale", default="110,250,1000",
+                    help="pod counts of stage 4 (comma-separated)")
+    ap.add_argument("--limits", action="store_true",
+                    help="CPU and memory limits in every manifest (a cgroup per container)")
     ap.add_argument("--poll-ms", type=float, default=1.0,
                     help="XML-RPC poll interval of the kill -9 stage without the process connector")
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.many, args.idle_pods = min(args.n, 5), min(args.many, 40), 30
         args.idle_seconds, args.settle = min(args.idle_seconds, 10.0), 3.0
+        args.scale = "30,60"
     return args
 
 
@@ -540,6 +654,8 @@ def run(args: argparse.Namespace, stages: set[str]) -> None:
             report_leftovers("agent", agent.stop())
     if "3" in stages:
         stage_idle(args)
+    if "4" in stages:
+        stage_scale(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -548,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"pods benchmark: {os.cpu_count()} CPUs, load average at start "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (shared machine); manifests: image host, "
-          f"imagePullPolicy {args.pull_policy}")
+          f"imagePullPolicy {args.pull_policy}{', limits (cgroups)' if args.limits else ''}")
     try:
         run(args, set(args.stages.split(",")))
     finally:

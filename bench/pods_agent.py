@@ -53,6 +53,10 @@ spec:
     image: host
     imagePullPolicy: {pull}
     command: ["sleep", "{seconds}"]
+{resources}"""
+# `--limits`: every container gets a cgroup (limits at create) besides its security context
+RESOURCES = """    resources:
+      limits: {cpu: 100m, memory: 64Mi}
 """
 
 
@@ -73,7 +77,7 @@ def pod_name(name: str) -> str:
 
 
 class Agent:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, extra: dict[str, Any] | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="pvbp", dir="/tmp"))
         self.manifests = self.tmp / "manifests"
         self.staging = self.tmp / "staging"  # same filesystem: a rename drops a file at once
@@ -83,7 +87,8 @@ class Agent:
         self.port = port
         config = {"rootDir": str(self.paths.root), "nodeName": NODE,
                   "staticPodPath": str(self.manifests), "readOnlyPort": port,
-                  "stopPodsOnExit": True, "supervision": {"shutdownTimeout": "60s"}}
+                  "stopPodsOnExit": True, "supervision": {"shutdownTimeout": "60s"},
+                  "port": 0, **(extra or {})}
         (self.tmp / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         self.log = (self.tmp / "agent.stderr").open("wb")
         self.proc = subprocess.Popen(
@@ -94,6 +99,7 @@ class Agent:
         self.cri: RuntimeClient | None = None
         self.seq = 0
         self.pull_policy = "IfNotPresent"
+        self.limits = False  # RESOURCES in every manifest (a cgroup per container)
 
     # --- start / stop ------------------------------------------------------------------------
 
@@ -145,7 +151,9 @@ class Agent:
         self.seq += 1
         path = self.staging / f"{name}.yaml"
         path.write_text(MANIFEST.format(name=name, seconds=3600 + self.seq,
-                                        pull=self.pull_policy), encoding="utf-8")
+                                        pull=self.pull_policy,
+                                        resources=RESOURCES if self.limits else ""),
+                        encoding="utf-8")
         return path
 
     def drop(self, staged: Path) -> None:
@@ -221,16 +229,26 @@ class Agent:
     def agent_processes(self) -> list[psutil.Process]:
         """The agent's own processes (see the module docstring for the classification)."""
         root = psutil.Process(self.proc.pid)
-        pods = self.runtime_pids()
+        # one table of parents for all (psutil's children() reads every process each call:
+        # quadratic with 1,000 pods' 2,000 monitors and containers)
+        kids: dict[int, list[int]] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            kids.setdefault(proc.info["ppid"] or 0, []).append(proc.pid)
         excluded: set[int] = set()
-        for pid in pods:
-            try:
-                proc = psutil.Process(pid)
+        todo = list(self.runtime_pids())
+        while todo:
+            pid = todo.pop()
+            if pid not in excluded:
                 excluded.add(pid)
-                excluded.update(c.pid for c in proc.children(recursive=True))
-            except psutil.Error:
-                pass
-        return [root] + [p for p in root.children(recursive=True) if p.pid not in excluded]
+                todo.extend(kids.get(pid, []))
+        out, todo = [root], list(kids.get(root.pid, []))
+        while todo:
+            pid = todo.pop()
+            todo.extend(kids.get(pid, []))
+            if pid not in excluded:
+                with contextlib.suppress(psutil.Error):
+                    out.append(psutil.Process(pid))
+        return out
 
     def pod_processes(self) -> list[psutil.Process]:
         out = []

@@ -12,12 +12,12 @@ travels through ``podvisor.ipc.clone``, whose sequence numbers and snapshots rec
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Sequence
 
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.codec import DEFAULT_MAX_BYTES, Codec, DecodeError, Envelope
 from podvisor.ipc.messages import Message
 from podvisor.ipc.paths import RunPaths
@@ -30,9 +30,10 @@ class Publisher:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, source: str,
-        codec: Codec | None = None,
+        codec: Codec | None = None, *, clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.source = source
+        self._clock = clock
         self.codec = codec or Codec()
         self.seq = 0
         self.dropped = 0
@@ -44,7 +45,8 @@ class Publisher:
     def publish(self, msg: Message, topic: str | None = None) -> bool:
         """Send ``msg``; False means it was dropped (and counted), never that we waited."""
         self.seq += 1
-        [frame] = self.codec.encode(msg, self.source, self.seq, time.monotonic(), topic)
+        [frame] = self.codec.encode(msg, self.source, self.seq, self._clock.monotonic(),
+                                     topic)
         try:
             self.socket.send(frame, zmq.NOBLOCK)
         except zmq.Again:
@@ -61,8 +63,9 @@ class Subscriber:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, topics: Sequence[str],
-        codec: Codec | None = None,
+        codec: Codec | None = None, *, clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self.codec = codec or Codec()
         self.drops: Counter[str] = Counter()
         self.received = 0
@@ -76,14 +79,14 @@ class Subscriber:
     def recv(self, timeout: float | None = 0.0) -> Envelope | None:
         """The next valid envelope, or None when none arrives within ``timeout`` seconds
         (0 = only what is already queued; None = wait forever)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
         while True:
             try:
                 frame = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 wait_ms = None
                 if deadline is not None:
-                    wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                    wait_ms = max(0, int((deadline - self._clock.monotonic()) * 1000))
                 if not self.socket.poll(wait_ms):
                     return None
                 continue

@@ -19,7 +19,7 @@ Thread-safety: owner and replica each belong to one thread, like their sockets.
 from __future__ import annotations
 
 import os
-import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -27,12 +27,14 @@ import msgpack
 import zmq
 
 from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.clock import Clock
 from podvisor.ipc.codec import Envelope
+from podvisor.ipc.maps import MapValueError
 from podvisor.ipc.messages import MapHeartbeat, MapUpdate
 from podvisor.ipc.paths import RunPaths
 
-Clock = Callable[[], float]
 OnChange = Callable[[str, Any, Any], None]
+Codec = Callable[[Any], Any]  # a map value to its wire form, or back (ipc/maps.py)
 SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024
 REPLICA_BUFFER = 100_000
 
@@ -49,10 +51,11 @@ class MapOwner:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, publisher: Publisher,
-        map_name: str, heartbeat_interval: float = 1.0, clock: Clock = time.monotonic,
-        idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX,
+        map_name: str, heartbeat_interval: float = 1.0, *, clock: Clock,
+        idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX, encode: Codec | None = None,
     ) -> None:
         self.map_name = map_name
+        self._encode = encode  # typed values (ipc/maps.py) are sent in their wire form
         self.epoch = os.urandom(8).hex()
         self.seq = 0
         self._items: dict[str, Any] = {}
@@ -61,7 +64,7 @@ class MapOwner:
         self._hb_interval = heartbeat_interval
         self._hb_max = max(heartbeat_interval, idle_heartbeat_max)
         self._hb_delay = heartbeat_interval
-        self._last_sent = clock()
+        self._last_sent = clock.monotonic()
         self.socket = zctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.bind(paths.snapshot(map_name))
@@ -89,10 +92,11 @@ class MapOwner:
 
     def _send(self, key: str, value: Any, deleted: bool) -> None:
         self.seq += 1
-        msg = MapUpdate(map=self.map_name, epoch=self.epoch, seq=self.seq, key=key, value=value,
+        wire = value if self._encode is None or deleted else self._encode(value)
+        msg = MapUpdate(map=self.map_name, epoch=self.epoch, seq=self.seq, key=key, value=wire,
                         deleted=deleted)
         self._pub.publish(msg, topic=_topic(self.map_name) + "update")
-        self._last_sent = self._clock()
+        self._last_sent = self._clock.monotonic()
         self._hb_delay = self._hb_interval
 
     def next_tick(self) -> float:
@@ -116,8 +120,10 @@ class MapOwner:
                 return served
             if len(frames) < 2:
                 continue  # malformed request: nothing to answer
+            items = self._items if self._encode is None else {
+                k: self._encode(v) for k, v in self._items.items()}
             snapshot = {"map": self.map_name, "epoch": self.epoch, "seq": self.seq,
-                        "items": self._items}
+                        "items": items}
             self.socket.send_multipart([frames[0], msgpack.packb(snapshot, use_bin_type=True)])
             served += 1
 
@@ -133,10 +139,12 @@ class MapReplica:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, map_name: str,
-        on_change: OnChange | None = None, snapshot_timeout: float = 2.0,
-        clock: Clock = time.monotonic,
+        on_change: OnChange | None = None, snapshot_timeout: float = 2.0, *,
+        clock: Clock, decode: Codec | None = None,
     ) -> None:
         self.map_name = map_name
+        self._decode = decode  # wire form -> typed value; MapValueError: dropped and counted
+        self.value_drops: Counter[str] = Counter()
         self.epoch: str | None = None
         self.seq = 0
         self.synced = False
@@ -150,7 +158,7 @@ class MapReplica:
         self._on_change = on_change
         self._timeout = snapshot_timeout
         self._clock = clock
-        self._sub = Subscriber(zctx, paths, [_topic(map_name)])
+        self._sub = Subscriber(zctx, paths, [_topic(map_name)], clock=clock)
         self.socket = self._sub.socket
         self._dealer = self._new_dealer()
 
@@ -207,29 +215,48 @@ class MapReplica:
             return  # already in the snapshot
         self._apply(msg)
 
+    def _value(self, raw: Any) -> tuple[bool, Any]:
+        """(ok, typed value); a value no declared type reads is counted and dropped."""
+        if self._decode is None:
+            return True, raw
+        try:
+            return True, self._decode(raw)
+        except MapValueError as err:
+            self.value_drops[err.reason] += 1
+            return False, None
+
     def _apply(self, msg: MapUpdate) -> None:
         old = self._items.get(msg.key)
+        self.seq = msg.seq
+        value = None
         if msg.deleted:
             self._items.pop(msg.key, None)
         else:
-            self._items[msg.key] = msg.value
-        self.seq = msg.seq
-        if self._on_change is not None and old != (None if msg.deleted else msg.value):
-            self._on_change(msg.key, old, None if msg.deleted else msg.value)
+            ok, value = self._value(msg.value)
+            if not ok:
+                return  # dropped: the key keeps what it had
+            self._items[msg.key] = value
+        if self._on_change is not None and old != value:
+            self._on_change(msg.key, old, value)
 
     def sync(self, timeout: float | None = None) -> bool:
         """Ask for a snapshot and wait for it. False (and still stale) if the owner is silent."""
-        deadline = self._clock() + (self._timeout if timeout is None else timeout)
+        deadline = self._clock.monotonic() + (self._timeout if timeout is None else timeout)
         self._asked_at = None
         while True:
             if self._asked_at is None:
                 self._ask()
-            wait_ms = int((deadline - self._clock()) * 1000)
+            wait_ms = int((deadline - self._clock.monotonic()) * 1000)
             if wait_ms <= 0:
                 return False
+            # a poll that times out ends the wait (whatever the injected clock says: a fake
+            # one that stands still must not make a blocking call wait forever)
             if self._asked_at is None:  # the send queue was full: wait until it can go out
-                self._dealer.poll(wait_ms, zmq.POLLOUT)
-            elif self._dealer.poll(wait_ms) and self._take_reply():
+                if not self._dealer.poll(wait_ms, zmq.POLLOUT):
+                    return False
+            elif not self._dealer.poll(wait_ms):
+                return False
+            elif self._take_reply():
                 return True
 
     def _new_dealer(self) -> zmq.Socket[bytes]:
@@ -245,7 +272,7 @@ class MapReplica:
     def _ask(self) -> None:
         """Send a snapshot request unless one is outstanding and not yet timed out. The DEALER
         stays the same socket for the replica's life (callers register it in their pollers)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._asked_at is not None and now - self._asked_at < self._timeout:
             return
         try:
@@ -279,7 +306,12 @@ class MapReplica:
             installed = True
 
     def _install(self, snap: dict[str, Any]) -> None:
-        old, self._items = self._items, dict(snap["items"])
+        items = {}
+        for key, raw in snap["items"].items():
+            ok, value = self._value(raw)
+            if ok:
+                items[key] = value
+        old, self._items = self._items, items
         self.epoch, self.seq = snap["epoch"], snap["seq"]
         pending, self._buffer = self._buffer, []
         self._need_sync = False

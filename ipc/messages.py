@@ -87,24 +87,6 @@ class PodLifecycleEvent(Message):
 # --- pod sources ---
 
 
-@dataclass(frozen=True)
-class PodSet(Message):
-    """The FULL set of pods one source wants, sent on every change and every relist (the
-    sources are stateless: a restarted source just sends its set again).
-
-    ``source``: "file" | "http". ``pods``: ``Pod.to_dict()`` of each valid, defaulted pod, in
-    file-name order (rebuild with ``podvisor.services.pod.pod_from_dict``). ``errors``: one
-    ``{"file" or "url": where, "field": path, "reason": text}`` per rejected input.
-    ``ts``: time.monotonic when the set was read."""
-
-    TYPE: ClassVar[str] = "sources.pods.set"
-    TOPIC: ClassVar[str] = "sources.pods.set"
-    source: str
-    pods: list[dict[str, Any]]
-    errors: list[dict[str, Any]]
-    ts: float
-
-
 # --- syncloop ---
 
 
@@ -127,6 +109,18 @@ class AllPodsStopped(Message):
     TYPE: ClassVar[str] = "syncloop.pods.stopped"
     TOPIC: ClassVar[str] = "syncloop.pods.stopped"
     pods: int
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
+class RelistHint(Message):
+    """The sync loop has just changed containers in the runtime (created, started, stopped,
+    removed): PLEG may relist now rather than at its next period. Published at most once per
+    turn of the sync loop's main loop, and only while the runtime has no event stream; PLEG
+    coalesces and bounds the relists it triggers (services/pleg/main.py)."""
+
+    TYPE: ClassVar[str] = "syncloop.relist.hint"
+    TOPIC: ClassVar[str] = "syncloop.relist.hint"
     ts: float = 0.0
 
 

@@ -66,6 +66,11 @@ class RunPaths:
     def config_json(self) -> Path:
         return self.run_dir / "config.json"
 
+    @property
+    def runonce_results(self) -> Path:
+        """RunOnce's results, written by the ``runonce`` process, read by the supervisor."""
+        return self.run_dir / "runonce.json"
+
     def snapshot(self, map_name: str) -> str:
         """The ROUTER endpoint where the owner of ``map_name`` serves snapshots."""
         if not map_name or "/" in map_name:

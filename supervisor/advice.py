@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from podvisor.supervisor.config import Config
+from podvisor.common.config import Config
 
 __all__ = ["ctl_program", "start_advice", "stop_pods_command"]
 

@@ -12,7 +12,6 @@ import fcntl
 import os
 import random
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,16 +19,24 @@ from typing import IO, Any
 
 import zmq
 
+from podvisor.common.config import Config, keys_not_yet_used, load_config, write_config_json
+from podvisor.common.logs import setup_logging
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.events.store import EventStore
+from podvisor.ipc.rlimits import raise_nofile_limit
 from podvisor.supervisor.commands import Command, default_commands
-from podvisor.supervisor.config import Config, keys_not_yet_used, load_config, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import CoreDeps, Supervisor
-from podvisor.supervisor.logs import setup_logging
+from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.loop import Agent, AgentParts
-from podvisor.supervisor.registry import BUILTINS, Builtin, ProcessSpec, resolve_specs
+from podvisor.supervisor.registry import (
+    BUILTINS,
+    Builtin,
+    ProcessSpec,
+    report_builtins,
+    resolve_specs,
+)
 from podvisor.supervisor.spawner import Spawner, new_forkserver_spawner, new_spawner
 from podvisor.supervisor.states import StateChange
 
@@ -38,8 +45,7 @@ __all__ = ["AgentLockedError", "Dependencies", "lock_root", "run_agent"]
 
 @dataclass
 class Dependencies:
-    clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
+    clock: Clock = SYSTEM_CLOCK  # the one clock of the agent's object graph
     rand: Callable[[], float] = random.random
     spawner: Spawner | None = None  # None: as `supervision.spawnMethod` says
     commands: Mapping[str, Command] = field(default_factory=default_commands)
@@ -78,13 +84,17 @@ def run_agent(
     """Run the agent in the foreground until SIGTERM/SIGINT/`shutdown`; returns the exit code.
     `config` is the already validated `load_config(config_path, overrides)`."""
     deps = deps or Dependencies()
+    nofile = raise_nofile_limit()  # every child inherits it (the runtime holds one per container)
     paths = RunPaths(Path(config.root_dir))
     paths.ensure()
     lock = lock_root(paths)
+    _metrics_dir(paths)
     sup_cfg = config.supervision
     log = setup_logging("supervisor", paths.logs_dir, sup_cfg.log_level, sup_cfg.log_max_size,
                         sup_cfg.log_max_files)
     write_config_json(config, paths.config_json)
+    if nofile[0] != nofile[1]:
+        log.info("supervisor.nofile_raised", soft_was=nofile[0], soft=nofile[1])
     for key, why in keys_not_yet_used(config):
         log.warning("config.key_not_used", key=key, reason=why)
 
@@ -94,10 +104,10 @@ def run_agent(
     zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     proxy = BusProxy(zctx, paths)
     proxy.start()
-    publisher = Publisher(zctx, paths, "supervisor")
-    subscriber = Subscriber(zctx, paths, ["syncloop.pods.stopped"])
-    events_sub = Subscriber(zctx, paths, ["events."])
-    events = EventStore(paths.state_dir / "events.jsonl", clock=deps.clock)
+    publisher = Publisher(zctx, paths, "supervisor", clock=deps.clock)
+    subscriber = Subscriber(zctx, paths, ["syncloop.pods.stopped"], clock=deps.clock)
+    events_sub = Subscriber(zctx, paths, ["events."], clock=deps.clock)
+    events = EventStore(paths.state_dir / "events.jsonl", clock=deps.clock.monotonic)
     events.load()
     agent_box: list[Agent] = []
 
@@ -105,16 +115,18 @@ def run_agent(
         agent_box[0].publish_change(change)
 
     specs = resolve(config)
+    report_builtins(config, log, deps.builtins)
     env = {"PODVISOR_ROOT_DIR": str(paths.root), "PODVISOR_SUPERVISOR_PID": str(os.getpid())}
     spawner = deps.spawner or _default_spawner(config, specs)
-    core = CoreDeps(deps.clock, deps.wall, spawner, notify, log, deps.rand, env)
+    core = CoreDeps(deps.clock.monotonic, deps.clock.wall, spawner, notify, log, deps.rand, env)
     sup = Supervisor(specs, core)
     parts = AgentParts(
         config=config, sup=sup, zctx=zctx, publisher=publisher, subscriber=subscriber, log=log,
         logs_dir=paths.logs_dir, config_json=paths.config_json,
         heartbeat_endpoint=paths.heartbeat,
         reload_config=lambda: load_config(config_path, overrides),
-        resolve=resolve, clock=deps.clock, wall=deps.wall, events=events, events_sub=events_sub,
+        resolve=resolve, clock=deps.clock.monotonic, wall=deps.clock.wall, events=events,
+        events_sub=events_sub,
         beats_dir=paths.run_dir,
     )
     agent = Agent(parts)
@@ -135,6 +147,22 @@ def run_agent(
             _unlink_ipc(endpoint)
         lock.close()
         sys.stderr.flush()
+
+
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _metrics_dir(paths: RunPaths) -> None:
+    """prometheus-client's multiprocess mode for the children: each writes its metrics to
+    mmap files in ``<rootDir>/run/metrics`` (the server's ``/metrics`` sums them). Emptied at
+    start (under the root lock: the previous agent's are stale), and set in the environment
+    before the forkserver (which imports prometheus_client) or any child starts."""
+    import shutil
+
+    directory = paths.run_dir / "metrics"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ[METRICS_ENV] = str(directory)
 
 
 def _default_spawner(config: Config, specs: tuple[ProcessSpec, ...]) -> Spawner:

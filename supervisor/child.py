@@ -1,4 +1,7 @@
-"""The harness every supervised process runs in: `python -m podvisor.supervisor.child NAME`.
+"""The entry point of every supervised process: `python -m podvisor.supervisor.child NAME`.
+
+What a service gets (`ChildContext`, `StopEvent`, the service loop) is in `podvisor.common`;
+this module is the supervisor's side of the harness: it builds the context and runs the service.
 
 Start-up order: set PR_SET_PDEATHSIG (SIGTERM) and check the parent is still the supervisor;
 read `run/config.json`; set up JSON logging to stderr and `logs/<NAME>.log`; install the SIGTERM
@@ -44,19 +47,19 @@ if __name__ == "__main__":
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import threading  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import Any  # noqa: E402
 
 import zmq  # noqa: E402
 
+from podvisor.common.child import ChildContext, StopEvent  # noqa: E402
+from podvisor.common.config import read_config_json  # noqa: E402
+from podvisor.common.logs import setup_logging  # noqa: E402
+from podvisor.ipc.clock import SYSTEM_CLOCK  # noqa: E402
 from podvisor.ipc.paths import RunPaths  # noqa: E402
-from podvisor.supervisor.config import Config, read_config_json  # noqa: E402
 from podvisor.supervisor.heartbeat import HeartbeatSender, beat_file  # noqa: E402
-from podvisor.supervisor.logs import EventLogger, setup_logging  # noqa: E402
 
 __all__ = ["ChildContext", "StopEvent", "forked_main", "main", "set_parent_death_signal"]
 
@@ -64,69 +67,6 @@ PR_SET_NAME = 15
 # Beats go out at most this fraction of `heartbeatInterval` apart: a loop that wakes once per
 # interval beats every time, a busy one about once per interval (not on every turn).
 BEAT_RATE = 0.9
-
-
-class StopEvent(threading.Event):
-    """A ``threading.Event`` that a poller can wait on: once set, ``fileno()`` is readable (and
-    stays so). Loops register it beside their sockets and block until their next real deadline,
-    yet see a stop at once (a signal handler setting it writes the pipe, so a zmq poll that
-    resumes after the EINTR returns immediately)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-
-    def fileno(self) -> int:
-        return self._r
-
-    def set(self) -> None:
-        super().set()
-        with contextlib.suppress(OSError):  # full: readable already
-            os.write(self._w, b"x")
-
-
-@dataclass
-class ChildContext:
-    """What a service's `run(ctx)` gets. Use from the main thread (`heartbeat` is not
-    thread-safe; `stop` is)."""
-
-    name: str
-    config: Config
-    paths: RunPaths
-    log: EventLogger
-    zctx: zmq.Context[zmq.Socket[bytes]]
-    stop: threading.Event = field(default_factory=StopEvent)
-    beat: Callable[[], object] | None = None
-
-    @property
-    def stop_fd(self) -> int | None:
-        """A file descriptor readable once ``stop`` is set (None for a plain Event): register it
-        in a poller so a long wait ends at once on stop."""
-        fileno = getattr(self.stop, "fileno", None)
-        return fileno() if callable(fileno) else None
-
-    @property
-    def heartbeat_interval(self) -> float:
-        """The longest a main loop may block between two ``heartbeat()`` calls."""
-        return float(self.config.supervision.heartbeat_interval)
-
-    def heartbeat(self) -> None:
-        """Tell the supervisor this process is alive. Cheap and rate-limited: call it from the
-        main loop at least every `supervision.heartbeatInterval` (default 1 s)."""
-        if self.beat is not None:
-            self.beat()
-
-    def sleep(self, seconds: float) -> bool:
-        """Wait up to `seconds`, heartbeating meanwhile; True as soon as `stop` is set."""
-        deadline = time.monotonic() + seconds
-        step = max(0.01, self.heartbeat_interval)
-        while True:
-            self.heartbeat()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return self.stop.is_set()
-            if self.stop.wait(min(step, left)):
-                return True
 
 
 def _install_signals(stop: threading.Event, stop_timeout: float) -> None:
@@ -187,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging(name, paths.logs_dir, sup.log_level, sup.log_max_size, sup.log_max_files)
     zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sender = HeartbeatSender(zctx, paths.heartbeat, name, os.getpid(),
-                             BEAT_RATE * sup.heartbeat_interval,
+                             BEAT_RATE * sup.heartbeat_interval, SYSTEM_CLOCK.monotonic,
                              beat_path=beat_file(paths.run_dir, name))
     ctx = ChildContext(name, config, paths, log, zctx, stop, sender.beat)
     try:

@@ -3,6 +3,7 @@
     podvisor run --config FILE [--node-name N] [--root-dir DIR] ...   run in the foreground
     podvisor run --config FILE --runonce                              RunOnce: run the pods, report
     podvisor config --config FILE [flags]                             print the effective config
+    podvisor chaos --pods P --duration S [--seed N] [--json]          fault injection, invariants
 
 Exit codes: 0 after a clean shutdown, 2 for a bad config (the message names the key), 1 when
 another agent already runs on the same rootDir. RunOnce: 0 when every pod started, 1 otherwise
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, load_config
+from podvisor.common.config import Config, ConfigError, config_to_mapping, load_config
 from podvisor.supervisor.flags import add_config_flags, overrides_from_args
 from podvisor.supervisor.registry import resolve_specs
 
@@ -32,6 +33,15 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--config", type=Path, default=None, metavar="FILE",
                        help="YAML config file (KubeletConfiguration key names)")
         add_config_flags(p)
+    chaos = sub.add_parser("chaos", help="fault injection against a private agent",
+                           description="fault injection against a private agent: exits 1 when "
+                                       "an invariant is broken (see podvisor.supervisor.chaos)")
+    chaos.add_argument("--pods", type=int, default=20, help="pods to run (default 20)")
+    chaos.add_argument("--duration", type=float, default=60.0,
+                       help="seconds of faults (default 60)")
+    chaos.add_argument("--seed", type=int, default=None, help="random seed (printed)")
+    chaos.add_argument("--json", action="store_true", help="print the report as JSON")
+    chaos.add_argument("--keep", action="store_true", help="keep the temp dir (agent log)")
     return parser
 
 
@@ -44,6 +54,10 @@ def _load(args: argparse.Namespace) -> tuple[Config, dict[str, object]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "chaos":
+        from podvisor.supervisor.chaos import main_chaos  # (psutil, zmq: not for `run`)
+
+        return main_chaos(args)
     try:
         config, overrides = _load(args)
     except ConfigError as exc:

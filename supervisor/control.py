@@ -16,9 +16,9 @@ from typing import Any
 import msgpack
 import zmq
 
+from podvisor.common.logs import EventLog
 from podvisor.supervisor.commands import Command, CommandContext, Pending
 from podvisor.supervisor.faults import ControlFault, Fault
-from podvisor.supervisor.logs import EventLog
 
 __all__ = ["MAX_REQUEST_BYTES", "ControlServer", "decode_request", "encode_reply"]
 

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from podvisor.common.logs import EventLog
 from podvisor.supervisor.heartbeat import Beat
-from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.policy import Action, History, on_crash, on_normal_exit
 from podvisor.supervisor.process import ExitInfo, Intent, SupervisedProcess
 from podvisor.supervisor.registry import ProcessSpec

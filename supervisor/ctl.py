@@ -29,9 +29,9 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.supervisor.client import AgentNotRunning, ControlClient, endpoint_for_root
 from podvisor.supervisor.faults import ControlFault
 
@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--pod", default=None, help="only this pod's (name or namespace/name)")
     ev.add_argument("--limit", type=int, default=None, help="only the last N")
+    top = sub.add_parser("top", help="per-pod CPU and memory (kubectl top pod)")
+    top.add_argument("--json", action="store_true")
     lg = sub.add_parser("logs", help="container logs")
     lg.add_argument("pod")
     lg.add_argument("container", nargs="?")
@@ -96,7 +98,7 @@ def _ago(ts: float | None, now: float) -> str:
 
 def format_status(result: dict[str, Any], now: float | None = None) -> str:
     """The human table of `status`."""
-    now = time.time() if now is None else now
+    now = SYSTEM_CLOCK.wall() if now is None else now
     rows = [("NAME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT")]
     for p in result.get("processes", []):
         last = p.get("lastExit")
@@ -175,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_images(root, ns.action, ns.refs, ns.json, ns.creds, ns.timeout)
+    if ns.cmd == "top":  # asks the runtime (CRI) directly
+        from podvisor.supervisor.ctl_top import main_top
+
+        root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
+        return main_top(root, ns.json, ns.timeout or 10.0)
     endpoint = ns.endpoint or endpoint_for_root(
         ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT))
     timeout = ns.timeout if ns.timeout is not None else (

@@ -159,7 +159,7 @@ def main_images(root: str, action: str | None, refs: list[str], as_json: bool,
 def _load(root: str, archive: str) -> int:
     """Straight into the embedded runtime's store (CRI has no import call); the runtime reads
     the new record at its next lookup."""
-    from podvisor.services.runtime.imagestore import ImageError, ImageStore
+    from podvisor.services.runtime import ImageError, ImageStore
 
     paths = RunPaths(Path(root))
     config = _config(paths)

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from podvisor.common.config import read_config_json
+from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.maps import DESIRED
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.config import read_config_json
 
 __all__ = ["CriDecoder", "LogError", "find_log_dir", "format_events", "main_logs",
            "tail_lines"]
@@ -127,7 +129,7 @@ def _desired_uids(paths: RunPaths) -> set[str]:
 
     zctx: zmq.Context[Any] = zmq.Context()
     try:
-        replica = MapReplica(zctx, paths, "desired", snapshot_timeout=1.0)
+        replica = MapReplica(zctx, paths, DESIRED, snapshot_timeout=1.0, clock=SYSTEM_CLOCK)
         try:
             return set(replica.items()) if replica.sync() else set()
         finally:
@@ -281,9 +283,9 @@ def _size(p: Path) -> int:
 
 def format_events(result: dict[str, Any], now: float | None = None) -> str:
     """The `kubectl get events` table: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE."""
-    from podvisor.services.status.timefmt import parse_rfc3339
+    from podvisor.common.timefmt import parse_rfc3339
 
-    now = time.time() if now is None else now
+    now = SYSTEM_CLOCK.wall() if now is None else now
     rows = [("LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")]
     for e in result.get("items", []):
         try:

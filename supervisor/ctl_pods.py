@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,11 +19,13 @@ from typing import Any
 
 import zmq
 
+from podvisor.common.config import read_config_json
+from podvisor.common.podlist import pod_list, table_rows
+from podvisor.common.timefmt import parse_rfc3339
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import DESIRED, STATUSES
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.server.podlist import pod_list, table_rows
-from podvisor.services.status.timefmt import parse_rfc3339
-from podvisor.supervisor.config import read_config_json
 
 __all__ = ["format_age", "format_table", "get_podlist", "main_pods"]
 
@@ -43,7 +44,7 @@ def format_age(start: str | None, now: float) -> str:
 
 
 def format_table(podlist: dict[str, Any], now: float | None = None, wide: bool = False) -> str:
-    now = time.time() if now is None else now
+    now = SYSTEM_CLOCK.wall() if now is None else now
     rows = table_rows(podlist, lambda start: format_age(start, now), wide)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -64,15 +65,15 @@ def _from_snapshots(paths: RunPaths, timeout: float) -> dict[str, Any] | None:
     zctx: zmq.Context[Any] = zmq.Context()
     try:
         maps = {}
-        for name in ("desired", "statuses"):
-            replica = MapReplica(zctx, paths, name, snapshot_timeout=timeout)
+        for name in (DESIRED, STATUSES):
+            replica = MapReplica(zctx, paths, name, snapshot_timeout=timeout, clock=SYSTEM_CLOCK)
             try:
-                if not replica.sync() and name == "desired":
+                if not replica.sync() and name == DESIRED:
                     return None
                 maps[name] = replica.items()
             finally:
                 replica.close()
-        return pod_list(maps["desired"], maps.get("statuses", {}))
+        return pod_list(maps[DESIRED], maps.get(STATUSES, {}))
     finally:
         zctx.destroy(linger=0)
 

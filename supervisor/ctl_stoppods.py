@@ -20,6 +20,7 @@ agent that holds the lock but does not answer is reported (exit 2), never bypass
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import threading
@@ -28,10 +29,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from podvisor.common.config import Config, ConfigError, read_config_json
+from podvisor.common.endpoint import EMBEDDED, cri_endpoint, is_embedded
+from podvisor.common.logs import EventLogger, setup_logging
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.app import AgentLockedError, lock_root
-from podvisor.supervisor.config import Config, ConfigError, read_config_json
-from podvisor.supervisor.logs import EventLogger, setup_logging
+from podvisor.supervisor.registry import runtime_module
 
 __all__ = ["main_stop_pods"]
 
@@ -56,8 +60,9 @@ class _RuntimeContext:
 @contextlib.contextmanager
 def _embedded_runtime(paths: RunPaths, log: EventLogger) -> Iterator[str]:
     """Serve the embedded runtime over `paths.cri_socket` while the block runs."""
-    from podvisor.services.runtime import main as runtime_main
-
+    # the runtime built-in's module, by the name the registry spawns it by (the supervisor
+    # imports no subsystem; here it runs that one in-process, as its process would)
+    runtime_main = importlib.import_module(runtime_module())
     ctx = _RuntimeContext(paths, log)
 
     def serve() -> None:
@@ -72,7 +77,7 @@ def _embedded_runtime(paths: RunPaths, log: EventLogger) -> Iterator[str]:
     try:
         if not ctx.serving.wait(RUNTIME_START_TIMEOUT) or ctx.error is not None:
             raise RuntimeError(f"the embedded runtime did not start: {ctx.error}")
-        yield f"unix://{paths.cri_socket}"
+        yield cri_endpoint(EMBEDDED, paths.cri_socket)
     finally:
         ctx.stop.set()
         thread.join(RUNTIME_START_TIMEOUT)
@@ -86,7 +91,7 @@ def _serving(paths: RunPaths) -> bool:
 
     if not paths.cri_socket.exists():
         return False
-    cri = new_runtime_client(f"unix://{paths.cri_socket}", timeout=1.0)
+    cri = new_runtime_client(cri_endpoint(EMBEDDED, paths.cri_socket), timeout=1.0)
     try:
         cri.version()
     except CriError:
@@ -108,23 +113,23 @@ def _has_embedded_state(paths: RunPaths) -> bool:
 
 def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
     from podvisor.services.cri import CriError, new_runtime_client
-    from podvisor.services.syncloop.stopall import (
+    from podvisor.services.syncloop import (
         owned_pod_uids,
         pod_cgroups,
         runtime_pods,
         stop_all_pods,
     )
 
-    endpoint = config.runtime_endpoint if config is not None else "embedded"
+    endpoint = config.runtime_endpoint if config is not None else EMBEDDED
     timeout = config.runtime_request_timeout if config is not None else 120.0
     cgroups = pod_cgroups(config.cgroup_root if config is not None else "", log)
-    if endpoint == "embedded" and not _has_embedded_state(paths):
+    if is_embedded(endpoint) and not _has_embedded_state(paths):
         print(f"no pods: the embedded runtime never ran on {paths.root}")
         return 0
-    embedded = endpoint == "embedded"
+    embedded = is_embedded(endpoint)
     with contextlib.ExitStack() as stack:
         if embedded and _serving(paths):
-            endpoint = f"unix://{paths.cri_socket}"
+            endpoint = cri_endpoint(EMBEDDED, paths.cri_socket)
             log.info("ctl.runtime_serving", socket=str(paths.cri_socket))
         elif embedded:
             try:
@@ -141,7 +146,7 @@ def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
         try:
             others = 0 if only is None else len(set(runtime_pods(cri)) - only)
             results = stop_all_pods(cri, log, paths.pods_dir, cgroups, time.sleep,
-                                    time.monotonic, time.time, only)
+                                    SYSTEM_CLOCK.monotonic, SYSTEM_CLOCK.wall, only)
         except CriError as err:
             print(f"podvisorctl: cannot list the pods at {endpoint}: {err}", file=sys.stderr)
             return 1

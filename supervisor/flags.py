@@ -14,7 +14,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from podvisor.supervisor.config import (
+from podvisor.common.config import (
+    AUTHN_KEYS,
+    AUTHN_SUB_KEYS,
+    AUTHZ_KEYS,
     BOOL,
     HEADERS,
     SUPERVISION_KEYS,
@@ -29,6 +32,16 @@ SECTIONS: tuple[tuple[str, tuple[Key, ...]], ...] = (("syncloop", SYNCLOOP_KEYS)
 
 # Extra spellings of a key's flag (the kubelet's own flag name where it differs).
 ALIASES: dict[str, tuple[str, ...]] = {"runOnce": ("--runonce",)}
+
+# [main port] Nested keys, under the kubelet's own flag names (kube-apiserver's for the token
+# file): flag -> the key's path in the file.
+NESTED: tuple[tuple[str, tuple[str, ...], Key], ...] = (
+    ("--anonymous-auth", ("authentication", "anonymous", "enabled"),
+     AUTHN_SUB_KEYS["anonymous"][0]),
+    ("--client-ca-file", ("authentication", "x509", "clientCAFile"), AUTHN_SUB_KEYS["x509"][0]),
+    ("--token-auth-file", ("authentication", "tokenFile"), AUTHN_KEYS[0]),
+    ("--authorization-mode", ("authorization", "mode"), AUTHZ_KEYS[0]),
+)
 
 __all__ = ["add_config_flags", "flag_name", "overrides_from_args"]
 
@@ -60,6 +73,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"{section} keys (override the file)")
         for key in keys:
             _add(group, f"--{section}-{flag_name(key.name)}", f"sec__{section}__{key.name}", key)
+    auth = parser.add_argument_group("authentication/authorization keys (override the file)")
+    for flag, path, key in NESTED:
+        _add(auth, flag, "nest__" + "__".join(path), key)
     sup = parser.add_argument_group("supervision keys (override the file)")
     for key in SUPERVISION_KEYS:
         _add(sup, f"--supervision-{flag_name(key.name)}", f"sup__{key.name}", key)
@@ -91,6 +107,13 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                   if ns.get(f"sec__{section}__{k.name}") is not None}
         if values:
             out[section] = values
+    for _flag, path, _key in NESTED:
+        value = ns.get("nest__" + "__".join(path))
+        if value is not None:
+            holder = out
+            for part in path[:-1]:
+                holder = holder.setdefault(part, {})
+            holder[path[-1]] = value
     sup: dict[str, Any] = {}
     for key in SUPERVISION_KEYS:
         value = ns.get(f"sup__{key.name}")

@@ -21,7 +21,6 @@ import mmap
 import os
 import re
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,8 +106,8 @@ class BeatReader:
     dropped and the file mapped again at the next call (it may have been replaced, or a new
     incarnation may not have created it yet)."""
 
-    def __init__(self, run_dir: Path, reopen_after: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, run_dir: Path, reopen_after: float = 2.0, *,
+                 clock: Callable[[], float]) -> None:
         self._dir = run_dir
         self._reopen_after = reopen_after
         self._clock = clock
@@ -170,7 +169,7 @@ class HeartbeatSender:
         name: str,
         pid: int,
         min_interval: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
         beat_path: Path | None = None,
     ) -> None:
         self._name = name

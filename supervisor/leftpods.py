@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from podvisor.common import labels
+from podvisor.common.config import Config
+from podvisor.common.endpoint import cri_endpoint, is_embedded
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.advice import stop_pods_command
-from podvisor.supervisor.config import Config
 
 __all__ = ["count_running_pods", "hint", "left_message"]
 
-POD_UID_LABEL = "io.kubernetes.pod.uid"
+POD_UID_LABEL = labels.POD_UID
 
 
 def hint(root: Path | str) -> str:
@@ -27,17 +29,15 @@ def hint(root: Path | str) -> str:
 def count_running_pods(config: Config, paths: RunPaths, timeout: float = 2.0) -> int | None:
     """Ready pod sandboxes in the runtime; None when the runtime cannot be asked (0 when the
     embedded runtime has no socket: it never ran, so there are no pods)."""
-    from podvisor.services.cri import CriError, new_runtime_client
-    from podvisor.services.cri.client import RuntimeClient
-    from podvisor.services.syncloop.stopall import owned_pod_uids
+    from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+    from podvisor.services.syncloop import owned_pod_uids
 
     endpoint = config.runtime_endpoint
     # another runtime (containerd) may run other clients' pods: count only this rootDir's
-    owned = owned_pod_uids(paths.pod_logs_dir) if endpoint != "embedded" else None
-    if endpoint == "embedded":
-        if not paths.cri_socket.exists():
-            return 0
-        endpoint = f"unix://{paths.cri_socket}"
+    owned = owned_pod_uids(paths.pod_logs_dir) if not is_embedded(endpoint) else None
+    if is_embedded(endpoint) and not paths.cri_socket.exists():
+        return 0
+    endpoint = cri_endpoint(endpoint, paths.cri_socket)
     cri: RuntimeClient | None = None
     try:
         cri = new_runtime_client(endpoint, timeout=timeout)

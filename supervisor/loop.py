@@ -21,18 +21,18 @@ from types import FrameType
 
 import zmq
 
+from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
 from podvisor.ipc.paths import RunPaths
-from podvisor.services.events.store import EventStore
 from podvisor.supervisor.advice import start_advice, stop_pods_command
-from podvisor.supervisor.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import ControlFault, Fault
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
-from podvisor.supervisor.logs import EventLog
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.runonce import (
@@ -100,7 +100,7 @@ class Agent:
         self._beats_drained = parts.clock()
         self._events_quiet_until = float("-inf")  # events socket not polled before this
         self._beat_files = None if parts.beats_dir is None else BeatReader(
-            parts.beats_dir, 2 * parts.config.supervision.heartbeat_interval, parts.clock)
+            parts.beats_dir, 2 * parts.config.supervision.heartbeat_interval, clock=parts.clock)
 
     # --- CommandContext ----------------------------------------------------------------------
 

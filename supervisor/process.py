@@ -90,6 +90,8 @@ class SupervisedProcess:
             "pid": self.handle.pid if self.handle is not None else None,
             "restarts": self.restarts,
             "uptime": uptime,
+            "heartbeatAge": round(now - self.last_beat, 3)
+            if self.state == ProcessState.RUNNING else None,
             "since": round(wall - (now - self.state_since), 3),
             "module": self.spec.module,
             "enabled": self.spec.enabled,

@@ -2,7 +2,10 @@
 
 `BUILTINS` is the one list of built-in subsystems, in start order (stopped in reverse). To add a
 subsystem, add one `Builtin(...)` line; it runs only once its module `podvisor.services.<pkg>.main`
-is importable (so the list can name subsystems that land later). Custom processes come from
+is importable (so the list can name subsystems that land later): at start the agent logs one
+info line naming the built-ins not built yet, and an error for a built-in whose package does not
+import. A custom module (or a built-in's replacement module) that cannot be found is a config
+error (`podvisor run` exits 2 naming the key). Custom processes come from
 `supervision.processes.<name>.module` in the config.
 """
 
@@ -13,9 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podvisor.supervisor.config import Config, ConfigError
+from podvisor.common.config import Config, ConfigError
+from podvisor.common.endpoint import is_embedded
+from podvisor.common.logs import Log
 
-__all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "resolve_specs"]
+__all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "module_problem",
+           "report_builtins", "resolve_specs", "runtime_module"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ def _always(config: Config) -> bool:
 
 
 def _embedded_runtime(config: Config) -> bool:
-    return config.runtime_endpoint == "embedded"
+    return is_embedded(config.runtime_endpoint)
 
 
 def _has_static_pod_path(config: Config) -> bool:
@@ -90,12 +96,55 @@ BUILTINS: tuple[Builtin, ...] = (
 )
 
 
+MISSING = "missing"
+
+
+def module_problem(module: str) -> str | None:
+    """None when `module` can be found (its parent packages are imported to find out);
+    ``MISSING`` when it or a package above it does not exist; else why a package above it does
+    not import (e.g. ``SyntaxError: ...``)."""
+    try:
+        return None if importlib.util.find_spec(module) is not None else MISSING
+    except ModuleNotFoundError as exc:
+        name = exc.name or ""
+        if name and (module == name or module.startswith(name + ".")):
+            return MISSING  # the module or its package is not there
+        return f"{type(exc).__name__}: {exc}"  # a package above it imports something missing
+    except Exception as exc:  # a package above it raised while importing
+        return f"{type(exc).__name__}: {exc}"
+
+
 def module_exists(module: str) -> bool:
     """True when `module` can be imported (its parent packages are imported to find out)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+    return module_problem(module) is None
+
+
+def report_builtins(config: Config, log: Log, builtins: tuple[Builtin, ...] = BUILTINS,
+                    problem: Callable[[str], str | None] = module_problem) -> None:
+    """Say at start which built-ins will not run for want of their module: one info line for
+    those not built yet (no module: e.g. ``imagegc`` before it lands), an error per built-in
+    whose package fails to import (a bug: it is skipped, as it cannot be spawned)."""
+    if not config.supervision.builtins:
+        return
+    absent: dict[str, str] = {}
+    for b in builtins:
+        mine = config.supervision.processes.get(b.name, {})
+        if mine.get("module") or not b.when(config):
+            continue  # a replaced module is checked by resolve_specs; not wanted: not looked at
+        why = problem(b.module)
+        if why == MISSING:
+            absent[b.name] = b.module
+        elif why is not None:
+            log.error("supervisor.builtin.import_failed", process=b.name, module=b.module,
+                      error=why)
+    if absent:
+        log.info("supervisor.builtins.not_built", processes=sorted(absent), modules=absent)
+
+
+def runtime_module(builtins: tuple[Builtin, ...] = BUILTINS) -> str:
+    """The embedded runtime built-in's module (``podvisorctl`` runs it in-process to stop pods
+    when no agent runs)."""
+    return next(b.module for b in builtins if b.name == "runtime")
 
 
 def _spec(name: str, module: str, *layers: Mapping[str, Any]) -> ProcessSpec:
@@ -132,8 +181,13 @@ def resolve_specs(
                 continue
             mine = sup.processes.get(b.name, {})
             module = str(mine.get("module") or b.module)
-            if b.when(config) and exists(module):
+            if not b.when(config):
+                continue
+            if exists(module):
                 specs.append(_spec(b.name, module, b.overrides, sup.defaults, mine))
+            elif mine.get("module"):  # a configured module that is not there: a typo
+                raise ConfigError(f"supervision.processes.{b.name}.module",
+                                  f"no module {module!r} can be imported")
     for name, partial in sup.processes.items():
         if name in builtin_names:
             continue
@@ -141,6 +195,9 @@ def resolve_specs(
         if not custom:
             raise ConfigError(f"supervision.processes.{name}.module",
                               "required for a custom process")
+        if not exists(str(custom)):
+            raise ConfigError(f"supervision.processes.{name}.module",
+                              f"no module {str(custom)!r} can be imported")
         specs.append(_spec(name, str(custom), sup.defaults, partial))
     if config.run_once and not any(s.name == "runonce" for s in specs):
         raise ConfigError("runOnce", "needs the built-in runonce process "

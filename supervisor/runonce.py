@@ -20,11 +20,11 @@ from podvisor.ipc.paths import RunPaths
 
 __all__ = ["INTERRUPTED", "RESULTS_FILE", "Report", "driver_failed", "read_report", "results_path"]
 
-RESULTS_FILE = "runonce.json"
+RESULTS_FILE = "runonce.json"  # the name of RunPaths.runonce_results
 
 
 def results_path(paths: RunPaths) -> Path:
-    return paths.run_dir / RESULTS_FILE
+    return paths.runonce_results
 
 
 @dataclass(frozen=True)

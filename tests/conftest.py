@@ -10,6 +10,12 @@
   returns an `AgentHandle` (`.call()`, `.status()`, `.ctl()`, `.wait_state()`, `.stop()`,
   `.paths`). Stopped by PID at teardown.
 - `ctl(handle, *args)`: run `podvisorctl --root-dir <root> *args`, returns CompletedProcess.
+- The fresh-boot guard (issue 10): `time.monotonic()` in the pytest process reads about
+  `--uptime` seconds (default 3) at the session's start, as on a machine booted moments ago, so
+  a test that works only where the machine has been up long enough (a fake monotonic clock at
+  1000.0 mixed with a real one) fails on every machine, in `make test` and CI alike.
+  `--uptime real` turns it off. tests/test_clock_guard.py proves it is on. Child processes
+  (agents, services under test) keep the real clock: they have their own object graphs.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import yaml
 import zmq
 
 from podvisor.ipc.bus import BusProxy, Publisher
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.client import AgentNotRunning, ControlClient
@@ -43,8 +50,35 @@ TEST_SERVICES = REPO / "tests" / "supervisor" / "services"
 T = TypeVar("T")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--uptime", default="3", metavar="SECONDS|real",
+        help="time.monotonic() reads about SECONDS at the session's start, as on a machine just "
+             "booted (default 3); 'real' keeps the machine's clock")
+
+
+REAL_MONOTONIC = time.monotonic
+MONOTONIC_OFFSET = 0.0  # what the fresh-boot guard subtracts from the real monotonic clock
+
+
+def _fresh_boot_clock(uptime: str) -> None:
+    """Shift ``time.monotonic`` for the whole session (a constant offset: it still never goes
+    back, and differences are unchanged). ``SystemClock`` looks it up at each call."""
+    global MONOTONIC_OFFSET
+    if uptime == "real":
+        return
+    MONOTONIC_OFFSET = max(0.0, REAL_MONOTONIC() - float(uptime))
+    offset = MONOTONIC_OFFSET
+
+    def monotonic() -> float:
+        return REAL_MONOTONIC() - offset
+
+    time.monotonic = monotonic
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "no_leak_check: skip the leaked-process check")
+    _fresh_boot_clock(str(config.getoption("--uptime")))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -89,22 +123,25 @@ class MapBus:
     """A real bus (the proxy) and owners of the named replicated maps in ``root``: what a
     service under test replicates from. ``serve`` does what the owners' loops do."""
 
-    def __init__(self, root: Path, maps: Sequence[str], **owner_options: Any) -> None:
+    def __init__(self, root: Path, maps: Sequence[str], clock: Clock = SYSTEM_CLOCK,
+                 **owner_options: Any) -> None:
         self.root = root
+        self.clock = clock
         self.paths = RunPaths(root)
         self.paths.ensure()
         self.zctx: zmq.Context[Any] = zmq.Context()
         self.proxy = BusProxy(self.zctx, self.paths)
         self.proxy.start()
-        self.pub = Publisher(self.zctx, self.paths, "test")
-        self.maps = {name: MapOwner(self.zctx, self.paths, self.pub, name, **owner_options)
+        self.pub = Publisher(self.zctx, self.paths, "test", clock=clock)
+        self.maps = {name: MapOwner(self.zctx, self.paths, self.pub, name, clock=clock,
+                                       **owner_options)
                      for name in maps}
 
     def serve(self) -> None:
         """Answer snapshot requests and send idle heartbeats."""
         for owner in self.maps.values():
             owner.serve()
-            owner.tick(time.monotonic())
+            owner.tick(self.clock.monotonic())
 
     def close(self) -> None:
         for owner in self.maps.values():

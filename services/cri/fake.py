@@ -21,13 +21,13 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.cri.errors import CriError
 
 HOST_IMAGE = "host"
@@ -57,7 +57,7 @@ class FakeEventStream:
 class FakeRuntimeClient:
     def __init__(
         self,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
         sleep: Callable[[float], None] = lambda _s: None,
     ) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -74,6 +74,7 @@ class FakeRuntimeClient:
         self.streams: list[FakeEventStream] = []
         self.hold_subscriptions = False  # new streams' wait_subscribed blocks until released
         self.exec_results: dict[str, pb.ExecSyncResponse] = {}
+        self.unpullable: set[str] = set()  # images whose pull fails NOT_FOUND (no such image)
         self.network = pb.RuntimeCondition(type="NetworkReady", status=True)
         self._reserved: dict[str, str] = {}  # sandbox name -> the sandbox holding it
         self._no_network: set[str] = set()  # sandboxes whose network setup failed
@@ -303,7 +304,9 @@ class FakeRuntimeClient:
     ) -> pb.ExecSyncResponse:
         self._enter("ExecSync", container_id, tuple(cmd), timeout)
         with self._lock:
-            self._container(container_id)
+            if self._container(container_id).state != pb.CONTAINER_RUNNING:
+                raise CriError("ExecSync", grpc.StatusCode.FAILED_PRECONDITION,
+                               f"container {container_id} is not running")
             return self.exec_results.get(container_id, pb.ExecSyncResponse(exit_code=0))
 
     def reopen_container_log(self, container_id: str) -> None:
@@ -362,6 +365,9 @@ class FakeRuntimeClient:
     ) -> str:
         self._enter("PullImage", image, sandbox_config, annotations)
         with self._lock:
+            if image in self.unpullable:
+                raise CriError("PullImage", grpc.StatusCode.NOT_FOUND,
+                               f"failed to pull {image!r}: not found")
             self.images.setdefault(image, pb.Image(id=image, repo_tags=[image]))
             return image
 
@@ -372,7 +378,9 @@ class FakeRuntimeClient:
 
     def image_fs_info(self) -> pb.ImageFsInfoResponse:
         self._enter("ImageFsInfo")
-        return pb.ImageFsInfoResponse()
+        usage = pb.FilesystemUsage(timestamp=self._clock(),
+                                   fs_id=pb.FilesystemIdentifier(mountpoint="/fake/images"))
+        return pb.ImageFsInfoResponse(image_filesystems=[usage])
 
     def close(self) -> None:
         with self._lock:

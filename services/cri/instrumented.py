@@ -8,13 +8,13 @@ Metrics (registered on the registry passed in, never the global one):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from cri_api.v1 import api_pb2 as pb
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.cri.client import EventStream, RuntimeClient
 from podvisor.services.cri.errors import CriError
 
@@ -196,7 +196,7 @@ class _InstrumentedRuntimeClient:
 def new_instrumented_client(
     inner: RuntimeClient,
     registry: CollectorRegistry,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
 ) -> RuntimeClient:
     """Wrap ``inner``; metrics go to ``registry``. One wrapper per registry (names are fixed)."""
     return _InstrumentedRuntimeClient(inner, _Metrics(registry), clock)

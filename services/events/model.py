@@ -21,10 +21,10 @@ FailedFetch            Warning  ``staticPodURL`` did not answer with pods
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.messages import Event
 
 NORMAL = "Normal"
@@ -77,7 +77,7 @@ def pod_object(name: str, namespace: str, uid: str, *, field_path: str = "",
 
 def new_event(type_: str, reason: str, message: str, obj: Mapping[str, Any], source: str,
               wall: float | None = None) -> Event:
-    ts = time.time() if wall is None else wall
+    ts = SYSTEM_CLOCK.wall() if wall is None else wall
     return Event(type=type_, reason=reason, message=message, object=dict(obj), source=source,
                  count=1, first_ts=ts, last_ts=ts)
 

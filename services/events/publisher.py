@@ -9,12 +9,12 @@ sends them, never blocking. One thread (the owner's loop); call ``pump()`` from 
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
 
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.codec import Codec
 from podvisor.ipc.messages import Event, Message
 from podvisor.ipc.paths import RunPaths
@@ -25,8 +25,9 @@ _TOPIC = Event.TOPIC.encode()
 
 class EventPublisher:
     def __init__(self, zctx: zmq.Context[Any], paths: RunPaths, source: str,
-                 limit: int = LIMIT) -> None:
+                 limit: int = LIMIT, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.source = source
+        self._clock = clock
         self._codec = Codec()
         self._seq = 0
         self._held: deque[Message] = deque()
@@ -54,8 +55,8 @@ class EventPublisher:
         self._read_subscriptions()
         while self.subscribed and self._held:
             self._seq += 1
-            frames = self._codec.encode(self._held[0], self.source, self._seq, time.monotonic(),
-                                        None)
+            frames = self._codec.encode(self._held[0], self.source, self._seq,
+                                        self._clock.monotonic(), None)
             try:
                 self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
             except zmq.Again:

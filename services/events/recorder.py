@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.messages import Event, Message
 from podvisor.services.events.model import new_event
 
@@ -34,7 +34,7 @@ class Recorder:
     ``resolve`` (called by ``flush``, on the owner's thread) may fill in an object's missing
     name/namespace from its uid."""
 
-    def __init__(self, source: str, wall: Callable[[], float] = time.time,
+    def __init__(self, source: str, wall: Callable[[], float] = SYSTEM_CLOCK.wall,
                  resolve: Resolve | None = None) -> None:
         self.source = source
         self._wall = wall

@@ -76,7 +76,9 @@ def images_in_use(pleg: Mapping[str, Any], containers: Iterable[pb.Container]) -
     pods podvisor runs) and the runtime's own list (anything else it holds)."""
     used: set[str] = set()
     for record in pleg.values():
-        for c in (record or {}).get("containers") or []:
+        if not isinstance(record, Mapping):
+            continue  # "_health"
+        for c in record.get("containers") or []:
             used.update(x for x in (c.get("image"), c.get("image_ref")) if x)
     for c in containers:
         used.update(x for x in (c.image_ref, c.image.image) if x)

@@ -14,14 +14,15 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import labels
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pleg.events import Snapshot, state_of_container, state_of_sandbox
 
-UID_LABEL = "io.kubernetes.pod.uid"
-NAME_LABEL = "io.kubernetes.pod.name"
-NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
-HASH_ANNOTATION = "io.kubernetes.container.hash"
-RESTART_ANNOTATION = "io.kubernetes.container.restartCount"
+UID_LABEL = labels.POD_UID
+NAME_LABEL = labels.POD_NAME
+NAMESPACE_LABEL = labels.POD_NAMESPACE
+HASH_ANNOTATION = labels.CONTAINER_HASH
+RESTART_ANNOTATION = labels.RESTART_COUNT
 
 
 @dataclass

@@ -22,13 +22,13 @@ runs between calls, so one relist stalls the heartbeat for at most one call's ti
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.cri import RuntimeClient
 from podvisor.services.pleg.evented import apply_event, event_pod_uid, states_of
 from podvisor.services.pleg.events import ContainerState, PodEvent, generate_events
@@ -225,8 +225,8 @@ def _new_created(record: dict[str, Any] | None, published: dict[str, ContainerSt
 
 
 def new_relister(
-    client: RuntimeClient, clock: Clock = time.monotonic, beat: Beat = lambda: None,
-    wall_ns: Callable[[], int] = time.time_ns,
+    client: RuntimeClient, clock: Clock = SYSTEM_CLOCK.monotonic, beat: Beat = lambda: None,
+    wall_ns: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
 ) -> Relister:
     """``wall_ns``: the clock of the runtime's event ``created_at`` (CLOCK_REALTIME, ns)."""
     return _Relister(client, clock, beat, wall_ns)

@@ -22,8 +22,8 @@ import threading
 from collections import deque
 from typing import Any
 
+from podvisor.common.logs import EventLog
 from podvisor.services.cri import CriError, EventStream, RuntimeClient
-from podvisor.supervisor.logs import EventLog
 
 QUEUE_SIZE = 1000
 RETRY_BASE = 1.0

@@ -12,6 +12,7 @@
   (``NodeFacts`` carries the node's part) and ``$(VAR)`` expansion.
 """
 
+from podvisor.common.timefmt import rfc3339_micro as rfc3339
 from podvisor.services.pod.container import (
     Container,
     ContainerPort,
@@ -37,6 +38,7 @@ from podvisor.services.pod.downward import NodeFacts, volume_files
 from podvisor.services.pod.envvars import container_env, expand, expand_command, needs_pod_ip
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.hashing import canonical_json, container_hash
+from podvisor.services.pod.imageref import image_reference_error
 from podvisor.services.pod.manifest import (
     MAX_MANIFEST_BYTES,
     decode_pod,
@@ -49,6 +51,7 @@ from podvisor.services.pod.model import (
     CONFIG_SEEN_ANNOTATION,
     CONFIG_SOURCE_ANNOTATION,
     LOCAL_ANNOTATION_PREFIX,
+    DownwardAPIVolume,
     EmptyDirVolume,
     HostPathType,
     HostPathVolume,
@@ -64,20 +67,24 @@ from podvisor.services.pod.parse import ParsedPod, pod_from_dict
 from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
 from podvisor.services.pod.security import (
     Capabilities,
+    FSGroupChangePolicy,
     PodSecurityContext,
     ProcMountType,
     Profile,
     ProfileType,
     SecurityContext,
     SELinuxOptions,
+    SupplementalGroupsPolicy,
     Sysctl,
     effective_security_context,
+    masked_paths,
+    no_new_privs,
+    readonly_paths,
 )
 from podvisor.services.pod.static import (
     SOURCE_FILE,
     SOURCE_HTTP,
     apply_static_defaults,
-    rfc3339,
     static_pod_uid,
 )
 
@@ -93,9 +100,11 @@ __all__ = [
     "Capabilities",
     "Container",
     "ContainerPort",
+    "DownwardAPIVolume",
     "EmptyDirVolume",
     "EnvVar",
     "ExecAction",
+    "FSGroupChangePolicy",
     "FieldIssue",
     "GRPCAction",
     "HTTPGetAction",
@@ -127,6 +136,7 @@ __all__ = [
     "SecurityContext",
     "SleepAction",
     "StorageMedium",
+    "SupplementalGroupsPolicy",
     "Sysctl",
     "TCPSocketAction",
     "URIScheme",
@@ -141,11 +151,15 @@ __all__ = [
     "effective_security_context",
     "expand",
     "expand_command",
+    "image_reference_error",
     "load_document",
+    "masked_paths",
     "needs_pod_ip",
+    "no_new_privs",
     "oom_score_adj",
     "pod_from_dict",
     "qos_class",
+    "readonly_paths",
     "rfc3339",
     "static_pod_uid",
     "volume_files",

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from podvisor.common.quantity import format_cpu
 from podvisor.services.pod.defaults import TERMINATION_MESSAGE_PATH
-from podvisor.services.pod.quantity import format_cpu
 from podvisor.services.pod.security import SecurityContext
 
 

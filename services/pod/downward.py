@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from podvisor.common.quantity import QuantityError, parse_quantity
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import names
 from podvisor.services.pod.container import Container, ObjectFieldSelector, ResourceFieldSelector
 from podvisor.services.pod.fields import Findings, as_map, check_fields, get_str, join
 from podvisor.services.pod.model import DownwardAPIFile, Pod
-from podvisor.services.pod.quantity import QuantityError, parse_quantity
 
 ENV_FIELD_PATHS = frozenset({"metadata.name", "metadata.namespace", "metadata.uid",
                              "spec.nodeName", "spec.serviceAccountName", "status.hostIP",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from podvisor.common.quantity import QuantityError, cpu_millis, memory_bytes
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
@@ -34,7 +35,6 @@ from podvisor.services.pod.fields import (
 )
 from podvisor.services.pod.parse_probe import parse_lifecycle, parse_probe
 from podvisor.services.pod.parse_security import parse_container_security
-from podvisor.services.pod.quantity import QuantityError, cpu_millis, memory_bytes
 
 
 def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[str],

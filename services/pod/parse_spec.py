@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from podvisor.common.quantity import QuantityError, memory_bytes
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
@@ -42,7 +43,6 @@ from podvisor.services.pod.model import (
 )
 from podvisor.services.pod.parse_container import parse_container
 from podvisor.services.pod.parse_security import parse_pod_security
-from podvisor.services.pod.quantity import QuantityError, memory_bytes
 
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from podvisor.services.pod import names
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
@@ -23,11 +22,6 @@ from podvisor.services.pod.model import (
 SOURCE_FILE = "file"
 SOURCE_HTTP = "http"
 DEFAULT_NAMESPACE = "default"
-
-
-def rfc3339(wall_seconds: float) -> str:
-    """Wall-clock seconds -> ``2024-05-01T12:00:00.123456Z``."""
-    return datetime.fromtimestamp(wall_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def static_pod_uid(pod: Pod, node_name: str, source: str, location: str) -> str:

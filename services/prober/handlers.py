@@ -21,8 +21,7 @@ from typing import Protocol
 
 import grpc
 
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import ExecAction, GRPCAction, HTTPGetAction, Probe, TCPSocketAction
 from podvisor.services.prober.httpprobe import http_get
 from podvisor.services.prober.manager import Target

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import http.client
 import ssl
-import time
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.pod import HTTPGetAction, URIScheme
 from podvisor.services.prober.outcome import Outcome, set_linger_zero
 from podvisor.services.prober.worker import Result
@@ -85,10 +85,10 @@ def http_get(action: HTTPGetAction, default_host: str, port: int, timeout: float
     path = action.path if action.path.startswith("/") else "/" + action.path
     url = f"{scheme}://{_authority(host, port)}{path}"
     headers = _headers(action)
-    deadline = time.monotonic() + timeout
+    deadline = SYSTEM_CLOCK.monotonic() + timeout
     redirects = 0
     while True:
-        left = deadline - time.monotonic()
+        left = deadline - SYSTEM_CLOCK.monotonic()
         if left <= 0:
             return Outcome(Result.FAILURE, f"Get {url}: timeout after {timeout:g}s")
         try:

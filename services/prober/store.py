@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from podvisor.supervisor.logs import EventLog
+from podvisor.common.logs import EventLog
 
 FORMAT_VERSION = 1
 Saved = dict[str, dict[str, dict[str, Any]]]

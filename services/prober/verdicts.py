@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from podvisor.ipc.maps import PodProbes
+
 
 def _current_ids(containers: Iterable[Any]) -> dict[str, str]:
     """Container name -> ID of its newest runtime container."""
@@ -25,28 +27,28 @@ def _current_ids(containers: Iterable[Any]) -> dict[str, str]:
     return {name: key[1] for name, key in best.items()}
 
 
-def probe_verdicts(entry: Any, pleg_record: Any) -> tuple[dict[str, bool], dict[str, bool]]:
-    """(readiness, started) by container name, from a pod's ``probes`` item and ``pleg`` record;
-    only verdicts about each container's current ID, only where a probe gave one."""
-    if not isinstance(entry, Mapping) or not isinstance(pleg_record, Mapping):
+def probe_verdicts(entry: PodProbes | None, pleg_record: Any
+                   ) -> tuple[dict[str, bool], dict[str, bool]]:
+    """(readiness, started) by container name, from a pod's ``probes`` value and ``pleg``
+    record; only verdicts about each container's current ID, only where a probe gave one."""
+    if entry is None or not isinstance(pleg_record, Mapping):
         return {}, {}
     current = _current_ids(pleg_record.get("containers") or [])
     ready: dict[str, bool] = {}
     started: dict[str, bool] = {}
-    for name, item in entry.items():
-        if not isinstance(item, Mapping) or current.get(str(name)) != item.get("container_id"):
+    for name, item in entry.containers.items():
+        if current.get(name) != item.container_id:
             continue
-        if isinstance(item.get("ready"), bool):
-            ready[str(name)] = item["ready"]
-        if isinstance(item.get("started"), bool):
-            started[str(name)] = item["started"]
+        if item.ready is not None:
+            ready[name] = item.ready
+        if item.started is not None:
+            started[name] = item.started
     return ready, started
 
 
-def liveness_failed(entry: Any) -> frozenset[str]:
+def liveness_failed(entry: PodProbes | None) -> frozenset[str]:
     """IDs of containers whose liveness (or startup) probe failed past its threshold."""
-    if not isinstance(entry, Mapping):
+    if entry is None:
         return frozenset()
-    return frozenset(str(item.get("container_id")) for item in entry.values()
-                     if isinstance(item, Mapping) and item.get("liveness") == "failure"
-                     and item.get("container_id"))
+    return frozenset(item.container_id for item in entry.containers.values()
+                     if item.liveness == "failure" and item.container_id)

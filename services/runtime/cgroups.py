@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime.faults import Fault, invalid, precondition
 
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
@@ -204,7 +205,7 @@ class Cgroups:
     """Creates, updates, reads and removes container cgroups in a ``Layout``."""
 
     def __init__(self, layout: Layout, sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic) -> None:
         self.layout = layout
         self._sleep = sleep
         self._monotonic = monotonic

@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import Log as Logger
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime import convert, images, oom
 from podvisor.services.runtime.cgroups import DEFAULT_PARENT, Cgroups, host_layout
 from podvisor.services.runtime.events import EventBroadcaster
@@ -47,14 +49,8 @@ from podvisor.services.runtime.zygote import Spawner, SpawnError
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
 
 
-class Logger(Protocol):
-    def info(self, event: str, **fields: Any) -> None: ...
-    def warning(self, event: str, **fields: Any) -> None: ...
-    def error(self, event: str, **fields: Any) -> None: ...
-
-
 class Engine:
-    def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = time.time_ns,
+    def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
                  cgroups: Cgroups | None = None,
                  registries: Mapping[str, Any] | None = None) -> None:
         """``cgroups``: where container cgroups go (the host's hierarchies by default);
@@ -562,9 +558,9 @@ class Engine:
         if not is_alive(st.monitor_pid, st.monitor_ticks):
             raise precondition(f"container {container_id}'s monitor is gone")
         os.kill(st.monitor_pid, signal.SIGHUP)
-        deadline = time.monotonic() + 2.0
+        deadline = SYSTEM_CLOCK.monotonic() + 2.0
         while not os.path.exists(c.log_path):
-            if time.monotonic() > deadline:
+            if SYSTEM_CLOCK.monotonic() > deadline:
                 raise Fault(grpc.StatusCode.INTERNAL, f"log {c.log_path} was not reopened")
             time.sleep(0.001)
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import labels
 from podvisor.services.runtime.model import Container, Sandbox
 
-POD_UID_LABEL = "io.kubernetes.pod.uid"
+POD_UID_LABEL = labels.POD_UID
 ID_LENGTH = 64  # secrets.token_hex(32): a filter ID this long is a full ID, not a prefix
 
 

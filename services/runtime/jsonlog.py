@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from typing import Any, TextIO
+
+from podvisor.ipc.clock import SYSTEM_CLOCK
 
 
 class JsonLogger:
@@ -17,7 +18,7 @@ class JsonLogger:
         self._lock = threading.Lock()
 
     def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
-        record = {"ts": time.time(), "level": level, "subsystem": self._subsystem,
+        record = {"ts": SYSTEM_CLOCK.wall(), "level": level, "subsystem": self._subsystem,
                   "event": event, **fields}
         line = json.dumps(record, default=str)
         with self._lock:
@@ -37,4 +38,7 @@ class JsonLogger:
         self._emit("warning", event, fields)
 
     def error(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
         self._emit("error", event, fields)

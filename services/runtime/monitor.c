@@ -1129,9 +1129,11 @@ static int fork_spare(void) {
     if (pid == 0) { /* keep only the spare's socket (as fd 3) and stdio */
         if (dup2(pair[1], 3) < 0)
             _exit(70);
-        if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0)
-            for (int fd = 4; fd < 1024; fd++)
-                close(fd);
+        if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0) { /* kernels before 5.9 */
+            long top = sysconf(_SC_OPEN_MAX); /* not 1024: the runtime holds more than that */
+            for (long fd = 4; fd < (top > 0 ? top : 1L << 20); fd++)
+                close((int)fd);
+        }
         signal(SIGCHLD, SIG_DFL);
         _exit(spare_main(3));
     }

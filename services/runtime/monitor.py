@@ -30,6 +30,7 @@ import socket
 import time
 from typing import Any, NoReturn
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime.procfs import start_ticks
 
 MAX_LINE = 16 * 1024  # longer lines are split into P (partial) records, as containerd does
@@ -561,8 +562,8 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
         poller.register(fd, select.POLLIN)
     result: tuple[int, int] | None = None
     deadline = float("inf")
-    while streams and time.monotonic() < deadline:
-        timeout = None if result is None else max(deadline - time.monotonic(), 0) * 1000
+    while streams and SYSTEM_CLOCK.monotonic() < deadline:
+        timeout = None if result is None else max(deadline - SYSTEM_CLOCK.monotonic(), 0) * 1000
         for fd, _ev in poller.poll(timeout):
             if fd == pidfd:
                 poller.unregister(pidfd)
@@ -570,7 +571,7 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
                 result = (exit_code_of(status), time.time_ns())
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)  # the rest of the container's group
-                deadline = time.monotonic() + DRAIN_AFTER_EXIT
+                deadline = SYSTEM_CLOCK.monotonic() + DRAIN_AFTER_EXIT
             elif fd == wake_r:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)

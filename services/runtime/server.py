@@ -13,8 +13,10 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
+from podvisor.common.logs import Log as Logger
 from podvisor.ipc.paths import MAX_SOCKET_PATH
-from podvisor.services.runtime.engine import Engine, Logger
+from podvisor.ipc.rlimits import raise_nofile_limit
+from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -69,6 +71,9 @@ class RuntimeServer:
         self._server: Any = None
 
     def start(self) -> None:
+        old, new = raise_nofile_limit()  # a descriptor per container: no 1,024 ceiling
+        if old != new:
+            self.log.info("runtime.nofile_raised", soft_was=old, soft=new)
         self.root.mkdir(parents=True, exist_ok=True)
         self.engine.start()
         with contextlib.suppress(FileNotFoundError):

@@ -231,6 +231,45 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
                  and labels_match(c.config.labels, f.label_selector)]
         return pb.ListContainerStatsResponse(stats=self.stats.collect(items))
 
+    def _sandbox_stats(self, sb: Any) -> pb.PodSandboxStats:
+        """A sandbox's stats: its containers' stats, and their sums as the pod's CPU and
+        memory (running containers only; the embedded runtime has no pod-level cgroup of its
+        own to read, nor network namespace counters)."""
+        containers = self.stats.collect(self.engine.containers_of(sb.id))
+        running = [c for c in containers if c.HasField("cpu")]
+        now = self.engine.wall()
+
+        def total(get: Callable[[pb.ContainerStats], int]) -> pb.UInt64Value:
+            return pb.UInt64Value(value=sum(get(c) for c in running))
+
+        linux = pb.LinuxPodSandboxStats(
+            cpu=pb.CpuUsage(timestamp=now,
+                            usage_core_nano_seconds=total(
+                                lambda c: c.cpu.usage_core_nano_seconds.value),
+                            usage_nano_cores=total(lambda c: c.cpu.usage_nano_cores.value)),
+            memory=pb.MemoryUsage(timestamp=now,
+                                  working_set_bytes=total(
+                                      lambda c: c.memory.working_set_bytes.value),
+                                  usage_bytes=total(lambda c: c.memory.usage_bytes.value),
+                                  rss_bytes=total(lambda c: c.memory.rss_bytes.value)),
+            containers=containers)
+        attrs = pb.PodSandboxAttributes(id=sb.id, metadata=sb.config.metadata,
+                                        labels=sb.config.labels,
+                                        annotations=sb.config.annotations)
+        return pb.PodSandboxStats(attributes=attrs, linux=linux)
+
+    @_guard
+    def PodSandboxStats(self, request: pb.PodSandboxStatsRequest, context: Any) -> Any:
+        sb = self.engine.sandbox(request.pod_sandbox_id)
+        return pb.PodSandboxStatsResponse(stats=self._sandbox_stats(sb))
+
+    @_guard
+    def ListPodSandboxStats(self, request: pb.ListPodSandboxStatsRequest, context: Any) -> Any:
+        f = request.filter
+        items = [sb for sb in self.engine.sandboxes()
+                 if _prefix(sb.id, f.id) and labels_match(sb.config.labels, f.label_selector)]
+        return pb.ListPodSandboxStatsResponse(stats=[self._sandbox_stats(sb) for sb in items])
+
     @_guard
     def UpdateContainerResources(
         self, request: pb.UpdateContainerResourcesRequest, context: Any

@@ -8,19 +8,19 @@ usage = rss there."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime.cgroups import Usage
 from podvisor.services.runtime.model import Container, ContainerState
 from podvisor.services.runtime.procfs import group_members
 
 
 class StatsCollector:
-    def __init__(self, wall: Callable[[], int] = time.time_ns,
+    def __init__(self, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
                  cgroup_of: Callable[[str], Mapping[str, str]] = lambda _id: {},
                  read_cgroup: Callable[[Mapping[str, str]], Usage | None] = lambda _d: None,
                  ) -> None:

@@ -100,7 +100,7 @@ def _fork_spare() -> socket.socket:
     if os.fork() == 0:
         keep = theirs.fileno()  # drop every other fd: the runtime socket and other spares
         os.closerange(3, keep)
-        os.closerange(keep + 1, 1 << 20)
+        os.closerange(keep + 1, max(1 << 20, os.sysconf("SC_OPEN_MAX")))
         _spare_main(theirs)
     theirs.close()
     return ours
@@ -197,7 +197,7 @@ class Spawner:
         """Take the spares the zygote sent; wait up to ``timeout`` for the first one."""
         sock = self._ensure()
         flags = socket.MSG_CMSG_CLOEXEC
-        if timeout > 0 and not select.select([sock], [], [], timeout)[0]:
+        if timeout > 0 and not wait_readable(sock.fileno(), timeout):
             return
         while True:
             try:  # (socket.recv_fds ignores its flags argument before Python 3.12)
@@ -343,12 +343,20 @@ def security_fields(sec: dict[str, Any]) -> list[str]:
             *sec["readonly"]]
 
 
+def wait_readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` becomes readable (or hung up) within ``timeout`` seconds. poll(), never
+    select(): select() cannot watch a descriptor above 1023, and the runtime holds more than
+    that with ~1,000 containers (each has its exit-notify and log descriptors)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))  # (PEP 475: retried on signals)
+
+
 def _read_reply(fd: int, timeout: float) -> SpawnResult:
     data = b""
     reply = None
     while reply is None:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if not ready:
+        if not wait_readable(fd, timeout):
             raise SpawnError(f"container monitor did not answer within {timeout} s")
         chunk = os.read(fd, 65536)
         if not chunk:

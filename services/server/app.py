@@ -9,13 +9,13 @@ restarted server never serves an empty PodList).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from podvisor.services.server.podlist import PodListJson, check_health, running_pods
+from podvisor.common.podlist import PodListJson, check_health, running_pods
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.server.replicas import View
 
 Clock = Callable[[], float]
@@ -33,22 +33,31 @@ def _json(obj: Any) -> web.Response:
                         content_type="application/json")
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPMethodNotAllowed:
-        return status_error(405, "MethodNotAllowed",
-                            f"method {request.method} not allowed on {request.path}; use GET")
-    except web.HTTPNotFound:
-        return status_error(404, "NotFound", f"no such endpoint {request.path}; "
-                            "the read-only port serves /healthz, /pods and /runningpods/")
+READ_ONLY_HINT = "the read-only port serves /healthz, /pods and /runningpods/"
 
 
-def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
-             wall: Clock = time.time,
-             refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
-    """``refresh``: a fresh view (the replica pump drains what is queued); else ``get_view``."""
+def error_middleware(hint: str) -> Any:
+    @web.middleware
+    async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPMethodNotAllowed:
+            return status_error(405, "MethodNotAllowed",
+                                f"method {request.method} not allowed on {request.path}; "
+                                "use GET")
+        except web.HTTPNotFound:
+            return status_error(404, "NotFound", f"no such endpoint {request.path}; {hint}")
+    return _errors
+
+
+def make_app(get_view: Callable[[], View], clock: Clock = SYSTEM_CLOCK.monotonic,
+             wall: Clock = SYSTEM_CLOCK.wall,
+             refresh: Callable[[], Awaitable[View]] | None = None,
+             middlewares: tuple[Any, ...] = (),
+             hint: str = READ_ONLY_HINT) -> web.Application:
+    """``refresh``: a fresh view (the replica pump drains what is queued); else ``get_view``.
+    ``middlewares`` run inside the error handler (the main port's authentication); the main
+    port adds its own routes to the returned application."""
     pod_json = PodListJson()  # handlers run on the event loop thread only
 
     async def current() -> View:
@@ -87,7 +96,7 @@ def make_app(get_view: Callable[[], View], clock: Clock = time.monotonic,
             return status_error(503, "ServiceUnavailable", "not synced yet with PLEG; retry")
         return _json(running_pods(view.pleg))
 
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[error_middleware(hint), *middlewares])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/pods", pods)
     app.router.add_get("/runningpods/", runningpods)

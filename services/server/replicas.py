@@ -22,19 +22,19 @@ import contextlib
 import math
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import zmq
 
+from podvisor.common.child import StopEvent
+from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import DESIRED, PLEG, STATUSES
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.child import StopEvent
 
-Clock = Callable[[], float]
 SNAPSHOT_TIMEOUT = 0.5
 BATCH = 0.5  # traffic waits at most this long for a drain when no handler asks for one
 REFRESH_TIMEOUT = 2.0  # a handler waits at most this long for a drain (then: the last view)
@@ -56,10 +56,11 @@ class View:
 
 class ReplicaPump:
     def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths,
-                 clock: Clock = time.monotonic, batch: float = BATCH) -> None:
+                 clock: Clock = SYSTEM_CLOCK, batch: float = BATCH) -> None:
         self._zctx = zctx
         self._paths = paths
-        self._clock = clock
+        self._clock = clock.monotonic
+        self._clocks = clock  # the one clock, handed to the replicas
         self._batch = batch
         self.view = View()
         self.stop = StopEvent()  # pollable: close() wakes the pump thread at once
@@ -106,9 +107,10 @@ class ReplicaPump:
             self._answer()
 
     def _loop(self) -> None:
-        maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT)
-                for name in ("desired", "statuses", "pleg")}
-        owner = maps["desired"].socket  # the desired owner's updates and idle heartbeats
+        maps = {name: MapReplica(self._zctx, self._paths, name, snapshot_timeout=SNAPSHOT_TIMEOUT,
+                                 clock=self._clocks)
+                for name in (DESIRED, STATUSES, PLEG)}
+        owner = maps[DESIRED].socket  # the desired owner's updates and idle heartbeats
         heard: float | None = None
         # for the thread's life (a replica keeps its sockets for life): traffic or a request,
         # then (holding traffic for the batch) only a request or stop
@@ -166,9 +168,9 @@ class ReplicaPump:
         fresh = {name: MappingProxyType(maps[name].items()) for name in keys
                  if keys[name] != self._keys.get(name)}
         self._keys, self._heard = keys, heard
-        d, s, p = maps["desired"], maps["statuses"], maps["pleg"]
-        self.view = View(fresh.get("desired", old.desired), fresh.get("statuses", old.statuses),
-                         fresh.get("pleg", old.pleg), d.synced, s.synced, p.synced, heard)
+        d, s, p = maps[DESIRED], maps[STATUSES], maps[PLEG]
+        self.view = View(fresh.get(DESIRED, old.desired), fresh.get(STATUSES, old.statuses),
+                         fresh.get(PLEG, old.pleg), d.synced, s.synced, p.synced, heard)
 
     def close(self, timeout: float = 2.0) -> None:
         self.stop.set()

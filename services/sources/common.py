@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from podvisor.ipc.messages import PodSet
+from podvisor.ipc.maps import PodSetValue
 from podvisor.services.pod import (
     CONFIG_SEEN_ANNOTATION,
     FieldIssue,
@@ -58,9 +58,10 @@ class SourceSet:
             return list(self.wire)
         return [p.to_dict() for p in self.pods]
 
-    def to_message(self, ts: float) -> PodSet:
+    def to_value(self, ts: float) -> PodSetValue:
+        """The ``pods-<source>`` map's value for this read."""
         key = "file" if self.source == "file" else "url"
-        return PodSet(source=self.source, pods=self.wire_pods(),
+        return PodSetValue(source=self.source, pods=self.wire_pods(),
                       errors=[{key: e.location, "field": e.field, "reason": e.reason}
                               for e in self.errors], ts=ts)
 

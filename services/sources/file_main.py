@@ -7,12 +7,12 @@ seen or changed, and travel in ``PodSet.errors`` every time.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
+from podvisor.common.child import ChildContext
+from podvisor.common.service import ServiceLoop
+from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.file_source import FileSource
 from podvisor.services.sources.files import SourceReadError
@@ -20,7 +20,6 @@ from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.watcher import new_inotify_watcher
 from podvisor.services.sources.worker import LoopWorker, Progress
-from podvisor.supervisor.child import ChildContext
 
 # The read thread blocks on inotify until a change or the next relist, at most this long (it
 # must tick its progress well within the worker's stall limit).
@@ -33,74 +32,78 @@ class _Publish(Protocol):
 
 def run(ctx: ChildContext) -> None:
     config = ctx.config
-    publisher = SetPublisher(ctx, "file")
-    events = Recorder(ctx.name)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+    loop = ServiceLoop(ctx)
+    publisher = SetPublisher(ctx, "file", loop)
+    events = Recorder(ctx.name, ctx.clock.wall)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
+    loop.closing(event_pub)
+    loop.watch(event_pub.socket)  # held events go out once someone subscribes
     reporter = Reporter(ctx.log, key="file", events=events)
 
     def publish(result: SourceSet | None) -> None:
-        """Publish ``result`` (when there is one) and answer pending snapshot requests."""
+        """Publish ``result`` (when there is one) and send held events."""
         if result is not None:
             reporter.report(result)
             publisher.publish(result)
         events.flush(event_pub)
-        publisher.service()
 
     try:
         if not config.static_pod_path:
             ctx.log.info("source.disabled", reason="staticPodPath is not set")
-            _idle(ctx, publisher, publish, event_pub.socket, config.file_check_frequency)
+            _idle(loop, publish, config.file_check_frequency)
             return
         path = Path(config.static_pod_path)
         ctx.log.info("source.started", path=str(path), period=config.file_check_frequency)
-        progress = Progress()
+        progress = Progress(ctx.clock.monotonic)
         source = FileSource(path, config.node_name, config.file_check_frequency,
-                            new_inotify_watcher(path), tick=progress.tick)
+                            new_inotify_watcher(path), tick=progress.tick,
+                            clock=ctx.clock.monotonic, wall=ctx.clock.wall)
         try:
-            _loop(ctx, source, progress, publisher, publish, event_pub.socket)
+            _loop(ctx, loop, source, progress, publish)
         finally:
             source.close()
     finally:
-        publisher.close()
-        event_pub.close()
+        loop.close()
 
 
-def _loop(ctx: ChildContext, source: FileSource, progress: Progress, publisher: SetPublisher,
-          publish: _Publish, event_socket: Any) -> None:
+def _loop(ctx: ChildContext, loop: ServiceLoop, source: FileSource, progress: Progress,
+          publish: _Publish) -> None:
     """Reads run on a helper thread (a big manifest parses for seconds); this thread
     heartbeats and publishes, blocking on the snapshot socket, the read thread's results, the
-    event socket (held events go out once someone subscribes) and stop."""
+    event socket and stop."""
 
-    def step() -> SourceSet | None:
+    def read() -> SourceSet | None:
         try:
             return source.poll(READ_WAIT)
         except SourceReadError as exc:
             ctx.log.error("source.read_failed", path=str(source.path), reason=str(exc))
             return None
 
-    worker = LoopWorker(step, ctx.stop, progress, name="source-file-read")
+    worker = LoopWorker(read, ctx.stop, progress, name="source-file-read")
     worker.start()
-    extra = [worker.wake_fd, event_socket]
+    loop.watch(worker.wake_fd)
+
+    def step(now: float) -> None:
+        results = worker.take()
+        for result in results:
+            publish(result)
+        if not results:
+            publish(None)
+
     try:
-        while not ctx.stop.is_set():
-            ctx.heartbeat()
-            results = worker.take()
-            for result in results:
-                publish(result)
-            if not results:
-                publish(None)
-            publisher.wait(ctx, extra)
+        loop.run(step)
     finally:
         worker.join(1.0)
 
 
-def _idle(ctx: ChildContext, publisher: SetPublisher, publish: _Publish, event_socket: Any,
-          period: float) -> None:
+def _idle(loop: ServiceLoop, publish: _Publish, period: float) -> None:
     """No path configured: an empty set now and every period (the source counts as seen)."""
     due = 0.0
-    while not ctx.stop.is_set():
-        now = time.monotonic()
+
+    def step(now: float) -> float:
+        nonlocal due
         publish(SourceSet("file") if now >= due else None)
         due = now + period if now >= due else due
-        ctx.heartbeat()
-        publisher.wait(ctx, [event_socket], until=due)
+        return due
+
+    loop.run(step)

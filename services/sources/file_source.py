@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.sources.common import FirstSeen, SourceSet
 from podvisor.services.sources.files import ParseCache, read_static_pods
 from podvisor.services.sources.watcher import DirWatcher
@@ -23,7 +23,7 @@ class FileSource:
     One thread; the clock is monotonic, ``wall`` only stamps ``kubernetes.io/config.seen``."""
 
     def __init__(self, path: Path, node_name: str, period: float, watcher: DirWatcher, *,
-                 clock: Clock = time.monotonic, wall: Clock = time.time,
+                 clock: Clock = SYSTEM_CLOCK.monotonic, wall: Clock = SYSTEM_CLOCK.wall,
                  tick: Callable[[], None] = lambda: None) -> None:
         self.path = path
         self._node = node_name

@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.pod import (
     MAX_MANIFEST_BYTES,
     FieldIssue,
@@ -156,7 +156,7 @@ class ParseCache:
     file, not a read, a parse and a rebuild (parsing a large YAML file takes seconds). One
     thread."""
 
-    def __init__(self, wall_ns: Callable[[], int] = time.time_ns,
+    def __init__(self, wall_ns: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
                  recent_ns: int = RECENT_NS) -> None:
         self._entries: dict[str, _Entry] = {}
         self._wall_ns = wall_ns

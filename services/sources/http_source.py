@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.pod import PodValidationError
 from podvisor.services.sources.common import FirstSeen, SourceSet, errors_of
 from podvisor.services.sources.file_source import EARLY_REPUBLISH
@@ -25,7 +25,7 @@ class HttpSource:
     ``last_error`` holds the latest failure ("" after a success). One thread."""
 
     def __init__(self, url: str, node_name: str, period: float, fetcher: Callable[[], bytes],
-                 *, clock: Clock = time.monotonic, wall: Clock = time.time) -> None:
+                 *, clock: Clock = SYSTEM_CLOCK.monotonic, wall: Clock = SYSTEM_CLOCK.wall) -> None:
         self._url = url
         self._node = node_name
         self._period = period

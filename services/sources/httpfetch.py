@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 
 import requests
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.pod import MAX_MANIFEST_BYTES, PodValidationError, decode_pod_or_list
 from podvisor.services.sources.common import (
     Seen,
@@ -27,7 +27,7 @@ class FetchError(Exception):
 
 def fetch(session: requests.Session, url: str, headers: Mapping[str, str], *,
           timeout: float = TIMEOUT, cap: int = MAX_MANIFEST_BYTES,
-          clock: Callable[[], float] = time.monotonic) -> bytes:
+          clock: Callable[[], float] = SYSTEM_CLOCK.monotonic) -> bytes:
     """The body of a 200 answer, at most ``cap`` bytes, within ``timeout`` seconds overall."""
     deadline = clock() + timeout
     try:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from podvisor.services.events import model as ev
-from podvisor.services.events.recorder import Recorder
+from podvisor.common.logs import EventLog
+from podvisor.services import events as ev
+from podvisor.services.events import Recorder
 from podvisor.services.pod import Pod
 from podvisor.services.sources.common import SourceSet
-from podvisor.supervisor.logs import EventLog
 
 
 def duplicates(result: SourceSet) -> list[tuple[Pod, str]]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from inotify_simple import INotify, flags
+
+from podvisor.ipc.clock import SYSTEM_CLOCK
 
 _MASK = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | flags.MOVED_FROM
          | flags.MOVED_TO | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)
@@ -56,8 +57,8 @@ class _InotifyWatcher:
         relevant = self._relevant(events)
         if not relevant:
             return changed
-        deadline = time.monotonic() + self._max_burst
-        while time.monotonic() < deadline:
+        deadline = SYSTEM_CLOCK.monotonic() + self._max_burst
+        while SYSTEM_CLOCK.monotonic() < deadline:
             more = self._inotify.read(timeout=self._coalesce_ms)
             if not more:
                 break

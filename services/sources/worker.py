@@ -13,9 +13,10 @@ import contextlib
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from podvisor.ipc.clock import SYSTEM_CLOCK
 
 T = TypeVar("T")
 STALL_LIMIT = 120.0
@@ -30,7 +31,7 @@ class Progress:
     """A timestamp the worker refreshes (``tick``) and the main thread reads. Thread-safe (one
     float assignment)."""
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK.monotonic) -> None:
         self._clock = clock
         self._last = clock()
 
@@ -127,7 +128,7 @@ def run_in_thread(fn: Callable[[], T], heartbeat: Callable[[], None], stop: thre
         except BaseException as exc:
             error.append(exc)
 
-    started = time.monotonic()
+    started = SYSTEM_CLOCK.monotonic()
     thread = threading.Thread(target=target, name="source-once", daemon=True)
     thread.start()
     while thread.is_alive():
@@ -135,7 +136,7 @@ def run_in_thread(fn: Callable[[], T], heartbeat: Callable[[], None], stop: thre
         thread.join(poll)
         if stop.is_set() and thread.is_alive():
             return False, None
-        if time.monotonic() - started > limit and thread.is_alive():
+        if SYSTEM_CLOCK.monotonic() - started > limit and thread.is_alive():
             raise WorkerStalled(f"still running after {limit:.0f} s")
     if error:
         raise error[0]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from podvisor.common.timefmt import rfc3339
 from podvisor.services.status.containers import EXITED, by_name, container_status
-from podvisor.services.status.timefmt import rfc3339
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 TERMINAL = (SUCCEEDED, FAILED)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podvisor.services.status.timefmt import rfc3339_ns
+from podvisor.common.timefmt import rfc3339_ns
 
 RUNNING = "CONTAINER_RUNNING"
 EXITED = "CONTAINER_EXITED"

@@ -22,10 +22,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podvisor.services.prober.verdicts import probe_verdicts
+from podvisor.common.timefmt import parse_rfc3339, rfc3339
+from podvisor.ipc.maps import PodProbes
+from podvisor.services.prober import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
 from podvisor.services.status.store import Saved
-from podvisor.services.status.timefmt import parse_rfc3339, rfc3339
 
 RETIRE_AFTER = 600.0
 HEALTH_KEY = "_health"
@@ -100,7 +101,7 @@ class StatusEngine:
 
     def reconcile(
         self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float, mono: float,
-        probes: Mapping[str, Any] | None = None, only: Collection[str] | None = None,
+        probes: Mapping[str, PodProbes] | None = None, only: Collection[str] | None = None,
     ) -> Changes | None:
         """``now``: wall seconds (written into statuses); ``mono``: CLOCK_MONOTONIC seconds;
         ``probes``: the prober's ``probes`` map (readiness and startup verdicts); ``only``: the

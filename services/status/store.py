@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podvisor.supervisor.logs import EventLog
+from podvisor.common.logs import EventLog
 
 FORMAT_VERSION = 2
 LEGACY_VERSION = 1

@@ -27,8 +27,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from podvisor.services.pod.container import Container
-from podvisor.services.pod.model import Pod, RestartPolicy
+from podvisor.services.pod import Container, Pod, RestartPolicy
 from podvisor.services.syncloop.backoff import BackoffKey
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
 from podvisor.services.syncloop.spec import container_hash

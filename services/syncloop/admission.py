@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from podvisor.services.pod.model import Pod
+from podvisor.services.pod import Pod
 from podvisor.services.syncloop.cri_config import host_ports
 
 

@@ -14,17 +14,21 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.pod.container import Container, PortProtocol
-from podvisor.services.pod.envvars import expand_command
-from podvisor.services.pod.model import DownwardAPIVolume, EmptyDirVolume, HostPathVolume, Pod
-from podvisor.services.pod.quantity import memory_bytes
-from podvisor.services.pod.security import (
+from podvisor.common.quantity import memory_bytes
+from podvisor.services.pod import (
+    Container,
+    DownwardAPIVolume,
+    EmptyDirVolume,
+    HostPathVolume,
+    Pod,
+    PortProtocol,
     Profile,
     ProfileType,
     SecurityContext,
     SELinuxOptions,
     SupplementalGroupsPolicy,
     effective_security_context,
+    expand_command,
     masked_paths,
     no_new_privs,
     readonly_paths,

@@ -6,18 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from podvisor.services.pod.container import ExecAction, LifecycleHandler, SleepAction
+from podvisor.common.labels import (
+    CONTAINER_HASH,
+    CONTAINER_NAME,
+    GRACE_PERIOD,
+    POD_NAME,
+    POD_NAMESPACE,
+    POD_UID,
+    PRE_STOP,
+    RESTART_COUNT,
+)
+from podvisor.services.pod import ExecAction, LifecycleHandler, SleepAction
 
-POD_UID = "io.kubernetes.pod.uid"
-POD_NAME = "io.kubernetes.pod.name"
-POD_NAMESPACE = "io.kubernetes.pod.namespace"
-CONTAINER_NAME = "io.kubernetes.container.name"
-CONTAINER_HASH = "io.kubernetes.container.hash"
-RESTART_COUNT = "io.kubernetes.container.restartCount"
-GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
-# The container's preStop handler as JSON (the kubelet's annotation), so a container whose pod
-# spec is gone (an orphan; `podvisorctl shutdown --pods` without an agent) still gets its hook.
-PRE_STOP = "io.kubernetes.container.preStopHandler"
+__all__ = ["CONTAINER_HASH", "CONTAINER_NAME", "GRACE_PERIOD", "POD_NAME", "POD_NAMESPACE",
+           "POD_UID", "PRE_STOP", "RESTART_COUNT"]
 
 
 def parse_int(text: str | None, default: int = 0) -> int:

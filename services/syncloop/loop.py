@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import admit
@@ -64,6 +64,8 @@ class LoopDeps:
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
     node_name: str = ""  # the object of node-level events
+    # called on the loop thread when a work changed containers in the runtime (PLEG's hint)
+    changed_runtime: Callable[[], None] = lambda: None
 
 
 def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
@@ -287,6 +289,8 @@ class SyncLoop:
                                   or work.kind is WorkKind.TERMINATE):
             cache.changed()  # a listing from before may miss what the work did (a held
             # sync did nothing)
+        if outcome.acted or work.kind is WorkKind.TERMINATE:
+            self.deps.changed_runtime()
         w = self.deps.table.finish(work, outcome, self.deps.sync.mono())
         if work.kind is WorkKind.SYNC:
             self._note_held(work, outcome)

@@ -15,27 +15,23 @@ otherwise the process exits at once and pods keep running (a restarted sync loop
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import zmq
-
-from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import cri_endpoint
+from podvisor.common.service import ServiceLoop, WakePipe
+from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
-from podvisor.ipc.messages import AllPodsStopped
+from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
+from podvisor.ipc.messages import AllPodsStopped, RelistHint
 from podvisor.services.cri import new_runtime_client
-from podvisor.services.events.logbridge import EventingLog
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
-from podvisor.services.prober.verdicts import liveness_failed
-from podvisor.services.sources.publish import SET_KEY, map_name
+from podvisor.services.events import EventingLog, EventPublisher, Recorder
+from podvisor.services.prober import liveness_failed
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
@@ -54,35 +50,12 @@ from podvisor.services.syncloop.runtime_events import (
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.terminate import Log
 from podvisor.services.syncloop.workers import Timing, WorkerTable
-from podvisor.supervisor.child import ChildContext
 
 TOPICS = ("pleg.pod.event", "syncloop.pods.stopall")
 TICK = 1.0
 SOURCES_WAIT = 10.0  # serve `desired` without a source's set after this long (source down)
 POOL_THREADS = 128
 IMAGE_BACKOFF = BackoffPolicy(initial=10.0, cap=300.0, reset_after=600.0)
-
-
-class _WakePipe:
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        for fd in (self.read_fd, self.write_fd):
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-
-    def wake(self) -> None:
-        with contextlib.suppress(OSError):  # full pipe: already awake; closed: stopping
-            os.write(self.write_fd, b"x")
-
-    def drain(self) -> None:
-        try:
-            while os.read(self.read_fd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-    def close(self) -> None:
-        os.close(self.read_fd)
-        os.close(self.write_fd)
 
 
 def _sources(ctx: ChildContext) -> set[str]:
@@ -94,19 +67,15 @@ def _sources(ctx: ChildContext) -> set[str]:
     return out
 
 
-def _endpoint(ctx: ChildContext) -> str:
-    ep: str = ctx.config.runtime_endpoint
-    return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
-
-
 def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
     """What SyncPod needs, from the config (also RunOnce's, with ``shared`` off: no listing
     shared between workers and no image presence cache, every read fresh)."""
-    cfg = ctx.config
+    cfg, clock = ctx.config, ctx.clock
     sl = cfg.syncloop
     policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
                            sl.crash_loop_backoff_reset)
-    cri = new_runtime_client(_endpoint(ctx), timeout=cfg.runtime_request_timeout)
+    cri = new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
+                             timeout=cfg.runtime_request_timeout)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
     cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log) if cfg.cgroup_root
@@ -114,10 +83,10 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
     return SyncDeps(cri=cri, pods_dir=ctx.paths.pods_dir, pod_logs_dir=ctx.paths.pod_logs_dir,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
-                    mono=time.monotonic, wall=time.time, sleep=time.sleep, log=log,
+                    mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
-                    cache=RuntimeCache(cri, time.monotonic, time.time) if shared else None,
-                    images=ImagePresence(cri, time.monotonic) if shared else None,
+                    cache=RuntimeCache(cri, clock.monotonic, clock.wall) if shared else None,
+                    images=ImagePresence(cri, clock.monotonic) if shared else None,
                     network=NetworkState(), pull_slots=pull_slots(cfg))
 
 
@@ -130,14 +99,14 @@ def pull_slots(cfg: Any) -> threading.Semaphore | None:
     return threading.Semaphore(n) if n > 0 else None
 
 
-def build(ctx: ChildContext, publisher: Publisher, pool: ThreadPoolExecutor,
-          wake: _WakePipe, events: Recorder | None = None) -> tuple[SyncLoop, MapOwner]:
+def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
+          pool: ThreadPoolExecutor, wake: WakePipe, events: Recorder | None = None
+          ) -> tuple[SyncLoop, MapOwner]:
     """The composition root: every part of the sync loop, from the config."""
     cfg = ctx.config
     log = EventingLog(ctx.log, events) if events is not None else ctx.log
     sync = new_sync_deps(ctx, log)
-    owner = MapOwner(ctx.zctx, ctx.paths, publisher, "desired",
-                     heartbeat_interval=cfg.supervision.heartbeat_interval)
+    owner = service.owner(publisher, DESIRED, serving=False)
 
     def submit(fn: Callable[[], None]) -> None:
         pool.submit(fn)
@@ -194,122 +163,128 @@ def _dispatch(loop: SyncLoop, env: Envelope, now: float, seen: SeenStops,
     return False
 
 
-def _source_replicas(ctx: ChildContext, loop: SyncLoop) -> list[MapReplica]:
+def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
+                     ) -> list[MapReplica]:
     """One replica per configured source; each new set of a source goes to the merge."""
 
     def feeder(source: str) -> Callable[[str, object, object], None]:
         def on_change(key: str, old: object, new: object) -> None:
-            if key == SET_KEY and isinstance(new, dict):
-                loop.handle_pod_set(source, list(new.get("pods", [])), time.monotonic())
+            if key == POD_SET_KEY and isinstance(new, PodSetValue):
+                loop.handle_pod_set(source, list(new.pods), ctx.clock.monotonic())
         return on_change
 
-    return [MapReplica(ctx.zctx, ctx.paths, map_name(src), feeder(src))
+    return [service.replica(pods_map(src), feeder(src), decode=PodSetValue.from_wire)
             for src in sorted(_sources(ctx))]
 
 
-def _probes_replica(ctx: ChildContext, loop: SyncLoop) -> MapReplica:
+def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> MapReplica:
     """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
     container is killed and restarted per policy); syncs read the failed IDs."""
     failed: dict[str, frozenset[str]] = {}
 
-    def on_change(key: str, old: object, new: object) -> None:
+    def on_change(key: str, old: PodProbes | None, new: PodProbes | None) -> None:
         ids = liveness_failed(new)
         if ids:
             failed[key] = ids
         else:
             failed.pop(key, None)
         if ids - liveness_failed(old):
-            loop.handle_pleg_event(key, time.monotonic())
+            loop.handle_pleg_event(key, ctx.clock.monotonic())
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, frozenset())
-    return MapReplica(ctx.zctx, ctx.paths, "probes", on_change)
+    return service.replica(PROBES, on_change, decode=PodProbes.from_wire)
+
+
+class _Stopping:
+    """Where a stop of every pod stands (``syncloop.pods.stopall`` or the process's stop)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.count = 0
+        self.done = False  # the process may exit
 
 
 def run(ctx: ChildContext) -> None:
-    publisher = Publisher(ctx.zctx, ctx.paths, ctx.name)
-    subscriber = Subscriber(ctx.zctx, ctx.paths, TOPICS)
+    """Composition: build every part, declare what the loop watches, run it."""
+    clock = ctx.clock
+    service = ServiceLoop(ctx)
+    publisher = service.publisher()
     pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
-    wake = _WakePipe()
-    events = Recorder(ctx.name)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
-    loop, owner = build(ctx, publisher, pool, wake, events)
+    wake = WakePipe()
+    events = Recorder(ctx.name, clock.wall)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
+    loop, owner = build(ctx, service, publisher, pool, wake, events)
     events.resolve = _resolver(loop)
-    replicas = _source_replicas(ctx, loop)
-    probes = _probes_replica(ctx, loop)
-    poller = zmq.Poller()
-    for replica in replicas:
-        for sock in replica.sockets:
-            poller.register(sock, zmq.POLLIN)
-    poller.register(probes.socket, zmq.POLLIN)  # the SUB only: the snapshot DEALER is replaced
-    poller.register(subscriber.socket, zmq.POLLIN)
-    poller.register(wake.read_fd, zmq.POLLIN)
+    replicas = _source_replicas(ctx, service, loop)
+    _probes_replica(ctx, service, loop)
     stops, seen = new_stop_watcher(loop.deps.sync.cri, ctx.log), SeenStops()
     cache = loop.deps.sync.cache
-    poller.register(stops.wake_fd, zmq.POLLIN)
-    ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
-    stopping_pods, stopped_count = False, 0
+    stopping = _Stopping()
+
+    def stop_all(now: float) -> None:
+        if not stopping.active:
+            stopping.active, stopping.count = True, len(loop.deps.table.workers)
+            loop.stop_all(now)
+
+    def on_bus() -> None:
+        while (env := subscriber.recv(0)) is not None:
+            if _dispatch(loop, env, clock.monotonic(), seen, stops.streaming):
+                stop_all(clock.monotonic())
+
+    def on_runtime_events() -> None:
+        now = clock.monotonic()
+        items = stops.drain()
+        if cache is not None:
+            cache.changed()  # an event, a lost one or a stream mode change
+            cache.watched(stops.streaming)
+        for uid, event in pod_events(items):
+            if is_stop(event):
+                seen.add(event.container_id)
+            loop.handle_container_event(uid, event, now, event_mono(event, now, clock.wall()))
+        loop.step(now)  # hand a restart out before reading the other inputs
+
     # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is in, so
     # a restarted sync loop never hands status/server an empty or partial map (they would
     # retire every pod's status and list no pods).
-    started, serving = time.monotonic(), False
-    try:
-        while True:
-            now = time.monotonic()
-            if ctx.stop.is_set() and not stopping_pods:
+    started = clock.monotonic()
+    hint = [False]  # a work changed containers since the last RelistHint
+    loop.deps.changed_runtime = lambda: hint.__setitem__(0, True)
+
+    def step(now: float) -> float | None:
+        if ctx.stop.is_set():
+            if not stopping.active:
                 if not ctx.config.stop_pods_on_exit:
-                    break
-                stopping_pods, stopped_count = True, len(loop.deps.table.workers)
-                loop.stop_all(now)
-            timeout = loop.step(now)
-            if stopping_pods and loop.all_stopped():
-                publisher.publish(AllPodsStopped(pods=stopped_count, ts=time.monotonic()))
-                ctx.log.info("syncloop.pods.stopped", pods=stopped_count)
-                if ctx.stop.is_set():
-                    break
-                stopping_pods = False
-            wait = TICK if timeout is None else min(TICK, timeout)
-            ready = dict(poller.poll(max(0, int(wait * 1000))))
-            if wake.read_fd in ready:
-                wake.drain()
-            if stops.wake_fd in ready:
-                now = time.monotonic()
-                items = stops.drain()
-                if cache is not None:
-                    cache.changed()  # an event, a lost one or a stream mode change
-                    cache.watched(stops.streaming)
-                for uid, event in pod_events(items):
-                    if is_stop(event):
-                        seen.add(event.container_id)
-                    loop.handle_container_event(uid, event, now,
-                                                event_mono(event, now, time.time()))
-                loop.step(now)  # hand a restart out before reading the other inputs
-            while (env := subscriber.recv(0)) is not None:
-                if _dispatch(loop, env, time.monotonic(), seen, stops.streaming) \
-                        and not stopping_pods:
-                    stopping_pods = True
-                    stopped_count = len(loop.deps.table.workers)
-                    loop.stop_all(time.monotonic())
-            for replica in replicas:
-                replica.pump(0)
-            probes.pump(0)
-            if not serving and (all(r.synced for r in replicas)
-                                or time.monotonic() - started >= SOURCES_WAIT):
-                serving = True
-                poller.register(owner.socket, zmq.POLLIN)  # polled only once served
-            if serving:
-                owner.serve()
-            owner.tick(time.monotonic())
-            events.flush(event_pub)
-            ctx.heartbeat()
+                    stopping.done = True
+                    return None
+                stop_all(now)
+            service.ignore_stop()  # stopping the pods goes on after the stop
+        timeout = loop.step(now)
+        if stopping.active and loop.all_stopped():
+            publisher.publish(AllPodsStopped(pods=stopping.count, ts=clock.monotonic()))
+            ctx.log.info("syncloop.pods.stopped", pods=stopping.count)
+            if ctx.stop.is_set():
+                stopping.done = True
+                return None
+            stopping.active = False
+        if hint[0]:
+            hint[0] = False
+            if not stops.streaming:  # with events, PLEG hears of the change by itself
+                publisher.publish(RelistHint(ts=clock.monotonic()))
+        if not service.serving(owner) and (all(r.synced for r in replicas)
+                                           or now - started >= SOURCES_WAIT):
+            service.serve(owner)  # polled only once served
+        events.flush(event_pub)
+        return now + (TICK if timeout is None else min(TICK, timeout))
+
+    subscriber = service.subscriber(TOPICS, on_bus)
+    service.watch(wake.read_fd, wake.drain)
+    service.watch(stops.wake_fd, on_runtime_events)
+    ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
+    try:
+        service.run(step, done=lambda: stopping.done)
     finally:
         stops.stop()
         pool.shutdown(wait=False, cancel_futures=True)
-        owner.close()
-        for replica in replicas:
-            replica.close()
-        probes.close()
-        subscriber.close()
-        publisher.close()
+        service.close()
         event_pub.close()
         wake.close()
-        loop.deps.sync.cri.close()

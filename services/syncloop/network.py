@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError, RuntimeClient
 
 NETWORK_READY = "NetworkReady"
 NOT_READY_PREFIX = "network is not ready"  # the kubelet's NetworkNotReadyErrorMsg

@@ -17,7 +17,7 @@ import os
 import socket
 from pathlib import Path
 
-from podvisor.services.pod.downward import NodeFacts
+from podvisor.services.pod import NodeFacts
 
 _FALLBACK_MEMORY = 1 << 30
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.client import RuntimeClient
+from podvisor.services.cri import RuntimeClient
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.runtime_state import NeedStatus, PodRuntime, pod_runtime
 

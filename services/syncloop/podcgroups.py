@@ -26,8 +26,8 @@ import threading
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from podvisor.common.logs import Log
 from podvisor.services.syncloop.cgroupfs import CgroupFS
-from podvisor.services.syncloop.terminate import Log
 
 POD_PREFIX = "pod"
 MAX_DEPTH = 32  # nested cgroups a container may have made under its own

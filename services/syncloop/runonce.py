@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, RestartPolicy, pod_from_dict
 from podvisor.services.syncloop.admission import admit
 from podvisor.services.syncloop.podconfig import PodOp, new_pod_config

@@ -15,22 +15,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import zmq
-
-from podvisor.ipc.clone import MapReplica
-from podvisor.services.events.logbridge import EventingLog
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
-from podvisor.services.sources.publish import SET_KEY, map_name
+from podvisor.common.child import ChildContext
+from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import POD_SET_KEY, PodSetValue, pods_map
+from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.syncloop.main import new_sync_deps
 from podvisor.services.syncloop.runonce import FAILED, PodResult, RetryPolicy, plan, run_pods
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.runonce import results_path
 
 SOURCES_WAIT = 60.0
 
@@ -47,29 +41,23 @@ def _sources(ctx: ChildContext) -> list[str]:
 def _first_sets(ctx: ChildContext, sources: list[str]) -> dict[str, dict[str, Any]]:
     """Each source's first set, waiting (heartbeating) up to ``SOURCES_WAIT``; a source missing
     from the answer sent none in time."""
-    replicas = {s: MapReplica(ctx.zctx, ctx.paths, map_name(s)) for s in sources}
-    poller = zmq.Poller()
-    for replica in replicas.values():
-        for sock in replica.sockets:
-            poller.register(sock, zmq.POLLIN)
-    if ctx.stop_fd is not None:
-        poller.register(ctx.stop_fd, zmq.POLLIN)
-    deadline = time.monotonic() + SOURCES_WAIT
+    loop = ServiceLoop(ctx)
+    replicas = {s: loop.replica(pods_map(s), decode=PodSetValue.from_wire) for s in sources}
+    deadline = ctx.clock.monotonic() + SOURCES_WAIT
     sets: dict[str, dict[str, Any]] = {}
+
+    def step(now: float) -> float:
+        for source, replica in replicas.items():
+            value = replica.get(POD_SET_KEY)
+            if isinstance(value, PodSetValue):
+                sets[source] = {"pods": value.pods, "errors": value.errors}
+        return min(deadline, now + 0.5)
+
     try:
-        while not ctx.stop.is_set() and time.monotonic() < deadline:
-            for source, replica in replicas.items():
-                replica.pump(0)
-                value = replica.get(SET_KEY)
-                if isinstance(value, dict):
-                    sets[source] = value
-            if len(sets) == len(replicas):
-                break
-            ctx.heartbeat()
-            poller.poll(int(min(ctx.heartbeat_interval, 0.5) * 1000))
+        loop.run(step, done=lambda: (ctx.stop.is_set() or len(sets) == len(replicas)
+                                     or ctx.clock.monotonic() >= deadline))
     finally:
-        for replica in replicas.values():
-            replica.close()
+        loop.close()
     return sets
 
 
@@ -106,8 +94,8 @@ def run(ctx: ChildContext) -> None:
     pods, known = plan(sets)
     known += [PodResult(f"source {s}", False, FAILED, f"sent no pod set within {SOURCES_WAIT:g}s")
               for s in sources if s not in sets]
-    events = Recorder(ctx.name)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name)
+    events = Recorder(ctx.name, ctx.clock.wall)
+    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
     deps = new_sync_deps(ctx, EventingLog(ctx.log, events), shared=False)
     policy = RetryPolicy(tries=cfg.run_once_max_retries, delay=cfg.run_once_retry_delay)
     ctx.log.info("runonce.pods", pods=[p.full_name for p in pods], known=len(known))
@@ -120,5 +108,5 @@ def run(ctx: ChildContext) -> None:
     if ctx.stop.is_set():
         return  # the agent is stopping: the supervisor reports the run as interrupted
     results += known
-    _write(results_path(ctx.paths), results)
+    _write(ctx.paths.runonce_results, results)
     ctx.log.info("runonce.done", pods=len(results), failed=sum(not r.ok for r in results))

@@ -31,8 +31,9 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import EventLog
 from podvisor.services.cri import RuntimeClient
-from podvisor.services.pleg.stream import EventWatcher
+from podvisor.services.pleg import EventWatcher
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.runtime_state import (
     PodRuntime,
@@ -40,7 +41,6 @@ from podvisor.services.syncloop.runtime_state import (
     container_from_status,
     newest_first,
 )
-from podvisor.supervisor.logs import EventLog
 
 
 class _Renamed:

@@ -14,8 +14,7 @@ from enum import StrEnum
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.syncloop import labels as L
 
 

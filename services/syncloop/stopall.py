@@ -26,8 +26,7 @@ from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
+from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import PodCgroups, new_pod_cgroups

@@ -24,12 +24,19 @@ from typing import Any, cast
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
-from podvisor.services.pod import NodeFacts, container_env, needs_pod_ip, oom_score_adj, qos_class
-from podvisor.services.pod.container import Container, PullPolicy
-from podvisor.services.pod.imageref import image_reference_error
-from podvisor.services.pod.model import Pod
+from podvisor.common.logs import Log
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.pod import (
+    Container,
+    NodeFacts,
+    Pod,
+    PullPolicy,
+    container_env,
+    image_reference_error,
+    needs_pod_ip,
+    oom_score_adj,
+    qos_class,
+)
 from podvisor.services.syncloop import cri_config, volumes
 from podvisor.services.syncloop.actions import (
     PodActions,
@@ -53,7 +60,7 @@ from podvisor.services.syncloop.runtime_state import (
     pod_runtime,
     read_pod_runtime,
 )
-from podvisor.services.syncloop.terminate import Log, kill_containers
+from podvisor.services.syncloop.terminate import kill_containers
 
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"

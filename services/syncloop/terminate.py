@@ -13,25 +13,15 @@ import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
-from podvisor.services.cri.client import RuntimeClient
-from podvisor.services.cri.errors import CriError
-from podvisor.services.pod.container import ExecAction, SleepAction
-from podvisor.services.pod.model import Pod
+from podvisor.common.logs import Log
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.pod import ExecAction, Pod, SleepAction
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
 MIN_KILL_GRACE = 2
 DEFAULT_GRACE = 30
-
-
-class Log(Protocol):
-    def debug(self, event: str, **fields: Any) -> None: ...
-    def info(self, event: str, **fields: Any) -> None: ...
-    def warning(self, event: str, **fields: Any) -> None: ...
-    def error(self, event: str, **fields: Any) -> None: ...
-    def exception(self, event: str, **fields: Any) -> None: ...
 
 
 def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, grace: float,

@@ -26,15 +26,16 @@ import os
 import stat
 from pathlib import Path
 
-from podvisor.services.pod.downward import NodeFacts, volume_files
-from podvisor.services.pod.model import (
+from podvisor.services.pod import (
     DownwardAPIVolume,
     EmptyDirVolume,
+    FSGroupChangePolicy,
     HostPathType,
     HostPathVolume,
+    NodeFacts,
     Pod,
+    volume_files,
 )
-from podvisor.services.pod.security import FSGroupChangePolicy
 from podvisor.services.syncloop import cri_config
 from podvisor.services.syncloop.atomic_writer import write_atomic
 

@@ -32,7 +32,7 @@ from enum import StrEnum
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.pod.model import Pod
+from podvisor.services.pod import Pod
 from podvisor.services.syncloop.actions import Waiting
 from podvisor.services.syncloop.runtime_events import Effects, EventSnapshot
 from podvisor.services.syncloop.states import WorkerState, check_transition

@@ -20,7 +20,6 @@ from podvisor.services.events import model as ev
 from podvisor.services.events.logbridge import EventingLog, events_for
 from podvisor.services.events.publisher import EventPublisher
 from podvisor.services.events.recorder import Recorder
-from podvisor.services.events.store import EventStore
 from podvisor.supervisor.ctl_logs import (
     CriDecoder,
     LogError,
@@ -30,6 +29,7 @@ from podvisor.supervisor.ctl_logs import (
     latest_log,
     tail_lines,
 )
+from podvisor.supervisor.eventstore import EventStore
 
 
 def event(reason: str = "Started", message: str = "m", ts: float = 100.0,

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 import zmq
 
 from podvisor.ipc.bus import Publisher
+from podvisor.ipc.clock import SYSTEM_CLOCK, FakeClock
 from podvisor.ipc.clone import MapOwner, MapReplica
+from podvisor.ipc.maps import PodSetValue
 from podvisor.ipc.paths import RunPaths
 
 Bus = tuple["zmq.Context[Any]", RunPaths]
@@ -69,9 +71,10 @@ def test_replica_follows_a_restarted_owner(procs: Any) -> None:
 def test_sequence_gap_triggers_a_resync(bus: Bus) -> None:
     zctx, paths = bus
     pub = Publisher(zctx, paths, "gap-owner")
-    owner = MapOwner(zctx, paths, pub, "gap")
+    owner = MapOwner(zctx, paths, pub, "gap", clock=SYSTEM_CLOCK)
     changes: list[tuple[str, Any, Any]] = []
-    replica = MapReplica(zctx, paths, "gap", on_change=lambda k, o, n: changes.append((k, o, n)))
+    replica = MapReplica(zctx, paths, "gap", on_change=lambda k, o, n: changes.append((k, o, n)),
+                         clock=SYSTEM_CLOCK)
     _wait_subscribed(replica, owner)
     _sync_with_owner(replica, owner)
     owner.set("x", 1)
@@ -177,9 +180,9 @@ def test_garbage_wrong_types_and_a_100mb_frame_are_dropped_and_counted(
 def test_one_shot_sync_right_after_construction(bus: Bus) -> None:
     zctx, paths = bus
     pub = Publisher(zctx, paths, "oneshot-owner")
-    owner = MapOwner(zctx, paths, pub, "oneshot")
+    owner = MapOwner(zctx, paths, pub, "oneshot", clock=SYSTEM_CLOCK)
     owner.set("a", 1)
-    replica = MapReplica(zctx, paths, "oneshot")
+    replica = MapReplica(zctx, paths, "oneshot", clock=SYSTEM_CLOCK)
     _sync_with_owner(replica, owner)
     assert replica.items() == {"a": 1}
     replica.close()
@@ -194,13 +197,13 @@ def test_unanswered_requests_keep_the_same_sockets_and_late_answers_are_dropped(
     and once one answer is installed a second (late) answer is dropped."""
     zctx, paths = bus
     pub = Publisher(zctx, paths, "slow-owner")
-    owner = MapOwner(zctx, paths, pub, "slow")
+    clock = FakeClock(0.0)  # one clock for the owner and the replica
+    owner = MapOwner(zctx, paths, pub, "slow", clock=clock)
     owner.set("v", "old")
-    clock = [0.0]
-    replica = MapReplica(zctx, paths, "slow", snapshot_timeout=1.0, clock=lambda: clock[0])
+    replica = MapReplica(zctx, paths, "slow", snapshot_timeout=1.0, clock=clock)
     sockets = replica.sockets
     _until(lambda: replica.pump(0.01) or replica.waiting_for_snapshot)  # request 1 is out
-    clock[0] += 5.0  # request 1 timed out: the next pump sends request 2 on the same socket
+    clock.advance(5.0)  # request 1 timed out: the next pump sends request 2 on the same socket
     replica.pump(0)
     assert replica.sockets == sockets and replica.waiting_for_snapshot
     owner.set("v", "new")
@@ -224,3 +227,25 @@ def _until(done: Any, rounds: int = 500) -> None:
         if done():
             return
     raise AssertionError("condition never met")
+
+
+class _FutureSet(PodSetValue):
+    VERSION: ClassVar[int] = 99
+
+
+def test_typed_values_cross_in_wire_form_and_an_unknown_version_is_dropped(bus: Bus) -> None:
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "typed-owner")
+    clock = FakeClock()
+    owner = MapOwner(zctx, paths, pub, "pods-typed", clock=clock, encode=PodSetValue.to_wire)
+    replica = MapReplica(zctx, paths, "pods-typed", clock=clock, decode=PodSetValue.from_wire)
+    value = PodSetValue("file", [{"metadata": {"name": "a"}}], [], 1.0)
+    owner.set("set", value)
+    owner.set("new", _FutureSet("file", [], [], 2.0))  # from a newer producer
+    _sync_with_owner(replica, owner)  # the snapshot carries the wire forms
+    assert replica.get("set") == value and isinstance(replica.get("set"), PodSetValue)
+    assert replica.get("new") is None  # an unknown version is dropped ...
+    assert replica.value_drops["version"] >= 1  # ... and counted
+    replica.close()
+    owner.close()
+    pub.close()

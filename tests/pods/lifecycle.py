@@ -59,7 +59,7 @@ def agent_config(manifests: Path, port: int, **extra: Any) -> dict[str, Any]:
     supervision = {"heartbeatInterval": "200ms", "shutdownTimeout": "30s",
                    **extra.pop("supervision", {})}
     return {"nodeName": "e2e", "staticPodPath": str(manifests), "fileCheckFrequency": "2s",
-            "readOnlyPort": port, "supervision": supervision, **extra}
+            "readOnlyPort": port, "port": 0, "supervision": supervision, **extra}
 
 
 def cri_for(handle: Any) -> RuntimeClient:

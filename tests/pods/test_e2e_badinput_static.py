@@ -162,7 +162,7 @@ def test_bad_manifests_reported_valid_ones_run(agent: Any, wait_for: Any) -> Non
     try:
         write_manifests(manifests)
         handle = agent(config={
-            "nodeName": "e2e", "staticPodPath": str(manifests), "readOnlyPort": port,
+            "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "readOnlyPort": port,
             "stopPodsOnExit": True,
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
         root = handle.paths.root
@@ -223,7 +223,7 @@ def test_events_survive_agent_restart(agent: Any, wait_for: Any) -> None:
     manifests = Path(tempfile.mkdtemp(prefix="pvbad", dir="/tmp"))
     try:
         (manifests / "deployment.yaml").write_text(DEPLOYMENT)
-        handle = agent(config={"nodeName": "e2e", "staticPodPath": str(manifests),
+        handle = agent(config={"nodeName": "e2e", "port": 0, "staticPodPath": str(manifests),
                                "supervision": {"heartbeatInterval": "200ms"}})
         wait_for(lambda: "deployment.yaml" in evented(handle), 30.0)
         assert handle.stop() == 0

@@ -85,7 +85,7 @@ def test_logs_tail_follow_and_events(agent: Any, wait_for: Any) -> None:
         (manifests / "two.yaml").write_text(TWO)
         (manifests / "crash.yaml").write_text(CRASH)
         handle = agent(config={
-            "nodeName": "e2e", "staticPodPath": str(manifests), "stopPodsOnExit": True,
+            "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "stopPodsOnExit": True,
             "syncloop": {"crashLoopBackOffInitial": "1s", "crashLoopBackOffMax": "2s"},
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
 

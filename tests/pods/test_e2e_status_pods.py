@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.registry import BUILTINS
@@ -84,7 +85,7 @@ def pod_fingerprint(status: dict[str, Any]) -> dict[str, Any]:
 
 def snapshot(zctx: Any, paths: RunPaths, name: str) -> tuple[str | None, dict[str, Any]] | None:
     """One snapshot of a replicated map from its owner: (epoch, items), None if it is down."""
-    replica = MapReplica(zctx, paths, name)
+    replica = MapReplica(zctx, paths, name, clock=SYSTEM_CLOCK)
     try:
         return (replica.epoch, replica.items()) if replica.sync(timeout=1.0) else None
     finally:
@@ -212,7 +213,7 @@ def test_twenty_pods_survive_kill_of_status_server_pleg_syncloop(
         for i in range(N_PODS):
             (manifests / f"web{i}.yaml").write_text(MANIFEST.format(i=i), encoding="utf-8")
         handle = agent(wait=False, config={
-            "nodeName": "e2e", "staticPodPath": str(manifests), "readOnlyPort": port,
+            "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "readOnlyPort": port,
             "stopPodsOnExit": True,
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s",
                             "processes": source_process()}})

@@ -34,7 +34,7 @@ def manifests() -> Iterator[Path]:
 
 def start(agent: Any, manifests: Path, wait_for: Any, **extra: Any) -> tuple[Any, RuntimeClient]:
     handle = agent(config={
-        "nodeName": "e2e", "staticPodPath": str(manifests), "fileCheckFrequency": "1s",
+        "nodeName": "e2e", "port": 0, "staticPodPath": str(manifests), "fileCheckFrequency": "1s",
         "syncloop": {"crashLoopBackOffInitial": "1s", "crashLoopBackOffMax": "2s"},
         "stopPodsOnExit": True,
         "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s",

@@ -17,16 +17,18 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
+from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.messages import RelistHint
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
-from podvisor.services.pleg import main as pleg_main
-from podvisor.services.pleg.main import serve
+from podvisor.services.pleg import service as pleg_main
+from podvisor.services.pleg.service import serve
 from podvisor.services.pleg.stream import EventWatcher
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import wait_for_impl
 
 
@@ -46,7 +48,7 @@ class Harness:
         self.log = MemoryLogger()
         self.ctx = ChildContext("pleg", Config(root_dir=str(root)), self.paths,
                                 self.log, self.zctx)  # type: ignore[arg-type]
-        self.replica = MapReplica(self.zctx, self.paths, "pleg")
+        self.replica = MapReplica(self.zctx, self.paths, "pleg", clock=SYSTEM_CLOCK)
         self.events = Subscriber(self.zctx, self.paths, ["pleg.pod.event"])
         self.seen: list[tuple[str, str, str]] = []
         self.thread = threading.Thread(target=serve, args=(self.ctx, client), daemon=True)
@@ -229,7 +231,7 @@ def test_dropped_events_make_pleg_relist(harness: Any, monkeypatch: pytest.Monke
 
 
 def test_stream_fallback_period_is_slow_but_within_healthz_threshold() -> None:
-    from podvisor.services.server.podlist import PLEG_HEALTHY_WITHIN
+    from podvisor.common.podlist import PLEG_HEALTHY_WITHIN
     assert pleg_main.RELIST_PERIOD == 1.0
     assert 30.0 <= pleg_main.STREAM_RELIST_PERIOD <= PLEG_HEALTHY_WITHIN / 3
 
@@ -375,3 +377,31 @@ def test_a_lone_pods_create_and_start_are_not_held_back(
     client.start_container(cid)  # its own batch, right after the create's
     wait_for(lambda: ("u1", "ContainerStarted", cid) in h.seen, pump=h.pump)
     assert batches == [1, 1]
+
+
+def test_relist_hint_relists_at_once_without_a_stream(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No event stream (containerd 1.6): the sync loop's RelistHint makes PLEG relist now, not
+    at its next period (made 60 s here, so only the hint can explain the event)."""
+    monkeypatch.setattr(pleg_main, "RELIST_PERIOD", 60.0)
+    client = FakeRuntimeClient()
+    client.fail("GetContainerEvents", grpc.StatusCode.UNIMPLEMENTED)
+    h: Harness = harness(client)
+    wait_for(lambda: h.health().get("events_mode") == "relist", pump=h.pump)
+    relists = h.health()["relists"]
+    _sid, cid = add_pod(client, "u1")
+    pub = Publisher(h.zctx, h.paths, "syncloop")
+
+    def hint() -> None:  # again until heard: the first may beat the subscription (slow joiner)
+        pub.publish(RelistHint(ts=time.monotonic()))
+        h.pump()
+    try:
+        wait_for(lambda: ("u1", "ContainerStarted", cid) in h.seen, timeout=30.0, pump=hint)
+    finally:
+        pub.close()
+    assert h.health()["relists"] > relists
+
+
+def test_hinted_relists_are_bounded_by_the_relist_duty() -> None:
+    assert pleg_main.hint_gap(0.0) == pleg_main.HINT_MIN_GAP
+    assert pleg_main.hint_gap(0.05) == pytest.approx(pleg_main.HINT_DUTY * 0.05)

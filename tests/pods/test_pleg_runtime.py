@@ -21,15 +21,16 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
-from podvisor.services.pleg.main import serve
 from podvisor.services.pleg.relist import new_relister
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
+from podvisor.services.pleg.service import serve
 from tests.conftest import wait_for_impl
 
 UID = "pleg-it-uid"
@@ -132,7 +133,7 @@ def start_pod(client: RuntimeClient, paths: RunPaths) -> tuple[str, str, Path]:
 
 def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -> None:
     paths, client = runtime
-    replica = MapReplica(bus, paths, "pleg")
+    replica = MapReplica(bus, paths, "pleg", clock=SYSTEM_CLOCK)
     events = Subscriber(bus, paths, ["pleg.pod.event"])
     seen: list[tuple[str, str]] = []
 
@@ -176,7 +177,7 @@ def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -
 def test_restart_rebuilds_without_spurious_deaths(runtime: Any, bus: zmq.Context[Any]) -> None:
     paths, client = runtime
     _sid, cid, _pidfile = start_pod(client, paths)
-    replica = MapReplica(bus, paths, "pleg")
+    replica = MapReplica(bus, paths, "pleg", clock=SYSTEM_CLOCK)
     events = Subscriber(bus, paths, ["pleg.pod.event"])
     seen: list[tuple[str, str]] = []
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.syncloop.cgroupfs import FakeCgroupFS, new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import (
     CgroupMount,
@@ -18,7 +19,6 @@ from podvisor.services.syncloop.podcgroups import (
     pod_uid,
     removal_order,
 )
-from podvisor.supervisor.logs import MemoryLogger
 from tests.pods.test_podworkers import Harness, manifest
 
 # This VM's layout (hybrid: v1 controllers + v2 at unified), plus lines that must be ignored.

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.errors import CriError
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
@@ -21,7 +22,6 @@ from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Outcome, Timing, WorkerTable, WorkKind
-from podvisor.supervisor.logs import MemoryLogger
 
 
 def manifest(name: str = "p", uid: str = "u1", containers: list[dict[str, Any]] | None = None,
@@ -330,3 +330,19 @@ def test_cri_error_in_sync_is_reported_not_raised(tmp_path: Path) -> None:
     h.settle()
     assert "a" in h.running()
     assert isinstance(CriError("x", grpc.StatusCode.INTERNAL, "y"), Exception)
+
+
+def test_work_that_changed_the_runtime_calls_changed_runtime(tmp_path: Path) -> None:
+    """The sync loop's hint to PLEG (RelistHint): called for a sync that started containers and
+    for a termination, not for a resync that changed nothing."""
+    h = Harness(tmp_path)
+    hints: list[int] = []
+    h.loop.deps.changed_runtime = lambda: hints.append(1)
+    h.set(manifest())
+    assert set(h.running()) == {"a", "b"} and hints
+    hints.clear()
+    h.now += 120  # a periodic resync: nothing to change
+    h.settle()
+    assert not hints
+    h.set()
+    assert hints and not h.cri.containers

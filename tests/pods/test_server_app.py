@@ -8,14 +8,14 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from podvisor.services.server.app import make_app
-from podvisor.services.server.podlist import (
+from podvisor.common.podlist import (
     PodListJson,
     check_health,
     pod_list,
     running_pods,
     table_rows,
 )
+from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import View
 
 WALL = 1_700_000_000.0

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import zmq
 
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.main import PumpDied, _serve
 from podvisor.services.server.replicas import ReplicaPump, View
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import MapBus
 
 

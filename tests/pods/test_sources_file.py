@@ -96,7 +96,7 @@ def test_bad_files_never_hide_good_ones(tmp_path: Path) -> None:
     assert (by_file["d-noimage.yaml"].field, by_file["d-noimage.yaml"].reason) == (
         "spec.containers[0].image", "required")
     assert "2 YAML documents" in by_file["e-two.yaml"].reason
-    message = result.to_message(1.0)
+    message = result.to_value(1.0)
     assert {"file": str(tmp_path / "d-noimage.yaml"), "field": "spec.containers[0].image",
             "reason": "required"} in message.errors
     assert len(message.pods) == 2

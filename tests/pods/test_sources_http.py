@@ -101,7 +101,7 @@ def test_single_pod(server: Server, session: requests.Session) -> None:
     assert p.name == f"web-{NODE}"
     assert p.metadata.annotations["kubernetes.io/config.source"] == "http"
     assert p.origin is not None and p.origin.location == server.url
-    msg = result.to_message(0.0)
+    msg = result.to_value(0.0)
     assert msg.source == "http" and msg.errors == []
 
 
@@ -115,7 +115,7 @@ def test_pod_list_with_a_bad_item(server: Server, session: requests.Session) -> 
     (error,) = result.errors
     assert (error.location, error.field, error.reason) == (
         server.url, "items[1].spec.containers[0].image", "required")
-    assert result.to_message(0.0).errors[0]["url"] == server.url
+    assert result.to_value(0.0).errors[0]["url"] == server.url
 
 
 def test_yaml_body(server: Server, session: requests.Session) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import zmq
 
-from podvisor.ipc.bus import Subscriber
-from podvisor.ipc.messages import PodSet
+from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import POD_SET_KEY, PodSetValue, pods_map
 
 POD = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
        "  - name: c\n    image: host\n")
@@ -27,20 +28,44 @@ def zctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     ctx.destroy(linger=0)
 
 
-def next_set(sub: Subscriber, match: Callable[[PodSet], bool], timeout: float = 20.0) -> PodSet:
+class SetReader:
+    """A replica of a source's ``pods-<source>`` map (the one path for pod sets), keeping
+    every value it was set to, in order."""
+
+    def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: Any, source: str) -> None:
+        self.values: list[PodSetValue] = []
+        self.replica = MapReplica(zctx, paths, pods_map(source), self._changed,
+                                  snapshot_timeout=0.5, clock=SYSTEM_CLOCK,
+                                  decode=PodSetValue.from_wire)
+
+    def _changed(self, key: str, old: Any, new: Any) -> None:
+        if key == POD_SET_KEY and isinstance(new, PodSetValue):
+            self.values.append(new)
+
+    def close(self) -> None:
+        self.replica.close()
+
+
+def next_set(sub: SetReader, match: Callable[[PodSetValue], bool], timeout: float = 20.0,
+             epoch_not: str | None = None) -> PodSetValue:
+    """The next value set that matches (``epoch_not``: from a new owner incarnation)."""
     deadline = time.monotonic() + timeout
-    seen: list[Any] = []
     while time.monotonic() < deadline:
-        env = sub.recv(timeout=0.5)
-        if env is not None and isinstance(env.message, PodSet):
-            seen.append(([p["metadata"]["name"] for p in env.message.pods],
-                         env.message.errors))
-            if match(env.message):
-                return env.message
-    raise AssertionError(f"no matching PodSet in {timeout}s; saw {seen[-3:]}")
+        sub.replica.pump(0.5)
+        if epoch_not is not None:
+            value = sub.replica.get(POD_SET_KEY)
+            if sub.replica.epoch not in (None, epoch_not) and value is not None and match(value):
+                return value  # type: ignore[no-any-return]
+            continue
+        while sub.values:
+            value = sub.values.pop(0)
+            if match(value):
+                return value
+    seen = [names(v) for v in sub.values[-3:]]
+    raise AssertionError(f"no matching pod set in {timeout}s; saw {seen}")
 
 
-def names(msg: PodSet) -> list[str]:
+def names(msg: PodSetValue) -> list[str]:
     return [p["metadata"]["name"] for p in msg.pods]
 
 
@@ -62,7 +87,7 @@ def test_source_file_process_publishes_full_sets(agent: Any, tmp_path: Path,
         },
     }
     handle = agent(config=config)
-    sub = Subscriber(zctx, handle.paths, [PodSet.TOPIC])
+    sub = SetReader(zctx, handle.paths, "file")
     try:
         pid = handle.wait_state("source-file", "RUNNING")["pid"]
         first = next_set(sub, lambda m: names(m) == ["a-test-node"])
@@ -76,9 +101,10 @@ def test_source_file_process_publishes_full_sets(agent: Any, tmp_path: Path,
         next_set(sub, lambda m: names(m) == ["b-test-node"])
 
         # Stateless: a killed source comes back and publishes its full set again.
+        epoch = sub.replica.epoch
         os.kill(pid, signal.SIGKILL)
         handle.wait_state("source-file", "RUNNING", where=lambda r: r["pid"] != pid)
-        again = next_set(sub, lambda m: names(m) == ["b-test-node"])
+        again = next_set(sub, lambda m: names(m) == ["b-test-node"], epoch_not=epoch)
         assert again.errors and again.errors[0]["file"].endswith("bad.yaml")
     finally:
         sub.close()
@@ -121,7 +147,7 @@ def test_source_http_process_publishes_the_url_set(agent: Any,
     }
     try:
         handle = agent(config=config)
-        sub = Subscriber(zctx, handle.paths, [PodSet.TOPIC])
+        sub = SetReader(zctx, handle.paths, "http")
         try:
             msg = next_set(sub, lambda m: names(m) == ["h-test-node"])
             assert msg.source == "http"

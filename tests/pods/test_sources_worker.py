@@ -147,7 +147,7 @@ def test_parse_cache_reuses_built_pods_and_their_wire_form(tmp_path: Path) -> No
     first = read_static_pods(tmp_path, "n", seen, cache=cache)
     second = read_static_pods(tmp_path, "n", seen, cache=cache)
     assert second.pods[0] is first.pods[0] and second.wire[0] is first.wire[0]
-    assert second.to_message(0.0).pods == [first.pods[0].to_dict()]
+    assert second.to_value(0.0).pods == [first.pods[0].to_dict()]
     # the first-seen time is not from the file: when it moves, the pod is rebuilt with it
     seen.forget_except([])
     wall.now = 100.0
@@ -155,7 +155,7 @@ def test_parse_cache_reuses_built_pods_and_their_wire_form(tmp_path: Path) -> No
     assert cache.hits == 2
     assert third.pods[0].metadata.annotations["kubernetes.io/config.seen"] != \
         first.pods[0].metadata.annotations["kubernetes.io/config.seen"]
-    assert third.to_message(0.0).pods == [third.pods[0].to_dict()]
+    assert third.to_value(0.0).pods == [third.pods[0].to_dict()]
 
 
 def test_parse_cache_rereads_files_changed_within_the_last_seconds(tmp_path: Path) -> None:

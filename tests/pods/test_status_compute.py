@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from podvisor.common.timefmt import rfc3339
 from podvisor.services.status.compute import (
     DESIRED_KEYS,
     compute_pod_status,
     desired_inputs,
     get_phase,
 )
-from podvisor.services.status.timefmt import rfc3339
 
 T0 = 1_700_000_000.0
 NS = 1_000_000_000

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from podvisor.common.logs import MemoryLogger
+from podvisor.common.timefmt import rfc3339
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved, StatusStore
-from podvisor.services.status.timefmt import rfc3339
-from podvisor.supervisor.logs import MemoryLogger
 
 T0 = 1_700_000_000.0
 NS = 1_000_000_000

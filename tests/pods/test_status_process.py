@@ -14,25 +14,18 @@ from typing import Any
 
 import pytest
 
+from podvisor.common import FakeClock
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
 from podvisor.services.status.engine import RETIRE_AFTER
-from podvisor.services.status.main import COALESCE, SWEEP_PERIOD, StatusService
+from podvisor.services.status.service import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import MapBus
 
 NS = 1_000_000_000
 WALL = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def entry(uid: str) -> dict[str, Any]:
@@ -52,30 +45,31 @@ def record(cid: str, running: bool) -> dict[str, Any]:
 
 class Bus(MapBus):
     def __init__(self, root: Path) -> None:
-        super().__init__(root, ("desired", "pleg", "probes"))  # no probes: empty
+        # one fake clock for the whole object graph: the service, its owner and replicas, and
+        # the test's owners (the machine's uptime never matters)
+        self.clock: FakeClock = FakeClock(1000.0, WALL)
+        super().__init__(root, ("desired", "pleg", "probes"), clock=self.clock)  # no probes: empty
         self.desired, self.pleg, self.probes = (self.maps[m] for m in ("desired", "pleg", "probes"))
-        self.mono = Clock(1000.0)
         self.relists = 0
-        self.wall = Clock(WALL)
         self.log = MemoryLogger()
         self.ctx = ChildContext("status", Config(root_dir=str(root)), self.paths,
-                                self.log, self.zctx)  # type: ignore[arg-type]
+                                self.log, self.zctx, clock=self.clock)  # type: ignore[arg-type]
 
     def relist(self, **records: dict[str, Any]) -> None:
         """A PLEG relist "now" (the service's monotonic clock does not move)."""
         self.relists += 1
         for uid, rec in records.items():
-            self.pleg.set(uid, {**rec, "ts": self.mono.now})
-        self.pleg.set("_health", {"ts": self.mono.now, "last_relist_ok": self.wall.now,
+            self.pleg.set(uid, {**rec, "ts": self.clock.now})
+        self.pleg.set("_health", {"ts": self.clock.now, "last_relist_ok": self.clock.wall_now,
                                   "relists": self.relists})
 
     def service(self) -> StatusService:
-        return StatusService(self.ctx, clock=self.mono, wall=self.wall)
+        return StatusService(self.ctx)
 
     def turn(self, svc: StatusService) -> None:
         """One loop turn of the service, with the test's owners answering snapshots; the
         service's clock moves by ``COALESCE`` per turn (computes are that far apart)."""
-        self.mono.now += COALESCE
+        self.clock.now += COALESCE
         for owner in (self.desired, self.pleg, self.probes):
             owner.serve()
         for replica in (svc.desired, svc.pleg, svc.probes):
@@ -171,7 +165,7 @@ def test_killed_service_is_replaced_without_going_back(bus: Bus) -> None:
         bus.desired.set(uid, entry(uid))
     bus.relist(u1=record("c1", False), u2=record("c2", False))
     run_until(bus, svc, lambda: svc.owner.get("u2"))
-    bus.wall.now += 1
+    bus.clock.wall_now += 1
     bus.relist(u1=record("c1", True), u2=record("c2", True))
     run_until(bus, svc, lambda: ready(svc, "u1") and ready(svc, "u2"))
     published = svc.owner.items()
@@ -179,13 +173,13 @@ def test_killed_service_is_replaced_without_going_back(bus: Bus) -> None:
 
     again = bus.service()
     assert again.owner.items() == published  # at once, before any replica synced
-    reader = MapReplica(bus.zctx, bus.paths, "statuses")
+    reader = MapReplica(bus.zctx, bus.paths, "statuses", clock=bus.clock)
     try:
         run_until(bus, again, lambda: again.owner.serve() >= 0 and reader.sync(0.2))
         assert reader.items() == published
     finally:
         reader.close()
-    bus.wall.now += 100  # recomputed much later: same transition times and versions
+    bus.clock.wall_now += 100  # recomputed much later: same transition times and versions
     bus.relist(u1=record("c1", True), u2=record("c2", True))
     run_until(bus, again, lambda: any(e.get("event") == "status.inputs"
                                       for e in bus.log.events[-5:]))
@@ -205,8 +199,8 @@ def test_sweep_expires_retired_statuses_without_recomputing_every_pod(bus: Bus) 
     computed = svc.engine.reconcile
     calls: list[object] = []
     svc.engine.reconcile = lambda *a, **k: calls.append(a) or computed(*a, **k)  # type: ignore
-    bus.wall.now += RETIRE_AFTER + 1
-    bus.mono.now += SWEEP_PERIOD
+    bus.clock.wall_now += RETIRE_AFTER + 1
+    bus.clock.now += SWEEP_PERIOD
     bus.turn(svc)
     assert "u2" not in svc.engine.retired and "u2" not in on_disk(svc).retired
     assert calls == [] and ready(svc, "u1")  # nothing recomputed
@@ -220,7 +214,7 @@ def test_a_change_that_cannot_be_computed_yet_is_waited_for_not_polled(bus: Bus)
     run_until(bus, svc, lambda: svc.desired.synced and svc.pleg.synced and svc.probes.synced)
     bus.turn(svc)
     assert svc.owner.get("u1") is None  # not computable
-    svc.owner.next_tick = lambda: float("inf")  # type: ignore[method-assign]  # real clock
+    svc.owner.next_tick = lambda: float("inf")  # type: ignore[method-assign]  # not checked here
     assert svc.poll_timeout() == bus.ctx.heartbeat_interval  # no busy loop meanwhile
     bus.relist()
     run_until(bus, svc, lambda: ready(svc, "u1"))
@@ -281,12 +275,17 @@ def test_replica_traffic_waits_in_zmq_while_nothing_can_be_computed(bus: Bus) ->
     bus.desired.set("u1", entry("u1"))
     bus.relist(u1=record("c1", True))
     run_until(bus, svc, lambda: ready(svc, "u1"))  # computed at the service's "now"
-    poller, timeout = svc.wait()
-    assert poller is svc.poller(held=True) and 0 < timeout <= COALESCE
-    watched = {s for s, _ in poller.sockets}
+
+    def watched_after_a_turn() -> set[object]:
+        """One turn of the service's loop (its poll returns at once: the clock stands still
+        within the window, so the wait is at most COALESCE of real time)."""
+        svc.loop.turn(svc.turn)
+        return {s for s, _ in svc.loop.poller.sockets}
+
+    watched = watched_after_a_turn()
+    assert svc.loop.holding
     assert svc.owner.socket in watched  # snapshots are still answered
     assert not watched & {*svc.desired.sockets, *svc.pleg.sockets, *svc.probes.sockets}
-    bus.mono.now += COALESCE  # the window is over: every socket again
-    poller, _ = svc.wait()
-    assert poller is svc.poller() and svc.desired.socket in {s for s, _ in poller.sockets}
+    bus.clock.now += COALESCE  # the window is over: every socket again
+    assert svc.desired.socket in watched_after_a_turn()
     kill(svc)

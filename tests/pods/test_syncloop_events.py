@@ -10,6 +10,7 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeEventStream, FakeRuntimeClient
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
@@ -26,7 +27,6 @@ from podvisor.services.syncloop.runtime_events import (
 from podvisor.services.syncloop.runtime_state import ContainerState
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
-from podvisor.supervisor.logs import MemoryLogger
 from tests.pods.test_podworkers import Desired
 
 READS = ("ListPodSandbox", "ListContainers", "ContainerStatus")

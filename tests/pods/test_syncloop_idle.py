@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop import loop as loop_module
 from podvisor.services.syncloop.cgroupfs import FakeCgroupFS
 from podvisor.services.syncloop.podcache import RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
-from podvisor.supervisor.logs import MemoryLogger
 from tests.pods.test_syncloop_events import Harness, manifest
 
 MOUNTINFO = """\

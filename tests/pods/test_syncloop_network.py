@@ -12,6 +12,7 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import pod_from_dict
 from podvisor.services.syncloop import labels as L
@@ -23,7 +24,6 @@ from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.runtime_state import PodRuntime, SandboxInfo
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
-from podvisor.supervisor.logs import MemoryLogger
 
 ERROR_DELAY = 10.0
 

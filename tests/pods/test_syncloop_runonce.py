@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.errors import CriError
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
@@ -25,7 +26,6 @@ from podvisor.services.syncloop.runonce import (
 )
 from podvisor.services.syncloop.runtime_state import read_pod_runtime
 from podvisor.services.syncloop.syncpod import SyncDeps
-from podvisor.supervisor.logs import MemoryLogger
 
 
 def manifest(name: str, uid: str, image: str = "host", policy: str = "Always",

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod.container import ExecAction, SleepAction
 from podvisor.services.syncloop import labels as L
@@ -19,7 +20,6 @@ from podvisor.services.syncloop.stopall import (
     runtime_pods,
     stop_all_pods,
 )
-from podvisor.supervisor.logs import MemoryLogger
 
 
 def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: int = 1,

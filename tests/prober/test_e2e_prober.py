@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 from tests.pods.lifecycle import agent_config, free_port, get_pods
@@ -67,7 +68,7 @@ def running(pod: dict[str, Any] | None) -> bool:
 
 
 def probes_snapshot(zctx: Any, paths: RunPaths) -> tuple[str | None, dict[str, Any]] | None:
-    replica = MapReplica(zctx, paths, "probes")
+    replica = MapReplica(zctx, paths, "probes", clock=SYSTEM_CLOCK)
     try:
         return (replica.epoch, replica.items()) if replica.sync(timeout=1.0) else None
     finally:

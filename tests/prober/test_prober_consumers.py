@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from podvisor.ipc.maps import PodProbes
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved
 
@@ -29,7 +30,9 @@ def pleg(cid: str = "c1") -> dict[str, Any]:
 
 def app_status(probes: dict[str, Any] | None, cid: str = "c1") -> tuple[bool, bool, str]:
     engine = StatusEngine(Saved())
-    changes = engine.reconcile(desired(), pleg(cid), WALL, 2.0, probes)
+    typed = None if probes is None else {
+        uid: PodProbes.from_entry(entry) for uid, entry in probes.items()}
+    changes = engine.reconcile(desired(), pleg(cid), WALL, 2.0, typed)
     assert changes is not None
     status = changes.set["u1"]
     cs = status["containerStatuses"][0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from podvisor.ipc.maps import PodProbes
 from podvisor.services.prober import manager as manager_module
 from podvisor.services.prober.manager import ProbeManager, ProbeTask, declares_probes
 from podvisor.services.prober.verdicts import liveness_failed, probe_verdicts
@@ -84,7 +85,7 @@ def test_startup_failure_is_a_kill_verdict() -> None:
     run_due(m, 0.0, F)
     e = m.entries(0.0)["u1"]["app"]
     assert (e["liveness"], e["failed_probe"], e["started"]) == ("failure", "startup", False)
-    assert liveness_failed(m.entries(0.0)["u1"]) == {"c1"}
+    assert liveness_failed(PodProbes.from_entry(m.entries(0.0)["u1"])) == {"c1"}
 
 
 def test_liveness_failure_then_new_container() -> None:
@@ -148,11 +149,13 @@ def test_jittered_first_probe_after_prober_start() -> None:
 
 
 def test_verdicts_only_for_current_container() -> None:
-    entry = {"app": {"container_id": "c1", "ready": True, "started": True, "liveness": None}}
+    entry = PodProbes.from_entry(
+        {"app": {"container_id": "c1", "ready": True, "started": True, "liveness": None}})
     assert probe_verdicts(entry, pleg()["u1"]) == ({"app": True}, {"app": True})
     assert probe_verdicts(entry, pleg("c2")["u1"]) == ({}, {})
     assert probe_verdicts(None, pleg()["u1"]) == ({}, {})
-    assert liveness_failed({"app": {"container_id": "c1", "liveness": "success"}}) == set()
+    assert liveness_failed(PodProbes.from_entry(
+        {"app": {"container_id": "c1", "liveness": "success"}})) == set()
 
 
 def test_update_of_named_pods_only_touches_them() -> None:

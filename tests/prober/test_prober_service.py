@@ -3,6 +3,7 @@ updates its workers only for changes that concern pods with probes."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -12,12 +13,13 @@ from typing import Any
 
 import pytest
 
+from podvisor.common import FakeClock
+from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.prober.handlers import FakeRunner
-from podvisor.services.prober.main import HOLD, ProberService
+from podvisor.services.prober.service import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
-from podvisor.supervisor.child import ChildContext
-from podvisor.supervisor.config import Config
-from podvisor.supervisor.logs import MemoryLogger
 from tests.conftest import MapBus
 
 NS = 1_000_000_000
@@ -75,8 +77,7 @@ def run_until(bus: Bus, svc: ProberService, cond: Callable[[], Any], timeout: fl
 
 def close(svc: ProberService) -> None:
     svc.pool.shutdown(wait=True)
-    for closable in (svc.desired, svc.pleg, svc.owner, svc.pub):
-        closable.close()
+    svc.loop.close()
     svc.wake.close()
 
 
@@ -115,17 +116,21 @@ def test_only_changes_of_pods_with_probes_update_the_workers(bus: Bus) -> None:
 
 def test_replica_traffic_waits_briefly_after_a_drain_outcomes_do_not(bus: Bus) -> None:
     bus.pleg.set("_health", {"ts": 1.0})
-    now = [100.0]
-    svc = ProberService(bus.ctx, FakeRunner(), clock=lambda: now[0])
+    clock = FakeClock(100.0)  # the one clock of the service's graph (owner, replicas, loop)
+    svc = ProberService(dataclasses.replace(bus.ctx, clock=clock), FakeRunner())
     try:
         run_until(bus, svc, lambda: svc.ready)
         replicas = {*svc.desired.sockets, *svc.pleg.sockets}
-        poller, timeout = svc.wait(5.0, last_drain=now[0])  # just drained
-        watched = {s for s, _ in poller.sockets}
-        assert 0 < timeout <= HOLD and not watched & replicas
-        assert {svc.owner.socket, svc.wake.read_fd} <= watched  # snapshots, probe outcomes
-        assert svc.wait(0.01, last_drain=now[0])[1] == 0.01  # a due probe is not held
-        poller, timeout = svc.wait(5.0, last_drain=now[0] - HOLD)
-        assert timeout == 5.0 and replicas <= {s for s, _ in poller.sockets}
+
+        def watched() -> set[object]:
+            return {s for s, _ in svc.loop.poller.sockets}
+
+        svc.loop.last_pump = clock.now  # just drained: the next poll holds replica traffic
+        svc.loop.turn(svc.turn)  # at most HOLD of real time: the fake clock stands still
+        assert svc.loop.holding and not watched() & replicas
+        assert {svc.owner.socket, svc.wake.read_fd} <= watched()  # snapshots, probe outcomes
+        svc.loop.last_pump = clock.now - HOLD  # the hold is over: every socket again
+        svc.loop.turn(svc.turn)
+        assert not svc.loop.holding and replicas <= watched()
     finally:
         close(svc)

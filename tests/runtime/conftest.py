@@ -3,8 +3,10 @@
 - ``EmbeddedRuntime``: the real standalone runtime process (``python -m
   podvisor.services.runtime``) on a socket in a short temp dir; kill -9 / restart for durability
   tests; always stopped by PID at teardown.
-- ``cri_runtime`` (params ``embedded``, ``containerd``): a ``RuntimeUnderTest`` with a
-  RuntimeClient, the image to use and config builders. containerd comes from
+- ``cri_runtime`` (params ``embedded``, ``containerd``, ``fake``): a ``RuntimeUnderTest`` with a
+  RuntimeClient, the image to use and config builders. ``fake`` is ``FakeRuntimeClient``, the
+  unit tests' fake, held to the same contract (``runs_processes(rt, what)`` skips what a fake
+  that runs no process cannot show). containerd comes from
   ``tests/runtime/containerd.py`` (``containerd_or_skip()``, owned by the containerd engineer) and
   is skipped with its reason when unavailable.
 - ``sandbox_config`` / ``container_config``: the one place test configs are built; they apply
@@ -32,6 +34,7 @@ import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError, RuntimeClient, new_runtime_client
+from podvisor.services.cri.fake import FakeRuntimeClient
 from tests.conftest import wait_for_impl
 
 HERE = Path(__file__).resolve().parent
@@ -122,6 +125,7 @@ class RuntimeUnderTest:
     embedded: EmbeddedRuntime | None = None
     cgroup_parent: str = ""  # containerd: pods get f"{cgroup_parent}/pod{uid}"
     pod_cgroups: list[str] = field(default_factory=list)
+    commands: dict[str, list[str]] = field(default_factory=dict)  # container -> its command
 
     def sandbox_config(self, name: str = "pod", labels: dict[str, str] | None = None,
                        log_dir: Path | None = None) -> pb.PodSandboxConfig:
@@ -165,13 +169,26 @@ class RuntimeUnderTest:
         sid, sconfig = sandbox
         cid = self.client.create_container(sid, self.container_config(name, cmd, **kw), sconfig)
         self.client.start_container(cid)
+        self.commands[cid] = list(cmd)
         return cid
 
     def wait_exited(self, cid: str, timeout: float = 15.0) -> pb.ContainerStatus:
+        fake = isinstance(self.client, FakeRuntimeClient)  # no process: play the command's exit
+        if fake and self.client.container_status(cid).state == pb.CONTAINER_RUNNING:
+            assert isinstance(self.client, FakeRuntimeClient)
+            self.client.exit_container(cid, _exit_code_of(self.commands.get(cid, [])))
         def exited() -> pb.ContainerStatus | None:
             st = self.client.container_status(cid)
             return st if st.state == pb.CONTAINER_EXITED else None
         return poll(exited, timeout, f"container {cid[:12]} to exit")
+
+
+def _exit_code_of(cmd: Sequence[str]) -> int:
+    """What the contract's short commands exit with: ``true`` 0, ``false`` 1, ``sh -c 'exit N'``
+    N (the fake runs no process; its harness plays the exit)."""
+    if list(cmd[:2]) == ["sh", "-c"] and len(cmd) == 3 and cmd[2].startswith("exit "):
+        return int(cmd[2].split()[1])
+    return 1 if list(cmd) == ["false"] else 0
 
 
 def _load_containerd_module() -> Any:
@@ -226,10 +243,14 @@ def embedded_runtime() -> Iterator[EmbeddedRuntime]:
         yield rt
 
 
-@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
+@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd),
+                        "fake"])
 def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
     tmp = short_tmp("pvct")
     try:
+        if request.param == "fake":  # the unit tests' fake must not drift from the real ones
+            yield RuntimeUnderTest("fake", FakeRuntimeClient(), "host", tmp)
+            return
         if request.param == "embedded":
             rt: EmbeddedRuntime = request.getfixturevalue("embedded_runtime")
             yield RuntimeUnderTest("embedded", rt.client, "host", tmp, embedded=rt)
@@ -258,6 +279,13 @@ def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
 def only_embedded(rt: RuntimeUnderTest, why: str) -> None:
     if rt.name != "embedded":
         pytest.skip(f"{rt.name}: {why}")
+
+
+def runs_processes(rt: RuntimeUnderTest, what: str) -> None:
+    """Skip on the fake: it runs no process, so it has no output, logs, exec or stats (what
+    it does model, states, errors, lists and exit codes, is held to the contract)."""
+    if rt.name == "fake":
+        pytest.skip(f"fake: runs no process ({what})")
 
 
 def os_pid_alive(pid: int) -> bool:

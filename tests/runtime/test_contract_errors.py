@@ -9,6 +9,7 @@ import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
+from tests.runtime.conftest import runs_processes
 
 UNKNOWN = "0" * 64
 
@@ -51,6 +52,7 @@ def _create_and_start(rt: Any, config: pb.ContainerConfig,
 
 
 def test_missing_command_gives_errno_text(cri_runtime: Any) -> None:
+    runs_processes(cri_runtime, "exec errors")
     err = _create_and_start(cri_runtime, cri_runtime.container_config(
         "nocmd", ["/nonexistent/podvisor-no-such-command"]))
     assert "no such file" in err.message.lower() or "not found" in err.message.lower(), err
@@ -59,6 +61,7 @@ def test_missing_command_gives_errno_text(cri_runtime: Any) -> None:
 
 
 def test_unwritable_log_path(cri_runtime: Any) -> None:
+    runs_processes(cri_runtime, "log files")
     not_a_dir = cri_runtime.tmp / "a-file"
     not_a_dir.write_text("x")
     config = cri_runtime.sandbox_config("badlog")
@@ -71,6 +74,7 @@ def test_unwritable_log_path(cri_runtime: Any) -> None:
 
 
 def test_huge_env(cri_runtime: Any) -> None:
+    runs_processes(cri_runtime, "execve limits")
     # One 256 KiB variable is over the kernel's per-string limit for execve (128 KiB).
     config = cri_runtime.container_config("hugeenv", ["true"], env={"HUGE": "x" * 256 * 1024})
     if cri_runtime.name == "embedded":

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from tests.runtime.conftest import runs_processes
+
 SLEEP = ["sleep", "1000"]
 
 
@@ -95,6 +97,7 @@ def _wait_ready(rt: Any, cid: str, poll: Any) -> None:
 
 
 def test_exit_code_143_after_term(cri_runtime: Any, poll: Any) -> None:
+    runs_processes(cri_runtime, "signal traps")
     # A shell that exits on TERM the way an unhandled TERM reports (128 + 15). As PID 1 of a
     # container (containerd) a process without a handler would ignore TERM, so trap it.
     cmd = ["sh", "-c", "trap 'exit 143' TERM; echo ready; sleep 1000 & wait"]
@@ -105,6 +108,7 @@ def test_exit_code_143_after_term(cri_runtime: Any, poll: Any) -> None:
 
 
 def test_stop_timeout_escalates_to_kill(cri_runtime: Any, poll: Any) -> None:
+    runs_processes(cri_runtime, "signal traps")
     cmd = ["sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done"]
     cid = cri_runtime.start(cri_runtime.run("stubborn"), "stubborn", cmd)
     _wait_ready(cri_runtime, cid, poll)

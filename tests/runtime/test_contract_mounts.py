@@ -17,7 +17,7 @@ import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
-from tests.runtime.conftest import RuntimeUnderTest, only_embedded, poll
+from tests.runtime.conftest import RuntimeUnderTest, only_embedded, poll, runs_processes
 from tests.runtime.test_contract_io import parse_log
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
@@ -64,6 +64,7 @@ def check_bind_mounts(rt: RuntimeUnderTest, tmp: Path) -> None:
 
 
 def test_bind_mounts(cri_runtime: RuntimeUnderTest) -> None:
+    runs_processes(cri_runtime, "mounts")
     check_bind_mounts(cri_runtime, cri_runtime.tmp)
 
 

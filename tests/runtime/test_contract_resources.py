@@ -27,7 +27,14 @@ import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
-from tests.runtime.conftest import EmbeddedRuntime, RuntimeUnderTest, cleanup, poll, short_tmp
+from tests.runtime.conftest import (
+    EmbeddedRuntime,
+    RuntimeUnderTest,
+    cleanup,
+    poll,
+    runs_processes,
+    short_tmp,
+)
 from tests.runtime.containerd import remove_pod_cgroup
 
 MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
@@ -40,6 +47,7 @@ SPIN = ["sh", "-c", "while :; do :; done"]
 def rt(cri_runtime: Any) -> Iterator[Any]:
     """The runtime under test with every sandbox under a per-test pod cgroup parent (the
     embedded runtime's are removed here, containerd's by its fixture)."""
+    runs_processes(cri_runtime, "cgroups")
     if not MEMORY_ROOT.is_dir():
         pytest.skip("no cgroup v1 memory hierarchy on this host")
     mine = not cri_runtime.cgroup_parent

@@ -23,7 +23,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri import CriError
 from podvisor.services.pod.security import DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS
 from podvisor.services.runtime.security import CAP_NAMES, DEFAULT_CAPS, cap_set, mask_of
-from tests.runtime.conftest import RuntimeUnderTest, only_embedded
+from tests.runtime.conftest import RuntimeUnderTest, only_embedded, runs_processes
 from tests.runtime.test_contract_io import parse_log
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="changing users and capabilities "
@@ -101,11 +101,13 @@ def check_identity(rt: RuntimeUnderTest) -> None:
 
 
 def test_identity_and_capabilities(cri_runtime: RuntimeUnderTest) -> None:
+    runs_processes(cri_runtime, "a process's identity, capabilities and mounts")
     check_identity(cri_runtime)
 
 
 def test_privileged_gets_every_capability_the_runtime_holds(cri_runtime: RuntimeUnderTest
                                                             ) -> None:
+    runs_processes(cri_runtime, "a process's identity, capabilities and mounts")
     def privileged(sc: pb.LinuxContainerSecurityContext) -> None:
         sc.privileged = True
     report = run_report(cri_runtime, "priv", privileged, privileged=True)
@@ -121,6 +123,7 @@ def test_privileged_gets_every_capability_the_runtime_holds(cri_runtime: Runtime
 
 def test_exec_runs_as_the_container(cri_runtime: RuntimeUnderTest) -> None:
     """ExecSync (exec probes, preStop hooks) with the container's user, groups and caps."""
+    runs_processes(cri_runtime, "a process's identity, capabilities and mounts")
     sid, sconfig = cri_runtime.run("exec")
     config = cri_runtime.container_config("c", ["sleep", "1000"])
     sc = config.linux.security_context
@@ -138,6 +141,7 @@ def test_exec_runs_as_the_container(cri_runtime: RuntimeUnderTest) -> None:
 
 
 def test_read_only_root_with_writable_volume(cri_runtime: RuntimeUnderTest) -> None:
+    runs_processes(cri_runtime, "a process's identity, capabilities and mounts")
     check_read_only_root(cri_runtime)
 
 
@@ -161,6 +165,7 @@ def check_read_only_root(rt: RuntimeUnderTest) -> None:
 
 
 def test_masked_and_read_only_proc_paths(cri_runtime: RuntimeUnderTest) -> None:
+    runs_processes(cri_runtime, "a process's identity, capabilities and mounts")
     check_masked_paths(cri_runtime)
 
 

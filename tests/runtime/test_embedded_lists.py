@@ -44,8 +44,8 @@ def test_list_wire_bytes_equal_protobuf_serialization() -> None:
 def test_cri_socket_exists_only_once_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clients wait for the socket file, then connect: the server binds a temporary name and
     renames it into place after it listens, so the file never refuses a connection."""
+    from podvisor.common.logs import MemoryLogger
     from podvisor.services.runtime import server as server_module
-    from podvisor.supervisor.logs import MemoryLogger
 
     base = short_tmp("pvsock")
     sock = base / "cri.sock"

@@ -11,11 +11,11 @@ import grpc
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.faults import Fault
 from podvisor.services.runtime.index import POD_UID_LABEL
 from podvisor.services.runtime.servicer import RuntimeServicer
-from podvisor.supervisor.logs import MemoryLogger
 
 
 @pytest.fixture

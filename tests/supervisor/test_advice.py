@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from podvisor.common.config import config_from_mapping
 from podvisor.supervisor import advice
-from podvisor.supervisor.config import config_from_mapping
 from tests.pods.lifecycle import agent_config, free_port, pod_yaml
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from podvisor.supervisor.config import (
+from podvisor.common.config import (
     SUPERVISION_KEYS,
     TOP_KEYS,
     Config,
@@ -22,9 +22,17 @@ from podvisor.supervisor.config import (
     read_config_json,
     write_config_json,
 )
+from podvisor.common.logs import MemoryLogger
+from podvisor.common.values import parse_duration, parse_quantity
 from podvisor.supervisor.flags import add_config_flags, flag_name, overrides_from_args
-from podvisor.supervisor.registry import Builtin, ProcessSpec, resolve_specs
-from podvisor.supervisor.values import parse_duration, parse_quantity
+from podvisor.supervisor.registry import (
+    Builtin,
+    ProcessSpec,
+    module_exists,
+    module_problem,
+    report_builtins,
+    resolve_specs,
+)
 
 
 def test_tables_match_dataclasses() -> None:
@@ -186,8 +194,46 @@ def test_runonce_key_flags_and_processes() -> None:
     assert err.value.key == "runOnce"
 
 
+def test_a_custom_or_replacement_module_that_cannot_be_found_is_a_config_error() -> None:
+    builtins = (Builtin("a", "mod.a"),)
+    typo = config_from_mapping({"supervision": {"processes": {"web": {"module": "svc_idel"}}}})
+    with pytest.raises(ConfigError, match="svc_idel") as err:
+        resolve_specs(typo, builtins, exists=module_exists)
+    assert err.value.key == "supervision.processes.web.module"
+    replaced = config_from_mapping({"supervision": {"processes": {"a": {"module": "no.such"}}}})
+    with pytest.raises(ConfigError) as err:
+        resolve_specs(replaced, builtins, exists=lambda m: m != "no.such")
+    assert err.value.key == "supervision.processes.a.module"
+
+
+def test_builtins_that_do_not_import_are_reported_at_start(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "pvbroken"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("import no_such_dependency_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    builtins = (Builtin("status", "podvisor.services.status.main"),
+                Builtin("imagegc", "podvisor.services.imagegc.main"),
+                Builtin("later", "podvisor.services.later.main"),
+                Builtin("broken", "pvbroken.main"),
+                Builtin("off", "podvisor.services.off.main", when=lambda c: False))
+    assert module_problem("podvisor.services.status.main") is None
+    assert module_problem("podvisor.services.imagegc.main") == "missing"
+    assert "no_such_dependency_anywhere" in str(module_problem("pvbroken.main"))
+    log = MemoryLogger()
+    report_builtins(config_from_mapping({}), log, builtins)
+    infos = [e for e in log.events if e["level"] == "info"]
+    assert [(e["event"], e["processes"]) for e in infos] == [
+        ("supervisor.builtins.not_built", ["imagegc", "later"])]  # one line for all
+    [error] = [e for e in log.events if e["level"] == "error"]
+    assert error["event"] == "supervisor.builtin.import_failed" and error["process"] == "broken"
+    # the broken one is skipped by resolve_specs, like one not built yet
+    names = [s.name for s in resolve_specs(config_from_mapping({}), builtins)]
+    assert names == ["status"]
+
+
 def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> None:
-    from podvisor.supervisor.config import load_config
+    from podvisor.common.config import load_config
 
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
@@ -222,7 +268,7 @@ def test_bad_cgroup_root_names_the_key(bad: object) -> None:
 
 
 def test_keys_without_a_subsystem_yet_are_reported_when_set() -> None:
-    from podvisor.supervisor.config import Config, keys_not_yet_used
+    from podvisor.common.config import Config, keys_not_yet_used
 
     assert keys_not_yet_used(Config()) == []
     reported = dict(keys_not_yet_used(Config(kubeconfig="/etc/kubeconfig",

@@ -6,9 +6,9 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.supervisor.core import CoreDeps, Supervisor
 from podvisor.supervisor.heartbeat import BEAT, READY, Beat
-from podvisor.supervisor.logs import MemoryLogger
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.spawner import ExitStatus, FakeSpawner

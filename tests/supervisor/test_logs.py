@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from podvisor.supervisor.logs import setup_logging
+from podvisor.common.logs import setup_logging
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import zmq
 
 from podvisor.ipc.bus import Publisher
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.paths import RunPaths
 
@@ -21,7 +22,7 @@ def main() -> None:
     paths = RunPaths(Path(sys.argv[1]))
     zctx = zmq.Context()
     pub = Publisher(zctx, paths, "test-owner")
-    owner = MapOwner(zctx, paths, pub, "test", heartbeat_interval=0.2)
+    owner = MapOwner(zctx, paths, pub, "test", heartbeat_interval=0.2, clock=SYSTEM_CLOCK)
     sel = selectors.DefaultSelector()
     stdin = sys.stdin.fileno()
     sel.register(stdin, selectors.EVENT_READ)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import zmq
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.paths import RunPaths
 
@@ -16,7 +17,7 @@ from podvisor.ipc.paths import RunPaths
 def main() -> None:
     paths = RunPaths(Path(sys.argv[1]))
     zctx = zmq.Context()
-    replica = MapReplica(zctx, paths, "test", snapshot_timeout=0.5)
+    replica = MapReplica(zctx, paths, "test", snapshot_timeout=0.5, clock=SYSTEM_CLOCK)
     last = None
     while True:
         replica.pump(timeout=0.1)

@@ -1,6 +1,6 @@
 """Test service: crashes at start, every time."""
 
-from podvisor.supervisor.child import ChildContext
+from podvisor.common.child import ChildContext
 
 
 def run(ctx: ChildContext) -> None:

@@ -1,8 +1,8 @@
 """Test service standing in for the sync loop: answers StopAllPods with AllPodsStopped."""
 
+from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.messages import AllPodsStopped, StopAllPods
-from podvisor.supervisor.child import ChildContext
 
 
 def run(ctx: ChildContext) -> None:

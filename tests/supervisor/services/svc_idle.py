@@ -1,6 +1,6 @@
 """Test service: heartbeats and idles until asked to stop."""
 
-from podvisor.supervisor.child import ChildContext
+from podvisor.common.child import ChildContext
 
 
 def run(ctx: ChildContext) -> None:

@@ -1,6 +1,6 @@
 """Test service: does one unit of work and returns normally (re-run after `period`)."""
 
-from podvisor.supervisor.child import ChildContext
+from podvisor.common.child import ChildContext
 
 
 def run(ctx: ChildContext) -> None:

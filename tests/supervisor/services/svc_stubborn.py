@@ -2,7 +2,7 @@
 
 import signal
 
-from podvisor.supervisor.child import ChildContext
+from podvisor.common.child import ChildContext
 
 
 def run(ctx: ChildContext) -> None:

@@ -29,14 +29,20 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
            "error": logging.ERROR}
 
 
-class EventLog(Protocol):
-    """The logging interface every process uses."""
+class Log(Protocol):
+    """The logger protocol: what code that only logs needs (the one definition; the standalone
+    runtime's ``JsonLogger`` and ``EventLogger`` both satisfy it)."""
 
     def debug(self, event: str, **fields: Any) -> None: ...
     def info(self, event: str, **fields: Any) -> None: ...
     def warning(self, event: str, **fields: Any) -> None: ...
     def error(self, event: str, **fields: Any) -> None: ...
     def exception(self, event: str, **fields: Any) -> None: ...
+
+
+class EventLog(Log, Protocol):
+    """The logging interface every process uses: ``Log`` and ``bind``."""
+
     def bind(self, **fields: Any) -> EventLog: ...
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.messages import Event
 
 CAPACITY = 1000
@@ -43,7 +44,7 @@ def _record(event: Event) -> Record:
         event.message[:MAX_MESSAGE - 3] + "..."
     obj = {str(k): v for k, v in event.object.items() if v not in (None, "")} \
         if isinstance(event.object, dict) else {}
-    last = event.last_ts or event.first_ts or time.time()
+    last = event.last_ts or event.first_ts or SYSTEM_CLOCK.wall()
     return {"type": str(event.type), "reason": str(event.reason), "message": message,
             "object": obj, "source": str(event.source), "count": max(1, int(event.count)),
             "first_ts": float(event.first_ts or last), "last_ts": float(last)}
@@ -58,7 +59,7 @@ def _valid(r: Any) -> bool:
 class EventStore:
     def __init__(self, path: Path | None, capacity: int = CAPACITY,
                  persist_interval: float = PERSIST_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = SYSTEM_CLOCK.monotonic) -> None:
         self.path = path
         self.capacity = capacity
         self.persist_interval = persist_interval

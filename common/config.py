@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from podvisor.supervisor.values import (
+from podvisor.common.values import (
     ConfigError,
     format_duration,
     parse_bool,
@@ -121,6 +121,9 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("address", "address", STR, "HTTP server bind address"),
     Key("port", "port", PORT, "HTTP server port"),
     Key("readOnlyPort", "read_only_port", PORT, "read-only HTTP port (0 disables)"),
+    Key("tlsCertFile", "tls_cert_file", STR,
+        "main port certificate (PEM; '' = a self-signed pair under rootDir/pki)"),
+    Key("tlsPrivateKeyFile", "tls_private_key_file", STR, "main port private key (PEM)"),
     Key("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", PERCENT, "GC above"),
     Key("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", PERCENT, "GC down to"),
     Key("imageMinimumGCAge", "image_minimum_gc_age", DURATION, "minimum age of a GCed image"),
@@ -163,6 +166,90 @@ SYNCLOOP_KEYS: tuple[Key, ...] = (
     Key("crashLoopBackOffReset", "crash_loop_backoff_reset", DURATION,
         "a container not restarted this long starts its back-off over"),
 )
+
+
+# [main port, issue 13] `authentication` and `authorization`, nested as KubeletConfiguration
+# spells them: authentication.{anonymous.enabled, x509.clientCAFile, webhook.enabled,
+# webhook.cacheTTL, tokenFile}, authorization.{mode, webhook.cacheAuthorizedTTL,
+# webhook.cacheUnauthorizedTTL}. The webhook modes need the API server (issue 15): their keys
+# are accepted by name, and enabling them is rejected at load with the reason.
+AUTHN_KEYS: tuple[Key, ...] = (
+    Key("tokenFile", "token_file", STR,
+        "static bearer tokens, kube-apiserver's CSV: token,user,uid,\"group1,group2\""),
+)
+AUTHN_SUB_KEYS: dict[str, tuple[Key, ...]] = {
+    "anonymous": (Key("enabled", "anonymous_enabled", BOOL,
+                      "requests without credentials are user system:anonymous"),),
+    "x509": (Key("clientCAFile", "client_ca_file", STR,
+                 "CA bundle (PEM) that signs accepted client certificates"),),
+    "webhook": (Key("enabled", "webhook_enabled", BOOL, "TokenReview (needs the API server)"),
+                Key("cacheTTL", "webhook_cache_ttl", DURATION, "TokenReview cache")),
+}
+AUTHZ_KEYS: tuple[Key, ...] = (
+    Key("mode", "mode", Kind(lambda k, v: _parse_authz_mode(k, v), metavar="MODE"),
+        "AlwaysAllow (Webhook needs the API server)"),
+)
+AUTHZ_SUB_KEYS: dict[str, tuple[Key, ...]] = {
+    "webhook": (Key("cacheAuthorizedTTL", "webhook_cache_authorized_ttl", DURATION, "cache"),
+                Key("cacheUnauthorizedTTL", "webhook_cache_unauthorized_ttl", DURATION,
+                    "cache")),
+}
+WEBHOOK_NOT_YET = ("needs the API server (kubeconfig), which podvisor does not talk to yet; "
+                   "use tokenFile or x509.clientCAFile with authorization.mode AlwaysAllow")
+
+
+def _parse_authz_mode(key: str, raw: object) -> str:
+    text = parse_str(key, raw).strip()
+    if text == "Webhook":
+        raise ConfigError(key, f"Webhook {WEBHOOK_NOT_YET}")
+    if text != "AlwaysAllow":
+        raise ConfigError(key, f"expected AlwaysAllow (or Webhook, later), got {raw!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class AuthenticationConfig:
+    anonymous_enabled: bool = False
+    client_ca_file: str = ""
+    token_file: str = ""
+    webhook_enabled: bool = False
+    webhook_cache_ttl: float = 120.0
+
+
+@dataclass(frozen=True)
+class AuthorizationConfig:
+    mode: str = "AlwaysAllow"
+    webhook_cache_authorized_ttl: float = 300.0
+    webhook_cache_unauthorized_ttl: float = 30.0
+
+
+def _parse_nested(prefix: str, raw: object, keys: tuple[Key, ...],
+                  subs: dict[str, tuple[Key, ...]]) -> dict[str, Any]:
+    out = _parse_section(prefix, raw, keys, skip=tuple(subs))
+    section: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    for sub, sub_keys in subs.items():
+        out.update(_parse_section(f"{prefix}.{sub}", section.get(sub), sub_keys))
+    return out
+
+
+def _parse_authentication(raw: object) -> AuthenticationConfig:
+    values = _parse_nested("authentication", raw, AUTHN_KEYS, AUTHN_SUB_KEYS)
+    if values.get("webhook_enabled"):
+        raise ConfigError("authentication.webhook.enabled", f"true {WEBHOOK_NOT_YET}")
+    return AuthenticationConfig(**values)
+
+
+def _parse_authorization(raw: object) -> AuthorizationConfig:
+    return AuthorizationConfig(**_parse_nested("authorization", raw, AUTHZ_KEYS,
+                                               AUTHZ_SUB_KEYS))
+
+
+def _dump_nested(obj: object, keys: tuple[Key, ...],
+                 subs: dict[str, tuple[Key, ...]]) -> dict[str, Any]:
+    out = _dump_section(obj, keys)
+    for sub, sub_keys in subs.items():
+        out[sub] = _dump_section(obj, sub_keys)
+    return out
 
 
 @dataclass(frozen=True)
@@ -223,6 +310,8 @@ class Config:
     address: str = "127.0.0.1"
     port: int = 10250
     read_only_port: int = 0
+    tls_cert_file: str = ""
+    tls_private_key_file: str = ""
     image_gc_high_threshold_percent: int = 85
     image_gc_low_threshold_percent: int = 80
     image_minimum_gc_age: float = 120.0
@@ -240,6 +329,8 @@ class Config:
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
     # [images, issue 12] imageRegistries: {HOST: {caFile, plainHTTP, mirrors}} (YAML only)
     image_registries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
+    authorization: AuthorizationConfig = field(default_factory=AuthorizationConfig)
 
 
 def _parse_section(
@@ -282,15 +373,20 @@ def _parse_supervision(raw: object) -> SupervisionConfig:
 
 def config_from_mapping(raw: object) -> Config:
     """Validate a parsed YAML/JSON document into a `Config` (raises `ConfigError`)."""
-    values = _parse_section("", raw, TOP_KEYS,
-                            skip=("supervision", "syncloop", "imageRegistries"))
+    values = _parse_section("", raw, TOP_KEYS, skip=("supervision", "syncloop",
+                                                      "authentication", "authorization",
+                                                      "imageRegistries"))
     section = raw.get("supervision") if isinstance(raw, Mapping) else None
     sl_raw = raw.get("syncloop") if isinstance(raw, Mapping) else None
     syncloop = SyncloopConfig(**_parse_section("syncloop", sl_raw, SYNCLOOP_KEYS))
-    registries = _parse_registries(raw.get("imageRegistries") if isinstance(raw, Mapping)
-                                   else None)
+    mapping: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     config = Config(**values, supervision=_parse_supervision(section), syncloop=syncloop,
-                    image_registries=registries)
+                    authentication=_parse_authentication(mapping.get("authentication")),
+                    authorization=_parse_authorization(mapping.get("authorization")),
+                    image_registries=_parse_registries(mapping.get("imageRegistries")))
+    if bool(config.tls_cert_file) != bool(config.tls_private_key_file):
+        raise ConfigError("tlsPrivateKeyFile" if config.tls_cert_file else "tlsCertFile",
+                          "tlsCertFile and tlsPrivateKeyFile go together")
     if config.image_gc_low_threshold_percent > config.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:
@@ -347,6 +443,8 @@ def config_to_mapping(config: Config) -> dict[str, Any]:
     out = _dump_section(config, TOP_KEYS)
     out["syncloop"] = _dump_section(config.syncloop, SYNCLOOP_KEYS)
     out["imageRegistries"] = {h: dict(v) for h, v in config.image_registries.items()}
+    out["authentication"] = _dump_nested(config.authentication, AUTHN_KEYS, AUTHN_SUB_KEYS)
+    out["authorization"] = _dump_nested(config.authorization, AUTHZ_KEYS, AUTHZ_SUB_KEYS)
     sup = config.supervision
     out["supervision"] = {
         **_dump_section(sup, SUPERVISION_KEYS),
@@ -369,7 +467,6 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 # Keys podvisor accepts (they are part of the config contract) but whose subsystem does not exist
 # yet: a value other than the default is reported at start, never silently ignored.
 NOT_YET_USED: tuple[tuple[str, str, str], ...] = (
-    ("port", "port", "the authenticated main port is not served yet; use readOnlyPort"),
     ("kubeconfig", "kubeconfig", "the API server pod source and status writes are not built yet"),
 )
 
@@ -383,7 +480,8 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 
 # Keys naming files: relative paths in the config file are relative to the file's folder (as
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
-PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig")
+PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile")
+NESTED_PATH_KEYS = (("authentication", "tokenFile"), ("authentication", "x509", "clientCAFile"))
 
 
 def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -392,6 +490,14 @@ def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         value = out.get(key)
         if isinstance(value, str) and value and not os.path.isabs(value):
             out[key] = os.path.normpath(os.path.join(base, value))
+    for path in NESTED_PATH_KEYS:
+        holder: Any = out
+        for part in path[:-1]:
+            holder = holder.get(part) if isinstance(holder, Mapping) else None
+        if isinstance(holder, dict):
+            value = holder.get(path[-1])
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                holder[path[-1]] = os.path.normpath(os.path.join(base, value))
     return out
 
 

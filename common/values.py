@@ -11,6 +11,9 @@ import math
 import re
 from collections.abc import Mapping
 
+from podvisor.common import quantity
+from podvisor.common.endpoint import EMBEDDED
+
 __all__ = [
     "ConfigError",
     "format_duration",
@@ -128,20 +131,6 @@ def parse_str(key: str, raw: object) -> str:
     return raw
 
 
-_QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_QUANTITY_FACTOR = {
-    None: 1,
-    "k": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-}
-
-
 def parse_quantity(key: str, raw: object) -> int:
     """A Kubernetes size quantity (`10Mi`, `500k`, `1048576`) as an integer count of bytes."""
     if isinstance(raw, bool):
@@ -152,16 +141,19 @@ def parse_quantity(key: str, raw: object) -> int:
         return raw
     if not isinstance(raw, str):
         raise ConfigError(key, f"expected a size such as '10Mi', got {type(raw).__name__}")
-    match = _QUANTITY.match(raw.strip())
-    if match is None:
+    try:  # the one quantity parser (common/quantity.py); a size is a whole number of bytes
+        amount = quantity.parse_quantity(raw)
+    except quantity.QuantityError:
+        amount = None
+    if amount is None or amount != amount.to_integral_value():
         raise ConfigError(key, f"bad size {raw!r} (use e.g. '10Mi', '500k', '1048576')")
-    return int(match.group(1)) * _QUANTITY_FACTOR[match.group(2)]
+    return int(amount)
 
 
 def parse_endpoint(key: str, raw: object) -> str:
     """`embedded` or `unix:///absolute/path` (a CRI runtime's socket)."""
     text = parse_str(key, raw).strip()
-    if text == "embedded":
+    if text == EMBEDDED:
         return text
     if text.startswith("unix:///") and len(text) > len("unix:///"):
         return text

@@ -1,0 +1,145 @@
+"""``/stats/summary`` of the main port, in the kubelet's shape (``stats/v1alpha1`` Summary).
+
+Pods and containers come from the runtime's CRI ``ListContainerStats`` (running containers
+only, as the kubelet leaves terminated instances out; the
+pod is named by the container's ``io.kubernetes.pod.*`` labels, the container by its metadata),
+start times from the ``pleg`` replica's sandbox and container records; a pod's CPU and memory are
+its containers' sums. The node's CPU and memory come from /proc (psutil): ``usageNanoCores`` is
+the rate since the previous scrape (0 on the first), as the kubelet's; ``fs`` is the file
+system of ``rootDir``. The runtime's own ``usageNanoCores`` is also a rate since its previous
+sample.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import psutil
+from cri_api.v1 import api_pb2 as pb
+
+__all__ = ["NodeSampler", "rfc3339", "summary"]
+
+POD_NAME, POD_NS, POD_UID = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace",
+                             "io.kubernetes.pod.uid")
+
+
+def rfc3339(epoch_ns: int) -> str:
+    when = datetime.datetime.fromtimestamp(epoch_ns / 1e9, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeSampler:
+    """The node's CPU and memory; CPU rate from the previous sample (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._prev: tuple[int, int] | None = None
+
+    def sample(self, now_ns: int, root_dir: str) -> dict[str, Any]:
+        times = psutil.cpu_times()
+        busy_ns = int((sum(times) - times.idle - getattr(times, "iowait", 0.0)) * 1e9)
+        with self._lock:
+            prev, self._prev = self._prev, (now_ns, busy_ns)
+        rate = 0
+        if prev is not None and now_ns > prev[0]:
+            rate = max(busy_ns - prev[1], 0) * 1_000_000_000 // (now_ns - prev[0])
+        mem = psutil.virtual_memory()
+        stamp = rfc3339(now_ns)
+        node: dict[str, Any] = {
+            "cpu": {"time": stamp, "usageNanoCores": rate, "usageCoreNanoSeconds": busy_ns},
+            "memory": {"time": stamp, "availableBytes": mem.available,
+                       "usageBytes": mem.total - mem.free,
+                       "workingSetBytes": mem.total - mem.available,
+                       "rssBytes": mem.total - mem.available - getattr(mem, "cached", 0)
+                       if mem.total - mem.available > getattr(mem, "cached", 0) else 0},
+        }
+        try:
+            disk = psutil.disk_usage(root_dir)
+            st = os.statvfs(root_dir)
+            node["fs"] = {"time": stamp, "availableBytes": disk.free,
+                          "capacityBytes": disk.total, "usedBytes": disk.used,
+                          "inodesFree": st.f_ffree, "inodes": st.f_files,
+                          "inodesUsed": st.f_files - st.f_ffree}
+        except OSError:
+            pass
+        return node
+
+
+def _cpu(stats: pb.ContainerStats) -> dict[str, Any] | None:
+    if not stats.HasField("cpu"):
+        return None
+    return {"time": rfc3339(stats.cpu.timestamp),
+            "usageNanoCores": stats.cpu.usage_nano_cores.value,
+            "usageCoreNanoSeconds": stats.cpu.usage_core_nano_seconds.value}
+
+
+def _memory(stats: pb.ContainerStats) -> dict[str, Any] | None:
+    if not stats.HasField("memory"):
+        return None
+    m = stats.memory
+    return {"time": rfc3339(m.timestamp), "usageBytes": m.usage_bytes.value,
+            "workingSetBytes": m.working_set_bytes.value, "rssBytes": m.rss_bytes.value}
+
+
+def _sum(parts: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any] | None:
+    if not parts:
+        return None
+    out: dict[str, Any] = {"time": max(p["time"] for p in parts)}
+    for key in keys:
+        out[key] = sum(int(p.get(key, 0)) for p in parts)
+    return out
+
+
+def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
+            stats: list[pb.ContainerStats], pleg: Mapping[str, Any]) -> dict[str, Any]:
+    created: dict[str, int] = {}  # sandbox / container id -> created_at (ns)
+    pod_created: dict[str, int] = {}
+    for uid, record in pleg.items():
+        if uid.startswith("_") or not isinstance(record, Mapping):
+            continue
+        for sb in record.get("sandboxes", []):
+            if sb.get("state") == "SANDBOX_READY":
+                pod_created[uid] = int(sb.get("created_at", 0))
+        for c in record.get("containers", []):
+            created[str(c.get("id"))] = int(c.get("created_at", 0))
+    pods: dict[str, dict[str, Any]] = {}
+    for st in stats:
+        labels = st.attributes.labels
+        uid = labels.get(POD_UID, "")
+        if not uid or not st.HasField("cpu"):
+            continue  # not a pod's, or not running (terminated instances are left out)
+        pod = pods.setdefault(uid, {
+            "podRef": {"name": labels.get(POD_NAME, ""), "namespace": labels.get(POD_NS, ""),
+                       "uid": uid},
+            "startTime": rfc3339(pod_created.get(uid, 0)) if uid in pod_created else None,
+            "containers": []})
+        container: dict[str, Any] = {
+            "name": st.attributes.metadata.name,
+            "startTime": rfc3339(created[st.attributes.id]) if st.attributes.id in created
+            else None}
+        for key, value in (("cpu", _cpu(st)), ("memory", _memory(st))):
+            if value is not None:
+                container[key] = value
+        if st.HasField("writable_layer"):
+            container["rootfs"] = {"time": rfc3339(st.writable_layer.timestamp),
+                                   "usedBytes": st.writable_layer.used_bytes.value}
+        pod["containers"].append(container)
+    items = []
+    for pod in pods.values():
+        pod["containers"].sort(key=lambda c: c["name"])
+        cpu = _sum([c["cpu"] for c in pod["containers"] if "cpu" in c],
+                   ("usageNanoCores", "usageCoreNanoSeconds"))
+        mem = _sum([c["memory"] for c in pod["containers"] if "memory" in c],
+                   ("usageBytes", "workingSetBytes", "rssBytes"))
+        if cpu is not None:
+            pod["cpu"] = cpu
+        if mem is not None:
+            pod["memory"] = mem
+        items.append(pod)
+    items.sort(key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
+    return {"node": {"nodeName": node_name, "startTime": rfc3339(node_start_ns), **node},
+            "pods": items}

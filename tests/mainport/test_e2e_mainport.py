@@ -1,0 +1,354 @@
+"""End to end: the main port of a real agent (embedded runtime, static pods) over real HTTPS.
+
+One agent for the module: a token file, a client CA, anonymous off, the self-signed serving pair
+generated under rootDir/pki. Every endpoint: 401 without credentials, 200 with a token, 200 with
+a client certificate; an unknown token 401; container logs with their options; kill -9 of the
+server process during ``logs --follow``: the port is back, the pods are untouched."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import AgentHandle, process_gone, short_tmp_dir, wait_for_impl
+from tests.mainport.certs import make_ca, make_client
+from tests.pods.lifecycle import (
+    agent_config,
+    free_port,
+    get_pods,
+    kill_pids,
+    pod_yaml,
+    read_pid,
+)
+
+# The module's agent restarts its server (kill -9) and a crashing container on purpose while
+# tests run: the per-test leak check is replaced by one check after the agent stops.
+pytestmark = pytest.mark.no_leak_check
+
+TOKEN = "s3cr3t-token-for-tests"
+TALKER = ("echo $$$$ > {marks}/talker.pid; seq 1 1000000 | while read n; do echo line $n; "
+          "sleep 0.1; done")
+CRASH_ONCE = ("echo run $$$$; test -e {marks}/crashed && exec sleep 3600; "
+              "touch {marks}/crashed; exit 1")
+PROBE = "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n"
+ENDPOINTS = ["/healthz", "/pods", "/runningpods/", "/configz", "/metrics", "/stats/summary",
+             "/metrics/probes", "/metrics/resource",
+             "/containerLogs/default/talker-e2e/c", "/no-such-endpoint"]
+
+
+@dataclass
+class Node:
+    handle: Any
+    port: int
+    ro_port: int
+    ca: str  # the serving certificate (self-signed: its own CA)
+    client: tuple[str, str]
+    stranger: tuple[str, str]
+    marks: Path
+
+    def url(self, path: str) -> str:
+        return f"https://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str, token: str | None = TOKEN, **kw: Any) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers.update(kw.pop("headers", {}))
+        return requests.get(self.url(path), headers=headers, verify=self.ca, timeout=10, **kw)
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[Node]:
+    """The module's agent (started before the per-test leak snapshot, stopped at the end)."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    tmp = Path(tempfile.mkdtemp(prefix="pvmp", dir="/tmp"))
+    home = short_tmp_dir()
+    manifests, marks, pki = tmp / "manifests", tmp / "marks", tmp / "pki"
+    for d in (manifests, marks, pki):
+        d.mkdir()
+    (manifests / "talker.yaml").write_text(pod_yaml("talker", TALKER.format(marks=marks))
+                                           + PROBE)
+    (manifests / "burner.yaml").write_text(pod_yaml("burner", "while :; do :; done")
+                                           + "    resources: {limits: {cpu: 200m}}\n")
+    (manifests / "crasher.yaml").write_text(pod_yaml("crasher", CRASH_ONCE.format(marks=marks)))
+    ca = make_ca(pki)
+    client = make_client(pki, ca, "alice", ("admins",))
+    stranger = make_client(pki, make_ca(pki, "other-ca"), "mallory")
+    (tmp / "tokens.csv").write_text(f'{TOKEN},ops,1001,"ops,viewers"\n', "utf-8")
+    port, ro_port = free_port(), free_port()
+    cfg = agent_config(manifests, ro_port, stopPodsOnExit=True,
+                       authentication={"tokenFile": str(tmp / "tokens.csv"),
+                                       "x509": {"clientCAFile": str(ca[0])},
+                                       "anonymous": {"enabled": False}},
+                       syncloop={"crashLoopBackOffInitial": "1s"})
+    cfg["rootDir"], cfg["port"] = str(home / "root"), port
+    handle = AgentHandle(home, cfg, [], dict(os.environ))
+    pki_crt = home / "root" / "pki"
+    n = Node(handle, port, ro_port, str(pki_crt / "kubelet.crt"),
+             (str(client[0]), str(client[1])), (str(stranger[0]), str(stranger[1])), marks)
+    try:
+        handle.wait_ready()
+        wait_for_impl(lambda: _talker_running(get_pods(ro_port)), 90.0, 0.1, "talker running")
+        wait_for_impl(lambda: _answers(n), 30.0, 0.1, "main port up")
+        yield n
+    finally:
+        pid = read_pid(marks, "talker")
+        handle.stop()
+        kill_pids([pid] if pid else [])
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        _, alive = psutil.wait_procs(left, timeout=10.0)
+        alive = [p for p in alive if not process_gone(p)]
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"the agent left processes behind: {alive}"
+
+
+def _talker_running(podlist: dict[str, Any] | None) -> bool:
+    for pod in (podlist or {}).get("items", []):
+        if pod["metadata"]["name"] == "talker-e2e":
+            return all("running" in c.get("state", {})
+                       for c in pod["status"].get("containerStatuses", [{}]))
+    return False
+
+
+def _answers(n: Node) -> bool:
+    try:
+        return n.get("/healthz").status_code in (200, 500)
+    except requests.RequestException:
+        return False
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_every_endpoint_needs_credentials(node: Node, path: str) -> None:
+    resp = node.get(path, token=None)
+    assert resp.status_code == 401, resp.text
+    assert resp.json()["reason"] == "Unauthorized"
+    assert node.get(path, token="wrong").status_code == 401
+    assert node.get(path, token=None, headers={"Authorization": "Basic eDp5"}
+                    ).status_code == 401
+
+
+@pytest.mark.parametrize("path", ENDPOINTS[:-1])
+def test_token_and_client_certificate_are_let_in(node: Node, path: str, wait_for: Any) -> None:
+    with_token = wait_for(lambda: (r := node.get(path)).status_code == 200 and r, 30.0, 0.1,
+                          f"{path} with a token")
+    assert with_token.status_code == 200
+    with_cert = node.get(path, token=None, cert=node.client)
+    assert with_cert.status_code == 200, with_cert.text
+
+
+def test_unknown_path_with_credentials_is_404_and_foreign_cert_is_refused(node: Node) -> None:
+    resp = node.get("/no-such-endpoint")
+    assert resp.status_code == 404 and "/containerLogs" in resp.json()["message"]
+    # TLS 1.3: the server refuses the certificate after the client's handshake ends
+    with pytest.raises(requests.exceptions.ConnectionError):
+        node.get("/pods", token=None, cert=node.stranger)
+
+
+def test_serving_certificate_is_generated_once(node: Node) -> None:
+    pki = Path(node.ca).parent
+    assert (pki / "kubelet.key").stat().st_mode & 0o077 == 0
+    assert requests.get(node.url("/healthz"), verify=node.ca, timeout=10,
+                        headers={"Authorization": f"Bearer {TOKEN}"}).ok
+
+
+def test_configz_is_the_effective_config(node: Node) -> None:
+    body = node.get("/configz").json()["kubeletconfig"]
+    assert body["port"] == node.port
+    assert body["authentication"]["anonymous"]["enabled"] is False
+    assert body["authorization"]["mode"] == "AlwaysAllow"
+
+
+def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None:
+    def running_pods() -> int:
+        return sum(1 for p in (get_pods(node.ro_port) or {}).get("items", [])
+                   if p["status"].get("phase") == "Running")
+
+    def agree() -> str | None:
+        text = node.get("/metrics").text
+        line = next(ln for ln in text.splitlines() if ln.startswith("kubelet_running_pods "))
+        return text if float(line.split()[1]) == running_pods() == 3 else None
+
+    text = wait_for(agree, 60.0, 0.2, "kubelet_running_pods == Running pods in /pods")
+    relists = wait_for(lambda: _metric(node, "kubelet_pleg_relist_duration_seconds_count"),
+                       30.0, 0.2, "PLEG's histogram (multiprocess mode) in /metrics")
+    assert relists >= 1
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_probe_metrics(node: Node, wait_for: Any) -> None:
+    series = ('prober_probe_total{container="c",namespace="default",pod="talker-e2e",'
+              'probe_type="Readiness",result="successful"}')
+    assert wait_for(lambda: _metric(node, series, "/metrics/probes"), 30.0, 0.2) >= 1
+    assert "prober_probe" not in node.get("/metrics").text
+    text = node.get("/metrics/probes").content
+    if shutil.which("promtool") is not None:
+        done = subprocess.run(["promtool", "check", "metrics"], input=text,
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_stats_summary(node: Node, wait_for: Any) -> None:
+    def pods() -> dict[str, Any] | None:
+        body = node.get("/stats/summary").json()
+        by_name = {p["podRef"]["name"]: p for p in body["pods"]}
+        if not {"talker-e2e", "burner-e2e", "crasher-e2e"} <= set(by_name):
+            return None
+        burner, talker = by_name["burner-e2e"], by_name["talker-e2e"]
+        if burner["cpu"]["usageNanoCores"] <= talker["cpu"]["usageNanoCores"]:
+            return None  # the first sample of a container has no rate yet
+        return {"body": body, **by_name}
+
+    found = wait_for(pods, 60.0, 0.5, "every pod in /stats/summary, the burner burning")
+    body = found["body"]
+    assert body["node"]["nodeName"] == "e2e"
+    assert body["node"]["cpu"]["usageCoreNanoSeconds"] > 0
+    assert body["node"]["memory"]["workingSetBytes"] > 0
+    for pod in body["pods"]:
+        assert pod["podRef"]["namespace"] == "default" and pod["podRef"]["uid"]
+        assert pod["startTime"] and pod["cpu"] and pod["memory"]
+        for c in pod["containers"]:
+            assert c["name"] == "c" and c["startTime"]
+            assert c["cpu"]["usageCoreNanoSeconds"] >= 0  # a sleeping shell may have used 0
+            assert c["memory"]["workingSetBytes"] > 0
+    assert found["burner-e2e"]["cpu"]["usageCoreNanoSeconds"] > 0
+    assert node.get("/stats/summary", params={"x": "1"}).status_code == 400
+
+
+def test_resource_metrics(node: Node, wait_for: Any) -> None:
+    series = 'container_cpu_usage_seconds_total{container="c",namespace="default",pod="burner-e2e"}'
+    assert wait_for(lambda: _metric(node, series, "/metrics/resource"), 30.0, 0.2) > 0
+    assert _metric(node, "scrape_error", "/metrics/resource") == 0
+    assert _metric(node, 'pod_memory_working_set_bytes{namespace="default",pod="talker-e2e"}',
+                   "/metrics/resource") > 0
+    if shutil.which("promtool") is not None:
+        done = subprocess.run(["promtool", "check", "metrics"],
+                              input=node.get("/metrics/resource").content,
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_podvisorctl_top(node: Node, wait_for: Any) -> None:
+    def burning() -> list[dict[str, Any]] | None:
+        done = node.handle.ctl("top", "--json")
+        assert done.returncode == 0, done.stderr
+        pods = json.loads(done.stdout)
+        by_name = {p["name"]: p for p in pods}
+        burner = by_name.get("burner-e2e")
+        return pods if burner and burner["cpuNanoCores"] > 0 and "talker-e2e" in by_name \
+            else None
+
+    pods = wait_for(burning, 60.0, 0.2, "podvisorctl top shows the burner burning")
+    assert all(p["memoryWorkingSetBytes"] > 0 and p["containers"] for p in pods)
+    table = node.handle.ctl("top")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]
+    assert any(ln.split()[1] == "burner-e2e" and ln.split()[2].endswith("m") for ln in lines[1:])
+
+
+def test_container_logs_options(node: Node, wait_for: Any) -> None:
+    path = "/containerLogs/default/talker-e2e/c"
+    lines = wait_for(lambda: len(t := node.get(path).text.splitlines()) >= 5 and t, 30.0, 0.1)
+    assert lines[0] == "line 1"
+    tail = node.get(path, params={"tailLines": "2"}).text.splitlines()
+    assert len(tail) == 2 and all(t.startswith("line ") for t in tail)
+    stamped = node.get(path, params={"tailLines": "1", "timestamps": "true"}).text
+    stamp, _, rest = stamped.partition(" ")
+    assert stamp.endswith("Z") and "T" in stamp and rest.startswith("line ")
+    assert node.get(path, params={"limitBytes": "3"}).text == "lin"
+    future = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1))
+    assert node.get(path, params={"sinceTime": future.strftime("%Y-%m-%dT%H:%M:%SZ")}
+                    ).text == ""
+    assert node.get(path, params={"sinceSeconds": "3600"}).text.splitlines()[0] == "line 1"
+    third = node.get(path, params={"timestamps": "1"}).text.splitlines()[2].split(" ")[0]
+    since = node.get(path, params={"sinceTime": third}).text.splitlines()
+    assert since[0] == "line 3"
+    for bad in ({"tailLines": "-1"}, {"sinceSeconds": "x"}, {"limitBytes": "0"},
+                {"sinceTime": "yesterday"},
+                {"sinceSeconds": "1", "sinceTime": "2024-01-01T00:00:00Z"},
+                {"follow": "maybe"}, {"color": "1"}):
+        resp = node.get(path, params=bad)
+        assert resp.status_code == 400 and resp.json()["reason"] == "BadRequest", bad
+    no_prev = node.get(path, params={"previous": "true"})
+    assert no_prev.status_code == 400 and "previous" in no_prev.json()["message"]
+    assert node.get("/containerLogs/default/nope/c").status_code == 404
+    assert node.get("/containerLogs/default/talker-e2e/nope").status_code == 404
+
+
+def test_previous_instance_of_a_restarted_container(node: Node, wait_for: Any) -> None:
+    path = "/containerLogs/default/crasher-e2e/c"
+    prev = wait_for(lambda: (r := node.get(path, params={"previous": "1"})).ok and r, 60.0, 0.2,
+                    "crasher restarted once")
+    assert prev.text.startswith("run ")
+
+
+def test_kill9_of_the_server_during_follow(node: Node, wait_for: Any) -> None:
+    """The follow stream ends with the process; the port answers again soon after (the time
+    is printed, not asserted); the talker keeps its pid and its restart count."""
+    handle = node.handle
+    talker_pid = read_pid(node.marks, "talker")
+    before = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
+              for p in get_pods(node.ro_port)["items"] if p["metadata"]["name"] == "talker-e2e"}
+    stream = node.get("/containerLogs/default/talker-e2e/c",
+                      params={"follow": "true", "tailLines": "0"}, stream=True)
+    assert stream.status_code == 200
+    lines = stream.iter_lines()
+    first = next(lines)
+    assert first.startswith(b"line ")
+    assert next(lines) != first  # new lines keep coming
+    old = handle.state("server")
+    handle.call("kill", name="server", signal="KILL")
+    killed = time.monotonic()
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        for _ in lines:
+            pass
+    wait_for(lambda: _answers(node), 30.0, 0.02, "main port back after kill -9")
+    print(f"main port back {time.monotonic() - killed:.3f}s after kill -9 of the server")
+    assert handle.state("server")["pid"] != old["pid"]
+    assert read_pid(node.marks, "talker") == talker_pid
+    after = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
+             for p in get_pods(node.ro_port)["items"] if p["metadata"]["name"] == "talker-e2e"}
+    assert after == before
+    restarts = wait_for(lambda: _metric(node, 'podvisor_process_restarts_total{process="server"}'),
+                        10.0, 0.1, "the server's restart in /metrics")
+    assert restarts >= 1
+    assert _metric(node, 'podvisor_process_state{process="server",state="RUNNING"}') == 1
+
+
+def _metric(node: Node, series: str, path: str = "/metrics") -> float | None:
+    for line in node.get(path).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_counters_of_a_restarted_process_never_go_back(node: Node, wait_for: Any) -> None:
+    """PLEG's histogram (multiprocess mode): kill -9 of PLEG keeps its count monotonic."""
+    series = "kubelet_pleg_relist_duration_seconds_count"
+    before = wait_for(lambda: _metric(node, series), 30.0, 0.1)
+    old = node.handle.state("pleg")
+    node.handle.call("kill", name="pleg", signal="KILL")
+    wait_for(lambda: (s := node.handle.state("pleg"))["state"] == "RUNNING"
+             and s["pid"] != old["pid"], 30.0, 0.1, "pleg restarted")
+    after = wait_for(lambda: (v := _metric(node, series)) is not None and v > before and v,
+                     30.0, 0.1, "the count grows on after the restart")
+    assert after > before
+    assert _metric(node, 'podvisor_process_restarts_total{process="pleg"}') >= 1

@@ -1,0 +1,303 @@
+"""Units of the main port: config keys, token file, authentication, attributes, log options and
+the CRI log decoder, redaction; and the application over real HTTP in-process (403 from a
+denying authorizer, anonymous when enabled)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession, web
+
+from podvisor.common.config import (
+    ConfigError,
+    config_from_mapping,
+    config_to_mapping,
+)
+from podvisor.services.server.auth import (
+    ANONYMOUS,
+    AlwaysAllow,
+    Attributes,
+    Authenticator,
+    TokenFileError,
+    User,
+    attributes,
+    load_token_file,
+    user_from_cert,
+)
+from podvisor.services.server.containerlogs import (
+    Decoder,
+    LogRequestError,
+    parse_options,
+    parse_rfc3339,
+)
+from podvisor.services.server.mainport import REDACTED, make_main_app, redact_config
+from podvisor.services.server.metrics import render_metrics
+from podvisor.services.server.replicas import View
+from podvisor.services.server.tls import serving_context, serving_pair
+
+# --- config ---
+
+
+def test_authentication_and_authorization_keys_round_trip() -> None:
+    cfg = config_from_mapping({
+        "port": 10250, "tlsCertFile": "/c.crt", "tlsPrivateKeyFile": "/c.key",
+        "authentication": {"anonymous": {"enabled": True}, "x509": {"clientCAFile": "/ca"},
+                           "tokenFile": "/t.csv", "webhook": {"enabled": False,
+                                                              "cacheTTL": "1m"}},
+        "authorization": {"mode": "AlwaysAllow", "webhook": {"cacheAuthorizedTTL": "1m"}}})
+    assert cfg.authentication.anonymous_enabled and cfg.authentication.client_ca_file == "/ca"
+    assert cfg.authentication.token_file == "/t.csv" and cfg.tls_cert_file == "/c.crt"
+    assert config_from_mapping(config_to_mapping(cfg)) == cfg
+    default = config_from_mapping({})
+    assert default.port == 10250 and not default.authentication.anonymous_enabled
+    assert default.authorization.mode == "AlwaysAllow"
+
+
+@pytest.mark.parametrize(("raw", "key", "words"), [
+    ({"authorization": {"mode": "Webhook"}}, "authorization.mode", "API server"),
+    ({"authorization": {"mode": "AlwaysDeny"}}, "authorization.mode", "AlwaysAllow"),
+    ({"authentication": {"webhook": {"enabled": True}}}, "authentication.webhook.enabled",
+     "API server"),
+    ({"authentication": {"anonymous": {"enabled": "yes please"}}},
+     "authentication.anonymous.enabled", ""),
+    ({"authentication": {"x509": {"clientCAfile": "/ca"}}},
+     "authentication.x509.clientCAfile", "unknown"),
+    ({"authentication": {"tokenfile": "/t"}}, "authentication.tokenfile", "unknown"),
+    ({"authentication": "on"}, "authentication", "map"),
+    ({"tlsCertFile": "/c.crt"}, "tlsPrivateKeyFile", "together"),
+])
+def test_bad_auth_config_names_the_key(raw: dict[str, Any], key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping(raw)
+    assert err.value.key == key
+    assert words in str(err.value)
+
+
+def test_relative_auth_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
+    from podvisor.common.config import load_config
+
+    (tmp_path / "c.yaml").write_text("authentication:\n  tokenFile: tokens.csv\n"
+                                     "  x509: {clientCAFile: ca.crt}\n"
+                                     "tlsCertFile: s.crt\ntlsPrivateKeyFile: s.key\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.authentication.token_file == str(tmp_path / "tokens.csv")
+    assert cfg.authentication.client_ca_file == str(tmp_path / "ca.crt")
+    assert cfg.tls_cert_file == str(tmp_path / "s.crt")
+
+
+def test_configz_redacts_header_values() -> None:
+    cfg = config_to_mapping(config_from_mapping(
+        {"staticPodURL": "http://x", "staticPodURLHeader": {"Authorization": ["Bearer x"]}}))
+    out = redact_config(cfg)
+    assert out["staticPodURLHeader"] == {"Authorization": [REDACTED]}
+    assert "Bearer x" not in repr(out)
+
+
+# --- tokens and users ---
+
+
+def test_token_file_in_kube_apiserver_format(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text('# comment\nabc,alice,1000,"dev,ops"\n\nxyz,bob,1001\n')
+    tokens = load_token_file(f)
+    assert tokens["abc"] == User("alice", "1000", ("dev", "ops"))
+    assert tokens["xyz"] == User("bob", "1001", ())
+
+
+@pytest.mark.parametrize(("text", "words"), [("abc,alice\n", "line 1"),
+                                             ("a,b,c\na,d,e\n", "duplicate"),
+                                             (",alice,1\n", "line 1")])
+def test_bad_token_file_names_the_line(tmp_path: Path, text: str, words: str) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text(text)
+    with pytest.raises(TokenFileError, match=words):
+        load_token_file(f)
+    with pytest.raises(TokenFileError, match="cannot read"):
+        load_token_file(tmp_path / "missing.csv")
+
+
+def test_authenticator_order_and_anonymous() -> None:
+    tokens = {"abc": User("alice", "1", ("dev",))}
+    strict = Authenticator(tokens, anonymous=False)
+    user, _ = strict.authenticate("Bearer abc", None)
+    assert user is not None and user.name == "alice"
+    assert user.groups == ("dev", "system:authenticated")
+    assert strict.authenticate("Bearer nope", None)[0] is None
+    assert strict.authenticate("Basic abc", None)[0] is None
+    assert strict.authenticate(None, None) == (None, strict.authenticate(None, {})[1])
+    cert = {"subject": ((("commonName", "carol"),), (("organizationName", "ops"),))}
+    by_cert, _ = strict.authenticate(None, cert)
+    assert by_cert is not None and by_cert.name == "carol" and "ops" in by_cert.groups
+    lax = Authenticator(tokens, anonymous=True)
+    assert lax.authenticate(None, None)[0] == ANONYMOUS
+    assert lax.authenticate("Bearer nope", None)[0] is None  # a bad token is never anonymous
+    assert user_from_cert({"subject": ()}) is None
+
+
+def test_attributes_as_the_kubelet() -> None:
+    assert attributes("GET", "/stats/summary", "n") == Attributes("get", "nodes", "stats", "n",
+                                                                  "/stats/summary")
+    assert attributes("GET", "/metrics/probes", "n").subresource == "metrics"
+    assert attributes("POST", "/exec/ns/p/c", "n").verb == "create"
+    assert attributes("GET", "/pods", "n").subresource == "proxy"
+
+
+# --- logs ---
+
+
+def test_rfc3339_with_nanoseconds_and_offsets() -> None:
+    assert parse_rfc3339("2024-01-02T03:04:05.123456789Z") == pytest.approx(
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.UTC).timestamp())
+    assert parse_rfc3339("2024-01-02T04:04:05+01:00") == parse_rfc3339("2024-01-02T03:04:05Z")
+    with pytest.raises(ValueError):
+        parse_rfc3339("2024-01-02T03:04:05")
+
+
+def test_decoder_joins_partials_and_keeps_first_timestamp() -> None:
+    dec = Decoder()
+    out = dec.feed(b"2024-01-02T03:04:05.1Z stdout P hel\n2024-01-02T03:04:06Z stderr F "
+                   b"err\n2024-01-02T03:04:07Z stdout F lo\ngarbage\n2024-01-02T03:04:08Z std")
+    assert [(ln.timestamp, ln.text) for ln in out] == [
+        (b"2024-01-02T03:04:06Z", b"err\n"), (b"2024-01-02T03:04:05.1Z", b"hello\n"),
+        (b"", b"garbage\n")]
+    assert dec.feed(b"out F x\n")[0].text == b"x\n"
+
+
+def test_log_options() -> None:
+    opts = parse_options({"follow": "true", "tailLines": "3", "sinceSeconds": "10",
+                          "limitBytes": "5", "timestamps": "1"}, 1000.0)
+    assert (opts.follow, opts.tail_lines, opts.since, opts.limit_bytes, opts.timestamps) == (
+        True, 3, 990.0, 5, True)
+    with pytest.raises(LogRequestError, match="tailLines"):
+        parse_options({"tailLines": "-2"}, 0.0)
+
+
+# --- metrics ---
+
+
+def _pleg_view() -> View:
+    pleg = {
+        "_health": {"last_relist_ok": 1700000000.5, "relists": 7, "relist_errors": 1},
+        "u1": {"sandboxes": [{"id": "s1", "state": "SANDBOX_READY"}],
+               "containers": [{"state": "CONTAINER_RUNNING"}, {"state": "CONTAINER_EXITED"}]},
+        "u2": {"sandboxes": [{"id": "s2", "state": "SANDBOX_NOTREADY"}],
+               "containers": [{"state": "CONTAINER_EXITED"}, {"state": "?"}]},
+    }
+    return View(pleg=pleg, pleg_synced=True)
+
+
+ROWS = [{"name": "pleg", "state": "RUNNING", "restarts": 2, "heartbeatAge": 0.25},
+        {"name": "prober", "state": "BACKOFF", "restarts": 5, "heartbeatAge": None}]
+
+
+def test_metrics_from_the_pleg_view_and_the_processes() -> None:
+    text = render_metrics(_pleg_view(), ROWS).decode()
+    assert 'podvisor_process_restarts_total{process="prober"} 5.0' in text
+    assert 'podvisor_process_state{process="prober",state="BACKOFF"} 1.0' in text
+    assert 'podvisor_process_state{process="prober",state="RUNNING"} 0.0' in text
+    assert 'podvisor_heartbeat_age_seconds{process="pleg"} 0.25' in text
+    assert 'podvisor_heartbeat_age_seconds{process="prober"}' not in text
+    assert "podvisor_process" not in render_metrics(_pleg_view(), None).decode()
+    assert "kubelet_running_pods 1.0" in text
+    assert 'kubelet_running_containers{container_state="exited"} 2.0' in text
+    assert 'kubelet_running_containers{container_state="unknown"} 1.0' in text
+    assert "kubelet_pleg_last_seen_seconds 1.7000000005e+09" in text
+    assert "podvisor_pleg_relists_total 7.0" in text
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package prometheus; "
+                           ".ci/test-packages.txt)")
+def test_metrics_pass_promtool() -> None:
+    text = render_metrics(_pleg_view(), ROWS)
+    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- the application in-process, over real HTTPS ---
+
+
+class Deny:
+    def authorize(self, user: User, attrs: Attributes) -> tuple[bool, str]:
+        return False, "denied by test"
+
+
+def _serve_and_get(tmp_path: Path, authz: Any, anonymous: bool, path: str,
+                   headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    now = datetime.datetime.now(datetime.UTC)
+    pair = serving_pair(str(tmp_path), "", "", "n", "127.0.0.1", now)
+    ssl_ctx = serving_context(pair, "")
+    view = View(desired={}, statuses={}, desired_synced=True, statuses_synced=True)
+
+    class Log:
+        def info(self, event: str, **kw: Any) -> None: ...
+        def debug(self, event: str, **kw: Any) -> None: ...
+
+    app = make_main_app(lambda: view, authn=Authenticator({"t": User("u")}, anonymous),
+                        authz=authz, node_name="n", root_dir=str(tmp_path), config={},
+                        log=Log(), stopping=lambda: False)
+
+    async def go() -> tuple[int, dict[str, Any]]:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_ctx)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            import ssl
+            client_ctx = ssl.create_default_context(cafile=str(pair.cert))
+            async with ClientSession() as session, session.get(
+                    f"https://127.0.0.1:{port}{path}", headers=headers, ssl=client_ctx) as resp:
+                return resp.status, await resp.json()
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(go())
+
+
+def test_forbidden_is_403_with_the_attributes(tmp_path: Path) -> None:
+    code, body = _serve_and_get(tmp_path, Deny(), False, "/pods", {"Authorization": "Bearer t"})
+    assert code == 403 and body["reason"] == "Forbidden"
+    assert "user=u" in body["message"] and "denied by test" in body["message"]
+
+
+def test_anonymous_only_when_enabled(tmp_path: Path) -> None:
+    assert _serve_and_get(tmp_path, AlwaysAllow(), True, "/configz", {})[0] == 200
+    assert _serve_and_get(tmp_path, AlwaysAllow(), False, "/configz", {})[0] == 401
+    key = tmp_path / "pki" / "kubelet.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+
+
+def test_podvisorctl_top_without_a_runtime_exits_2(tmp_path: Path) -> None:
+    ctl = Path(sys.executable).parent / "podvisorctl"
+    done = subprocess.run([str(ctl), "--root-dir", str(tmp_path), "top"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "did not answer ListContainerStats" in done.stderr
+
+
+def test_auth_flags_use_the_kubelet_names() -> None:
+    import argparse
+
+    from podvisor.supervisor.flags import add_config_flags, overrides_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    args = parser.parse_args(["--anonymous-auth", "true", "--client-ca-file", "/ca.crt",
+                              "--token-auth-file", "/t.csv", "--authorization-mode",
+                              "AlwaysAllow", "--tls-cert-file", "/s.crt",
+                              "--tls-private-key-file", "/s.key", "--port", "0"])
+    cfg = config_from_mapping(overrides_from_args(args))
+    assert cfg.authentication.anonymous_enabled and cfg.authentication.client_ca_file == "/ca.crt"
+    assert cfg.authentication.token_file == "/t.csv" and cfg.tls_cert_file == "/s.crt"
+    assert cfg.port == 0
+    bad = parser.parse_args(["--authorization-mode", "Webhook"])
+    with pytest.raises(ConfigError, match="API server"):
+        config_from_mapping(overrides_from_args(bad))
