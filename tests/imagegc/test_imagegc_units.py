@@ -12,7 +12,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.imagegc import ImageTracker, Usage, plan_container_gc, plan_image_gc
 from podvisor.services.imagegc.service import EventSink, ImageGC
-from podvisor.supervisor.logs import MemoryLogger
+from podvisor.common.logs import MemoryLogger
 
 
 def img(i: str, size: int, pinned: bool = False) -> pb.Image:

@@ -19,7 +19,7 @@ from podvisor.services.pod.model import Pod
 from podvisor.services.pod.parse import pod_from_dict
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
-from podvisor.supervisor.logs import MemoryLogger
+from podvisor.common.logs import MemoryLogger
 
 
 class Registry(FakeRuntimeClient):

@@ -215,21 +215,23 @@ def test_builtins_that_do_not_import_are_reported_at_start(tmp_path: Path,
     builtins = (Builtin("status", "podvisor.services.status.main"),
                 Builtin("imagegc", "podvisor.services.imagegc.main"),
                 Builtin("later", "podvisor.services.later.main"),
+                Builtin("later2", "podvisor.services.later2.main"),
                 Builtin("broken", "pvbroken.main"),
                 Builtin("off", "podvisor.services.off.main", when=lambda c: False))
     assert module_problem("podvisor.services.status.main") is None
-    assert module_problem("podvisor.services.imagegc.main") == "missing"
+    assert module_problem("podvisor.services.imagegc.main") is None  # built (issue 12)
+    assert module_problem("podvisor.services.later.main") == "missing"
     assert "no_such_dependency_anywhere" in str(module_problem("pvbroken.main"))
     log = MemoryLogger()
     report_builtins(config_from_mapping({}), log, builtins)
     infos = [e for e in log.events if e["level"] == "info"]
     assert [(e["event"], e["processes"]) for e in infos] == [
-        ("supervisor.builtins.not_built", ["imagegc", "later"])]  # one line for all
+        ("supervisor.builtins.not_built", ["later", "later2"])]  # one line for all
     [error] = [e for e in log.events if e["level"] == "error"]
     assert error["event"] == "supervisor.builtin.import_failed" and error["process"] == "broken"
     # the broken one is skipped by resolve_specs, like one not built yet
     names = [s.name for s in resolve_specs(config_from_mapping({}), builtins)]
-    assert names == ["status"]
+    assert names == ["status", "imagegc"]
 
 
 def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> None:
