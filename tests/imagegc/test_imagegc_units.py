@@ -9,10 +9,10 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.imagegc import ImageTracker, Usage, plan_container_gc, plan_image_gc
 from podvisor.services.imagegc.service import EventSink, ImageGC
-from podvisor.common.logs import MemoryLogger
 
 
 def img(i: str, size: int, pinned: bool = False) -> pb.Image:

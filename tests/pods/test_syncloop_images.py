@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri import CriError
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.events.logbridge import events_for
@@ -19,7 +20,6 @@ from podvisor.services.pod.model import Pod
 from podvisor.services.pod.parse import pod_from_dict
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
-from podvisor.common.logs import MemoryLogger
 
 
 class Registry(FakeRuntimeClient):
