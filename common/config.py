@@ -130,6 +130,9 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("imageMinimumGCAge", "image_minimum_gc_age", DURATION, "minimum age of a GCed image"),
     Key("containerLogMaxSize", "container_log_max_size", QUANTITY, "rotate container logs at"),
     Key("containerLogMaxFiles", "container_log_max_files", COUNT, "container log files kept"),
+    Key("serializeImagePulls", "serialize_image_pulls", BOOL, "pull one image at a time"),
+    Key("maxParallelImagePulls", "max_parallel_image_pulls", INT,
+        "with serializeImagePulls false: pulls at once (0 = no limit)"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
     Key("cgroupRoot", "cgroup_root", CGROUP,
@@ -366,6 +369,8 @@ class Config:
     image_minimum_gc_age: float = 120.0
     container_log_max_size: int = 10 * 1024 * 1024
     container_log_max_files: int = 5
+    serialize_image_pulls: bool = True
+    max_parallel_image_pulls: int = 0
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     cgroup_root: str = "/podvisor"
@@ -393,6 +398,8 @@ class Config:
     ops_tls_private_key_file: str = ""
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     syncloop: SyncloopConfig = field(default_factory=SyncloopConfig)
+    # [images, issue 12] imageRegistries: {HOST: {caFile, plainHTTP, mirrors}} (YAML only)
+    image_registries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     authorization: AuthorizationConfig = field(default_factory=AuthorizationConfig)
 
@@ -438,14 +445,16 @@ def _parse_supervision(raw: object) -> SupervisionConfig:
 def config_from_mapping(raw: object) -> Config:
     """Validate a parsed YAML/JSON document into a `Config` (raises `ConfigError`)."""
     values = _parse_section("", raw, TOP_KEYS, skip=("supervision", "syncloop",
-                                                      "authentication", "authorization"))
+                                                      "authentication", "authorization",
+                                                      "imageRegistries"))
     section = raw.get("supervision") if isinstance(raw, Mapping) else None
     sl_raw = raw.get("syncloop") if isinstance(raw, Mapping) else None
     syncloop = SyncloopConfig(**_parse_section("syncloop", sl_raw, SYNCLOOP_KEYS))
     mapping: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     config = Config(**values, supervision=_parse_supervision(section), syncloop=syncloop,
                     authentication=_parse_authentication(mapping.get("authentication")),
-                    authorization=_parse_authorization(mapping.get("authorization")))
+                    authorization=_parse_authorization(mapping.get("authorization")),
+                    image_registries=_parse_registries(mapping.get("imageRegistries")))
     if bool(config.tls_cert_file) != bool(config.tls_private_key_file):
         raise ConfigError("tlsPrivateKeyFile" if config.tls_cert_file else "tlsCertFile",
                           "tlsCertFile and tlsPrivateKeyFile go together")
@@ -453,6 +462,9 @@ def config_from_mapping(raw: object) -> Config:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:
         raise ConfigError("rootDir", "must not be empty")
+    if config.serialize_image_pulls and config.max_parallel_image_pulls > 1:
+        raise ConfigError("maxParallelImagePulls", "needs serializeImagePulls: false (the "
+                                                   "kubelet's rule)")
     if config.supervision.heartbeat_interval <= 0:
         raise ConfigError("supervision.heartbeatInterval", "must be > 0")
     if bool(config.ops_tls_cert_file) != bool(config.ops_tls_private_key_file):
@@ -469,6 +481,37 @@ def ops_password_path(config: Config) -> Path:
     return Path(config.ops_password_file or os.path.join(config.root_dir, "ops-password"))
 
 
+# [images, issue 12] The embedded runtime's registry settings, per registry host.
+REGISTRY_FIELDS = {"caFile": str, "plainHTTP": bool, "mirrors": list}
+
+
+def _parse_registries(raw: object) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("imageRegistries", "expected a map of registry host to settings")
+    out: dict[str, dict[str, Any]] = {}
+    for host, spec in raw.items():
+        path = f"imageRegistries.{host}"
+        if not isinstance(host, str) or not host or "/" in host:
+            raise ConfigError(path, "keys are registry hosts like registry.local:5000")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(path, "expected a map (caFile, plainHTTP, mirrors)")
+        entry: dict[str, Any] = {}
+        for name, value in spec.items():
+            want = REGISTRY_FIELDS.get(name) if isinstance(name, str) else None
+            if want is None:
+                raise ConfigError(f"{path}.{name}", "unknown key (caFile, plainHTTP, mirrors)")
+            if not isinstance(value, want) or (
+                    isinstance(value, list) and not all(isinstance(m, str) and m
+                                                        for m in value)):
+                raise ConfigError(f"{path}.{name}", f"expected {want.__name__}"
+                                  + (" of registry hosts" if want is list else ""))
+            entry[name] = list(value) if isinstance(value, list) else value
+        out[host] = entry
+    return out
+
+
 def _dump_section(obj: object, keys: tuple[Key, ...]) -> dict[str, Any]:
     return {k.name: k.kind.dump(getattr(obj, k.attr)) for k in keys}
 
@@ -481,6 +524,7 @@ def config_to_mapping(config: Config) -> dict[str, Any]:
     """The inverse of `config_from_mapping` (camelCase keys, durations as strings)."""
     out = _dump_section(config, TOP_KEYS)
     out["syncloop"] = _dump_section(config.syncloop, SYNCLOOP_KEYS)
+    out["imageRegistries"] = {h: dict(v) for h, v in config.image_registries.items()}
     out["authentication"] = _dump_nested(config.authentication, AUTHN_KEYS, AUTHN_SUB_KEYS)
     out["authorization"] = _dump_nested(config.authorization, AUTHZ_KEYS, AUTHZ_SUB_KEYS)
     sup = config.supervision
@@ -505,11 +549,6 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 # Keys podvisor accepts (they are part of the config contract) but whose subsystem does not exist
 # yet: a value other than the default is reported at start, never silently ignored.
 NOT_YET_USED: tuple[tuple[str, str, str], ...] = (
-    ("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", "no image GC yet"),
-    ("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", "no image GC yet"),
-    ("imageMinimumGCAge", "image_minimum_gc_age", "no image GC yet"),
-    ("containerLogMaxSize", "container_log_max_size", "container logs are not rotated yet"),
-    ("containerLogMaxFiles", "container_log_max_files", "container logs are not rotated yet"),
 )
 
 

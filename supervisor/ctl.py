@@ -14,6 +14,9 @@
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
       ops-password                the ops port's HTTP Basic password (user opsUsername)
+      images [--json]             the runtime's images (ctl_images.py); `images pull REF
+                                  [--creds USER:PASSWORD]`, `images rm REF...`,
+                                  `images load FILE` (OCI archive or docker-archive)
 
 Exit codes: 0 success; 1 the agent answered with a fault (`podvisorctl: NAME(code): message` on
 stderr); 2 the agent is not running or did not answer in time, or bad usage. `shutdown --pods`
@@ -85,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
     sub.add_parser("ops-password", help="print the ops port's password (user opsUsername)")
+    im = sub.add_parser("images", help="the runtime's images (pull REF, rm REF...)")
+    im.add_argument("action", nargs="?", choices=("pull", "rm", "load"))
+    im.add_argument("refs", nargs="*")
+    im.add_argument("--json", action="store_true")
+    im.add_argument("--creds", default=None, help="USER:PASSWORD for the registry (pull)")
     return p
 
 
@@ -172,6 +180,19 @@ def main(argv: list[str] | None = None) -> int:
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_logs(root, ns.pod, ns.container, ns.follow, ns.tail)
+    if ns.cmd == "images":  # through CRI on the agent's runtime
+        from podvisor.supervisor.ctl_images import main_images
+
+        if ns.action is not None and not ns.refs:
+            what = "a file" if ns.action == "load" else "an image reference"
+            print(f"podvisorctl: images {ns.action} needs {what}", file=sys.stderr)
+            return 2
+        if ns.action is None and ns.refs:
+            print("podvisorctl: images takes no reference (images pull|rm REF)",
+                  file=sys.stderr)
+            return 2
+        root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
+        return main_images(root, ns.action, ns.refs, ns.json, ns.creds, ns.timeout)
     if ns.cmd == "top":  # asks the runtime (CRI) directly
         from podvisor.supervisor.ctl_top import main_top
 

@@ -13,6 +13,7 @@ Exit codes: 0 ok (or Ctrl-C), 1 unknown pod/container or no log yet.
 
 from __future__ import annotations
 
+import gzip
 import os
 import sys
 import time
@@ -73,10 +74,15 @@ def tail_lines(files: list[Path], count: int | None) -> list[bytes]:
     lines: list[bytes] = []
     for f in files:
         try:
+            if f.name.endswith(".gz"):  # a rotated file the log rotation compressed
+                with gzip.open(f, "rb") as packed:
+                    data = packed.read()
+                lines += dec.feed(data[-MAX_TAIL_READ:])
+                continue
             with f.open("rb") as src:
                 src.seek(max(0, os.fstat(src.fileno()).st_size - MAX_TAIL_READ))
                 lines += dec.feed(src.read(MAX_TAIL_READ))
-        except OSError:
+        except (OSError, EOFError):
             continue
     if count is not None:
         lines = lines[-count:] if count > 0 else []
@@ -186,10 +192,11 @@ def latest_log(cdir: Path) -> tuple[int, Path] | None:
 
 
 def _with_rotated(log: Path) -> list[Path]:
-    """Rotated siblings (``0.log.<stamp>``, not compressed) oldest first, then ``log``."""
+    """Rotated siblings (``0.log.<stamp>``, gzipped ones ``.gz``) oldest first, then ``log``."""
     try:
-        rotated = sorted(p for p in log.parent.iterdir()
-                         if p.name.startswith(log.name + ".") and not p.name.endswith(".gz"))
+        rotated = sorted((p for p in log.parent.iterdir()
+                          if p.name.startswith(log.name + ".") and not p.name.endswith(".tmp")),
+                         key=lambda p: p.name.removesuffix(".gz"))
     except OSError:
         rotated = []
     return [*rotated, log]

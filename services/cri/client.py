@@ -105,6 +105,7 @@ class RuntimeClient(Protocol):
         image: str,
         sandbox_config: pb.PodSandboxConfig | None = None,
         annotations: Mapping[str, str] | None = None,
+        auth: pb.AuthConfig | None = None,
     ) -> str:
         """Pull ``image``; returns the image reference (ID) the runtime knows it by."""
 

@@ -361,6 +361,7 @@ class FakeRuntimeClient:
         image: str,
         sandbox_config: pb.PodSandboxConfig | None = None,
         annotations: Mapping[str, str] | None = None,
+        auth: pb.AuthConfig | None = None,
     ) -> str:
         self._enter("PullImage", image, sandbox_config, annotations)
         with self._lock:

@@ -222,9 +222,10 @@ class _GrpcRuntimeClient:
         image: str,
         sandbox_config: pb.PodSandboxConfig | None = None,
         annotations: Mapping[str, str] | None = None,
+        auth: pb.AuthConfig | None = None,
     ) -> str:
         spec = pb.ImageSpec(image=image, annotations=dict(annotations or {}))
-        req = pb.PullImageRequest(image=spec, sandbox_config=sandbox_config)
+        req = pb.PullImageRequest(image=spec, sandbox_config=sandbox_config, auth=auth)
         return self._call("PullImage", req, pb.PullImageResponse, self._pull_timeout).image_ref
 
     def remove_image(self, image: str) -> None:

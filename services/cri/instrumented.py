@@ -177,9 +177,10 @@ class _InstrumentedRuntimeClient:
         image: str,
         sandbox_config: pb.PodSandboxConfig | None = None,
         annotations: Mapping[str, str] | None = None,
+        auth: pb.AuthConfig | None = None,
     ) -> str:
         return self._observe(
-            "PullImage", lambda: self._inner.pull_image(image, sandbox_config, annotations)
+            "PullImage", lambda: self._inner.pull_image(image, sandbox_config, annotations, auth)
         )
 
     def remove_image(self, image: str) -> None:

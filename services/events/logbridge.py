@@ -14,6 +14,11 @@ syncloop.container.waiting     Warning  BackOff             Back-off restarting 
                                                             container X in pod P
                                                             (CrashLoopBackOff; ImagePullBackOff
                                                             is Normal, "Back-off pulling ...")
+syncloop.image.pulling         Normal   Pulling             Pulling image "X"
+syncloop.image.pulled          Normal   Pulled              Successfully pulled image "X" in
+                                                            1.2s (1.3s including waiting)...
+syncloop.image.present         Normal   Pulled              Container image "X" already present
+                                                            on machine
 syncloop.pod.rejected          Warning  <admission reason>  the admission message
 syncloop.volume.failed         Warning  FailedMount         MountVolume.SetUp failed for volume
                                                             "V" : <why>
@@ -71,6 +76,10 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
         if fields.get("reason") == "ImagePullBackOff":
             return [(ev.NORMAL, "BackOff", str(fields.get("message", "Back-off pulling image")))]
         return []
+    if event == "syncloop.image.pulling":
+        return [(ev.NORMAL, "Pulling", str(fields.get("message", "")))]
+    if event in ("syncloop.image.pulled", "syncloop.image.present"):
+        return [(ev.NORMAL, "Pulled", str(fields.get("message", "")))]
     if event == "syncloop.pod.rejected":
         return [(ev.WARNING, str(fields.get("reason") or "Rejected"),
                  str(fields.get("message", "")))]

@@ -44,6 +44,7 @@ from podvisor.services.pod.envvars import (
 )
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.hashing import canonical_json, container_hash
+from podvisor.services.pod.imageref import image_reference_error
 from podvisor.services.pod.manifest import (
     MAX_MANIFEST_BYTES,
     decode_pod,
@@ -159,6 +160,7 @@ __all__ = [
     "effective_security_context",
     "expand",
     "expand_command",
+    "image_reference_error",
     "load_document",
     "masked_paths",
     "needs_pod_ip",

@@ -11,10 +11,11 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,13 @@ KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
 
 class Engine:
     def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
-                 cgroups: Cgroups | None = None) -> None:
-        """``cgroups``: where container cgroups go (the host's hierarchies by default)."""
+                 cgroups: Cgroups | None = None,
+                 registries: Mapping[str, Any] | None = None) -> None:
+        """``cgroups``: where container cgroups go (the host's hierarchies by default);
+        ``registries``: the ``imageRegistries`` settings."""
         self.store = Store(root)
+        self.images = images.Images(root / "images", registries, wall)
+        self._rootfs_root = root / "rootfs"
         self.cgroups = cgroups if cgroups is not None else Cgroups(host_layout())
         self.log = log
         self.wall = wall
@@ -106,6 +111,7 @@ class Engine:
             if c.state is ContainerState.RUNNING and c.started is not None:
                 self._watcher.watch(c.id, c.started.monitor_pid, c.started.monitor_ticks)
         self._spawner.start()
+        self._sweep_rootfs()
         self.log.info("runtime.adopted", sandboxes=len(self._sandboxes),
                       containers=len(self._containers),
                       running=sum(c.state is ContainerState.RUNNING
@@ -229,19 +235,35 @@ class Engine:
         md = config.metadata
         if not md.name:
             raise invalid("container config needs metadata.name")
-        image = images.require(config.image.image)
-        argv = list(config.command) + list(config.args)
-        if not argv:
-            raise invalid(f"container {md.name!r}: no command (image 'host' has no entrypoint)")
-        env = dict(images.HOST_ENV)
+        image = self.images.require(config.image.image)
+        rec = self.images.record(config.image.image)
+        if rec is None:
+            argv = list(config.command) + list(config.args)
+            if not argv:
+                raise invalid(f"container {md.name!r}: no command (image 'host' has no "
+                              "entrypoint)")
+            env = dict(images.HOST_ENV)
+            cwd = config.working_dir or images.HOST_WORKDIR
+        else:
+            if not self._host.root:
+                raise precondition(
+                    f"container {md.name!r}: image {config.image.image!r} runs in its own root "
+                    f"filesystem (overlay mount, pivot_root), which needs root; the embedded "
+                    f"runtime runs as uid {self._host.euid}. Use image 'host' or run podvisor "
+                    "as root")
+            argv = image_argv(rec.config, list(config.command), list(config.args))
+            if not argv:
+                raise invalid(f"container {md.name!r}: no command, and image "
+                              f"{config.image.image!r} has no Entrypoint nor Cmd")
+            env = dict(kv.split("=", 1) for kv in rec.config.get("Env") or [] if "=" in kv)
+            cwd = config.working_dir or str(rec.config.get("WorkingDir") or "/")
         for kv in config.envs:
             if not kv.key or "=" in kv.key or "\0" in kv.key + kv.value:
                 raise invalid(f"container {md.name!r}: bad environment variable {kv.key[:64]!r}")
             env[kv.key] = kv.value
         log_path = _log_path(sb.config.log_directory, config.log_path)
         doc: dict[str, Any] = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
-                               "cwd": config.working_dir or images.HOST_WORKDIR,
-                               "log_path": log_path}
+                               "cwd": cwd, "log_path": log_path}
         mounts = _mounts(md.name, config.mounts)
         if mounts:
             doc["mounts"] = mounts
@@ -250,6 +272,21 @@ class Engine:
             raise invalid(f"container {md.name!r}: no privileged container allowed in sandbox "
                           "(the sandbox is not privileged; containerd's rule)")
         doc["security"] = container_security(config, self._host)
+        if rec is not None:
+            sc = config.linux.security_context
+            if not sc.HasField("run_as_user") and not sc.run_as_username:
+                ids = image_user(rec.config, [self.images.store.layer_dir(d)
+                                              for d in reversed(rec.layers)])
+                if ids is None:
+                    raise invalid(f"container {md.name!r}: image user "
+                                  f"{rec.config.get('User')!r} is not in the image's /etc/passwd")
+                if ids[0] >= 0:
+                    doc["security"]["uid"] = ids[0]
+                    if not sc.HasField("run_as_group"):
+                        doc["security"]["gid"] = ids[1]
+                    doc["security"]["groups"] = [ids[1]]
+            doc["rootfs"] = {"layers": rec.layers, "lower": [
+                str(self.images.store.layer_dir(d)) for d in reversed(rec.layers)]}
         if config.linux.HasField("resources"):
             current, lowering_allowed = oom.own_state()
             doc["oom_score_adj"] = oom.effective(config.linux.resources.oom_score_adj, current,
@@ -266,6 +303,8 @@ class Engine:
             self._index.container_names[name] = c.id
         dirs: dict[str, str] = {}
         try:
+            if rec is not None:
+                doc["rootfs"].update(self._make_rootfs(c.id, sb.config))
             dirs = self._make_cgroup(sb, c, config.linux.resources)
             if dirs:
                 doc["cgroups"] = dirs
@@ -277,6 +316,7 @@ class Engine:
                 del self._index.container_names[name]
             if dirs:
                 self.cgroups.remove(dirs)
+            shutil.rmtree(self._rootfs_root / c.id, ignore_errors=True)
             raise
         with self._lock:
             self._containers[c.id] = c
@@ -365,12 +405,68 @@ class Engine:
                 return
             self._index.remove_container(gone)
             self.store.delete_container(container_id)
+        shutil.rmtree(self._rootfs_root / container_id, ignore_errors=True)
         if dirs:
             failed = self.cgroups.remove(dirs)
             if failed:
                 self.log.warning("container.cgroup.busy", container=container_id,
                                  folders=failed)
         self._publish(c, pb.CONTAINER_DELETED_EVENT)
+
+    # --- image root filesystems ---
+    def _make_rootfs(self, container_id: str, sandbox: pb.PodSandboxConfig) -> dict[str, Any]:
+        """The container's writable layer and the pod's /etc files (the monitor mounts them)."""
+        top = self._rootfs_root / container_id
+        for sub in ("upper", "work", "merged", "etc"):
+            (top / sub).mkdir(parents=True, exist_ok=True)
+        hostname = sandbox.hostname or sandbox.metadata.name or "localhost"
+        etc = top / "etc"
+        (etc / "hostname").write_text(hostname + "\n")
+        (etc / "hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost "
+                                   f"ip6-loopback\n127.0.1.1\t{hostname}\n")
+        dns = sandbox.dns_config
+        if dns.servers or dns.searches or dns.options:
+            lines = [f"nameserver {s}" for s in dns.servers]
+            lines += [f"search {' '.join(dns.searches)}"] if dns.searches else []
+            lines += [f"options {' '.join(dns.options)}"] if dns.options else []
+            (etc / "resolv.conf").write_text("\n".join(lines) + "\n")
+        else:
+            try:
+                (etc / "resolv.conf").write_bytes(Path("/etc/resolv.conf").read_bytes())
+            except OSError:
+                (etc / "resolv.conf").write_text("")
+        return {"upper": str(top / "upper"), "work": str(top / "work"),
+                "merged": str(top / "merged"),
+                "etc": {n: str(etc / n) for n in ("hostname", "hosts", "resolv.conf")}}
+
+    def _sweep_rootfs(self) -> None:
+        """Writable layers of containers that no longer exist (a crash between steps)."""
+        if not self._rootfs_root.is_dir():
+            return
+        for p in self._rootfs_root.iterdir():
+            if p.name not in self._containers:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def layers_in_use(self) -> set[str]:
+        """Diff ids of the layers under some container (RemoveImage keeps them)."""
+        with self._lock:
+            specs = list(self._specs.values())
+        used: set[str] = set()
+        for spec in specs:
+            if b'"rootfs"' in spec:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    used.update(json.loads(spec)["rootfs"]["layers"])
+        return used
+
+    def rootfs_usage(self) -> int:
+        """Bytes in the containers' writable layers."""
+        total = 0
+        if self._rootfs_root.is_dir():
+            for dirpath, _dirs, files in os.walk(self._rootfs_root):
+                for f in files:
+                    with contextlib.suppress(OSError):
+                        total += os.lstat(os.path.join(dirpath, f)).st_size
+        return total
 
     # --- cgroups (cgroups.py) ---
     def cgroup_dirs(self, container_id: str) -> dict[str, str]:
@@ -585,3 +681,57 @@ def _stop_signal(value: int) -> int:
     if value == pb.RUNTIME_DEFAULT:
         return int(signal.SIGTERM)
     return int(getattr(signal, pb.Signal.Name(value), signal.SIGTERM))
+
+
+def image_argv(config: Mapping[str, Any], command: list[str], args: list[str]) -> list[str]:
+    """Kubernetes' rules: ``command`` replaces the image's Entrypoint (and drops its Cmd);
+    ``args`` replaces its Cmd."""
+    entry = [str(a) for a in config.get("Entrypoint") or []]
+    cmd = [str(a) for a in config.get("Cmd") or []]
+    if command:
+        return command + args
+    return entry + (args if args else cmd)
+
+
+def image_user(config: Mapping[str, Any], layers_top_first: list[Path]
+               ) -> tuple[int, int] | None:
+    """The image config's User as (uid, gid): numbers as given, names from the image's
+    /etc/passwd (and /etc/group); (-1, -1) when the image sets none; None when unknown."""
+    user = str(config.get("User") or "")
+    if not user:
+        return (-1, -1)
+    name, _, group = user.partition(":")
+
+    def lookup(file: str, key: str, field: int) -> int | None:
+        for layer in layers_top_first:
+            path = layer / "etc" / file
+            if path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    parts = line.split(":")
+                    if len(parts) > field and parts[0] == key and parts[field].isdigit():
+                        return int(parts[field])
+                return None
+        return None
+
+    if name.isdigit():
+        uid, pw_gid = int(name), 0
+        for layer in layers_top_first:
+            path = layer / "etc" / "passwd"
+            if path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    parts = line.split(":")
+                    if len(parts) > 3 and parts[2] == name and parts[3].isdigit():
+                        pw_gid = int(parts[3])
+                break
+    else:
+        found_uid = lookup("passwd", name, 2)
+        found_gid = lookup("passwd", name, 3)
+        if found_uid is None:
+            return None
+        uid, pw_gid = found_uid, found_gid or 0
+    if not group:
+        return (uid, pw_gid)
+    if group.isdigit():
+        return (uid, int(group))
+    gid = lookup("group", group, 2)
+    return None if gid is None else (uid, gid)

@@ -29,7 +29,9 @@ class _Ctx(Protocol):
 
 
 def run(ctx: _Ctx) -> None:
-    server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log)
+    config = getattr(ctx, "config", None)
+    registries = getattr(config, "image_registries", None) or {}
+    server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log, registries)
     server.start()
     # Beat at the supervisor's own interval, like the other services (it was every 0.25 s:
     # three needless wake-ups a second); stop still ends the wait at once.

@@ -11,8 +11,11 @@
  * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...] then
  * keyed sections: "security" UID GID NGROUPS GROUP... CAPS NNP RO_ROOT MANAGE NMASKED PATH...
  * NREADONLY PATH... (parse_security; applied by apply_security_mounts and apply_security) and
- * "CGROUPS" N FILE... (parse_cgroups; joined by join_cgroups) and "OOM" VALUE (written by
- * write_oom_score_adj before the mounts and the ids change). The spare becomes the
+ * "CGROUPS" N FILE... (parse_cgroups; joined by join_cgroups), "OOM" VALUE (written by
+ * write_oom_score_adj before the mounts and the ids change) and "ROOTFS" MERGED UPPER WORK
+ * NLOWER LOWER... NETC (NAME SRC)... (parse_rootfs: an image's overlay root, set up by
+ * rootfs_prepare before the volume mounts, entered by rootfs_pivot after them, before the
+ * security step). The spare becomes the
  * container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
@@ -346,6 +349,135 @@ static int apply_mounts(int *failed) {
     return 0;
 }
 
+/* --- the image root filesystem (engine.py _make_rootfs, monitor.py apply_rootfs) ------------- */
+
+/* The "ROOTFS" section: MERGED UPPER WORK NLOWER LOWER... NETC (NAME SRC)... (NETC counts the
+ * fields, two per file). */
+static const char *rootfs_merged, *rootfs_upper, *rootfs_work;
+static char **rootfs_lower, **rootfs_etc;
+static char *field(char **at, const char *end);
+static char **field_list(char **at, const char *end);
+
+static int parse_rootfs(char **at, const char *end) {
+    if ((rootfs_merged = field(at, end)) == NULL || (rootfs_upper = field(at, end)) == NULL ||
+        (rootfs_work = field(at, end)) == NULL || (rootfs_lower = field_list(at, end)) == NULL ||
+        rootfs_lower[0] == NULL || (rootfs_etc = field_list(at, end)) == NULL)
+        return -1;
+    return 0;
+}
+
+static const char *const rootfs_steps[] = {
+    "a private mount namespace", "the overlay of the image's layers", "/proc", "/dev",
+    "a device in /dev", "/sys", "an /etc file", "pivot_root", "detaching the old root"};
+
+static int touch(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) == 0)
+        return 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* In the container's child, before the volume mounts: a private namespace, the overlay on
+ * MERGED, /proc, a tmpfs /dev with the usual devices bound from the host, /sys read-only, the
+ * pod's /etc files. -1 with errno and *failed the step (rootfs_steps). */
+static int rootfs_prepare(int *failed) {
+    char path[4096];
+    *failed = 0;
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+        return -1;
+    *failed = 1;
+    size_t cap = 64;
+    for (char **l = rootfs_lower; *l != NULL; l++)
+        cap += strlen(*l) + 1;
+    cap += strlen(rootfs_upper) + strlen(rootfs_work) + 64;
+    char *opts = malloc(cap);
+    if (opts == NULL)
+        return -1;
+    size_t n = (size_t)snprintf(opts, cap, "lowerdir=");
+    for (char **l = rootfs_lower; *l != NULL; l++)
+        n += (size_t)snprintf(opts + n, cap - n, "%s%s", l == rootfs_lower ? "" : ":", *l);
+    snprintf(opts + n, cap - n, ",upperdir=%s,workdir=%s", rootfs_upper, rootfs_work);
+    if (mount("overlay", rootfs_merged, "overlay", 0, opts) != 0)
+        return -1;
+    static const char *const subs[] = {"proc", "dev", "sys", "etc"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", rootfs_merged, subs[i]);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+            unlink(path);
+        if (mkdir_p(path) != 0)
+            return -1;
+    }
+    *failed = 2;
+    snprintf(path, sizeof path, "%s/proc", rootfs_merged);
+    if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        return -1;
+    *failed = 3;
+    snprintf(path, sizeof path, "%s/dev", rootfs_merged);
+    if (mount("tmpfs", path, "tmpfs", MS_NOSUID, "mode=755,size=65536k") != 0)
+        return -1;
+    static const char *const subdirs[] = {"pts", "shm", "mqueue"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/dev/%s", rootfs_merged, subdirs[i]);
+        if (mkdir_p(path) != 0)
+            return -1;
+    }
+    snprintf(path, sizeof path, "%s/dev/shm", rootfs_merged);
+    if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k") != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/dev/pts", rootfs_merged);
+    mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620");
+    static const char *const links[][2] = {
+        {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+        {"stderr", "/proc/self/fd/2"}, {"ptmx", "pts/ptmx"}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/dev/%s", rootfs_merged, links[i][0]);
+        symlink(links[i][1], path);
+    }
+    *failed = 4;
+    static const char *const devices[] = {"null", "zero", "full", "random", "urandom", "tty"};
+    for (int i = 0; i < 6; i++) {
+        char host[64];
+        snprintf(host, sizeof host, "/dev/%s", devices[i]);
+        if (access(host, F_OK) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/dev/%s", rootfs_merged, devices[i]);
+        if (touch(path) != 0 || mount(host, path, NULL, MS_BIND, NULL) != 0)
+            return -1;
+    }
+    *failed = 5;
+    snprintf(path, sizeof path, "%s/sys", rootfs_merged);
+    if (mount("/sys", path, NULL, MS_BIND | MS_REC, NULL) != 0 ||
+        mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV |
+              MS_NOEXEC, NULL) != 0)
+        return -1;
+    *failed = 6;
+    for (char **e = rootfs_etc; e[0] != NULL && e[1] != NULL; e += 2) {
+        snprintf(path, sizeof path, "%s/etc/%s", rootfs_merged, e[0]);
+        struct stat st;
+        if (lstat(path, &st) == 0 && (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+            continue; /* the image's own choice (resolv.conf -> ...) */
+        if (touch(path) != 0 || mount(e[1], path, NULL, MS_BIND, NULL) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* After the volume mounts: pivot_root into MERGED and detach the old root. */
+static int rootfs_pivot(int *failed) {
+    *failed = 7;
+    if (chdir(rootfs_merged) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
+        return -1;
+    *failed = 8;
+    if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
+        return -1;
+    return 0;
+}
+
 /* --- the security context (security.py) ------------------------------------------------------ */
 
 /* The "security" section of the request: UID GID NGROUPS GROUP... CAPS (hex) NNP RO_ROOT MANAGE
@@ -586,12 +718,18 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
     sigprocmask(SIG_SETMASK, &none, NULL);
     int report[3] = {0, 0, -1};
     if (ncgroups > 0 && join_cgroups(&report[2]) != 0) {
-        report[0] = 4;
+        report[0] = 7;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
     }
     if (oom_score_adj != NULL && write_oom_score_adj() != 0) {
+        report[0] = 8;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
+    if (rootfs_merged != NULL && rootfs_prepare(&report[2]) != 0) {
         report[0] = 6;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
@@ -599,6 +737,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
     }
     if (nmounts > 0 && apply_mounts(&report[2]) != 0) {
         report[0] = 3;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
+    if (rootfs_merged != NULL && rootfs_pivot(&report[2]) != 0) {
+        report[0] = 6;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
@@ -671,7 +815,11 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         waitpid(pid, NULL, 0);
         close(out[0]);
         close(err[0]);
-        if (report[0] == 4) {
+        if (report[0] == 6) {
+            reply_error(reply_fd, "image root filesystem: %s: %s (errno %d %s)",
+                        rootfs_steps[report[2] >= 0 && report[2] < 9 ? report[2] : 0],
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 7) {
             reply_error(reply_fd, "join cgroup \"%s\": %s (errno %d %s)", cgroup_files[report[2]],
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 3 && report[2] < 0) {
@@ -691,7 +839,7 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
             reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
                         security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
                         strerror(report[1]), report[1], errno_name(report[1]));
-        } else if (report[0] == 6) {
+        } else if (report[0] == 8) {
             reply_error(reply_fd, "oom_score_adj %s: %s (errno %d %s)", oom_score_adj,
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 1) {
@@ -986,6 +1134,9 @@ static int spare_main(int conn) {
                 return 70;
         } else if (strcmp(key, "OOM") == 0) {
             if ((oom_score_adj = field(&at, end)) == NULL)
+                return 70;
+        } else if (strcmp(key, "ROOTFS") == 0) {
+            if (parse_rootfs(&at, end) != 0)
                 return 70;
         } else {
             return 70;

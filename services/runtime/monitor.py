@@ -169,6 +169,121 @@ def apply_mounts(mounts: list[dict[str, Any]]) -> None:
             check(mount(None, dst, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep), what)
 
 
+# <linux/fs.h>: umount2 flags
+_MNT_DETACH = 2
+_PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def apply_rootfs(rootfs: dict[str, Any], mounts: list[dict[str, Any]]) -> None:
+    """In the container's forked child, before the security step: a private mount namespace,
+    the image's layers under an overlay with the container's writable layer, /proc, /dev,
+    /sys, the pod's /etc/hosts, /etc/resolv.conf and /etc/hostname, the volume mounts inside,
+    then ``pivot_root`` into it (the old root detached). Raises OSError naming the step."""
+    import ctypes
+
+    libc = _libc()
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    libc.syscall.restype = ctypes.c_long
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            raise OSError(_errno_text(f"image root filesystem: {what}", ctypes.get_errno()))
+
+    def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None,
+              what: str) -> None:
+        check(libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags,
+                         data and data.encode()) == 0, what)
+
+    def mkfile(path: str) -> None:
+        if not os.path.lexists(path):
+            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+    new = rootfs["merged"]
+    check(libc.unshare(_CLONE_NEWNS) == 0, "a private mount namespace")
+    mount(None, "/", None, _MS_REC | _MS_SLAVE, None, "a private mount namespace")
+    lower = ":".join(rootfs["lower"])
+    mount("overlay", new, "overlay", 0,
+          f"lowerdir={lower},upperdir={rootfs['upper']},workdir={rootfs['work']}",
+          "the overlay of the image's layers")
+    for sub in ("proc", "dev", "sys", "etc"):
+        path = os.path.join(new, sub)
+        if os.path.islink(path):
+            os.unlink(path)
+        os.makedirs(path, 0o755, exist_ok=True)
+    mount("proc", new + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None, "/proc")
+    mount("tmpfs", new + "/dev", "tmpfs", _MS_NOSUID, "mode=755,size=65536k", "/dev")
+    for name in _DEVICES:
+        dst = f"{new}/dev/{name}"
+        if os.path.exists(f"/dev/{name}"):
+            mkfile(dst)
+            mount(f"/dev/{name}", dst, None, _MS_BIND, None, f"/dev/{name}")
+    for sub in ("pts", "shm", "mqueue"):
+        os.makedirs(f"{new}/dev/{sub}", 0o755, exist_ok=True)
+    mount("tmpfs", new + "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=65536k",
+          "/dev/shm")
+    with contextlib.suppress(OSError):
+        mount("devpts", new + "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC,
+              "newinstance,ptmxmode=0666,mode=0620", "/dev/pts")
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+                         ("ptmx", "pts/ptmx")):
+        with contextlib.suppress(FileExistsError):
+            os.symlink(target, f"{new}/dev/{link}")
+    mount("/sys", new + "/sys", None, _MS_BIND | _MS_REC, None, "/sys")
+    mount(None, new + "/sys", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID
+          | _MS_NODEV | _MS_NOEXEC, None, "/sys read-only")
+    for name, src in sorted((rootfs.get("etc") or {}).items()):
+        dst = f"{new}/etc/{name}"
+        if os.path.islink(dst) or os.path.isdir(dst):
+            continue  # the image's own choice (a symlink such as resolv.conf -> ...)
+        mkfile(dst)
+        mount(src, dst, None, _MS_BIND, None, f"/etc/{name}")
+    if mounts:
+        inside = [dict(m, container=new + "/" + m["container"].lstrip("/")) for m in mounts]
+        _bind_mounts(inside)
+    os.chdir(new)
+    import platform
+    nr = _PIVOT_ROOT_NR.get(platform.machine())
+    if nr is None:
+        raise OSError(f"image root filesystem: pivot_root: unknown on {platform.machine()}")
+    check(libc.syscall(nr, b".", b".") == 0, "pivot_root")
+    check(libc.umount2(b".", _MNT_DETACH) == 0, "detaching the old root")
+    os.chdir("/")
+
+
+def _bind_mounts(mounts: list[dict[str, Any]]) -> None:
+    """The volume mounts of ``apply_mounts`` without making a new namespace."""
+    import ctypes
+
+    libc = _libc()
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            raise OSError(_errno_text(what, ctypes.get_errno()))
+
+    def mount(src: str | None, dst: str, flags: int) -> bool:
+        return int(libc.mount(src and src.encode(), dst.encode(), None, flags, None)) == 0
+
+    for m in mounts:
+        src, dst, ro = m["host"], m["container"], bool(m["ro"])
+        what = f'mount "{src}" on "{dst}"' + (" read-only" if ro else "")
+        if not os.path.exists(src):
+            os.makedirs(src, 0o755, exist_ok=True)
+        if os.path.isdir(src):
+            os.makedirs(dst, 0o755, exist_ok=True)
+        elif not os.path.exists(dst):
+            os.makedirs(os.path.dirname(dst), 0o755, exist_ok=True)
+            os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        prop = _MS_SLAVE if m["propagation"] == "rslave" else _MS_PRIVATE
+        check(mount(src, dst, _MS_BIND | _MS_REC) and mount(None, dst, _MS_REC | prop), what)
+        if ro:
+            vfs = os.statvfs(dst)
+            keep = vfs.f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            check(mount(None, dst, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep), what)
+
+
 # <sys/prctl.h>, <linux/capability.h>
 _PR_CAPBSET_READ, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 23, 24, 38
 _CAP_VERSION_3 = 0x20080522
@@ -336,9 +451,12 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
                         signal.SIGCHLD, signal.SIGQUIT):
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            if spec.get("mounts"):
+            if spec.get("rootfs"):  # the image's root: its own namespace, volumes inside
+                apply_rootfs(spec["rootfs"], spec.get("mounts") or [])
+            elif spec.get("mounts"):
                 apply_mounts(spec["mounts"])
-            apply_security_mounts(spec["security"], bool(spec.get("mounts")))
+            apply_security_mounts(spec["security"],
+                                  bool(spec.get("mounts") or spec.get("rootfs")))
             try:
                 os.chdir(cwd)
             except OSError as err:
@@ -369,7 +487,7 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
 def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     """posix_spawn (vfork+exec: no copy of this Python process) the container's process in its
     own session; exec errors (ENOENT, EACCES, E2BIG...) come back here as OSError."""
-    if spec.get("security"):
+    if spec.get("security") or spec.get("rootfs"):
         return _fork_container(spec, out_w, err_w)
     argv: list[str] = spec["argv"]
     env = dict(item.split("=", 1) for item in spec["env"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -62,11 +62,12 @@ def _add_passing_bytes(server: Any, add: Callable[[Any, Any], None], servicer: A
 
 
 class RuntimeServer:
-    def __init__(self, root: Path, socket_path: Path, log: Logger) -> None:
+    def __init__(self, root: Path, socket_path: Path, log: Logger,
+                 registries: Mapping[str, Any] | None = None) -> None:
         self.root = root
         self.socket_path = socket_path
         self.log = log
-        self.engine = Engine(root, log)
+        self.engine = Engine(root, log, registries=registries)
         self._server: Any = None
 
     def start(self) -> None:

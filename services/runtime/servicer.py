@@ -16,7 +16,7 @@ import grpc
 from cri_api.v1 import api_pb2 as pb
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
-from podvisor.services.runtime import convert, execsync, images
+from podvisor.services.runtime import convert, execsync
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.faults import Fault, precondition
 from podvisor.services.runtime.index import POD_UID_LABEL
@@ -305,30 +305,35 @@ class ImageServicer(pb_grpc.ImageServiceServicer):  # type: ignore[misc]
 
     @_guard
     def ListImages(self, request: pb.ListImagesRequest, context: Any) -> Any:
-        want = request.filter.image.image
-        listed = [images.host_image()]
-        return pb.ListImagesResponse(images=[i for i in listed if not want or
-                                             images.is_host(want)])
+        return pb.ListImagesResponse(images=self.engine.images.list(request.filter.image.image))
 
     @_guard
     def ImageStatus(self, request: pb.ImageStatusRequest, context: Any) -> Any:
-        return pb.ImageStatusResponse(image=images.resolve(request.image.image))
+        image = self.engine.images.resolve(request.image.image)
+        if image is None:
+            return pb.ImageStatusResponse()
+        return pb.ImageStatusResponse(image=image)
 
     @_guard
     def PullImage(self, request: pb.PullImageRequest, context: Any) -> Any:
-        return pb.PullImageResponse(image_ref=images.pull(request.image.image))
+        auth = request.auth if request.HasField("auth") else None
+        return pb.PullImageResponse(image_ref=self.engine.images.pull(request.image.image, auth))
 
     @_guard
     def RemoveImage(self, request: pb.RemoveImageRequest, context: Any) -> Any:
-        images.remove(request.image.image)
+        self.engine.images.remove(request.image.image, self.engine.layers_in_use())
         return pb.RemoveImageResponse()
 
     @_guard
     def ImageFsInfo(self, request: pb.ImageFsInfoRequest, context: Any) -> Any:
         root = self.engine.store.root
         now = self.engine.wall()
-        # The host image occupies nothing: report the runtime root's filesystem with 0 used.
+        used, inodes = self.engine.images.usage()  # the store's real bytes (host: none)
         fs = pb.FilesystemUsage(
             timestamp=now, fs_id=pb.FilesystemIdentifier(mountpoint=str(root)),
-            used_bytes=pb.UInt64Value(value=0), inodes_used=pb.UInt64Value(value=0))
-        return pb.ImageFsInfoResponse(image_filesystems=[fs], container_filesystems=[fs])
+            used_bytes=pb.UInt64Value(value=used), inodes_used=pb.UInt64Value(value=inodes))
+        cfs = pb.FilesystemUsage(
+            timestamp=now, fs_id=pb.FilesystemIdentifier(mountpoint=str(root)),
+            used_bytes=pb.UInt64Value(value=self.engine.rootfs_usage()),
+            inodes_used=pb.UInt64Value(value=0))
+        return pb.ImageFsInfoResponse(image_filesystems=[fs], container_filesystems=[cfs])

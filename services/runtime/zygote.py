@@ -287,10 +287,14 @@ class Spawner:
         fields = [state, self.notify, doc.get("cwd") or "/", doc.get("log_path", ""),
                   str(len(argv)), *argv, str(len(env)), *env]
         mounts = doc.get("mounts") or []
+        rootfs = doc.get("rootfs")
+        if rootfs:  # volumes go inside the image's root (mounted before the pivot_root)
+            mounts = [dict(m, container=rootfs["merged"] + "/" + m["container"].lstrip("/"))
+                      for m in mounts]
         sec = doc.get("security")
         cgroups = list(doc.get("cgroup_join") or [])
         oom = doc.get("oom_score_adj")
-        if mounts or sec or cgroups or oom is not None:
+        if mounts or sec or cgroups or rootfs or oom is not None:
             fields.append(str(len(mounts)))
             for m in mounts:
                 fields += [m["host"], m["container"], "1" if m["ro"] else "0",
@@ -301,6 +305,11 @@ class Spawner:
             fields += ["CGROUPS", str(len(cgroups)), *cgroups]
         if oom is not None:  # written by the container's process itself before its exec
             fields += ["OOM", str(int(oom))]
+        if rootfs:
+            etc = [x for name, src in sorted((rootfs.get("etc") or {}).items())
+                   for x in (name, src)]
+            fields += ["ROOTFS", rootfs["merged"], rootfs["upper"], rootfs["work"],
+                       str(len(rootfs["lower"])), *rootfs["lower"], str(len(etc)), *etc]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

@@ -15,6 +15,7 @@ otherwise the process exits at once and pods keep running (a restarted sync loop
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -92,9 +93,18 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name),
                     cache=RuntimeCache(cri, clock.monotonic, clock.wall) if shared else None,
                     images=ImagePresence(cri, clock.monotonic) if shared else None,
-                    network=NetworkState(),
+                    network=NetworkState(), pull_slots=pull_slots(cfg),
                     objects=ApiObjects(ApiConnection(cfg.kubeconfig), cfg.api_object_cache_ttl)
                     if cfg.kubeconfig else None)
+
+
+def pull_slots(cfg: Any) -> threading.Semaphore | None:
+    """serializeImagePulls (default): one pull at a time; else maxParallelImagePulls at once
+    (0: no limit)."""
+    if cfg.serialize_image_pulls:
+        return threading.Semaphore(1)
+    n = int(cfg.max_parallel_image_pulls)
+    return threading.Semaphore(n) if n > 0 else None
 
 
 def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,

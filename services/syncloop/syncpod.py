@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from cri_api.v1 import api_pb2 as pb
 
@@ -33,6 +33,7 @@ from podvisor.services.pod import (
     Pod,
     PullPolicy,
     container_env,
+    image_reference_error,
     needs_pod_ip,
     oom_score_adj,
     qos_class,
@@ -67,6 +68,7 @@ from podvisor.services.syncloop.terminate import kill_containers, kill_grace
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 ERR_IMAGE_PULL = "ErrImagePull"
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
+INVALID_IMAGE_NAME = "InvalidImageName"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 RUN_CONTAINER_ERROR = "RunContainerError"
@@ -100,6 +102,8 @@ class SyncDeps:
     network: NetworkState | None = None  # None: never hold pods for the network
     # API pods' ConfigMaps, Secrets and tokens (None: standalone, such pods never get here)
     objects: ApiObjects | None = None
+    # serializeImagePulls / maxParallelImagePulls: pulls hold a slot (None: unbounded)
+    pull_slots: threading.Semaphore | None = None
 
 
 @dataclass(frozen=True)
@@ -194,14 +198,20 @@ class _Run:
 
     def ensure_image(self, c: Container) -> bool:
         deps, key = self.deps, (self.pod.uid, "image:" + c.name)
+        if (bad := image_reference_error(c.image)) is not None:
+            self.fail(c.name, INVALID_IMAGE_NAME, bad)
+            return False
         present = c.image_pull_policy is not PullPolicy.ALWAYS and (
             deps.images.present(c.image) if deps.images is not None
             else deps.cri.image_status(c.image) is not None)
         if present:
+            if c.image_pull_policy is PullPolicy.IF_NOT_PRESENT:
+                self.image_log("present", c, message=f'Container image "{c.image}" already '
+                                                     "present on machine")
             return True
         if c.image_pull_policy is PullPolicy.NEVER:
             self.fail(c.name, ERR_IMAGE_NEVER_PULL,
-                      f'image "{c.image}" is not present with pull policy of Never')
+                      f'Container image "{c.image}" is not present with pull policy of Never')
             return False
         entry = deps.image_backoff.entry(key)
         now = deps.mono()
@@ -212,14 +222,37 @@ class _Run:
                                                f'Back-off pulling image "{c.image}"')
                 self.retry_after = min(self.retry_after or left, left)
                 return False
+        self.image_log("pulling", c, message=f'Pulling image "{c.image}"')
+        asked = deps.mono()
+        slots = deps.pull_slots
+        if slots is not None:
+            slots.acquire()
+        started = deps.mono()
         try:
             deps.cri.pull_image(c.image, self.sandbox_cfg)
         except CriError as err:
-            deps.image_backoff.record_restart(key, now, now)
-            self.fail(c.name, ERR_IMAGE_PULL, err.message)
+            done = deps.mono()
+            deps.image_backoff.record_restart(key, done, done)
+            self.fail(c.name, ERR_IMAGE_PULL, f'Failed to pull image "{c.image}": '
+                                              f"{err.message}")
             return False
+        finally:
+            if slots is not None:
+                slots.release()
+        done = deps.mono()
         deps.image_backoff.forget_key(key)
+        if deps.images is not None:
+            deps.images.forget(c.image)
+        self.image_log("pulled", c, duration=round(done - started, 3),
+                       waited=round(started - asked, 3),
+                       message=f'Successfully pulled image "{c.image}" in '
+                               f"{done - started:.3g}s ({done - asked:.3g}s including "
+                               "waiting).")  # no size: that would be one more ImageStatus
         return True
+
+    def image_log(self, what: str, c: Container, **fields: Any) -> None:
+        self.deps.log.info(f"syncloop.image.{what}", pod=self.pod.full_name,
+                           pod_uid=self.pod.uid, container=c.name, image=c.image, **fields)
 
     def non_root_error(self, c: Container) -> str | None:
         """The kubelet's runAsNonRoot check, with the image's user from ImageStatus (asked only

@@ -39,7 +39,8 @@ def test_tables_match_dataclasses() -> None:
     sections = {f.name for f in fields(Config)
                 if f.default_factory is not MISSING and is_dataclass(f.default_factory)}
     assert "supervision" in sections
-    assert {k.attr for k in TOP_KEYS} == dataclass_attrs(Config) - sections
+    assert {k.attr for k in TOP_KEYS} == dataclass_attrs(Config) - sections - {
+        "image_registries"}  # a YAML-only map, parsed by _parse_registries
     assert {k.attr for k in SUPERVISION_KEYS} == dataclass_attrs(SupervisionConfig) - {
         "defaults", "processes"}
 
@@ -214,21 +215,23 @@ def test_builtins_that_do_not_import_are_reported_at_start(tmp_path: Path,
     builtins = (Builtin("status", "podvisor.services.status.main"),
                 Builtin("imagegc", "podvisor.services.imagegc.main"),
                 Builtin("later", "podvisor.services.later.main"),
+                Builtin("later2", "podvisor.services.later2.main"),
                 Builtin("broken", "pvbroken.main"),
                 Builtin("off", "podvisor.services.off.main", when=lambda c: False))
     assert module_problem("podvisor.services.status.main") is None
-    assert module_problem("podvisor.services.imagegc.main") == "missing"
+    assert module_problem("podvisor.services.imagegc.main") is None  # built (issue 12)
+    assert module_problem("podvisor.services.later.main") == "missing"
     assert "no_such_dependency_anywhere" in str(module_problem("pvbroken.main"))
     log = MemoryLogger()
     report_builtins(config_from_mapping({}), log, builtins)
     infos = [e for e in log.events if e["level"] == "info"]
     assert [(e["event"], e["processes"]) for e in infos] == [
-        ("supervisor.builtins.not_built", ["imagegc", "later"])]  # one line for all
+        ("supervisor.builtins.not_built", ["later", "later2"])]  # one line for all
     [error] = [e for e in log.events if e["level"] == "error"]
     assert error["event"] == "supervisor.builtin.import_failed" and error["process"] == "broken"
     # the broken one is skipped by resolve_specs, like one not built yet
     names = [s.name for s in resolve_specs(config_from_mapping({}), builtins)]
-    assert names == ["status"]
+    assert names == ["status", "imagegc"]
 
 
 def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> None:
@@ -271,5 +274,19 @@ def test_keys_without_a_subsystem_yet_are_reported_when_set() -> None:
 
     assert keys_not_yet_used(Config()) == []
     reported = dict(keys_not_yet_used(Config(kubeconfig="/etc/kubeconfig",
-                                             container_log_max_files=9)))
-    assert set(reported) == {"containerLogMaxFiles"}  # kubeconfig is used (issue 15)
+                                             container_log_max_files=9,
+                                             image_gc_high_threshold_percent=90)))
+    assert reported == {}  # the API server, image GC and log rotation are all built now
+
+
+def test_image_registries_parse_and_round_trip() -> None:
+    raw = {"imageRegistries": {"registry.local:5000": {"caFile": "/etc/ca.pem",
+                                                       "mirrors": ["mirror.local"]},
+                               "10.0.0.1:5000": {"plainHTTP": True}}}
+    config = config_from_mapping(raw)
+    assert config.image_registries["10.0.0.1:5000"] == {"plainHTTP": True}
+    assert config_from_mapping(config_to_mapping(config)) == config
+    with pytest.raises(ConfigError, match=r"imageRegistries.r.plainHTTP.*expected bool"):
+        config_from_mapping({"imageRegistries": {"r": {"plainHTTP": "yes"}}})
+    with pytest.raises(ConfigError, match=r"imageRegistries.r.ca.*unknown key"):
+        config_from_mapping({"imageRegistries": {"r": {"ca": "x"}}})

@@ -1,0 +1,51 @@
+"""The supervised ``imagegc`` process: composition only (service.py does the work)."""
+
+from __future__ import annotations
+
+import time
+
+from podvisor.common.child import ChildContext
+from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import DESIRED, PLEG
+from podvisor.services.cri import new_runtime_client
+from podvisor.services.events import EventPublisher, Recorder
+from podvisor.services.imagegc.gc import owned_by
+from podvisor.services.imagegc.logrotate import STAMP
+from podvisor.services.imagegc.service import EventSink, ImageGC, usage_source
+
+
+def run(ctx: ChildContext) -> None:
+    import os
+
+    cfg, clock = ctx.config, ctx.clock
+    ep: str = cfg.runtime_endpoint
+    endpoint = f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
+    cri = new_runtime_client(endpoint, timeout=min(cfg.runtime_request_timeout, 60.0))
+    recorder = Recorder(ctx.name, clock.wall)
+    publisher = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
+    loop = ServiceLoop(ctx)
+    pleg = loop.replica(PLEG)
+    desired = loop.replica(DESIRED)
+    gc = ImageGC(cri, usage_source(cri, os.environ), ctx.log,
+                 EventSink(recorder.record, lambda: recorder.flush(publisher)), cfg.node_name,
+                 cfg.image_gc_high_threshold_percent, cfg.image_gc_low_threshold_percent,
+                 cfg.image_minimum_gc_age, ctx.paths.state_dir / "imagegc.prom",
+                 # the embedded runtime holds this agent's pods only; another runtime may
+                 # hold other clients' pods: only the pods this rootDir's agent made
+                 (lambda _uid: True) if ep == "embedded" else owned_by(ctx.paths.pod_logs_dir))
+    gc.log_limits = (cfg.container_log_max_size, cfg.container_log_max_files)
+    gc.stamp = lambda: time.strftime(STAMP, time.gmtime(clock.wall()))
+
+    def step(now: float) -> float | None:
+        publisher.pump()
+        # Wait for the maps' first snapshots: without them every pod looks removed.
+        if not (pleg.synced and desired.synced):
+            return now + 0.5
+        return min(gc.step(now, pleg.items(), set(desired.items())), now + 1.0)
+
+    try:
+        loop.run(step)
+    finally:
+        publisher.close()
+        loop.close()
+        cri.close()

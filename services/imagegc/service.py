@@ -1,0 +1,134 @@
+"""The imagegc service: container GC every minute, image GC every five minutes (the first of
+each right after start), from replicas of ``pleg`` (last use) and ``desired`` (pods that still
+exist). Stateless across restarts: what it knows is rebuilt from CRI and the maps.
+
+The image filesystem's usage comes from ``UsageSource``: by default ``statvfs`` of the mount
+point CRI ImageFsInfo names (the kubelet's cadvisor view); ``PODVISOR_IMAGEGC_USAGE_FILE``
+names a JSON file ``{"capacity": BYTES, "used": BYTES}`` read at each pass instead, so tests
+drive the thresholds without filling a disk."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
+
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.imagegc.gc import (
+    ImageTracker,
+    Log,
+    Usage,
+    container_gc_pass,
+    image_gc_pass,
+)
+from podvisor.services.imagegc.logrotate import ROTATE_PERIOD, rotate_pass
+
+CONTAINER_GC_PERIOD = 60.0
+IMAGE_GC_PERIOD = 300.0
+USAGE_FILE_ENV = "PODVISOR_IMAGEGC_USAGE_FILE"
+
+
+class EventSink:
+    """record(type, reason, message, obj) + flush(): events/recorder.py's Recorder and
+    publisher, or a list in tests."""
+
+    def __init__(self, record: Callable[[str, str, str, Mapping[str, Any]], None],
+                 flush: Callable[[], object]) -> None:
+        self.record = record
+        self.flush = flush
+
+
+def usage_source(cri: RuntimeClient, env: Mapping[str, str]) -> Callable[[], Usage]:
+    path = env.get(USAGE_FILE_ENV, "")
+    if path:
+        def from_file() -> Usage:
+            doc = json.loads(Path(path).read_text())
+            return Usage(int(doc["capacity"]), int(doc["used"]))
+        return from_file
+
+    def from_fs() -> Usage:
+        info = cri.image_fs_info()
+        mount = info.image_filesystems[0].fs_id.mountpoint if info.image_filesystems else "/"
+        st = os.statvfs(mount or "/")
+        capacity = st.f_blocks * st.f_frsize
+        return Usage(capacity, capacity - st.f_bavail * st.f_frsize)
+    return from_fs
+
+
+class ImageGC:
+    """``step(now)`` runs whatever pass is due and returns when the next one is."""
+
+    def __init__(self, cri: RuntimeClient, usage_of: Callable[[], Usage], log: Log,
+                 events: EventSink, node: str, high: int, low: int, min_age: float,
+                 metrics_path: Path | None = None,
+                 owned: Callable[[str], bool] = lambda _uid: True) -> None:
+        self.cri, self.usage_of, self.log, self.events, self.node = (cri, usage_of, log,
+                                                                      events, node)
+        self.high, self.low, self.min_age = high, low, min_age
+        self.tracker = ImageTracker()
+        self.owned = owned
+        self.log_limits: tuple[int, int] | None = None  # (containerLogMaxSize, MaxFiles)
+        self.stamp: Callable[[], str] = lambda: "0"
+        self.next_rotation = 0.0
+        self.next_container_gc = 0.0
+        self.next_image_gc = 0.0
+        self.metrics_path = metrics_path
+        self.registry = CollectorRegistry()
+        self.failures = Counter("podvisor_image_gc_failures", "image GC passes that could not "
+                                "free enough space", registry=self.registry)
+        self.freed = Counter("podvisor_image_gc_freed_bytes", "bytes freed by image GC",
+                             registry=self.registry)
+        self.usage_pct = Gauge("podvisor_image_fs_usage_percent", "image filesystem usage "
+                               "seen by the last image GC pass", registry=self.registry)
+
+    def step(self, now: float, pleg: Mapping[str, Any],
+             desired: Collection[str] | None) -> float:
+        if now >= self.next_container_gc:
+            self.next_container_gc = now + CONTAINER_GC_PERIOD
+            try:
+                container_gc_pass(self.cri, desired, self.log, self.owned)
+            except CriError as err:
+                self.log.warning("imagegc.container_gc.failed", error=err.message)
+        if now >= self.next_image_gc:
+            self.next_image_gc = now + IMAGE_GC_PERIOD
+            self.image_pass(now, pleg)
+        if self.log_limits is not None and now >= self.next_rotation:
+            self.next_rotation = now + ROTATE_PERIOD
+            try:
+                rotate_pass(self.cri, *self.log_limits, self.stamp(), self.log)
+            except CriError as err:
+                self.log.warning("imagegc.log_rotation.failed", error=err.message)
+            return min(self.next_container_gc, self.next_image_gc, self.next_rotation)
+        return min(self.next_container_gc, self.next_image_gc)
+
+    def image_pass(self, now: float, pleg: Mapping[str, Any]) -> None:
+        try:
+            plan, freed = image_gc_pass(self.cri, self.tracker, pleg, self.usage_of, self.high,
+                                        self.low, self.min_age, now, self.log)
+        except (CriError, OSError, ValueError, KeyError) as err:
+            self.log.warning("imagegc.image_gc.failed", error=str(err))
+            return
+        self.freed.inc(freed)
+        with_usage = self.usage_of()
+        self.usage_pct.set(with_usage.percent)
+        if plan.to_free > 0:
+            self.log.info("imagegc.image_gc.pass", to_free=plan.to_free, freed=freed,
+                          removed=len(plan.remove))
+        if plan.to_free > 0 and freed < plan.to_free:
+            self.failures.inc()
+            message = (f"Failed to garbage collect required amount of images. Attempted to "
+                       f"free {plan.to_free} bytes, but only found {freed} bytes eligible to "
+                       "free.")
+            self.log.warning("imagegc.image_gc.short", to_free=plan.to_free, freed=freed)
+            self.events.record("Warning", "FreeDiskSpaceFailed", message,
+                               {"kind": "Node", "name": self.node})
+        self.events.flush()
+        if self.metrics_path is not None:
+            try:
+                write_to_textfile(str(self.metrics_path), self.registry)
+            except OSError as err:
+                self.log.warning("imagegc.metrics.write_failed", error=str(err))
