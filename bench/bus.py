@@ -10,6 +10,7 @@ ratios podvisor/raw. Figures, not assertions.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -184,6 +185,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--rate-seconds", type=float, default=3.0)
+    ap.add_argument("--json", action="store_true",
+                    help="also print the figures as one JSON object on the last line")
     a = ap.parse_args()
     mp.set_start_method("spawn")
     print(f"payload: {len(msgpack.packb(PAYLOAD))} bytes msgpack dict; "
@@ -202,6 +205,9 @@ def main() -> None:
     raw, pv = res["raw pyzmq+msgpack"], res["podvisor bus"]
     print(f"ratio podvisor/raw: throughput {pv[0] / raw[0]:.2f}x (target >= 0.5), "
           f"p99 latency {pv[2] / raw[2]:.2f}x (target <= 2)")
+    if a.json:
+        print(json.dumps({name: {"throughput": r[0], "p50_ms": r[1], "p99_ms": r[2]}
+                          for name, r in res.items()}, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -217,6 +217,10 @@ def many_pods(agent: Agent, bus: BusWatch, count: int) -> tuple[float, float, fl
     return (started / 1e9 + wall_to_mono - t0, on_bus - t0, t1 - t0)
 
 
+# `--json`: the figures of stages 1 and 2, printed as one JSON object on the last line
+JSON_FIGURES: dict[str, object] = {}
+
+
 def stage_start(agent: Agent, args: argparse.Namespace) -> None:
     print(f"\n1. manifest -> container running in /pods ({args.n} pods one at a time, "
           f"then {args.many} at once)")
@@ -247,6 +251,9 @@ def stage_start(agent: Agent, args: argparse.Namespace) -> None:
           f"{ratio(cri, update)} x supervisord update)")
     print(f"  ratio podvisor / supervisord (update)     {ratio(many, update)}   target <= 0.5")
     print(f"  ratio podvisor / supervisord (cold start) {ratio(many, cold)}")
+    JSON_FIGURES.update(one_pod_s=list(single.pods), many=args.many, many_s=many,
+                        supervisord_update_s=update, supervisord_cold_s=cold,
+                        popen_floor_s=floor, cri_floor_s=cri)
 
 
 # --- 2. kill -9 to replacement running ----------------------------------------------------------
@@ -469,6 +476,7 @@ def stage_kill(agent: Agent, args: argparse.Namespace) -> None:
     if quiet:
         print(f"  supervisord, nobody polling   {ms(quiet)}")
     print(f"  supervisord, XML-RPC poll every {args.poll_ms:g} ms {ms(polled)}")
+    JSON_FIGURES.update(kill_s=list(ours), supervisord_kill_polled_s=list(polled))
     print(f"  ratio podvisor / supervisord polled (its best case, p50) "
           f"{ratio(statistics.median(ours), statistics.median(polled))}   target <= 1")
     if quiet:
@@ -624,6 +632,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=15.0,
                     help="seconds after all are running before the idle window")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--json", action="store_true",
+                    help="also print the figures of stages 1-2 as one JSON object on the last "
+                         "line")
     ap.add_argument("--pull-policy", default="IfNotPresent", choices=["IfNotPresent", "Always"],
                     help="the manifests' imagePullPolicy (Always: a PullImage call per start)")
     ap.add_argument("--scale", default="110,250,1000",
@@ -677,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"WARNING: processes left behind (killed now): {left}")
         load = os.getloadavg()
         print(f"load average at end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if args.json:
+        print(json.dumps(JSON_FIGURES, sort_keys=True))
     return 0
 
 

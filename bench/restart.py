@@ -12,6 +12,7 @@ Times use CLOCK_MONOTONIC, which every process on the host shares (bus envelopes
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -56,6 +57,8 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=50)
     ap.add_argument("--module", default="svc_idle")
     ap.add_argument("--spawn-method", default="forkserver", choices=("forkserver", "exec"))
+    ap.add_argument("--json", action="store_true",
+                    help="also print the samples as one JSON object on the last line")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pvb", dir="/tmp"))
     paths = RunPaths(tmp / "root")
@@ -105,6 +108,8 @@ def main() -> int:
         for label, vals in (("detect death", detect), ("first heartbeat", restart)):
             print(f"  {label:16s} p50 {statistics.median(vals):7.1f} ms   "
                   f"p99 {_pct(vals, 0.99):7.1f} ms   max {max(vals):7.1f} ms")
+        if args.json:
+            print(json.dumps({"detect_ms": detect, "restart_ms": restart}))
         return 0
     finally:
         agent.send_signal(signal.SIGTERM)

@@ -21,7 +21,7 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
-VENV = Path("/tmp/pvbench-supervisord")
+VENV = Path(os.environ.get("PVBENCH_SUPERVISORD_VENV", "/tmp/pvbench-supervisord"))
 PROGRAM = """[program:{name}]
 command={command}
 startsecs=0

@@ -1,0 +1,320 @@
+"""`python -m bench [--quick] [--json] [--list]`: every benchmark with a machine-readable output,
+one table (not a test; prints figures, asserts nothing).
+
+Each stage is one of the bench/*.py scripts run with `--json` as a subprocess in its own process
+group (its own session), stopped by PID (the group's leader, then the group) on timeout; the
+script's last stdout line is its JSON figures. A stage that fails or times out leaves its
+figures' rows saying so ("missing: <why>") and the other stages run. Each figure is the median
+of its samples (repeats of the stage, or the samples one run takes) with min and max.
+
+Peers in the same run: raw pyzmq+msgpack for the bus, supervisord (its own virtualenv under
+~/.cache/podvisor/bench-peers, from PyPI, bench/supervisord_peer.py), containerd when
+PODVISOR_CONTAINERD_ENDPOINT is set. Peers without a stage yet (circus, podman) have rows that
+say so. Scripts without `--json` (runtime, limits, images, mainport, ops, api) are listed by
+`--list` and run on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+PEERS = Path.home() / ".cache" / "podvisor" / "bench-peers"
+
+Samples = list[float]
+
+
+@dataclass
+class Row:
+    """One figure of the table: podvisor's samples, one peer's, a target."""
+
+    figure: str
+    unit: str
+    target: str = ""
+    peer: str = ""
+    ours: Samples = field(default_factory=list)
+    theirs: Samples = field(default_factory=list)
+    missing: str = ""
+    lower_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    script: str
+    quick_args: tuple[str, ...]
+    full_args: tuple[str, ...]
+    timeout_quick: float
+    timeout_full: float
+    repeats_quick: int
+    repeats_full: int
+    rows: Callable[[], list[Row]]
+    fill: Callable[[list[Row], dict[str, Any]], None]
+    needs: Callable[[], str] = lambda: ""  # a reason to skip, or ""
+
+
+# --- stages ----------------------------------------------------------------------------------
+
+def _bus_rows() -> list[Row]:
+    return [Row("bus throughput, 200 B msgpack dicts", "msg/s", ">= 0.5x raw",
+                "raw pyzmq+msgpack", lower_is_better=False),
+            Row("bus latency p99 at 1k msg/s", "ms", "<= 2x raw", "raw pyzmq+msgpack")]
+
+
+def _bus_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    pv, raw = out["podvisor bus"], out["raw pyzmq+msgpack"]
+    rows[0].ours.append(pv["throughput"])
+    rows[0].theirs.append(raw["throughput"])
+    rows[1].ours.append(pv["p99_ms"])
+    rows[1].theirs.append(raw["p99_ms"])
+
+
+def _restart_rows() -> list[Row]:
+    return [Row("supervised process: kill -9 -> death seen on the bus", "ms"),
+            Row("supervised process: kill -9 -> restarted (first heartbeat)", "ms")]
+
+
+def _restart_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    rows[0].ours.extend(out["detect_ms"])
+    rows[1].ours.extend(out["restart_ms"])
+
+
+def _pods_rows() -> list[Row]:
+    return [Row("1 manifest -> running in /pods (embedded runtime)", "ms"),
+            Row("N manifests at once -> all running", "ms", "<= 0.7x supervisord update",
+                "supervisord update"),
+            Row("N at once: agent vs the CRI-alone floor", "ms", "<= 1.2x floor",
+                "CRI alone (no agent)"),
+            Row("container kill -9 -> replacement running", "ms", "<= 1x supervisord polled",
+                "supervisord, polled 1 ms")]
+
+
+def _pods_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    rows[0].ours.extend(s * 1e3 for s in out["one_pod_s"])
+    for row in rows[1:3]:
+        row.figure = row.figure.replace("N ", f"{out['many']} ", 1)
+        row.ours.append(out["many_s"] * 1e3)
+    rows[1].theirs.append(out["supervisord_update_s"] * 1e3)
+    rows[2].theirs.append(out["cri_floor_s"] * 1e3)
+    if "kill_s" in out:
+        rows[3].ours.extend(s * 1e3 for s in out["kill_s"])
+        rows[3].theirs.extend(s * 1e3 for s in out["supervisord_kill_polled_s"])
+
+
+def _containerd_rows() -> list[Row]:
+    return [Row("on containerd: 1 manifest -> Running in /pods", "ms",
+                "<= 300 ms (kubelet 1.24: 930-1,080 ms)"),
+            Row("on containerd: N manifests at once -> all Running", "ms")]
+
+
+def _containerd_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    if "error" in out:
+        raise RuntimeError(str(out["error"]))
+    rows[0].ours.append(out["one_p50_s"] * 1e3)
+    rows[1].figure = rows[1].figure.replace("N ", f"{out['many']} ", 1)
+    rows[1].ours.append(out["many_s"] * 1e3)
+
+
+def _containerd_needs() -> str:
+    if not os.environ.get("PODVISOR_CONTAINERD_ENDPOINT"):
+        return "PODVISOR_CONTAINERD_ENDPOINT is not set"
+    return ""
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("bus", "bus.py", ("--messages", "20000", "--rate-seconds", "1"),
+          ("--messages", "200000", "--rate-seconds", "3"), 60, 300, 3, 5, _bus_rows, _bus_fill),
+    Stage("restart", "restart.py", ("-n", "5"), ("-n", "50"), 60, 300, 1, 1,
+          _restart_rows, _restart_fill),
+    Stage("pods", "pods.py", ("--quick", "--stages", "1,2"), ("--stages", "1,2"), 120, 900,
+          1, 1, _pods_rows, _pods_fill),
+    Stage("containerd", "containerd_pods.py", ("-n", "4", "--many", "5"),
+          ("-n", "10", "--many", "20"), 60, 600, 1, 3, _containerd_rows, _containerd_fill,
+          _containerd_needs),
+)
+
+# peers asked for by issue 16 that no stage measures yet: their rows say why
+NOT_MEASURED: tuple[tuple[str, str], ...] = (
+    ("circus", "no circus stage yet (a circus peer in its own virtualenv is not written)"),
+    ("podman kube play", "no podman stage yet (manifest -> running, restart after kill -9 "
+                         "and idle cost under podman are not written)"),
+)
+
+# bench scripts without `--json`: run on their own, not in the table
+TEXT_ONLY = ("runtime.py", "limits.py", "images.py", "mainport.py", "ops.py", "api.py")
+
+
+# --- running a stage -------------------------------------------------------------------------
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """The stage's session leader is proc.pid: its group id is its PID."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_stage(stage: Stage, quick: bool, log: Any) -> tuple[list[Row], float]:
+    rows = stage.rows()
+    started = time.monotonic()
+    why = stage.needs()
+    if why:
+        for row in rows:
+            row.missing = f"skipped: {why}"
+        return rows, 0.0
+    args = stage.quick_args if quick else stage.full_args
+    timeout = stage.timeout_quick if quick else stage.timeout_full
+    repeats = stage.repeats_quick if quick else stage.repeats_full
+    env = {**os.environ, "PVBENCH_SUPERVISORD_VENV": str(PEERS / "supervisord")}
+    for _ in range(repeats):
+        cmd = [sys.executable, str(BENCH / stage.script), *args, "--json"]
+        print(f"[{stage.name}] {' '.join(cmd[1:])}", file=log, flush=True)
+        proc = subprocess.Popen(cmd, cwd=BENCH.parent, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            text, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            _mark(rows, f"missing: stage {stage.name} timed out after {timeout:.0f} s "
+                        "(killed)")
+            return rows, time.monotonic() - started
+        finally:
+            _kill_group(proc)  # anything of its group still alive goes with it
+        lines = text.strip().splitlines()
+        log.write(text)
+        try:
+            stage.fill(rows, json.loads(lines[-1]))
+        except (IndexError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            tail = lines[-1][:120] if lines else "no output"
+            _mark(rows, f"missing: stage {stage.name} failed (exit {proc.returncode}; "
+                        f"{type(exc).__name__}: {exc}; last line: {tail})")
+            return rows, time.monotonic() - started
+    return rows, time.monotonic() - started
+
+
+def _mark(rows: list[Row], why: str) -> None:
+    for row in rows:
+        if not row.ours:
+            row.missing = why
+
+
+# --- table -----------------------------------------------------------------------------------
+
+def summary(samples: Samples) -> dict[str, float] | None:
+    if not samples:
+        return None
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples),
+            "n": len(samples)}
+
+
+def _cell(samples: Samples, unit: str) -> str:
+    s = summary(samples)
+    if s is None:
+        return "-"
+    fmt = "{:,.0f}" if s["median"] >= 100 else "{:.1f}"
+    return (f"{fmt.format(s['median'])} {unit} ({fmt.format(s['min'])}-"
+            f"{fmt.format(s['max'])}, n={s['n']:.0f})")
+
+
+def ratio(row: Row) -> float | None:
+    if row.ours and row.theirs:
+        return statistics.median(row.ours) / statistics.median(row.theirs)
+    return None
+
+
+def machine(load_start: tuple[float, ...]) -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": model or platform.processor(),
+            "load_start": [round(x, 2) for x in load_start],
+            "load_end": [round(x, 2) for x in os.getloadavg()],
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "python": platform.python_version()}
+
+
+def table(rows: list[Row], mach: dict[str, Any]) -> str:
+    head = ("figure", "podvisor", "peer", "peer figure", "ratio", "target")
+    body = []
+    for r in rows:
+        rat = ratio(r)
+        body.append((r.figure, r.missing or _cell(r.ours, r.unit), r.peer or "-",
+                     _cell(r.theirs, r.unit) if r.theirs else "-",
+                     f"{rat:.2f}x" if rat is not None else "-", r.target or "-"))
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines.append(f"\nmachine: {mach['cpus']} CPUs ({mach['cpu_model']}), load average "
+                 f"{' '.join(map(str, mach['load_start']))} at start, "
+                 f"{' '.join(map(str, mach['load_end']))} at end; {mach['date']}")
+    return "\n".join(lines)
+
+
+def as_json(rows: list[Row], mach: dict[str, Any]) -> dict[str, Any]:
+    return {"machine": mach, "figures": [
+        {"figure": r.figure, "unit": r.unit, "podvisor": summary(r.ours), "peer": r.peer or None,
+         "peer_figure": summary(r.theirs), "ratio": ratio(r), "target": r.target or None,
+         "missing": r.missing or None} for r in rows]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small counts (under 3 minutes)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--list", action="store_true", help="list the stages and exit")
+    ap.add_argument("--stages", default=",".join(s.name for s in STAGES),
+                    help="comma-separated stage names")
+    args = ap.parse_args(argv)
+    names = args.stages.split(",")
+    unknown = set(names) - {s.name for s in STAGES}
+    if unknown:
+        ap.error(f"unknown stage(s): {', '.join(sorted(unknown))}")
+    if args.list:
+        for s in STAGES:
+            figures = "; ".join(r.figure for r in s.rows())
+            print(f"{s.name:<11} bench/{s.script} {' '.join(s.quick_args)} --json   {figures}")
+        for peer, why in NOT_MEASURED:
+            print(f"{'-':<11} {peer}: {why}")
+        print(f"{'-':<11} text only (run on their own): {', '.join(TEXT_ONLY)}")
+        return 0
+    load = os.getloadavg()
+    rows: list[Row] = []
+    log = sys.stderr
+    for stage in STAGES:
+        if stage.name in names:
+            stage_rows, secs = run_stage(stage, args.quick, log)
+            print(f"[{stage.name}] {secs:.0f} s", file=log, flush=True)
+            rows += stage_rows
+    rows += [Row(f"{peer}: manifest -> running, restart, idle", "", peer=peer,
+                 missing=f"not measured: {why}") for peer, why in NOT_MEASURED]
+    mach = machine(load)
+    print(json.dumps(as_json(rows, mach), indent=1) if args.json else table(rows, mach))
+    return 0 if all(not r.missing or r.missing.startswith(("skipped", "not measured"))
+                    for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
