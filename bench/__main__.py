@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import signal
@@ -75,11 +76,12 @@ def _bus_rows() -> list[Row]:
 
 
 def _bus_fill(rows: list[Row], out: dict[str, Any]) -> None:
-    pv, raw = out["podvisor bus"], out["raw pyzmq+msgpack"]
-    rows[0].ours.append(pv["throughput"])
-    rows[0].theirs.append(raw["throughput"])
-    rows[1].ours.append(pv["p99_ms"])
-    rows[1].theirs.append(raw["p99_ms"])
+    # a run whose bus delivered nothing, or whose latency run got no sample (NaN), is no sample
+    for row, key in ((rows[0], "throughput"), (rows[1], "p99_ms")):
+        for samples, res in ((row.ours, out["podvisor bus"]),
+                             (row.theirs, out["raw pyzmq+msgpack"])):
+            if res["delivered"] > 0 and math.isfinite(res[key]):
+                samples.append(res[key])
 
 
 def _restart_rows() -> list[Row]:
@@ -123,7 +125,7 @@ def _containerd_rows() -> list[Row]:
 def _containerd_fill(rows: list[Row], out: dict[str, Any]) -> None:
     if "error" in out:
         raise RuntimeError(str(out["error"]))
-    rows[0].ours.append(out["one_p50_s"] * 1e3)
+    rows[0].ours.extend(s * 1e3 for s in out["one_s"])
     rows[1].figure = rows[1].figure.replace("N ", f"{out['many']} ", 1)
     rows[1].ours.append(out["many_s"] * 1e3)
 

@@ -192,6 +192,7 @@ def main() -> None:
     print(f"payload: {len(msgpack.packb(PAYLOAD))} bytes msgpack dict; "
           f"load average {os.getloadavg()[0]:.2f}")
     res = {}
+    delivered: dict[str, float] = {}
     runs = (("raw pyzmq+msgpack", run_raw), ("raw via the proxy", run_raw_via_proxy),
             ("podvisor bus", run_podvisor))
     for name, fn in runs:
@@ -200,13 +201,15 @@ def main() -> None:
         n_rate = int(1000 * a.rate_seconds)
         _, _, lat = fn(n_rate, 1000.0)
         res[name] = (tput, _pct(lat, 50), _pct(lat, 99))
+        delivered[name] = got / a.messages
         print(f"{name:20s} throughput {tput:10.0f} msg/s ({got}/{a.messages} delivered)  "
               f"latency@1k/s p50 {res[name][1]:.3f} ms p99 {res[name][2]:.3f} ms")
     raw, pv = res["raw pyzmq+msgpack"], res["podvisor bus"]
     print(f"ratio podvisor/raw: throughput {pv[0] / raw[0]:.2f}x (target >= 0.5), "
           f"p99 latency {pv[2] / raw[2]:.2f}x (target <= 2)")
     if a.json:
-        print(json.dumps({name: {"throughput": r[0], "p50_ms": r[1], "p99_ms": r[2]}
+        print(json.dumps({name: {"throughput": r[0], "p50_ms": r[1], "p99_ms": r[2],
+                                 "delivered": delivered[name]}
                           for name, r in res.items()}, sort_keys=True))
 
 

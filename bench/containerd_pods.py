@@ -128,6 +128,7 @@ def measure(n: int, many: int) -> dict[str, Any]:
             _wait("no pods", gone, 120.0, 0.05)
         out["one_p50_s"] = statistics.median(singles)
         out["one_min_s"], out["one_max_s"], out["one_n"] = min(singles), max(singles), n
+        out["one_s"] = singles
         staged = [stage(f"many{i}") for i in range(many)]
         t0 = time.monotonic()
         for path in staged:
