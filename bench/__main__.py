@@ -7,11 +7,11 @@ script's last stdout line is its JSON figures. A stage that fails or times out l
 figures' rows saying so ("missing: <why>") and the other stages run. Each figure is the median
 of its samples (repeats of the stage, or the samples one run takes) with min and max.
 
-Peers in the same run: raw pyzmq+msgpack for the bus, supervisord (its own virtualenv under
-~/.cache/podvisor/bench-peers, from PyPI, bench/supervisord_peer.py), containerd when
-PODVISOR_CONTAINERD_ENDPOINT is set. Peers without a stage yet (circus, podman) have rows that
-say so. Scripts without `--json` (runtime, limits, images, mainport, ops, api) are listed by
-`--list` and run on their own.
+Peers in the same run: raw pyzmq+msgpack for the bus, supervisord and circus (each in its own
+virtualenv under ~/.cache/podvisor/bench-peers, from PyPI: bench/supervisord_peer.py,
+bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set. A peer without a
+stage yet (podman) has a row that says so. Scripts without `--json` (runtime, limits, images,
+mainport, ops, api) are listed by `--list` and run on their own.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class Row:
     theirs: Samples = field(default_factory=list)
     missing: str = ""
     lower_is_better: bool = True
+    key: str = ""  # a name for ours_from
+    ours_from: str = ""  # podvisor's samples are those of the row with this key (same run)
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,11 @@ def _restart_fill(rows: list[Row], out: dict[str, Any]) -> None:
 def _pods_rows() -> list[Row]:
     return [Row("1 manifest -> running in /pods (embedded runtime)", "ms"),
             Row("N manifests at once -> all running", "ms", "<= 0.7x supervisord update",
-                "supervisord update"),
+                "supervisord update", key="many"),
             Row("N at once: agent vs the CRI-alone floor", "ms", "<= 1.2x floor",
                 "CRI alone (no agent)"),
             Row("container kill -9 -> replacement running", "ms", "<= 1x supervisord polled",
-                "supervisord, polled 1 ms")]
+                "supervisord, polled 1 ms", key="kill")]
 
 
 def _pods_fill(rows: list[Row], out: dict[str, Any]) -> None:
@@ -114,6 +116,22 @@ def _pods_fill(rows: list[Row], out: dict[str, Any]) -> None:
     if "kill_s" in out:
         rows[3].ours.extend(s * 1e3 for s in out["kill_s"])
         rows[3].theirs.extend(s * 1e3 for s in out["supervisord_kill_polled_s"])
+
+
+def _circus_rows() -> list[Row]:
+    return [Row("N at once -> all running, beside circus", "ms", "-",
+                "circusd cold start, N watchers", ours_from="many"),
+            Row("container kill -9 -> replacement running, beside circus", "ms", "-",
+                "circus (check_delay 5 s default)", ours_from="kill")]
+
+
+def _circus_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    if "error" in out:
+        raise RuntimeError(str(out["error"]))
+    rows[0].figure = rows[0].figure.replace("N ", f"{out['many']} ", 1)
+    rows[0].peer = rows[0].peer.replace("N ", f"{out['many']} ", 1)
+    rows[0].theirs.append(out["cold_s"] * 1e3)
+    rows[1].theirs.extend(s * 1e3 for s in out["kill_s"])
 
 
 def _containerd_rows() -> list[Row]:
@@ -137,12 +155,14 @@ def _containerd_needs() -> str:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("bus", "bus.py", ("--messages", "20000", "--rate-seconds", "1"),
+    Stage("bus", "bus.py", ("--messages", "20000", "--rate-seconds", "0.5"),
           ("--messages", "200000", "--rate-seconds", "3"), 60, 300, 3, 5, _bus_rows, _bus_fill),
     Stage("restart", "restart.py", ("-n", "5"), ("-n", "50"), 60, 300, 1, 1,
           _restart_rows, _restart_fill),
     Stage("pods", "pods.py", ("--quick", "--stages", "1,2"), ("--stages", "1,2"), 120, 900,
           1, 1, _pods_rows, _pods_fill),
+    Stage("circus", "circus_peer.py", ("--many", "40", "-n", "3"), ("--many", "200", "-n", "10"),
+          120, 300, 1, 1, _circus_rows, _circus_fill),
     Stage("containerd", "containerd_pods.py", ("-n", "4", "--many", "5"),
           ("-n", "10", "--many", "20"), 60, 600, 1, 3, _containerd_rows, _containerd_fill,
           _containerd_needs),
@@ -150,7 +170,6 @@ STAGES: tuple[Stage, ...] = (
 
 # peers asked for by issue 16 that no stage measures yet: their rows say why
 NOT_MEASURED: tuple[tuple[str, str], ...] = (
-    ("circus", "no circus stage yet (a circus peer in its own virtualenv is not written)"),
     ("podman kube play", "no podman stage yet (manifest -> running, restart after kill -9 "
                          "and idle cost under podman are not written)"),
 )
@@ -186,7 +205,8 @@ def run_stage(stage: Stage, quick: bool, log: Any) -> tuple[list[Row], float]:
     args = stage.quick_args if quick else stage.full_args
     timeout = stage.timeout_quick if quick else stage.timeout_full
     repeats = stage.repeats_quick if quick else stage.repeats_full
-    env = {**os.environ, "PVBENCH_SUPERVISORD_VENV": str(PEERS / "supervisord")}
+    env = {**os.environ, "PVBENCH_SUPERVISORD_VENV": str(PEERS / "supervisord"),
+           "PVBENCH_CIRCUS_VENV": str(PEERS / "circus")}
     for _ in range(repeats):
         cmd = [sys.executable, str(BENCH / stage.script), *args, "--json"]
         print(f"[{stage.name}] {' '.join(cmd[1:])}", file=log, flush=True)
@@ -215,7 +235,7 @@ def run_stage(stage: Stage, quick: bool, log: Any) -> tuple[list[Row], float]:
 
 def _mark(rows: list[Row], why: str) -> None:
     for row in rows:
-        if not row.ours:
+        if not row.ours and not row.theirs:
             row.missing = why
 
 
@@ -310,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
             stage_rows, secs = run_stage(stage, args.quick, log)
             print(f"[{stage.name}] {secs:.0f} s", file=log, flush=True)
             rows += stage_rows
+    by_key = {r.key: r for r in rows if r.key}
+    for r in rows:
+        if r.ours_from:
+            source = by_key.get(r.ours_from)
+            if source is not None and source.ours:
+                r.ours = list(source.ours)
+            elif not r.missing:
+                r.missing = "missing: the pods stage gave no podvisor figure for this row"
     rows += [Row(f"{peer}: manifest -> running, restart, idle", "", peer=peer,
                  missing=f"not measured: {why}") for peer, why in NOT_MEASURED]
     mach = machine(load)

@@ -21,9 +21,9 @@ def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def test_list_names_every_stage_and_the_missing_peers() -> None:
     out = _bench("--list")
     assert out.returncode == 0, out.stderr
-    for name in ("bus", "restart", "pods", "containerd", "circus", "podman"):
+    for name in ("bus", "restart", "pods", "circus", "containerd", "podman"):
         assert name in out.stdout
-    for script in ("bus.py", "restart.py", "pods.py", "containerd_pods.py"):
+    for script in ("bus.py", "restart.py", "pods.py", "circus_peer.py", "containerd_pods.py"):
         assert (ROOT / "bench" / script).exists()
         assert script in out.stdout
 
@@ -46,4 +46,4 @@ def test_skipped_stage_still_prints_the_table_and_json() -> None:
     assert doc["machine"]["cpus"] == os.cpu_count()
     rows = {row["figure"]: row for row in doc["figures"]}
     assert rows["on containerd: 1 manifest -> Running in /pods"]["podvisor"] is None
-    assert any(row["peer"] == "circus" and row["missing"] for row in doc["figures"])
+    assert any(row["peer"] == "podman kube play" and row["missing"] for row in doc["figures"])
