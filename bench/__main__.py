@@ -263,6 +263,12 @@ def ratio(row: Row) -> float | None:
     return None
 
 
+def _ratio_cell(rat: float | None) -> str:
+    if rat is None:
+        return "-"
+    return f"{rat:.2f}x" if rat >= 0.1 else f"{rat:.3f}x"
+
+
 def machine(load_start: tuple[float, ...]) -> dict[str, Any]:
     model = ""
     try:
@@ -286,7 +292,7 @@ def table(rows: list[Row], mach: dict[str, Any]) -> str:
         rat = ratio(r)
         body.append((r.figure, r.missing or _cell(r.ours, r.unit), r.peer or "-",
                      _cell(r.theirs, r.unit) if r.theirs else "-",
-                     f"{rat:.2f}x" if rat is not None else "-", r.target or "-"))
+                     _ratio_cell(rat), r.target or "-"))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
     lines.append(f"\nmachine: {mach['cpus']} CPUs ({mach['cpu_model']}), load average "
