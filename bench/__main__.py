@@ -17,6 +17,7 @@ mainport, ops, api) are listed by `--list` and run on their own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -31,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 BENCH = Path(__file__).resolve().parent
 PEERS = Path.home() / ".cache" / "podvisor" / "bench-peers"
@@ -181,7 +184,20 @@ TEXT_ONLY = ("runtime.py", "limits.py", "images.py", "mainport.py", "ops.py", "a
 # --- running a stage -------------------------------------------------------------------------
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """The stage's session leader is proc.pid: its group id is its PID."""
+    """The stage's session leader is proc.pid: its group id is its PID. Its descendants are
+    listed first (psutil) and each one still alive afterwards is killed by its PID, so that a
+    container or peer that made its own session or group goes too."""
+    descendants: list[psutil.Process] = []
+    if proc.poll() is None:  # once reaped, its PID may be another process's
+        with contextlib.suppress(psutil.Error):
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+    _signal_group(proc)
+    for child in descendants:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def _signal_group(proc: subprocess.Popen[str]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
