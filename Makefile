@@ -42,7 +42,7 @@ soak: venv
 	$(VENV)/bin/pytest -q -m slow
 
 bench: venv
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) .typecheck build *.egg-info
