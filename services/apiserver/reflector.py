@@ -28,6 +28,9 @@ INITIAL_DELAY = 0.8
 
 
 class Sink(Protocol):
+    """``event`` gets ADDED/MODIFIED/DELETED and BOOKMARK (an object with only
+    ``metadata.resourceVersion``: the set is unchanged, the version moves on)."""
+
     def listed(self, items: list[Obj], rv: str) -> None: ...
     def event(self, kind: str, obj: Obj) -> None: ...
     def failed(self, why: str) -> None: ...
@@ -112,8 +115,7 @@ class Reflector:
                     raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")),
                                    str(obj.get("message", "")))
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-                if kind != "BOOKMARK":
-                    self.sink.event(kind, obj)
+                self.sink.event(kind, obj)  # BOOKMARK too: it only moves the version on
                 if rv:
                     self.rv = rv
         finally:

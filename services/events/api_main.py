@@ -1,20 +1,19 @@
 """Process ``events-api``: every event recorded on the bus (``events.event.recorded``) goes to
 the API server as a core/v1 Event, aggregated and rate-limited (``apisink.py``). Runs when
-``kubeconfig`` is set. The main thread receives (and heartbeats); a helper thread sends, so a
-slow API server never stalls the bus. Up to ``QUEUE`` events wait while the server is away
-(oldest dropped first, counted); they are sent in order once it is back.
+``kubeconfig`` is set. The main thread runs the service loop (receives, heartbeats); a helper
+thread sends, so a slow API server never stalls the bus. Up to ``QUEUE`` events wait while the
+server is away (oldest dropped first, counted); they are sent in order once it is back.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from dataclasses import asdict
 from typing import Any
 
 from podvisor.common.child import ChildContext
-from podvisor.ipc.bus import Subscriber
+from podvisor.common.service import ServiceLoop
 from podvisor.ipc.messages import Event
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.events.apisink import ApiEventSink
@@ -41,28 +40,35 @@ def run(ctx: ChildContext) -> None:
         except BaseException as exc:  # re-raised by the main thread
             failure.append(exc)
 
-    subscriber = Subscriber(ctx.zctx, ctx.paths, [Event.TOPIC], clock=ctx.clock)
+    loop = ServiceLoop(ctx)
+    loop.closing(conn)
+
+    def receive() -> None:
+        env = subscriber.recv(0)
+        while env is not None:
+            if isinstance(env.message, Event):
+                with cond:
+                    pending.append((asdict(env.message), ctx.clock.wall()))
+                    cond.notify()
+            env = subscriber.recv(0)
+
+    subscriber = loop.subscriber([Event.TOPIC], receive)
     thread = threading.Thread(target=helper, name="events-api", daemon=True)
     thread.start()
+
+    def step(now: float) -> float | None:
+        if failure:
+            raise failure[0]
+        return None
+
     try:
-        while not ctx.stop.is_set():
-            ctx.heartbeat()
-            if failure:
-                raise failure[0]
-            env = subscriber.recv(ctx.heartbeat_interval)
-            while env is not None:
-                if isinstance(env.message, Event):
-                    with cond:
-                        pending.append((asdict(env.message), time.time()))
-                        cond.notify()
-                env = subscriber.recv(0)
+        loop.run(step)
     finally:
         stop.set()
         with cond:
             cond.notify()
         thread.join(2)
-        subscriber.close()
-        conn.close()
+        loop.close()
 
 
 def _send_loop(ctx: ChildContext, sink: ApiEventSink,

@@ -2,8 +2,9 @@
 
 A helper thread registers the Node, renews the Lease every ``nodeLeaseRenewInterval`` and
 computes the status every ``nodeStatusUpdateFrequency`` (see ``agent.py``); the main thread
-heartbeats and watches the helper (a helper that makes no progress for ``STALL_LIMIT`` is a
-hang: the process exits and the supervisor restarts it, which registers again: 409 -> reconcile).
+(the service loop) heartbeats and watches the helper (a helper that makes no progress for
+``STALL_LIMIT`` is a hang: the process exits and the supervisor restarts it, which registers
+again: 409 -> reconcile).
 The Lease is renewed first after a (re)start, so a kill -9 costs at most one restart's delay of
 its ``leaseDurationSeconds`` (40 s).
 """
@@ -11,10 +12,10 @@ its ``leaseDurationSeconds`` (40 s).
 from __future__ import annotations
 
 import threading
-import time
 from urllib.parse import urlparse
 
 from podvisor.common.child import ChildContext
+from podvisor.common.service import ServiceLoop
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
@@ -67,7 +68,7 @@ def run(ctx: ChildContext) -> None:
                                          config.node_lease_duration_seconds),
                       machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
                       lambda: runtime_probe(endpoint), ctx.log)
-    progress = [time.monotonic()]
+    progress = [ctx.clock.monotonic()]
     failure: list[BaseException] = []
     stop = threading.Event()
 
@@ -78,36 +79,41 @@ def run(ctx: ChildContext) -> None:
             failure.append(exc)
 
     thread = threading.Thread(target=helper, name="node", daemon=True)
+    loop = ServiceLoop(ctx)
+    loop.closing(conn)
     thread.start()
+
+    def step(now: float) -> float | None:
+        if failure:
+            raise failure[0]
+        if now - progress[0] > STALL_LIMIT:
+            raise RuntimeError(f"the node helper made no progress for {STALL_LIMIT}s")
+        return None
+
     try:
-        while not ctx.stop.is_set():
-            ctx.heartbeat()
-            if failure:
-                raise failure[0]
-            if time.monotonic() - progress[0] > STALL_LIMIT:
-                raise RuntimeError(f"the node helper made no progress for {STALL_LIMIT}s")
-            ctx.stop.wait(ctx.heartbeat_interval)
+        loop.run(step)
     finally:
         stop.set()
         thread.join(2)
-        conn.close()
+        loop.close()
 
 
 def _loop(ctx: ChildContext, agent: NodeAgent, stop: threading.Event,
           progress: list[float]) -> None:
     config = ctx.config
-    next_lease = next_status = time.monotonic()
+    clock = ctx.clock
+    next_lease = next_status = clock.monotonic()
     failing = ""
     while not stop.is_set():
-        progress[0] = now = time.monotonic()
+        progress[0] = now = clock.monotonic()
         try:
             if not agent.registered:
                 agent.register()
             if now >= next_lease:
-                agent.renew_lease(time.time())
+                agent.renew_lease(clock.wall())
                 next_lease = now + config.node_lease_renew_interval
             if now >= next_status:
-                agent.report_status(time.time())
+                agent.report_status(clock.wall())
                 next_status = now + config.node_status_update_frequency
             if failing:
                 ctx.log.info("node.api_recovered", node=config.node_name)
@@ -116,8 +122,8 @@ def _loop(ctx: ChildContext, agent: NodeAgent, stop: threading.Event,
             if str(exc) != failing:
                 ctx.log.warning("node.api_failed", node=config.node_name, reason=str(exc))
                 failing = str(exc)
-            retry = time.monotonic() + RETRY  # what was due and failed goes again soon
+            retry = clock.monotonic() + RETRY  # what was due and failed goes again soon
             next_lease, next_status = max(next_lease, retry), max(next_status, retry)
-        wait = min(next_lease, next_status) - time.monotonic()
+        wait = min(next_lease, next_status) - clock.monotonic()
         if wait > 0:
             stop.wait(wait)

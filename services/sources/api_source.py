@@ -59,20 +59,39 @@ class ApiPodState:
         self._dirty = False
         self._synced = False
         self._wake = wake
+        self._rv = ""
+        self._changes = 0
         self.last_error = ""
+
+    def resumed(self, items: list[Obj], rv: str) -> None:
+        """Seed with a saved set and the version it stands for (published at once; the
+        reflector watches on from ``rv``)."""
+        self.listed(items, rv)
 
     def listed(self, items: list[Obj], rv: str) -> None:
         with self._lock:
             self._pods = {_uid(i): i for i in items if _uid(i)}
             self._dirty = self._synced = True
+            self._rv = rv
+            self._changes += 1
             self.last_error = ""
         self._wake()
 
     def event(self, kind: str, obj: Obj) -> None:
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if kind == "BOOKMARK":  # the version moves on, the set does not change
+            if rv:
+                with self._lock:
+                    self._rv = rv
+                    self._changes += 1
+            return
         uid = _uid(obj)
         if not uid:
             return
         with self._lock:
+            if rv:
+                self._rv = rv
+            self._changes += 1
             if kind == "DELETED":
                 self._pods.pop(uid, None)
             else:
@@ -92,6 +111,12 @@ class ApiPodState:
                 return None
             self._dirty = False
             return list(self._pods.values())
+
+    def snapshot(self) -> tuple[int, str, list[Obj]]:
+        """(change count, resourceVersion, raw pods) taken together: the version stands for
+        exactly that set, so it can be saved as a resume point."""
+        with self._lock:
+            return self._changes, self._rv, list(self._pods.values())
 
 
 class SetBuilder:

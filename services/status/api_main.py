@@ -1,12 +1,13 @@
 """Process ``status-api``: the status subsystem's API writer (runs when ``kubeconfig`` is set).
 
-The main thread replicates ``desired``, ``statuses`` and the API source's ``pods-api`` map and
-hands a snapshot of them to a writer thread after every change; the writer (``apiwriter.py``)
-PATCHes statuses whose version advanced, keeps mirror pods and deletes terminated API pods, and
-does a turn every ``statusSweepFrequency`` anyway (what failed is retried then). When the API
-server is unreachable the writer backs off (0.8 s doubling to ``apiRetryMaxDelay``); nothing is
-lost meanwhile: the pending work is "every status newer than what was written", recomputed from
-the latest snapshot, so each pod's newest status reaches the API once it is back.
+The main thread (the service loop) replicates ``desired``, ``statuses`` and the API source's
+``pods-api`` map and hands a snapshot of them to a writer thread after every change; the
+writer (``apiwriter.py``) PATCHes statuses whose version advanced, keeps mirror pods and
+deletes terminated API pods, and does a turn every ``statusSweepFrequency`` anyway (what
+failed is retried then). When the API server is unreachable the writer backs off (0.8 s
+doubling to ``apiRetryMaxDelay``); nothing is lost meanwhile: the pending work is "every
+status newer than what was written", recomputed from the latest snapshot, so each pod's newest
+status reaches the API once it is back.
 
 A separate process from ``status`` on purpose: a slow or absent API server never delays the
 statuses the rest of the agent reads, and a kill -9 of either leaves the other alone. Stateless:
@@ -15,15 +16,11 @@ after a restart every status is written once more (a PATCH of an equal status ch
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from typing import Any
 
-import zmq
-
 from podvisor.common.child import ChildContext
-from podvisor.ipc.clone import MapReplica
+from podvisor.common.service import ServiceLoop
 from podvisor.services.apiserver import ApiConnection, ApiUnreachable
 from podvisor.services.status.apiwriter import Snapshot, StatusWriter
 
@@ -34,11 +31,11 @@ STALL_LIMIT = 120.0
 class _Handoff:
     """The latest snapshot from the main thread to the writer (newest wins)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: float) -> None:
         self.cond = threading.Condition()
         self.snapshot: Snapshot | None = None
         self.fresh = False
-        self.progress = time.monotonic()
+        self.progress = now
 
     def put(self, snap: Snapshot) -> None:
         with self.cond:
@@ -60,7 +57,7 @@ def run(ctx: ChildContext) -> None:
         return
     conn = ApiConnection(config.kubeconfig)
     writer = StatusWriter(conn, config.node_name, ctx.log)
-    handoff = _Handoff()
+    handoff = _Handoff(ctx.clock.monotonic())
     stop = threading.Event()
     failure: list[BaseException] = []
 
@@ -75,44 +72,37 @@ def run(ctx: ChildContext) -> None:
     def on_change(key: str, old: Any, new: Any) -> None:
         changed[0] = True
 
-    replicas = [MapReplica(ctx.zctx, ctx.paths, name, on_change, snapshot_timeout=0.5,
-                           clock=ctx.clock)
+    loop = ServiceLoop(ctx)
+    loop.closing(conn)
+    replicas = [loop.replica(name, on_change, snapshot_timeout=0.5)
                 for name in ("desired", "statuses", "pods-api", "api-mirrors")]
     desired, statuses, api, api_mirrors = replicas
     thread = threading.Thread(target=helper, name="status-api", daemon=True)
     thread.start()
-    poller = zmq.Poller()
-    for replica in replicas:
-        for sock in replica.sockets:
-            poller.register(sock, zmq.POLLIN)
-    if ctx.stop_fd is not None:
-        poller.register(ctx.stop_fd, zmq.POLLIN)
+
+    def step(now: float) -> float | None:
+        if failure:
+            raise failure[0]
+        if now - handoff.progress > STALL_LIMIT:
+            raise RuntimeError(f"the API writer made no progress for {STALL_LIMIT}s")
+        if changed[0] and desired.synced and statuses.synced:
+            changed[0] = False
+            mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
+            api_set = api.get("set") if api.synced else None
+            handoff.put(Snapshot(desired.items(), statuses.items(),
+                                 list(mirrors) if isinstance(mirrors, list) else None,
+                                 list(api_set.get("pods") or [])
+                                 if isinstance(api_set, dict) else None))
+        return None
+
     try:
-        while not ctx.stop.is_set():
-            ctx.heartbeat()
-            if failure:
-                raise failure[0]
-            if time.monotonic() - handoff.progress > STALL_LIMIT:
-                raise RuntimeError(f"the API writer made no progress for {STALL_LIMIT}s")
-            for replica in replicas:
-                replica.pump()
-            if changed[0] and desired.synced and statuses.synced:
-                changed[0] = False
-                mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
-                api_set = api.get("set") if api.synced else None
-                handoff.put(Snapshot(desired.items(), statuses.items(),
-                                     list(mirrors) if isinstance(mirrors, list) else None,
-                                     list(api_set.get("pods") or [])
-                                     if isinstance(api_set, dict) else None))
-            pending = any(r.waiting_for_snapshot or not r.synced for r in replicas)
-            timeout = min(ctx.heartbeat_interval, 0.5 if pending else math.inf)
-            poller.poll(int(timeout * 1000))
+        loop.run(step)
     finally:
         stop.set()
         with handoff.cond:
             handoff.cond.notify()
         thread.join(2)
-        conn.close()
+        loop.close()
 
 
 def _write_loop(ctx: ChildContext, writer: StatusWriter, handoff: _Handoff,
@@ -122,7 +112,7 @@ def _write_loop(ctx: ChildContext, writer: StatusWriter, handoff: _Handoff,
     failing = ""
     snap: Snapshot | None = None
     while not stop.is_set():
-        handoff.progress = time.monotonic()
+        handoff.progress = ctx.clock.monotonic()
         newer = handoff.take(config.status_sweep_frequency if not failing else delay)
         snap = newer or snap
         if stop.is_set() or snap is None:

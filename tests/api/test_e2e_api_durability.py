@@ -1,7 +1,7 @@
 """kill -9 of the whole agent and of ``status`` while joined to the stand-in API server: no pod
 restarted (same container ID), no status regressed in the API, the Lease renewed by the next
-agent; and (slow) the API server away for 60 s: pods keep running and the statuses made meanwhile
-reach the API when it is back."""
+agent, whose source-api resumes the watch without a relist; and (slow) the API server away for
+60 s: pods keep running and the statuses made meanwhile reach the API when it is back."""
 
 from __future__ import annotations
 
@@ -82,7 +82,13 @@ def test_kill9_of_status_and_of_the_whole_agent(api: KubeApi, agent: Any,
         wait_for(lambda p=p: process_gone(p), timeout=30, message="the agent's processes go")
     lease_before = api.store.get("leases", "kube-node-lease", NODE)["spec"]["renewTime"]
     cfg = {**config(kubeconfig, root), "stopPodsOnExit": True}
+    restarted = time.monotonic()
     second = agent(config=cfg)
+    # the next agent's source-api watches on from the version it saved: no relist
+    pod_requests = wait_for(lambda: sorted(
+        (r for r in list(api.requests) if r.path == "/api/v1/pods" and r.started > restarted),
+        key=lambda r: r.started), timeout=30, message="the next agent's first pods request")
+    assert "watch=1" in pod_requests[0].query.split("&")
     wait_for(lambda: api.store.get("leases", "kube-node-lease", NODE)["spec"]["renewTime"]
              != lease_before, timeout=30, message="the next agent renews the Lease")
     second.wait_state("status-api", "RUNNING")

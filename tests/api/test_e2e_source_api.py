@@ -5,8 +5,11 @@ pod larger than the Node's allocatable is rejected (OutOfcpu) with that status i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,28 @@ def api_pod(name: str, node: str = NODE, **meta: Any) -> dict[str, Any]:
         "terminationGracePeriodSeconds": 2, "restartPolicy": "Always",
         "containers": [{"name": "c", "image": "host",
                         "command": ["sh", "-c", "sleep 3600"]}]}}
+
+
+def _saved_with(path: Path, name: str) -> dict[str, Any] | None:
+    """source-api's saved resume point when it holds the pod ``name``."""
+    try:
+        saved: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    names = {i["metadata"]["name"] for i in saved.get("items", [])}
+    return saved if name in names else None
+
+
+def _pod_requests_since(api: KubeApi, since: float) -> list[Any]:
+    """Pod list/watch requests the stand-in received (started) after ``since``, in order."""
+    return sorted((r for r in list(api.requests)
+                   if r.path == "/api/v1/pods" and r.started > since), key=lambda r: r.started)
+
+
+def _query(request: Any) -> dict[str, str]:
+    """The watch-relevant part of a request's query."""
+    q = urllib.parse.parse_qs(request.query)
+    return {k: v[0] for k, v in q.items() if k in ("watch", "resourceVersion")}
 
 
 def running(port: int) -> dict[str, str]:
@@ -73,15 +98,40 @@ def test_api_pods_run_mirror_and_foreign_pods_do_not(api: KubeApi, agent: Any,
     # a pod added while the watch is open runs too
     api.store.create("pods", "default", api_pod("late"))
     wait_for(lambda: {"web", "late"} <= set(running(port)), timeout=60)
-    # kill -9 of source-api: it relists; nothing restarts
+    # kill -9 of source-api: it resumes the watch from its saved version, no relist; nothing
+    # restarts
+    resume = handle.paths.state_dir / "source-api.json"
+    wait_for(lambda: _saved_with(resume, "late"), timeout=30,
+             message="the resume point holds late")
     pid = handle.wait_state("source-api", "RUNNING")["pid"]
     os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    saved = _saved_with(resume, "late")  # the last point written before the kill
+    assert saved is not None
     handle.wait_state("source-api", "RUNNING", where=lambda r: r["pid"] != pid)
-    wait_for(lambda: api.count("GET", "/api/v1/pods") >= 2 and
-             sum(1 for r in api.requests if r.path == "/api/v1/pods" and
-                 "watch" not in r.query) >= 2, timeout=30, message="a relist")
-    after = running(port)
-    assert after["web"] == first["web"]
+    first_after = wait_for(lambda: _pod_requests_since(api, killed), timeout=30,
+                           message="source-api's first request after the kill")[0]
+    assert _query(first_after) == {"watch": "1", "resourceVersion": saved["resourceVersion"]}
+    assert running(port)["web"] == first["web"]
+    # a saved version the server no longer has (compacted away while source-api was frozen):
+    # 410 Gone -> a relist; nothing restarts
+    wait_for(lambda: _pod_requests_since(api, killed), timeout=30)
+    pid = handle.wait_state("source-api", "RUNNING")["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    stale = _saved_with(resume, "late")
+    assert stale is not None
+    api.store.create("pods", "default", api_pod("moved-on", node="other"))
+    api.store.compact()
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    handle.wait_state("source-api", "RUNNING", where=lambda r: r["pid"] != pid)
+    reqs = wait_for(lambda: (lambda r: r if any("watch" not in _query(x) for x in r) else None)(
+        _pod_requests_since(api, killed)), timeout=30, message="a relist after 410 Gone")
+    assert _query(reqs[0]) == {"watch": "1", "resourceVersion": stale["resourceVersion"]}
+    assert "watch" not in _query(reqs[1])  # the relist
+    wait_for(lambda: (lambda s: s and int(s["resourceVersion"]) > int(stale["resourceVersion"]))(
+        _saved_with(resume, "late")), timeout=30, message="a new resume point after the relist")
+    assert running(port)["web"] == first["web"]
     # removed from the API (grace 0): the agent stops it
     api.store.delete("pods", "default", "late", grace=0)
 

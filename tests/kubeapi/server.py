@@ -75,7 +75,8 @@ class Request:
     query: str
     user: str
     code: int
-    at: float
+    at: float  # when it was answered (a watch: when it ended)
+    started: float = 0.0  # when it came in
 
 
 @dataclass
@@ -307,6 +308,7 @@ class KubeApi:
         return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
         who = self._user(request)
         user = who[0] if who else ""
         try:
@@ -319,7 +321,7 @@ class KubeApi:
             response = web.json_response(ApiError(422, "Invalid", str(exc)).status(),
                                          status=422)
         self.requests.append(Request(request.method, request.path, request.query_string,
-                                     user, response.status, time.monotonic()))
+                                     user, response.status, time.monotonic(), started))
         return response
 
     async def _dispatch(self, request: web.Request, who: tuple[str, list[str]],
