@@ -94,7 +94,9 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
         ws_url = "ws" + url[len("http"):] if url.startswith("http") else url
         async with aiohttp.ClientSession() as session:
             try:
-                upstream = await session.ws_connect(ws_url, protocols=offered, max_msg_size=0)
+                # containerd's server (golang.org/x/net/websocket) wants an Origin header
+                upstream = await session.ws_connect(ws_url, protocols=offered, max_msg_size=0,
+                                                    headers={"Origin": url.split("/exec/")[0]})
             except aiohttp.ClientError as exc:
                 return status_error(502, "BadGateway",
                                     f"exec: the runtime's streaming server refused: {exc}")
