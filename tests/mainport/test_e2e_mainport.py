@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -439,3 +440,20 @@ def test_exec_refusals_and_run(node: Node, wait_for: Any) -> None:
     run = requests.post(node.url("/run/default/talker-e2e/c?cmd=echo%20ran"), verify=node.ca,
                         headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     assert run.status_code == 200 and run.text == "ran\n"
+
+
+def test_podvisorctl_exec(node: Node) -> None:
+    ctl = [str(Path(sys.executable).parent / "podvisorctl"), "--root-dir",
+           str(node.handle.paths.root)]
+    done = subprocess.run([*ctl, "exec", "talker", "--", "sh", "-c", "echo hi; echo oops >&2; "
+                           "exit 5"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (5, "hi\n", "oops\n")
+    piped = subprocess.run([*ctl, "exec", "-i", "talker", "-c", "c", "--", "cat"],
+                           input="through stdin\n", capture_output=True, text=True, timeout=60)
+    assert (piped.returncode, piped.stdout) == (0, "through stdin\n"), piped.stderr
+    missing = subprocess.run([*ctl, "exec", "nosuchpod", "--", "true"], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 2 and "no running pod nosuchpod" in missing.stderr
+    tty = subprocess.run([*ctl, "exec", "-t", "talker", "--", "true"], capture_output=True,
+                         text=True, timeout=60)
+    assert tty.returncode == 2 and "not supported" in tty.stderr
