@@ -112,3 +112,27 @@ def test_tokens_expire_unused() -> None:
     assert server._take(fresh) is None  # single use
     clock.advance(61.0)
     assert server._take(stale) is None  # expired
+
+
+def test_exec_stream_runs_as_the_container(cri_runtime: Any) -> None:
+    """The streamed command gets the container's user, groups, caps and no_new_privs, as
+    ExecSync's (the same argv)."""
+    from tests.runtime.test_contract_security import REPORT
+
+    runs_processes(cri_runtime, "a process's identity")
+    sid, sconfig = cri_runtime.run("wsid")
+    config = cri_runtime.container_config("c", ["sleep", "1000"])
+    sc = config.linux.security_context
+    sc.run_as_user.value = 65534
+    sc.run_as_group.value = 65534
+    sc.supplemental_groups.append(4321)
+    sc.no_new_privs = True
+    cid = cri_runtime.client.create_container(sid, config, sconfig)
+    cri_runtime.client.start_container(cid)
+    proto = "v5.channel.k8s.io" if cri_runtime.name == "embedded" else "v4.channel.k8s.io"
+    out, err, status = asyncio.run(ws_exec(exec_url(cri_runtime, cid, ["sh", "-c", REPORT]),
+                                           proto, None))
+    text = out.decode()
+    assert status["status"] == "Success", err
+    assert "uid=65534 gid=65534" in text and "4321" in text, text
+    assert "CapEff:0000000000000000" in text and "NoNewPrivs:1" in text, text
