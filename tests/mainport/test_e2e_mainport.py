@@ -457,3 +457,36 @@ def test_podvisorctl_exec(node: Node) -> None:
     tty = subprocess.run([*ctl, "exec", "-t", "talker", "--", "true"], capture_output=True,
                          text=True, timeout=60)
     assert tty.returncode == 2 and "not supported" in tty.stderr
+
+
+def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
+    """The exec stream ends with the server process; the runtime then kills the command it
+    was running for it; the port answers again; the talker is untouched."""
+    import asyncio
+    import ssl
+
+    import aiohttp
+
+    handle = node.handle
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    talker_pid = read_pid(node.marks, "talker")
+    ctx = ssl.create_default_context(cafile=node.ca)
+    query = "command=sh&command=-c&command=echo%20%24%24%3B%20exec%20sleep%201000&stdout=1"
+
+    async def run() -> tuple[int, aiohttp.WSMsgType]:
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                node.url(f"{EXEC}?{query}"), protocols=("v5.channel.k8s.io",), ssl=ctx,
+                headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            first = await ws.receive()
+            pid = int(first.data[1:])
+            handle.call("kill", name="server", signal="KILL")
+            last = await ws.receive()
+            while last.type is aiohttp.WSMsgType.BINARY:  # nothing more should come
+                last = await ws.receive()
+            return pid, last.type
+    pid, end = asyncio.run(run())
+    assert end in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.ERROR)
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie",
+             30.0, 0.05, "the exec'd command killed once its stream is gone")
+    wait_for(lambda: _answers(node), 30.0, 0.02, "main port back after kill -9")
+    assert read_pid(node.marks, "talker") == talker_pid
