@@ -87,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("container", nargs="?")
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
+    ex = sub.add_parser("exec", help="run a command in a container (exec POD -- CMD...)")
+    ex.add_argument("pod")
+    ex.add_argument("exec_cmd", nargs="*", metavar="CMD")
+    ex.add_argument("-n", "--namespace", default="default")
+    ex.add_argument("-c", "--container", default=None)
+    ex.add_argument("-i", "--stdin", action="store_true", help="pass this stdin to the command")
+    ex.add_argument("-t", "--tty", action="store_true", help="a TTY (not supported yet)")
     sub.add_parser("ops-password", help="print the ops port's password (user opsUsername)")
     im = sub.add_parser("images", help="the runtime's images (pull REF, rm REF...)")
     im.add_argument("action", nargs="?", choices=("pull", "rm", "load"))
@@ -160,7 +167,14 @@ def _print(ns: argparse.Namespace, result: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = _parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "exec" in args and "--" in args[args.index("exec"):]:  # exec POD [opts] -- CMD...
+        cut = args.index("--", args.index("exec"))
+        args, command = args[:cut], args[cut + 1:]
+    ns = _parser().parse_args(args)
+    if ns.cmd == "exec":
+        ns.exec_cmd = [*ns.exec_cmd, *command]
     if ns.cmd == "pods":  # served by the pleg/status/server engineer's module
         from podvisor.supervisor.ctl_pods import main_pods
 
@@ -193,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_images(root, ns.action, ns.refs, ns.json, ns.creds, ns.timeout)
+    if ns.cmd == "exec":  # CRI Exec on the agent's runtime, then its streaming server
+        from podvisor.supervisor.ctl_exec import main_exec
+
+        root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
+        return main_exec(root, ns.pod, ns.namespace, ns.container, ns.stdin, ns.tty,
+                         ns.exec_cmd, ns.timeout or 10.0)
     if ns.cmd == "top":  # asks the runtime (CRI) directly
         from podvisor.supervisor.ctl_top import main_top
 

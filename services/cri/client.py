@@ -80,6 +80,9 @@ class RuntimeClient(Protocol):
     ) -> pb.ExecSyncResponse:
         """Run ``cmd`` in the container; ``timeout`` seconds (0 = none; rounded up to 1 s)."""
 
+    def exec(self, request: pb.ExecRequest) -> str:
+        """CRI ``Exec``: the streaming server's URL (single use) for the request."""
+
     def reopen_container_log(self, container_id: str) -> None: ...
 
     def container_stats(self, container_id: str) -> pb.ContainerStats: ...

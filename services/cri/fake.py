@@ -309,6 +309,10 @@ class FakeRuntimeClient:
                                f"container {container_id} is not running")
             return self.exec_results.get(container_id, pb.ExecSyncResponse(exit_code=0))
 
+    def exec(self, request: pb.ExecRequest) -> str:
+        self._enter("Exec", request.container_id, tuple(request.cmd))
+        raise CriError("Exec", grpc.StatusCode.UNIMPLEMENTED, "the fake runtime does not stream")
+
     def reopen_container_log(self, container_id: str) -> None:
         self._enter("ReopenContainerLog", container_id)
         with self._lock:

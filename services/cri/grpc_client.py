@@ -180,6 +180,9 @@ class _GrpcRuntimeClient:
         deadline = self._timeout + secs if secs else 365 * 86400.0
         return self._call("ExecSync", req, pb.ExecSyncResponse, deadline)
 
+    def exec(self, request: pb.ExecRequest) -> str:
+        return str(self._call("Exec", request, pb.ExecResponse).url)
+
     def reopen_container_log(self, container_id: str) -> None:
         req = pb.ReopenContainerLogRequest(container_id=container_id)
         self._call("ReopenContainerLog", req, pb.ReopenContainerLogResponse)

@@ -139,6 +139,9 @@ class _InstrumentedRuntimeClient:
             "ExecSync", lambda: self._inner.exec_sync(container_id, cmd, timeout)
         )
 
+    def exec(self, request: pb.ExecRequest) -> str:
+        return self._observe("Exec", lambda: self._inner.exec(request))
+
     def reopen_container_log(self, container_id: str) -> None:
         self._observe(
             "ReopenContainerLog", lambda: self._inner.reopen_container_log(container_id)

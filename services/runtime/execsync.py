@@ -26,17 +26,7 @@ def exec_sync(spec: dict[str, Any], cmd: Sequence[str], timeout: int,
     namespace the command joins (with util-linux ``nsenter``) when the container has mounts,
     so probes and hooks see what the container sees. The runtime is multi-threaded, so no
     setns between fork and exec here."""
-    if not cmd:
-        raise invalid("exec: empty command")
-    env = dict(item.split("=", 1) for item in spec["env"])
-    argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
-    if spec.get("mounts") or has_private_mounts(spec.get("security")):
-        nsenter = shutil.which("nsenter")
-        if nsenter is None:
-            raise precondition("exec in a container with mounts needs nsenter (util-linux) "
-                               "on the runtime's PATH")
-        argv = [nsenter, f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}", "--", *argv]
-        cwd = "/"
+    argv, env, cwd = exec_command(spec, cmd, pid)
     try:
         proc = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -56,6 +46,24 @@ def exec_sync(spec: dict[str, Any], cmd: Sequence[str], timeout: int,
     code = proc.returncode
     return pb.ExecSyncResponse(stdout=out[:MAX_OUTPUT], stderr=err_out[:MAX_OUTPUT],
                                exit_code=128 - code if code < 0 else code)
+
+
+def exec_command(spec: dict[str, Any], cmd: Sequence[str],
+                 pid: int) -> tuple[list[str], dict[str, str], str]:
+    """The argv, environment and working directory that run ``cmd`` in the container's
+    context (shared by ExecSync and the streaming Exec)."""
+    if not cmd:
+        raise invalid("exec: empty command")
+    env = dict(item.split("=", 1) for item in spec["env"])
+    argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
+    if spec.get("mounts") or has_private_mounts(spec.get("security")):
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise precondition("exec in a container with mounts needs nsenter (util-linux) "
+                               "on the runtime's PATH")
+        argv = [nsenter, f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}", "--", *argv]
+        cwd = "/"
+    return argv, env, cwd
 
 
 def has_private_mounts(sec: dict[str, Any] | None) -> bool:

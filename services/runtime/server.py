@@ -14,10 +14,12 @@ import grpc
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
 from podvisor.common.logs import Log as Logger
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import MAX_SOCKET_PATH
 from podvisor.ipc.rlimits import raise_nofile_limit
 from podvisor.services.runtime.engine import Engine
-from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer
+from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer, exec_command_of
+from podvisor.services.runtime.streaming import StreamingServer
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_WORKERS = 64
@@ -69,6 +71,7 @@ class RuntimeServer:
         self.log = log
         self.engine = Engine(root, log, registries=registries)
         self._server: Any = None
+        self.streaming: StreamingServer | None = None
 
     def start(self) -> None:
         old, new = raise_nofile_limit()  # a descriptor per container: no 1,024 ceiling
@@ -88,7 +91,10 @@ class RuntimeServer:
             ],
         )
         stubs: Any = pb_grpc
-        runtime = RuntimeServicer(self.engine)
+        self.streaming = StreamingServer(self.engine_exec_command, self.log,
+                                         SYSTEM_CLOCK.monotonic)
+        self.streaming.start()
+        runtime = RuntimeServicer(self.engine, self.streaming)
         runtime.raw_bytes = _add_passing_bytes(
             server, stubs.add_RuntimeServiceServicer_to_server, runtime,
             ("ListContainers", "ListPodSandbox", "GetContainerEvents"))
@@ -109,9 +115,16 @@ class RuntimeServer:
         self._server = server
         self.log.info("runtime.serving", socket=str(self.socket_path), root=str(self.root))
 
+    def engine_exec_command(self, container_id: str,
+                            cmd: Any) -> tuple[list[str], dict[str, str], str]:
+        return exec_command_of(self.engine, container_id, cmd)
+
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving. Containers and their monitors keep running."""
         self.engine.events.close_all()
+        if self.streaming is not None:
+            self.streaming.stop()
+            self.streaming = None
         if self._server is not None:
             self._server.stop(grace).wait(grace + 1)
             self._server = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -22,6 +22,7 @@ from podvisor.services.runtime.faults import Fault, precondition
 from podvisor.services.runtime.index import POD_UID_LABEL
 from podvisor.services.runtime.model import Container, ContainerState, Sandbox, labels_match
 from podvisor.services.runtime.stats import StatsCollector
+from podvisor.services.runtime.streaming import ExecRequest, StreamingServer
 
 VERSION = "0.1.0"
 RUNTIME_NAME = "podvisor-embedded"
@@ -109,8 +110,18 @@ class _ItemCache:
         return b"".join(out)
 
 
+def exec_command_of(engine: Engine, container_id: str,
+                    cmd: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
+    """How to run ``cmd`` in a running container (ExecSync's way); a Fault when it cannot."""
+    c = engine.container(container_id)
+    if c.state is not ContainerState.RUNNING:
+        raise precondition(f"container {c.id} is not running")
+    return execsync.exec_command(engine.spec(c.id), cmd, c.started.pid if c.started else 0)
+
+
 class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, streaming: StreamingServer | None = None) -> None:
+        self.streaming = streaming
         self.engine = engine
         self.stats = StatsCollector(engine.wall, engine.cgroup_dirs, engine.cgroups.usage)
         self._cache = _ItemCache()
@@ -212,6 +223,16 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             raise precondition(f"container {c.id} is not running")
         return execsync.exec_sync(self.engine.spec(c.id), list(request.cmd),
                                   int(request.timeout), c.started.pid if c.started else 0)
+
+    @_guard
+    def Exec(self, request: pb.ExecRequest, context: Any) -> pb.ExecResponse:
+        if self.streaming is None:
+            raise Fault(grpc.StatusCode.UNIMPLEMENTED, "no streaming server")
+        exec_command_of(self.engine, request.container_id, list(request.cmd) or ["true"])
+        url = self.streaming.exec_url(ExecRequest(
+            request.container_id, tuple(request.cmd), request.stdin, request.stdout,
+            request.stderr, request.tty))
+        return pb.ExecResponse(url=url)
 
     @_guard
     def ReopenContainerLog(self, request: pb.ReopenContainerLogRequest, context: Any) -> Any:

@@ -21,7 +21,7 @@ import psutil
 from aiohttp import web
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.services.cri import CriError
+from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.server.app import Clock, Handler, make_app, status_error
 from podvisor.services.server.auth import Authenticator, Authorizer, attributes
 from podvisor.services.server.containerlogs import (
@@ -30,6 +30,7 @@ from podvisor.services.server.containerlogs import (
     parse_options,
     serve_logs,
 )
+from podvisor.services.server.execproxy import add_exec_routes
 from podvisor.services.server.metrics import (
     CONTENT_TYPE,
     render_metrics,
@@ -43,7 +44,8 @@ __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
 MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
              "/containerLogs/{namespace}/{pod}/{container}, /configz, /stats/summary, /metrics, "
-             "/metrics/probes and /metrics/resource")
+             "/metrics/probes, /metrics/resource, /exec/{namespace}/{pod}/{container} (WebSocket) "
+             "and /run/{namespace}/{pod}/{container}")
 REDACTED = "<redacted>"
 
 
@@ -88,7 +90,8 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
                   container_stats: Callable[[], list[pb.ContainerStats]] | None = None,
                   clock: Clock = time.monotonic,
                   wall: Clock = time.time,
-                  refresh: Callable[[], Awaitable[View]] | None = None) -> web.Application:
+                  refresh: Callable[[], Awaitable[View]] | None = None,
+                  runtime: Callable[[], RuntimeClient] | None = None) -> web.Application:
     app = make_app(get_view, clock=clock, wall=wall, refresh=refresh,
                    middlewares=(auth_middleware(authn, authz, node_name, log),),
                    hint=MAIN_HINT)
@@ -170,4 +173,6 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/probes", probe_metrics)
     app.router.add_get("/metrics/resource", resource_metrics)
+    if runtime is not None:
+        add_exec_routes(app, runtime, log)
     return app

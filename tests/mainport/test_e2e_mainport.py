@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -352,3 +353,140 @@ def test_counters_of_a_restarted_process_never_go_back(node: Node, wait_for: Any
                      30.0, 0.1, "the count grows on after the restart")
     assert after > before
     assert _metric(node, 'podvisor_process_restarts_total{process="pleg"}') >= 1
+
+
+# -- /exec and /run (streaming through the runtime's CRI Exec) ----------------------------------
+
+EXEC = "/exec/default/talker-e2e/c"
+
+
+def _ws_exec(node: Node, query: str, stdin: bytes | None,
+             protocol: str = "v5.channel.k8s.io") -> tuple[bytes, bytes, dict[str, Any]]:
+    """aiohttp's WebSocket client through the main port: (stdout, stderr, status)."""
+    import asyncio
+    import ssl
+
+    import aiohttp
+
+    async def run() -> tuple[bytes, bytes, dict[str, Any]]:
+        out, err, status = b"", b"", {}
+        ctx = ssl.create_default_context(cafile=node.ca)
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                node.url(f"{EXEC}?{query}"), protocols=(protocol,), ssl=ctx,
+                headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            assert ws.protocol == protocol
+            if stdin is not None:
+                await ws.send_bytes(b"\x00" + stdin)
+                await ws.send_bytes(b"\xff\x00")
+            async for msg in ws:
+                if msg.type is aiohttp.WSMsgType.BINARY:
+                    channel, data = msg.data[0], msg.data[1:]
+                    if channel == 1:
+                        out += data
+                    elif channel == 2:
+                        err += data
+                    elif channel == 3:
+                        status = json.loads(data)
+        return out, err, status
+    return asyncio.run(run())
+
+
+def test_exec_needs_credentials(node: Node, wait_for: Any) -> None:
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    resp = node.get(f"{EXEC}?command=true&stdout=1", token=None)
+    assert resp.status_code == 401 and resp.json()["reason"] == "Unauthorized"
+    assert requests.post(node.url("/run/default/talker-e2e/c?cmd=true"), verify=node.ca,
+                         timeout=10).status_code == 401
+
+
+def test_exec_websocket_output_exit_code_stdin(node: Node, wait_for: Any) -> None:
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    query = ("command=sh&command=-c&command=cat%3B%20echo%20err%20%3E%262%3B%20exit%207"
+             "&stdin=1&stdout=1&stderr=1")
+    out, err, status = _ws_exec(node, query, b"piped in\n")
+    assert (out, err) == (b"piped in\n", b"err\n")
+    assert status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"][0]["message"] == "7"
+    out, _, status = _ws_exec(node, "command=echo&command=v4&stdout=1", None,
+                              "v4.channel.k8s.io")
+    assert out == b"v4\n" and status["status"] == "Success"
+
+
+def test_exec_with_the_kubernetes_client(node: Node, wait_for: Any) -> None:
+    from kubernetes.client import Configuration
+    from kubernetes.stream.ws_client import WSClient
+
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    cfg = Configuration(host=node.url(""))
+    cfg.ssl_ca_cert = node.ca
+    url = (f"wss://127.0.0.1:{node.port}{EXEC}?command=sh&command=-c"
+           "&command=echo%20hello%3B%20exit%204&stdout=true&stderr=true")
+    ws = WSClient(cfg, url, {"authorization": f"Bearer {TOKEN}"}, capture_all=True)
+    ws.run_forever(timeout=30)
+    assert ws.read_stdout() == "hello\n"
+    assert ws.returncode == 4
+
+
+def test_exec_refusals_and_run(node: Node, wait_for: Any) -> None:
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    plain = node.get(f"{EXEC}?command=true&stdout=1")
+    assert plain.status_code == 400 and "WebSocket" in plain.json()["message"]
+    missing = node.get("/exec/default/no-such-pod/c?command=true&stdout=1",
+                       headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                                "Sec-WebSocket-Protocol": "v5.channel.k8s.io",
+                                "Sec-WebSocket-Version": "13",
+                                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert missing.status_code == 404, missing.text
+    run = requests.post(node.url("/run/default/talker-e2e/c?cmd=echo%20ran"), verify=node.ca,
+                        headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert run.status_code == 200 and run.text == "ran\n"
+
+
+def test_podvisorctl_exec(node: Node) -> None:
+    ctl = [str(Path(sys.executable).parent / "podvisorctl"), "--root-dir",
+           str(node.handle.paths.root)]
+    done = subprocess.run([*ctl, "exec", "talker", "--", "sh", "-c", "echo hi; echo oops >&2; "
+                           "exit 5"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (5, "hi\n", "oops\n")
+    piped = subprocess.run([*ctl, "exec", "-i", "talker", "-c", "c", "--", "cat"],
+                           input="through stdin\n", capture_output=True, text=True, timeout=60)
+    assert (piped.returncode, piped.stdout) == (0, "through stdin\n"), piped.stderr
+    missing = subprocess.run([*ctl, "exec", "nosuchpod", "--", "true"], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 2 and "no running pod nosuchpod" in missing.stderr
+    tty = subprocess.run([*ctl, "exec", "-t", "talker", "--", "true"], capture_output=True,
+                         text=True, timeout=60)
+    assert tty.returncode == 2 and "not supported" in tty.stderr
+
+
+def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
+    """The exec stream ends with the server process; the runtime then kills the command it
+    was running for it; the port answers again; the talker is untouched."""
+    import asyncio
+    import ssl
+
+    import aiohttp
+
+    handle = node.handle
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    talker_pid = read_pid(node.marks, "talker")
+    ctx = ssl.create_default_context(cafile=node.ca)
+    query = "command=sh&command=-c&command=echo%20%24%24%3B%20exec%20sleep%201000&stdout=1"
+
+    async def run() -> tuple[int, aiohttp.WSMsgType]:
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                node.url(f"{EXEC}?{query}"), protocols=("v5.channel.k8s.io",), ssl=ctx,
+                headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            first = await ws.receive()
+            pid = int(first.data[1:])
+            handle.call("kill", name="server", signal="KILL")
+            last = await ws.receive()
+            while last.type is aiohttp.WSMsgType.BINARY:  # nothing more should come
+                last = await ws.receive()
+            return pid, last.type
+    pid, end = asyncio.run(run())
+    assert end in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.ERROR)
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie",
+             30.0, 0.05, "the exec'd command killed once its stream is gone")
+    wait_for(lambda: _answers(node), 30.0, 0.02, "main port back after kill -9")
+    assert read_pid(node.marks, "talker") == talker_pid

@@ -1,0 +1,156 @@
+"""``/exec/{namespace}/{pod}/{container}`` and ``/run/{namespace}/{pod}/{container}`` on the
+main port.
+
+``/exec`` asks the runtime (CRI ``Exec``, embedded or containerd) for a streaming URL and relays
+the client's WebSocket (``v5.channel.k8s.io``/``v4.channel.k8s.io``) to it message by message,
+accepting the protocol the runtime chose. SPDY upgrades are refused with 400 and a clear
+message (not built yet). ``/run`` is the kubelet's non-streaming exec: ``cmd`` (split on
+white space, as the kubelet does) through ``ExecSync``; the body is stdout then stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from cri_api.v1 import api_pb2 as pb
+
+from podvisor.common.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.server.app import status_error
+
+__all__ = ["add_exec_routes"]
+
+WS_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+RUN_TIMEOUT = 60.0
+_TRUE = {"1", "true", "True", "TRUE"}
+
+
+class ExecRequestError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason = code, reason
+
+
+def _flag(query: Any, name: str) -> bool:
+    return str(query.get(name, "")) in _TRUE
+
+
+def find_container(client: RuntimeClient, ns: str, pod: str, container: str) -> str:
+    """The running container's ID; ``ExecRequestError`` 404 when there is none."""
+    selector = {POD_NAMESPACE: ns, POD_NAME: pod, CONTAINER_NAME: container}
+    found = client.list_containers(pb.ContainerFilter(
+        state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING), label_selector=selector))
+    if not found:
+        raise ExecRequestError(404, "NotFound",
+                               f'container "{container}" of pod {ns}/{pod} is not running')
+    return str(max(found, key=lambda c: c.created_at).id)
+
+
+def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
+                    log: Any) -> None:
+    async def in_thread(fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+    async def exec_handler(request: web.Request) -> web.StreamResponse:
+        ns, pod = request.match_info["namespace"], request.match_info["pod"]
+        name = request.match_info["container"]
+        q = request.query
+        cmd = q.getall("command", [])
+        streams = {s: _flag(q, s) for s in ("stdin", "stdout", "stderr", "tty")}
+        if not cmd:
+            return status_error(400, "BadRequest", "exec: no command (the command query "
+                                                   "parameter, repeated per argument)")
+        if not (streams["stdin"] or streams["stdout"] or streams["stderr"]):
+            return status_error(400, "BadRequest",
+                                "exec: one of stdin, stdout or stderr must be true")
+        upgrade = request.headers.get("Upgrade", "").lower()
+        if upgrade != "websocket":
+            return status_error(400, "BadRequest",
+                                "exec needs a WebSocket upgrade with one of the protocols "
+                                f"{', '.join(WS_PROTOCOLS)} (SPDY is not supported yet)")
+        wanted = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "")
+                  .split(",") if p.strip()]
+        offered = [p for p in wanted if p in WS_PROTOCOLS]
+        if not offered:
+            return status_error(400, "BadRequest", "exec: none of the WebSocket protocols "
+                                f"{wanted} is supported; use one of {', '.join(WS_PROTOCOLS)}")
+        try:
+            cid = await in_thread(lambda: find_container(client(), ns, pod, name))
+            url = await in_thread(lambda: client().exec(pb.ExecRequest(
+                container_id=cid, cmd=cmd, **streams)))
+        except ExecRequestError as exc:
+            return status_error(exc.code, exc.reason, str(exc))
+        except CriError as exc:
+            return status_error(400 if exc.code.name in ("INVALID_ARGUMENT",
+                                                         "FAILED_PRECONDITION") else 503,
+                                "BadRequest" if exc.code.name != "UNAVAILABLE"
+                                else "ServiceUnavailable", f"exec: {exc}")
+        log.info("mainport.exec", pod=f"{ns}/{pod}", container=name, cmd=cmd[:1])
+        ws_url = "ws" + url[len("http"):] if url.startswith("http") else url
+        async with aiohttp.ClientSession() as session:
+            try:
+                # containerd's server (golang.org/x/net/websocket) wants an Origin header
+                upstream = await session.ws_connect(ws_url, protocols=offered, max_msg_size=0,
+                                                    headers={"Origin": url.split("/exec/")[0]})
+            except aiohttp.ClientError as exc:
+                return status_error(502, "BadGateway",
+                                    f"exec: the runtime's streaming server refused: {exc}")
+            async with upstream:
+                chosen = upstream.protocol or offered[0]
+                down = web.WebSocketResponse(protocols=(chosen,), max_msg_size=0)
+                await down.prepare(request)
+                await _relay(down, upstream)
+        return down
+
+    async def run_handler(request: web.Request) -> web.StreamResponse:
+        ns, pod = request.match_info["namespace"], request.match_info["pod"]
+        name = request.match_info["container"]
+        cmd = request.query.get("cmd", "").split()
+        if not cmd:
+            return status_error(400, "BadRequest", "run: no command (the cmd query parameter)")
+        try:
+            cid = await in_thread(lambda: find_container(client(), ns, pod, name))
+            resp = await in_thread(lambda: client().exec_sync(cid, cmd, RUN_TIMEOUT))
+        except ExecRequestError as exc:
+            return status_error(exc.code, exc.reason, str(exc))
+        except CriError as exc:
+            return status_error(400, "BadRequest", f"run: {exc}")
+        log.info("mainport.run", pod=f"{ns}/{pod}", container=name, cmd=cmd[:1],
+                 exit_code=resp.exit_code)
+        return web.Response(body=resp.stdout + resp.stderr,
+                            content_type="text/plain")
+
+    for method in ("GET", "POST"):
+        app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", exec_handler)
+    app.router.add_post("/run/{namespace}/{pod}/{container}", run_handler)
+
+
+async def _relay(down: web.WebSocketResponse,
+                 up: aiohttp.ClientWebSocketResponse) -> None:
+    """Copy messages both ways until either side closes, then close the other."""
+    async def pump(src: Any, dst: Any) -> None:
+        async for msg in src:
+            if msg.type is aiohttp.WSMsgType.BINARY:
+                await dst.send_bytes(msg.data)
+            elif msg.type is aiohttp.WSMsgType.TEXT:
+                await dst.send_str(msg.data)
+            else:
+                break
+
+    tasks = [asyncio.ensure_future(pump(up, down)), asyncio.ensure_future(pump(down, up))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await t
+        with contextlib.suppress(ConnectionError):
+            await down.close()
+            await up.close()
