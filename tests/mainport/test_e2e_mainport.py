@@ -186,6 +186,11 @@ def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None
     relists = wait_for(lambda: _metric(node, "kubelet_pleg_relist_duration_seconds_count"),
                        30.0, 0.2, "PLEG's histogram (multiprocess mode) in /metrics")
     assert relists >= 1
+    # the sync loop's CRI calls under the kubelet's names (multiprocess mode)
+    sandboxes = _metric(node, 'kubelet_runtime_operations_total{operation_type="run_podsandbox"}')
+    assert sandboxes is not None and sandboxes >= 3
+    text = node.get("/metrics").text
+    assert 'kubelet_runtime_operations_duration_seconds_bucket{le="+Inf",' in text
     if shutil.which("promtool") is None:
         pytest.skip("promtool not installed (Debian package prometheus)")
     done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
