@@ -87,7 +87,8 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
                         stopping=stopping.is_set, clock=ctx.clock.monotonic,
                         wall=ctx.clock.wall,
                         processes=lambda: process_rows(ctx.zctx, ctx.paths.control),
-                        container_stats=lambda: client().list_container_stats())
+                        container_stats=lambda: client().list_container_stats(),
+                        image_fs_info=lambda: client().image_fs_info())
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()

@@ -234,6 +234,10 @@ def test_stats_summary(node: Node, wait_for: Any) -> None:
             assert c["cpu"]["usageCoreNanoSeconds"] >= 0  # a sleeping shell may have used 0
             assert c["memory"]["workingSetBytes"] > 0
     assert found["burner-e2e"]["cpu"]["usageCoreNanoSeconds"] > 0
+    talker_logs = found["talker-e2e"]["containers"][0]["logs"]
+    assert talker_logs["usedBytes"] > 0 and talker_logs["inodesUsed"] >= 1
+    image_fs = body["node"]["runtime"]["imageFs"]  # CRI ImageFsInfo
+    assert image_fs["usedBytes"] >= 0 and image_fs["capacityBytes"] > 0 and image_fs["time"]
     assert node.get("/stats/summary", params={"x": "1"}).status_code == 400
 
 

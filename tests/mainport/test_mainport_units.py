@@ -416,3 +416,33 @@ def test_image_gc_metrics_through_the_multiprocess_directory(tmp_path: Path) -> 
         done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
                               capture_output=True, timeout=60, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_summary_logs_count_rotated_files_and_image_fs_from_cri(tmp_path: Path) -> None:
+    from cri_api.v1 import api_pb2 as pb
+
+    from podvisor.services.server.summary import image_fs_stats, log_usage, summary
+
+    pod_logs = _rotated_container_dir(tmp_path)
+    cdir = pod_logs / "default_web_uid1" / "c"
+    total = sum(f.stat().st_size for f in cdir.iterdir())
+    usage = log_usage(str(pod_logs))
+    assert usage == {("uid1", "c"): (total, 4)}  # 0.log, 1.log and two rotated (one .gz)
+    info = pb.ImageFsInfoResponse(image_filesystems=[pb.FilesystemUsage(
+        timestamp=1_700_000_000_000_000_000, fs_id=pb.FilesystemIdentifier(
+            mountpoint=str(tmp_path)), used_bytes=pb.UInt64Value(value=1234),
+        inodes_used=pb.UInt64Value(value=7))])
+    image_fs = image_fs_stats(info)
+    assert image_fs is not None
+    assert image_fs["usedBytes"] == 1234 and image_fs["inodesUsed"] == 7
+    assert image_fs["capacityBytes"] > 0 and image_fs["time"].startswith("2023-11-14T")
+    assert image_fs_stats(pb.ImageFsInfoResponse()) is None
+    stats = [pb.ContainerStats(
+        attributes=pb.ContainerAttributes(id="c1", metadata=pb.ContainerMetadata(name="c"),
+                                          labels={"io.kubernetes.pod.uid": "uid1",
+                                                  "io.kubernetes.pod.name": "web",
+                                                  "io.kubernetes.pod.namespace": "default"}),
+        cpu=pb.CpuUsage(timestamp=1, usage_core_nano_seconds=pb.UInt64Value(value=5)))]
+    body = summary("n", 0, {}, stats, {}, usage, image_fs, 1_700_000_000_000_000_000)
+    assert body["node"]["runtime"]["imageFs"] == image_fs
+    assert body["pods"][0]["containers"][0]["logs"]["usedBytes"] == total
