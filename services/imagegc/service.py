@@ -84,7 +84,7 @@ class ImageGC:
                              registry=self.registry)
         self.usage_pct = Gauge("podvisor_image_fs_usage_percent", "image filesystem usage "
                                "seen by the last image GC pass", registry=self.registry,
-                               multiprocess_mode="livemostrecent")
+                               multiprocess_mode="mostrecent")
         # the kubelet's name; reason "space": this GC removes images for disk usage only
         self.collected = Counter("kubelet_image_garbage_collected", "Total number of images "
                                  "garbage collected by the kubelet, whether through disk usage "
