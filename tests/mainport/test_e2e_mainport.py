@@ -189,6 +189,8 @@ def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None
     # the sync loop's CRI calls under the kubelet's names (multiprocess mode)
     sandboxes = _metric(node, 'kubelet_runtime_operations_total{operation_type="run_podsandbox"}')
     assert sandboxes is not None and sandboxes >= 3
+    started = _metric(node, "kubelet_started_containers_total")
+    assert started is not None and started >= 3
     text = node.get("/metrics").text
     assert 'kubelet_runtime_operations_duration_seconds_bucket{le="+Inf",' in text
     if shutil.which("promtool") is None:
