@@ -13,7 +13,6 @@ Exit codes: 0 ok (or Ctrl-C), 1 unknown pod/container or no log yet.
 
 from __future__ import annotations
 
-import gzip
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from podvisor.common.config import read_config_json
+from podvisor.common.crilog import MAX_READ, read_tail, with_rotated
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.maps import DESIRED
 from podvisor.ipc.paths import RunPaths
@@ -31,7 +31,7 @@ __all__ = ["CriDecoder", "LogError", "find_log_dir", "format_events", "main_logs
            "tail_lines"]
 
 POLL = 0.1  # seconds between checks of a followed file
-MAX_TAIL_READ = 64 << 20
+MAX_TAIL_READ = MAX_READ
 
 
 class LogError(Exception):
@@ -69,19 +69,13 @@ class CriDecoder:
 
 
 def tail_lines(files: list[Path], count: int | None) -> list[bytes]:
-    """The decoded lines of ``files`` (oldest first), only the last ``count`` if given."""
+    """The decoded lines of ``files`` (oldest first, rotated ``.gz`` ones included), only the
+    last ``count`` if given."""
     dec = CriDecoder()
     lines: list[bytes] = []
     for f in files:
         try:
-            if f.name.endswith(".gz"):  # a rotated file the log rotation compressed
-                with gzip.open(f, "rb") as packed:
-                    data = packed.read()
-                lines += dec.feed(data[-MAX_TAIL_READ:])
-                continue
-            with f.open("rb") as src:
-                src.seek(max(0, os.fstat(src.fileno()).st_size - MAX_TAIL_READ))
-                lines += dec.feed(src.read(MAX_TAIL_READ))
+            lines += dec.feed(read_tail(f, MAX_TAIL_READ)[0])
         except (OSError, EOFError):
             continue
     if count is not None:
@@ -191,17 +185,6 @@ def latest_log(cdir: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
-def _with_rotated(log: Path) -> list[Path]:
-    """Rotated siblings (``0.log.<stamp>``, gzipped ones ``.gz``) oldest first, then ``log``."""
-    try:
-        rotated = sorted((p for p in log.parent.iterdir()
-                          if p.name.startswith(log.name + ".") and not p.name.endswith(".tmp")),
-                         key=lambda p: p.name.removesuffix(".gz"))
-    except OSError:
-        rotated = []
-    return [*rotated, log]
-
-
 # --- following ---
 
 
@@ -259,7 +242,7 @@ def main_logs(root_dir: str, pod: str, container: str | None, follow_: bool,
         print(f"podvisorctl: {exc}", file=sys.stderr)
         return 1
     try:
-        out.write(b"".join(tail_lines(_with_rotated(latest[1]), tail)))
+        out.write(b"".join(tail_lines(with_rotated(latest[1]), tail)))
         out.flush()
         if follow_:
             follow(cdir, latest, _size(latest[1]), out, stop)

@@ -1,13 +1,18 @@
-"""A RuntimeClient wrapper that counts calls and errors and times them, per CRI method.
-
-Metrics (registered on the registry passed in, never the global one):
-  podvisor_cri_calls_total{method}                 every call, failed or not
-  podvisor_cri_errors_total{method,code}           calls that raised CriError (code = gRPC code)
-  podvisor_cri_call_duration_seconds{method}       latency histogram
+"""A RuntimeClient wrapper that counts calls and errors and times them, per CRI method, under
+the kubelet's names (registered on the registry passed in, never the global one; in the agent
+prometheus-client's multiprocess mode writes them to ``<rootDir>/run/metrics``, which the main
+port's ``/metrics`` sums):
+  kubelet_runtime_operations_total{operation_type}             every call, failed or not
+  kubelet_runtime_operations_errors_total{operation_type,code} calls that raised CriError
+                                                               (code = gRPC code, podvisor's)
+  kubelet_runtime_operations_duration_seconds{operation_type}  latency histogram
+``operation_type`` is the kubelet's spelling of the CRI method (``RunPodSandbox`` ->
+``run_podsandbox``, ``ContainerStatus`` -> ``container_status``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
@@ -23,19 +28,25 @@ R = TypeVar("R")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
+def operation_type(method: str) -> str:
+    """The kubelet's ``operation_type`` of a CRI method name."""
+    words = re.sub(r"(?<!^)(?=[A-Z])", "_", method.replace("PodSandbox", "Podsandbox"))
+    return words.lower()
+
+
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.calls = Counter(
-            "podvisor_cri_calls", "CRI calls made, by method", ["method"], registry=registry
-        )
+            "kubelet_runtime_operations", "Cumulative number of runtime operations by "
+            "operation type.", ["operation_type"], registry=registry)
         self.errors = Counter(
-            "podvisor_cri_errors", "CRI calls that failed, by method and gRPC code",
-            ["method", "code"], registry=registry,
-        )
+            "kubelet_runtime_operations_errors", "Cumulative number of runtime operation "
+            "errors by operation type (and gRPC code).", ["operation_type", "code"],
+            registry=registry)
         self.latency = Histogram(
-            "podvisor_cri_call_duration_seconds", "CRI call latency, by method", ["method"],
-            buckets=_BUCKETS, registry=registry,
-        )
+            "kubelet_runtime_operations_duration_seconds", "Duration in seconds of runtime "
+            "operations. Broken down by operation type.", ["operation_type"],
+            buckets=_BUCKETS, registry=registry)
 
 
 class _CountingStream:
@@ -47,14 +58,14 @@ class _CountingStream:
         try:
             yield from self._inner
         except CriError as err:
-            self._metrics.errors.labels("GetContainerEvents", err.code.name).inc()
+            self._metrics.errors.labels("get_container_events", err.code.name).inc()
             raise
 
     def wait_subscribed(self) -> None:
         try:
             self._inner.wait_subscribed()
         except CriError as err:
-            self._metrics.errors.labels("GetContainerEvents", err.code.name).inc()
+            self._metrics.errors.labels("get_container_events", err.code.name).inc()
             raise
 
     def close(self) -> None:
@@ -70,15 +81,16 @@ class _InstrumentedRuntimeClient:
         self._clock = clock
 
     def _observe(self, method: str, fn: Callable[[], R]) -> R:
-        self._m.calls.labels(method).inc()
+        op = operation_type(method)
+        self._m.calls.labels(op).inc()
         start = self._clock()
         try:
             return fn()
         except CriError as err:
-            self._m.errors.labels(method, err.code.name).inc()
+            self._m.errors.labels(op, err.code.name).inc()
             raise
         finally:
-            self._m.latency.labels(method).observe(self._clock() - start)
+            self._m.latency.labels(op).observe(self._clock() - start)
 
     def version(self) -> pb.VersionResponse:
         return self._observe("Version", self._inner.version)

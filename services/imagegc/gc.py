@@ -117,9 +117,10 @@ def plan_image_gc(images: list[pb.Image], tracker: ImageTracker, in_use: Collect
 
 def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, Any],
                   usage_of: Callable[[], Usage], high: int, low: int, min_age: float,
-                  now: float, log: Log) -> tuple[ImagePlan, int]:
+                  now: float, log: Log,
+                  on_removed: Callable[[], None] = lambda: None) -> tuple[ImagePlan, int]:
     """Detect, plan, remove; returns (the plan, bytes freed). An image that fails to go is
-    logged and counted as not freed."""
+    logged and counted as not freed; ``on_removed`` is called once per image removed."""
     containers = cri.list_containers()
     in_use = images_in_use(pleg, containers)
     images = cri.list_images()
@@ -134,6 +135,7 @@ def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, 
             log.warning("imagegc.image.remove_failed", image=img.id, error=err.message)
             continue
         freed += int(img.size)
+        on_removed()
         tracker.records.pop(img.id, None)
         log.info("imagegc.image.removed", image=img.id, tags=list(img.repo_tags),
                  size=int(img.size))

@@ -3,7 +3,7 @@ pulls and logs"): every 10 s, each running container whose log file has passed
 ``containerLogMaxSize`` gets its rotated files beyond ``containerLogMaxFiles`` removed, every
 rotated file but the newest gzipped, the live file renamed to ``<log>.<YYYYmmdd-HHMMSS>``, and
 CRI ReopenContainerLog (the runtime then writes a new file at the old path). A failed reopen
-renames the file back. Reading across the rotation: ``rotated_files``."""
+renames the file back. Reading across the rotation: ``podvisor.common.crilog``."""
 
 from __future__ import annotations
 
@@ -13,22 +13,12 @@ import os
 import shutil
 from pathlib import Path
 
+from podvisor.common.crilog import rotated_files
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.imagegc.gc import Log
 
 ROTATE_PERIOD = 10.0
 STAMP = "%Y%m%d-%H%M%S"
-
-
-def rotated_files(log: Path) -> list[Path]:
-    """The rotated siblings of ``log`` (``<log>.<stamp>`` and ``<log>.<stamp>.gz``), oldest
-    first."""
-    try:
-        found = [p for p in log.parent.iterdir()
-                 if p.name.startswith(log.name + ".") and not p.name.endswith(".tmp")]
-    except OSError:
-        return []
-    return sorted(found, key=lambda p: p.name.removesuffix(".gz"))
 
 
 def _compress(path: Path) -> None:

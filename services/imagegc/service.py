@@ -83,7 +83,12 @@ class ImageGC:
         self.freed = Counter("podvisor_image_gc_freed_bytes", "bytes freed by image GC",
                              registry=self.registry)
         self.usage_pct = Gauge("podvisor_image_fs_usage_percent", "image filesystem usage "
-                               "seen by the last image GC pass", registry=self.registry)
+                               "seen by the last image GC pass", registry=self.registry,
+                               multiprocess_mode="mostrecent")
+        # the kubelet's name; reason "space": this GC removes images for disk usage only
+        self.collected = Counter("kubelet_image_garbage_collected", "Total number of images "
+                                 "garbage collected by the kubelet, whether through disk usage "
+                                 "or image age.", ["reason"], registry=self.registry)
 
     def step(self, now: float, pleg: Mapping[str, Any],
              desired: Collection[str] | None) -> float:
@@ -108,7 +113,8 @@ class ImageGC:
     def image_pass(self, now: float, pleg: Mapping[str, Any]) -> None:
         try:
             plan, freed = image_gc_pass(self.cri, self.tracker, pleg, self.usage_of, self.high,
-                                        self.low, self.min_age, now, self.log)
+                                        self.low, self.min_age, now, self.log,
+                                        self.collected.labels("space").inc)
         except (CriError, OSError, ValueError, KeyError) as err:
             self.log.warning("imagegc.image_gc.failed", error=str(err))
             return

@@ -11,7 +11,8 @@ Query parameters (the kubelet's ``PodLogOptions``): ``follow``, ``tailLines`` (>
 ``previous``, ``timestamps`` (each line prefixed by its record's RFC3339Nano time). Bad values
 are a 400 naming the parameter. ``follow`` streams new lines as they are written, until the
 client goes away, the byte limit is reached, or the container restarts (a newer file appears:
-this instance is over).
+this instance is over). An instance's lines are read across its rotated files
+(``podvisor.common.crilog``, the reader ``podvisorctl logs`` uses), ``.gz`` ones included.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from podvisor.common.crilog import MAX_READ, read_tail, rotated_files
+
 __all__ = [
     "Decoder",
     "LogLine",
@@ -37,7 +40,6 @@ __all__ = [
 ]
 
 POLL = 0.1  # seconds between reads of a followed file
-MAX_READ = 64 << 20
 
 
 class LogRequestError(Exception):
@@ -240,11 +242,15 @@ async def serve_logs(request: web.Request, files: list[Path], opts: LogOptions,
     decoder = Decoder()
 
     def read_start() -> tuple[list[LogLine], int]:
-        with path.open("rb") as src:
-            size = os.fstat(src.fileno()).st_size
-            src.seek(max(0, size - MAX_READ))
-            data = src.read(MAX_READ)
-        return decoder.feed(data), max(0, size - MAX_READ) + len(data)
+        # the instance's rotated files (``<n>.log.<stamp>[.gz]``, oldest first), then its file
+        lines: list[LogLine] = []
+        for older in rotated_files(path):
+            try:
+                lines += decoder.feed(read_tail(older, MAX_READ)[0])
+            except (OSError, EOFError):
+                continue  # removed by the rotation meanwhile: skip it
+        data, end = read_tail(path, MAX_READ)
+        return lines + decoder.feed(data), end
 
     try:
         lines, offset = await loop.run_in_executor(None, read_start)

@@ -88,6 +88,7 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
                         wall=ctx.clock.wall,
                         processes=lambda: process_rows(ctx.zctx, ctx.paths.control),
                         container_stats=lambda: client().list_container_stats(),
+                        image_fs_info=lambda: client().image_fs_info(),
                         runtime=client)
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT)

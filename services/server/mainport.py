@@ -38,7 +38,7 @@ from podvisor.services.server.metrics import (
     render_resource_metrics,
 )
 from podvisor.services.server.replicas import View
-from podvisor.services.server.summary import NodeSampler, summary
+from podvisor.services.server.summary import NodeSampler, image_fs_stats, log_usage, summary
 
 __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
@@ -88,6 +88,7 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
                   stopping: Callable[[], bool],
                   processes: Callable[[], list[dict[str, Any]] | None] = lambda: None,
                   container_stats: Callable[[], list[pb.ContainerStats]] | None = None,
+                  image_fs_info: Callable[[], pb.ImageFsInfoResponse] | None = None,
                   clock: Clock = time.monotonic,
                   wall: Clock = time.time,
                   refresh: Callable[[], Awaitable[View]] | None = None,
@@ -148,7 +149,14 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
         stats = await loop.run_in_executor(None, container_stats)
         now_ns = int(wall() * 1e9)
         node = await loop.run_in_executor(None, sampler.sample, now_ns, root_dir)
-        return summary(node_name, boot_ns, node, stats, view.pleg)
+        logs = await loop.run_in_executor(None, log_usage, str(pod_logs))
+        image_fs = None
+        if image_fs_info is not None:
+            try:
+                image_fs = image_fs_stats(await loop.run_in_executor(None, image_fs_info))
+            except CriError as exc:  # the summary still answers, without imageFs
+                log.warning("mainport.image_fs_info_failed", error=str(exc))
+        return summary(node_name, boot_ns, node, stats, view.pleg, logs, image_fs, now_ns)
 
     async def stats_summary(request: web.Request) -> web.Response:
         if request.query and set(request.query) != {"only_cpu_and_memory"}:

@@ -7,7 +7,10 @@ start times from the ``pleg`` replica's sandbox and container records; a pod's C
 its containers' sums. The node's CPU and memory come from /proc (psutil): ``usageNanoCores`` is
 the rate since the previous scrape (0 on the first), as the kubelet's; ``fs`` is the file
 system of ``rootDir``. The runtime's own ``usageNanoCores`` is also a rate since its previous
-sample.
+sample. ``node.runtime.imageFs`` is CRI ImageFsInfo's first image file system (its used bytes and
+inodes; capacity and available bytes from ``statvfs`` of its mount point when readable). Each
+container's ``logs`` is the bytes and files of its log directory under ``rootDir/pod-logs``,
+every restart's files and rotated ones (gzipped included) counted (``log_usage``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
-__all__ = ["NodeSampler", "rfc3339", "summary"]
+__all__ = ["NodeSampler", "image_fs_stats", "log_usage", "rfc3339", "summary"]
 
 POD_NAME, POD_NS, POD_UID = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace",
                              "io.kubernetes.pod.uid")
@@ -94,8 +97,60 @@ def _sum(parts: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any] |
     return out
 
 
+def log_usage(pod_logs: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(pod UID, container name) -> (bytes, files) of the container's log directory
+    ``<pod_logs>/<namespace>_<name>_<uid>/<container>/``, rotated files included."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    try:
+        pod_dirs = list(os.scandir(pod_logs))
+    except OSError:
+        return out
+    for pod_dir in pod_dirs:
+        parts = pod_dir.name.split("_", 2)
+        if len(parts) != 3 or not pod_dir.is_dir():
+            continue
+        try:
+            containers = [c for c in os.scandir(pod_dir.path) if c.is_dir()]
+        except OSError:
+            continue
+        for cdir in containers:
+            used = files = 0
+            try:
+                for f in os.scandir(cdir.path):
+                    if f.is_file():
+                        used += f.stat().st_size
+                        files += 1
+            except OSError:
+                continue  # removed meanwhile (container GC)
+            out[(parts[2], cdir.name)] = (used, files)
+    return out
+
+
+def image_fs_stats(info: pb.ImageFsInfoResponse) -> dict[str, Any] | None:
+    """``node.runtime.imageFs`` from CRI ImageFsInfo (the first image file system)."""
+    if not info.image_filesystems:
+        return None
+    fs = info.image_filesystems[0]
+    out: dict[str, Any] = {"time": rfc3339(fs.timestamp), "usedBytes": fs.used_bytes.value,
+                           "inodesUsed": fs.inodes_used.value}
+    mount = fs.fs_id.mountpoint
+    if mount:
+        try:
+            st = os.statvfs(mount)
+        except OSError:
+            return out
+        out.update(capacityBytes=st.f_blocks * st.f_frsize,
+                   availableBytes=st.f_bavail * st.f_frsize,
+                   inodes=st.f_files, inodesFree=st.f_favail)
+    return out
+
+
 def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
-            stats: list[pb.ContainerStats], pleg: Mapping[str, Any]) -> dict[str, Any]:
+            stats: list[pb.ContainerStats], pleg: Mapping[str, Any],
+            logs: Mapping[tuple[str, str], tuple[int, int]] | None = None,
+            image_fs: dict[str, Any] | None = None, now_ns: int = 0) -> dict[str, Any]:
+    """``logs``: ``log_usage``'s answer; ``image_fs``: ``image_fs_stats``'s (``now_ns``
+    stamps the logs' figures)."""
     created: dict[str, int] = {}  # sandbox / container id -> created_at (ns)
     pod_created: dict[str, int] = {}
     for uid, record in pleg.items():
@@ -127,6 +182,10 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
         if st.HasField("writable_layer"):
             container["rootfs"] = {"time": rfc3339(st.writable_layer.timestamp),
                                    "usedBytes": st.writable_layer.used_bytes.value}
+        used = (logs or {}).get((uid, st.attributes.metadata.name))
+        if used is not None:
+            container["logs"] = {"time": rfc3339(now_ns), "usedBytes": used[0],
+                                 "inodesUsed": used[1]}
         pod["containers"].append(container)
     items = []
     for pod in pods.values():
@@ -141,5 +200,7 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
             pod["memory"] = mem
         items.append(pod)
     items.sort(key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
-    return {"node": {"nodeName": node_name, "startTime": rfc3339(node_start_ns), **node},
-            "pods": items}
+    node_out = {"nodeName": node_name, "startTime": rfc3339(node_start_ns), **node}
+    if image_fs is not None:
+        node_out["runtime"] = {**node_out.get("runtime", {}), "imageFs": image_fs}
+    return {"node": node_out, "pods": items}

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
+
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop, WakePipe
@@ -30,7 +32,7 @@ from podvisor.ipc.codec import Envelope
 from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
 from podvisor.ipc.messages import AllPodsStopped, RelistHint
 from podvisor.services.apiserver import ApiConnection
-from podvisor.services.cri import new_runtime_client
+from podvisor.services.cri import new_instrumented_client, new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.prober import failed_probes, liveness_failed
 from podvisor.services.syncloop.admission import Capacity
@@ -79,8 +81,14 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
     sl = cfg.syncloop
     policy = BackoffPolicy(sl.crash_loop_backoff_initial, sl.crash_loop_backoff_max,
                            sl.crash_loop_backoff_reset)
-    cri = new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
-                             timeout=cfg.runtime_request_timeout)
+    # the kubelet's runtime operation metrics (multiprocess directory in the agent)
+    registry = CollectorRegistry(auto_describe=False)
+    cri = new_instrumented_client(
+        new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
+                           timeout=cfg.runtime_request_timeout),
+        registry, clock.monotonic)
+    started = Counter("kubelet_started_containers", "Cumulative number of containers started",
+                      registry=registry)
     ctx.paths.pods_dir.mkdir(parents=True, exist_ok=True)
     ctx.paths.pod_logs_dir.mkdir(parents=True, exist_ok=True)
     cgroups = (new_pod_cgroups(cfg.cgroup_root, new_cgroup_fs(), log, cfg.pod_pids_limit)
@@ -95,7 +103,8 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     images=ImagePresence(cri, clock.monotonic) if shared else None,
                     network=NetworkState(), pull_slots=pull_slots(cfg),
                     objects=ApiObjects(ApiConnection(cfg.kubeconfig), cfg.api_object_cache_ttl)
-                    if cfg.kubeconfig else None)
+                    if cfg.kubeconfig else None,
+                    started=started.inc)
 
 
 def pull_slots(cfg: Any) -> threading.Semaphore | None:

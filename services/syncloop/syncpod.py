@@ -104,6 +104,8 @@ class SyncDeps:
     objects: ApiObjects | None = None
     # serializeImagePulls / maxParallelImagePulls: pulls hold a slot (None: unbounded)
     pull_slots: threading.Semaphore | None = None
+    # called once per container started (kubelet_started_containers_total)
+    started: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,7 @@ class _Run:
             self.fail(spec.name, RUN_CONTAINER_ERROR, err.message)
             return False
         self.waiting.pop(spec.name, None)
+        deps.started()
         deps.log.info("syncloop.container.started", pod=self.pod.full_name, pod_uid=self.pod.uid,
                       container=spec.name, container_id=cid, restart_count=action.restart_count,
                       state_from_event=self.from_event)

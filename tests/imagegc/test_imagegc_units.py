@@ -109,9 +109,10 @@ def test_log_rotation_gzips_all_but_newest_and_keeps_max_files(tmp_path: Any) ->
 
     import pytest
 
+    from podvisor.common.crilog import with_rotated
     from podvisor.services.cri import CriError
     from podvisor.services.imagegc.logrotate import rotate_log, rotated_files
-    from podvisor.supervisor.ctl_logs import _with_rotated, tail_lines
+    from podvisor.supervisor.ctl_logs import tail_lines
 
     log = tmp_path / "0.log"
     cri: Any = Reopener()
@@ -125,7 +126,7 @@ def test_log_rotation_gzips_all_but_newest_and_keeps_max_files(tmp_path: Any) ->
     assert cri.reopened == ["c1"] * 5
     assert not rotate_log(cri, "c1", log, 100, 3, "20240109-000000")  # under the limit
     # reading across the rotation: gzipped, rotated, live, oldest first
-    lines = tail_lines(_with_rotated(log), None)
+    lines = tail_lines(with_rotated(log), None)
     assert lines[0] == b"line3\n" and lines[-2:] == [b"line4\n", b"live4\n"]
     # a failed reopen puts the file back
     log.write_bytes(b"x" * 200)

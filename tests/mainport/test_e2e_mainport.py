@@ -187,6 +187,13 @@ def test_metrics_match_pods_and_pass_promtool(node: Node, wait_for: Any) -> None
     relists = wait_for(lambda: _metric(node, "kubelet_pleg_relist_duration_seconds_count"),
                        30.0, 0.2, "PLEG's histogram (multiprocess mode) in /metrics")
     assert relists >= 1
+    # the sync loop's CRI calls under the kubelet's names (multiprocess mode)
+    sandboxes = _metric(node, 'kubelet_runtime_operations_total{operation_type="run_podsandbox"}')
+    assert sandboxes is not None and sandboxes >= 3
+    started = _metric(node, "kubelet_started_containers_total")
+    assert started is not None and started >= 3
+    text = node.get("/metrics").text
+    assert 'kubelet_runtime_operations_duration_seconds_bucket{le="+Inf",' in text
     if shutil.which("promtool") is None:
         pytest.skip("promtool not installed (Debian package prometheus)")
     done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
@@ -230,6 +237,10 @@ def test_stats_summary(node: Node, wait_for: Any) -> None:
             assert c["cpu"]["usageCoreNanoSeconds"] >= 0  # a sleeping shell may have used 0
             assert c["memory"]["workingSetBytes"] > 0
     assert found["burner-e2e"]["cpu"]["usageCoreNanoSeconds"] > 0
+    talker_logs = found["talker-e2e"]["containers"][0]["logs"]
+    assert talker_logs["usedBytes"] > 0 and talker_logs["inodesUsed"] >= 1
+    image_fs = body["node"]["runtime"]["imageFs"]  # CRI ImageFsInfo
+    assert image_fs["usedBytes"] >= 0 and image_fs["capacityBytes"] > 0 and image_fs["time"]
     assert node.get("/stats/summary", params={"x": "1"}).status_code == 400
 
 

@@ -301,3 +301,148 @@ def test_auth_flags_use_the_kubelet_names() -> None:
     bad = parser.parse_args(["--authorization-mode", "Webhook"])
     with pytest.raises(ConfigError, match="API server"):
         config_from_mapping(overrides_from_args(bad))
+
+
+def _rotated_container_dir(tmp_path: Path) -> Path:
+    """A container log dir as imagegc's rotation leaves it: instance 0 rotated twice (the older
+    file gzipped) and its last file, instance 1 live."""
+    import gzip
+
+    cdir = tmp_path / "default_web_uid1" / "c"
+    cdir.mkdir(parents=True)
+
+    def recs(first: int, count: int) -> bytes:
+        return b"".join(f"2026-01-01T00:00:{s:02d}.000000001Z stdout F line{s}\n".encode()
+                        for s in range(first, first + count))
+
+    with gzip.open(cdir / "0.log.20260101-000003.gz", "wb") as packed:
+        packed.write(recs(0, 3) + b"2026-01-01T00:00:03.000000001Z stdout P split-\n")
+    (cdir / "0.log.20260101-000006").write_bytes(
+        b"2026-01-01T00:00:03.000000002Z stdout F across\n" + recs(4, 2))
+    (cdir / "0.log").write_bytes(recs(6, 2))
+    (cdir / "1.log").write_bytes(recs(20, 2))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("opts", "expect"), [
+    ({"previous": True}, [b"line0", b"line1", b"line2", b"split-across", b"line4", b"line5",
+                          b"line6", b"line7"]),
+    ({"previous": True, "tail_lines": 4}, [b"line4", b"line5", b"line6", b"line7"]),
+    ({"previous": True, "since": 1767225605.0}, [b"line5", b"line6", b"line7"]),
+    ({"previous": True, "limit_bytes": 20}, [b"line0", b"line1", b"line2", b"sp"]),
+    ({}, [b"line20", b"line21"]),
+])
+def test_container_logs_read_across_rotation(tmp_path: Path, opts: dict[str, Any],
+                                             expect: list[bytes]) -> None:
+    import asyncio
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from podvisor.services.server.containerlogs import (
+        LogOptions,
+        find_container_files,
+        serve_logs,
+    )
+
+    pod_logs = _rotated_container_dir(tmp_path)
+    files = find_container_files(pod_logs, "default", "web", "c", set)
+    assert [f.name for f in files] == ["0.log", "1.log"]  # rotated files are not instances
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await serve_logs(request, files, LogOptions(**opts), lambda: True)
+
+    async def fetch() -> bytes:
+        app = web.Application()
+        app.router.add_get("/", handler)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            resp = await client.get("/")
+            assert resp.status == 200
+            return await resp.read()
+
+    body = asyncio.run(fetch())
+    if "limit_bytes" in opts:
+        assert body == b"\n".join(expect) and len(body) == 20
+    else:
+        assert body.splitlines() == expect
+
+
+def test_ctl_logs_and_the_main_port_share_the_rotation_reader(tmp_path: Path) -> None:
+    from podvisor.common.crilog import with_rotated
+    from podvisor.supervisor.ctl_logs import tail_lines
+
+    cdir = _rotated_container_dir(tmp_path) / "default_web_uid1" / "c"
+    assert [p.name for p in with_rotated(cdir / "0.log")] == [
+        "0.log.20260101-000003.gz", "0.log.20260101-000006", "0.log"]
+    assert tail_lines(with_rotated(cdir / "0.log"), 2) == [b"line6\n", b"line7\n"]
+
+
+_IMAGEGC_CHILD = """
+from cri_api.v1 import api_pb2 as pb
+from podvisor.common.logs import MemoryLogger
+from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.imagegc import Usage
+from podvisor.services.imagegc.service import EventSink, ImageGC
+
+cri = FakeRuntimeClient()
+cri.images.clear()  # no built-in host image: two images of 100 bytes, both unused
+cri.images.update({f"sha256:{i}": pb.Image(id=f"sha256:{i}", repo_tags=[f"r/{i}:1"], size=100)
+                   for i in "ab"})
+gc = ImageGC(cri, lambda: Usage(1000, 950), MemoryLogger(),
+             EventSink(lambda t, r, m, o: None, lambda: None), "node", 85, 80, 0.0)
+gc.step(0.0, {}, None)
+"""
+
+
+def test_image_gc_metrics_through_the_multiprocess_directory(tmp_path: Path) -> None:
+    """imagegc's counters land in prometheus-client's multiprocess directory (as in the agent,
+    where the supervisor sets PROMETHEUS_MULTIPROC_DIR) and the main port's /metrics sums them,
+    a restarted imagegc's counts included."""
+    import os
+    import sys
+
+    mdir = tmp_path / "metrics"
+    mdir.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mdir)}
+    for _ in range(2):  # two imagegc processes in turn: the counts add up
+        subprocess.run([sys.executable, "-c", _IMAGEGC_CHILD], env=env, check=True,
+                       timeout=60)
+    text = render_metrics(_pleg_view(), ROWS, str(mdir)).decode()
+    assert 'kubelet_image_garbage_collected_total{reason="space"} 4.0' in text
+    assert "podvisor_image_gc_freed_bytes_total 400.0" in text
+    assert "podvisor_image_gc_failures_total" in text
+    assert "podvisor_image_fs_usage_percent" in text
+    if shutil.which("promtool"):
+        done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_summary_logs_count_rotated_files_and_image_fs_from_cri(tmp_path: Path) -> None:
+    from cri_api.v1 import api_pb2 as pb
+
+    from podvisor.services.server.summary import image_fs_stats, log_usage, summary
+
+    pod_logs = _rotated_container_dir(tmp_path)
+    cdir = pod_logs / "default_web_uid1" / "c"
+    total = sum(f.stat().st_size for f in cdir.iterdir())
+    usage = log_usage(str(pod_logs))
+    assert usage == {("uid1", "c"): (total, 4)}  # 0.log, 1.log and two rotated (one .gz)
+    info = pb.ImageFsInfoResponse(image_filesystems=[pb.FilesystemUsage(
+        timestamp=1_700_000_000_000_000_000, fs_id=pb.FilesystemIdentifier(
+            mountpoint=str(tmp_path)), used_bytes=pb.UInt64Value(value=1234),
+        inodes_used=pb.UInt64Value(value=7))])
+    image_fs = image_fs_stats(info)
+    assert image_fs is not None
+    assert image_fs["usedBytes"] == 1234 and image_fs["inodesUsed"] == 7
+    assert image_fs["capacityBytes"] > 0 and image_fs["time"].startswith("2023-11-14T")
+    assert image_fs_stats(pb.ImageFsInfoResponse()) is None
+    stats = [pb.ContainerStats(
+        attributes=pb.ContainerAttributes(id="c1", metadata=pb.ContainerMetadata(name="c"),
+                                          labels={"io.kubernetes.pod.uid": "uid1",
+                                                  "io.kubernetes.pod.name": "web",
+                                                  "io.kubernetes.pod.namespace": "default"}),
+        cpu=pb.CpuUsage(timestamp=1, usage_core_nano_seconds=pb.UInt64Value(value=5)))]
+    body = summary("n", 0, {}, stats, {}, usage, image_fs, 1_700_000_000_000_000_000)
+    assert body["node"]["runtime"]["imageFs"] == image_fs
+    assert body["pods"][0]["containers"][0]["logs"]["usedBytes"] == total

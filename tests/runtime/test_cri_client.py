@@ -75,12 +75,16 @@ def test_instrumented_counts_calls_errors_and_latency() -> None:
     def value(name: str, labels: dict[str, str]) -> float | None:
         return registry.get_sample_value(name, labels)
 
-    assert value("podvisor_cri_calls_total", {"method": "Version"}) == 2
-    assert value("podvisor_cri_calls_total", {"method": "ContainerStatus"}) == 1
-    assert value("podvisor_cri_errors_total",
-                 {"method": "ContainerStatus", "code": "NOT_FOUND"}) == 1
-    assert value("podvisor_cri_call_duration_seconds_sum", {"method": "Version"}) == 2.0
-    assert b"podvisor_cri_calls_total" in generate_latest(registry)
+    assert value("kubelet_runtime_operations_total", {"operation_type": "version"}) == 2
+    assert value("kubelet_runtime_operations_total",
+                 {"operation_type": "container_status"}) == 1
+    assert value("kubelet_runtime_operations_errors_total",
+                 {"operation_type": "container_status", "code": "NOT_FOUND"}) == 1
+    assert value("kubelet_runtime_operations_duration_seconds_sum",
+                 {"operation_type": "version"}) == 2.0
+    client.list_pod_sandbox()
+    assert value("kubelet_runtime_operations_total", {"operation_type": "list_podsandbox"}) == 1
+    assert b"kubelet_runtime_operations_total" in generate_latest(registry)
 
 
 def test_fake_models_lifecycle_and_records_calls() -> None:
