@@ -122,11 +122,13 @@ def test_soft_nofile_limit_raised_to_hard() -> None:
     if hard != resource.RLIM_INFINITY and hard <= 1024:
         pytest.skip(f"the hard RLIMIT_NOFILE is {hard}: nothing to raise")
 
-    def low() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
-    code = ("import resource; from podvisor.ipc.rlimits import raise_nofile_limit;"
+    # The child lowers its own soft limit first: a preexec_fn would fork this (threaded,
+    # gRPC-using) test process, which gRPC's fork handlers may abort.
+    code = ("import resource; "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, (1024, {hard!r})); "
+            "from podvisor.ipc.rlimits import raise_nofile_limit;"
             "print(raise_nofile_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
-    out = subprocess.run([sys.executable, "-c", code], preexec_fn=low, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=60, check=True).stdout.split()
     assert out[0] == "(1024,"
     assert int(out[-1]) > 1024
