@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from podvisor.common.config import read_config_json
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
 from podvisor.ipc.paths import RunPaths
 
@@ -70,9 +71,7 @@ def main_exec(root_dir: str, pod: str, namespace: str, container: str | None, st
         endpoint = read_config_json(paths.config_json).runtime_endpoint
     except (OSError, ValueError):
         endpoint = "embedded"
-    if endpoint == "embedded":
-        endpoint = f"unix://{paths.cri_socket}"
-    cri = new_runtime_client(endpoint, timeout=timeout)
+    cri = new_runtime_client(cri_endpoint(endpoint, paths.cri_socket), timeout=timeout)
     try:
         running = cri.list_containers(pb.ContainerFilter(
             state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from podvisor.common.config import read_config_json
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.ipc.paths import RunPaths
 
 __all__ = ["main_top", "pod_usage"]
@@ -74,9 +75,7 @@ def main_top(root_dir: str, as_json: bool, timeout: float) -> int:
         endpoint = read_config_json(paths.config_json).runtime_endpoint
     except (OSError, ValueError):
         endpoint = "embedded"
-    if endpoint == "embedded":
-        endpoint = f"unix://{paths.cri_socket}"
-    cri = new_runtime_client(endpoint, timeout=timeout)
+    cri = new_runtime_client(cri_endpoint(endpoint, paths.cri_socket), timeout=timeout)
     try:
         first = cri.list_container_stats()
         time.sleep(SAMPLE)  # the CLI's own sampling interval (an edge, not logic)

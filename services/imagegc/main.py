@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import cri_endpoint, is_embedded
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.maps import DESIRED, PLEG
 from podvisor.services.cri import new_runtime_client
@@ -18,9 +19,8 @@ def run(ctx: ChildContext) -> None:
     import os
 
     cfg, clock = ctx.config, ctx.clock
-    ep: str = cfg.runtime_endpoint
-    endpoint = f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
-    cri = new_runtime_client(endpoint, timeout=min(cfg.runtime_request_timeout, 60.0))
+    cri = new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
+                             timeout=min(cfg.runtime_request_timeout, 60.0))
     recorder = Recorder(ctx.name, clock.wall)
     publisher = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
     loop = ServiceLoop(ctx)
@@ -32,7 +32,8 @@ def run(ctx: ChildContext) -> None:
                  cfg.image_minimum_gc_age, ctx.paths.state_dir / "imagegc.prom",
                  # the embedded runtime holds this agent's pods only; another runtime may
                  # hold other clients' pods: only the pods this rootDir's agent made
-                 (lambda _uid: True) if ep == "embedded" else owned_by(ctx.paths.pod_logs_dir))
+                 (lambda _uid: True) if is_embedded(cfg.runtime_endpoint)
+                 else owned_by(ctx.paths.pod_logs_dir))
     gc.log_limits = (cfg.container_log_max_size, cfg.container_log_max_files)
     gc.stamp = lambda: time.strftime(STAMP, time.gmtime(clock.wall()))
 

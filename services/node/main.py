@@ -15,6 +15,7 @@ import threading
 from urllib.parse import urlparse
 
 from podvisor.common.child import ChildContext
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
@@ -26,8 +27,7 @@ RETRY = 1.0  # after a failed request, try again this soon (capped by the period
 
 
 def _endpoint(ctx: ChildContext) -> str:
-    ep: str = ctx.config.runtime_endpoint
-    return f"unix://{ctx.paths.cri_socket}" if ep == "embedded" else ep
+    return cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket)
 
 
 def runtime_probe(endpoint: str) -> RuntimeFacts:
