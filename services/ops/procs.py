@@ -145,6 +145,24 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
         return 0
 
 
+def _consistent(cs: Mapping[str, Any] | None,
+                rc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The container's status, or (when it speaks of an older container than the newest one
+    PLEG lists: the two maps move separately) a status read from that newest runtime record, so
+    a process's state, pid and restart count always belong to one and the same container."""
+    cid = str(rc.get("id", ""))
+    if not cid or cs is None or str(cs.get("containerID", "")).rpartition("://")[2] == cid:
+        return cs
+    state: dict[str, Any]
+    if rc.get("state") == "CONTAINER_RUNNING":
+        state = {"running": {}}
+    elif rc.get("state") == "CONTAINER_EXITED":
+        state = {"terminated": {"exitCode": int(rc.get("exit_code", 0))}}
+    else:
+        state = {"waiting": {"reason": "ContainerCreating"}}
+    return {**cs, "state": state, "restartCount": int(rc.get("restart_count", 0) or 0)}
+
+
 def pod_procs(desired: Mapping[str, Any], statuses: Mapping[str, Any],
               pleg: Mapping[str, Any], runtime_dir: Path | None = None) -> list[Proc]:
     """One process per container of every desired pod (init containers included, first)."""
@@ -167,7 +185,8 @@ def pod_procs(desired: Mapping[str, Any], statuses: Mapping[str, Any],
         grace = spec.get("terminationGracePeriodSeconds")
         for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             name = str(container.get("name", ""))
-            cs, rc = by_name.get(name), runtime.get(name) or {}
+            rc = runtime.get(name) or {}
+            cs = _consistent(by_name.get(name), rc)
             code = int(rc.get("exit_code", 0))
             terminal = policy == "Never" or (policy == "OnFailure" and code == 0)
             state = container_state(cs, terminal)

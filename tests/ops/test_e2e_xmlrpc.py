@@ -135,16 +135,25 @@ def test_container_stop_signal_and_restart_policy(ops: OpsAgent,
     restarts = _restarts(ops)
     assert s.supervisor.signalProcess(APP, "KILL") is True
     wait_for(lambda: _restarts(ops) > restarts, 60.0, message="restart count grows after KILL")
-    wait_for(lambda: s.supervisor.getProcessInfo(APP)["statename"] == "RUNNING", 60.0,
-             message="restartPolicy Always brings it back")
-    assert s.supervisor.getProcessInfo(APP)["pid"] != first["pid"]
+    # The kubelet's status (read-only port) and the ops port's replicas move separately: wait
+    # for the ops port's own view of the NEW container, not for any RUNNING (the old one's
+    # state may still be what its replicas hold).
+    second = wait_for(lambda: _running_other_than(s, first["pid"]), 60.0,
+                      message="restartPolicy Always brings it back (a new pid, RUNNING)")
     restarts = _restarts(ops)
     assert s.supervisor.stopProcess(APP) is True
     wait_for(lambda: _restarts(ops) > restarts, 60.0, message="stopped container restarted")
+    wait_for(lambda: _running_other_than(s, second["pid"]), 60.0,
+             message="the restarted container RUNNING over XML-RPC")
     with pytest.raises(xmlrpc.client.Fault) as err:
         s.supervisor.startProcess(APP)
-        s.supervisor.startProcess(APP)
     assert err.value.faultCode == 60
+
+
+def _running_other_than(s: Any, pid: int) -> dict[str, Any] | None:
+    info: dict[str, Any] = s.supervisor.getProcessInfo(APP)
+    ok = info["statename"] == "RUNNING" and info["pid"] not in (0, pid)
+    return info if ok else None
 
 
 def _restarts(ops: OpsAgent) -> int:
