@@ -12,6 +12,8 @@
   restartPolicy brings it back). Faults answer 409 with ``{"faultCode", "faultString"}``.
 - ``GET /api/log?name=group:name&offset=N``: ``tailProcessStdoutLog`` (offset -1: the last
   16 KiB).
+- ``GET /logtail/{group:name}[/{channel}]`` and ``GET /mainlogtail``: supervisord's log
+  streams (``logtail``; registered here, with the rest of the ops port's GET routes).
 
 The timeline keeps the state changes and restarts of every process and pod over the last hour
 (``Timeline``: pure, fed each computed state with the wall time).
@@ -31,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
+from podvisor.services.ops.logtail import add_logtail
 from podvisor.services.ops.procs import Proc
 from podvisor.services.ops.rpc import OpsRpc
 
@@ -236,4 +239,6 @@ def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],
     app.router.add_get("/api/events", dash.events)
     app.router.add_post("/api/action", dash.action)
     app.router.add_get("/api/log", dash.log)
+    # supervisord's /logtail and /mainlogtail streams (supervisorctl tail -f, maintail -f)
+    add_logtail(app, rpc.find_proc, rpc.d.logs_dir, executor)
     return dash
