@@ -309,13 +309,18 @@ SPEC_KEYS: tuple[Key, ...] = (
     Key("command", "command", STR, "eventlistener: the command (split like a shell's words)"),
     Key("events", "events", Kind(lambda k, v: _parse_events(k, v), metavar="EVENTS"),
         "eventlistener: comma-separated event types (PROCESS_STATE, TICK_5, TICK_60, ...)"),
+    Key("stdoutEventsEnabled", "stdout_events_enabled", BOOL,
+        "emit PROCESS_LOG_STDOUT events for this process's log lines (supervisord's)"),
+    Key("stderrEventsEnabled", "stderr_events_enabled", BOOL,
+        "supervisord's stderr_events_enabled (a subsystem's stderr is in its one log: no-op)"),
 )
 
 # supervisord's event types an eventlistener may subscribe to (a type covers its subtypes).
 EVENT_TYPES = ("EVENT", "PROCESS_STATE", "PROCESS_STATE_STARTING", "PROCESS_STATE_RUNNING",
                "PROCESS_STATE_BACKOFF", "PROCESS_STATE_STOPPING", "PROCESS_STATE_EXITED",
                "PROCESS_STATE_STOPPED", "PROCESS_STATE_FATAL", "PROCESS_STATE_UNKNOWN",
-               "TICK", "TICK_5", "TICK_60", "TICK_3600")
+               "TICK", "TICK_5", "TICK_60", "TICK_3600",
+               "PROCESS_LOG", "PROCESS_LOG_STDOUT", "PROCESS_LOG_STDERR")
 
 
 def _parse_events(key: str, raw: object) -> str:

@@ -48,6 +48,8 @@ class ProcessSpec:
     kind: str = "process"  # or "eventlistener" (issue 14): `command` fed `events`
     command: str = ""
     events: str = ""
+    stdout_events_enabled: bool = False  # PROCESS_LOG_STDOUT for listeners (issue 14)
+    stderr_events_enabled: bool = False
 
 
 def _always(config: Config) -> bool:

@@ -8,7 +8,8 @@
 - ``payload()``: a PROCESS_STATE_* body as supervisord writes it (``processname:x
   groupname:g from_state:S`` plus ``pid``, ``expected`` or ``tries`` as its event class does).
 - ``matches()``: whether a listener's ``events`` list covers an event type (types nest:
-  EVENT > PROCESS_STATE > PROCESS_STATE_EXITED; EVENT > TICK > TICK_5).
+  EVENT > PROCESS_STATE > PROCESS_STATE_EXITED; EVENT > TICK > TICK_5; EVENT >
+  PROCESS_LOG > PROCESS_LOG_STDOUT).
 """
 
 from __future__ import annotations
@@ -119,4 +120,6 @@ def matches(subscribed: Iterable[str], event: str) -> bool:
         parents.add("PROCESS_STATE")
     if event.startswith("TICK"):
         parents.add("TICK")
+    if event.startswith("PROCESS_LOG"):
+        parents.add("PROCESS_LOG")
     return any(s in parents for s in subscribed)

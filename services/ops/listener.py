@@ -26,6 +26,7 @@ from podvisor.common.config import ops_password_path
 from podvisor.common.opspass import read_ops_password
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.messages import ProcessStateChanged
+from podvisor.services.ops.control import ControlError, ControlLink
 from podvisor.services.ops.events import (
     Transition,
     agent_transitions,
@@ -34,10 +35,12 @@ from podvisor.services.ops.events import (
     payload,
 )
 from podvisor.services.ops.feeder import EventFeeder
+from podvisor.services.ops.logevents import LogTap, agent_sources, container_sources, wants_logs
 from podvisor.services.ops.procs import AGENT_GROUP, Proc, pod_procs
 from podvisor.services.ops.pump import MapPump
 
 TICKS = (("TICK_5", 5), ("TICK_60", 60), ("TICK_3600", 3600))
+LOG_POLL = 0.2  # how often log files are looked at for PROCESS_LOG_* (when subscribed)
 
 
 class ListenerExited(RuntimeError):
@@ -67,6 +70,32 @@ class Listener:
         self.crashed: set[str] = set()
         self.containers: Mapping[str, Proc] | None = None
         self.ticks = {name: 0 for name, _ in TICKS}
+        # PROCESS_LOG_* (``enable_logs``): the tap, the subsystems' specs, their pids
+        self.logs: LogTap | None = None
+        self.log_specs: Mapping[str, Mapping[str, Any]] = {}
+        self.logs_dir = ""
+        self.pids: dict[str, int] = {}
+        self.desired: Mapping[str, Any] = {}
+
+    def enable_logs(self, processes: Mapping[str, Mapping[str, Any]], logs_dir: str,
+                    pids: Mapping[str, int]) -> None:
+        """Produce PROCESS_LOG_* (see ``logevents``): ``processes`` are the validated
+        ``supervision.processes`` specs, ``pids`` the subsystems' pids now (``on_state`` keeps
+        them); ``on_time`` then also polls the log files, every ``LOG_POLL``."""
+        self.logs, self.log_specs, self.logs_dir = LogTap(), processes, logs_dir
+        self.pids.update(pids)
+
+    def on_logs(self) -> None:
+        """Events for what the followed log files gained (called by ``on_time``)."""
+        if self.logs is None:
+            return
+        sources = agent_sources(self.log_specs, self.pids, self.logs_dir)
+        if self.containers is not None:
+            sources += container_sources(self.desired, self.containers.values())
+        self.logs.update(sources)
+        for name, body in self.logs.poll():
+            if matches(self.events, name):
+                self.feeder.push(name, body)
 
     def _emit(self, tr: Transition) -> None:
         if matches(self.events, tr.event):
@@ -74,6 +103,7 @@ class Listener:
 
     def on_state(self, msg: ProcessStateChanged) -> None:
         prev_crash = msg.name in self.crashed
+        self.pids[msg.name] = (msg.pid or 0) if msg.to_state in ("STARTING", "RUNNING") else 0
         for tr in agent_transitions(AGENT_GROUP, msg.name, msg.from_state, msg.to_state,
                                     msg.pid or 0, msg.exit_code, msg.restarts, prev_crash):
             self._emit(tr)
@@ -85,14 +115,17 @@ class Listener:
     def on_maps(self, desired: Mapping[str, Any], statuses: Mapping[str, Any],
                 pleg: Mapping[str, Any]) -> None:
         now = {p.namespec: p for p in pod_procs(desired, statuses, pleg, self.runtime_dir)}
+        self.desired = desired
         if self.containers is not None:  # the first snapshot is the baseline
             for tr in container_events(self.containers, now):
                 self._emit(tr)
         self.containers = now
 
     def on_time(self, wall: float) -> float:
-        """Emit the ticks whose boundary ``wall`` crossed; returns the next boundary."""
-        nxt = float("inf")
+        """Emit the ticks whose boundary ``wall`` crossed (and poll the logs when enabled);
+        returns when to be called next."""
+        nxt = float("inf") if self.logs is None else wall + LOG_POLL
+        self.on_logs()
         for name, period in TICKS:
             boundary = int(wall // period) * period
             if self.ticks[name] and boundary > self.ticks[name] and matches(self.events, name):
@@ -100,6 +133,18 @@ class Listener:
             self.ticks[name] = boundary
             nxt = min(nxt, boundary + period)
         return nxt
+
+
+def _enable_logs(ctx: ChildContext, listener: Listener, events: list[str]) -> bool:
+    """Turn PROCESS_LOG_* on when subscribed; True when the pod maps are needed for them."""
+    if not wants_logs(events):
+        return False
+    pids: dict[str, int] = {}
+    with contextlib.suppress(ControlError):
+        rows = ControlLink(ctx.zctx, ctx.paths.control).call("status", timeout=5.0)
+        pids = {str(r["name"]): int(r.get("pid") or 0) for r in rows.get("processes", [])}
+    listener.enable_logs(ctx.config.supervision.processes, str(ctx.paths.logs_dir), pids)
+    return True
 
 
 def run(ctx: ChildContext) -> None:
@@ -116,6 +161,7 @@ def run(ctx: ChildContext) -> None:
             os.write(wake_w, b"x")
 
     want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
+    want_maps = want_maps or _enable_logs(ctx, listener, events)  # PROCESS_LOG_* (logevents)
     pump = MapPump(ctx.zctx, ctx.paths, ctx.clock, on_change) if want_maps else None
     sub = Subscriber(ctx.zctx, ctx.paths, [ProcessStateChanged.TOPIC])
     stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115

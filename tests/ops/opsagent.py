@@ -40,12 +40,13 @@ class OpsAgent:
         return xmlrpc.client.ServerProxy(f"http://{user}:{pw}@127.0.0.1:{self.port}/RPC2")
 
 
-def ops_agent(**extra: Any) -> Iterator[OpsAgent]:
-    """A generator for a module-scoped fixture: the agent is stopped (by PID) at its end."""
+def ops_agent(web_yaml: str | None = None, **extra: Any) -> Iterator[OpsAgent]:
+    """A generator for a module-scoped fixture: the agent is stopped (by PID) at its end.
+    ``web_yaml``: another manifest for the pod ``web`` (container ``app``)."""
     tmp = short_tmp_dir()
     manifests = Path(tempfile.mkdtemp(prefix="pvops", dir="/tmp"))
-    (manifests / "web.yaml").write_text(pod_yaml("web", TICKER, container="app", grace=1),
-                                        encoding="utf-8")
+    (manifests / "web.yaml").write_text(
+        web_yaml or pod_yaml("web", TICKER, container="app", grace=1), encoding="utf-8")
     port = free_port()
     cfg = agent_config(manifests, free_port(), **extra)
     cfg["opsPort"] = port
