@@ -94,7 +94,10 @@ class LogFollower:
 
 
 def _http_date(path: str) -> str:
-    return email.utils.formatdate(os.stat(path).st_mtime, usegmt=True)
+    try:
+        return email.utils.formatdate(os.stat(path).st_mtime, usegmt=True)
+    except OSError:
+        return email.utils.formatdate(usegmt=True)
 
 
 async def _stream(request: web.Request, path: str, resolve: Callable[[], str] | None,
