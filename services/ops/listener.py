@@ -161,7 +161,7 @@ def run(ctx: ChildContext) -> None:
             os.write(wake_w, b"x")
 
     want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
-    want_maps = want_maps or _enable_logs(ctx, listener, events)  # PROCESS_LOG_* (logevents)
+    want_maps = _enable_logs(ctx, listener, events) or want_maps  # PROCESS_LOG_* (logevents)
     pump = MapPump(ctx.zctx, ctx.paths, ctx.clock, on_change) if want_maps else None
     sub = Subscriber(ctx.zctx, ctx.paths, [ProcessStateChanged.TOPIC])
     stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115

@@ -7,7 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.events import matches
+from podvisor.services.ops.feeder import EventFeeder
+from podvisor.services.ops.listener import LOG_POLL, Listener
 from podvisor.services.ops.logevents import (
     LogSource,
     LogTap,
@@ -124,3 +127,22 @@ def test_follower_head_truncation_and_rotation(tmp_path: Path) -> None:
     log.write_bytes(b"rotated\n")
     assert f.more() == b"rotated\n"
     f.close()
+
+
+def test_listener_hook_polls_logs_from_on_time(tmp_path: Path) -> None:
+    """``Listener.on_time`` (the call its loop already makes) polls the enabled logs and asks to
+    be called again within LOG_POLL; pids follow ``on_state``; EVENT covers PROCESS_LOG."""
+    log = tmp_path / "pleg.log"
+    log.write_bytes(b"old\n")
+    feeder = EventFeeder("l")
+    listener = Listener(feeder, ["EVENT"])
+    assert listener.on_time(1000.0) == 1005.0  # no logs enabled: the next tick
+    listener.enable_logs({"pleg": {"stdout_events_enabled": True}}, str(tmp_path), {"pleg": 5})
+    assert listener.on_time(1000.1) == 1000.1 + LOG_POLL
+    listener.on_state(ProcessStateChanged(name="pleg", from_state="STARTING",
+                                          to_state="RUNNING", pid=6, restarts=1))
+    _append(log, b"new\n")
+    listener.on_time(1000.3)
+    logs = [e for e in feeder.queue if e.name.startswith("PROCESS_LOG")]
+    assert [(e.name, e.payload) for e in logs] == [
+        ("PROCESS_LOG_STDOUT", b"processname:pleg groupname:agent pid:6 channel:stdout\nnew\n")]
