@@ -6,8 +6,10 @@ environment (``SUPERVISOR_SERVER_URL`` = the ops port, ``SUPERVISOR_USERNAME``/`
 ``SUPERVISOR_PROCESS_NAME``, ``SUPERVISOR_GROUP_NAME``, ``SUPERVISOR_ENABLED``), and feeds it
 the subscribed ``events``: PROCESS_STATE_* of the subsystems (from the supervisor's
 ``supervisor.process.state`` messages) and of the containers (derived from the pod maps),
-TICK_5/TICK_60/TICK_3600. When the command exits, this process exits 1 and the supervisor
-restarts both (crash back-off), as supervisord restarts a dead listener.
+TICK_5/TICK_60/TICK_3600, and PROCESS_LOG_STDOUT/STDERR of the processes whose output events
+are enabled (``logevents``; polled from ``Listener.on_time``). When the command exits, this
+process exits 1 and the supervisor restarts both (crash back-off), as supervisord restarts a
+dead listener.
 """
 
 from __future__ import annotations
