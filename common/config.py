@@ -86,6 +86,14 @@ def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
     return text
 
 
+def _parse_exact(key: str, raw: object, choices: tuple[str, ...]) -> str:
+    """One of ``choices``, spelled exactly (the kubelet's enum values)."""
+    text = parse_str(key, raw).strip()
+    if text not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw!r}")
+    return text
+
+
 def _parse_cgroup_path(key: str, raw: object) -> str:
     """'' (disabled) or an absolute cgroup path like /podvisor (no '..', no systemd slice)."""
     text = parse_str(key, raw).strip()
@@ -162,8 +170,13 @@ TOP_KEYS: tuple[Key, ...] = (
         "cap of the back-off between failed API requests (0.8 s doubling)"),
     Key("statusSweepFrequency", "status_sweep_frequency", DURATION,
         "every API pod's status is compared with the API's and written this often"),
+    Key("configMapAndSecretChangeDetectionStrategy",
+        "config_map_and_secret_change_detection_strategy", Kind(
+            lambda k, v: _parse_exact(k, v, ("Watch", "Cache", "Get")), metavar="STRATEGY"),
+        "how pods' ConfigMaps/Secrets are read: Watch (a watch per object), Cache "
+        "(apiObjectCacheTTL) or Get"),
     Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
-        "ConfigMaps and Secrets read for pods are cached this long"),
+        "with the Cache strategy: ConfigMaps and Secrets read for pods are cached this long"),
     # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
     Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
     Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
@@ -386,6 +399,7 @@ class Config:
     api_watch_timeout: float = 300.0
     api_retry_max_delay: float = 30.0
     status_sweep_frequency: float = 10.0
+    config_map_and_secret_change_detection_strategy: str = "Watch"
     api_object_cache_ttl: float = 10.0
     # [ops port, issue 14]
     ops_address: str = "127.0.0.1"

@@ -21,6 +21,12 @@ from podvisor.services.apiserver.client import (
     Obj,
     WatchStream,
 )
+from podvisor.services.apiserver.objectwatch import (
+    NotRegistered,
+    NotSynced,
+    ObjectKey,
+    ObjectWatches,
+)
 from podvisor.services.apiserver.reflector import Reflector, Sink
 from podvisor.services.apiserver.wake import WakePipe
 from podvisor.services.apiserver.webhook import (
@@ -40,7 +46,11 @@ __all__ = [
     "ApiUnreachable",
     "Attributes",
     "Decision",
+    "NotRegistered",
+    "NotSynced",
     "Obj",
+    "ObjectKey",
+    "ObjectWatches",
     "Reflector",
     "ReviewFailed",
     "Sink",
