@@ -97,3 +97,61 @@ def test_token_review_and_access_review_cached_and_failing(tmp_path: Path) -> No
         assert err.value.status == 422
     finally:
         api.stop()
+
+
+def test_webhook_config_needs_kubeconfig_and_takes_the_kubelet_flags() -> None:
+    import argparse
+
+    from podvisor.common.config import ConfigError, config_from_mapping, config_to_mapping
+    from podvisor.supervisor.flags import add_config_flags, overrides_from_args
+
+    on = {"kubeconfig": "/kc", "authentication": {"webhook": {"enabled": True,
+                                                               "cacheTTL": "1m"}},
+          "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "2m",
+                                                            "cacheUnauthorizedTTL": "10s"}}}
+    cfg = config_from_mapping(on)
+    assert cfg.authentication.webhook_enabled and cfg.authentication.webhook_cache_ttl == 60
+    assert cfg.authorization.mode == "Webhook"
+    assert cfg.authorization.webhook_cache_authorized_ttl == 120
+    assert cfg.authorization.webhook_cache_unauthorized_ttl == 10
+    assert config_from_mapping(config_to_mapping(cfg)) == cfg
+    for raw, key in (({**on, "kubeconfig": ""}, "authentication.webhook.enabled"),
+                     ({"authorization": {"mode": "Webhook"}}, "authorization.mode")):
+        with pytest.raises(ConfigError) as err:
+            config_from_mapping(raw)
+        assert err.value.key == key and "kubeconfig" in str(err.value)
+    assert cfg.config_map_and_secret_change_detection_strategy == "Watch"
+    assert config_from_mapping({"configMapAndSecretChangeDetectionStrategy": "Cache"}) \
+        .config_map_and_secret_change_detection_strategy == "Cache"
+    with pytest.raises(ConfigError):
+        config_from_mapping({"configMapAndSecretChangeDetectionStrategy": "watch"})
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    args = parser.parse_args(["--authentication-token-webhook",
+                              "--authentication-token-webhook-cache-ttl", "30s",
+                              "--authorization-mode", "Webhook",
+                              "--authorization-webhook-cache-authorized-ttl", "1m",
+                              "--authorization-webhook-cache-unauthorized-ttl", "5s"])
+    assert overrides_from_args(args) == {
+        "authentication": {"webhook": {"enabled": "true", "cacheTTL": "30s"}},
+        "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "1m",
+                                                         "cacheUnauthorizedTTL": "5s"}}}
+
+
+def test_request_attributes_as_the_kubelet() -> None:
+    from podvisor.services.server.auth import attributes
+
+    def sub(path: str) -> str:
+        return attributes("GET", path, "n1").subresource
+
+    assert sub("/stats/summary") == sub("/stats") == "stats"
+    assert sub("/metrics") == sub("/metrics/probes") == sub("/metrics/resource") == "metrics"
+    assert sub("/logs/") == sub("/logs/messages") == "log"
+    assert sub("/spec/") == "spec"
+    assert sub("/statsx") == sub("/containerLogs/ns/p/c") == sub("/exec/ns/p/c") == "proxy"
+    assert sub("/configz") == sub("/pods") == sub("/healthz") == "proxy"
+    assert [attributes(m, "/pods", "n1").verb for m in
+            ("GET", "POST", "PUT", "PATCH", "DELETE")] == [
+        "get", "create", "update", "patch", "delete"]
+    assert attributes("GET", "/pods", "n1").name == "n1"
