@@ -51,6 +51,8 @@ class User:
     name: str
     uid: str = ""
     groups: tuple[str, ...] = field(default_factory=tuple)
+    # a TokenReview's user.extra (key -> values), passed on to SubjectAccessReviews
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
 
 
 ANONYMOUS = User("system:anonymous", groups=("system:unauthenticated",))
@@ -131,7 +133,7 @@ class Authenticator:
                 except ReviewFailed as exc:
                     return None, f"the token could not be reviewed by the API server: {exc}"
                 if reviewed is not None:
-                    user = User(reviewed.name, reviewed.uid, reviewed.groups)
+                    user = User(reviewed.name, reviewed.uid, reviewed.groups, reviewed.extra)
             if user is None:
                 return None, "invalid bearer token"
             return _authenticated(user), ""
@@ -154,7 +156,7 @@ class Authenticator:
 def _authenticated(user: User) -> User:
     if "system:authenticated" in user.groups:
         return user
-    return User(user.name, user.uid, (*user.groups, "system:authenticated"))
+    return User(user.name, user.uid, (*user.groups, "system:authenticated"), user.extra)
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,7 @@ class WebhookAuthz:
         from podvisor.services.apiserver import User as ReviewUser
         try:
             decision = self._webhook.authorize(
-                ReviewUser(user.name, user.uid, user.groups),
+                ReviewUser(user.name, user.uid, user.groups, user.extra),
                 ReviewAttributes(attrs.verb, attrs.resource, attrs.subresource, attrs.name))
         except ReviewFailed as exc:
             return False, f"authorization error: the API server could not be asked: {exc}"

@@ -86,6 +86,20 @@ def test_token_review_and_access_review_cached_and_failing(tmp_path: Path) -> No
         api.start()
         assert authz.authorize(alice, logs).allowed  # the failure was not cached
 
+        # a bound service account token: its user.extra reaches the SubjectAccessReview
+        pod = api.create_pod("default", {"metadata": {"name": "p"}, "spec": {
+            "nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}})
+        issued = conn.request("POST", "/api/v1/namespaces/default/serviceaccounts/default/token",
+                              body={"spec": {"expirationSeconds": 3600, "boundObjectRef": {
+                                  "kind": "Pod", "apiVersion": "v1", "name": "p",
+                                  "uid": pod["metadata"]["uid"]}}})
+        sa = authn.authenticate(issued["status"]["token"])
+        assert sa is not None and sa.name == "system:serviceaccount:default:default"
+        assert dict(sa.extra)["authentication.kubernetes.io/pod-name"] == ("p",)
+        authz.authorize(sa, logs)
+        assert seen[-1]["extra"]["authentication.kubernetes.io/pod-uid"] == [
+            pod["metadata"]["uid"]]
+
         # the stand-in validates reviews as kube-apiserver does
         with pytest.raises(ApiError) as err:
             conn.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews",

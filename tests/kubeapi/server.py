@@ -158,6 +158,7 @@ class KubeApi:
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.tokens: dict[str, tuple[str, list[str]]] = {}
+        self.token_extra: dict[str, dict[str, list[str]]] = {}  # a TokenReview's user.extra
         self.requests: list[Request] = []
         self.token_requests: list[Obj] = []
         self.reviews: list[Obj] = []
@@ -632,6 +633,10 @@ class KubeApi:
                           uuid.uuid4().hex))
         self.tokens[token] = (user, ["system:serviceaccounts",
                                      f"system:serviceaccounts:{ns}", "system:authenticated"])
+        if bound and bound.get("kind") == "Pod":  # what kube-apiserver's SA authenticator adds
+            self.token_extra[token] = {
+                "authentication.kubernetes.io/pod-name": [bound["name"]],
+                "authentication.kubernetes.io/pod-uid": [obj["metadata"]["uid"]]}
         out = {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
                "metadata": {"name": route.name, "namespace": ns,
                             "creationTimestamp": None},
@@ -661,6 +666,8 @@ class KubeApi:
             if "system:authenticated" not in groups:  # the server's authenticated-group adder
                 groups.append("system:authenticated")
             status = {"authenticated": True, "user": {"username": who[0], "groups": groups}}
+            if token in self.token_extra:
+                status["user"]["extra"] = self.token_extra[token]
             if spec.get("audiences"):
                 status["audiences"] = spec["audiences"]
         out = {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
