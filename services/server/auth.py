@@ -113,6 +113,11 @@ class Authenticator:
         self._webhook = webhook
 
     @property
+    def token_count(self) -> int:
+        """Tokens from the token file."""
+        return len(self._tokens)
+
+    @property
     def blocking(self) -> bool:
         """Whether ``authenticate`` may wait on the network (the webhook)."""
         return self._webhook is not None

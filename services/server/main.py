@@ -58,7 +58,8 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
     """Raises ``TlsError``, ``AuthConfigError`` or ``OSError`` (bind) with a clear message."""
     cfg = ctx.config
     authn_cfg = cfg.authentication
-    authn, authz = build_auth(cfg, ctx.clock.monotonic)
+    # on a thread: a webhook mode imports the kubernetes client (~0.7 s) and reads kubeconfig
+    authn, authz = await asyncio.to_thread(build_auth, cfg, ctx.clock.monotonic)
     now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the certificate's
     pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
                         cfg.node_name, cfg.address, now)
@@ -94,7 +95,7 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
         await runner.cleanup()
         raise
     ctx.log.info("mainport.listening", address=address, port=cfg.port,
-                 token_file=bool(authn_cfg.token_file), client_ca=bool(authn_cfg.client_ca_file),
+                 tokens=authn.token_count, client_ca=bool(authn_cfg.client_ca_file),
                  anonymous=authn_cfg.anonymous_enabled, webhook=authn_cfg.webhook_enabled,
                  authorization=cfg.authorization.mode)
     return runner
