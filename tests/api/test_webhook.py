@@ -169,3 +169,17 @@ def test_request_attributes_as_the_kubelet() -> None:
             ("GET", "POST", "PUT", "PATCH", "DELETE")] == [
         "get", "create", "update", "patch", "delete"]
     assert attributes("GET", "/pods", "n1").name == "n1"
+
+
+def test_build_auth_refuses_an_unusable_kubeconfig(tmp_path: Path) -> None:
+    from podvisor.common.config import config_from_mapping
+    from podvisor.services.server.auth import AlwaysAllow, AuthConfigError, build_auth
+
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("not: a kubeconfig\n")
+    cfg = config_from_mapping({"kubeconfig": str(bad), "authorization": {"mode": "Webhook"}})
+    with pytest.raises(AuthConfigError) as err:
+        build_auth(cfg, lambda: 0.0)
+    assert str(bad) in str(err.value)
+    authn, authz = build_auth(config_from_mapping({}), lambda: 0.0)  # no webhook: no client
+    assert isinstance(authz, AlwaysAllow) and not authn.blocking
