@@ -104,3 +104,12 @@ def test_configmap_secret_env_volumes_and_service_account(api: KubeApi, agent: A
     except ApiError:
         pod = {}
     assert pod.get("status", {}).get("phase") == "Running"
+    # the pod deleted: once it is terminated nobody references the objects: watches end
+    api.store.delete("pods", "default", "data", grace=1)
+
+    def watch_ended(name: str) -> bool:
+        return any(r.path == cm and "watch=" in r.query and f"metadata.name%3D{name}" in r.query
+                   for r in api.requests)
+
+    wait_for(lambda: watch_ended("app") and watch_ended("kube-root-ca.crt"), timeout=60,
+             message="the ConfigMaps' watches stopped with the last pod referencing them")
