@@ -86,6 +86,14 @@ def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
     return text
 
 
+def _parse_exact(key: str, raw: object, choices: tuple[str, ...]) -> str:
+    """One of ``choices``, spelled exactly (the kubelet's enum values)."""
+    text = parse_str(key, raw).strip()
+    if text not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw!r}")
+    return text
+
+
 def _parse_cgroup_path(key: str, raw: object) -> str:
     """'' (disabled) or an absolute cgroup path like /podvisor (no '..', no systemd slice)."""
     text = parse_str(key, raw).strip()
@@ -162,8 +170,13 @@ TOP_KEYS: tuple[Key, ...] = (
         "cap of the back-off between failed API requests (0.8 s doubling)"),
     Key("statusSweepFrequency", "status_sweep_frequency", DURATION,
         "every API pod's status is compared with the API's and written this often"),
+    Key("configMapAndSecretChangeDetectionStrategy",
+        "config_map_and_secret_change_detection_strategy", Kind(
+            lambda k, v: _parse_exact(k, v, ("Watch", "Cache", "Get")), metavar="STRATEGY"),
+        "how pods' ConfigMaps/Secrets are read: Watch (a watch per object), Cache "
+        "(apiObjectCacheTTL) or Get"),
     Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
-        "ConfigMaps and Secrets read for pods are cached this long"),
+        "with the Cache strategy: ConfigMaps and Secrets read for pods are cached this long"),
     # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
     Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
     Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
@@ -201,8 +214,8 @@ SYNCLOOP_KEYS: tuple[Key, ...] = (
 # [main port, issue 13] `authentication` and `authorization`, nested as KubeletConfiguration
 # spells them: authentication.{anonymous.enabled, x509.clientCAFile, webhook.enabled,
 # webhook.cacheTTL, tokenFile}, authorization.{mode, webhook.cacheAuthorizedTTL,
-# webhook.cacheUnauthorizedTTL}. The webhook modes need the API server (issue 15): their keys
-# are accepted by name, and enabling them is rejected at load with the reason.
+# webhook.cacheUnauthorizedTTL}. The webhook modes (TokenReview, SubjectAccessReview; issue 15)
+# need the API server: enabling one without `kubeconfig` is rejected at load with the reason.
 AUTHN_KEYS: tuple[Key, ...] = (
     Key("tokenFile", "token_file", STR,
         "static bearer tokens, kube-apiserver's CSV: token,user,uid,\"group1,group2\""),
@@ -212,28 +225,28 @@ AUTHN_SUB_KEYS: dict[str, tuple[Key, ...]] = {
                       "requests without credentials are user system:anonymous"),),
     "x509": (Key("clientCAFile", "client_ca_file", STR,
                  "CA bundle (PEM) that signs accepted client certificates"),),
-    "webhook": (Key("enabled", "webhook_enabled", BOOL, "TokenReview (needs the API server)"),
-                Key("cacheTTL", "webhook_cache_ttl", DURATION, "TokenReview cache")),
+    "webhook": (Key("enabled", "webhook_enabled", BOOL,
+                    "bearer tokens reviewed by the API server (TokenReview; needs kubeconfig)"),
+                Key("cacheTTL", "webhook_cache_ttl", DURATION, "TokenReview answers cached")),
 }
 AUTHZ_KEYS: tuple[Key, ...] = (
     Key("mode", "mode", Kind(lambda k, v: _parse_authz_mode(k, v), metavar="MODE"),
-        "AlwaysAllow (Webhook needs the API server)"),
+        "AlwaysAllow, or Webhook (SubjectAccessReview at the API server; needs kubeconfig)"),
 )
 AUTHZ_SUB_KEYS: dict[str, tuple[Key, ...]] = {
-    "webhook": (Key("cacheAuthorizedTTL", "webhook_cache_authorized_ttl", DURATION, "cache"),
+    "webhook": (Key("cacheAuthorizedTTL", "webhook_cache_authorized_ttl", DURATION,
+                    "allowed SubjectAccessReview answers cached"),
                 Key("cacheUnauthorizedTTL", "webhook_cache_unauthorized_ttl", DURATION,
-                    "cache")),
+                    "denied SubjectAccessReview answers cached")),
 }
-WEBHOOK_NOT_YET = ("needs the API server (kubeconfig), which podvisor does not talk to yet; "
-                   "use tokenFile or x509.clientCAFile with authorization.mode AlwaysAllow")
+WEBHOOK_NEEDS_API = ("needs the API server: set kubeconfig (or use tokenFile or "
+                     "x509.clientCAFile with authorization.mode AlwaysAllow)")
 
 
 def _parse_authz_mode(key: str, raw: object) -> str:
     text = parse_str(key, raw).strip()
-    if text == "Webhook":
-        raise ConfigError(key, f"Webhook {WEBHOOK_NOT_YET}")
-    if text != "AlwaysAllow":
-        raise ConfigError(key, f"expected AlwaysAllow (or Webhook, later), got {raw!r}")
+    if text not in ("AlwaysAllow", "Webhook"):
+        raise ConfigError(key, f"expected AlwaysAllow or Webhook, got {raw!r}")
     return text
 
 
@@ -263,10 +276,8 @@ def _parse_nested(prefix: str, raw: object, keys: tuple[Key, ...],
 
 
 def _parse_authentication(raw: object) -> AuthenticationConfig:
-    values = _parse_nested("authentication", raw, AUTHN_KEYS, AUTHN_SUB_KEYS)
-    if values.get("webhook_enabled"):
-        raise ConfigError("authentication.webhook.enabled", f"true {WEBHOOK_NOT_YET}")
-    return AuthenticationConfig(**values)
+    return AuthenticationConfig(**_parse_nested("authentication", raw, AUTHN_KEYS,
+                                                 AUTHN_SUB_KEYS))
 
 
 def _parse_authorization(raw: object) -> AuthorizationConfig:
@@ -393,6 +404,7 @@ class Config:
     api_watch_timeout: float = 300.0
     api_retry_max_delay: float = 30.0
     status_sweep_frequency: float = 10.0
+    config_map_and_secret_change_detection_strategy: str = "Watch"
     api_object_cache_ttl: float = 10.0
     # [ops port, issue 14]
     ops_address: str = "127.0.0.1"
@@ -463,6 +475,11 @@ def config_from_mapping(raw: object) -> Config:
     if bool(config.tls_cert_file) != bool(config.tls_private_key_file):
         raise ConfigError("tlsPrivateKeyFile" if config.tls_cert_file else "tlsCertFile",
                           "tlsCertFile and tlsPrivateKeyFile go together")
+    if not config.kubeconfig:  # [issue 15] the webhook modes ask the API server
+        if config.authentication.webhook_enabled:
+            raise ConfigError("authentication.webhook.enabled", f"true {WEBHOOK_NEEDS_API}")
+        if config.authorization.mode == "Webhook":
+            raise ConfigError("authorization.mode", f"Webhook {WEBHOOK_NEEDS_API}")
     if config.image_gc_low_threshold_percent > config.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:

@@ -18,6 +18,7 @@ from podvisor.common.config import (
     AUTHN_KEYS,
     AUTHN_SUB_KEYS,
     AUTHZ_KEYS,
+    AUTHZ_SUB_KEYS,
     BOOL,
     HEADERS,
     SUPERVISION_KEYS,
@@ -41,6 +42,15 @@ NESTED: tuple[tuple[str, tuple[str, ...], Key], ...] = (
     ("--client-ca-file", ("authentication", "x509", "clientCAFile"), AUTHN_SUB_KEYS["x509"][0]),
     ("--token-auth-file", ("authentication", "tokenFile"), AUTHN_KEYS[0]),
     ("--authorization-mode", ("authorization", "mode"), AUTHZ_KEYS[0]),
+    # [issue 15] the webhook modes, under the kubelet's flag names
+    ("--authentication-token-webhook", ("authentication", "webhook", "enabled"),
+     AUTHN_SUB_KEYS["webhook"][0]),
+    ("--authentication-token-webhook-cache-ttl", ("authentication", "webhook", "cacheTTL"),
+     AUTHN_SUB_KEYS["webhook"][1]),
+    ("--authorization-webhook-cache-authorized-ttl",
+     ("authorization", "webhook", "cacheAuthorizedTTL"), AUTHZ_SUB_KEYS["webhook"][0]),
+    ("--authorization-webhook-cache-unauthorized-ttl",
+     ("authorization", "webhook", "cacheUnauthorizedTTL"), AUTHZ_SUB_KEYS["webhook"][1]),
 )
 
 __all__ = ["add_config_flags", "flag_name", "overrides_from_args"]

@@ -5,8 +5,11 @@
   ``ApiError`` (an HTTP answer) and ``ApiUnreachable`` (none).
 - ``Reflector``: list + watch of one collection on a thread (bookmarks, 410 relist, back-off).
 - ``WakePipe``: how a helper thread wakes a process's poll loop.
-- ``WebhookAuthenticator`` / ``WebhookAuthorizer`` / ``request_attributes``: TokenReview and
-  SubjectAccessReview for the main port (cached, fail closed); see ``webhook.py``.
+- ``WebhookAuthenticator`` / ``WebhookAuthorizer`` (``User``, ``Attributes``, ``Decision``,
+  ``ReviewFailed``): TokenReview and SubjectAccessReview for the main port, cached per the
+  kubelet's TTLs; see ``webhook.py``.
+- ``ObjectWatches``: one watch per referenced ConfigMap/Secret (the kubelet's ``Watch``
+  change-detection strategy); see ``objectwatch.py``.
 """
 
 from podvisor.services.apiserver.client import (
@@ -18,15 +21,21 @@ from podvisor.services.apiserver.client import (
     Obj,
     WatchStream,
 )
+from podvisor.services.apiserver.objectwatch import (
+    NotRegistered,
+    NotSynced,
+    ObjectKey,
+    ObjectWatches,
+)
 from podvisor.services.apiserver.reflector import Reflector, Sink
 from podvisor.services.apiserver.wake import WakePipe
 from podvisor.services.apiserver.webhook import (
     Attributes,
     Decision,
+    ReviewFailed,
     User,
     WebhookAuthenticator,
     WebhookAuthorizer,
-    request_attributes,
 )
 
 __all__ = [
@@ -37,13 +46,17 @@ __all__ = [
     "ApiUnreachable",
     "Attributes",
     "Decision",
+    "NotRegistered",
+    "NotSynced",
     "Obj",
+    "ObjectKey",
+    "ObjectWatches",
     "Reflector",
+    "ReviewFailed",
     "Sink",
     "User",
     "WakePipe",
     "WatchStream",
     "WebhookAuthenticator",
     "WebhookAuthorizer",
-    "request_attributes",
 ]

@@ -9,7 +9,9 @@ non-2xx answer (with the ``Status`` reason) and ``ApiUnreachable`` when no answe
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +140,13 @@ class WatchStream:
             raise ApiUnreachable(f"watch cut: {exc}") from None
 
     def close(self) -> None:
+        """Ends the iteration at once, even while another thread is blocked reading: the
+        socket is shut down first (closing alone would wait for that reader's lock)."""
+        conn = getattr(self._response, "connection", None)
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         try:
             self._response.release_conn()
             self._response.close()

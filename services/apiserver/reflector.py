@@ -56,12 +56,17 @@ class Reflector:
         self._thread = threading.Thread(target=self._run, name="reflector", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def cancel(self) -> None:
+        """Stop without waiting (any thread, the reflector's own included): the open watch is
+        cut at once and the thread ends (after a list in flight, if any)."""
         self.stop_event.set()
         stream = self._stream
         if stream is not None:
             stream.close()
-        if self._thread is not None:
+
+    def stop(self) -> None:
+        self.cancel()
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2)
 
     def _run(self) -> None:
@@ -75,6 +80,8 @@ class Reflector:
             except _Expired:
                 self.rv = ""  # relist at once
             except (ApiError, ApiUnreachable) as exc:
+                if self.stop_event.is_set():  # stop() cut the watch
+                    return
                 if isinstance(exc, ApiError) and exc.status == 410:
                     self.rv = ""
                     continue
@@ -100,6 +107,10 @@ class Reflector:
                                  "timeoutSeconds": str(int(timeout))}
         stream = self.conn.watch(self.path, query, read_timeout=timeout + 30)
         self._stream = stream
+        if self.stop_event.is_set():  # cancelled while it was being opened
+            self._stream = None
+            stream.close()
+            return
         self.watches += 1
         try:
             for event in stream:

@@ -1,40 +1,41 @@
 """Webhook authentication and authorization for the main port (the kubelet's
-``authentication.webhook`` and ``authorization.mode: Webhook``), for the main port's server to
-call; it owns the config keys (issue 13: ``authentication.webhook.{enabled,cacheTTL}``,
-``authorization.webhook.{cacheAuthorizedTTL,cacheUnauthorizedTTL}``).
+``authentication.webhook`` and ``authorization.mode: Webhook``): the API calls and their
+caches. What a request means (its attributes) is the main port's business
+(``services/server/auth.py``); this module only asks the API server.
 
-- ``WebhookAuthenticator(conn, cache_ttl).authenticate(token) -> User | None``: a TokenReview
-  at the API server; answers (yes and no) are cached ``cache_ttl`` (2 min) per token.
-- ``WebhookAuthorizer(conn, authorized_ttl, unauthorized_ttl).authorize(user, attrs)
-  -> Decision``: a SubjectAccessReview; allowed answers cached 5 min, denials 30 s.
-- ``request_attributes(method, path, node) -> Attributes``: the kubelet's mapping of a request
-  to resource attributes (``server/auth.go``): verb from the method (GET get, POST create, PUT
-  update, PATCH patch, DELETE delete), resource ``nodes``, name = the node, subresource by path
-  (``/stats`` stats, ``/metrics`` metrics, ``/logs`` log, ``/spec`` spec, ``/checkpoint``
-  checkpoint, ``/configz`` configz, ``/healthz`` healthz, ``/pods`` pods, anything else
-  proxy).
-An unreachable API server or an error answer is "not authenticated" / "not allowed" (never
-cached), so the port fails closed. Thread-safe; the clock is injected.
+- ``WebhookAuthenticator(conn, cache_ttl, clock).authenticate(token) -> User | None``: a
+  TokenReview (``authentication.k8s.io/v1``). Answers (authenticated or not) are cached
+  ``cache_ttl`` (``authentication.webhook.cacheTTL``, 2 min) per token, keyed by the token's
+  SHA-256; an answer that carries ``status.error`` is "not authenticated" and not cached.
+- ``WebhookAuthorizer(conn, authorized_ttl, unauthorized_ttl, clock).authorize(user, attrs)
+  -> Decision``: a SubjectAccessReview (``authorization.k8s.io/v1``) of resource attributes.
+  Allowed answers are cached ``authorized_ttl`` (``cacheAuthorizedTTL``, 5 min), the others
+  ``unauthorized_ttl`` (``cacheUnauthorizedTTL``, 30 s), keyed by the whole review spec.
+- Both raise ``ReviewFailed`` when no answer could be had (the API server unreachable, or an
+  error status): nothing is cached then, so the next request asks again; the caller fails
+  closed (401 / 403).
 
-Use (the main port's handler)::
-
-    authn = WebhookAuthenticator(ApiConnection(kubeconfig), cache_ttl=cfg.webhook_cache_ttl)
-    authz = WebhookAuthorizer(conn, cfg.webhook_cache_authorized_ttl,
-                              cfg.webhook_cache_unauthorized_ttl)
-    user = authn.authenticate(bearer_token)           # None -> 401
-    decision = authz.authorize(user, request_attributes(method, path, node_name))
-    if not decision.allowed: ...                      # 403 with decision.reason
+As the kubelet (client-go's ``webhook`` authenticator/authorizer), nothing is retried inside a
+request. Thread-safe; the clock (monotonic seconds) is injected.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from podvisor.services.apiserver.client import ApiConnection, ApiError, ApiUnreachable
+
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+CACHE_MAX = 10000  # entries; expired ones are dropped when it is reached
+
+
+class ReviewFailed(Exception):
+    """The API server gave no usable answer to a review (nothing was cached)."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,15 @@ class User:
 
 @dataclass(frozen=True)
 class Attributes:
+    """The resource attributes of a SubjectAccessReview."""
+
     verb: str
-    resource: str = "nodes"
-    subresource: str = "proxy"
+    resource: str
+    subresource: str = ""
     name: str = ""
-    api_group: str = ""
-    api_version: str = "v1"
+    namespace: str = ""
+    group: str = ""
+    version: str = "v1"
 
 
 @dataclass(frozen=True)
@@ -61,111 +65,111 @@ class Decision:
     reason: str = ""
 
 
-VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
-         "DELETE": "delete"}
-SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"),
-                ("/spec", "spec"), ("/checkpoint", "checkpoint"), ("/configz", "configz"),
-                ("/healthz", "healthz"), ("/pods", "pods"))
-
-
-def request_attributes(method: str, path: str, node: str) -> Attributes:
-    sub = "proxy"
-    for prefix, name in SUBRESOURCES:
-        if path == prefix or path.startswith(prefix + "/"):
-            sub = name
-            break
-    return Attributes(VERBS.get(method.upper(), method.lower()), "nodes", sub, node)
-
-
 @dataclass
 class _Cache:
     clock: Callable[[], float]
     entries: dict[str, tuple[float, object]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, key: str) -> object | None:
+    def get(self, key: str) -> tuple[bool, object]:
         with self.lock:
             hit = self.entries.get(key)
-            if hit is None or hit[0] <= self.clock():
-                self.entries.pop(key, None)
-                return None
-            return hit[1]
+            if hit is None:
+                return False, None
+            if hit[0] <= self.clock():
+                del self.entries[key]
+                return False, None
+            return True, hit[1]
 
     def put(self, key: str, value: object, ttl: float) -> None:
         if ttl <= 0:
             return
         with self.lock:
-            if len(self.entries) > 10000:
-                now = self.clock()
+            now = self.clock()
+            if len(self.entries) >= CACHE_MAX:
                 self.entries = {k: v for k, v in self.entries.items() if v[0] > now}
-            self.entries[key] = (self.clock() + ttl, value)
+                if len(self.entries) >= CACHE_MAX:  # all alive: drop the oldest half
+                    keep = sorted(self.entries.items(), key=lambda kv: kv[1][0])
+                    self.entries = dict(keep[len(keep) // 2:])
+            self.entries[key] = (now + ttl, value)
 
 
-_NO = object()
+def _review(conn: ApiConnection, path: str, body: dict[str, object]) -> dict[str, object]:
+    try:
+        answer = conn.request("POST", path, body=body)
+    except (ApiError, ApiUnreachable) as exc:
+        raise ReviewFailed(str(exc)) from None
+    status = answer.get("status")
+    return status if isinstance(status, dict) else {}
 
 
 class WebhookAuthenticator:
-    def __init__(self, conn: ApiConnection, cache_ttl: float = 120.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, conn: ApiConnection, cache_ttl: float,
+                 clock: Callable[[], float]) -> None:
         self.conn = conn
         self.cache_ttl = cache_ttl
         self._cache = _Cache(clock)
 
     def authenticate(self, token: str) -> User | None:
+        """The token's user, or None when the API server says it is not authenticated;
+        raises ``ReviewFailed``."""
         if not token:
             return None
         key = hashlib.sha256(token.encode()).hexdigest()
-        hit = self._cache.get(key)
-        if hit is not None:
-            return None if hit is _NO else hit  # type: ignore[return-value]
-        try:
-            answer = self.conn.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
-                                       body={"apiVersion": "authentication.k8s.io/v1",
-                                             "kind": "TokenReview",
-                                             "spec": {"token": token}})
-        except (ApiError, ApiUnreachable):
-            return None  # fail closed, not cached
-        status = answer.get("status") or {}
-        user: User | None = None
-        if status.get("authenticated"):
-            u = status.get("user") or {}
-            user = User(str(u.get("username", "")), str(u.get("uid", "")),
-                        tuple(str(g) for g in u.get("groups") or []),
-                        tuple((str(k), tuple(str(x) for x in v))
-                              for k, v in sorted((u.get("extra") or {}).items())))
-        self._cache.put(key, user if user is not None else _NO, self.cache_ttl)
+        hit, value = self._cache.get(key)
+        if hit:
+            return value if isinstance(value, User) else None
+        status = _review(self.conn, TOKEN_REVIEWS, {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token}})
+        if not status.get("authenticated"):
+            if not status.get("error"):  # an error is not cached: asked again next time
+                self._cache.put(key, None, self.cache_ttl)
+            return None
+        u = status.get("user")
+        u = u if isinstance(u, dict) else {}
+        extra = u.get("extra")
+        extra = extra if isinstance(extra, dict) else {}
+        user = User(str(u.get("username", "")), str(u.get("uid", "")),
+                    tuple(str(g) for g in u.get("groups") or []),
+                    tuple((str(k), tuple(str(x) for x in v or []))
+                          for k, v in sorted(extra.items())))
+        self._cache.put(key, user, self.cache_ttl)
         return user
 
 
 class WebhookAuthorizer:
-    def __init__(self, conn: ApiConnection, authorized_ttl: float = 300.0,
-                 unauthorized_ttl: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, conn: ApiConnection, authorized_ttl: float, unauthorized_ttl: float,
+                 clock: Callable[[], float]) -> None:
         self.conn = conn
         self.authorized_ttl = authorized_ttl
         self.unauthorized_ttl = unauthorized_ttl
         self._cache = _Cache(clock)
 
     def authorize(self, user: User, attrs: Attributes) -> Decision:
-        key = repr((user, attrs))
-        hit = self._cache.get(key)
-        if isinstance(hit, Decision):
-            return hit
-        spec = {"user": user.name, "uid": user.uid, "groups": list(user.groups),
-                "extra": {k: list(v) for k, v in user.extra},
-                "resourceAttributes": {"verb": attrs.verb, "resource": attrs.resource,
-                                       "subresource": attrs.subresource, "name": attrs.name,
-                                       "group": attrs.api_group, "version": attrs.api_version}}
-        try:
-            answer = self.conn.request(
-                "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-                body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                      "spec": spec})
-        except (ApiError, ApiUnreachable) as exc:
-            return Decision(False, f"authorization webhook failed: {exc}")
-        status = answer.get("status") or {}
+        """Allowed only when the review says ``allowed`` (a denial or no opinion is not);
+        raises ``ReviewFailed``."""
+        resource = {"verb": attrs.verb, "resource": attrs.resource, "group": attrs.group,
+                    "version": attrs.version}
+        for field_name, text in (("subresource", attrs.subresource), ("name", attrs.name),
+                                 ("namespace", attrs.namespace)):
+            if text:
+                resource[field_name] = text
+        spec: dict[str, object] = {"user": user.name, "groups": list(user.groups),
+                                   "resourceAttributes": resource}
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = {k: list(v) for k, v in user.extra}
+        cache_key = json.dumps(spec, sort_keys=True)
+        hit, value = self._cache.get(cache_key)
+        if hit and isinstance(value, Decision):
+            return value
+        status = _review(self.conn, ACCESS_REVIEWS, {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": spec})
         decision = Decision(bool(status.get("allowed")) and not status.get("denied"),
-                            str(status.get("reason", "")))
-        self._cache.put(key, decision, self.authorized_ttl if decision.allowed
+                            str(status.get("reason") or status.get("evaluationError") or ""))
+        self._cache.put(cache_key, decision, self.authorized_ttl if decision.allowed
                         else self.unauthorized_ttl)
         return decision

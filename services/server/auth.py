@@ -1,27 +1,49 @@
 """Authentication and authorization of the main port, as the kubelet does them.
 
 Authentication, in order: a bearer token (``Authorization: Bearer T``) looked up in
-``authentication.tokenFile`` (kube-apiserver's static token CSV: ``token,user,uid,"g1,g2"``);
-a client certificate verified against ``authentication.x509.clientCAFile`` (user = its CN,
-groups = its Os); else ``system:anonymous`` when ``authentication.anonymous.enabled``. A token
-that is presented but unknown is a 401 even when anonymous requests are allowed (as the API
-server does). Authorization: ``AlwaysAllow`` (``Webhook`` is rejected at config load until the
-API server issue lands); the request's attributes are computed as the kubelet's
-(``verb`` from the method, resource ``nodes``, subresource ``stats``/``metrics``/``log``/
-``proxy`` from the path) so a SubjectAccessReview can use them later.
+``authentication.tokenFile`` (kube-apiserver's static token CSV: ``token,user,uid,"g1,g2"``),
+then, with ``authentication.webhook.enabled``, sent to the API server in a TokenReview (cached
+``webhook.cacheTTL``, 2 min); a client certificate verified against
+``authentication.x509.clientCAFile`` (user = its CN, groups = its Os); else
+``system:anonymous`` when ``authentication.anonymous.enabled``. A token that is presented but
+unknown is a 401 even when anonymous requests are allowed (as the kubelet's union of
+authenticators does), and so is a token the API server could not review (unreachable: nothing
+is cached, the next request asks again).
+
+Authorization: ``AlwaysAllow``, or ``Webhook``: a SubjectAccessReview of the request's
+attributes, computed as the kubelet's ``server/auth.go`` does: ``verb`` from the method (GET/HEAD
+get, POST create, PUT update, PATCH patch, DELETE delete), resource ``nodes``, name = this node,
+subresource ``stats``/``metrics``/``log``/``spec`` for ``/stats``, ``/metrics``, ``/logs``,
+``/spec`` and their subpaths, else ``proxy``. Allowed answers are cached
+``webhook.cacheAuthorizedTTL`` (5 min), the others ``cacheUnauthorizedTTL`` (30 s). When the API
+server cannot be asked the request is refused with a 403 (the kubelet answers 500 there;
+podvisor never answers 500 for something that is not its own bug).
+
+The webhook client is the apiserver package's (through its front door, imported only when a
+webhook mode is configured, so the server process loads the ``kubernetes`` client only then).
+Its calls block, so the middleware runs them on a thread (``authenticate_async`` /
+``authorize_async``); the static checks run inline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hmac
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["ANONYMOUS", "AlwaysAllow", "Attributes", "Authenticator", "Authorizer",
-           "TokenFileError", "User", "attributes", "load_token_file", "user_from_cert"]
+from podvisor.common.config import Config
+
+if TYPE_CHECKING:
+    from podvisor.services.apiserver import WebhookAuthenticator, WebhookAuthorizer
+
+__all__ = ["ANONYMOUS", "AlwaysAllow", "Attributes", "AuthConfigError", "Authenticator",
+           "Authorizer", "TokenFileError", "User", "WebhookAuthz", "attributes",
+           "authenticate_async", "authorize_async", "build_auth", "load_token_file",
+           "user_from_cert"]
 
 
 @dataclass(frozen=True)
@@ -29,12 +51,18 @@ class User:
     name: str
     uid: str = ""
     groups: tuple[str, ...] = field(default_factory=tuple)
+    # a TokenReview's user.extra (key -> values), passed on to SubjectAccessReviews
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
 
 
 ANONYMOUS = User("system:anonymous", groups=("system:unauthenticated",))
 
 
-class TokenFileError(Exception):
+class AuthConfigError(Exception):
+    """The main port's authentication cannot be set up (the message says which file/key)."""
+
+
+class TokenFileError(AuthConfigError):
     """The token file cannot be read or a line is malformed (the message names the line)."""
 
 
@@ -76,9 +104,23 @@ def user_from_cert(peercert: Mapping[str, Any] | None) -> User | None:
 
 
 class Authenticator:
-    def __init__(self, tokens: Mapping[str, User], anonymous: bool) -> None:
+    """``webhook``: TokenReview of tokens the token file does not know (None: no webhook)."""
+
+    def __init__(self, tokens: Mapping[str, User], anonymous: bool,
+                 webhook: WebhookAuthenticator | None = None) -> None:
         self._tokens = dict(tokens)
         self._anonymous = anonymous
+        self._webhook = webhook
+
+    @property
+    def token_count(self) -> int:
+        """Tokens from the token file."""
+        return len(self._tokens)
+
+    @property
+    def blocking(self) -> bool:
+        """Whether ``authenticate`` may wait on the network (the webhook)."""
+        return self._webhook is not None
 
     def authenticate(self, authorization: str | None,
                      peercert: Mapping[str, Any] | None) -> tuple[User | None, str]:
@@ -89,6 +131,14 @@ class Authenticator:
             if scheme.lower() != "bearer" or not token:
                 return None, "unsupported Authorization header (use Bearer TOKEN)"
             user = self._lookup(token)
+            if user is None and self._webhook is not None:
+                from podvisor.services.apiserver import ReviewFailed
+                try:
+                    reviewed = self._webhook.authenticate(token)
+                except ReviewFailed as exc:
+                    return None, f"the token could not be reviewed by the API server: {exc}"
+                if reviewed is not None:
+                    user = User(reviewed.name, reviewed.uid, reviewed.groups, reviewed.extra)
             if user is None:
                 return None, "invalid bearer token"
             return _authenticated(user), ""
@@ -111,7 +161,7 @@ class Authenticator:
 def _authenticated(user: User) -> User:
     if "system:authenticated" in user.groups:
         return user
-    return User(user.name, user.uid, (*user.groups, "system:authenticated"))
+    return User(user.name, user.uid, (*user.groups, "system:authenticated"), user.extra)
 
 
 @dataclass(frozen=True)
@@ -127,8 +177,9 @@ class Attributes:
 
 _VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
           "DELETE": "delete"}
+# the kubelet's statsPath, metricsPath, logsPath and specPath; every other path is "proxy"
 _SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"),
-                 ("/containerLogs", "proxy"), ("/configz", "proxy"))
+                 ("/spec", "spec"))
 
 
 def attributes(method: str, path: str, node_name: str) -> Attributes:
@@ -141,9 +192,79 @@ def attributes(method: str, path: str, node_name: str) -> Attributes:
 
 
 class Authorizer(Protocol):
+    """``authorize`` -> (allowed, reason). An authorizer whose answer may wait on the network
+    says so with a true ``blocking`` attribute (then it runs on a thread)."""
+
     def authorize(self, user: User, attrs: Attributes) -> tuple[bool, str]: ...
 
 
 class AlwaysAllow:
+    blocking = False
+
     def authorize(self, user: User, attrs: Attributes) -> tuple[bool, str]:
         return True, ""
+
+
+class WebhookAuthz:
+    """``authorization.mode: Webhook``: a SubjectAccessReview per (user, attributes), cached."""
+
+    blocking = True
+
+    def __init__(self, webhook: WebhookAuthorizer) -> None:
+        self._webhook = webhook
+
+    def authorize(self, user: User, attrs: Attributes) -> tuple[bool, str]:
+        from podvisor.services.apiserver import Attributes as ReviewAttributes
+        from podvisor.services.apiserver import ReviewFailed
+        from podvisor.services.apiserver import User as ReviewUser
+        try:
+            decision = self._webhook.authorize(
+                ReviewUser(user.name, user.uid, user.groups, user.extra),
+                ReviewAttributes(attrs.verb, attrs.resource, attrs.subresource, attrs.name))
+        except ReviewFailed as exc:
+            return False, f"authorization error: the API server could not be asked: {exc}"
+        return decision.allowed, decision.reason
+
+
+async def authenticate_async(authn: Authenticator, authorization: str | None,
+                             peercert: Mapping[str, Any] | None) -> tuple[User | None, str]:
+    """``authn.authenticate``, on a thread when it may wait on the API server."""
+    if authn.blocking and authorization:
+        return await asyncio.to_thread(authn.authenticate, authorization, peercert)
+    return authn.authenticate(authorization, peercert)
+
+
+async def authorize_async(authz: Authorizer, user: User, attrs: Attributes,
+                          ) -> tuple[bool, str]:
+    """``authz.authorize``, on a thread when it may wait on the API server."""
+    if getattr(authz, "blocking", False):
+        return await asyncio.to_thread(authz.authorize, user, attrs)
+    return authz.authorize(user, attrs)
+
+
+def build_auth(config: Config, clock: Callable[[], float]) -> tuple[Authenticator, Authorizer]:
+    """The main port's authenticator and authorizer from the config (``clock``: monotonic
+    seconds, for the webhook caches). Raises ``AuthConfigError`` (a bad token file or
+    kubeconfig)."""
+    authn_cfg, authz_cfg = config.authentication, config.authorization
+    tokens = load_token_file(Path(authn_cfg.token_file)) if authn_cfg.token_file else {}
+    webhook_authn: WebhookAuthenticator | None = None
+    authz: Authorizer = AlwaysAllow()
+    if authn_cfg.webhook_enabled or authz_cfg.mode == "Webhook":
+        from podvisor.services.apiserver import (
+            ApiConnection,
+            WebhookAuthenticator,
+            WebhookAuthorizer,
+        )
+        try:
+            conn = ApiConnection(config.kubeconfig)
+        except Exception as exc:  # the kubernetes loader raises many kinds; all say the file
+            raise AuthConfigError(f"cannot use kubeconfig {config.kubeconfig} for the main "
+                                  f"port's webhook: {exc}") from None
+        if authn_cfg.webhook_enabled:
+            webhook_authn = WebhookAuthenticator(conn, authn_cfg.webhook_cache_ttl, clock)
+        if authz_cfg.mode == "Webhook":
+            authz = WebhookAuthz(WebhookAuthorizer(
+                conn, authz_cfg.webhook_cache_authorized_ttl,
+                authz_cfg.webhook_cache_unauthorized_ttl, clock))
+    return Authenticator(tokens, authn_cfg.anonymous_enabled, webhook_authn), authz

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from pathlib import Path
 
 from aiohttp import web
 
@@ -26,12 +25,7 @@ from podvisor.common.config import config_to_mapping
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.server.app import make_app
-from podvisor.services.server.auth import (
-    AlwaysAllow,
-    Authenticator,
-    TokenFileError,
-    load_token_file,
-)
+from podvisor.services.server.auth import AuthConfigError, build_auth
 from podvisor.services.server.mainport import make_main_app
 from podvisor.services.server.processes import process_rows
 from podvisor.services.server.replicas import ReplicaPump
@@ -61,10 +55,11 @@ async def _start_read_only(ctx: ChildContext, pump: ReplicaPump) -> web.AppRunne
 
 async def _start_main(ctx: ChildContext, pump: ReplicaPump,
                       stopping: asyncio.Event) -> web.AppRunner:
-    """Raises ``TlsError``, ``TokenFileError`` or ``OSError`` (bind) with a clear message."""
+    """Raises ``TlsError``, ``AuthConfigError`` or ``OSError`` (bind) with a clear message."""
     cfg = ctx.config
     authn_cfg = cfg.authentication
-    tokens = load_token_file(Path(authn_cfg.token_file)) if authn_cfg.token_file else {}
+    # on a thread: a webhook mode imports the kubernetes client (~0.7 s) and reads kubeconfig
+    authn, authz = await asyncio.to_thread(build_auth, cfg, ctx.clock.monotonic)
     now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the certificate's
     pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
                         cfg.node_name, cfg.address, now)
@@ -81,8 +76,7 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
         return clients[0]
 
     app = make_main_app(lambda: pump.view, refresh=pump.refresh,
-                        authn=Authenticator(tokens, authn_cfg.anonymous_enabled),
-                        authz=AlwaysAllow(), node_name=cfg.node_name, root_dir=cfg.root_dir,
+                        authn=authn, authz=authz, node_name=cfg.node_name, root_dir=cfg.root_dir,
                         config=config_to_mapping(cfg), log=ctx.log,
                         stopping=stopping.is_set, clock=ctx.clock.monotonic,
                         wall=ctx.clock.wall,
@@ -100,9 +94,10 @@ async def _start_main(ctx: ChildContext, pump: ReplicaPump,
     except BaseException:
         await runner.cleanup()
         raise
-    ctx.log.info("mainport.listening", address=address, port=cfg.port, tokens=len(tokens),
-                 client_ca=bool(authn_cfg.client_ca_file),
-                 anonymous=authn_cfg.anonymous_enabled, authorization=cfg.authorization.mode)
+    ctx.log.info("mainport.listening", address=address, port=cfg.port,
+                 tokens=authn.token_count, client_ca=bool(authn_cfg.client_ca_file),
+                 anonymous=authn_cfg.anonymous_enabled, webhook=authn_cfg.webhook_enabled,
+                 authorization=cfg.authorization.mode)
     return runner
 
 
@@ -122,7 +117,7 @@ async def _serve(ctx: ChildContext, pump: ReplicaPump) -> None:
     async def start_main() -> None:
         try:
             runners.append(await _start_main(ctx, pump, stopped))
-        except (TlsError, TokenFileError, OSError) as exc:
+        except (TlsError, AuthConfigError, OSError) as exc:
             ctx.log.error("mainport.failed", port=ctx.config.port, error=str(exc),
                           retry_in=MAIN_RETRY)
             if not stopped.is_set():

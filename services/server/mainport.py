@@ -23,7 +23,13 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.server.app import Clock, Handler, make_app, status_error
-from podvisor.services.server.auth import Authenticator, Authorizer, attributes
+from podvisor.services.server.auth import (
+    Authenticator,
+    Authorizer,
+    attributes,
+    authenticate_async,
+    authorize_async,
+)
 from podvisor.services.server.containerlogs import (
     LogRequestError,
     find_container_files,
@@ -64,14 +70,15 @@ def auth_middleware(authn: Authenticator, authz: Authorizer, node_name: str,
     @web.middleware
     async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         peercert = request.transport.get_extra_info("peercert") if request.transport else None
-        user, why = authn.authenticate(request.headers.get("Authorization"), peercert)
+        user, why = await authenticate_async(authn, request.headers.get("Authorization"),
+                                             peercert)
         if user is None:
             log.info("mainport.unauthorized", path=request.path, reason=why)
             response = status_error(401, "Unauthorized", f"Unauthorized: {why}")
             response.headers["WWW-Authenticate"] = 'Bearer realm="podvisor"'
             return response
         attrs = attributes(request.method, request.path, node_name)
-        allowed, reason = authz.authorize(user, attrs)
+        allowed, reason = await authorize_async(authz, user, attrs)
         if not allowed:
             log.info("mainport.forbidden", path=request.path, user=user.name,
                      verb=attrs.verb, subresource=attrs.subresource)

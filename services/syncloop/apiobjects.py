@@ -1,12 +1,22 @@
 """API objects for API pods' env and volumes: ConfigMaps, Secrets and service account tokens.
 
-``ApiObjects`` reads through the API server with a TTL cache (the kubelet's ``Cache``
-strategy of ``configMapAndSecretChangeDetectionStrategy``; ``apiObjectCacheTTL``): a read
-within the TTL is served from memory, a later one GETs again; when the server cannot be
-reached the last value read is served (a pod keeps starting and its files keep their content
-through an outage), and with none an ``OSError`` says why. Tokens come from the TokenRequest
-API (``serviceaccounts/<sa>/token``, bound to the pod) and are requested again once 80 % of
-their life has passed, as the kubelet's token manager does. Thread-safe (pod worker threads).
+ConfigMaps and Secrets follow ``configMapAndSecretChangeDetectionStrategy`` (the kubelet's):
+
+- ``Watch`` (the default): ``register_pod(pod)`` (the sync loop, when a pod arrives or changes)
+  starts one watch per object the pod references (``ObjectWatches``: list + watch with
+  ``fieldSelector=metadata.name=<name>``), ``unregister_pod(uid)`` (when it is gone) stops the
+  watches nobody references; reads come from the watches' copies, nothing is polled. A change
+  calls ``on_pods_changed(uids)`` with the pods referencing the object, so the sync loop syncs
+  them now and their volumes follow (``..data`` swap) without waiting for ``syncFrequency``.
+  A watch that has not listed yet is waited for 1 s, then the read fails (``OSError``) and
+  the pod retries; an object read through a watch is served through an outage.
+- ``Cache``: a read within ``apiObjectCacheTTL`` is served from memory, a later one GETs again.
+- ``Get``: every read GETs.
+With ``Cache``/``Get``, and for a key no pod registered, when the server cannot be reached the
+last value read is served (a pod keeps starting and its files keep their content through an
+outage), and with none an ``OSError`` says why. Tokens come from the TokenRequest API
+(``serviceaccounts/<sa>/token``, bound to the pod) and are requested again once 80 % of their
+life has passed, as the kubelet's token manager does. Thread-safe (pod worker threads).
 
 ``volume_files(pod, volume, objects, node)`` makes the files of a ``configMap``, ``secret`` or
 ``projected`` volume: path -> (bytes, mode), written by ``atomic_writer`` (the ``..data``
@@ -22,33 +32,108 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
+from podvisor.services.apiserver import (
+    ApiConnection,
+    ApiError,
+    ApiUnreachable,
+    NotRegistered,
+    ObjectKey,
+    ObjectWatches,
+)
 from podvisor.services.pod import ApiVolume, NodeFacts, Pod, projected_downward_files
 
 DEFAULT_MODE = 0o644
 TOKEN_REFRESH = 0.8
 
 
+STRATEGIES = ("Watch", "Cache", "Get")
+
+
+def _resource(kind: str) -> str:
+    return "configmaps" if kind == "configmap" else "secrets"
+
+
+def object_refs(pod: Pod) -> set[ObjectKey]:
+    """The ConfigMaps and Secrets a pod references: env (``configMapKeyRef``,
+    ``secretKeyRef``), ``envFrom``, ``configMap``/``secret`` volumes and ``projected`` sources."""
+    ns = pod.namespace
+    refs: set[ObjectKey] = set()
+    for c in pod.all_containers():
+        for source in c.env_from:
+            refs.add((_resource("configmap" if source.kind == "configMapRef" else "secret"),
+                      ns, source.name))
+        for var in c.env:  # an ApiKeyRef (the pod package's front door does not export it)
+            ref_kind = getattr(var.value_from, "kind", "")
+            if ref_kind in ("configMapKeyRef", "secretKeyRef"):
+                kind = "configmap" if ref_kind == "configMapKeyRef" else "secret"
+                refs.add((_resource(kind), ns, str(getattr(var.value_from, "name", ""))))
+    for v in pod.spec.volumes:
+        if not isinstance(v.source, ApiVolume):
+            continue
+        spec = v.source.spec
+        if v.source.kind == "configMap":
+            refs.add(("configmaps", ns, str(spec["name"])))
+        elif v.source.kind == "secret":
+            refs.add(("secrets", ns, str(spec["secretName"])))
+        else:
+            for source in spec.get("sources") or []:
+                if "configMap" in source:
+                    refs.add(("configmaps", ns, str(source["configMap"]["name"])))
+                elif "secret" in source:
+                    refs.add(("secrets", ns, str(source["secret"]["name"])))
+    return refs
+
+
 class ApiObjects:
     def __init__(self, conn: ApiConnection, ttl: float,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, strategy: str = "Cache",
+                 watch_timeout: float = 300.0, max_delay: float = 30.0) -> None:
+        """``strategy``: ``Watch``, ``Cache`` (``ttl``) or ``Get`` (see the module's doc)."""
         self.conn = conn
-        self.ttl = ttl
+        self.ttl = ttl if strategy == "Cache" else 0.0
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str, str], tuple[float, Mapping[str, bytes] | None]] = {}
         self._tokens: dict[tuple[str, ...], tuple[float, str]] = {}
+        # the sync loop's: sync these pods now (called on a watch's thread)
+        self.on_pods_changed: Callable[[frozenset[str]], None] = lambda uids: None
+        self.watches = (ObjectWatches(conn, on_change=self._changed,
+                                      watch_timeout=watch_timeout, max_delay=max_delay)
+                        if strategy == "Watch" else None)
+
+    def register_pod(self, pod: Pod) -> None:
+        """The pod (new or changed) references these objects now (Watch: their watches)."""
+        if self.watches is not None:
+            self.watches.register(pod.uid, object_refs(pod))
+
+    def unregister_pod(self, uid: str) -> None:
+        if self.watches is not None:
+            self.watches.unregister(uid)
+
+    def _changed(self, key: ObjectKey, owners: frozenset[str]) -> None:
+        self.on_pods_changed(owners)
+
+    def close(self) -> None:
+        if self.watches is not None:
+            self.watches.close()
 
     def data(self, kind: str, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        if self.watches is not None:
+            try:
+                obj = self.watches.get((_resource(kind), namespace, name))
+            except NotRegistered:
+                pass  # read directly (below): no pod registered it
+            else:
+                return None if obj is None else _decode(kind, obj)
         key = (kind, namespace, name)
         now = self._clock()
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
-        resource = "configmaps" if kind == "configmap" else "secrets"
+        resource = _resource(kind)
         try:
             obj = self.conn.request("GET", f"/api/v1/namespaces/{namespace}/{resource}/{name}")
         except ApiUnreachable as err:

@@ -99,6 +99,8 @@ class SyncLoop:
         self.stopping = False
         self._network: Network | None = None  # as last published under RUNTIME_KEY
         self._held: set[str] = set()  # pods held while the network is not ready
+        if deps.sync.objects is not None:  # a watched ConfigMap/Secret changed: sync its pods
+            deps.sync.objects.on_pods_changed = self._objects_changed
 
     # --- inputs (loop thread) ---
     def handle_pod_set(self, source: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
@@ -137,6 +139,7 @@ class SyncLoop:
                     self._admit(pod, update.source, now)
                 else:
                     table.update(pod, update.source, now)
+                self._register_objects(pod)
                 self.log.info("syncloop.pod.update", op=str(update.op), pod=pod.full_name,
                               pod_uid=pod.uid, source=update.source)
             elif update.op in (PodOp.DELETE, PodOp.REMOVE):
@@ -158,6 +161,24 @@ class SyncLoop:
         self.deps.table.reject(pod, source, rejection.reason, rejection.message)
         self.log.warning("syncloop.pod.rejected", pod=pod.full_name, pod_uid=pod.uid,
                          reason=rejection.reason, message=rejection.message)
+
+    def _register_objects(self, pod: Pod) -> None:
+        """An admitted API pod's ConfigMaps/Secrets are watched from now on (the kubelet's
+        ``RegisterPod``); the watches go when its termination is done."""
+        objects = self.deps.sync.objects
+        w = self.deps.table.get(pod.uid)
+        if objects is not None and w is not None and w.admitted:
+            objects.register_pod(pod)
+
+    def _objects_changed(self, uids: frozenset[str]) -> None:
+        """A watch's thread: objects these pods reference changed; sync them now (they
+        rewrite their volumes; a container's env is read when it is created)."""
+
+        def trigger() -> None:
+            now = self.deps.sync.mono()
+            for uid in sorted(uids):
+                self.deps.table.trigger(uid, now)
+        self._post(trigger)
 
     def _kill(self, uid: str, grace: int | None, now: float) -> None:
         w = self.deps.table.get(uid)
@@ -298,6 +319,8 @@ class SyncLoop:
             self._note_held(work, outcome)
         if work.kind is WorkKind.TERMINATE and w is None:
             self._removed[work.uid] = self.deps.sync.mono()
+            if self.deps.sync.objects is not None:  # its ConfigMaps/Secrets: unwatched
+                self.deps.sync.objects.unregister_pod(work.uid)
             self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
         self._publish(work.uid)
 

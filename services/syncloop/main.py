@@ -102,7 +102,11 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     cache=RuntimeCache(cri, clock.monotonic, clock.wall) if shared else None,
                     images=ImagePresence(cri, clock.monotonic) if shared else None,
                     network=NetworkState(), pull_slots=pull_slots(cfg),
-                    objects=ApiObjects(ApiConnection(cfg.kubeconfig), cfg.api_object_cache_ttl)
+                    objects=ApiObjects(
+                        ApiConnection(cfg.kubeconfig), cfg.api_object_cache_ttl,
+                        clock.monotonic, clock.wall,
+                        strategy=cfg.config_map_and_secret_change_detection_strategy,
+                        watch_timeout=cfg.api_watch_timeout, max_delay=cfg.api_retry_max_delay)
                     if cfg.kubeconfig else None,
                     started=started.inc)
 

@@ -2,7 +2,9 @@
 and a Secret (configMapKeyRef, secretKeyRef, envFrom), configMap and secret volumes and the
 projected service-account volume the ServiceAccount admission plugin adds to every pod (token
 from the TokenRequest API, kube-root-ca.crt, the namespace); a ConfigMap update reaches the
-file mounted in the running container; a static pod still may not reference API objects."""
+file mounted in the running container through the object's watch (the default
+``configMapAndSecretChangeDetectionStrategy: Watch``): at once, with ``syncFrequency`` far
+away, and with no GET of the object (nothing polled)."""
 
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def test_configmap_secret_env_volumes_and_service_account(api: KubeApi, agent: A
     uid = created["metadata"]["uid"]
     handle = agent(config={
         "nodeName": NODE, "kubeconfig": str(kubeconfig), "readOnlyPort": free_port(),
-        "syncFrequency": "1s", "apiObjectCacheTTL": "500ms", "stopPodsOnExit": True,
+        "syncFrequency": "10m", "stopPodsOnExit": True,
         "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
     wait_for(lambda: read(marks / "env"), timeout=60, message="the container's env")
     assert read(marks / "env") == "v1|s3cret|blue"
@@ -94,8 +96,20 @@ def test_configmap_secret_env_volumes_and_service_account(api: KubeApi, agent: A
                      lambda cm: {**cm, "data": {"key": "v2", "color": "blue"}})
     wait_for(lambda: read(marks / "cfg") == "v2", timeout=30,
              message="the ConfigMap update in the mounted file")
+    cm = "/api/v1/namespaces/default/configmaps"
+    assert api.count("GET", f"{cm}/app") == 0  # read through its watch: never polled
+    assert any(r.path == cm and "metadata.name%3Dapp" in r.query for r in api.requests)
     try:
         pod = api.store.get("pods", "default", "data")
     except ApiError:
         pod = {}
     assert pod.get("status", {}).get("phase") == "Running"
+    # the pod deleted: once it is terminated nobody references the objects: watches end
+    api.store.delete("pods", "default", "data", grace=1)
+
+    def watch_ended(name: str) -> bool:
+        return any(r.path == cm and "watch=" in r.query and f"metadata.name%3D{name}" in r.query
+                   for r in api.requests)
+
+    wait_for(lambda: watch_ended("app") and watch_ended("kube-root-ca.crt"), timeout=60,
+             message="the ConfigMaps' watches stopped with the last pod referencing them")

@@ -158,6 +158,7 @@ class KubeApi:
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.tokens: dict[str, tuple[str, list[str]]] = {}
+        self.token_extra: dict[str, dict[str, list[str]]] = {}  # a TokenReview's user.extra
         self.requests: list[Request] = []
         self.token_requests: list[Obj] = []
         self.reviews: list[Obj] = []
@@ -632,6 +633,10 @@ class KubeApi:
                           uuid.uuid4().hex))
         self.tokens[token] = (user, ["system:serviceaccounts",
                                      f"system:serviceaccounts:{ns}", "system:authenticated"])
+        if bound and bound.get("kind") == "Pod":  # what kube-apiserver's SA authenticator adds
+            self.token_extra[token] = {
+                "authentication.kubernetes.io/pod-name": [bound["name"]],
+                "authentication.kubernetes.io/pod-uid": [obj["metadata"]["uid"]]}
         out = {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
                "metadata": {"name": route.name, "namespace": ns,
                             "creationTimestamp": None},
@@ -641,21 +646,55 @@ class KubeApi:
         return web.json_response(out, status=201)
 
     async def _token_review(self, request: web.Request) -> web.Response:
+        """TokenReview as kube-apiserver's registry answers it: 400 without a token; the token
+        goes through the server's own authenticators (here: ``tokens``); an unknown one is
+        ``authenticated: false`` with ``status.error`` (kube-apiserver's bearer-token
+        authenticator says "invalid bearer token"), which its clients do not cache."""
         body = await self._body(request)
-        token = (body.get("spec") or {}).get("token", "")
+        spec = body.get("spec") or {}
+        token = spec.get("token", "")
+        if not token:
+            raise ApiError(400, "BadRequest",
+                           "token is required for TokenReview in authentication")
         who = self.tokens.get(token)
-        status: Obj = {"authenticated": who is not None}
-        if who is not None:
-            status["user"] = {"username": who[0], "groups": who[1]}
         self.reviews.append(body)
-        return web.json_response({**body, "status": status}, status=201)
+        status: Obj
+        if who is None:
+            status = {"user": {}, "error": "invalid bearer token"}
+        else:
+            groups = list(who[1])
+            if "system:authenticated" not in groups:  # the server's authenticated-group adder
+                groups.append("system:authenticated")
+            status = {"authenticated": True, "user": {"username": who[0], "groups": groups}}
+            if token in self.token_extra:
+                status["user"]["extra"] = self.token_extra[token]
+            if spec.get("audiences"):
+                status["audiences"] = spec["audiences"]
+        out = {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+               "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
+        return web.json_response(out, status=201)
 
     async def _access_review(self, request: web.Request) -> web.Response:
+        """SubjectAccessReview: validated as kube-apiserver does (exactly one of
+        ``resourceAttributes``/``nonResourceAttributes``, a user or a group: else 422), then
+        decided by ``authorize(spec)`` (the cluster's authorizers); ``status.allowed`` is always
+        there, ``reason`` only for a denial."""
         body = await self._body(request)
-        allowed = bool(self.authorize(body.get("spec") or {}))
+        spec = body.get("spec") or {}
+        if ("resourceAttributes" in spec) == ("nonResourceAttributes" in spec):
+            raise ApiError(422, "Invalid", 'SubjectAccessReview.authorization.k8s.io "" is '
+                           "invalid: spec.resourceAttributes: Invalid value: \"null\": exactly "
+                           "one of nonResourceAttributes or resourceAttributes must be specified")
+        if not spec.get("user") and not spec.get("groups"):
+            raise ApiError(422, "Invalid", 'SubjectAccessReview.authorization.k8s.io "" is '
+                           'invalid: spec.user: Invalid value: "": at least one of user or '
+                           "group must be specified")
+        allowed = bool(self.authorize(spec))
         self.reviews.append(body)
-        return web.json_response({**body, "status": {"allowed": allowed, **(
-            {} if allowed else {"reason": "denied by the stand-in's policy"})}}, status=201)
-
+        out = {"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+               "metadata": {"creationTimestamp": None}, "spec": spec,
+               "status": {"allowed": allowed, **(
+                   {} if allowed else {"reason": "denied by the stand-in's policy"})}}
+        return web.json_response(out, status=201)
 
 __all__ = ["ApiError", "KubeApi", "not_found"]
