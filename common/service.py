@@ -88,6 +88,10 @@ class ServiceLoop:
         self._held_until = -math.inf
         self._holding = False
         self.last_pump = -math.inf  # when a poll last pumped a replica (monotonic)
+        # blocked in a poll that watches every replica, all synced: whatever was published
+        # before it holds every update queued so far (read from any thread, e.g. a web thread
+        # deciding whether a fresh view needs a drain)
+        self.idle = False
         self._stop_watched = ctx.stop_fd is not None
         if ctx.stop_fd is not None:
             self.poller.register(ctx.stop_fd, zmq.POLLIN)
@@ -196,7 +200,11 @@ class ServiceLoop:
         self._set_holding(now < self._held_until and self.synced())
         if self._holding:
             timeout = min(timeout, max(0.0, self._held_until - now))
-        self.ready = dict(self.poller.poll(math.ceil(max(0.0, timeout) * 1000)))
+        self.idle = not self._holding and self.synced()
+        try:
+            self.ready = dict(self.poller.poll(math.ceil(max(0.0, timeout) * 1000)))
+        finally:
+            self.idle = False
         for item, handler in list(self._handlers.items()):
             if item in self.ready:
                 handler()
