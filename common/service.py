@@ -85,6 +85,7 @@ class ServiceLoop:
         self._owners: list[MapOwner] = []
         self._serving: dict[MapOwner, bool] = {}
         self._closables: list[_Closable] = []
+        self._alive: list[Callable[[float], bool]] = []
         self._held_until = -math.inf
         self._holding = False
         self.last_pump = -math.inf  # when a poll last pumped a replica (monotonic)
@@ -154,6 +155,12 @@ class ServiceLoop:
     def unwatch(self, item: Any) -> None:
         self.poller.unregister(item)
         self._handlers.pop(item, None)
+
+    def beat_while(self, alive: Callable[[float], bool]) -> None:
+        """Heartbeat only while ``alive(now)`` holds (another thread of the process that must
+        stay responsive, e.g. a web thread's event loop: silent, the supervisor restarts the
+        process as hung)."""
+        self._alive.append(alive)
 
     def closing(self, closable: _Closable) -> None:
         """Close ``closable`` with the loop (in reverse order of declaration)."""
@@ -226,8 +233,9 @@ class ServiceLoop:
 
     def turn(self, step: Step) -> None:
         """One turn: heartbeat, ``step(now)``, ticks, one poll until the nearest deadline."""
-        self.ctx.heartbeat()
         now = self.clock.monotonic()
+        if all(alive(now) for alive in self._alive):
+            self.ctx.heartbeat()
         wanted = step(now)
         self.tick()
         now = self.clock.monotonic()

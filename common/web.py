@@ -24,6 +24,11 @@ pump, unless a handler asks for a fresh value (``await web.refresh()``: the loop
 and hands back the value, or the current one at once when the loop is blocked with nothing
 queued). A burst of updates is drained per request or per ``batch``, not once per update.
 
+Heartbeat: the loop sends it, but only while the web thread's event loop turns (a timer on it
+stamps the clock every heartbeat interval; older than two intervals, the loop stays silent):
+a handler that blocks the event loop makes the process hang as far as the supervisor can tell,
+which restarts it, as when the heartbeat came from that event loop.
+
 Dying: if the web thread dies (a site that cannot start, a crash) the loop raises ``WebDied``
 at once (the thread wakes it) and the process exits with an error, so the supervisor restarts
 it; if the main loop dies the process exits and takes the (daemon) web thread with it.
@@ -82,6 +87,8 @@ class WebService(Generic[V]):
         self._runners: list[web.AppRunner] = []
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._web_beat = -math.inf  # when the web thread's event loop last turned (monotonic)
+        self.loop.beat_while(self._web_alive)
 
     # --- main thread ------------------------------------------------------------------------
     def publish(self, view: V, changed: bool = True) -> None:
@@ -90,6 +97,12 @@ class WebService(Generic[V]):
         if changed:
             with self.changed:
                 self.changed.notify_all()
+
+    def _web_alive(self, now: float) -> bool:
+        """The web thread's event loop turned within two heartbeat intervals (or there is no
+        web thread yet): a stalled event loop silences the process's heartbeat, as when the
+        heartbeat came from that loop."""
+        return self._thread is None or now - self._web_beat <= 2 * self.ctx.heartbeat_interval
 
     def step(self, now: float) -> float | None:
         """The loop's step: a dead web thread ends the loop; after a poll that pumped what was
@@ -112,14 +125,19 @@ class WebService(Generic[V]):
     def run(self, serve: Serve, drain: Callable[[float], object]) -> None:
         """Start the web thread with ``serve``, turn the loop until ``ctx.stop``, then stop the
         web thread (its sites, timers and tasks)."""
-        self._drain = drain
-        self._thread = threading.Thread(target=self._web_main, args=(serve,),
-                                        name=f"{self.name}-web", daemon=True)
-        self._thread.start()
+        self.start(serve, drain)
         try:
             self.loop.run(self.step)
         finally:
             self.stop()
+
+    def start(self, serve: Serve, drain: Callable[[float], object]) -> None:
+        """Start the web thread with ``serve``; ``drain`` runs on the loop (see ``step``)."""
+        self._drain = drain
+        self._web_beat = self.loop.clock.monotonic()  # the thread gets its first intervals
+        self._thread = threading.Thread(target=self._web_main, args=(serve,),
+                                        name=f"{self.name}-web", daemon=True)
+        self._thread.start()
 
     def stop(self, timeout: float = JOIN_TIMEOUT) -> None:
         with self._lock:
@@ -213,6 +231,7 @@ class WebService(Generic[V]):
             self._aloop, self._stop_event = asyncio.get_running_loop(), event
             if self._stopping:
                 event.set()
+        self._beat()
         try:
             await serve(self)
             await event.wait()
@@ -224,6 +243,14 @@ class WebService(Generic[V]):
             for runner in reversed(self._runners):
                 await runner.cleanup()
             self._runners.clear()
+
+    def _beat(self) -> None:
+        """Every heartbeat interval on the web thread: its event loop turns."""
+        assert self._aloop is not None
+        self._web_beat = self.loop.clock.monotonic()
+        self._timers.append(self._aloop.call_later(self.ctx.heartbeat_interval, self._beat))
+        self._timers = [t for t in self._timers if not t.cancelled()
+                        and t.when() > self._aloop.time()]
 
 
 def _resolve(fut: asyncio.Future[V], view: V) -> None:

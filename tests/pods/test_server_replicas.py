@@ -140,12 +140,48 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
     assert asyncio.run(web.refresh()) is web.view  # closed: the last view, at once
 
 
-def _ctx(root: Path, beats: list[int], port: int) -> ChildContext:
+def _ctx(root: Path, beats: list[int], port: int, clock: Clock = SYSTEM_CLOCK
+         ) -> ChildContext:
     paths = RunPaths(root)
     paths.ensure()
     config = Config(root_dir=str(root), read_only_port=port)
     return ChildContext("server", config, paths, MemoryLogger(),  # type: ignore[arg-type]
-                        zmq.Context.instance(), beat=lambda: beats.append(1))
+                        zmq.Context.instance(), beat=lambda: beats.append(1), clock=clock)
+
+
+def test_a_stalled_web_loop_silences_the_heartbeat(tmp_path: Path,
+                                                   wait_for: Callable[..., Any]) -> None:
+    """The heartbeat comes from the service loop, but only while the web thread's event loop
+    turns (a handler blocking it for longer than two heartbeat intervals makes the process
+    silent, and the supervisor restarts it as hung); on the injected clock."""
+    beats: list[int] = []
+    clock = FakeClock(100.0)
+    ctx = _ctx(tmp_path, beats, 0, clock)
+    web = WebService(ctx, View())
+    stalled, release = threading.Event(), threading.Event()
+
+    async def serve(_: WebService[Any]) -> None:
+        stalled.set()
+        release.wait(60)  # blocks the web thread's event loop until the test releases it
+
+    def turn() -> None:
+        web.loop.turn(web.step)
+
+    web.start(serve, lambda now: None)
+    try:
+        wait_for(stalled.is_set, message="web thread serving")
+        turn()
+        assert beats  # within two intervals of the web loop's last turn
+        silent = len(beats)
+        clock.advance(3 * ctx.heartbeat_interval)
+        turn()
+        turn()
+        assert len(beats) == silent
+        release.set()  # the event loop turns again: its timer stamps the clock, beats resume
+        wait_for(lambda: len(beats) > silent, pump=turn, message="heartbeat resumed")
+    finally:
+        release.set()
+        web.close()
 
 
 def test_the_process_dies_with_its_web_thread(tmp_path: Path) -> None:
