@@ -85,9 +85,14 @@ class ServiceLoop:
         self._owners: list[MapOwner] = []
         self._serving: dict[MapOwner, bool] = {}
         self._closables: list[_Closable] = []
+        self._alive: list[Callable[[float], bool]] = []
         self._held_until = -math.inf
         self._holding = False
         self.last_pump = -math.inf  # when a poll last pumped a replica (monotonic)
+        # blocked in a poll that watches every replica, all synced: whatever was published
+        # before it holds every update queued so far (read from any thread, e.g. a web thread
+        # deciding whether a fresh view needs a drain)
+        self.idle = False
         self._stop_watched = ctx.stop_fd is not None
         if ctx.stop_fd is not None:
             self.poller.register(ctx.stop_fd, zmq.POLLIN)
@@ -151,6 +156,12 @@ class ServiceLoop:
         self.poller.unregister(item)
         self._handlers.pop(item, None)
 
+    def beat_while(self, alive: Callable[[float], bool]) -> None:
+        """Heartbeat only while ``alive(now)`` holds (another thread of the process that must
+        stay responsive, e.g. a web thread's event loop: silent, the supervisor restarts the
+        process as hung)."""
+        self._alive.append(alive)
+
     def closing(self, closable: _Closable) -> None:
         """Close ``closable`` with the loop (in reverse order of declaration)."""
         self._closables.append(closable)
@@ -196,7 +207,11 @@ class ServiceLoop:
         self._set_holding(now < self._held_until and self.synced())
         if self._holding:
             timeout = min(timeout, max(0.0, self._held_until - now))
-        self.ready = dict(self.poller.poll(math.ceil(max(0.0, timeout) * 1000)))
+        self.idle = not self._holding and self.synced()
+        try:
+            self.ready = dict(self.poller.poll(math.ceil(max(0.0, timeout) * 1000)))
+        finally:
+            self.idle = False
         for item, handler in list(self._handlers.items()):
             if item in self.ready:
                 handler()
@@ -218,8 +233,9 @@ class ServiceLoop:
 
     def turn(self, step: Step) -> None:
         """One turn: heartbeat, ``step(now)``, ticks, one poll until the nearest deadline."""
-        self.ctx.heartbeat()
         now = self.clock.monotonic()
+        if all(alive(now) for alive in self._alive):
+            self.ctx.heartbeat()
         wanted = step(now)
         self.tick()
         now = self.clock.monotonic()

@@ -21,12 +21,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-import zmq
-
 from podvisor.common.child import ChildContext
 from podvisor.common.config import ops_password_path
 from podvisor.common.opspass import read_ops_password
-from podvisor.ipc.bus import Subscriber
+from podvisor.common.service import ServiceLoop
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.control import ControlError, ControlLink
 from podvisor.services.ops.events import (
@@ -39,7 +37,7 @@ from podvisor.services.ops.events import (
 from podvisor.services.ops.feeder import EventFeeder
 from podvisor.services.ops.logevents import LogTap, agent_sources, container_sources, wants_logs
 from podvisor.services.ops.procs import AGENT_GROUP, Proc, pod_procs
-from podvisor.services.ops.pump import MapPump
+from podvisor.services.ops.pump import MapPump, PodMaps
 
 TICKS = (("TICK_5", 5), ("TICK_60", 60), ("TICK_3600", 3600))
 LOG_POLL = 0.2  # how often log files are looked at for PROCESS_LOG_* (when subscribed)
@@ -150,72 +148,71 @@ def _enable_logs(ctx: ChildContext, listener: Listener, events: list[str]) -> bo
 
 
 def run(ctx: ChildContext) -> None:
+    """The harness: the command as a child, fed on the process's service loop (its stdout and
+    the state messages are watched; the maps, the ticks and the next message are the loop's
+    step)."""
     wall = ctx.clock.wall
     spec: Mapping[str, Any] = ctx.config.supervision.processes.get(ctx.name, {})
     events = [e for e in str(spec.get("events") or "EVENT").split(",") if e]
     feeder = EventFeeder(ctx.name)
     runtime_dir = ctx.paths.runtime_dir if ctx.config.runtime_endpoint == "embedded" else None
     listener = Listener(feeder, events, runtime_dir)
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    loop = ServiceLoop(ctx)
 
-    def on_change() -> None:
-        with contextlib.suppress(OSError):
-            os.write(wake_w, b"x")
+    def on_maps(maps: PodMaps, changed: bool) -> None:
+        if changed and maps.synced:
+            listener.on_maps(maps.desired, maps.statuses, maps.pleg)
 
     want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
     want_maps = _enable_logs(ctx, listener, events) or want_maps  # PROCESS_LOG_* (logevents)
-    pump = MapPump(ctx.zctx, ctx.paths, ctx.clock, on_change) if want_maps else None
-    sub = Subscriber(ctx.zctx, ctx.paths, [ProcessStateChanged.TOPIC])
+    pump = MapPump(loop, on_maps) if want_maps else None
+
+    def on_states() -> None:
+        while (env := sub.recv(0)) is not None:
+            if isinstance(env.message, ProcessStateChanged):
+                listener.on_state(env.message)
+
+    sub = loop.subscriber([ProcessStateChanged.TOPIC], on_states)
     stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115
     child = subprocess.Popen(shlex.split(str(spec.get("command", ""))), stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=stderr, env=_env(ctx))
     assert child.stdin is not None and child.stdout is not None
+    stdin = child.stdin
     out_fd = child.stdout.fileno()
     os.set_blocking(out_fd, False)
     ctx.log.info("listener.started", command=spec.get("command"), events=events, pid=child.pid)
-    if pump is not None:
-        pump.start()
-    poller = zmq.Poller()
-    for fd in (out_fd, wake_r, *([ctx.stop_fd] if ctx.stop_fd is not None else [])):
-        poller.register(fd, zmq.POLLIN)
-    poller.register(sub.socket, zmq.POLLIN)
-    seen = -1
+
+    def on_out() -> None:
+        data = b""
+        with contextlib.suppress(BlockingIOError):
+            data = os.read(out_fd, 65536)
+        if not data:
+            raise ListenerExited(f"listener command exited ({child.wait()})")
+        feeder.feed(data)
+
+    loop.watch(out_fd, on_out)
+    next_tick = listener.on_time(wall())
+
+    def step(now: float) -> float:
+        nonlocal next_tick
+        if pump is not None:
+            pump.drain(now)
+        if wall() >= next_tick:
+            next_tick = listener.on_time(wall())
+        message = feeder.next_message()
+        if message is not None:
+            stdin.write(message)
+            stdin.flush()
+        if child.poll() is not None:
+            raise ListenerExited(f"listener command exited ({child.returncode})")
+        return now + max(0.0, next_tick - wall())
+
     try:
-        next_tick = listener.on_time(wall())
-        while not ctx.stop.is_set():
-            wait = min(ctx.heartbeat_interval, max(0.0, next_tick - wall()))
-            ready = dict(poller.poll(int(wait * 1000) + 1))
-            ctx.heartbeat()
-            if out_fd in ready:
-                data = b""
-                with contextlib.suppress(BlockingIOError):
-                    data = os.read(out_fd, 65536)
-                if not data:
-                    raise ListenerExited(f"listener command exited ({child.wait()})")
-                feeder.feed(data)
-            while (env := sub.recv(0)) is not None:
-                if isinstance(env.message, ProcessStateChanged):
-                    listener.on_state(env.message)
-            if wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(wake_r, 4096)
-            if pump is not None and pump.maps.synced and pump.maps.version != seen:
-                maps, seen = pump.maps, pump.maps.version
-                listener.on_maps(maps.desired, maps.statuses, maps.pleg)
-            if wall() >= next_tick:
-                next_tick = listener.on_time(wall())
-            message = feeder.next_message()
-            if message is not None:
-                child.stdin.write(message)
-                child.stdin.flush()
-            if child.poll() is not None:
-                raise ListenerExited(f"listener command exited ({child.returncode})")
+        loop.run(step)
     finally:
         ctx.log.info("listener.stopping", sent=feeder.sent, failed=feeder.failed,
                      dropped=feeder.dropped)
-        if pump is not None:
-            pump.close()
-        sub.close()
+        loop.close()
         if child.poll() is None:
             child.terminate()
             try:
@@ -224,5 +221,3 @@ def run(ctx: ChildContext) -> None:
                 child.kill()
                 child.wait()
         stderr.close()
-        os.close(wake_r)
-        os.close(wake_w)
