@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.ops.procs import Proc
 from podvisor.services.ops.rpc import OpsRpc
 
@@ -77,10 +78,9 @@ def _proc_json(p: Proc, now: float) -> dict[str, Any]:
 def _pods_json(maps: Any) -> list[dict[str, Any]]:
     out = []
     for uid, entry in maps.desired.items():
-        if uid.startswith("_") or not isinstance(entry, Mapping):
+        if not isinstance(entry, DesiredPod):
             continue
-        pod = entry.get("pod") or {}
-        meta = pod.get("metadata") or {}
+        meta = entry.pod.get("metadata") or {}
         status: Mapping[str, Any] = maps.statuses.get(uid) or {}
         out.append({
             "uid": uid, "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),

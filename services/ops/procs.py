@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.maps import DesiredPod, DesiredValue
 from podvisor.services.ops.states import AGENT_STATES, ProcState, container_state
 
 __all__ = ["AGENT_GROUP", "Proc", "agent_procs", "describe", "pod_group", "pod_procs",
@@ -145,16 +146,14 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
         return 0
 
 
-def pod_procs(desired: Mapping[str, Any], statuses: Mapping[str, Any],
+def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, Any],
               pleg: Mapping[str, Any], runtime_dir: Path | None = None) -> list[Proc]:
     """One process per container of every desired pod (init containers included, first)."""
     out = []
     for uid, entry in desired.items():
-        if uid.startswith("_") or not isinstance(entry, Mapping):
+        if not isinstance(entry, DesiredPod):
             continue
-        pod = entry.get("pod")
-        if not isinstance(pod, Mapping):
-            continue
+        pod = entry.pod
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         group = pod_group(str(meta.get("namespace") or "default"), str(meta.get("name", uid)))
         status: Mapping[str, Any] = statuses.get(uid) or {}

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.ipc.maps import DesiredPod, DesiredValue
 from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError
 
 Obj = dict[str, Any]
@@ -34,7 +35,7 @@ STATIC_SOURCES = ("file", "http")
 
 @dataclass(frozen=True)
 class Snapshot:
-    desired: Mapping[str, Any]
+    desired: Mapping[str, DesiredValue]
     statuses: Mapping[str, Any]
     mirrors: list[Obj] | None  # None until the API source published its first set
     api_pods: list[Obj] | None = None  # the API source's set (wire forms), None before it
@@ -74,16 +75,15 @@ class StatusWriter:
         out = []
         for uid, status in snap.statuses.items():
             entry = snap.desired.get(uid)
-            if not isinstance(entry, Mapping) or not isinstance(status, Mapping):
+            if not isinstance(entry, DesiredPod) or not isinstance(status, Mapping):
                 continue
-            pod = entry.get("pod") or {}
-            meta = pod.get("metadata") or {}
+            meta = entry.pod.get("metadata") or {}
             ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
             version = int(status.get("_version", 0))
             target: tuple[str, str, str] | None = None
-            if entry.get("source") == "api":
+            if entry.source == "api":
                 target = (ns, name, uid)
-            elif entry.get("source") in STATIC_SOURCES:
+            elif entry.source in STATIC_SOURCES:
                 mirror = mirrors.get((ns, name))
                 if mirror is not None and mirror.get("hash") == (meta.get("annotations") or {}
                                                                  ).get(HASH):
@@ -120,8 +120,8 @@ class StatusWriter:
                 continue
             entry = snap.desired.get(uid)
             status = snap.statuses.get(uid)
-            if isinstance(entry, Mapping):
-                if entry.get("worker") != "terminated":
+            if isinstance(entry, DesiredPod):
+                if entry.worker != "terminated":
                     continue  # still being killed
             elif isinstance(status, Mapping) and "running" in str(
                     status.get("containerStatuses")):
@@ -148,13 +148,12 @@ class StatusWriter:
     def _mirrors(self, snap: Snapshot) -> None:
         wanted: dict[tuple[str, str], Obj] = {}
         for entry in snap.desired.values():
-            if not isinstance(entry, Mapping) or entry.get("source") not in STATIC_SOURCES or \
-                    entry.get("worker") == "terminated":
+            if not isinstance(entry, DesiredPod) or entry.source not in STATIC_SOURCES or \
+                    entry.worker == "terminated":
                 continue
-            pod = entry.get("pod") or {}
-            meta = pod.get("metadata") or {}
+            meta = entry.pod.get("metadata") or {}
             if (meta.get("annotations") or {}).get(HASH):
-                wanted[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = pod
+                wanted[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = entry.pod
         existing = {(m["namespace"], m["name"]): m for m in snap.mirrors or []}
         for key, mirror in existing.items():
             pod = wanted.get(key)

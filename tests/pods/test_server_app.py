@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -15,18 +16,19 @@ from podvisor.common.podlist import (
     running_pods,
     table_rows,
 )
+from podvisor.ipc.maps import DesiredPod, RuntimeNetwork
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import View
 
 WALL = 1_700_000_000.0
 
 
-def pod(uid: str, name: str) -> dict[str, Any]:
-    return {"pod": {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": "default", "uid": uid},
-                    "spec": {"containers": [{"name": "app", "image": "host"}]},
-                    "status": {}, "podvisor": {"source": "file"}},
-            "worker": "syncing", "admitted": True}
+def pod(uid: str, name: str) -> DesiredPod:
+    return DesiredPod(pod={"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "namespace": "default", "uid": uid},
+                           "spec": {"containers": [{"name": "app", "image": "host"}]},
+                           "status": {}, "podvisor": {"source": "file"}},
+                      worker="syncing")
 
 
 STATUS = {"phase": "Running", "_version": 3, "_pod": {"name": "b"},
@@ -90,17 +92,16 @@ def test_healthz_says_the_runtime_network_is_not_ready_but_stays_ok() -> None:
     cond = ("container runtime network not ready: NetworkReady=false "
             "reason:NetworkPluginNotReady message:cni plugin not initialized")
     view = healthy_view()
-    not_ready = View(desired={**view.desired, "_runtime": {
-        "networkReady": False, "reason": "NetworkPluginNotReady", "message": "x",
-        "condition": cond}}, statuses=view.statuses, pleg=PLEG, desired_synced=True,
-        statuses_synced=True, pleg_synced=True, desired_heard=99.0)
+    not_ready = View(desired={**view.desired, "_runtime": RuntimeNetwork(
+        False, "NetworkPluginNotReady", "x", cond)}, statuses=view.statuses, pleg=PLEG,
+        desired_synced=True, statuses_synced=True, pleg_synced=True, desired_heard=99.0)
     code, _, text = call(not_ready, "GET", "/healthz")
     assert code == 200
     assert text.splitlines() == [
         "[+]pleg ok", "[+]syncloop ok",
         f"[!]runtime-network {cond} (pods without hostNetwork wait for it)",
         "healthz check passed"]
-    ready = View(desired={**view.desired, "_runtime": {"networkReady": True}},
+    ready = View(desired={**view.desired, "_runtime": RuntimeNetwork(True)},
                  statuses=view.statuses, pleg=PLEG, desired_synced=True, statuses_synced=True,
                  pleg_synced=True, desired_heard=99.0)
     assert call(ready, "GET", "/healthz")[::2] == (200, "ok")
@@ -181,7 +182,7 @@ def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
     assert again == fresh(desired, statuses)
     assert json.loads(again)["items"][0]["status"] == {"phase": "Failed"}
     # the sync loop's own keys change: same text; a rename re-sorts; a pod leaves
-    desired = {**desired, "u1": {**desired["u1"], "sandbox_id": "s1"}}
+    desired = {**desired, "u1": dataclasses.replace(desired["u1"], sandbox_id="s1")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     desired = {**desired, "u3": pod("u3", "0first")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)

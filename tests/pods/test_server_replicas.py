@@ -17,6 +17,7 @@ import zmq
 from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
+from podvisor.ipc.maps import DesiredPod, RuntimeNetwork
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.main import PumpDied, _serve
 from podvisor.services.server.replicas import ReplicaPump, View
@@ -43,7 +44,7 @@ def owners() -> Iterator[Owners]:
 
 def test_views_copy_only_the_maps_that_moved(owners: Owners,
                                              wait_for: Callable[..., Any]) -> None:
-    owners.maps["desired"].set("u1", {"pod": 1})
+    owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
     owners.maps["statuses"].set("u1", {"phase": "Pending"})
     owners.maps["pleg"].set("_health", {"ts": 1.0})
     pump = ReplicaPump(owners.zctx, owners.paths)
@@ -53,7 +54,7 @@ def test_views_copy_only_the_maps_that_moved(owners: Owners,
                         pump.view.statuses_synced and pump.view.pleg_synced and
                         pump.view.desired_heard is not None else None,
                         pump=owners.serve, message="synced view")
-        assert dict(view.desired) == {"u1": {"pod": 1}}
+        assert dict(view.desired) == {"u1": DesiredPod(pod={"metadata": {"uid": "u1"}})}
         owners.maps["statuses"].set("u1", {"phase": "Running"})
         new = wait_for(lambda: pump.view if pump.view.statuses.get("u1") == {"phase": "Running"}
                        else None, pump=owners.serve, message="status update")
@@ -111,7 +112,8 @@ def test_updates_wait_for_a_request_or_the_batch_not_one_drain_each(
         owners: Owners, wait_for: Callable[..., Any]) -> None:
     """Lazy: traffic is held (queued in zmq) until a handler asks for a fresh view or the batch
     window ends; a burst of updates is drained per request, not once per update."""
-    for name in ("desired", "statuses", "pleg"):
+    owners.maps["desired"].set("_runtime", RuntimeNetwork(True))
+    for name in ("statuses", "pleg"):
         owners.maps[name].set("_", {"n": 0})
     pump = ReplicaPump(owners.zctx, owners.paths, batch=3600.0)
     pump.start()

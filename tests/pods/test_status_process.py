@@ -19,6 +19,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import ContainerWaiting, DesiredPod
 from podvisor.services.status.engine import RETIRE_AFTER
 from podvisor.services.status.service import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
@@ -28,10 +29,10 @@ NS = 1_000_000_000
 WALL = 1_700_000_000.0
 
 
-def entry(uid: str) -> dict[str, Any]:
-    return {"pod": {"metadata": {"name": uid, "namespace": "default", "uid": uid},
-                    "spec": {"containers": [{"name": "app", "image": "host"}]}},
-            "source": "file", "worker": "syncing", "admitted": True, "waiting": {}}
+def entry(uid: str) -> DesiredPod:
+    return DesiredPod(pod={"metadata": {"name": uid, "namespace": "default", "uid": uid},
+                           "spec": {"containers": [{"name": "app", "image": "host"}]}},
+                      source="file", worker="syncing")
 
 
 def record(cid: str, running: bool) -> dict[str, Any]:
@@ -230,15 +231,15 @@ def test_a_desired_change_a_status_does_not_read_recomputes_nothing(bus: Bus) ->
     calls: list[object] = []
     svc.engine.reconcile = lambda *a, **k: calls.append(a) or computed(*a, **k)  # type: ignore
     # the sync loop records its sandbox and a new worker state: nothing a status reads
-    bus.desired.set("u1", {**entry("u1"), "sandbox_id": "sb", "updated_at": 5.0,
-                           "worker": "running"})
-    run_until(bus, svc, lambda: (svc.desired.get("u1") or {}).get("sandbox_id") == "sb")
+    bus.desired.set("u1", replace(entry("u1"), sandbox_id="sb", updated_at=5.0,
+                                  worker="running"))
+    run_until(bus, svc, lambda: svc.desired.get("u1").sandbox_id == "sb")
     for _ in range(3):
         bus.turn(svc)
     assert calls == [] and not svc._changed
     # a waiting reason is read: recomputed
-    bus.desired.set("u1", {**entry("u1"), "sandbox_id": "sb", "waiting": {"app": {
-        "reason": "CrashLoopBackOff", "message": "back-off"}}})
+    bus.desired.set("u1", replace(entry("u1"), sandbox_id="sb", waiting={"app": ContainerWaiting(
+        "CrashLoopBackOff", "back-off")}))
     run_until(bus, svc, lambda: calls)
     kill(svc)
 
