@@ -1,7 +1,7 @@
 """Pure views served by the read-only HTTP server and printed by ``podvisorctl pods``.
 
 - ``pod_list(desired, statuses)``: the ``GET /pods`` PodList (each pod's manifest from the
-  ``desired`` map, its ``status`` from the ``statuses`` map, internal ``_`` keys removed).
+  ``desired`` map, its ``status`` the PodStatus of the ``statuses`` map's value).
 - ``running_pods(pleg)``: the ``GET /runningpods/`` PodList, kubelet style (minimal metadata and
   the names and images of running containers only).
 - ``check_health(...)``: the ``/healthz`` verdict (PLEG relisted within 3 min; sync loop's
@@ -18,23 +18,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podvisor.ipc.maps import DesiredPod, DesiredValue, RuntimeNetwork
+from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue, RuntimeNetwork
 
 PLEG_HEALTHY_WITHIN = 180.0  # kubelet: relist threshold 3 min
 SYNCLOOP_HEALTHY_WITHIN = 30.0  # the desired map owner publishes at least every second
 
 
-def _public(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if not k.startswith("_")}
+def _public(status: object) -> dict[str, Any]:
+    """A ``statuses`` value's PodStatus (Pending while there is none)."""
+    return status.status if isinstance(status, PodStatusValue) else {"phase": "Pending"}
 
 
 def _pod_item(entry: DesiredPod, status: Any) -> dict[str, Any]:
     out = {k: v for k, v in entry.pod.items() if k not in ("podvisor", "status")}
-    out["status"] = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
+    out["status"] = _public(status)
     return out
 
 
-def pod_list(desired: Mapping[str, DesiredValue], statuses: Mapping[str, Any]) -> dict[str, Any]:
+def pod_list(desired: Mapping[str, DesiredValue],
+             statuses: Mapping[str, PodStatusValue]) -> dict[str, Any]:
     items = []
     for uid, entry in desired.items():
         if isinstance(entry, DesiredPod):
@@ -66,7 +68,7 @@ class _Pod:
         self.text = b""
 
     def render(self, status: Any) -> None:
-        public = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
+        public = _public(status)
         self.text = (self.head + json.dumps(public, separators=(",", ":")) + "}").encode()
         self.status = status
 
@@ -91,7 +93,8 @@ class PodListJson:
         self._uids: list[str] = []  # sorted by namespace and name
         self._last: tuple[Any, Any, bytes] | None = None
 
-    def render(self, desired: Mapping[str, DesiredValue], statuses: Mapping[str, Any]) -> bytes:
+    def render(self, desired: Mapping[str, DesiredValue],
+               statuses: Mapping[str, PodStatusValue]) -> bytes:
         last = self._last
         if last is not None and last[0] is desired and last[1] is statuses:
             return last[2]

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 
 __all__ = ["DESIRED", "MAP_CODECS", "PLEG", "POD_SET_KEY", "PROBES", "RUNTIME_KEY", "STATUSES",
            "ContainerVerdict", "ContainerWaiting", "DesiredPod", "DesiredValue", "MapValueError",
-           "PodProbes", "PodSetValue", "RuntimeNetwork", "decode_desired", "pods_map"]
+           "PodProbes", "PodRef", "PodSetValue", "PodStatusValue", "RuntimeNetwork",
+           "decode_desired", "pods_map"]
 
 DESIRED = "desired"  # pod UID -> the pod, its worker state, waiting reasons (owner: syncloop)
 PLEG = "pleg"  # pod UID -> sandboxes and containers; "_health" (owner: pleg)
@@ -159,7 +160,8 @@ def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
     return value
 
 
-def _version(raw: Any, cls: type[DesiredPod | RuntimeNetwork], what: str) -> Mapping[str, Any]:
+def _version(raw: Any, cls: type[DesiredPod | RuntimeNetwork | PodStatusValue],
+             what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise MapValueError("fields", f"{what}: not a map")
     if raw.get("v") != cls.VERSION:
@@ -283,6 +285,48 @@ def decode_desired(raw: Any) -> DesiredValue:
     return decode(raw)
 
 
+@dataclass(frozen=True)
+class PodRef:
+    """Which pod a value is about (its metadata as the status process saw it)."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class PodStatusValue:
+    """A ``statuses`` value: one pod's status as the status process computed it.
+
+    ``status``: the PodStatus as the Kubernetes API's JSON (``phase``, ``conditions``,
+    ``containerStatuses``...; what ``GET /pods`` shows and the API writer patches), kept
+    dict-shaped because it IS the API object. ``version``: bumps whenever ``status`` changes
+    (the API writer patches each version once). ``pod``: the pod it belongs to."""
+
+    VERSION: ClassVar[int] = 1
+    status: dict[str, Any]
+    version: int = 0
+    pod: PodRef = PodRef()
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "status": self.status, "version": self.version,
+                "pod": {"name": self.pod.name, "namespace": self.pod.namespace,
+                        "uid": self.pod.uid}}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PodStatusValue:
+        raw = _version(raw, cls, "status")
+        status, version, pod = raw.get("status"), raw.get("version", 0), raw.get("pod", {})
+        if not isinstance(status, dict) or isinstance(version, bool) \
+                or not isinstance(version, int) or not isinstance(pod, Mapping):
+            raise MapValueError("fields", "status: wrong field types")
+        return cls(status, version, PodRef(_str(pod, "name", "status pod"),
+                                           _str(pod, "namespace", "status pod"),
+                                           _str(pod, "uid", "status pod")))
+
+
 def _to_wire(value: Any) -> Any:
     return value.to_wire()
 
@@ -291,4 +335,5 @@ def _to_wire(value: Any) -> Any:
 # when given none (so every reader of these maps sees the declared types).
 MAP_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     DESIRED: (_to_wire, decode_desired),
+    STATUSES: (_to_wire, PodStatusValue.from_wire),
 }

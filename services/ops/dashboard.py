@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
-from podvisor.ipc.maps import DesiredPod
+from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.services.ops.procs import Proc
 from podvisor.services.ops.rpc import OpsRpc
 
@@ -81,7 +81,8 @@ def _pods_json(maps: Any) -> list[dict[str, Any]]:
         if not isinstance(entry, DesiredPod):
             continue
         meta = entry.pod.get("metadata") or {}
-        status: Mapping[str, Any] = maps.statuses.get(uid) or {}
+        value = maps.statuses.get(uid)
+        status: Mapping[str, Any] = value.status if isinstance(value, PodStatusValue) else {}
         out.append({
             "uid": uid, "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
             "group": f"{meta.get('namespace') or 'default'}.{meta.get('name', uid)}",

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podvisor.ipc.maps import DesiredPod, DesiredValue
+from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue
 from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError
 
 Obj = dict[str, Any]
@@ -36,7 +36,7 @@ STATIC_SOURCES = ("file", "http")
 @dataclass(frozen=True)
 class Snapshot:
     desired: Mapping[str, DesiredValue]
-    statuses: Mapping[str, Any]
+    statuses: Mapping[str, PodStatusValue]
     mirrors: list[Obj] | None  # None until the API source published its first set
     api_pods: list[Obj] | None = None  # the API source's set (wire forms), None before it
 
@@ -75,11 +75,11 @@ class StatusWriter:
         out = []
         for uid, status in snap.statuses.items():
             entry = snap.desired.get(uid)
-            if not isinstance(entry, DesiredPod) or not isinstance(status, Mapping):
+            if not isinstance(entry, DesiredPod) or not isinstance(status, PodStatusValue):
                 continue
             meta = entry.pod.get("metadata") or {}
             ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-            version = int(status.get("_version", 0))
+            version = status.version
             target: tuple[str, str, str] | None = None
             if entry.source == "api":
                 target = (ns, name, uid)
@@ -91,11 +91,11 @@ class StatusWriter:
             out.append((uid, target, version))
         return out
 
-    def _patch(self, uid: str, target: tuple[str, str, str], status: Mapping[str, Any],
+    def _patch(self, uid: str, target: tuple[str, str, str], status: PodStatusValue,
                version: int) -> None:
         ns, name, target_uid = target
         body = {"metadata": {"uid": target_uid},
-                "status": {k: v for k, v in status.items() if not k.startswith("_")}}
+                "status": status.status}
         try:
             self.conn.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
                               body=body, content_type=MERGE_PATCH)
@@ -123,11 +123,11 @@ class StatusWriter:
             if isinstance(entry, DesiredPod):
                 if entry.worker != "terminated":
                     continue  # still being killed
-            elif isinstance(status, Mapping) and "running" in str(
-                    status.get("containerStatuses")):
+            elif isinstance(status, PodStatusValue) and "running" in str(
+                    status.status.get("containerStatuses")):
                 continue  # not (yet) in ``desired`` but known to run: wait
-            if isinstance(status, Mapping) and uid not in self.dropped and \
-                    self.written.get(uid) != int(status.get("_version", 0)):
+            if isinstance(status, PodStatusValue) and uid not in self.dropped and \
+                    self.written.get(uid) != status.version:
                 continue  # the final status goes first
             ns, name = meta.get("namespace", ""), meta.get("name", "")
             try:

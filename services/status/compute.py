@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339
-from podvisor.ipc.maps import DesiredPod
+from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue
 from podvisor.services.status.containers import EXITED, by_name, container_status
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -213,6 +213,16 @@ def compute_pod_status(
     status["conditions"] = _stamp(_conditions(phase, bool(ready_sb), init_pending, regular),
                                   previous, now)
     return with_version(status, previous)
+
+
+def status_value(status: Mapping[str, Any]) -> PodStatusValue:
+    """The ``statuses`` map's value of a computed status: the API's PodStatus (no internal
+    ``_`` keys), its ``_version`` and its ``_pod``."""
+    meta = status.get("_pod") or {}
+    return PodStatusValue({k: v for k, v in status.items() if not k.startswith("_")},
+                          int(status.get("_version", 0)),
+                          PodRef(str(meta.get("name", "")), str(meta.get("namespace", "")),
+                                 str(meta.get("uid", ""))))
 
 
 def with_version(status: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -9,12 +9,15 @@ import pytest
 from podvisor.ipc.maps import (
     DESIRED,
     MAP_CODECS,
+    STATUSES,
     ContainerVerdict,
     ContainerWaiting,
     DesiredPod,
     MapValueError,
     PodProbes,
+    PodRef,
     PodSetValue,
+    PodStatusValue,
     RuntimeNetwork,
     decode_desired,
 )
@@ -90,3 +93,23 @@ def test_desired_values_that_are_not_declared_are_rejected(raw: Any, reason: str
 def test_the_desired_map_has_its_codec_by_name() -> None:
     encode, decode = MAP_CODECS[DESIRED]
     assert decode(encode(_desired_pod())) == _desired_pod()
+
+
+def test_pod_status_value_round_trip_and_what_it_rejects() -> None:
+    value = PodStatusValue({"phase": "Running", "conditions": [{"type": "Ready"}]}, 4,
+                           PodRef("web", "default", "u1"))
+    assert PodStatusValue.from_wire(value.to_wire()) == value
+    assert MAP_CODECS[STATUSES][1](MAP_CODECS[STATUSES][0](value)) == value
+    bad: list[tuple[Any, str]] = [
+        ({**value.to_wire(), "v": 2}, "version"),  # a newer status process
+        ({"phase": "Running", "_version": 4}, "version"),  # the untyped v0 form
+        ({"v": 1, "status": [], "version": 1}, "fields"),
+        ({"v": 1, "status": {}, "version": "1"}, "fields"),
+        ({"v": 1, "status": {}, "version": True}, "fields"),
+        ({"v": 1, "status": {}, "pod": {"name": 3}}, "fields"),
+        ("Running", "fields"),
+    ]
+    for raw, reason in bad:
+        with pytest.raises(MapValueError) as err:
+            PodStatusValue.from_wire(raw)
+        assert err.value.reason == reason

@@ -16,7 +16,7 @@ from podvisor.common.podlist import (
     running_pods,
     table_rows,
 )
-from podvisor.ipc.maps import DesiredPod, RuntimeNetwork
+from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue, RuntimeNetwork
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import View
 
@@ -31,10 +31,10 @@ def pod(uid: str, name: str) -> DesiredPod:
                       worker="syncing")
 
 
-STATUS = {"phase": "Running", "_version": 3, "_pod": {"name": "b"},
-          "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
-                                 "state": {"running": {}}}],
-          "startTime": "2023-11-14T22:13:20Z"}
+STATUS = PodStatusValue({"phase": "Running",
+                         "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
+                                                "state": {"running": {}}}],
+                         "startTime": "2023-11-14T22:13:20Z"}, 3, PodRef("b"))
 PLEG = {
     "_health": {"last_relist_ok": WALL - 1, "events_mode": "stream"},
     "u1": {"name": "b", "namespace": "default", "containers": [
@@ -144,7 +144,7 @@ def test_table_rows() -> None:
     crash = {"metadata": {"name": "c"}, "status": {"phase": "Running", "containerStatuses": [
         {"ready": False, "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
     rejected = {"metadata": {"name": "r"}, "status": {"phase": "Failed", "reason": "Rejected"}}
-    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS}, crash, rejected]}
+    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS.status}, crash, rejected]}
     def age(start: Any) -> str:
         return "5m" if start else "<unknown>"
     assert table_rows(podlist, age) == [
@@ -153,7 +153,7 @@ def test_table_rows() -> None:
         ["c", "0/1", "CrashLoopBackOff", "4", "<unknown>"],
         ["r", "0/0", "Rejected", "0", "<unknown>"],
     ]
-    podlist["items"][0]["status"] = {**STATUS, "podIP": "10.205.1.2"}
+    podlist["items"][0]["status"] = {**STATUS.status, "podIP": "10.205.1.2"}
     assert [r[-1] for r in table_rows(podlist, age, wide=True)] == [
         "IP", "10.205.1.2", "<none>", "<none>"]
 
@@ -176,7 +176,7 @@ def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
         return json.dumps(pod_list(desired, statuses), separators=(",", ":")).encode()
 
     assert renderer.render(view.desired, view.statuses) == fresh(view.desired, view.statuses)
-    statuses = {**view.statuses, "u2": {"phase": "Failed", "_version": 1}}
+    statuses = {**view.statuses, "u2": PodStatusValue({"phase": "Failed"}, 1)}
     desired = {**view.desired, "u3": pod("u3", "c")}
     again = renderer.render(desired, statuses)
     assert again == fresh(desired, statuses)
@@ -187,7 +187,7 @@ def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
     desired = {**desired, "u3": pod("u3", "0first")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     assert json.loads(renderer.render(desired, statuses))["items"][0]["metadata"]["uid"] == "u3"
-    statuses = {**statuses, "u3": {"phase": "Running"}}
+    statuses = {**statuses, "u3": PodStatusValue({"phase": "Running"})}
     del desired["u2"]
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     assert renderer.render({"_meta": {}, "bad": {"pod": 1}}, {}) == fresh({"bad": {"pod": 1}}, {})

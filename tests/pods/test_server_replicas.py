@@ -17,7 +17,7 @@ import zmq
 from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
-from podvisor.ipc.maps import DesiredPod, RuntimeNetwork
+from podvisor.ipc.maps import DesiredPod, PodStatusValue, RuntimeNetwork
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.main import PumpDied, _serve
 from podvisor.services.server.replicas import ReplicaPump, View
@@ -45,7 +45,7 @@ def owners() -> Iterator[Owners]:
 def test_views_copy_only_the_maps_that_moved(owners: Owners,
                                              wait_for: Callable[..., Any]) -> None:
     owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
-    owners.maps["statuses"].set("u1", {"phase": "Pending"})
+    owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Pending"}))
     owners.maps["pleg"].set("_health", {"ts": 1.0})
     pump = ReplicaPump(owners.zctx, owners.paths)
     pump.start()
@@ -55,8 +55,9 @@ def test_views_copy_only_the_maps_that_moved(owners: Owners,
                         pump.view.desired_heard is not None else None,
                         pump=owners.serve, message="synced view")
         assert dict(view.desired) == {"u1": DesiredPod(pod={"metadata": {"uid": "u1"}})}
-        owners.maps["statuses"].set("u1", {"phase": "Running"})
-        new = wait_for(lambda: pump.view if pump.view.statuses.get("u1") == {"phase": "Running"}
+        owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Running"}))
+        new = wait_for(lambda: pump.view if pump.view.statuses.get("u1")
+                       == PodStatusValue({"phase": "Running"})
                        else None, pump=owners.serve, message="status update")
         assert new.desired is view.desired and new.pleg is view.pleg  # not copied again
         heard = new.desired_heard
@@ -113,8 +114,8 @@ def test_updates_wait_for_a_request_or_the_batch_not_one_drain_each(
     """Lazy: traffic is held (queued in zmq) until a handler asks for a fresh view or the batch
     window ends; a burst of updates is drained per request, not once per update."""
     owners.maps["desired"].set("_runtime", RuntimeNetwork(True))
-    for name in ("statuses", "pleg"):
-        owners.maps[name].set("_", {"n": 0})
+    owners.maps["statuses"].set("_", PodStatusValue({}))
+    owners.maps["pleg"].set("_", {"n": 0})
     pump = ReplicaPump(owners.zctx, owners.paths, batch=3600.0)
     pump.start()
     calls = 0
@@ -130,7 +131,7 @@ def test_updates_wait_for_a_request_or_the_batch_not_one_drain_each(
         first = refreshed()
         before = pump.pumps
         for i in range(50):
-            owners.maps["statuses"].set(f"u{i}", {"phase": "Running"})
+            owners.maps["statuses"].set(f"u{i}", PodStatusValue({"phase": "Running"}))
         def all_in() -> View | None:
             view = refreshed()
             return view if len(view.statuses) == 51 else None

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from podvisor.common.timefmt import rfc3339
-from podvisor.ipc.maps import ContainerWaiting, DesiredPod
+from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PodRef
 from podvisor.services.status.compute import (
     DESIRED_KEYS,
     compute_pod_status,
     desired_inputs,
     get_phase,
+    status_value,
 )
 
 T0 = 1_700_000_000.0
@@ -329,3 +330,12 @@ def test_qos_class_and_last_probe_time_as_the_kubelet_shows_them() -> None:
     changed = compute_pod_status(desired(qos_class="Guaranteed"), pleg(ctr("c1")), s, T0)
     assert changed["qosClass"] == "Guaranteed" and changed["_version"] == s["_version"] + 1
     assert "qos_class" in DESIRED_KEYS
+
+
+def test_status_value_splits_the_internal_keys_off_the_api_status() -> None:
+    s = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
+    value = status_value(s)
+    assert value.version == s["_version"] == 1
+    assert value.pod == PodRef("web-node", "default", "u1")
+    assert value.status == {k: v for k, v in s.items() if not k.startswith("_")}
+    assert "phase" in value.status and not any(k.startswith("_") for k in value.status)
