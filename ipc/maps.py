@@ -4,7 +4,10 @@ A map's values cross the bus (``clone.<map>.update`` and snapshots) in their wir
 value is a versioned frozen dataclass with ``to_wire()`` and ``from_wire()``. ``MapOwner`` takes
 the type's ``to_wire`` as ``encode``, ``MapReplica`` its ``from_wire`` as ``decode``: a value
 of an unknown version (or a malformed one) is dropped by the replica and counted in
-``MapReplica.value_drops`` by reason, like a message the codec rejects.
+``MapReplica.value_drops`` by reason, like a message the codec rejects. The maps with a fixed
+name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``) get their codec by name,
+so no owner or replica of them can forget it. Nested fields stay dict-shaped only where they
+are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
 """
 
 from __future__ import annotations
@@ -269,7 +272,7 @@ class RuntimeNetwork:
 
 
 DesiredValue = DesiredPod | RuntimeNetwork
-_DESIRED_KINDS: dict[Any, Callable[[Any], DesiredValue]] = {
+_DESIRED_KINDS: dict[str, Callable[[Any], DesiredValue]] = {
     DesiredPod.KIND: DesiredPod.from_wire, RuntimeNetwork.KIND: RuntimeNetwork.from_wire}
 
 
