@@ -282,7 +282,7 @@ def decode_desired(raw: Any) -> DesiredValue:
         raise MapValueError("fields", "desired: not a map")
     if raw.get("v") != 1:
         raise MapValueError("version", f"desired v{raw.get('v')!r}")
-    decode = _DESIRED_KINDS.get(raw.get("kind"))
+    decode = _DESIRED_KINDS.get(str(raw.get("kind")))
     if decode is None:
         raise MapValueError("fields", f"desired: unknown kind {raw.get('kind')!r}")
     return decode(raw)
