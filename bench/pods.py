@@ -133,7 +133,7 @@ class BusWatch:
                 if msg.map == "pleg" and any(c.get("state") == "CONTAINER_RUNNING"
                                              for c in msg.value.get("containers", [])):
                     self.pleg.setdefault(msg.key, env.ts)
-                statuses = msg.value.get("containerStatuses", [])
+                statuses = (msg.value.get("status") or {}).get("containerStatuses", [])
                 if msg.map == "statuses" and statuses and all(
                         "running" in c.get("state", {}) for c in statuses):
                     self.status.setdefault(msg.key, env.ts)

@@ -1,7 +1,7 @@
 """Pure views served by the read-only HTTP server and printed by ``podvisorctl pods``.
 
 - ``pod_list(desired, statuses)``: the ``GET /pods`` PodList (each pod's manifest from the
-  ``desired`` map, its ``status`` from the ``statuses`` map, internal ``_`` keys removed).
+  ``desired`` map, its ``status`` the PodStatus of the ``statuses`` map's value).
 - ``running_pods(pleg)``: the ``GET /runningpods/`` PodList, kubelet style (minimal metadata and
   the names and images of running containers only).
 - ``check_health(...)``: the ``/healthz`` verdict (PLEG relisted within 3 min; sync loop's
@@ -18,33 +18,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue, RuntimeNetwork
+
 PLEG_HEALTHY_WITHIN = 180.0  # kubelet: relist threshold 3 min
 SYNCLOOP_HEALTHY_WITHIN = 30.0  # the desired map owner publishes at least every second
 
 
-def _public(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if not k.startswith("_")}
+def _public(status: object) -> dict[str, Any]:
+    """A ``statuses`` value's PodStatus (Pending while there is none)."""
+    return status.status if isinstance(status, PodStatusValue) else {"phase": "Pending"}
 
 
-def _pod_item(entry: Any, status: Any) -> dict[str, Any] | None:
-    if not isinstance(entry, Mapping):
-        return None
-    pod = entry.get("pod")
-    if not isinstance(pod, Mapping):
-        return None
-    out = {k: v for k, v in pod.items() if k not in ("podvisor", "status")}
-    out["status"] = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
+def _pod_item(entry: DesiredPod, status: Any) -> dict[str, Any]:
+    out = {k: v for k, v in entry.pod.items() if k not in ("podvisor", "status")}
+    out["status"] = _public(status)
     return out
 
 
-def pod_list(desired: Mapping[str, Any], statuses: Mapping[str, Any]) -> dict[str, Any]:
+def pod_list(desired: Mapping[str, DesiredValue],
+             statuses: Mapping[str, PodStatusValue]) -> dict[str, Any]:
     items = []
     for uid, entry in desired.items():
-        if uid.startswith("_"):
-            continue
-        item = _pod_item(entry, statuses.get(uid))
-        if item is not None:
-            items.append(item)
+        if isinstance(entry, DesiredPod):
+            items.append(_pod_item(entry, statuses.get(uid)))
     items.sort(key=_sort_key)
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
@@ -72,7 +68,7 @@ class _Pod:
         self.text = b""
 
     def render(self, status: Any) -> None:
-        public = _public(status) if isinstance(status, Mapping) else {"phase": "Pending"}
+        public = _public(status)
         self.text = (self.head + json.dumps(public, separators=(",", ":")) + "}").encode()
         self.status = status
 
@@ -97,7 +93,8 @@ class PodListJson:
         self._uids: list[str] = []  # sorted by namespace and name
         self._last: tuple[Any, Any, bytes] | None = None
 
-    def render(self, desired: Mapping[str, Any], statuses: Mapping[str, Any]) -> bytes:
+    def render(self, desired: Mapping[str, DesiredValue],
+               statuses: Mapping[str, PodStatusValue]) -> bytes:
         last = self._last
         if last is not None and last[0] is desired and last[1] is statuses:
             return last[2]
@@ -107,11 +104,9 @@ class PodListJson:
         for uid, entry in desired.items():
             hit = pods.get(uid)
             if hit is None or hit.entry is not entry:
-                if uid.startswith("_"):
+                if not isinstance(entry, DesiredPod):
                     continue
-                pod = entry.get("pod") if isinstance(entry, Mapping) else None
-                if not isinstance(pod, Mapping):
-                    continue
+                pod = entry.pod
                 if hit is None or hit.pod != pod:
                     new = _Pod(entry, pod)
                     moved = moved or hit is None or new.sort_key != hit.sort_key
@@ -164,16 +159,16 @@ class Health:
         return "\n".join([*lines, "healthz check passed" if self.ok else "healthz check failed"])
 
 
-def _runtime_notes(runtime: Any) -> tuple[tuple[str, str], ...]:
-    if not isinstance(runtime, Mapping) or runtime.get("networkReady", True):
+def _runtime_notes(runtime: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(runtime, RuntimeNetwork) or runtime.ready:
         return ()
-    return (("runtime-network", f"{runtime.get('condition', 'network not ready')} (pods "
+    return (("runtime-network", f"{runtime.condition or 'network not ready'} (pods "
                                 "without hostNetwork wait for it)"),)
 
 
 def check_health(pleg_health: Mapping[str, Any] | None, wall_now: float,
                  desired_synced: bool, desired_age: float | None,
-                 runtime: Mapping[str, Any] | None = None) -> Health:
+                 runtime: DesiredValue | None = None) -> Health:
     """``desired_age``: seconds since the ``desired`` owner was last heard (None: never);
     ``runtime``: the ``desired`` map's ``_runtime`` entry (the runtime's network readiness)."""
     checks = []

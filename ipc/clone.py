@@ -29,7 +29,7 @@ import zmq
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clock import Clock
 from podvisor.ipc.codec import Envelope
-from podvisor.ipc.maps import MapValueError
+from podvisor.ipc.maps import MAP_CODECS, MapValueError
 from podvisor.ipc.messages import MapHeartbeat, MapUpdate
 from podvisor.ipc.paths import RunPaths
 
@@ -55,7 +55,9 @@ class MapOwner:
         idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX, encode: Codec | None = None,
     ) -> None:
         self.map_name = map_name
-        self._encode = encode  # typed values (ipc/maps.py) are sent in their wire form
+        # typed values (ipc/maps.py) are sent in their wire form (a declared map's by default)
+        declared = MAP_CODECS.get(map_name)
+        self._encode = encode if encode is not None or declared is None else declared[0]
         self.epoch = os.urandom(8).hex()
         self.seq = 0
         self._items: dict[str, Any] = {}
@@ -143,7 +145,10 @@ class MapReplica:
         clock: Clock, decode: Codec | None = None,
     ) -> None:
         self.map_name = map_name
-        self._decode = decode  # wire form -> typed value; MapValueError: dropped and counted
+        # wire form -> typed value (a declared map's by default); MapValueError: dropped and
+        # counted
+        declared = MAP_CODECS.get(map_name)
+        self._decode = decode if decode is not None or declared is None else declared[1]
         self.value_drops: Counter[str] = Counter()
         self.epoch: str | None = None
         self.seq = 0

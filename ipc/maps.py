@@ -4,23 +4,29 @@ A map's values cross the bus (``clone.<map>.update`` and snapshots) in their wir
 value is a versioned frozen dataclass with ``to_wire()`` and ``from_wire()``. ``MapOwner`` takes
 the type's ``to_wire`` as ``encode``, ``MapReplica`` its ``from_wire`` as ``decode``: a value
 of an unknown version (or a malformed one) is dropped by the replica and counted in
-``MapReplica.value_drops`` by reason, like a message the codec rejects.
+``MapReplica.value_drops`` by reason, like a message the codec rejects. The maps with a fixed
+name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``) get their codec by name,
+so no owner or replica of them can forget it. Nested fields stay dict-shaped only where they
+are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["DESIRED", "PLEG", "POD_SET_KEY", "PROBES", "STATUSES", "ContainerVerdict",
-           "MapValueError", "PodProbes", "PodSetValue", "pods_map"]
+__all__ = ["DESIRED", "MAP_CODECS", "PLEG", "POD_SET_KEY", "PROBES", "RUNTIME_KEY", "STATUSES",
+           "ContainerVerdict", "ContainerWaiting", "DesiredPod", "DesiredValue", "MapValueError",
+           "PodProbes", "PodRef", "PodSetValue", "PodStatusValue", "RuntimeNetwork",
+           "decode_desired", "pods_map"]
 
 DESIRED = "desired"  # pod UID -> the pod, its worker state, waiting reasons (owner: syncloop)
 PLEG = "pleg"  # pod UID -> sandboxes and containers; "_health" (owner: pleg)
 PROBES = "probes"  # pod UID -> probe verdicts per container (owner: prober)
 STATUSES = "statuses"  # pod UID -> PodStatus (owner: status)
 POD_SET_KEY = "set"  # the one key of a pods-<source> map
+RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's network readiness
 
 
 def pods_map(source: str) -> str:
@@ -141,3 +147,196 @@ class PodProbes:
     def from_entry(cls, entry: Mapping[str, Mapping[str, Any]]) -> PodProbes:
         """From the prober's own form (``{container name: verdict fields}``, also its file)."""
         return cls({str(n): ContainerVerdict.from_wire(v) for n, v in entry.items()})
+
+
+def _float(raw: Mapping[str, Any], key: str) -> float:
+    value = raw.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MapValueError("fields", f"{key}: not a number")
+    return float(value)
+
+
+def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str):
+        raise MapValueError("fields", f"{what}: {key} not a string")
+    return value
+
+
+def _version(raw: Any, cls: type[DesiredPod | RuntimeNetwork | PodStatusValue],
+             what: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise MapValueError("fields", f"{what}: not a map")
+    if raw.get("v") != cls.VERSION:
+        raise MapValueError("version", f"{what} v{raw.get('v')!r}")
+    return raw
+
+
+@dataclass(frozen=True)
+class ContainerWaiting:
+    """Why the sync loop has not (re)started a container yet: ``reason`` as the kubelet's
+    waiting reasons (``ContainerCreating``, ``CrashLoopBackOff``, ``ErrImagePull``...)."""
+
+    reason: str
+    message: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"reason": self.reason, "message": self.message}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> ContainerWaiting:
+        if not isinstance(raw, Mapping):
+            raise MapValueError("fields", "waiting: not a map")
+        return cls(_str(raw, "reason", "waiting"), _str(raw, "message", "waiting"))
+
+
+@dataclass(frozen=True)
+class DesiredPod:
+    """A ``desired`` value under a pod UID: the pod the sync loop runs and its worker's state.
+
+    ``pod``: ``Pod.to_dict()`` of the validated, defaulted pod (the Kubernetes API object as
+    JSON; rebuild it with ``podvisor.services.pod.pod_from_dict``). ``source``: the source
+    that wants it; ``worker``: the pod worker's state (``syncing``, ``terminating``,
+    ``terminated``); ``admitted`` False with ``reason``/``message`` for a pod admission
+    rejected; otherwise ``reason``/``message`` is the last sync error. ``waiting``: per
+    container name, why it is not running yet. ``sandbox_id``: its sandbox ("" before one).
+    ``updated_at``: wall time of the change. ``qos_class``: the pod's QoS class."""
+
+    VERSION: ClassVar[int] = 1
+    KIND: ClassVar[str] = "pod"
+    pod: dict[str, Any]
+    source: str = ""
+    worker: str = "syncing"
+    admitted: bool = True
+    reason: str = ""
+    message: str = ""
+    waiting: Mapping[str, ContainerWaiting] = field(default_factory=dict)
+    sandbox_id: str = ""
+    updated_at: float = 0.0
+    qos_class: str = ""
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "kind": self.KIND, "pod": self.pod, "source": self.source,
+                "worker": self.worker, "admitted": self.admitted, "reason": self.reason,
+                "message": self.message,
+                "waiting": {n: w.to_wire() for n, w in self.waiting.items()},
+                "sandbox_id": self.sandbox_id, "updated_at": self.updated_at,
+                "qos_class": self.qos_class}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> DesiredPod:
+        raw = _version(raw, cls, "desired pod")
+        pod, waiting, admitted = raw.get("pod"), raw.get("waiting", {}), raw.get("admitted")
+        if not isinstance(pod, dict) or not isinstance(waiting, Mapping) \
+                or not isinstance(admitted, bool):
+            raise MapValueError("fields", "desired pod: wrong field types")
+        return cls(pod, _str(raw, "source", "desired pod"),
+                   _str(raw, "worker", "desired pod", "syncing"), admitted,
+                   _str(raw, "reason", "desired pod"),
+                   _str(raw, "message", "desired pod"),
+                   {str(n): ContainerWaiting.from_wire(w) for n, w in waiting.items()},
+                   _str(raw, "sandbox_id", "desired pod"), _float(raw, "updated_at"),
+                   _str(raw, "qos_class", "desired pod"))
+
+    @property
+    def active(self) -> bool:
+        """Admitted and not yet terminated: its containers are wanted (or still stopping)."""
+        return self.admitted and self.worker != "terminated"
+
+
+@dataclass(frozen=True)
+class RuntimeNetwork:
+    """The ``desired`` map's ``_runtime`` value: the runtime's NetworkReady condition as the
+    sync loop last read it (``condition``: the kubelet's text of it)."""
+
+    VERSION: ClassVar[int] = 1
+    KIND: ClassVar[str] = "runtime"
+    ready: bool
+    reason: str = ""
+    message: str = ""
+    condition: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "kind": self.KIND, "networkReady": self.ready,
+                "reason": self.reason, "message": self.message, "condition": self.condition}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> RuntimeNetwork:
+        raw = _version(raw, cls, "runtime")
+        if not isinstance(raw.get("networkReady"), bool):
+            raise MapValueError("fields", "runtime: networkReady not a bool")
+        return cls(raw["networkReady"], _str(raw, "reason", "runtime"),
+                   _str(raw, "message", "runtime"), _str(raw, "condition", "runtime"))
+
+
+DesiredValue = DesiredPod | RuntimeNetwork
+_DESIRED_KINDS: dict[str, Callable[[Any], DesiredValue]] = {
+    DesiredPod.KIND: DesiredPod.from_wire, RuntimeNetwork.KIND: RuntimeNetwork.from_wire}
+
+
+def decode_desired(raw: Any) -> DesiredValue:
+    """A ``desired`` value from its wire form (by its ``kind``)."""
+    if not isinstance(raw, Mapping):
+        raise MapValueError("fields", "desired: not a map")
+    if raw.get("v") != 1:
+        raise MapValueError("version", f"desired v{raw.get('v')!r}")
+    decode = _DESIRED_KINDS.get(str(raw.get("kind")))
+    if decode is None:
+        raise MapValueError("fields", f"desired: unknown kind {raw.get('kind')!r}")
+    return decode(raw)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """Which pod a value is about (its metadata as the status process saw it)."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class PodStatusValue:
+    """A ``statuses`` value: one pod's status as the status process computed it.
+
+    ``status``: the PodStatus as the Kubernetes API's JSON (``phase``, ``conditions``,
+    ``containerStatuses``...; what ``GET /pods`` shows and the API writer patches), kept
+    dict-shaped because it IS the API object. ``version``: bumps whenever ``status`` changes
+    (the API writer patches each version once). ``pod``: the pod it belongs to."""
+
+    VERSION: ClassVar[int] = 1
+    status: dict[str, Any]
+    version: int = 0
+    pod: PodRef = PodRef()
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "status": self.status, "version": self.version,
+                "pod": {"name": self.pod.name, "namespace": self.pod.namespace,
+                        "uid": self.pod.uid}}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PodStatusValue:
+        raw = _version(raw, cls, "status")
+        status, version, pod = raw.get("status"), raw.get("version", 0), raw.get("pod", {})
+        if not isinstance(status, dict) or isinstance(version, bool) \
+                or not isinstance(version, int) or not isinstance(pod, Mapping):
+            raise MapValueError("fields", "status: wrong field types")
+        return cls(status, version, PodRef(_str(pod, "name", "status pod"),
+                                           _str(pod, "namespace", "status pod"),
+                                           _str(pod, "uid", "status pod")))
+
+
+def _to_wire(value: Any) -> Any:
+    return value.to_wire()
+
+
+# The codecs of the typed maps with a fixed name: ``MapOwner`` and ``MapReplica`` use them
+# when given none (so every reader of these maps sees the declared types).
+MAP_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    DESIRED: (_to_wire, decode_desired),
+    STATUSES: (_to_wire, PodStatusValue.from_wire),
+}

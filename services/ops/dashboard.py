@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
+from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.services.ops.logtail import add_logtail
 from podvisor.services.ops.procs import Proc
 from podvisor.services.ops.rpc import OpsRpc
@@ -80,11 +81,11 @@ def _proc_json(p: Proc, now: float) -> dict[str, Any]:
 def _pods_json(maps: Any) -> list[dict[str, Any]]:
     out = []
     for uid, entry in maps.desired.items():
-        if uid.startswith("_") or not isinstance(entry, Mapping):
+        if not isinstance(entry, DesiredPod):
             continue
-        pod = entry.get("pod") or {}
-        meta = pod.get("metadata") or {}
-        status: Mapping[str, Any] = maps.statuses.get(uid) or {}
+        meta = entry.pod.get("metadata") or {}
+        value = maps.statuses.get(uid)
+        status: Mapping[str, Any] = value.status if isinstance(value, PodStatusValue) else {}
         out.append({
             "uid": uid, "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
             "group": f"{meta.get('namespace') or 'default'}.{meta.get('name', uid)}",

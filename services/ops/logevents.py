@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.ops.logtail import TRUNCATED, LogFollower
 from podvisor.services.ops.procs import AGENT_GROUP, Proc
 
@@ -89,11 +90,11 @@ def agent_sources(processes: Mapping[str, Mapping[str, Any]], pids: Mapping[str,
             for name, spec in processes.items() if spec.get("stdout_events_enabled")]
 
 
-def container_sources(desired: Mapping[str, Any], procs: Iterable[Proc]) -> list[LogSource]:
+def container_sources(desired: Mapping[str, object], procs: Iterable[Proc]) -> list[LogSource]:
     """The containers of the pods annotated for events, from their ``Proc``s."""
     channels: dict[str, frozenset[str]] = {}
     for uid, entry in desired.items():
-        pod = entry.get("pod") if isinstance(entry, Mapping) else None
+        pod = entry.pod if isinstance(entry, DesiredPod) else None
         notes = ((pod or {}).get("metadata") or {}).get("annotations") or {}
         on = frozenset(c for c, key in ((STDOUT, STDOUT_ANNOTATION), (STDERR, STDERR_ANNOTATION))
                        if _truthy(notes.get(key, "")))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue
 from podvisor.services.ops.states import AGENT_STATES, ProcState, container_state
 
 __all__ = ["AGENT_GROUP", "Proc", "agent_procs", "describe", "pod_group", "pod_procs",
@@ -163,19 +164,18 @@ def _consistent(cs: Mapping[str, Any] | None,
     return {**cs, "state": state, "restartCount": int(rc.get("restart_count", 0) or 0)}
 
 
-def pod_procs(desired: Mapping[str, Any], statuses: Mapping[str, Any],
+def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodStatusValue],
               pleg: Mapping[str, Any], runtime_dir: Path | None = None) -> list[Proc]:
     """One process per container of every desired pod (init containers included, first)."""
     out = []
     for uid, entry in desired.items():
-        if uid.startswith("_") or not isinstance(entry, Mapping):
+        if not isinstance(entry, DesiredPod):
             continue
-        pod = entry.get("pod")
-        if not isinstance(pod, Mapping):
-            continue
+        pod = entry.pod
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         group = pod_group(str(meta.get("namespace") or "default"), str(meta.get("name", uid)))
-        status: Mapping[str, Any] = statuses.get(uid) or {}
+        value = statuses.get(uid)
+        status: Mapping[str, Any] = value.status if isinstance(value, PodStatusValue) else {}
         by_name = {str(cs.get("name")): cs for key in ("initContainerStatuses",
                                                         "containerStatuses")
                    for cs in (status.get(key) or []) if isinstance(cs, Mapping)}

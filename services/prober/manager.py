@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.pod import Pod, PodValidationError, Probe, pod_from_dict
 from podvisor.services.prober.worker import (
     ContainerObs,
@@ -144,9 +145,8 @@ def declares_probes(raw_pod: Any) -> bool:
                for c in containers)
 
 
-def _active(entry: Any) -> bool:
-    return (isinstance(entry, Mapping) and entry.get("admitted", True)
-            and entry.get("worker") != "terminated" and isinstance(entry.get("pod"), Mapping))
+def _active(entry: Any) -> TypeGuard[DesiredPod]:
+    return isinstance(entry, DesiredPod) and entry.active
 
 
 class ProbeManager:
@@ -175,7 +175,7 @@ class ProbeManager:
         elif now > self._seed_until:
             self._seeds.clear()
         if only is None:
-            uids = {u for u, e in desired.items() if not u.startswith("_") and _active(e)}
+            uids = {u for u, e in desired.items() if _active(e)}
             self._pods.keep(uids)
             scope: Collection[str] = uids | self._keys.keys()
         else:
@@ -186,8 +186,8 @@ class ProbeManager:
     def _update_uid(self, uid: str, entry: Any, record: Mapping[str, Any] | None, now: float,
                     wall: float) -> None:
         pod = None
-        if not uid.startswith("_") and _active(entry) and declares_probes(entry["pod"]):
-            pod = self._pods.get(uid, entry["pod"])
+        if _active(entry) and declares_probes(entry.pod):
+            pod = self._pods.get(uid, entry.pod)
         else:
             self._pods.drop(uid)
         old = self._keys.pop(uid, set())
@@ -237,8 +237,8 @@ class ProbeManager:
         its new ``desired`` ``entry`` declares a probe. A pod without workers whose new entry
         declares none keeps none (its ``pleg`` changes, its ``sandbox_id`` or ``worker``
         state, its deletion: nothing to do)."""
-        return uid in self._keys or (isinstance(entry, Mapping)
-                                     and declares_probes(entry.get("pod")))
+        return uid in self._keys or (isinstance(entry, DesiredPod)
+                                     and declares_probes(entry.pod))
 
     def started(self, uid: str, name: str) -> bool:
         w = self.workers.get((uid, name, Kind.STARTUP))

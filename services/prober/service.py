@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.maps import DESIRED, PLEG, PROBES, PodProbes
+from podvisor.ipc.maps import DESIRED, PLEG, PROBES, DesiredPod, PodProbes
 from podvisor.services.prober.handlers import ProbeRunner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
 from podvisor.services.prober.outcome import Outcome
@@ -161,7 +161,7 @@ class ProberService:
 
     def _count(self, uid: str, container: str, kind: str, result: Result) -> None:
         entry = self.desired.get(uid)
-        meta = entry.get("pod", {}).get("metadata", {}) if isinstance(entry, dict) else {}
+        meta = entry.pod.get("metadata", {}) if isinstance(entry, DesiredPod) else {}
         self.probe_total.labels(
             probe_type=kind.capitalize(), result=_PROBE_RESULTS[result], container=container,
             pod=str(meta.get("name", "")), namespace=str(meta.get("namespace", ""))).inc()

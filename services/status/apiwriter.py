@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue
 from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError
 
 Obj = dict[str, Any]
@@ -34,8 +35,8 @@ STATIC_SOURCES = ("file", "http")
 
 @dataclass(frozen=True)
 class Snapshot:
-    desired: Mapping[str, Any]
-    statuses: Mapping[str, Any]
+    desired: Mapping[str, DesiredValue]
+    statuses: Mapping[str, PodStatusValue]
     mirrors: list[Obj] | None  # None until the API source published its first set
     api_pods: list[Obj] | None = None  # the API source's set (wire forms), None before it
 
@@ -74,16 +75,15 @@ class StatusWriter:
         out = []
         for uid, status in snap.statuses.items():
             entry = snap.desired.get(uid)
-            if not isinstance(entry, Mapping) or not isinstance(status, Mapping):
+            if not isinstance(entry, DesiredPod) or not isinstance(status, PodStatusValue):
                 continue
-            pod = entry.get("pod") or {}
-            meta = pod.get("metadata") or {}
+            meta = entry.pod.get("metadata") or {}
             ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-            version = int(status.get("_version", 0))
+            version = status.version
             target: tuple[str, str, str] | None = None
-            if entry.get("source") == "api":
+            if entry.source == "api":
                 target = (ns, name, uid)
-            elif entry.get("source") in STATIC_SOURCES:
+            elif entry.source in STATIC_SOURCES:
                 mirror = mirrors.get((ns, name))
                 if mirror is not None and mirror.get("hash") == (meta.get("annotations") or {}
                                                                  ).get(HASH):
@@ -91,11 +91,11 @@ class StatusWriter:
             out.append((uid, target, version))
         return out
 
-    def _patch(self, uid: str, target: tuple[str, str, str], status: Mapping[str, Any],
+    def _patch(self, uid: str, target: tuple[str, str, str], status: PodStatusValue,
                version: int) -> None:
         ns, name, target_uid = target
         body = {"metadata": {"uid": target_uid},
-                "status": {k: v for k, v in status.items() if not k.startswith("_")}}
+                "status": status.status}
         try:
             self.conn.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
                               body=body, content_type=MERGE_PATCH)
@@ -120,14 +120,14 @@ class StatusWriter:
                 continue
             entry = snap.desired.get(uid)
             status = snap.statuses.get(uid)
-            if isinstance(entry, Mapping):
-                if entry.get("worker") != "terminated":
+            if isinstance(entry, DesiredPod):
+                if entry.worker != "terminated":
                     continue  # still being killed
-            elif isinstance(status, Mapping) and "running" in str(
-                    status.get("containerStatuses")):
+            elif isinstance(status, PodStatusValue) and "running" in str(
+                    status.status.get("containerStatuses")):
                 continue  # not (yet) in ``desired`` but known to run: wait
-            if isinstance(status, Mapping) and uid not in self.dropped and \
-                    self.written.get(uid) != int(status.get("_version", 0)):
+            if isinstance(status, PodStatusValue) and uid not in self.dropped and \
+                    self.written.get(uid) != status.version:
                 continue  # the final status goes first
             ns, name = meta.get("namespace", ""), meta.get("name", "")
             try:
@@ -148,13 +148,12 @@ class StatusWriter:
     def _mirrors(self, snap: Snapshot) -> None:
         wanted: dict[tuple[str, str], Obj] = {}
         for entry in snap.desired.values():
-            if not isinstance(entry, Mapping) or entry.get("source") not in STATIC_SOURCES or \
-                    entry.get("worker") == "terminated":
+            if not isinstance(entry, DesiredPod) or entry.source not in STATIC_SOURCES or \
+                    entry.worker == "terminated":
                 continue
-            pod = entry.get("pod") or {}
-            meta = pod.get("metadata") or {}
+            meta = entry.pod.get("metadata") or {}
             if (meta.get("annotations") or {}).get(HASH):
-                wanted[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = pod
+                wanted[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = entry.pod
         existing = {(m["namespace"], m["name"]): m for m in snap.mirrors or []}
         for key, mirror in existing.items():
             pod = wanted.get(key)

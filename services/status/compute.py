@@ -12,22 +12,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339
+from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue
 from podvisor.services.status.containers import EXITED, by_name, container_status
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 TERMINAL = (SUCCEEDED, FAILED)
 CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
                    "PodScheduled")
-# The keys of a ``desired`` entry that ``compute_pod_status`` reads: a change of any other key
+# The fields of a ``DesiredPod`` that ``compute_pod_status`` reads: a change of any other
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
 DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class")
 
 
 def desired_inputs(entry: Any) -> Any:
     """What of a ``desired`` entry a status depends on (equal inputs: equal statuses)."""
-    if not isinstance(entry, Mapping):
+    if not isinstance(entry, DesiredPod):
         return entry
-    return tuple(entry.get(key) for key in DESIRED_KEYS)
+    return tuple(getattr(entry, key) for key in DESIRED_KEYS)
 
 
 def _init_done(init_specs: Sequence[Mapping[str, Any]],
@@ -156,7 +157,7 @@ def pod_ips(spec: Mapping[str, Any], sandboxes: Sequence[Mapping[str, Any]],
 
 
 def compute_pod_status(
-    desired: Mapping[str, Any],
+    desired: DesiredPod,
     pleg: Mapping[str, Any] | None,
     previous: Mapping[str, Any] | None,
     now: float,
@@ -169,24 +170,24 @@ def compute_pod_status(
     ``pleg`` map record (None: no runtime objects), ``previous`` the last status computed (or
     None), ``now`` wall-clock seconds, ``readiness`` / ``started`` the prober's verdicts by
     container name."""
-    pod = desired.get("pod") or {}
+    pod = desired.pod
     spec = pod.get("spec") or {}
     prev_phase = (previous or {}).get("phase")
     start = (previous or {}).get("startTime") or rfc3339(now)
     status: dict[str, Any] = {"hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
                               "startTime": start, "_pod": _meta(pod)}
-    if desired.get("qos_class"):  # the sync loop's QoS class of the pod (services/pod/qos.py)
-        status["qosClass"] = desired["qos_class"]
-    if not desired.get("admitted", True):
-        status.update(phase=FAILED, reason=desired.get("reason") or "Rejected",
-                      message=desired.get("message", ""), containerStatuses=[],
+    if desired.qos_class:  # the sync loop's QoS class of the pod (services/pod/qos.py)
+        status["qosClass"] = desired.qos_class
+    if not desired.admitted:
+        status.update(phase=FAILED, reason=desired.reason or "Rejected",
+                      message=desired.message, containerStatuses=[],
                       initContainerStatuses=[])
         status["conditions"] = _stamp([_condition("PodScheduled", True)], previous, now)
         return with_version(status, previous)
     records = by_name((pleg or {}).get("containers", []))
     sandboxes = (pleg or {}).get("sandboxes", [])
     ready_sb = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
-    waiting = desired.get("waiting") or {}
+    waiting = desired.waiting
     init_specs = spec.get("initContainers") or []
     init_pending = _init_done(init_specs, records)
     any_regular = any(records.get(c.get("name", "")) for c in spec.get("containers") or [])
@@ -207,11 +208,21 @@ def compute_pod_status(
                   initContainerStatuses=init)
     if ips:
         status["podIPs"] = [{"ip": ip} for ip in ips]
-    if desired.get("reason"):
-        status.update(reason=desired["reason"], message=desired.get("message", ""))
+    if desired.reason:
+        status.update(reason=desired.reason, message=desired.message)
     status["conditions"] = _stamp(_conditions(phase, bool(ready_sb), init_pending, regular),
                                   previous, now)
     return with_version(status, previous)
+
+
+def status_value(status: Mapping[str, Any]) -> PodStatusValue:
+    """The ``statuses`` map's value of a computed status: the API's PodStatus (no internal
+    ``_`` keys), its ``_version`` and its ``_pod``."""
+    meta = status.get("_pod") or {}
+    return PodStatusValue({k: v for k, v in status.items() if not k.startswith("_")},
+                          int(status.get("_version", 0)),
+                          PodRef(str(meta.get("name", "")), str(meta.get("namespace", "")),
+                                 str(meta.get("uid", ""))))
 
 
 def with_version(status: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:

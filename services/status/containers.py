@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339_ns
+from podvisor.ipc.maps import ContainerWaiting
 
 RUNNING = "CONTAINER_RUNNING"
 EXITED = "CONTAINER_EXITED"
@@ -51,7 +52,7 @@ def _has_probe(spec: Mapping[str, Any], key: str) -> bool:
 def container_status(
     spec: Mapping[str, Any],
     runtime_containers: Sequence[Mapping[str, Any]],
-    waiting: Mapping[str, Any] | None,
+    waiting: ContainerWaiting | None,
     default_reason: str,
     runtime: str,
     ready_override: bool | None = None,
@@ -78,8 +79,8 @@ def container_status(
     if waiting and "running" not in state:
         if "terminated" in state:
             last = state
-        state = {"waiting": {k: v for k, v in (("reason", waiting.get("reason", "")),
-                                               ("message", waiting.get("message", ""))) if v}}
+        state = {"waiting": {k: v for k, v in (("reason", waiting.reason),
+                                               ("message", waiting.message)) if v}}
     running = "running" in state
     out["state"] = state
     out["lastState"] = last

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.common.timefmt import parse_rfc3339, rfc3339
-from podvisor.ipc.maps import PodProbes
+from podvisor.ipc.maps import DesiredPod, PodProbes
 from podvisor.services.prober import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
 from podvisor.services.status.store import Saved
@@ -113,7 +113,7 @@ class StatusEngine:
         uids = desired.keys() if only is None else sorted(set(only) & desired.keys())
         for uid in uids:
             entry = desired[uid]
-            if uid.startswith("_") or not isinstance(entry, Mapping):
+            if not isinstance(entry, DesiredPod):
                 continue
             previous = self.statuses.get(uid)
             if previous is None and uid in self.retired:

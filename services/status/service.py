@@ -32,7 +32,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import runtime_name
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, PodProbes
-from podvisor.services.status.compute import desired_inputs
+from podvisor.services.status.compute import desired_inputs, status_value
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.store import StatusStore
 
@@ -62,7 +62,7 @@ class StatusService:
         self.pub = self.loop.publisher()
         self.owner = self.loop.owner(self.pub, MAP_NAME, heartbeat_interval=1.0)
         for uid, status in self.engine.statuses.items():
-            self.owner.set(uid, status)
+            self.owner.set(uid, status_value(status))
         self._dirty = False
         self._pending_set: dict[str, dict[str, Any]] = {}
         self._pending_deleted: set[str] = set()
@@ -180,7 +180,7 @@ class StatusService:
         pending, self._pending_set = self._pending_set, {}
         deleted, self._pending_deleted = self._pending_deleted, set()
         for uid, status in pending.items():
-            self.owner.set(uid, status)
+            self.owner.set(uid, status_value(status))
         for uid in sorted(deleted):
             self.owner.delete(uid)
 

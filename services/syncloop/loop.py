@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.maps import RUNTIME_KEY, ContainerWaiting, DesiredPod, DesiredValue
 from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
 from podvisor.services.syncloop import labels as L
@@ -36,7 +37,6 @@ from podvisor.services.syncloop.terminate import terminate_pod
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
 HOUSEKEEPING_INTERVAL = 2.0
-RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's conditions
 
 
 def _no_failures(uid: str) -> Collection[str]:
@@ -46,7 +46,7 @@ def _no_failures(uid: str) -> Collection[str]:
 class DesiredSink(Protocol):
     """Where the ``desired`` map goes (a ``MapOwner`` in the process)."""
 
-    def set(self, key: str, value: Any) -> bool: ...
+    def set(self, key: str, value: DesiredValue) -> bool: ...
 
     def delete(self, key: str) -> bool: ...
 
@@ -70,15 +70,14 @@ class LoopDeps:
     capacity: Capacity | None = None
 
 
-def desired_value(w: Worker, updated_at: float) -> dict[str, Any]:
+def desired_value(w: Worker, updated_at: float) -> DesiredPod:
     assert w.pod is not None
-    return {
-        "pod": w.pod.to_dict(), "source": w.source, "worker": str(w.state),
-        "admitted": w.admitted, "reason": w.reason, "message": w.message or w.last_error,
-        "waiting": {n: {"reason": x.reason, "message": x.message} for n, x in w.waiting.items()},
-        "sandbox_id": w.sandbox_id, "updated_at": updated_at,
-        "qos_class": str(qos_class(w.pod)),
-    }
+    return DesiredPod(
+        pod=w.pod.to_dict(), source=w.source, worker=str(w.state), admitted=w.admitted,
+        reason=w.reason, message=w.message or w.last_error,
+        waiting={n: ContainerWaiting(x.reason, x.message) for n, x in w.waiting.items()},
+        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=str(qos_class(w.pod)),
+    )
 
 
 def _runtime_down(err: Exception) -> bool:
@@ -90,7 +89,7 @@ class SyncLoop:
         self.deps = deps
         self.log = deps.sync.log
         self._results: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._published: dict[str, dict[str, Any]] = {}
+        self._published: dict[str, DesiredPod] = {}
         # per source: UID -> (raw pod, parsed) of its last set
         self._parsed: dict[str, dict[str, tuple[Mapping[str, Any], Pod]]] = {}
         self._next_housekeeping = 0.0
@@ -341,7 +340,7 @@ class SyncLoop:
         if network is None or network == self._network:
             return
         before, self._network = self._network, network
-        self.deps.desired.set(RUNTIME_KEY, network.to_dict())
+        self.deps.desired.set(RUNTIME_KEY, network.to_value())
         if not network.ready:
             self.log.warning("syncloop.runtime.network_not_ready", node=self.deps.node_name,
                              reason=network.reason, message=network.condition_text())
@@ -411,14 +410,14 @@ class SyncLoop:
             return
         value = desired_value(w, 0.0)
         old = self._published.get(uid)
-        if old is not None and {**old, "updated_at": 0.0} == value:
+        if old is not None and replace(old, updated_at=0.0) == value:
             return
-        value["updated_at"] = self.deps.sync.wall()
-        before = (old or {}).get("waiting", {})
-        for name, waiting in value["waiting"].items():  # a new waiting reason: log it (an event)
-            if before.get(name, {}).get("reason") != waiting["reason"]:
+        value = replace(value, updated_at=self.deps.sync.wall())
+        before = old.waiting if old is not None else {}
+        for name, waiting in value.waiting.items():  # a new waiting reason: log it (an event)
+            seen = before.get(name)
+            if seen is None or seen.reason != waiting.reason:
                 self.log.info("syncloop.container.waiting", pod=w.pod.full_name, pod_uid=uid,
-                              container=name, reason=waiting["reason"],
-                              message=waiting["message"])
+                              container=name, reason=waiting.reason, message=waiting.message)
         self._published[uid] = value
         self.deps.desired.set(uid, value)

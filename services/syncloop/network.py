@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.maps import RuntimeNetwork
 from podvisor.services.cri import CriError, RuntimeClient
 
 NETWORK_READY = "NetworkReady"
@@ -38,9 +39,9 @@ class Network:
         return (f"container runtime network not ready: NetworkReady=false "
                 f"reason:{self.reason} message:{self.message}")
 
-    def to_dict(self) -> dict[str, object]:
-        return {"networkReady": self.ready, "reason": self.reason, "message": self.message,
-                "condition": self.condition_text()}
+    def to_value(self) -> RuntimeNetwork:
+        """The ``desired`` map's ``_runtime`` value."""
+        return RuntimeNetwork(self.ready, self.reason, self.message, self.condition_text())
 
 
 def network_of(resp: pb.StatusResponse) -> Network:

@@ -13,7 +13,7 @@ import zmq
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK, FakeClock
 from podvisor.ipc.clone import MapOwner, MapReplica
-from podvisor.ipc.maps import PodSetValue
+from podvisor.ipc.maps import DESIRED, DesiredPod, PodSetValue
 from podvisor.ipc.paths import RunPaths
 
 Bus = tuple["zmq.Context[Any]", RunPaths]
@@ -248,4 +248,33 @@ def test_typed_values_cross_in_wire_form_and_an_unknown_version_is_dropped(bus: 
     assert replica.value_drops["version"] >= 1  # ... and counted
     replica.close()
     owner.close()
+    pub.close()
+
+
+def test_a_desired_replica_drops_and_counts_an_old_owners_values(bus: Bus) -> None:
+    """A rolling restart: an owner of the untyped (v0) form beside a replica of the typed one
+    (and the other way round). Nothing crashes; the replica keeps what it can read."""
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "old-owner")
+    clock = FakeClock()
+    old = MapOwner(zctx, paths, pub, DESIRED, clock=clock, encode=lambda v: v)  # no types
+    replica = MapReplica(zctx, paths, DESIRED, clock=clock)  # the declared codec, by name
+    typed = DesiredPod(pod={"metadata": {"uid": "u2"}}, source="file")
+    old.set("u1", {"pod": {"metadata": {"uid": "u1"}}, "worker": "syncing", "admitted": True})
+    old.set("_runtime", {"networkReady": True, "condition": "ok"})
+    old.set("u2", typed.to_wire())
+    _sync_with_owner(replica, old)
+    assert replica.items() == {"u2": typed}
+    assert replica.value_drops["version"] == 2
+    # an update of the old form after the snapshot: dropped, the key keeps what it had
+    old.set("u2", {"pod": {}, "worker": "terminated", "admitted": True})
+    _until(lambda: (replica.pump(0.01), replica.seq == old.seq)[1])
+    assert replica.get("u2") == typed and replica.value_drops["version"] == 3
+    # an old reader (no decode) of a typed owner sees wire dicts it can tell apart by "v"
+    raw = MapReplica(zctx, paths, DESIRED, clock=clock, decode=lambda v: v)
+    _sync_with_owner(raw, old)
+    assert raw.get("u2") == {"pod": {}, "worker": "terminated", "admitted": True}
+    raw.close()
+    replica.close()
+    old.close()
     pub.close()

@@ -6,7 +6,21 @@ from typing import Any
 
 import pytest
 
-from podvisor.ipc.maps import ContainerVerdict, MapValueError, PodProbes, PodSetValue
+from podvisor.ipc.maps import (
+    DESIRED,
+    MAP_CODECS,
+    STATUSES,
+    ContainerVerdict,
+    ContainerWaiting,
+    DesiredPod,
+    MapValueError,
+    PodProbes,
+    PodRef,
+    PodSetValue,
+    PodStatusValue,
+    RuntimeNetwork,
+    decode_desired,
+)
 
 
 def test_pod_probes_round_trip_and_reject_what_they_do_not_declare() -> None:
@@ -34,3 +48,68 @@ def test_pod_set_value_round_trip_and_equality_ignores_the_read_time() -> None:
     with pytest.raises(MapValueError) as err:
         PodSetValue.from_wire({**value.to_wire(), "v": 0})
     assert err.value.reason == "version"
+
+
+def _desired_pod() -> DesiredPod:
+    return DesiredPod(pod={"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+                           "spec": {"containers": [{"name": "app", "image": "host"}]}},
+                      source="file", worker="syncing", admitted=True, reason="",
+                      message="boom", waiting={"app": ContainerWaiting("CrashLoopBackOff", "b")},
+                      sandbox_id="sb1", updated_at=5.0, qos_class="BestEffort")
+
+
+def test_desired_values_round_trip_by_kind() -> None:
+    pod, runtime = _desired_pod(), RuntimeNetwork(False, "NoCni", "x", "not ready: x")
+    assert decode_desired(pod.to_wire()) == pod and isinstance(decode_desired(pod.to_wire()),
+                                                               DesiredPod)
+    assert decode_desired(runtime.to_wire()) == runtime
+    assert DesiredPod.from_wire({"v": 1, "kind": "pod", "pod": {}, "admitted": True}) \
+        == DesiredPod(pod={})  # absent optional fields take their defaults
+    assert _desired_pod().active and not DesiredPod(pod={}, worker="terminated").active
+    assert not DesiredPod(pod={}, admitted=False).active
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    ({"v": 2, "kind": "pod", "pod": {}, "admitted": True}, "version"),  # a newer sync loop
+    ({"pod": {}, "worker": "syncing", "admitted": True}, "version"),  # the untyped v0 form
+    ({"networkReady": True, "condition": "ok"}, "version"),  # the untyped v0 _runtime
+    ({"v": 1, "kind": "mystery"}, "fields"),
+    ({"v": 1, "kind": "pod", "pod": "x", "admitted": True}, "fields"),
+    ({"v": 1, "kind": "pod", "pod": {}, "admitted": "yes"}, "fields"),
+    ({"v": 1, "kind": "pod", "pod": {}, "admitted": True, "waiting": {"a": {"reason": 3}}},
+     "fields"),
+    ({"v": 1, "kind": "pod", "pod": {}, "admitted": True, "updated_at": "now"}, "fields"),
+    ({"v": 1, "kind": "pod", "pod": {}, "admitted": True, "sandbox_id": None}, "fields"),
+    ({"v": 1, "kind": "runtime", "networkReady": "no"}, "fields"),
+    ([1, 2], "fields"),
+    (None, "fields"),
+])
+def test_desired_values_that_are_not_declared_are_rejected(raw: Any, reason: str) -> None:
+    with pytest.raises(MapValueError) as err:
+        decode_desired(raw)
+    assert err.value.reason == reason
+
+
+def test_the_desired_map_has_its_codec_by_name() -> None:
+    encode, decode = MAP_CODECS[DESIRED]
+    assert decode(encode(_desired_pod())) == _desired_pod()
+
+
+def test_pod_status_value_round_trip_and_what_it_rejects() -> None:
+    value = PodStatusValue({"phase": "Running", "conditions": [{"type": "Ready"}]}, 4,
+                           PodRef("web", "default", "u1"))
+    assert PodStatusValue.from_wire(value.to_wire()) == value
+    assert MAP_CODECS[STATUSES][1](MAP_CODECS[STATUSES][0](value)) == value
+    bad: list[tuple[Any, str]] = [
+        ({**value.to_wire(), "v": 2}, "version"),  # a newer status process
+        ({"phase": "Running", "_version": 4}, "version"),  # the untyped v0 form
+        ({"v": 1, "status": [], "version": 1}, "fields"),
+        ({"v": 1, "status": {}, "version": "1"}, "fields"),
+        ({"v": 1, "status": {}, "version": True}, "fields"),
+        ({"v": 1, "status": {}, "pod": {"name": 3}}, "fields"),
+        ("Running", "fields"),
+    ]
+    for raw, reason in bad:
+        with pytest.raises(MapValueError) as err:
+            PodStatusValue.from_wire(raw)
+        assert err.value.reason == reason

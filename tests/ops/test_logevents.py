@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
+from podvisor.ipc.maps import DesiredPod
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.events import matches
 from podvisor.services.ops.feeder import EventFeeder
@@ -102,8 +102,8 @@ def _proc(uid: str, logfile: str) -> Proc:
 
 
 def test_container_sources_from_annotations() -> None:
-    def pod(notes: dict[str, str]) -> dict[str, Any]:
-        return {"pod": {"metadata": {"annotations": notes}}}
+    def pod(notes: dict[str, str]) -> DesiredPod:
+        return DesiredPod(pod={"metadata": {"annotations": notes}})
 
     desired = {"u1": pod({"ops.podvisor.io/stderr-events-enabled": "true"}),
                "u2": pod({}), "u3": pod({"ops.podvisor.io/stdout-events-enabled": "false"})}

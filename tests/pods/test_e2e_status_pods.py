@@ -162,9 +162,9 @@ class Observer:
             statuses = snap[1]
             if set(statuses) != set(self.by_uid):
                 self.problems.append(f"{phase}: statuses map has {len(statuses)} pods")
-            for uid, status in statuses.items():
-                self._check(f"{phase} statuses", uid, status, self.by_uid.get(uid))
-                version = int(status.get("_version", 0))
+            for uid, value in statuses.items():
+                self._check(f"{phase} statuses", uid, value.status, self.by_uid.get(uid))
+                version = value.version
                 if version < self.versions.get(uid, 0):
                     self.problems.append(f"{phase}: {uid} _version {version} went back from "
                                          f"{self.versions[uid]}")

@@ -285,7 +285,7 @@ def test_a_pod_cgroup_that_cannot_be_limited_keeps_the_pod_pending(tmp_path: Pat
     g = {"cpu": "100m", "memory": "50Mi"}
     h.set(manifest("p", "u1", containers=[_ctr("a", limits=g)]))
     assert h.cri.method_calls("RunPodSandbox") == []
-    assert h.desired.items["u1"]["message"] == (
+    assert h.desired.items["u1"].message == (
         "pod cgroup: /sys/fs/cgroup/memory/podvisor/podu1/memory.limit_in_bytes: Device or "
         "resource busy")
     # a host without the pids controller mounted: refused with the reason, never ignored

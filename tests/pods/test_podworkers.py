@@ -204,7 +204,7 @@ def test_pod_runs_with_sandbox_config_labels_and_volumes(tmp_path: Path) -> None
     vol = tmp_path / "pods/u1/volumes/kubernetes.io~empty-dir/scratch"
     assert vol.is_dir() and [m.host_path for m in cfg.mounts] == [str(vol)]
     entry = h.desired.items["u1"]
-    assert entry["worker"] == "syncing" and entry["admitted"] and entry["sandbox_id"]
+    assert entry.worker == "syncing" and entry.admitted and entry.sandbox_id
 
 
 def test_edit_command_replaces_only_that_container(tmp_path: Path) -> None:
@@ -251,7 +251,7 @@ def test_crash_loop_backoff_reported_and_restart_after_delay(tmp_path: Path) -> 
         h.settle()
         if expected_wait:
             assert "a" not in h.running()
-            assert h.desired.items["u1"]["waiting"]["a"]["reason"] == "CrashLoopBackOff"
+            assert h.desired.items["u1"].waiting["a"].reason == "CrashLoopBackOff"
             h.now += expected_wait + 0.01
             h.settle()
         assert "a" in h.running(), expected_wait
@@ -268,7 +268,7 @@ def test_host_port_conflict_rejects_second_pod(tmp_path: Path) -> None:
     two = manifest("two", "u2", [{"name": "a", "image": "host", "ports": port}])
     h.set(one, two)
     entry = h.desired.items["u2"]
-    assert entry["admitted"] is False and entry["reason"] == "HostPortConflict"
+    assert entry.admitted is False and entry.reason == "HostPortConflict"
     assert {s.labels[L.POD_UID] for s in h.cri.list_pod_sandbox()} == {"u1"}
 
 
@@ -324,8 +324,8 @@ def test_cri_error_in_sync_is_reported_not_raised(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.cri.fail("CreateContainer", grpc.StatusCode.INTERNAL, "boom", times=1)
     h.set(manifest(containers=[{"name": "a", "image": "host"}]))
-    assert h.desired.items["u1"]["waiting"]["a"]["reason"] == "CreateContainerError"
-    assert "boom" in h.desired.items["u1"]["message"]
+    assert h.desired.items["u1"].waiting["a"].reason == "CreateContainerError"
+    assert "boom" in h.desired.items["u1"].message
     h.now += 20
     h.settle()
     assert "a" in h.running()

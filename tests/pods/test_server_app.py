@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -15,24 +16,25 @@ from podvisor.common.podlist import (
     running_pods,
     table_rows,
 )
+from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue, RuntimeNetwork
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import View
 
 WALL = 1_700_000_000.0
 
 
-def pod(uid: str, name: str) -> dict[str, Any]:
-    return {"pod": {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": "default", "uid": uid},
-                    "spec": {"containers": [{"name": "app", "image": "host"}]},
-                    "status": {}, "podvisor": {"source": "file"}},
-            "worker": "syncing", "admitted": True}
+def pod(uid: str, name: str) -> DesiredPod:
+    return DesiredPod(pod={"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "namespace": "default", "uid": uid},
+                           "spec": {"containers": [{"name": "app", "image": "host"}]},
+                           "status": {}, "podvisor": {"source": "file"}},
+                      worker="syncing")
 
 
-STATUS = {"phase": "Running", "_version": 3, "_pod": {"name": "b"},
-          "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
-                                 "state": {"running": {}}}],
-          "startTime": "2023-11-14T22:13:20Z"}
+STATUS = PodStatusValue({"phase": "Running",
+                         "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
+                                                "state": {"running": {}}}],
+                         "startTime": "2023-11-14T22:13:20Z"}, 3, PodRef("b"))
 PLEG = {
     "_health": {"last_relist_ok": WALL - 1, "events_mode": "stream"},
     "u1": {"name": "b", "namespace": "default", "containers": [
@@ -90,17 +92,16 @@ def test_healthz_says_the_runtime_network_is_not_ready_but_stays_ok() -> None:
     cond = ("container runtime network not ready: NetworkReady=false "
             "reason:NetworkPluginNotReady message:cni plugin not initialized")
     view = healthy_view()
-    not_ready = View(desired={**view.desired, "_runtime": {
-        "networkReady": False, "reason": "NetworkPluginNotReady", "message": "x",
-        "condition": cond}}, statuses=view.statuses, pleg=PLEG, desired_synced=True,
-        statuses_synced=True, pleg_synced=True, desired_heard=99.0)
+    not_ready = View(desired={**view.desired, "_runtime": RuntimeNetwork(
+        False, "NetworkPluginNotReady", "x", cond)}, statuses=view.statuses, pleg=PLEG,
+        desired_synced=True, statuses_synced=True, pleg_synced=True, desired_heard=99.0)
     code, _, text = call(not_ready, "GET", "/healthz")
     assert code == 200
     assert text.splitlines() == [
         "[+]pleg ok", "[+]syncloop ok",
         f"[!]runtime-network {cond} (pods without hostNetwork wait for it)",
         "healthz check passed"]
-    ready = View(desired={**view.desired, "_runtime": {"networkReady": True}},
+    ready = View(desired={**view.desired, "_runtime": RuntimeNetwork(True)},
                  statuses=view.statuses, pleg=PLEG, desired_synced=True, statuses_synced=True,
                  pleg_synced=True, desired_heard=99.0)
     assert call(ready, "GET", "/healthz")[::2] == (200, "ok")
@@ -143,7 +144,7 @@ def test_table_rows() -> None:
     crash = {"metadata": {"name": "c"}, "status": {"phase": "Running", "containerStatuses": [
         {"ready": False, "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
     rejected = {"metadata": {"name": "r"}, "status": {"phase": "Failed", "reason": "Rejected"}}
-    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS}, crash, rejected]}
+    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS.status}, crash, rejected]}
     def age(start: Any) -> str:
         return "5m" if start else "<unknown>"
     assert table_rows(podlist, age) == [
@@ -152,7 +153,7 @@ def test_table_rows() -> None:
         ["c", "0/1", "CrashLoopBackOff", "4", "<unknown>"],
         ["r", "0/0", "Rejected", "0", "<unknown>"],
     ]
-    podlist["items"][0]["status"] = {**STATUS, "podIP": "10.205.1.2"}
+    podlist["items"][0]["status"] = {**STATUS.status, "podIP": "10.205.1.2"}
     assert [r[-1] for r in table_rows(podlist, age, wide=True)] == [
         "IP", "10.205.1.2", "<none>", "<none>"]
 
@@ -175,18 +176,18 @@ def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
         return json.dumps(pod_list(desired, statuses), separators=(",", ":")).encode()
 
     assert renderer.render(view.desired, view.statuses) == fresh(view.desired, view.statuses)
-    statuses = {**view.statuses, "u2": {"phase": "Failed", "_version": 1}}
+    statuses = {**view.statuses, "u2": PodStatusValue({"phase": "Failed"}, 1)}
     desired = {**view.desired, "u3": pod("u3", "c")}
     again = renderer.render(desired, statuses)
     assert again == fresh(desired, statuses)
     assert json.loads(again)["items"][0]["status"] == {"phase": "Failed"}
     # the sync loop's own keys change: same text; a rename re-sorts; a pod leaves
-    desired = {**desired, "u1": {**desired["u1"], "sandbox_id": "s1"}}
+    desired = {**desired, "u1": dataclasses.replace(desired["u1"], sandbox_id="s1")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     desired = {**desired, "u3": pod("u3", "0first")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     assert json.loads(renderer.render(desired, statuses))["items"][0]["metadata"]["uid"] == "u3"
-    statuses = {**statuses, "u3": {"phase": "Running"}}
+    statuses = {**statuses, "u3": PodStatusValue({"phase": "Running"})}
     del desired["u2"]
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     assert renderer.render({"_meta": {}, "bad": {"pod": 1}}, {}) == fresh({"bad": {"pod": 1}}, {})

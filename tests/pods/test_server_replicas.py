@@ -25,6 +25,7 @@ from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebDied, WebService
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
+from podvisor.ipc.maps import DesiredPod, PodStatusValue, RuntimeNetwork
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.ports import Ports
 from podvisor.services.server.replicas import BATCH, ServerReplicas, View
@@ -72,17 +73,18 @@ class Server:
 
 def test_views_copy_only_the_maps_that_moved(owners: Owners,
                                              wait_for: Callable[..., Any]) -> None:
-    owners.maps["desired"].set("u1", {"pod": 1})
-    owners.maps["statuses"].set("u1", {"phase": "Pending"})
+    owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
+    owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Pending"}))
     owners.maps["pleg"].set("_health", {"ts": 1.0})
     server = Server(owners)
     web = server.web
     try:
         view = wait_for(server.synced, pump=server.turn, message="synced view")
-        assert dict(view.desired) == {"u1": {"pod": 1}}
-        owners.maps["statuses"].set("u1", {"phase": "Running"})
-        new = wait_for(lambda: web.view if web.view.statuses.get("u1") == {"phase": "Running"}
-                       else None, pump=server.turn, message="status update")
+        assert dict(view.desired) == {"u1": DesiredPod(pod={"metadata": {"uid": "u1"}})}
+        owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Running"}))
+        new = wait_for(lambda: web.view if web.view.statuses.get("u1")
+                       == PodStatusValue({"phase": "Running"}) else None,
+                       pump=server.turn, message="status update")
         assert new.desired is view.desired and new.pleg is view.pleg  # not copied again
         heard = new.desired_heard
         assert heard is not None
@@ -98,8 +100,9 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         owners: Owners, wait_for: Callable[..., Any]) -> None:
     """Lazy: traffic is held (queued in zmq) until a handler asks for a fresh view or the batch
     window ends on the loop's clock (a fake one here: the window ends when the test says)."""
-    for name in ("desired", "statuses", "pleg"):
-        owners.maps[name].set("_", {"n": 0})
+    owners.maps["desired"].set("_runtime", RuntimeNetwork(True))
+    owners.maps["statuses"].set("_", PodStatusValue({}))
+    owners.maps["pleg"].set("_", {"n": 0})
     clock = FakeClock(100.0)
     server = Server(owners, clock)
     web, loop = server.web, server.web.loop
@@ -108,7 +111,7 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         wait_for(server.synced, pump=server.turn, message="synced view")
         first = web.view
         for i in range(50):
-            owners.maps["statuses"].set(f"u{i}", {"phase": "Running"})
+            owners.maps["statuses"].set(f"u{i}", PodStatusValue({"phase": "Running"}))
         for _ in range(3):  # the fake clock stands still: within the window of the last drain
             server.turn()
             assert loop.holding and len(web.view.statuses) == 1
@@ -127,7 +130,7 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         view = wait_for(fresh, message="fresh view on request")
         assert web.view is view and view.desired is first.desired  # not copied again
         # the next updates wait for the batch window again ...
-        owners.maps["statuses"].set("late", {"phase": "Pending"})
+        owners.maps["statuses"].set("late", PodStatusValue({"phase": "Pending"}))
         for _ in range(3):
             server.turn()
             assert loop.holding and "late" not in web.view.statuses

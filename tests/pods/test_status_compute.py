@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import pytest
 
 from podvisor.common.timefmt import rfc3339
+from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PodRef
 from podvisor.services.status.compute import (
     DESIRED_KEYS,
     compute_pod_status,
     desired_inputs,
     get_phase,
+    status_value,
 )
 
 T0 = 1_700_000_000.0
@@ -29,11 +32,12 @@ def pod(containers: list[dict[str, Any]] | None = None, policy: str = "Always",
             "metadata": {"name": "web-node", "namespace": "default", "uid": "u1"}, "spec": spec}
 
 
-def desired(p: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-    entry: dict[str, Any] = {"pod": p or pod(), "source": "file", "worker": "syncing",
-                             "admitted": True, "reason": "", "message": "", "waiting": {}}
+def desired(p: dict[str, Any] | None = None, **kw: Any) -> DesiredPod:
+    entry: dict[str, Any] = {"v": 1, "kind": "pod", "pod": p or pod(), "source": "file",
+                             "worker": "syncing", "admitted": True, "reason": "", "message": "",
+                             "waiting": {}}
     entry.update(kw)
-    return entry
+    return DesiredPod.from_wire(entry)
 
 
 def ctr(cid: str, state: str = "CONTAINER_RUNNING", name: str = "app", created: int = 1,
@@ -281,38 +285,32 @@ def test_get_phase_table(regular: list[dict[str, Any]], phase: str) -> None:
     assert get_phase({"restartPolicy": "Always"}, [], statuses) == phase
 
 
-class _Recording(dict[str, Any]):
-    """A ``desired`` entry that records which keys were read."""
+def _recording(entry: DesiredPod, read: set[str]) -> DesiredPod:
+    """``entry`` as a ``DesiredPod`` that records which of its fields are read."""
+    fields = {f.name for f in dataclasses.fields(DesiredPod)}
 
-    def __init__(self, entry: dict[str, Any], read: set[str]) -> None:
-        super().__init__(entry)
-        self.read = read
+    class Recording(DesiredPod):
+        def __getattribute__(self, name: str) -> Any:
+            if name in fields:
+                read.add(name)
+            return super().__getattribute__(name)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key: object) -> bool:
-        self.read.add(str(key))
-        return super().__contains__(key)
+    return Recording(**{f: getattr(entry, f) for f in fields})
 
 
 @pytest.mark.parametrize("entry", [
     desired(), desired(admitted=False, reason="OutOfcpu", message="no cpu"),
     desired(reason="Evicted", message="m", waiting={"app": {"reason": "CrashLoopBackOff"}}),
 ])
-def test_desired_keys_are_every_key_a_status_reads(entry: dict[str, Any]) -> None:
+def test_desired_keys_are_every_key_a_status_reads(entry: DesiredPod) -> None:
     """The status process recomputes a pod only when one of ``DESIRED_KEYS`` changed."""
     read: set[str] = set()
-    compute_pod_status(_Recording(entry, read), pleg(ctr("c1")), None, T0)
-    assert read <= set(DESIRED_KEYS)
-    same = {**entry, "sandbox_id": "sb9", "updated_at": 7.0, "worker": "running"}
+    compute_pod_status(_recording(entry, read), pleg(ctr("c1")), None, T0)
+    assert read and read <= set(DESIRED_KEYS)
+    same = dataclasses.replace(entry, sandbox_id="sb9", updated_at=7.0, worker="running")
     assert desired_inputs(same) == desired_inputs(entry)
-    assert desired_inputs({**entry, "waiting": {"app": {"reason": "X"}}}) != desired_inputs(entry)
+    other = dataclasses.replace(entry, waiting={"app": ContainerWaiting("X")})
+    assert desired_inputs(other) != desired_inputs(entry)
     assert desired_inputs(None) is None
 
 
@@ -332,3 +330,12 @@ def test_qos_class_and_last_probe_time_as_the_kubelet_shows_them() -> None:
     changed = compute_pod_status(desired(qos_class="Guaranteed"), pleg(ctr("c1")), s, T0)
     assert changed["qosClass"] == "Guaranteed" and changed["_version"] == s["_version"] + 1
     assert "qos_class" in DESIRED_KEYS
+
+
+def test_status_value_splits_the_internal_keys_off_the_api_status() -> None:
+    s = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
+    value = status_value(s)
+    assert value.version == s["_version"] == 1
+    assert value.pod == PodRef("web-node", "default", "u1")
+    assert value.status == {k: v for k, v in s.items() if not k.startswith("_")}
+    assert "phase" in value.status and not any(k.startswith("_") for k in value.status)

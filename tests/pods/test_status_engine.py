@@ -12,6 +12,7 @@ import pytest
 
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.timefmt import rfc3339
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved, StatusStore
 
@@ -20,13 +21,12 @@ NS = 1_000_000_000
 MONO = 5_000.0  # CLOCK_MONOTONIC "now" of the tests
 
 
-def desired_entry(uid: str) -> dict[str, Any]:
-    return {"pod": {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"web-{uid}", "namespace": "default", "uid": uid},
-                    "spec": {"containers": [{"name": "app", "image": "host"}],
-                             "restartPolicy": "Always"}},
-            "source": "file", "worker": "syncing", "admitted": True, "reason": "",
-            "message": "", "waiting": {}}
+def desired_entry(uid: str) -> DesiredPod:
+    return DesiredPod(pod={"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": f"web-{uid}", "namespace": "default", "uid": uid},
+                           "spec": {"containers": [{"name": "app", "image": "host"}],
+                                    "restartPolicy": "Always"}},
+                      source="file", worker="syncing")
 
 
 def record(running: bool = True, ts: float = 10.0) -> dict[str, Any]:

@@ -13,12 +13,13 @@ from typing import Any
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import MemoryLogger
+from podvisor.ipc.maps import RUNTIME_KEY, RuntimeNetwork
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import pod_from_dict
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.actions import compute_pod_actions
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
-from podvisor.services.syncloop.loop import RUNTIME_KEY, LoopDeps, SyncLoop
+from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.network import NetworkState
 from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.runtime_state import PodRuntime, SandboxInfo
@@ -106,8 +107,8 @@ def test_network_not_ready_holds_only_pods_without_host_network_and_says_so_once
     [held] = h.log.named("syncloop.pod.network_not_ready")  # once, whatever the retries
     assert held["pod_uid"] == "u-own"
     assert held["message"] == "network is not ready: " + node["message"]
-    assert h.desired.items[RUNTIME_KEY]["networkReady"] is False
-    assert "network is not ready" in h.desired.items["u-own"]["message"]
+    assert h.desired.items[RUNTIME_KEY].ready is False
+    assert "network is not ready" in h.desired.items["u-own"].message
     assert h.errors() == []  # held is no failed sync: no FailedSync event per retry
     # held syncs cost no CRI call: only housekeeping's Status (every 2 s) and listings
     assert len(h.cri.method_calls("Status")) <= 65.0 / 2 + 3
@@ -117,9 +118,8 @@ def test_network_not_ready_holds_only_pods_without_host_network_and_says_so_once
     assert h.running("u-own") == ["c"]
     [ready] = h.log.named("syncloop.runtime.network_ready")
     assert ready["held"] == 1
-    assert h.desired.items[RUNTIME_KEY] == {
-        "networkReady": True, "reason": "", "message": "",
-        "condition": "container runtime network is ready"}
+    assert h.desired.items[RUNTIME_KEY] == RuntimeNetwork(
+        True, "", "", "container runtime network is ready")
     [sandbox] = h.sandboxes("u-own")
     assert h.cri.pod_sandbox_status(sandbox.id).network.ip.startswith("10.88.")
     [created] = [e for e in h.log.named("syncloop.sandbox.created") if e["pod_uid"] == "u-own"]

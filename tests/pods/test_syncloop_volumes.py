@@ -98,7 +98,7 @@ def test_a_failed_volume_keeps_the_pod_from_starting_until_it_is_fixed(tmp_path:
         {"name": "data", "hostPath": {"path": str(data), "type": "Directory"}}]))
     assert h.cri.method_calls("RunPodSandbox") == [] and h.running() == {}
     entry = h.desired.items["u1"]
-    assert entry["message"] == (f'MountVolume.SetUp failed for volume "data" : hostPath type '
+    assert entry.message == (f'MountVolume.SetUp failed for volume "data" : hostPath type '
                                 f"check failed: {data} is not a directory")
     line = h.log.named("syncloop.volume.failed")[0]
     assert (line["volume"], line["pod_uid"]) == ("data", "u1")

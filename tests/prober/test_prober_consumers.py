@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from podvisor.ipc.maps import PodProbes
+from podvisor.ipc.maps import DesiredPod, PodProbes
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved
 
 WALL = 1_000_000.0
 
 
-def desired() -> dict[str, Any]:
+def desired() -> dict[str, DesiredPod]:
     container = {"name": "app", "image": "host",
                  "readinessProbe": {"exec": {"command": ["true"]}},
                  "startupProbe": {"exec": {"command": ["true"]}}}
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"},
            "spec": {"containers": [container]}}
-    return {"u1": {"pod": pod, "worker": "syncing", "admitted": True}}
+    return {"u1": DesiredPod(pod=pod, worker="syncing")}
 
 
 def pleg(cid: str = "c1") -> dict[str, Any]:

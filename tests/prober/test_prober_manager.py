@@ -3,9 +3,10 @@ pleg in, due probes out, the ``probes`` map values; injected clocks, no I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from podvisor.ipc.maps import PodProbes
+from podvisor.ipc.maps import DesiredPod, PodProbes
 from podvisor.services.prober import manager as manager_module
 from podvisor.services.prober.manager import ProbeManager, ProbeTask, declares_probes
 from podvisor.services.prober.verdicts import liveness_failed, probe_verdicts
@@ -20,13 +21,13 @@ def probe(period: int = 1, failure: int = 1, **extra: Any) -> dict[str, Any]:
             "failureThreshold": failure, **extra}
 
 
-def desired(**probes: Any) -> dict[str, Any]:
+def desired(**probes: Any) -> dict[str, DesiredPod]:
     container = {"name": "app", "image": "host", "ports": [{"name": "web",
                                                             "containerPort": 8080}], **probes}
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
            "spec": {"containers": [container], "hostNetwork": True}}
-    return {"u1": {"pod": pod, "worker": "syncing", "admitted": True}}
+    return {"u1": DesiredPod(pod=pod, worker="syncing")}
 
 
 def pleg(cid: str = "c1", state: str = "CONTAINER_RUNNING", started: float = WALL - 50
@@ -161,8 +162,8 @@ def test_verdicts_only_for_current_container() -> None:
 def test_update_of_named_pods_only_touches_them() -> None:
     m = manager()
     two = {**desired(readinessProbe=probe())}
-    other = dict(two["u1"], pod={**two["u1"]["pod"],
-                                 "metadata": {"name": "q", "namespace": "default", "uid": "u2"}})
+    other = dataclasses.replace(two["u1"], pod={
+        **two["u1"].pod, "metadata": {"name": "q", "namespace": "default", "uid": "u2"}})
     two["u2"] = other
     maps = {**pleg(), "u2": pleg(cid="c2")["u1"]}
     m.update(two, maps, 0.0, WALL)
@@ -177,8 +178,8 @@ def test_update_of_named_pods_only_touches_them() -> None:
 
 
 def test_declares_probes() -> None:
-    with_probe = desired(readinessProbe=probe())["u1"]["pod"]
-    without = desired()["u1"]["pod"]
+    with_probe = desired(readinessProbe=probe())["u1"].pod
+    without = desired()["u1"].pod
     assert declares_probes(with_probe) and not declares_probes(without)
     assert not declares_probes({**without, "spec": {"containers": []}})
     assert not declares_probes({"spec": {"containers": [{"name": "a", "livenessProbe": None}]}})
@@ -208,7 +209,8 @@ def test_a_change_that_does_not_touch_probes_keeps_the_workers() -> None:
     run_due(m, 0.0, S)
     kept = m.workers[("u1", "app", Kind.READINESS)]
     moved = desired(readinessProbe=probe())
-    moved["u1"] = {**moved["u1"], "sandbox_id": "s1", "updated_at": 5.0, "worker": "running"}
+    moved["u1"] = dataclasses.replace(moved["u1"], sandbox_id="s1", updated_at=5.0,
+                                      worker="running")
     m.update(moved, pleg(), 1.0, WALL, only={"u1"})
     assert m.workers[("u1", "app", Kind.READINESS)] is kept
     assert m.entries(1.0)["u1"]["app"]["ready"] is True

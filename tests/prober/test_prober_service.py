@@ -17,6 +17,7 @@ from podvisor.common import FakeClock
 from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.prober.handlers import FakeRunner
 from podvisor.services.prober.service import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
@@ -25,14 +26,14 @@ from tests.conftest import MapBus
 NS = 1_000_000_000
 
 
-def entry(uid: str, probes: bool, **extra: Any) -> dict[str, Any]:
+def entry(uid: str, probes: bool, **extra: Any) -> DesiredPod:
     container: dict[str, Any] = {"name": "app", "image": "host"}
     if probes:
         container["readinessProbe"] = {"exec": {"command": ["true"]}, "periodSeconds": 60}
-    return {"pod": {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": uid, "namespace": "default", "uid": uid},
-                    "spec": {"containers": [container], "hostNetwork": True}},
-            "worker": "syncing", "admitted": True, **extra}
+    return DesiredPod(pod={"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                           "spec": {"containers": [container], "hostNetwork": True}},
+                      worker="syncing", **extra)
 
 
 def record(cid: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
