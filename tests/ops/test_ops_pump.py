@@ -17,6 +17,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebService
+from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.pump import MapPump, PodMaps
 from tests.conftest import MapBus
@@ -33,7 +34,7 @@ def owners() -> Iterator[MapBus]:
 
 def test_pod_maps_move_on_pods_and_process_states_not_on_health(
         owners: MapBus, wait_for: Callable[..., Any]) -> None:
-    owners.maps["desired"].set("u1", {"pod": 1})
+    owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
     ctx = ChildContext("ops", Config(root_dir=str(owners.root)), owners.paths, MemoryLogger(),
                        owners.zctx, clock=FakeClock(100.0))  # type: ignore[arg-type]
     web = WebService(ctx, PodMaps(), name="ops")
@@ -54,14 +55,15 @@ def test_pod_maps_move_on_pods_and_process_states_not_on_health(
     try:
         synced = wait_for(lambda: web.view if web.view.synced else None, pump=turn,
                           message="synced maps")
-        assert dict(synced.desired) == {"u1": {"pod": 1}} and notified[-1] == synced.version
+        assert dict(synced.desired) == {"u1": DesiredPod(pod={"metadata": {"uid": "u1"}})}
+        assert notified[-1] == synced.version
         # PLEG's _health moves at every relist: a new PodMaps, the same version, nobody woken
         owners.maps["pleg"].set("_health", {"ts": 2.0})
         health = wait_for(lambda: web.view if "_health" in web.view.pleg else None, pump=turn,
                           message="_health in")
         assert health.version == synced.version and notified[-1] == synced.version
         # a pod's status moves: version + 1, waiters notified
-        owners.maps["statuses"].set("u1", {"phase": "Running"})
+        owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Running"}))
         moved = wait_for(lambda: web.view if "u1" in web.view.statuses else None, pump=turn,
                          message="status in")
         assert moved.version == synced.version + 1 and notified[-1] == moved.version
