@@ -32,7 +32,7 @@ from podvisor.services.ops.logtail import TRUNCATED, LogFollower
 from podvisor.services.ops.procs import AGENT_GROUP, Proc
 
 __all__ = ["STDERR_ANNOTATION", "STDOUT_ANNOTATION", "LogSource", "LogTap", "agent_sources",
-           "container_sources", "log_payload", "parse_cri_line", "wants_logs"]
+           "container_sources", "events_enabled", "log_payload", "parse_cri_line", "wants_logs"]
 
 STDOUT_ANNOTATION = "ops.podvisor.io/stdout-events-enabled"
 STDERR_ANNOTATION = "ops.podvisor.io/stderr-events-enabled"
@@ -79,6 +79,19 @@ class LogSource:
 
 def _truthy(raw: object) -> bool:
     return str(raw).strip().lower() in ("true", "1", "yes")
+
+
+def events_enabled(proc: Proc, processes: Mapping[str, Mapping[str, Any]],
+                   desired: Mapping[str, object]) -> tuple[bool, bool]:
+    """``(stdout_events_enabled, stderr_events_enabled)`` of one process, as
+    ``getAllConfigInfo`` reports them: a subsystem's spec, a container's pod annotations."""
+    if proc.kind != "container":
+        spec = processes.get(proc.name, {})
+        return bool(spec.get("stdout_events_enabled")), bool(spec.get("stderr_events_enabled"))
+    entry = desired.get(str(proc.extra.get("uid", "")))
+    pod = entry.pod if isinstance(entry, DesiredPod) else {}
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    return (_truthy(notes.get(STDOUT_ANNOTATION, "")), _truthy(notes.get(STDERR_ANNOTATION, "")))
 
 
 def agent_sources(processes: Mapping[str, Mapping[str, Any]], pids: Mapping[str, int],

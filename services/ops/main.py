@@ -63,7 +63,8 @@ def run(ctx: ChildContext) -> None:
         control=ControlLink(ctx.zctx, ctx.paths.control), maps=lambda: web.view,
         changed=web.changed, cri=cri, logs_dir=ctx.paths.logs_dir,
         runtime_dir=ctx.paths.runtime_dir if cfg.runtime_endpoint == "embedded" else None,
-        identification=f"podvisor@{cfg.node_name}", self_name=ctx.name, clock=ctx.clock))
+        identification=f"podvisor@{cfg.node_name}", self_name=ctx.name, clock=ctx.clock,
+        process_specs=cfg.supervision.processes))
 
     async def serve(web: WebService[Any]) -> None:
         app = make_app(new_dispatcher(rpc), cfg.ops_username, password,

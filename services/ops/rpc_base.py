@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xmlrpc.client import Fault as XmlFault
@@ -39,6 +39,8 @@ class RpcDeps:
     identification: str
     self_name: str = "ops"  # this process: group stops leave it alone
     clock: Clock = SYSTEM_CLOCK  # the process's one clock
+    # the validated ``supervision.processes`` specs (``getAllConfigInfo``'s events flags)
+    process_specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def parse_signal(raw: object) -> signal.Signals:

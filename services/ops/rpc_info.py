@@ -9,6 +9,7 @@ import signal
 from importlib import metadata
 from typing import Any
 
+from podvisor.services.ops.logevents import events_enabled
 from podvisor.services.ops.rpc_base import RpcBase
 from podvisor.services.ops.states import RUNNING_STATES, SupervisorState
 
@@ -113,7 +114,9 @@ class InfoMethods(RpcBase):
         @return array result  An array of process config info structs
         """
         out = []
+        desired = self.d.maps().desired
         for p in self._all():
+            stdout_events, stderr_events = events_enabled(p, self.d.process_specs, desired)
             if p.kind == "agent":
                 command = f"python -m {p.extra.get('module', '')}"
             else:
@@ -124,12 +127,12 @@ class InfoMethods(RpcBase):
                 "exitcodes": [0], "group": p.group, "group_prio": 999, "inuse": True,
                 "killasgroup": p.kind == "container", "name": p.name, "process_prio": 999,
                 "redirect_stderr": True, "startretries": 3, "startsecs": 1,
-                "stdout_capture_maxbytes": 0, "stdout_events_enabled": False,
+                "stdout_capture_maxbytes": 0, "stdout_events_enabled": stdout_events,
                 "stdout_logfile": p.logfile, "stdout_logfile_backups": 0,
                 "stdout_logfile_maxbytes": 0, "stdout_syslog": False,
                 "stopsignal": int(signal.SIGTERM),
                 "stopwaitsecs": int(p.extra.get("grace", 5)),
-                "stderr_capture_maxbytes": 0, "stderr_events_enabled": False,
+                "stderr_capture_maxbytes": 0, "stderr_events_enabled": stderr_events,
                 "stderr_logfile": "", "stderr_logfile_backups": 0,
                 "stderr_logfile_maxbytes": 0, "stderr_syslog": False, "serverurl": "AUTO",
             })

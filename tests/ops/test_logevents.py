@@ -16,6 +16,7 @@ from podvisor.services.ops.logevents import (
     LogTap,
     agent_sources,
     container_sources,
+    events_enabled,
     log_payload,
     parse_cri_line,
     wants_logs,
@@ -146,3 +147,16 @@ def test_listener_hook_polls_logs_from_on_time(tmp_path: Path) -> None:
     logs = [e for e in feeder.queue if e.name.startswith("PROCESS_LOG")]
     assert [(e.name, e.payload) for e in logs] == [
         ("PROCESS_LOG_STDOUT", b"processname:pleg groupname:agent pid:6 channel:stdout\nnew\n")]
+
+
+def test_events_enabled_as_get_all_config_info_reports_them() -> None:
+    """``getAllConfigInfo``'s stdout/stderr_events_enabled: a subsystem's spec, a container's
+    pod annotations."""
+    specs = {"pleg": {"stdout_events_enabled": True}}
+    pleg = Proc(group="agent", name="pleg", kind="agent", state=ProcState.RUNNING, pid=5,
+                start=0, stop=0, exitstatus=0, spawnerr="", logfile="")
+    desired = {"u1": DesiredPod(pod={"metadata": {"annotations": {
+        "ops.podvisor.io/stderr-events-enabled": "true"}}})}
+    assert events_enabled(pleg, specs, desired) == (True, False)
+    assert events_enabled(_proc("u1", "/l/1"), specs, desired) == (False, True)
+    assert events_enabled(_proc("gone", "/l/2"), specs, desired) == (False, False)
