@@ -102,6 +102,8 @@ def _memory(stats: pb.ContainerStats) -> dict[str, Any] | None:
 def _sum(parts: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any] | None:
     if not parts:
         return None
+    if len(parts) == 1:  # the common pod: one container
+        return {"time": parts[0]["time"], **{key: int(parts[0].get(key, 0)) for key in keys}}
     out: dict[str, Any] = {"time": max(p["time"] for p in parts)}
     for key in keys:
         out[key] = sum(int(p.get(key, 0)) for p in parts)
@@ -234,37 +236,46 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
         for c in record.get("containers", []):
             created[str(c.get("id"))] = int(c.get("created_at", 0))
     pods: dict[str, dict[str, Any]] = {}
+    logs = logs or {}
     for st in stats:
-        labels = st.attributes.labels
+        attrs = st.attributes
+        labels = attrs.labels
         uid = labels.get(POD_UID, "")
         if not uid or not st.HasField("cpu"):
             continue  # not a pod's, or not running (terminated instances are left out)
-        pod = pods.setdefault(uid, {
-            "podRef": {"name": labels.get(POD_NAME, ""), "namespace": labels.get(POD_NS, ""),
-                       "uid": uid},
-            "startTime": rfc3339(pod_created.get(uid, 0)) if uid in pod_created else None,
-            "containers": []})
+        pod = pods.get(uid)
+        if pod is None:
+            pod = pods[uid] = {
+                "podRef": {"name": labels.get(POD_NAME, ""),
+                           "namespace": labels.get(POD_NS, ""), "uid": uid},
+                "startTime": rfc3339(pod_created[uid]) if uid in pod_created else None,
+                "containers": []}
+        name, cid = attrs.metadata.name, attrs.id
         container: dict[str, Any] = {
-            "name": st.attributes.metadata.name,
-            "startTime": rfc3339(created[st.attributes.id]) if st.attributes.id in created
-            else None}
-        for key, value in (("cpu", _cpu(st)), ("memory", _memory(st))):
-            if value is not None:
-                container[key] = value
+            "name": name, "startTime": rfc3339(created[cid]) if cid in created else None}
+        cpu = _cpu(st)
+        if cpu is not None:
+            container["cpu"] = cpu
+        memory = _memory(st)
+        if memory is not None:
+            container["memory"] = memory
         if st.HasField("writable_layer"):
-            container["rootfs"] = {"time": rfc3339(st.writable_layer.timestamp),
-                                   "usedBytes": st.writable_layer.used_bytes.value}
-        used = (logs or {}).get((uid, st.attributes.metadata.name))
+            layer = st.writable_layer
+            container["rootfs"] = {"time": rfc3339(layer.timestamp),
+                                   "usedBytes": layer.used_bytes.value}
+        used = logs.get((uid, name))
         if used is not None:
             container["logs"] = {"time": rfc3339(now_ns), "usedBytes": used[0],
                                  "inodesUsed": used[1]}
         pod["containers"].append(container)
     items = []
     for pod in pods.values():
-        pod["containers"].sort(key=lambda c: c["name"])
-        cpu = _sum([c["cpu"] for c in pod["containers"] if "cpu" in c],
+        containers = pod["containers"]
+        if len(containers) > 1:
+            containers.sort(key=lambda c: c["name"])
+        cpu = _sum([c["cpu"] for c in containers if "cpu" in c],
                    ("usageNanoCores", "usageCoreNanoSeconds"))
-        mem = _sum([c["memory"] for c in pod["containers"] if "memory" in c],
+        mem = _sum([c["memory"] for c in containers if "memory" in c],
                    ("usageBytes", "workingSetBytes", "rssBytes"))
         if cpu is not None:
             pod["cpu"] = cpu
