@@ -85,11 +85,16 @@ class StatsCollector:
         return attrs
 
     def _one(self, c: Container, usage: Usage | None) -> pb.ContainerStats:
+        # fields set in place: no temporary messages built and copied in
         now = self._wall()
-        layer = pb.FilesystemUsage(timestamp=now, used_bytes=pb.UInt64Value(value=0),
-                                   inodes_used=pb.UInt64Value(value=0))
+        stats = pb.ContainerStats()
+        stats.attributes.CopyFrom(self._attributes(c))
+        layer = stats.writable_layer
+        layer.timestamp = now
+        layer.used_bytes.value = 0
+        layer.inodes_used.value = 0
         if usage is None:  # not running
-            return pb.ContainerStats(attributes=self._attributes(c), writable_layer=layer)
+            return stats
         cpu_ns = usage.cpu_ns
         with self._lock:
             prev = self._last.get(c.id)
@@ -97,14 +102,16 @@ class StatsCollector:
         nano_cores = 0
         if prev is not None and now > prev[0]:
             nano_cores = max(cpu_ns - prev[1], 0) * 1_000_000_000 // (now - prev[0])
-        return pb.ContainerStats(
-            attributes=self._attributes(c), writable_layer=layer,
-            cpu=pb.CpuUsage(timestamp=now, usage_core_nano_seconds=pb.UInt64Value(value=cpu_ns),
-                            usage_nano_cores=pb.UInt64Value(value=nano_cores)),
-            memory=pb.MemoryUsage(
-                timestamp=now, working_set_bytes=pb.UInt64Value(value=usage.working_set_bytes),
-                rss_bytes=pb.UInt64Value(value=usage.rss_bytes),
-                usage_bytes=pb.UInt64Value(value=usage.memory_bytes)))
+        cpu = stats.cpu
+        cpu.timestamp = now
+        cpu.usage_core_nano_seconds.value = cpu_ns
+        cpu.usage_nano_cores.value = nano_cores
+        memory = stats.memory
+        memory.timestamp = now
+        memory.working_set_bytes.value = usage.working_set_bytes
+        memory.rss_bytes.value = usage.rss_bytes
+        memory.usage_bytes.value = usage.memory_bytes
+        return stats
 
     def forget(self, container_id: str) -> None:
         with self._lock:
