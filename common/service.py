@@ -21,6 +21,12 @@ One turn: heartbeat, ``step(now)``, the owners' ticks, then one poll until the n
 snapshot); then the ready handlers run, the owners serve and the replicas pump. ``hold(until)``
 leaves the replicas' traffic queued in ZeroMQ until ``until`` (a service that cannot use new
 input yet, e.g. inside a coalescing window, is not woken by it).
+
+The bus counters (``common/busmetrics.py``): every publisher, subscriber and replica declared
+here is tallied in ``bus``; each turn ends with ``flush_bus()`` (at most once a second, and once
+more at ``close()``), which adds what they counted to the process's
+``podvisor_bus_messages_total`` / ``podvisor_bus_dropped_total{reason}``. A publisher or
+subscriber made outside the loop can be added with ``bus.publishing``/``bus.receiving``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any, Protocol
 
 import zmq
 
+from podvisor.common.busmetrics import FLUSH_EVERY, BusTally
 from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clone import Codec, MapOwner, MapReplica, OnChange
@@ -93,6 +100,8 @@ class ServiceLoop:
         # before it holds every update queued so far (read from any thread, e.g. a web thread
         # deciding whether a fresh view needs a drain)
         self.idle = False
+        self.bus = BusTally()  # podvisor_bus_* counters of what this loop declares
+        self._bus_flushed = -math.inf
         self._stop_watched = ctx.stop_fd is not None
         if ctx.stop_fd is not None:
             self.poller.register(ctx.stop_fd, zmq.POLLIN)
@@ -101,6 +110,7 @@ class ServiceLoop:
     def publisher(self) -> Publisher:
         pub = Publisher(self.ctx.zctx, self.ctx.paths, self.ctx.name, clock=self.clock)
         self._closables.append(pub)
+        self.bus.publishing(pub)
         return pub
 
     def subscriber(self, topics: list[str] | tuple[str, ...],
@@ -108,6 +118,7 @@ class ServiceLoop:
         sub = Subscriber(self.ctx.zctx, self.ctx.paths, topics, clock=self.clock)
         self.watch(sub.socket, handler)
         self._closables.append(sub)
+        self.bus.receiving(sub)
         return sub
 
     def owner(self, publisher: Publisher, map_name: str, *, serving: bool = True,
@@ -144,6 +155,8 @@ class ServiceLoop:
         self._replica_socks.extend(replica.sockets)
         self._replicas.append(replica)
         self._closables.append(replica)
+        self.bus.receiving(replica)
+        self.bus.decoding(replica)
         return replica
 
     def watch(self, item: Any, handler: Callable[[], object] | None = None) -> None:
@@ -240,6 +253,15 @@ class ServiceLoop:
         self.tick()
         now = self.clock.monotonic()
         self.poll(self.next_deadline(now, wanted) - now)
+        self.flush_bus()
+
+    def flush_bus(self, force: bool = False) -> None:
+        """Add what the bus endpoints counted to the process's ``podvisor_bus_*`` counters (at
+        most once per ``FLUSH_EVERY`` unless ``force``)."""
+        now = self.clock.monotonic()
+        if force or now - self._bus_flushed >= FLUSH_EVERY:
+            self._bus_flushed = now
+            self.bus.flush()
 
     def run(self, step: Step, done: Callable[[], bool] | None = None) -> None:
         """Turn until ``done()`` (default: until ``ctx.stop`` is set)."""
@@ -255,6 +277,7 @@ class ServiceLoop:
             self.poller.unregister(self.ctx.stop_fd)
 
     def close(self) -> None:
+        self.flush_bus(force=True)
         for closable in reversed(self._closables):
             closable.close()
         self._closables.clear()

@@ -176,6 +176,11 @@ class MapReplica:
         return self._sub.drops
 
     @property
+    def received(self) -> int:
+        """Bus messages its subscriber received and decoded (updates, heartbeats)."""
+        return self._sub.received
+
+    @property
     def waiting_for_snapshot(self) -> bool:
         """A snapshot request is out and not yet answered."""
         return self._asked_at is not None

@@ -17,15 +17,17 @@ processes only).
 
 Metrics made inside other processes come through prometheus-client's multiprocess mode (the
 supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` to ``<rootDir>/run/metrics`` before any child
-starts): so far PLEG's ``kubelet_pleg_relist_duration_seconds`` and
-``kubelet_pleg_relist_interval_seconds`` histograms; the prober's ``prober_probe_total`` goes to
-``/metrics/probes`` only.
+starts): PLEG's ``kubelet_pleg_relist_duration_seconds`` and
+``kubelet_pleg_relist_interval_seconds`` histograms; the sync loop's CRI call counters and
+latency (``kubelet_runtime_operations_*``), ``kubelet_started_containers_total``,
+``kubelet_pod_worker_duration_seconds{operation_type}`` and
+``kubelet_restarted_pods_total{static}`` (services/syncloop/metrics.py); the status process's
+``kubelet_pod_start_duration_seconds`` (services/status/metrics.py); imagegc's; and every
+service-loop process's ``podvisor_bus_messages_total`` / ``podvisor_bus_dropped_total{reason}``
+(common/busmetrics.py). The prober's ``prober_probe_total`` goes to ``/metrics/probes`` only.
 
 ``/metrics/resource`` renders the same figures as ``/stats/summary`` under the kubelet's
 resource metric names.
-
-Not yet (issue 13, item 3): the sync loop's and runtime's kubelet metrics, bus counters and CRI
-call latency.
 """
 
 from __future__ import annotations

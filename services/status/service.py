@@ -34,6 +34,7 @@ from podvisor.common.service import ServiceLoop
 from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, PodProbes
 from podvisor.services.status.compute import desired_inputs, status_value
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
+from podvisor.services.status.metrics import PodStartTimer
 from podvisor.services.status.store import StatusStore
 
 MAP_NAME = STATUSES
@@ -63,6 +64,7 @@ class StatusService:
         self.owner = self.loop.owner(self.pub, MAP_NAME, heartbeat_interval=1.0)
         for uid, status in self.engine.statuses.items():
             self.owner.set(uid, status_value(status))
+        self.pod_start = PodStartTimer()  # multiprocess directory in the agent
         self._dirty = False
         self._pending_set: dict[str, dict[str, Any]] = {}
         self._pending_deleted: set[str] = set()
@@ -89,6 +91,12 @@ class StatusService:
     def _on_desired(self, key: str, old: Any, new: Any) -> None:
         """A ``desired`` change that touches nothing a status reads (the sync loop's
         ``sandbox_id``, ``updated_at``, ``worker``) recomputes nothing."""
+        if not key.startswith("_"):
+            if new is None:
+                self.pod_start.gone(key)
+            elif old is None and key not in self.engine.statuses \
+                    and key not in self.engine.retired:
+                self.pod_start.seen(key, self._clock())
         if key.startswith("_") or desired_inputs(old) != desired_inputs(new):
             self._on_change(key, old, new)
 
@@ -118,6 +126,7 @@ class StatusService:
                 self._dirty_uids = set()
                 self._queue(result)
                 self._log_inputs(result)
+                self.pod_start.computed(result.set, result.deleted, now)
         if self._pending_set or self._pending_deleted or (
                 self._dirty and now - self._last_save >= RETRY_SAVE):
             self.commit()

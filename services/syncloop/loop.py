@@ -68,6 +68,10 @@ class LoopDeps:
     changed_runtime: Callable[[], None] = lambda: None
     # the Node's allocatable for admission (OutOfpods/cpu/memory); None: standalone, no check
     capacity: Capacity | None = None
+    # kubelet_pod_worker_duration_seconds: (operation_type, seconds) per finished work, and
+    # kubelet_restarted_pods_total: (static) per pod restarted under the same UID (metrics.py)
+    observe_work: Callable[[str, float], None] = lambda operation, seconds: None
+    restarted: Callable[[bool], None] = lambda static: None
 
 
 def desired_value(w: Worker, updated_at: float) -> DesiredPod:
@@ -98,6 +102,11 @@ class SyncLoop:
         self.stopping = False
         self._network: Network | None = None  # as last published under RUNTIME_KEY
         self._held: set[str] = set()  # pods held while the network is not ready
+        # the worker metrics: work handed out (UID -> operation_type, when), workers whose
+        # first sync went out, and pods a source changed since their last sync went out
+        self._handed: dict[str, tuple[str, float]] = {}
+        self._created: set[str] = set()
+        self._updated: set[str] = set()
         if deps.sync.objects is not None:  # a watched ConfigMap/Secret changed: sync its pods
             deps.sync.objects.on_pods_changed = self._objects_changed
 
@@ -138,6 +147,7 @@ class SyncLoop:
                     self._admit(pod, update.source, now)
                 else:
                     table.update(pod, update.source, now)
+                    self._updated.add(pod.uid)
                 self._register_objects(pod)
                 self.log.info("syncloop.pod.update", op=str(update.op), pod=pod.full_name,
                               pod_uid=pod.uid, source=update.source)
@@ -223,6 +233,8 @@ class SyncLoop:
             except queue.Empty:
                 break
         works = self.deps.table.due(now)
+        for work in works:
+            self._handed[work.uid] = (self._operation(work), now)
         for work in works:  # first: a pool thread starts while the loop publishes
             if not self._hold(work) and not self._quiet(work):
                 self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
@@ -240,6 +252,19 @@ class SyncLoop:
         if deadline is not None:
             waits.append(deadline - now)
         return max(0.0, min(waits)) if waits else None
+
+    def _operation(self, work: Work) -> str:
+        """The kubelet's ``operation_type`` of a work being handed out (see metrics.py)."""
+        if work.kind is WorkKind.TERMINATE:
+            return "kill"
+        if work.uid not in self._created:
+            self._created.add(work.uid)
+            self._updated.discard(work.uid)
+            return "create"
+        if work.uid in self._updated:
+            self._updated.discard(work.uid)
+            return "update"
+        return "sync"
 
     def _hold(self, work: Work) -> bool:
         """A sync of a pod that is not hostNetwork while the network is known not ready ends
@@ -313,9 +338,20 @@ class SyncLoop:
             # sync did nothing)
         if outcome.acted or work.kind is WorkKind.TERMINATE:
             self.deps.changed_runtime()
-        w = self.deps.table.finish(work, outcome, self.deps.sync.mono())
+        now = self.deps.sync.mono()
+        w = self.deps.table.finish(work, outcome, now)
+        handed = self._handed.pop(work.uid, None)
+        if handed is not None:
+            self.deps.observe_work(handed[0], now - handed[1])
         if work.kind is WorkKind.SYNC:
             self._note_held(work, outcome)
+        if work.kind is WorkKind.TERMINATE and outcome.ok:
+            self._created.discard(work.uid)  # a restarted pod's next sync is a create again
+            self._updated.discard(work.uid)
+            if w is not None:  # wanted again while it terminated: a restart, same UID
+                self.deps.restarted(w.source != "api")
+                self.log.info("syncloop.pod.restarted", pod=w.pod.full_name if w.pod else "",
+                              pod_uid=work.uid, source=w.source)
         if work.kind is WorkKind.TERMINATE and w is None:
             self._removed[work.uid] = self.deps.sync.mono()
             if self.deps.sync.objects is not None:  # its ConfigMaps/Secrets: unwatched

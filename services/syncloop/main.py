@@ -40,6 +40,7 @@ from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.metrics import WorkerMetrics
 from podvisor.services.syncloop.network import NetworkState
 from podvisor.services.syncloop.node import discover_node_facts
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
@@ -133,11 +134,13 @@ def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
         pool.submit(fn)
 
     table = WorkerTable(Timing(resync=cfg.sync_frequency))
+    metrics = WorkerMetrics()  # multiprocess directory in the agent
     loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
                              desired=owner, submit=submit,
                              wake=wake.wake, node_name=cfg.node_name,
                              capacity=Capacity(sync.node.cpu_millis, sync.node.memory_bytes,
-                                               cfg.max_pods) if cfg.kubeconfig else None))
+                                               cfg.max_pods) if cfg.kubeconfig else None,
+                             observe_work=metrics.observe_work, restarted=metrics.restarted))
     return loop, owner
 
 
