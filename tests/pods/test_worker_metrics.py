@@ -105,7 +105,8 @@ def test_status_process_times_a_pod_from_first_seen_to_running(bus: Bus) -> None
     assert svc.pod_start.waiting == 1
     bus.clock.now += 4.0
     bus.relist(u1=record("c1", running=True))
-    run_until(bus, svc, lambda: (svc.owner.get("u1") or {}).get("phase") == "Running")
+    run_until(bus, svc, lambda: (v := svc.owner.get("u1")) is not None
+              and v.status.get("phase") == "Running")
     r = svc.pod_start.registry
     assert r.get_sample_value("kubelet_pod_start_duration_seconds_count") == 1
     took = r.get_sample_value("kubelet_pod_start_duration_seconds_sum")
