@@ -2,12 +2,22 @@
 (a random port), one single-use token per ``Exec`` call in the returned URL, expiring after
 ``TOKEN_TTL`` seconds unused.
 
-``GET /exec/{token}`` upgrades to a WebSocket speaking ``v5.channel.k8s.io`` or
-``v4.channel.k8s.io``: every binary message starts with its channel byte (0 stdin, 1 stdout,
-2 stderr, 3 error: the final ``metav1.Status`` as JSON, with the exit code, 4 resize); v5 adds
-``255 <channel>`` to close a channel (stdin: the command sees end of file). The command runs
-in the container's context exactly as ExecSync's (``execsync.exec_command``). TTY is refused
-(400): not built yet.
+``/exec/{token}`` (GET or POST) upgrades to either protocol a kubelet's streaming server speaks:
+
+- WebSocket ``v5.channel.k8s.io`` or ``v4.channel.k8s.io``: every binary message starts with
+  its channel byte (0 stdin, 1 stdout, 2 stderr, 3 error: the final ``metav1.Status`` as JSON,
+  with the exit code, 4 resize); v5 adds ``255 <channel>`` to close a channel (stdin: the
+  command sees end of file).
+- SPDY/3.1 (``podvisor.common.spdy``) with ``X-Stream-Protocol-Version`` v4/v3/v2
+  ``.channel.k8s.io`` (what the API server, kubectl and crictl send): the client opens one
+  SPDY stream per channel, named by its ``streamType`` header (error, stdin, stdout, stderr,
+  resize), within ``STREAM_CREATION_TIMEOUT``; v4's status is the ``metav1.Status`` JSON,
+  v2/v3's the error text.
+
+TTY: the command gets a pty as stdin, stdout and stderr and controlling terminal; its output is
+the stdout channel; resize messages (``{"Width": cols, "Height": rows}``) set the window size;
+the client's end of stdin types ^D. The command runs in the container's context exactly as
+ExecSync's (``execsync.exec_command``).
 
 The server runs its own event loop in a thread of the runtime process; the gRPC handlers only
 register tokens.
@@ -17,21 +27,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
+import pty
 import secrets
+import shutil
 import signal
+import struct
+import termios
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from podvisor.common.spdy import REFUSED_STREAM, Session, SpdyStream
+from podvisor.common.upgrade import finish_hijacked, hijack
 from podvisor.services.runtime.faults import invalid
 
 TOKEN_TTL = 60.0
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+SPDY_PROTOCOLS = ("v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io")
+STREAM_CREATION_TIMEOUT = 30.0  # the kubelet's streamCreationTimeout
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 CHUNK = 32 * 1024
 
@@ -87,8 +106,6 @@ class StreamingServer:
             raise invalid("exec: empty command")
         if not (req.stdin or req.stdout or req.stderr):
             raise invalid("exec: one of stdin, stdout or stderr must be requested")
-        if req.tty:
-            raise invalid("exec: tty is not supported by the embedded runtime yet")
         if req.tty and req.stderr:
             raise invalid("exec: tty and stderr cannot both be true")
         token = secrets.token_urlsafe(12)
@@ -135,7 +152,8 @@ class StreamingServer:
 
     async def _serve(self) -> None:
         app = web.Application()
-        app.router.add_get("/exec/{token}", self._exec)
+        for method in ("GET", "POST"):  # WebSocket clients GET, client-go's SPDY POSTs
+            app.router.add_route(method, "/exec/{token}", self._exec)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
@@ -160,72 +178,307 @@ class StreamingServer:
         req = self._take(request.match_info["token"])
         if req is None:
             return web.Response(status=404, text="unknown or expired exec token\n")
+        if request.headers.get("Upgrade", "").lower().startswith("spdy/"):
+            return await self._exec_spdy(request, req)
         ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=0)
         if not ws.can_prepare(request).ok:
-            return web.Response(status=400, text="exec needs a WebSocket upgrade with one of "
-                                                 f"the protocols {', '.join(PROTOCOLS)}\n")
+            return web.Response(status=400, text="exec needs an upgrade: WebSocket with one "
+                                f"of the protocols {', '.join(PROTOCOLS)}, or SPDY/3.1 with "
+                                f"{', '.join(SPDY_PROTOCOLS)}\n")
         await ws.prepare(request)
         v5 = ws.ws_protocol == PROTOCOLS[0]
-        log = self._log
-        try:
-            argv, env, cwd = self._prepare(req.container_id, req.cmd)
-            proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=cwd, start_new_session=True,
-                stdin=asyncio.subprocess.PIPE if req.stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE if req.stdout else asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE if req.stderr else asyncio.subprocess.DEVNULL)
-        except Exception as err:  # a Fault or OSError: report it on the error channel
-            message = getattr(err, "message", None) or str(err)
-            await _send(ws, ERROR, json.dumps(failure_status(message)).encode())
-            await ws.close()
-            return ws
-        log.info("runtime.exec_started", container=req.container_id, cmd=list(req.cmd)[:1])
-        try:
-            code = await self._pump(ws, proc, v5)
-        finally:
-            if proc.returncode is None:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        code = 128 - code if code < 0 else code
-        log.info("runtime.exec_finished", container=req.container_id, exit_code=code)
-        if not ws.closed:
-            await _send(ws, ERROR, json.dumps(exit_status(code)).encode())
-            await ws.close()
-        return ws
 
-    async def _pump(self, ws: web.WebSocketResponse, proc: asyncio.subprocess.Process,
-                    v5: bool) -> int:
-        async def copy_out(stream: asyncio.StreamReader | None, channel: int) -> None:
-            if stream is None:
-                return
-            while chunk := await stream.read(CHUNK):
-                await _send(ws, channel, chunk)
+        async def send(channel: int, data: bytes) -> None:
+            await _send(ws, channel, data)
 
-        async def copy_in() -> None:
+        async def feed(proc: Proc) -> None:
             async for msg in ws:
                 if msg.type is not WSMsgType.BINARY or not msg.data:
                     continue
                 data: bytes = msg.data
                 channel = data[0]
-                if channel == STDIN and proc.stdin is not None and len(data) > 1:
-                    proc.stdin.write(data[1:])
-                    with contextlib.suppress(ConnectionError):
-                        await proc.stdin.drain()
-                elif v5 and channel == CLOSE and data[1:2] == bytes([STDIN]) and proc.stdin:
-                    proc.stdin.close()
-            # the client went away: nobody reads the command's output any more
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                if channel == STDIN and len(data) > 1:
+                    await proc.write_stdin(data[1:])
+                elif channel == RESIZE:
+                    proc.resize_json(data[1:])
+                elif v5 and channel == CLOSE and data[1:2] == bytes([STDIN]):
+                    proc.close_stdin()
+            proc.kill()  # the client went away: nobody reads the command's output any more
 
-        reader = asyncio.ensure_future(copy_in())
+        status = await self._run(req, send, feed)
+        if not ws.closed:
+            await _send(ws, ERROR, json.dumps(status).encode())
+            await ws.close()
+        return ws
+
+    async def _exec_spdy(self, request: web.Request, req: ExecRequest) -> web.StreamResponse:
+        """The kubelet's remotecommand server over SPDY/3.1: the client opens one stream per
+        channel (``streamType`` header: error, stdin, stdout, stderr, resize) within
+        ``STREAM_CREATION_TIMEOUT``; the status goes to the error stream."""
+        proto, refusal = negotiate(request, SPDY_PROTOCOLS)
+        if refusal is not None:
+            return refusal
+        reader, writer = await hijack(request, {
+            "Connection": "Upgrade", "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": proto})
+        session = Session(reader, writer, server=True)
+        runner = asyncio.ensure_future(session.run())
+        expected = {"error"} | {name for name, on in (
+            ("stdin", req.stdin), ("stdout", req.stdout), ("stderr", req.stderr),
+            ("resize", req.tty and proto != "v2.channel.k8s.io")) if on}
         try:
-            await asyncio.gather(copy_out(proc.stdout, STDOUT), copy_out(proc.stderr, STDERR))
-            return await proc.wait()
+            streams = await asyncio.wait_for(accept_streams(session, expected),
+                                             STREAM_CREATION_TIMEOUT)
+        except (TimeoutError, ConnectionError) as exc:
+            self._log.warning("runtime.exec_streams_missing", container=req.container_id,
+                              expected=sorted(expected), error=type(exc).__name__)
+            await session.close(wait_for_peer=1.0)
+            await runner
+            return finish_hijacked()
+
+        async def send(channel: int, data: bytes) -> None:
+            stream = streams.get(CHANNEL_NAMES[channel])
+            if stream is not None and not stream.local_closed:
+                with contextlib.suppress(ConnectionError):
+                    await stream.write(data)
+
+        async def feed(proc: Proc) -> None:
+            async def stdin() -> None:
+                stream = streams.get("stdin")
+                if stream is None:
+                    return
+                while data := await stream.read():
+                    await proc.write_stdin(data)
+                proc.close_stdin()
+
+            async def resize() -> None:
+                stream = streams.get("resize")
+                decoder, buf = json.JSONDecoder(), ""
+                while stream is not None and (data := await stream.read()):
+                    buf += data.decode(errors="replace")
+                    while buf.strip():
+                        try:
+                            obj, end = decoder.raw_decode(buf.lstrip())
+                        except ValueError:
+                            break
+                        buf = buf.lstrip()[end:]
+                        proc.resize(obj)
+
+            async def gone() -> None:
+                await session.went_away.wait()
+                proc.kill()  # the client went away
+
+            await asyncio.gather(stdin(), resize(), gone())
+
+        status = await self._run(req, send, feed)
+        for name in ("stdout", "stderr"):
+            if name in streams:
+                await streams[name].close()
+        if not session.went_away.is_set():
+            if proto == "v4.channel.k8s.io":
+                message = json.dumps(status).encode()
+            else:  # v2/v3: the error text; nothing on success
+                message = (b"" if status["status"] == "Success"
+                           else status["message"].encode())
+            with contextlib.suppress(ConnectionError):
+                if message:
+                    await streams["error"].write(message)
+                await streams["error"].close()
+        await session.close()
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner
+        return finish_hijacked()
+
+    async def _run(self, req: ExecRequest, send: Send,
+                   feed: Callable[[Proc], Awaitable[None]]) -> dict[str, Any]:
+        """Run the command with its streams; the final ``metav1.Status``."""
+        try:
+            argv, env, cwd = self._prepare(req.container_id, req.cmd)
+            proc = await Proc.spawn(argv, env, cwd, stdin=req.stdin, stdout=req.stdout,
+                                    stderr=req.stderr, tty=req.tty)
+        except Exception as err:  # a Fault or OSError: reported on the error channel
+            message = getattr(err, "message", None) or str(err)
+            return failure_status(message)
+        self._log.info("runtime.exec_started", container=req.container_id,
+                       cmd=list(req.cmd)[:1], tty=req.tty)
+        feeder = asyncio.ensure_future(feed(proc))
+        try:
+            await asyncio.gather(proc.copy_out(STDOUT, send), proc.copy_out(STDERR, send))
+            code = await proc.wait()
         finally:
-            reader.cancel()
+            feeder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await reader
+                await feeder
+            await proc.reap()
+        self._log.info("runtime.exec_finished", container=req.container_id, exit_code=code)
+        return exit_status(code)
+
+
+Send = Callable[[int, bytes], Awaitable[None]]
+CHANNEL_NAMES = {STDIN: "stdin", STDOUT: "stdout", STDERR: "stderr", ERROR: "error",
+                 RESIZE: "resize"}
+
+
+def negotiate(request: web.Request,
+              supported: Sequence[str]) -> tuple[str, web.Response | None]:
+    """``httpstream.Handshake``: the first of the client's ``X-Stream-Protocol-Version``
+    values the server supports; 403 when there is none (as the kubelet answers)."""
+    wanted = [p.strip() for v in request.headers.getall("X-Stream-Protocol-Version", [])
+              for p in v.split(",") if p.strip()]
+    for proto in wanted:
+        if proto in supported:
+            return proto, None
+    return "", web.Response(status=403, text=(
+        f"unable to upgrade: unable to negotiate protocol: client supports {wanted}, "
+        f"server supports {list(supported)}\n"))
+
+
+async def accept_streams(session: Session, expected: set[str]) -> dict[str, SpdyStream]:
+    streams: dict[str, SpdyStream] = {}
+    while set(streams) != expected:
+        stream = await session.accept()
+        if stream is None:
+            raise ConnectionResetError("the client went away before opening its streams")
+        kind = stream.header("streamType")
+        if kind not in expected or kind in streams:
+            await stream.reset(REFUSED_STREAM)
+            continue
+        streams[kind] = stream
+    return streams
+
+
+class Proc:
+    """The exec'd command: pipes, or one pty (``tty``: stdin, stdout and stderr are the
+    terminal, which becomes the command's controlling terminal through util-linux
+    ``setsid --ctty``; ``resize`` sets its window size, the kernel sends SIGWINCH)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, master: int | None) -> None:
+        self._proc, self._master = proc, master
+        self._stdin_open = master is not None or proc.stdin is not None
+
+    @classmethod
+    async def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, *, stdin: bool,
+                    stdout: bool, stderr: bool, tty: bool) -> Proc:
+        if not tty:
+            pipe, null = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=env, cwd=cwd, start_new_session=True,
+                stdin=pipe if stdin else null, stdout=pipe if stdout else null,
+                stderr=pipe if stderr else null)
+            return cls(proc, None)
+        setsid = shutil.which("setsid")
+        if setsid is None:
+            raise OSError("exec with a tty needs setsid (util-linux) on the runtime's PATH")
+        master, slave = pty.openpty()
+        try:
+            # not a group leader when spawned: setsid(1) then makes it one, in its own session
+            # with the pty as controlling terminal, without forking (same PID)
+            proc = await asyncio.create_subprocess_exec(
+                setsid, "--ctty", *argv, env=env, cwd=cwd, stdin=slave, stdout=slave,
+                stderr=slave)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        os.set_blocking(master, False)
+        return cls(proc, master)
+
+    async def copy_out(self, channel: int, send: Send) -> None:
+        if self._master is not None:
+            if channel == STDOUT:
+                while chunk := await self._read_master():
+                    await send(STDOUT, chunk)
+            return
+        stream = self._proc.stdout if channel == STDOUT else self._proc.stderr
+        while stream is not None and (chunk := await stream.read(CHUNK)):
+            await send(channel, chunk)
+
+    async def _read_master(self) -> bytes:
+        assert self._master is not None
+        loop, fd = asyncio.get_running_loop(), self._master
+        while True:
+            try:
+                return os.read(fd, CHUNK)
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_reader(fd, ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_reader(fd)
+            except OSError:  # EIO: every holder of the terminal's other side closed it
+                return b""
+
+    async def write_stdin(self, data: bytes) -> None:
+        if not self._stdin_open:
+            return
+        if self._master is None:
+            stdin = self._proc.stdin
+            if stdin is not None:
+                stdin.write(data)
+                with contextlib.suppress(ConnectionError):
+                    await stdin.drain()
+            return
+        loop, fd, view = asyncio.get_running_loop(), self._master, memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_writer(fd, ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(fd)
+            except OSError:
+                return
+
+    def close_stdin(self) -> None:
+        """End of the client's stdin: the pipe closes; on a terminal, an end-of-file
+        character (^D) is typed, as a user would."""
+        if not self._stdin_open:
+            return
+        self._stdin_open = False
+        if self._master is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._master, b"\x04")
+        elif self._proc.stdin is not None:
+            self._proc.stdin.close()
+
+    def resize_json(self, data: bytes) -> None:
+        with contextlib.suppress(ValueError):
+            self.resize(json.loads(data))
+
+    def resize(self, size: Any) -> None:
+        """``{"Width": columns, "Height": rows}`` (remotecommand's TerminalSize)."""
+        if self._master is None or not isinstance(size, dict):
+            return
+        try:
+            cols, rows = int(size.get("Width", 0)), int(size.get("Height", 0))
+        except (TypeError, ValueError):
+            return
+        if 0 < cols < 65536 and 0 < rows < 65536:
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(self._master, termios.TIOCSWINSZ,
+                            struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def wait(self) -> int:
+        code = await self._proc.wait()
+        return 128 - code if code < 0 else code
+
+    def kill(self) -> None:
+        if self._proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+
+    async def reap(self) -> None:
+        self.kill()
+        await self._proc.wait()
+        if self._master is not None:
+            os.close(self._master)
+            self._master = None
 
 
 async def _send(ws: web.WebSocketResponse, channel: int, data: bytes) -> None:
