@@ -1,10 +1,14 @@
 """``/exec/{namespace}/{pod}/{container}`` and ``/run/{namespace}/{pod}/{container}`` on the
 main port.
 
-``/exec`` asks the runtime (CRI ``Exec``, embedded or containerd) for a streaming URL and relays
-the client's WebSocket (``v5.channel.k8s.io``/``v4.channel.k8s.io``) to it message by message,
-accepting the protocol the runtime chose. SPDY upgrades are refused with 400 and a clear
-message (not built yet). ``/run`` is the kubelet's non-streaming exec: ``cmd`` (split on
+``/exec`` asks the runtime (CRI ``Exec``, embedded or containerd) for a streaming URL, then
+- SPDY/3.1 (what the API server sends a kubelet for ``kubectl exec``): splices the upgraded
+  connection to the runtime's URL byte for byte (``streamproxy``);
+- WebSocket (``v5.channel.k8s.io``/``v4.channel.k8s.io``): relays it message by message,
+  accepting the protocol the runtime chose.
+The streams are the kubelet's query parameters ``input``/``output``/``error``/``tty`` (``1``),
+or ``stdin``/``stdout``/``stderr``; a TTY has no separate stderr (dropped, as the kubelet
+does). ``/run`` is the kubelet's non-streaming exec: ``cmd`` (split on
 white space, as the kubelet does) through ``ExecSync``; the body is stdout then stderr.
 """
 
@@ -22,6 +26,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.server.app import status_error
+from podvisor.services.server.streamproxy import is_spdy, splice_to_runtime
 
 __all__ = ["add_exec_routes"]
 
@@ -38,6 +43,18 @@ class ExecRequestError(Exception):
 
 def _flag(query: Any, name: str) -> bool:
     return str(query.get(name, "")) in _TRUE
+
+
+# the kubelet's query names (the API server sends these) and the CRI's
+STREAM_PARAMS = {"stdin": ("input", "stdin"), "stdout": ("output", "stdout"),
+                 "stderr": ("error", "stderr"), "tty": ("tty",)}
+
+
+def stream_flags(query: Any) -> dict[str, bool]:
+    flags = {s: any(_flag(query, n) for n in names) for s, names in STREAM_PARAMS.items()}
+    if flags["tty"]:
+        flags["stderr"] = False
+    return flags
 
 
 def find_container(client: RuntimeClient, ns: str, pod: str, container: str) -> str:
@@ -61,7 +78,7 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
         name = request.match_info["container"]
         q = request.query
         cmd = q.getall("command", [])
-        streams = {s: _flag(q, s) for s in ("stdin", "stdout", "stderr", "tty")}
+        streams = stream_flags(q)
         if not cmd:
             return status_error(400, "BadRequest", "exec: no command (the command query "
                                                    "parameter, repeated per argument)")
@@ -69,14 +86,16 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
             return status_error(400, "BadRequest",
                                 "exec: one of stdin, stdout or stderr must be true")
         upgrade = request.headers.get("Upgrade", "").lower()
-        if upgrade != "websocket":
+        spdy = is_spdy(request)
+        if upgrade != "websocket" and not spdy:
             return status_error(400, "BadRequest",
-                                "exec needs a WebSocket upgrade with one of the protocols "
-                                f"{', '.join(WS_PROTOCOLS)} (SPDY is not supported yet)")
+                                "exec needs an upgrade: SPDY/3.1 (X-Stream-Protocol-Version "
+                                "v4.channel.k8s.io) or WebSocket with one of the protocols "
+                                f"{', '.join(WS_PROTOCOLS)}")
         wanted = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "")
                   .split(",") if p.strip()]
         offered = [p for p in wanted if p in WS_PROTOCOLS]
-        if not offered:
+        if not offered and not spdy:
             return status_error(400, "BadRequest", "exec: none of the WebSocket protocols "
                                 f"{wanted} is supported; use one of {', '.join(WS_PROTOCOLS)}")
         try:
@@ -90,7 +109,11 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
                                                          "FAILED_PRECONDITION") else 503,
                                 "BadRequest" if exc.code.name != "UNAVAILABLE"
                                 else "ServiceUnavailable", f"exec: {exc}")
-        log.info("mainport.exec", pod=f"{ns}/{pod}", container=name, cmd=cmd[:1])
+        log.info("mainport.exec", pod=f"{ns}/{pod}", container=name, cmd=cmd[:1],
+                 protocol="SPDY/3.1" if spdy else "websocket", tty=streams["tty"])
+        if spdy:
+            return await splice_to_runtime(request, url, log, pod=f"{ns}/{pod}",
+                                           container=name)
         ws_url = "ws" + url[len("http"):] if url.startswith("http") else url
         async with aiohttp.ClientSession() as session:
             try:

@@ -1,0 +1,159 @@
+"""Real clients through the whole path: ``kubectl`` -> the stand-in API server (which proxies
+``pods/exec|attach|portforward`` to the node's main port with its own client certificate and
+splices the upgraded connection, as kube-apiserver does) -> podvisor's main port (client
+certificate from clientCAFile) -> the runtime's streaming URL. One agent on the embedded
+runtime for the module, one API pod ``web`` running a Python HTTP server on the host network.
+
+kubectl speaks SPDY/3.1 (``KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`` /
+``KUBECTL_PORT_FORWARD_WEBSOCKETS=false`` make a kubectl >= 1.30 do so; older ones always do)
+and, from 1.30 on, WebSocket ``v5.channel.k8s.io`` for exec by default: both are run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import AgentHandle, process_gone, short_tmp_dir, wait_for_impl
+from tests.kubeapi import KubeApi
+from tests.pods.lifecycle import agent_config, free_port, get_pods
+
+pytestmark = [pytest.mark.no_leak_check,
+              pytest.mark.skipif(shutil.which("kubectl") is None,
+                                 reason="kubectl is not installed (Debian: kubernetes-client)")]
+
+NODE = "kubectl-node"
+SPDY = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false", "KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}
+
+
+@dataclass
+class Cluster:
+    api: KubeApi
+    handle: Any
+    kubeconfig: Path
+    ro_port: int
+    web_port: int
+
+    def kubectl(self, *args: str, env: dict[str, str] | None = None,
+                **kw: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "HOME": str(self.kubeconfig.parent),
+                                   **(env or {})}, **kw)
+
+
+def _running(ro_port: int, name: str) -> bool:
+    for pod in (get_pods(ro_port) or {}).get("items", []):
+        if pod["metadata"]["name"] == name:
+            cs = pod["status"].get("containerStatuses") or []
+            return bool(cs) and all("running" in c.get("state", {}) for c in cs)
+    return False
+
+
+def _serving(port: int) -> bool:
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    tmp = Path(tempfile.mkdtemp(prefix="pvkc", dir="/tmp"))
+    home = short_tmp_dir()
+    api = KubeApi(tmp / "kubeapi").start()
+    web_port, ro_port, port = free_port(), free_port(), free_port()
+    api.store.create("pods", "default", {"metadata": {"name": "web"}, "spec": {
+        "nodeName": NODE, "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 2,
+        "containers": [{"name": "c", "image": "host", "workingDir": str(tmp),
+                        "command": ["python3", "-m", "http.server", str(web_port),
+                                    "--bind", "127.0.0.1"]}]}})
+    node_kubeconfig = api.kubeconfig(tmp / "node.kubeconfig", user=f"system:node:{NODE}",
+                                     groups=("system:nodes",))
+    (tmp / "kube").mkdir()
+    kubeconfig = api.kubeconfig(tmp / "kube" / "config", user="admin", token="admin-token")
+    (tmp / "index.html").write_text("hello through port-forward\n")
+    manifests = tmp / "manifests"
+    manifests.mkdir()
+    cfg = agent_config(manifests, ro_port, stopPodsOnExit=True,
+                       authentication={"x509": {"clientCAFile": str(api.kubelet_client_ca)},
+                                       "anonymous": {"enabled": False}})
+    cfg.update({"rootDir": str(home / "root"), "port": port, "nodeName": NODE,
+                "kubeconfig": str(node_kubeconfig)})
+    handle = AgentHandle(home, cfg, [], dict(os.environ))
+    try:
+        handle.wait_ready()
+        wait_for_impl(lambda: _running(ro_port, "web") and _serving(web_port), 90.0, 0.1,
+                      "the web pod serving")
+        wait_for_impl(lambda: api.store.get("nodes", "", NODE)["status"].get(
+            "daemonEndpoints"), 30.0, 0.1, "the node registered")
+        yield Cluster(api, handle, kubeconfig, ro_port, web_port)
+    finally:
+        handle.stop()
+        api.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        _, alive = psutil.wait_procs(left, timeout=10.0)
+        alive = [p for p in alive if not process_gone(p)]
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"the agent left processes behind: {alive}"
+
+
+@pytest.mark.parametrize("protocol", ["SPDY/3.1", "websocket"])
+def test_kubectl_exec(cluster: Cluster, protocol: str) -> None:
+    env = SPDY if protocol == "SPDY/3.1" else {}
+    seen = len(cluster.api.node_proxy_requests)
+    done = cluster.kubectl("exec", "web", "--", "echo", "hi", env=env)
+    assert (done.returncode, done.stdout) == (0, "hi\n"), done.stderr
+    upgrades = {u.lower() for _, _, u in cluster.api.node_proxy_requests[seen:]}
+    assert protocol.lower() in upgrades, cluster.api.node_proxy_requests
+    failed = cluster.kubectl("exec", "web", "-c", "c", "--", "sh", "-c",
+                             "echo out; echo err >&2; exit 3", env=env)
+    assert (failed.returncode, failed.stdout) == (3, "out\n"), failed.stderr
+    assert "err\n" in failed.stderr
+    piped = cluster.kubectl("exec", "-i", "web", "--", "sh", "-c", "cat; echo done",
+                            input="through stdin\n", env=env)
+    assert (piped.returncode, piped.stdout) == (0, "through stdin\ndone\n"), piped.stderr
+
+
+def test_kubectl_exec_refusals(cluster: Cluster) -> None:
+    missing = cluster.kubectl("exec", "web", "-c", "nope", "--", "true", env=SPDY)
+    assert missing.returncode != 0 and "nope" in missing.stderr, missing.stderr
+    # kubectl without a terminal: -t is dropped with a warning, the command still runs
+    tty = cluster.kubectl("exec", "-t", "web", "--", "echo", "plain", env=SPDY)
+    assert tty.returncode == 0 and "plain" in tty.stdout, tty.stderr
+
+
+def test_kubectl_port_forward(cluster: Cluster) -> None:
+    local = free_port()
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", str(cluster.kubeconfig), "port-forward", "pod/web",
+         f"{local}:{cluster.web_port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, **SPDY, "HOME": str(cluster.kubeconfig.parent)})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert re.match(rf"Forwarding from 127\.0\.0\.1:{local} -> {cluster.web_port}", line), \
+            line
+        for _ in range(2):  # two connections, two SPDY stream pairs on one session
+            resp = requests.get(f"http://127.0.0.1:{local}/index.html", timeout=30)
+            assert resp.status_code == 200 and resp.text == "hello through port-forward\n"
+        assert any("/portForward/default/web" in url
+                   for _, url, _ in cluster.api.node_proxy_requests)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
