@@ -20,9 +20,19 @@ from podvisor.services.runtime import convert, execsync
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.faults import Fault, precondition
 from podvisor.services.runtime.index import POD_UID_LABEL
-from podvisor.services.runtime.model import Container, ContainerState, Sandbox, labels_match
+from podvisor.services.runtime.model import (
+    Container,
+    ContainerState,
+    Sandbox,
+    SandboxState,
+    labels_match,
+)
 from podvisor.services.runtime.stats import StatsCollector
-from podvisor.services.runtime.streaming import ExecRequest, StreamingServer
+from podvisor.services.runtime.streaming import (
+    ExecRequest,
+    PortForwardRequest,
+    StreamingServer,
+)
 
 VERSION = "0.1.0"
 RUNTIME_NAME = "podvisor-embedded"
@@ -233,6 +243,16 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             request.container_id, tuple(request.cmd), request.stdin, request.stdout,
             request.stderr, request.tty))
         return pb.ExecResponse(url=url)
+
+    @_guard
+    def PortForward(self, request: pb.PortForwardRequest, context: Any) -> pb.PortForwardResponse:
+        if self.streaming is None:
+            raise Fault(grpc.StatusCode.UNIMPLEMENTED, "no streaming server")
+        sb = self.engine.sandbox(request.pod_sandbox_id)
+        if sb.state is not SandboxState.READY:
+            raise precondition(f"pod sandbox {sb.id} is not ready")
+        url = self.streaming.port_forward_url(PortForwardRequest(sb.id, tuple(request.port)))
+        return pb.PortForwardResponse(url=url)
 
     @_guard
     def ReopenContainerLog(self, request: pb.ReopenContainerLogRequest, context: Any) -> Any:

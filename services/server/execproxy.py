@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -114,21 +115,7 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
         if spdy:
             return await splice_to_runtime(request, url, log, pod=f"{ns}/{pod}",
                                            container=name)
-        ws_url = "ws" + url[len("http"):] if url.startswith("http") else url
-        async with aiohttp.ClientSession() as session:
-            try:
-                # containerd's server (golang.org/x/net/websocket) wants an Origin header
-                upstream = await session.ws_connect(ws_url, protocols=offered, max_msg_size=0,
-                                                    headers={"Origin": url.split("/exec/")[0]})
-            except aiohttp.ClientError as exc:
-                return status_error(502, "BadGateway",
-                                    f"exec: the runtime's streaming server refused: {exc}")
-            async with upstream:
-                chosen = upstream.protocol or offered[0]
-                down = web.WebSocketResponse(protocols=(chosen,), max_msg_size=0)
-                await down.prepare(request)
-                await _relay(down, upstream)
-        return down
+        return await relay_websocket(request, url, offered)
 
     async def run_handler(request: web.Request) -> web.StreamResponse:
         ns, pod = request.match_info["namespace"], request.match_info["pod"]
@@ -148,9 +135,84 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
         return web.Response(body=resp.stdout + resp.stderr,
                             content_type="text/plain")
 
+    async def port_forward_handler(request: web.Request) -> web.StreamResponse:
+        ns, pod = request.match_info["namespace"], request.match_info["pod"]
+        try:
+            ports = [int(p) for p in request.query.getall("port", [])]
+        except ValueError:
+            return status_error(400, "BadRequest", "portForward: a port must be a number")
+        spdy = is_spdy(request)
+        wanted = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "")
+                  .split(",") if p.strip()]
+        if request.headers.get("Upgrade", "").lower() != "websocket" and not spdy:
+            return status_error(400, "BadRequest",
+                                "portForward needs an upgrade: SPDY/3.1 "
+                                "(X-Stream-Protocol-Version portforward.k8s.io) or WebSocket "
+                                "(the port query parameter)")
+        if not spdy and not ports:
+            return status_error(400, "BadRequest", "portForward over WebSocket: a port is "
+                                                   "needed (the port query parameter)")
+        try:
+            sid = await in_thread(lambda: find_sandbox(client(), ns, pod))
+            url = await in_thread(lambda: client().port_forward(pb.PortForwardRequest(
+                pod_sandbox_id=sid, port=ports)))
+        except ExecRequestError as exc:
+            return status_error(exc.code, exc.reason, str(exc))
+        except CriError as exc:
+            return _cri_refusal("portForward", exc)
+        log.info("mainport.port_forward", pod=f"{ns}/{pod}", ports=ports,
+                 protocol="SPDY/3.1" if spdy else "websocket")
+        if spdy:
+            return await splice_to_runtime(request, url, log, pod=f"{ns}/{pod}")
+        return await relay_websocket(request, url, wanted or [""])
+
     for method in ("GET", "POST"):
         app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", exec_handler)
+        app.router.add_route(method, "/portForward/{namespace}/{pod}", port_forward_handler)
     app.router.add_post("/run/{namespace}/{pod}/{container}", run_handler)
+
+
+def _cri_refusal(what: str, exc: CriError) -> web.Response:
+    if exc.code.name == "NOT_FOUND":
+        return status_error(404, "NotFound", f"{what}: {exc}")
+    if exc.code.name == "UNAVAILABLE":
+        return status_error(503, "ServiceUnavailable", f"{what}: {exc}")
+    return status_error(400, "BadRequest", f"{what}: {exc}")
+
+
+def find_sandbox(client: RuntimeClient, ns: str, pod: str) -> str:
+    """The pod's ready sandbox's ID; ``ExecRequestError`` 404 when there is none."""
+    found = client.list_pod_sandbox(pb.PodSandboxFilter(
+        state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY),
+        label_selector={POD_NAMESPACE: ns, POD_NAME: pod}))
+    if not found:
+        raise ExecRequestError(404, "NotFound", f"pod {ns}/{pod} has no ready sandbox")
+    return str(max(found, key=lambda s: s.created_at).id)
+
+
+async def relay_websocket(request: web.Request, url: str,
+                          offered: list[str]) -> web.StreamResponse:
+    """Open the runtime's URL as a WebSocket with the client's protocols and relay messages
+    both ways; the client gets the protocol the runtime chose."""
+    ws_url = "ws" + url[len("http"):] if url.startswith("http") else url
+    parts = urlsplit(url)
+    protocols = [p for p in offered if p]
+    async with aiohttp.ClientSession() as session:
+        try:
+            # containerd's server (golang.org/x/net/websocket) wants an Origin header
+            upstream = await session.ws_connect(ws_url, protocols=protocols, max_msg_size=0,
+                                                headers={"Origin": f"{parts.scheme}://"
+                                                                   f"{parts.netloc}"})
+        except aiohttp.ClientError as exc:
+            return status_error(502, "BadGateway",
+                                f"the runtime's streaming server refused: {exc}")
+        async with upstream:
+            chosen = upstream.protocol or (protocols[0] if protocols else "")
+            down = web.WebSocketResponse(protocols=(chosen,) if chosen else (),
+                                         max_msg_size=0)
+            await down.prepare(request)
+            await _relay(down, upstream)
+    return down
 
 
 async def _relay(down: web.WebSocketResponse,

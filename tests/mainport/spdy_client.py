@@ -96,7 +96,7 @@ async def spdy_exec(url: str, *, stdin: bytes | None = None, stdout: bool = True
     return result
 
 
-async def spdy_port_forward(url: str, port: int, payload: bytes, *,
+async def spdy_port_forward(url: str, port: int, payload: bytes, *, half_close: bool = False,
                             headers: dict[str, str] | None = None,
                             ctx: ssl.SSLContext | None = None) -> Result:
     """One request over a forwarded port: the reply bytes until the pod's side closes."""
@@ -107,6 +107,8 @@ async def spdy_port_forward(url: str, port: int, payload: bytes, *,
     error = await session.open({**base, "streamtype": ["error"]})
     data = await session.open({**base, "streamtype": ["data"]})
     await data.write(payload)
+    if half_close:
+        await data.close()
 
     async def drain(stream: spdy.SpdyStream) -> bytes:
         out = b""
