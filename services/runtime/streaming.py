@@ -38,14 +38,14 @@ import struct
 import termios
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
 from podvisor.common.spdy import REFUSED_STREAM, Session, SpdyStream
 from podvisor.common.upgrade import finish_hijacked, hijack
-from podvisor.services.runtime.faults import invalid
+from podvisor.services.runtime.faults import invalid, precondition
 
 TOKEN_TTL = 60.0
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
@@ -75,7 +75,21 @@ class ExecRequest:
     tty: bool
 
 
-Request = ExecRequest | PortForwardRequest
+@dataclass(frozen=True)
+class AttachRequest:
+    """Attach to a container's main process: its output as its CRI log file has it, from now
+    until the container exits (the embedded runtime's containers have no stdin and no
+    terminal: their stdio is the log pipe to their monitor)."""
+    container_id: str
+    log_path: str
+    stdout: bool
+    stderr: bool
+    running: Callable[[], bool] = field(compare=False, repr=False, default=lambda: False)
+    stdin: bool = False
+    tty: bool = False
+
+
+Request = ExecRequest | PortForwardRequest | AttachRequest
 
 
 def exit_status(code: int) -> dict[str, Any]:
@@ -118,6 +132,13 @@ class StreamingServer:
         if req.tty and req.stderr:
             raise invalid("exec: tty and stderr cannot both be true")
         return self._url("exec", req)
+
+    def attach_url(self, req: AttachRequest) -> str:
+        if not (req.stdout or req.stderr):
+            raise invalid("attach: one of stdout or stderr must be requested")
+        if not req.log_path:
+            raise precondition(f"attach: container {req.container_id} has no log to follow")
+        return self._url("attach", req)
 
     def port_forward_url(self, req: PortForwardRequest) -> str:
         for port in req.ports:
@@ -172,6 +193,7 @@ class StreamingServer:
         app = web.Application()
         for method in ("GET", "POST"):  # WebSocket clients GET, client-go's SPDY POSTs
             app.router.add_route(method, "/exec/{token}", self._exec)
+            app.router.add_route(method, "/attach/{token}", self._exec)
             app.router.add_route(method, "/portforward/{token}", self._port_forward)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
@@ -195,8 +217,9 @@ class StreamingServer:
 
     async def _exec(self, request: web.Request) -> web.StreamResponse:
         req = self._take(request.match_info["token"])
-        if not isinstance(req, ExecRequest):
-            return web.Response(status=404, text="unknown or expired exec token\n")
+        kind = request.path.split("/")[1]
+        if not isinstance(req, ExecRequest if kind == "exec" else AttachRequest):
+            return web.Response(status=404, text=f"unknown or expired {kind} token\n")
         if request.headers.get("Upgrade", "").lower().startswith("spdy/"):
             return await self._exec_spdy(request, req)
         ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=0)
@@ -210,7 +233,7 @@ class StreamingServer:
         async def send(channel: int, data: bytes) -> None:
             await _send(ws, channel, data)
 
-        async def feed(proc: Proc) -> None:
+        async def feed(proc: Streamed) -> None:
             async for msg in ws:
                 if msg.type is not WSMsgType.BINARY or not msg.data:
                     continue
@@ -230,7 +253,8 @@ class StreamingServer:
             await ws.close()
         return ws
 
-    async def _exec_spdy(self, request: web.Request, req: ExecRequest) -> web.StreamResponse:
+    async def _exec_spdy(self, request: web.Request,
+                         req: ExecRequest | AttachRequest) -> web.StreamResponse:
         """The kubelet's remotecommand server over SPDY/3.1: the client opens one stream per
         channel (``streamType`` header: error, stdin, stdout, stderr, resize) within
         ``STREAM_CREATION_TIMEOUT``; the status goes to the error stream."""
@@ -261,7 +285,7 @@ class StreamingServer:
                 with contextlib.suppress(ConnectionError):
                     await stream.write(data)
 
-        async def feed(proc: Proc) -> None:
+        async def feed(proc: Streamed) -> None:
             async def stdin() -> None:
                 stream = streams.get("stdin")
                 if stream is None:
@@ -309,9 +333,12 @@ class StreamingServer:
             await runner
         return finish_hijacked()
 
-    async def _run(self, req: ExecRequest, send: Send,
-                   feed: Callable[[Proc], Awaitable[None]]) -> dict[str, Any]:
-        """Run the command with its streams; the final ``metav1.Status``."""
+    async def _run(self, req: ExecRequest | AttachRequest, send: Send,
+                   feed: Callable[[Streamed], Awaitable[None]]) -> dict[str, Any]:
+        """Run the command with its streams (or follow the attached container's output);
+        the final ``metav1.Status``."""
+        if isinstance(req, AttachRequest):
+            return await self._follow(req, send, feed)
         try:
             argv, env, cwd = self._prepare(req.container_id, req.cmd)
             proc = await Proc.spawn(argv, env, cwd, stdin=req.stdin, stdout=req.stdout,
@@ -332,6 +359,52 @@ class StreamingServer:
             await proc.reap()
         self._log.info("runtime.exec_finished", container=req.container_id, exit_code=code)
         return exit_status(code)
+
+    async def _follow(self, req: AttachRequest, send: Send,
+                      feed: Callable[[Streamed], Awaitable[None]]) -> dict[str, Any]:
+        """Attach: the container's CRI log from its current end on, each line to its stream's
+        channel, until the container is no longer running (then what is left is sent) or the
+        client goes away. The file is read every ``ATTACH_POLL`` seconds (and reopened from
+        its start when it was rotated)."""
+        follower = Follower()
+        feeder = asyncio.ensure_future(feed(follower))
+        self._log.info("runtime.attach_started", container=req.container_id)
+        path = req.log_path
+        try:
+            offset, ident = _log_end(path)
+            pending = b""
+            while not follower.stopped.is_set():
+                alive = req.running()
+                try:
+                    st = os.stat(path)
+                    if (st.st_dev, st.st_ino) != ident or st.st_size < offset:
+                        offset, ident, pending = 0, (st.st_dev, st.st_ino), b""
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        data = f.read(CHUNK * 8)
+                except OSError:
+                    data = b""
+                offset += len(data)
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    parsed = parse_cri_line(line)
+                    if parsed is None:
+                        continue
+                    stream, content = parsed
+                    if (stream == STDOUT and req.stdout) or (stream == STDERR and req.stderr):
+                        await send(stream, content)
+                if not data and not alive:
+                    break
+                if not data:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(follower.stopped.wait(), ATTACH_POLL)
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+        self._log.info("runtime.attach_finished", container=req.container_id)
+        return {"metadata": {}, "status": "Success"}
 
 
     # -- port forward -----------------------------------------------------------------------
@@ -487,6 +560,62 @@ class StreamingServer:
                 await feeder
             await ws.close()
         return ws
+
+
+ATTACH_POLL = 0.2
+
+
+def _log_end(path: str) -> tuple[int, tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0, (0, 0)
+    return st.st_size, (st.st_dev, st.st_ino)
+
+
+def parse_cri_line(line: bytes) -> tuple[int, bytes] | None:
+    """``<time> <stdout|stderr> <P|F> <content>`` -> (channel, bytes); a full line (F) gets
+    its newline back, a partial one (P) does not."""
+    parts = line.split(b" ", 3)
+    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
+        return None
+    content = parts[3] if len(parts) == 4 else b""
+    return (STDOUT if parts[1] == b"stdout" else STDERR,
+            content + (b"" if parts[2] == b"P" else b"\n"))
+
+
+class Streamed(Protocol):
+    """What a client's input drives: an exec'd command (``Proc``) or an attach
+    (``Follower``)."""
+
+    async def write_stdin(self, data: bytes) -> None: ...
+    def close_stdin(self) -> None: ...
+    def resize(self, size: Any) -> None: ...
+    def resize_json(self, data: bytes) -> None: ...
+    def kill(self) -> None: ...
+
+
+class Follower:
+    """An attach's input side: no stdin, no terminal; ``kill`` (the client went away) stops
+    following."""
+
+    def __init__(self) -> None:
+        self.stopped = asyncio.Event()
+
+    async def write_stdin(self, data: bytes) -> None:
+        return None
+
+    def close_stdin(self) -> None:
+        return None
+
+    def resize(self, size: Any) -> None:
+        return None
+
+    def resize_json(self, data: bytes) -> None:
+        return None
+
+    def kill(self) -> None:
+        self.stopped.set()
 
 
 PORT_FORWARD_PROTOCOLS = ("portforward.k8s.io",)

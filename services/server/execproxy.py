@@ -1,11 +1,13 @@
-"""``/exec/{namespace}/{pod}/{container}`` and ``/run/{namespace}/{pod}/{container}`` on the
-main port.
+"""``/exec/{namespace}/{pod}/{container}``, ``/attach/{namespace}/{pod}/{container}``,
+``/portForward/{namespace}/{pod}`` and ``/run/{namespace}/{pod}/{container}`` on the main port.
 
 ``/exec`` asks the runtime (CRI ``Exec``, embedded or containerd) for a streaming URL, then
 - SPDY/3.1 (what the API server sends a kubelet for ``kubectl exec``): splices the upgraded
   connection to the runtime's URL byte for byte (``streamproxy``);
 - WebSocket (``v5.channel.k8s.io``/``v4.channel.k8s.io``): relays it message by message,
   accepting the protocol the runtime chose.
+``/attach`` and ``/portForward`` go the same two ways to CRI ``Attach`` (the container) and
+``PortForward`` (the pod's ready sandbox; WebSocket clients name the ports with ``port``).
 The streams are the kubelet's query parameters ``input``/``output``/``error``/``tty`` (``1``),
 or ``stdin``/``stdout``/``stderr``; a TTY has no separate stderr (dropped, as the kubelet
 does). ``/run`` is the kubelet's non-streaming exec: ``cmd`` (split on
@@ -135,6 +137,38 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
         return web.Response(body=resp.stdout + resp.stderr,
                             content_type="text/plain")
 
+    async def attach_handler(request: web.Request) -> web.StreamResponse:
+        ns, pod = request.match_info["namespace"], request.match_info["pod"]
+        name = request.match_info["container"]
+        streams = stream_flags(request.query)
+        if not (streams["stdin"] or streams["stdout"] or streams["stderr"]):
+            return status_error(400, "BadRequest",
+                                "attach: one of stdin, stdout or stderr must be true")
+        spdy = is_spdy(request)
+        wanted = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "")
+                  .split(",") if p.strip()]
+        offered = [p for p in wanted if p in WS_PROTOCOLS]
+        if not spdy and (request.headers.get("Upgrade", "").lower() != "websocket"
+                         or not offered):
+            return status_error(400, "BadRequest",
+                                "attach needs an upgrade: SPDY/3.1 (X-Stream-Protocol-Version "
+                                "v4.channel.k8s.io) or WebSocket with one of the protocols "
+                                f"{', '.join(WS_PROTOCOLS)}")
+        try:
+            cid = await in_thread(lambda: find_container(client(), ns, pod, name))
+            url = await in_thread(lambda: client().attach(pb.AttachRequest(
+                container_id=cid, **streams)))
+        except ExecRequestError as exc:
+            return status_error(exc.code, exc.reason, str(exc))
+        except CriError as exc:
+            return _cri_refusal("attach", exc)
+        log.info("mainport.attach", pod=f"{ns}/{pod}", container=name,
+                 protocol="SPDY/3.1" if spdy else "websocket")
+        if spdy:
+            return await splice_to_runtime(request, url, log, pod=f"{ns}/{pod}",
+                                           container=name)
+        return await relay_websocket(request, url, offered)
+
     async def port_forward_handler(request: web.Request) -> web.StreamResponse:
         ns, pod = request.match_info["namespace"], request.match_info["pod"]
         try:
@@ -168,6 +202,7 @@ def add_exec_routes(app: web.Application, client: Callable[[], RuntimeClient],
 
     for method in ("GET", "POST"):
         app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", exec_handler)
+        app.router.add_route(method, "/attach/{namespace}/{pod}/{container}", attach_handler)
         app.router.add_route(method, "/portForward/{namespace}/{pod}", port_forward_handler)
     app.router.add_post("/run/{namespace}/{pod}/{container}", run_handler)
 

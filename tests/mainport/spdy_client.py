@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,6 +52,7 @@ async def spdy_exec(url: str, *, stdin: bytes | None = None, stdout: bool = True
                     stderr: bool = True, tty: bool = False,
                     resize: tuple[int, int] | None = None, close_stdin: bool = True,
                     stdin_after: bytes = b"",
+                    on_stdout: Callable[[bytes], None] | None = None,
                     protocols: tuple[str, ...] = ("v4.channel.k8s.io",),
                     headers: dict[str, str] | None = None,
                     ctx: ssl.SSLContext | None = None) -> Result:
@@ -85,6 +87,8 @@ async def spdy_exec(url: str, *, stdin: bytes | None = None, stdout: bool = True
         out = b""
         while stream is not None and (chunk := await stream.read()):
             out += chunk
+            if on_stdout is not None and stream is streams.get("stdout"):
+                on_stdout(chunk)
             if stdin_after in out:
                 prompted.set()
         prompted.set()

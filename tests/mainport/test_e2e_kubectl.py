@@ -43,6 +43,7 @@ class Cluster:
     kubeconfig: Path
     ro_port: int
     web_port: int
+    tmp: Path
 
     def kubectl(self, *args: str, env: dict[str, str] | None = None,
                 **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -80,6 +81,12 @@ def cluster() -> Iterator[Cluster]:
         "containers": [{"name": "c", "image": "host", "workingDir": str(tmp),
                         "command": ["python3", "-m", "http.server", str(web_port),
                                     "--bind", "127.0.0.1"]}]}})
+    talk = (f"while :; do if [ -e {tmp}/mark ]; then rm {tmp}/mark; echo bye; echo err >&2; "
+            "fi; echo tick; sleep 0.1; done")
+    api.store.create("pods", "default", {"metadata": {"name": "talker"}, "spec": {
+        "nodeName": NODE, "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "host", "command": ["sh", "-c", talk]}]}})
     node_kubeconfig = api.kubeconfig(tmp / "node.kubeconfig", user=f"system:node:{NODE}",
                                      groups=("system:nodes",))
     (tmp / "kube").mkdir()
@@ -95,11 +102,11 @@ def cluster() -> Iterator[Cluster]:
     handle = AgentHandle(home, cfg, [], dict(os.environ))
     try:
         handle.wait_ready()
-        wait_for_impl(lambda: _running(ro_port, "web") and _serving(web_port), 90.0, 0.1,
-                      "the web pod serving")
+        wait_for_impl(lambda: _running(ro_port, "web") and _serving(web_port)
+                      and _running(ro_port, "talker"), 90.0, 0.1, "the web pod serving")
         wait_for_impl(lambda: api.store.get("nodes", "", NODE)["status"].get(
             "daemonEndpoints"), 30.0, 0.1, "the node registered")
-        yield Cluster(api, handle, kubeconfig, ro_port, web_port)
+        yield Cluster(api, handle, kubeconfig, ro_port, web_port, tmp)
     finally:
         handle.stop()
         api.stop()
@@ -157,3 +164,27 @@ def test_kubectl_port_forward(cluster: Cluster) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("protocol", ["SPDY/3.1", "websocket"])
+def test_kubectl_attach(cluster: Cluster, protocol: str) -> None:
+    """The talker's output from the moment of attaching: ticks, then the ``bye`` its mark
+    file makes it print (stdout) with ``err`` (stderr)."""
+    env = SPDY if protocol == "SPDY/3.1" else {}
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", str(cluster.kubeconfig), "attach", "talker", "-c", "c"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env, "HOME": str(cluster.kubeconfig.parent)})
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first == "tick\n", (first, proc.stderr.read() if proc.poll() is not None
+                                    else "")
+        (cluster.tmp / "mark").touch()
+        while (line := proc.stdout.readline()) not in ("bye\n", ""):
+            assert line == "tick\n", line
+        assert line == "bye\n"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "err" in err
