@@ -10,9 +10,12 @@ and, from 1.30 on, WebSocket ``v5.channel.k8s.io`` for exec by default: both are
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ import requests
 
 from tests.conftest import AgentHandle, process_gone, short_tmp_dir, wait_for_impl
 from tests.kubeapi import KubeApi
+from tests.mainport.spdy_client import spdy_exec
 from tests.pods.lifecycle import agent_config, free_port, get_pods
 
 pytestmark = [pytest.mark.no_leak_check,
@@ -44,6 +48,16 @@ class Cluster:
     ro_port: int
     web_port: int
     tmp: Path
+    main_port: int
+
+    def main_ssl(self) -> ssl.SSLContext:
+        """TLS to the node's main port as a client the node trusts (the API CA signs it)."""
+        ctx = ssl.create_default_context(
+            cafile=str(Path(self.handle.paths.root) / "pki" / "kubelet.crt"))
+        ctx.check_hostname = False
+        crt, key = self.api.client_cert("tester", ("testers",))
+        ctx.load_cert_chain(str(crt), str(key))
+        return ctx
 
     def kubectl(self, *args: str, env: dict[str, str] | None = None,
                 **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -106,7 +120,7 @@ def cluster() -> Iterator[Cluster]:
                       and _running(ro_port, "talker"), 90.0, 0.1, "the web pod serving")
         wait_for_impl(lambda: api.store.get("nodes", "", NODE)["status"].get(
             "daemonEndpoints"), 30.0, 0.1, "the node registered")
-        yield Cluster(api, handle, kubeconfig, ro_port, web_port, tmp)
+        yield Cluster(api, handle, kubeconfig, ro_port, web_port, tmp, port)
     finally:
         handle.stop()
         api.stop()
@@ -188,3 +202,41 @@ def test_kubectl_attach(cluster: Cluster, protocol: str) -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "err" in err
+
+
+TTY_SCRIPT = ("test -t 0 && test -t 1 && echo tty; "
+              "while [ \"$(stty size)\" != '30 100' ]; do :; done; echo sized")
+TTY_QUERY = ("command=sh&command=-c&command=" + requests.utils.quote(TTY_SCRIPT, safe="")
+             + "&input=1&output=1&tty=1")
+
+
+def test_main_port_exec_tty_websocket(cluster: Cluster) -> None:
+    """A WebSocket client (aiohttp) with a TTY through the main port's /exec: the command
+    sees a terminal; a resize message (channel 4) sets its size."""
+    import aiohttp
+
+    async def run() -> tuple[bytes, dict[str, Any]]:
+        out, status = b"", {}
+        url = f"https://127.0.0.1:{cluster.main_port}/exec/default/web/c?{TTY_QUERY}"
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                url, protocols=("v5.channel.k8s.io",), ssl=cluster.main_ssl()) as ws:
+            await ws.send_bytes(b"\x04" + json.dumps({"Width": 100, "Height": 30}).encode())
+            async for msg in ws:
+                if msg.type is aiohttp.WSMsgType.BINARY:
+                    if msg.data[0] == 1:
+                        out += msg.data[1:]
+                    elif msg.data[0] == 3:
+                        status = json.loads(msg.data[1:])
+        return out, status
+    out, status = asyncio.run(run())
+    assert out.replace(b"\r", b"").splitlines() == [b"tty", b"sized"], out
+    assert status["status"] == "Success"
+
+
+def test_main_port_exec_tty_spdy(cluster: Cluster) -> None:
+    url = f"https://127.0.0.1:{cluster.main_port}/exec/default/web/c?{TTY_QUERY}"
+    got = asyncio.run(spdy_exec(url, stdin=b"", close_stdin=False, tty=True,
+                                resize=(100, 30), ctx=cluster.main_ssl()))
+    assert got.status_code == 101, got
+    assert got.stdout.replace(b"\r", b"").splitlines() == [b"tty", b"sized"], got
+    assert got.status["status"] == "Success"
