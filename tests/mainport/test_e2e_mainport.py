@@ -7,13 +7,18 @@ server process during ``logs --follow``: the port is back, the pods are untouche
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
+import pty
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -465,9 +470,21 @@ def test_podvisorctl_exec(node: Node) -> None:
     missing = subprocess.run([*ctl, "exec", "nosuchpod", "--", "true"], capture_output=True,
                              text=True, timeout=60)
     assert missing.returncode == 2 and "no running pod nosuchpod" in missing.stderr
-    tty = subprocess.run([*ctl, "exec", "-t", "talker", "--", "true"], capture_output=True,
-                         text=True, timeout=60)
-    assert tty.returncode == 2 and "not supported" in tty.stderr
+    # -t under a terminal (a pty here): the command gets one, sized as this terminal
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    script = ("test -t 0 && test -t 1 && echo tty; "
+              "while [ \"$(stty size)\" != '33 111' ]; do :; done; echo sized; exit 4")
+    proc = subprocess.Popen([*ctl, "exec", "-i", "-t", "talker", "--", "sh", "-c", script],
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    out = b""
+    with contextlib.suppress(OSError):  # EIO once podvisorctl closed the terminal
+        while chunk := os.read(master, 4096):
+            out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 4, out
+    assert out.replace(b"\r", b"").splitlines() == [b"tty", b"sized"], out
 
 
 def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
