@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -241,6 +242,38 @@ def test_main_port_exec_tty_spdy(cluster: Cluster) -> None:
     assert got.status_code == 101, got
     assert got.stdout.replace(b"\r", b"").splitlines() == [b"tty", b"sized"], got
     assert got.status["status"] == "Success"
+
+
+def _main_port_answers(cluster: Cluster) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", cluster.main_port), timeout=2) as raw, \
+                cluster.main_ssl().wrap_socket(raw) as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return tls.recv(12).startswith(b"HTTP/1.1")
+    except OSError:
+        return False
+
+
+def test_kill9_of_the_server_during_a_spdy_exec(cluster: Cluster) -> None:
+    """The spliced SPDY exec ends with the server process; the runtime then kills the command
+    (its client went away); the main port is back; the pod is untouched."""
+    query = ("command=sh&command=-c&command=" + requests.utils.quote("echo $$; exec sleep 1000")
+             + "&output=1")
+    url = f"https://127.0.0.1:{cluster.main_port}/exec/default/web/c?{query}"
+    pids: list[int] = []
+
+    def first_output(chunk: bytes) -> None:
+        if not pids:
+            pids.append(int(chunk.split()[0]))
+            cluster.handle.call("kill", name="server", signal="KILL")
+    got = asyncio.run(spdy_exec(url, stderr=False, ctx=cluster.main_ssl(),
+                                on_stdout=first_output))
+    assert got.status_code == 101 and pids and got.error == b"", got
+    wait_for_impl(lambda: not psutil.pid_exists(pids[0])
+                  or psutil.Process(pids[0]).status() == "zombie", 30.0, 0.05,
+                  "the exec'd command killed once its stream is gone")
+    wait_for_impl(lambda: _main_port_answers(cluster), 30.0, 0.05, "the main port back")
+    assert _running(cluster.ro_port, "web")
 
 
 @pytest.mark.containerd
