@@ -274,3 +274,33 @@ def test_kill9_of_the_server_during_a_spdy_exec(cluster: Cluster) -> None:
     wait_for_impl(lambda: _main_port_answers(cluster), 30.0, 0.05, "the main port back")
     assert _running(cluster.ro_port, "web")
 
+
+
+def test_main_port_port_forward_websocket(cluster: Cluster) -> None:
+    """/portForward over WebSocket through the main port (the kubelet's channels: 0 data,
+    1 error, each opened by the port as 2 little-endian bytes): an HTTP request to the pod."""
+    import aiohttp
+
+    async def run() -> tuple[list[bytes], bytes]:
+        firsts: list[bytes] = []
+        data = b""
+        url = (f"https://127.0.0.1:{cluster.main_port}/portForward/default/web"
+               f"?port={cluster.web_port}")
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                url, protocols=("v4.channel.k8s.io",), ssl=cluster.main_ssl()) as ws:
+            seen: set[int] = set()
+            async for msg in ws:
+                if msg.type is not aiohttp.WSMsgType.BINARY:
+                    continue
+                channel, payload = msg.data[0], msg.data[1:]
+                if channel not in seen:
+                    seen.add(channel)
+                    firsts.append(payload)
+                    if seen == {0, 1}:
+                        await ws.send_bytes(b"\x00GET /index.html HTTP/1.0\r\n\r\n")
+                elif channel == 0:
+                    data += payload
+        return firsts, data
+    firsts, data = asyncio.run(run())
+    assert firsts == [cluster.web_port.to_bytes(2, "little")] * 2
+    assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"hello through port-forward\n")
