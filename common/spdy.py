@@ -15,7 +15,9 @@ moby/spdystream (the Go implementation client-go and the kubelet use) does on th
   flush (Go's ``zlib.Writer.Flush``).
 - Flow control: spdystream does not enforce windows; it neither sends WINDOW_UPDATE nor waits
   for it, and ignores SETTINGS and WINDOW_UPDATE. This session does the same (it parses both
-  and ignores them); back pressure is TCP's.
+  and ignores them); back pressure is TCP's: as spdystream's frame handler blocks on a
+  stream's unbuffered channel, the session stops reading the connection while a stream holds
+  more than ``STREAM_BUFFER`` unread bytes.
 - Streams: the client's IDs are odd, the server's even; a SYN_STREAM is answered by a
   SYN_REPLY (no headers) as the kubelet's ``httpstream/spdy`` does when it accepts a stream;
   FIN (on DATA, SYN_STREAM, SYN_REPLY or HEADERS) half-closes the sender's side; RST_STREAM
@@ -44,6 +46,7 @@ FLAG_FIN = 0x01
 FLAG_UNIDIRECTIONAL = 0x02
 FLAG_CLEAR_SETTINGS = 0x01
 MAX_DATA = (1 << 24) - 1
+STREAM_BUFFER = 1 << 20  # unread bytes a stream may hold before the session stops reading
 # RST_STREAM status codes
 PROTOCOL_ERROR, INVALID_STREAM, REFUSED_STREAM, CANCEL, INTERNAL_ERROR = 1, 2, 3, 5, 6
 
@@ -314,6 +317,9 @@ class SpdyStream:
         self.id = stream_id
         self.headers = headers
         self._data: asyncio.Queue[bytes] = asyncio.Queue()
+        self._buffered = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
         self.remote_closed = False
         self.local_closed = False
         self.replied = asyncio.Event()
@@ -325,6 +331,13 @@ class SpdyStream:
         if not self.remote_closed:
             self.remote_closed = True
             self._data.put_nowait(b"")
+        self._drained.set()  # nothing more will be waited for
+
+    def _put(self, data: bytes) -> None:
+        self._data.put_nowait(data)
+        self._buffered += len(data)
+        if self._buffered > STREAM_BUFFER:
+            self._drained.clear()
 
     async def read(self) -> bytes:
         if self.remote_closed and self._data.empty():
@@ -332,6 +345,9 @@ class SpdyStream:
         chunk = await self._data.get()
         if not chunk:
             self._data.put_nowait(b"")  # later reads see the end too
+        self._buffered -= len(chunk)
+        if self._buffered <= STREAM_BUFFER:
+            self._drained.set()
         return chunk
 
     async def write(self, data: bytes) -> None:
@@ -425,9 +441,11 @@ class Session:
             if stream is None or stream.remote_closed:
                 return
             if frame.data:
-                stream._data.put_nowait(frame.data)
+                stream._put(frame.data)
             if frame.fin:
                 stream._remote_fin()
+            elif not stream._drained.is_set():
+                await stream._drained.wait()  # back pressure: stop reading the connection
         elif isinstance(frame, SynStream):
             if frame.stream_id in self._streams or frame.stream_id <= self._last_received \
                     or frame.stream_id % 2 == self._next_id % 2:

@@ -140,9 +140,44 @@ def test_session_pair_streams_ping_and_goaway() -> None:
         # each side echoes the other's ping (odd: the client's, even: the server's)
         await echoed[1].wait()
         await echoed[2].wait()
-        await server.close()
+        await asyncio.gather(server.close(), client.close())
         await asyncio.gather(*tasks)
         assert seen.count(spdy.Ping(1)) == 2 and seen.count(spdy.Ping(2)) == 2
         assert any(isinstance(f, spdy.GoAway) for f in seen)
+        wb.close()
+    asyncio.run(run())
+
+
+def test_a_stream_nobody_reads_stops_the_session_reading() -> None:
+    """Back pressure: past STREAM_BUFFER unread bytes the session reads no more frames (the
+    sender is held by TCP), then everything arrives intact once the stream is read."""
+    async def run() -> None:
+        a, b = socket.socketpair()
+        ra, wa = await asyncio.open_connection(sock=a)
+        rb, wb = await asyncio.open_connection(sock=b)
+        server = spdy.Session(ra, wa, server=True)
+        client = spdy.Session(rb, wb, server=False)
+        tasks = [asyncio.ensure_future(server.run()), asyncio.ensure_future(client.run())]
+        stream = await client.open({"streamtype": ["stdin"]})
+        peer = await server.accept()
+        assert peer is not None
+        payload = bytes(range(256)) * (3 * spdy.STREAM_BUFFER // 256)
+
+        async def send() -> None:
+            await stream.write(payload)
+            await stream.close()
+        sender = asyncio.ensure_future(send())
+        while peer._buffered <= spdy.STREAM_BUFFER:
+            await asyncio.sleep(0)
+        for _ in range(100):  # let the loop run; the session must not read on
+            await asyncio.sleep(0)
+        assert peer._buffered <= spdy.STREAM_BUFFER + 64 * 1024 and not sender.done()
+        got = b""
+        while chunk := await peer.read():
+            got += chunk
+        assert got == payload
+        await sender
+        await asyncio.gather(server.close(), client.close())
+        await asyncio.gather(*tasks)
         wb.close()
     asyncio.run(run())
