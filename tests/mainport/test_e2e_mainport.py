@@ -518,3 +518,37 @@ def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
              30.0, 0.05, "the exec'd command killed once its stream is gone")
     wait_for(lambda: _answers(node), 30.0, 0.02, "main port back after kill -9")
     assert read_pid(node.marks, "talker") == talker_pid
+
+
+STREAMS = ["/exec/default/talker-e2e/c?command=true&output=1",
+           "/attach/default/talker-e2e/c?output=1", "/portForward/default/talker-e2e"]
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_stream_endpoints_need_credentials_and_an_upgrade(node: Node, path: str,
+                                                          wait_for: Any) -> None:
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    assert node.get(path, token=None).status_code == 401
+    plain = node.get(path)
+    assert plain.status_code == 400 and "upgrade" in plain.json()["message"], plain.text
+
+
+def test_spdy_exec_with_a_token_and_a_protocol_refusal(node: Node, wait_for: Any) -> None:
+    """SPDY through the main port with a bearer token; a protocol nobody serves is the
+    runtime's 403 (httpstream.Handshake), passed on as a Status."""
+    import asyncio
+    import ssl
+
+    from tests.mainport.spdy_client import spdy_exec
+
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    ctx = ssl.create_default_context(cafile=node.ca)
+    url = node.url("/exec/default/talker-e2e/c?command=sh&command=-c&command=echo%20s%3B%20"
+                   "exit%202&output=1&error=1")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    got = asyncio.run(spdy_exec(url, headers=auth, ctx=ctx))
+    assert (got.status_code, got.stdout) == (101, b"s\n"), got
+    assert got.status["details"]["causes"][0]["message"] == "2"
+    refused = asyncio.run(spdy_exec(url, headers=auth, ctx=ctx, protocols=("v9.nope",)))
+    assert refused.status_code == 403, refused
+    assert b"unable to negotiate protocol" in refused.body
