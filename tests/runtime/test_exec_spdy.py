@@ -49,3 +49,19 @@ def test_exec_spdy_tty_with_resize(cri_runtime: Any) -> None:
     # the terminal echoes what was typed; "stty size" prints rows then columns
     assert "tty" in lines and "[40 120]" in lines, got
     assert lines[-1] == "40 120", got
+
+
+def test_exec_spdy_older_protocols_and_refusal(cri_runtime: Any) -> None:
+    """v3/v2 (what older clients offer first) put the error text, not a Status, on the error
+    stream and nothing on success; a protocol nobody serves is 403."""
+    runs_processes(cri_runtime, "exec streaming")
+    cid = cri_runtime.start(cri_runtime.run("spdyold"), "target", ["sleep", "1000"])
+    got = asyncio.run(spdy_exec(_url(cri_runtime, cid, ["sh", "-c", "echo x; exit 5"]),
+                                protocols=("v3.channel.k8s.io", "v2.channel.k8s.io")))
+    assert (got.protocol, got.stdout) == ("v3.channel.k8s.io", b"x\n"), got
+    assert b"exit" in got.error and b"5" in got.error and not got.error.startswith(b"{"), got
+    got = asyncio.run(spdy_exec(_url(cri_runtime, cid, ["true"]),
+                                protocols=("v2.channel.k8s.io",)))
+    assert (got.protocol, got.error) == ("v2.channel.k8s.io", b""), got
+    got = asyncio.run(spdy_exec(_url(cri_runtime, cid, ["true"]), protocols=("v9.nope",)))
+    assert got.status_code in (400, 403), got
