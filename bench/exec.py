@@ -1,7 +1,8 @@
-"""Exec round trip (`echo`): the main port's `/exec` (WebSocket, through CRI Exec and the
-embedded runtime's streaming server) beside CRI `ExecSync` and beside CRI `Exec` + the
-streaming server directly; with PODVISOR_CONTAINERD_ENDPOINT set, also containerd's `ExecSync`
-and its streaming path (`Exec` + WebSocket v4) on a container of its own.
+"""Exec round trip (`echo`): the main port's `/exec` (WebSocket relay and SPDY/3.1 splice,
+through CRI Exec and the embedded runtime's streaming server) beside CRI `ExecSync` and beside
+CRI `Exec` + the streaming server directly (WebSocket and SPDY); with
+PODVISOR_CONTAINERD_ENDPOINT set, also containerd's `ExecSync` and its streaming path (`Exec`
++ WebSocket v4, and SPDY) on a container of its own.
 
 A real `podvisor run` agent (bench/pods_agent.py, embedded runtime, one static pod running
 `sleep`), its main port on 127.0.0.1 with a token file. Each figure: K sequential round trips
@@ -31,6 +32,7 @@ from mainport import free_port, pct  # noqa: E402
 from pods_agent import Agent, kill_descendants, poll  # noqa: E402
 
 from podvisor.services.cri import RuntimeClient, new_runtime_client  # noqa: E402
+from tests.mainport.spdy_client import spdy_exec  # noqa: E402
 
 TOKEN = "bench-token"
 
@@ -72,6 +74,11 @@ async def run_cri(k: int, cri: RuntimeClient, cid: str, protocol: str, label: st
                                  headers={"Origin": url.split("/exec/")[0]})
         row(f"{label} Exec + streaming server ({protocol[:2]})", await timed(k, direct))
 
+    async def spdy() -> object:
+        url = await loop.run_in_executor(None, cri.exec, req)
+        return await spdy_exec(url)
+    row(f"{label} Exec + streaming server (SPDY v4)", await timed(k, spdy))
+
 
 async def run(k: int, agent: Agent, port: int) -> None:
     assert agent.cri is not None
@@ -86,6 +93,8 @@ async def run(k: int, agent: Agent, port: int) -> None:
         row("embedded: main port /exec (HTTPS, WebSocket v5)", await timed(k, lambda: ws_echo(
             session, url, "v5.channel.k8s.io", ssl=ctx,
             headers={"Authorization": f"Bearer {TOKEN}"})))
+    row("embedded: main port /exec (HTTPS, SPDY v4 splice)", await timed(k, lambda: spdy_exec(
+        url, headers={"Authorization": f"Bearer {TOKEN}"}, ctx=ctx)))
     endpoint = os.environ.get("PODVISOR_CONTAINERD_ENDPOINT")
     if endpoint:
         await run_containerd(k, endpoint)

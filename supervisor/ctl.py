@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("-n", "--namespace", default="default")
     ex.add_argument("-c", "--container", default=None)
     ex.add_argument("-i", "--stdin", action="store_true", help="pass this stdin to the command")
-    ex.add_argument("-t", "--tty", action="store_true", help="a TTY (not supported yet)")
+    ex.add_argument("-t", "--tty", action="store_true",
+                    help="a TTY (raw mode and window size when stdin is a terminal)")
     sub.add_parser("ops-password", help="print the ops port's password (user opsUsername)")
     im = sub.add_parser("images", help="the runtime's images (pull REF, rm REF...)")
     im.add_argument("action", nargs="?", choices=("pull", "rm", "load"))

@@ -1,4 +1,4 @@
-"""`podvisorctl exec POD [-n NAMESPACE] [-c CONTAINER] [-i] -- CMD...`: run a command in a
+"""`podvisorctl exec POD [-n NAMESPACE] [-c CONTAINER] [-i] [-t] -- CMD...`: run a command in a
 running container, as `kubectl exec`.
 
 It asks the agent's runtime (the embedded runtime's socket under `run/`, or the configured
@@ -8,8 +8,10 @@ streaming server the main port's `/exec` relays to, with no main-port credential
 caller already has the rootDir). stdout and stderr are copied to this process's; with `-i`
 this process's stdin is sent and its end closes the command's input (v5 only; containerd
 speaks v4, where the command's input stays open). The exit code is the command's.
-`-t` (TTY) is refused: not built. POD is the pod's name, or the static pod's short name
-(`POD-<node>`). Exit 2 when the pod, the container or the runtime cannot be found.
+`-t`: the command gets a terminal (its stderr is the terminal too); when this process's stdin
+is a terminal it is put in raw mode for the session (restored after) and its size is sent at
+the start and on every SIGWINCH (the resize channel). POD is the pod's name, or the static
+pod's short name (`POD-<node>`). Exit 2 when the pod, the container or the runtime cannot be found.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import termios
 import threading
 from pathlib import Path
 from typing import Any
@@ -60,9 +64,6 @@ def main_exec(root_dir: str, pod: str, namespace: str, container: str | None, st
 
     from podvisor.services.cri import CriError, new_runtime_client
 
-    if tty:
-        print("podvisorctl: exec -t (TTY) is not supported yet", file=sys.stderr)
-        return 2
     if not cmd:
         print("podvisorctl: exec needs a command: exec POD -- CMD...", file=sys.stderr)
         return 2
@@ -81,24 +82,55 @@ def main_exec(root_dir: str, pod: str, namespace: str, container: str | None, st
             print(f"podvisorctl: {why} in namespace {namespace}", file=sys.stderr)
             return 2
         url = cri.exec(pb.ExecRequest(container_id=target.id, cmd=cmd, stdin=stdin,
-                                      stdout=True, stderr=True))
+                                      stdout=True, stderr=not tty, tty=tty))
     except CriError as exc:
         print(f"podvisorctl: the runtime at {endpoint} refused exec: {exc}", file=sys.stderr)
         return 2
     finally:
         cri.close()
-    return asyncio.run(_stream(url, stdin))
+    raw = tty and stdin and os.isatty(sys.stdin.fileno())
+    saved = termios.tcgetattr(sys.stdin.fileno()) if raw else None
+    try:
+        if raw:
+            import tty as tty_mode
+            tty_mode.setraw(sys.stdin.fileno())
+        return asyncio.run(_stream(url, stdin, tty))
+    finally:
+        if saved is not None:
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
 
 
-async def _stream(url: str, stdin: bool) -> int:
+def _terminal_size() -> bytes | None:
+    for stream in (sys.stdin, sys.stdout):
+        try:
+            size = os.get_terminal_size(stream.fileno())
+        except (OSError, ValueError):
+            continue
+        return b"\x04" + json.dumps({"Width": size.columns, "Height": size.lines}).encode()
+    return None
+
+
+async def _stream(url: str, stdin: bool, tty: bool = False) -> int:
     import aiohttp
 
     status: dict[str, Any] = {}
     origin = url.split("/exec/")[0]
+    loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession() as session, session.ws_connect(
             url, protocols=PROTOCOLS, headers={"Origin": origin}, max_msg_size=0) as ws:
         feeder = asyncio.ensure_future(_feed(ws, ws.protocol == PROTOCOLS[0])) if stdin \
             else None
+        resizes: set[asyncio.Future[None]] = set()
+
+        def resize() -> None:
+            message = _terminal_size()
+            if message is not None:
+                task = asyncio.ensure_future(ws.send_bytes(message))
+                resizes.add(task)
+                task.add_done_callback(resizes.discard)
+        if tty:
+            resize()
+            loop.add_signal_handler(signal.SIGWINCH, resize)
         try:
             async for msg in ws:
                 if msg.type is not aiohttp.WSMsgType.BINARY or not msg.data:
@@ -111,6 +143,8 @@ async def _stream(url: str, stdin: bool) -> int:
                 elif channel == 3:
                     status = json.loads(data)
         finally:
+            if tty:
+                loop.remove_signal_handler(signal.SIGWINCH)
             if feeder is not None:
                 feeder.cancel()
     if status.get("status") == "Success":

@@ -83,6 +83,12 @@ class RuntimeClient(Protocol):
     def exec(self, request: pb.ExecRequest) -> str:
         """CRI ``Exec``: the streaming server's URL (single use) for the request."""
 
+    def attach(self, request: pb.AttachRequest) -> str:
+        """CRI ``Attach``: the streaming server's URL (single use) for the request."""
+
+    def port_forward(self, request: pb.PortForwardRequest) -> str:
+        """CRI ``PortForward``: the streaming server's URL (single use) for the request."""
+
     def reopen_container_log(self, container_id: str) -> None: ...
 
     def container_stats(self, container_id: str) -> pb.ContainerStats: ...

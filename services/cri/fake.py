@@ -313,6 +313,16 @@ class FakeRuntimeClient:
         self._enter("Exec", request.container_id, tuple(request.cmd))
         raise CriError("Exec", grpc.StatusCode.UNIMPLEMENTED, "the fake runtime does not stream")
 
+    def attach(self, request: pb.AttachRequest) -> str:
+        self._enter("Attach", request.container_id)
+        raise CriError("Attach", grpc.StatusCode.UNIMPLEMENTED,
+                       "the fake runtime does not stream")
+
+    def port_forward(self, request: pb.PortForwardRequest) -> str:
+        self._enter("PortForward", request.pod_sandbox_id)
+        raise CriError("PortForward", grpc.StatusCode.UNIMPLEMENTED,
+                       "the fake runtime does not stream")
+
     def reopen_container_log(self, container_id: str) -> None:
         self._enter("ReopenContainerLog", container_id)
         with self._lock:

@@ -183,6 +183,12 @@ class _GrpcRuntimeClient:
     def exec(self, request: pb.ExecRequest) -> str:
         return str(self._call("Exec", request, pb.ExecResponse).url)
 
+    def attach(self, request: pb.AttachRequest) -> str:
+        return str(self._call("Attach", request, pb.AttachResponse).url)
+
+    def port_forward(self, request: pb.PortForwardRequest) -> str:
+        return str(self._call("PortForward", request, pb.PortForwardResponse).url)
+
     def reopen_container_log(self, container_id: str) -> None:
         req = pb.ReopenContainerLogRequest(container_id=container_id)
         self._call("ReopenContainerLog", req, pb.ReopenContainerLogResponse)

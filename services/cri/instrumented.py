@@ -154,6 +154,12 @@ class _InstrumentedRuntimeClient:
     def exec(self, request: pb.ExecRequest) -> str:
         return self._observe("Exec", lambda: self._inner.exec(request))
 
+    def attach(self, request: pb.AttachRequest) -> str:
+        return self._observe("Attach", lambda: self._inner.attach(request))
+
+    def port_forward(self, request: pb.PortForwardRequest) -> str:
+        return self._observe("PortForward", lambda: self._inner.port_forward(request))
+
     def reopen_container_log(self, container_id: str) -> None:
         self._observe(
             "ReopenContainerLog", lambda: self._inner.reopen_container_log(container_id)

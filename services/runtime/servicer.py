@@ -20,9 +20,20 @@ from podvisor.services.runtime import convert, execsync
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.faults import Fault, precondition
 from podvisor.services.runtime.index import POD_UID_LABEL
-from podvisor.services.runtime.model import Container, ContainerState, Sandbox, labels_match
+from podvisor.services.runtime.model import (
+    Container,
+    ContainerState,
+    Sandbox,
+    SandboxState,
+    labels_match,
+)
 from podvisor.services.runtime.stats import StatsCollector
-from podvisor.services.runtime.streaming import ExecRequest, StreamingServer
+from podvisor.services.runtime.streaming import (
+    AttachRequest,
+    ExecRequest,
+    PortForwardRequest,
+    StreamingServer,
+)
 
 VERSION = "0.1.0"
 RUNTIME_NAME = "podvisor-embedded"
@@ -117,6 +128,13 @@ def exec_command_of(engine: Engine, container_id: str,
     if c.state is not ContainerState.RUNNING:
         raise precondition(f"container {c.id} is not running")
     return execsync.exec_command(engine.spec(c.id), cmd, c.started.pid if c.started else 0)
+
+
+def _running(engine: Engine, container_id: str) -> bool:
+    try:
+        return engine.container(container_id).state is ContainerState.RUNNING
+    except Fault:
+        return False
 
 
 class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
@@ -233,6 +251,35 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
             request.container_id, tuple(request.cmd), request.stdin, request.stdout,
             request.stderr, request.tty))
         return pb.ExecResponse(url=url)
+
+    @_guard
+    def Attach(self, request: pb.AttachRequest, context: Any) -> pb.AttachResponse:
+        """The container's output from now on (its log); the embedded runtime's containers
+        have no stdin and no terminal to attach to."""
+        if self.streaming is None:
+            raise Fault(grpc.StatusCode.UNIMPLEMENTED, "no streaming server")
+        c = self.engine.container(request.container_id)
+        if c.state is not ContainerState.RUNNING:
+            raise precondition(f"container {c.id} is not running")
+        if request.stdin or request.tty:
+            raise precondition("attach: the embedded runtime's containers have no stdin and no "
+                               "terminal (their stdio is their log); attach with stdout/stderr "
+                               "only, or use exec")
+        engine, cid = self.engine, c.id
+        url = self.streaming.attach_url(AttachRequest(
+            cid, c.log_path, request.stdout, request.stderr,
+            running=lambda: _running(engine, cid)))
+        return pb.AttachResponse(url=url)
+
+    @_guard
+    def PortForward(self, request: pb.PortForwardRequest, context: Any) -> pb.PortForwardResponse:
+        if self.streaming is None:
+            raise Fault(grpc.StatusCode.UNIMPLEMENTED, "no streaming server")
+        sb = self.engine.sandbox(request.pod_sandbox_id)
+        if sb.state is not SandboxState.READY:
+            raise precondition(f"pod sandbox {sb.id} is not ready")
+        url = self.streaming.port_forward_url(PortForwardRequest(sb.id, tuple(request.port)))
+        return pb.PortForwardResponse(url=url)
 
     @_guard
     def ReopenContainerLog(self, request: pb.ReopenContainerLogRequest, context: Any) -> Any:

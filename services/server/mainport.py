@@ -50,8 +50,9 @@ __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
 MAIN_HINT = ("the main port serves /healthz, /pods, /runningpods/, "
              "/containerLogs/{namespace}/{pod}/{container}, /configz, /stats/summary, /metrics, "
-             "/metrics/probes, /metrics/resource, /exec/{namespace}/{pod}/{container} (WebSocket) "
-             "and /run/{namespace}/{pod}/{container}")
+             "/metrics/probes, /metrics/resource, /exec/{namespace}/{pod}/{container}, "
+             "/attach/{namespace}/{pod}/{container}, /portForward/{namespace}/{pod} (SPDY/3.1 "
+             "or WebSocket) and /run/{namespace}/{pod}/{container}")
 REDACTED = "<redacted>"
 
 

@@ -5,7 +5,9 @@ client certificate (CN = user, O = groups) and answers 401 otherwise, and implem
 to the API's documented behaviour, what podvisor uses (see ``store.py`` for the storage
 semantics):
 
-- core/v1 ``pods`` (+ ``status``), ``nodes`` (+ ``status``), ``namespaces``, ``configmaps``,
+- core/v1 ``pods`` (+ ``status``; ``exec``, ``attach``, ``portforward``: proxied to the
+  node's main port as kube-apiserver does, see ``_proxy_to_node``), ``nodes`` (+ ``status``),
+  ``namespaces``, ``configmaps``,
   ``secrets``, ``serviceaccounts`` (+ ``token``: TokenRequest), ``events``;
   ``coordination.k8s.io/v1`` ``leases``; TokenReview and SubjectAccessReview;
 - list (``resourceVersion`` in the list metadata) and watch (``watch=1``) with
@@ -44,11 +46,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import trustme
 import yaml
 from aiohttp import web
 
+from podvisor.common.upgrade import (
+    UpgradeError,
+    connect_upgrade,
+    finish_hijacked,
+    hijack,
+    splice,
+)
 from tests.kubeapi.patch import PatchError, merge_patch, strategic_merge_patch
 from tests.kubeapi.store import KINDS, ApiError, Event, Obj, Store, not_found, now_rfc3339
 
@@ -66,6 +76,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"
+NODE_PROXIED = ("exec", "attach", "portforward")
 
 
 @dataclass(frozen=True)
@@ -174,6 +185,14 @@ class KubeApi:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._closing = threading.Event()
+        # pods/exec|attach|portforward: the nodes run on this machine, reached on loopback
+        # with the API server's own client certificate (``kubelet_client_ca``: its CA)
+        self.kubelet_host = "127.0.0.1"
+        self._kubelet_client = self._ca.issue_cert(
+            "kube-apiserver.invalid", common_name="kube-apiserver-kubelet-client",
+            organization_name="system:masters")
+        self.kubelet_client_ca = self.ca_file
+        self.node_proxy_requests: list[tuple[str, str, str]] = []  # method, URL, Upgrade
         for ns in ("default", "kube-system", "kube-node-lease", "kube-public"):
             self.seed_namespace(ns)
 
@@ -333,6 +352,9 @@ class KubeApi:
                 return web.json_response({"major": "1", "minor": "33",
                                           "gitVersion": "v1.33.0-standin"})
             return web.Response(text="ok")
+        if request.method == "GET" and path in ("/api", "/apis", "/api/v1",
+                                                "/apis/coordination.k8s.io/v1"):
+            return web.json_response(self._discovery(path))
         if path == "/apis/authentication.k8s.io/v1/tokenreviews" and request.method == "POST":
             return await self._token_review(request)
         if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" and \
@@ -344,6 +366,8 @@ class KubeApi:
             if request.method != "POST":
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
             return await self._token_request(request, route)
+        if route.resource == "pods" and route.sub in NODE_PROXIED and route.namespace:
+            return await self._proxy_to_node(request, route)
         if route.sub not in ("", "status"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ns = route.namespace or ""
@@ -380,6 +404,93 @@ class KubeApi:
                                     uid=pre.get("uid"), rv=pre.get("resourceVersion"))
             return web.json_response(obj)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def _discovery(self, path: str) -> Obj:
+        """Legacy (non-aggregated) discovery, what kubectl reads to map ``pod/NAME``."""
+        coordination = {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
+        if path == "/apis":
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
+                "name": "coordination.k8s.io", "versions": [coordination],
+                "preferredVersion": coordination}]}
+        group = "coordination.k8s.io/v1" if "coordination" in path else "v1"
+        resources: list[Obj] = []
+        for plural, (kind, gv, namespaced, status, _) in KINDS.items():
+            if gv != group:
+                continue
+            resources.append({"name": plural, "singularName": kind.lower(),
+                              "namespaced": namespaced, "kind": kind, "verbs": [
+                                  "create", "delete", "get", "list", "patch", "update",
+                                  "watch"]})
+            subs = (["status"] if status else []) + (
+                list(NODE_PROXIED) if plural == "pods" else [])
+            for sub in subs:
+                resources.append({"name": f"{plural}/{sub}", "singularName": "",
+                                  "namespaced": namespaced,
+                                  "kind": "PodExecOptions" if sub != "status" else kind,
+                                  "verbs": ["get", "patch", "update"] if sub == "status"
+                                  else ["create", "get"]})
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group,
+                "resources": resources}
+
+    # -- pods/exec, pods/attach, pods/portforward: to the node's main port --------------------
+    async def _proxy_to_node(self, request: web.Request, route: _Route) -> web.StreamResponse:
+        """As kube-apiserver: the kubelet's URL for the subresource (its own query names), a
+        connection to the node's main port with the API server's own client certificate (the
+        node's serving certificate is not verified, as without
+        ``--kubelet-certificate-authority``), the client's upgrade headers and no credentials;
+        after the node's 101 the two connections are spliced byte for byte."""
+        ns, name = route.namespace or "", route.name
+        pod = self.store.get("pods", ns, name)
+        spec = pod.get("spec", {})
+        node_name = spec.get("nodeName") or ""
+        if not node_name:
+            raise ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
+        node = self.store.get("nodes", "", node_name)
+        port = int(node.get("status", {}).get("daemonEndpoints", {})
+                   .get("kubeletEndpoint", {}).get("Port", 0))
+        if not port:
+            raise ApiError(400, "BadRequest", f"node {node_name} has no kubelet endpoint")
+        q = request.query
+        if route.sub == "portforward":
+            path = f"/portForward/{ns}/{name}"
+            params = [("port", p) for p in q.getall("ports", [])]
+        else:
+            names = [c["name"] for c in spec.get("containers", [])]
+            container = q.get("container") or (names[0] if len(names) == 1 else "")
+            if not container:
+                raise ApiError(400, "BadRequest", f"a container name must be specified for pod "
+                                                  f"{name}, choose one of: {names}")
+            path = f"/{route.sub}/{ns}/{name}/{container}"
+            params = [(kubelet, "1") for api, kubelet in (
+                ("stdin", "input"), ("stdout", "output"), ("stderr", "error"), ("tty", "tty"))
+                if q.get(api) in ("true", "1")]
+            if route.sub == "exec":
+                params = [("command", c) for c in q.getall("command", [])] + params
+        target = path + (f"?{urlencode(params)}" if params else "")
+        skip = {"authorization", "host", "content-length", "transfer-encoding", "cookie"}
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in skip]
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        self._kubelet_client.configure_cert(ctx)
+        try:
+            status, reason, got, body, reader, writer = await connect_upgrade(
+                f"https://{self.kubelet_host}:{port}", request.method, target, headers,
+                ssl_context=ctx)
+        except (OSError, UpgradeError) as exc:
+            raise ApiError(502, "BadGateway", f"error dialing backend: {exc}") from None
+        self.node_proxy_requests.append((request.method, target,
+                                         request.headers.get("Upgrade", "")))
+        if status != 101:
+            return web.Response(status=status, reason=reason, body=body, headers={
+                k: v for k, v in got if k.lower() == "content-type"})
+        client = await hijack(request, got)
+        with contextlib.suppress(ConnectionError, OSError):
+            await splice(client, (reader, writer))
+        return finish_hijacked()
 
     @staticmethod
     async def _body(request: web.Request) -> Obj:

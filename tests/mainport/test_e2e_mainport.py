@@ -7,13 +7,18 @@ server process during ``logs --follow``: the port is back, the pods are untouche
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
+import pty
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -465,9 +470,21 @@ def test_podvisorctl_exec(node: Node) -> None:
     missing = subprocess.run([*ctl, "exec", "nosuchpod", "--", "true"], capture_output=True,
                              text=True, timeout=60)
     assert missing.returncode == 2 and "no running pod nosuchpod" in missing.stderr
-    tty = subprocess.run([*ctl, "exec", "-t", "talker", "--", "true"], capture_output=True,
-                         text=True, timeout=60)
-    assert tty.returncode == 2 and "not supported" in tty.stderr
+    # -t under a terminal (a pty here): the command gets one, sized as this terminal
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    script = ("test -t 0 && test -t 1 && echo tty; "
+              "while [ \"$(stty size)\" != '33 111' ]; do :; done; echo sized; exit 4")
+    proc = subprocess.Popen([*ctl, "exec", "-i", "-t", "talker", "--", "sh", "-c", script],
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    out = b""
+    with contextlib.suppress(OSError):  # EIO once podvisorctl closed the terminal
+        while chunk := os.read(master, 4096):
+            out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 4, out
+    assert out.replace(b"\r", b"").splitlines() == [b"tty", b"sized"], out
 
 
 def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
@@ -501,3 +518,37 @@ def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
              30.0, 0.05, "the exec'd command killed once its stream is gone")
     wait_for(lambda: _answers(node), 30.0, 0.02, "main port back after kill -9")
     assert read_pid(node.marks, "talker") == talker_pid
+
+
+STREAMS = ["/exec/default/talker-e2e/c?command=true&output=1",
+           "/attach/default/talker-e2e/c?output=1", "/portForward/default/talker-e2e"]
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_stream_endpoints_need_credentials_and_an_upgrade(node: Node, path: str,
+                                                          wait_for: Any) -> None:
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    assert node.get(path, token=None).status_code == 401
+    plain = node.get(path)
+    assert plain.status_code == 400 and "upgrade" in plain.json()["message"], plain.text
+
+
+def test_spdy_exec_with_a_token_and_a_protocol_refusal(node: Node, wait_for: Any) -> None:
+    """SPDY through the main port with a bearer token; a protocol nobody serves is the
+    runtime's 403 (httpstream.Handshake), passed on as a Status."""
+    import asyncio
+    import ssl
+
+    from tests.mainport.spdy_client import spdy_exec
+
+    wait_for(lambda: _answers(node), 30.0, 0.1, "main port up")
+    ctx = ssl.create_default_context(cafile=node.ca)
+    url = node.url("/exec/default/talker-e2e/c?command=sh&command=-c&command=echo%20s%3B%20"
+                   "exit%202&output=1&error=1")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    got = asyncio.run(spdy_exec(url, headers=auth, ctx=ctx))
+    assert (got.status_code, got.stdout) == (101, b"s\n"), got
+    assert got.status["details"]["causes"][0]["message"] == "2"
+    refused = asyncio.run(spdy_exec(url, headers=auth, ctx=ctx, protocols=("v9.nope",)))
+    assert refused.status_code == 403, refused
+    assert b"unable to negotiate protocol" in refused.body

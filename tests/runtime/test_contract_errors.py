@@ -143,7 +143,8 @@ def test_unimplemented_calls_say_so(cri_runtime: Any) -> None:
     try:
         stub: Any = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
         with pytest.raises(grpc.RpcError) as info:
-            stub.Attach(pb.AttachRequest(container_id=UNKNOWN), timeout=5)
+            stub.CheckpointContainer(pb.CheckpointContainerRequest(container_id=UNKNOWN),
+                                     timeout=5)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         channel.close()
