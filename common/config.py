@@ -44,6 +44,8 @@ __all__ = [
     "keys_not_yet_used",
     "load_config",
     "read_config_json",
+    "run_config",
+    "runtime_endpoint_of",
     "write_config_json",
 ]
 
@@ -638,6 +640,24 @@ def read_config_json(path: Path) -> Config:
     """Read `run/config.json` back (raises `ConfigError` or `OSError`)."""
     with path.open(encoding="utf-8") as src:
         return config_from_mapping(json.load(src))
+
+
+def run_config(path: Path) -> Config | None:
+    """The effective config an agent on this rootDir wrote (`run/config.json`), or None when no
+    agent ever ran there (raises `ConfigError` or `OSError` when it cannot be read)."""
+    if not path.exists():
+        return None
+    return read_config_json(path)
+
+
+def runtime_endpoint_of(path: Path) -> str:
+    """`runtimeEndpoint` of the agent on this rootDir (`run/config.json`): `embedded` when no
+    agent ran there or its config cannot be read (the one lookup podvisorctl's commands share)."""
+    try:
+        config = run_config(path)
+    except (OSError, ValueError):
+        return "embedded"
+    return config.runtime_endpoint if config is not None else "embedded"
 
 
 def dataclass_attrs(cls: type[Any]) -> set[str]:

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from podvisor.common.config import read_config_json
+from podvisor.common.config import runtime_endpoint_of
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
 from podvisor.ipc.paths import RunPaths
@@ -68,10 +68,7 @@ def main_exec(root_dir: str, pod: str, namespace: str, container: str | None, st
         print("podvisorctl: exec needs a command: exec POD -- CMD...", file=sys.stderr)
         return 2
     paths = RunPaths(Path(root_dir))
-    try:
-        endpoint = read_config_json(paths.config_json).runtime_endpoint
-    except (OSError, ValueError):
-        endpoint = "embedded"
+    endpoint = runtime_endpoint_of(paths.config_json)
     cri = new_runtime_client(cri_endpoint(endpoint, paths.cri_socket), timeout=timeout)
     try:
         running = cri.list_containers(pb.ContainerFilter(

@@ -19,8 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from podvisor.common.config import run_config
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.ctl_stoppods import _config, _serving
+from podvisor.supervisor.ctl_stoppods import _serving
 
 __all__ = ["format_images", "human_size", "main_images"]
 
@@ -55,7 +56,7 @@ def format_images(images: list[dict[str, Any]]) -> str:
 def _endpoint(root: str) -> tuple[str, Path | None]:
     """(CRI endpoint, the embedded runtime's progress folder or None)."""
     paths = RunPaths(Path(root))
-    config = _config(paths)
+    config = run_config(paths.config_json)
     endpoint = config.runtime_endpoint if config is not None else "embedded"
     if endpoint != "embedded":
         return endpoint, None
@@ -162,7 +163,7 @@ def _load(root: str, archive: str) -> int:
     from podvisor.services.runtime import ImageError, ImageStore
 
     paths = RunPaths(Path(root))
-    config = _config(paths)
+    config = run_config(paths.config_json)
     if config is not None and config.runtime_endpoint != "embedded":
         print(f"podvisorctl: images load imports into the embedded runtime only; this agent "
               f"uses {config.runtime_endpoint}", file=sys.stderr)

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from podvisor.common.config import Config, ConfigError, read_config_json
+from podvisor.common.config import Config, ConfigError, run_config
 from podvisor.common.endpoint import EMBEDDED, cri_endpoint, is_embedded
 from podvisor.common.logs import EventLogger, setup_logging
 from podvisor.ipc.clock import SYSTEM_CLOCK
@@ -99,12 +99,6 @@ def _serving(paths: RunPaths) -> bool:
     finally:
         cri.close()
     return True
-
-
-def _config(paths: RunPaths) -> Config | None:
-    if not paths.config_json.exists():
-        return None
-    return read_config_json(paths.config_json)
 
 
 def _has_embedded_state(paths: RunPaths) -> bool:
@@ -186,7 +180,7 @@ def main_stop_pods(root: str) -> int:
         print(f"podvisorctl: cannot lock {paths.run_dir}: {exc}", file=sys.stderr)
         return 2
     try:
-        config = _config(paths)
+        config = run_config(paths.config_json)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"podvisorctl: cannot read {paths.config_json}: {exc}", file=sys.stderr)
         lock.close()

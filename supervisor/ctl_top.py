@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from podvisor.common.config import read_config_json
+from podvisor.common.config import runtime_endpoint_of
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.ipc.paths import RunPaths
 
@@ -71,10 +71,7 @@ def main_top(root_dir: str, as_json: bool, timeout: float) -> int:
     from podvisor.services.cri import CriError, new_runtime_client
 
     paths = RunPaths(Path(root_dir))
-    try:
-        endpoint = read_config_json(paths.config_json).runtime_endpoint
-    except (OSError, ValueError):
-        endpoint = "embedded"
+    endpoint = runtime_endpoint_of(paths.config_json)
     cri = new_runtime_client(cri_endpoint(endpoint, paths.cri_socket), timeout=timeout)
     try:
         first = cri.list_container_stats()

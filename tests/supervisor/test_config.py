@@ -290,3 +290,16 @@ def test_image_registries_parse_and_round_trip() -> None:
         config_from_mapping({"imageRegistries": {"r": {"plainHTTP": "yes"}}})
     with pytest.raises(ConfigError, match=r"imageRegistries.r.ca.*unknown key"):
         config_from_mapping({"imageRegistries": {"r": {"ca": "x"}}})
+
+
+def test_runtime_endpoint_of_a_root_dir(tmp_path: Path) -> None:
+    """podvisorctl's one rootDir -> runtime lookup: the agent's `run/config.json`, else (never
+    ran, unreadable) the embedded runtime."""
+    from podvisor.common.config import run_config, runtime_endpoint_of, write_config_json
+
+    path = tmp_path / "config.json"
+    assert run_config(path) is None and runtime_endpoint_of(path) == "embedded"
+    write_config_json(Config(runtime_endpoint="unix:///run/containerd/containerd.sock"), path)
+    assert runtime_endpoint_of(path) == "unix:///run/containerd/containerd.sock"
+    path.write_text("{not json")
+    assert runtime_endpoint_of(path) == "embedded"
