@@ -19,13 +19,14 @@ from typing import TypeVar
 from cri_api.v1 import api_pb2 as pb
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from podvisor.common.buckets import exponential_buckets
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.cri.client import EventStream, RuntimeClient
 from podvisor.services.cri.errors import CriError
 
 R = TypeVar("R")
 
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+_BUCKETS = exponential_buckets(0.005, 2.5, 14)  # the kubelet's, for runtime operations
 
 
 def operation_type(method: str) -> str:

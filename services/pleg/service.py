@@ -53,6 +53,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 
+from podvisor.common.buckets import DEF_BUCKETS
 from podvisor.common.child import ChildContext
 from podvisor.common.logs import EventLog
 from podvisor.common.service import ServiceLoop
@@ -105,10 +106,10 @@ class RelistMetrics:
         registry = CollectorRegistry(auto_describe=False)
         self.duration = Histogram("kubelet_pleg_relist_duration_seconds",
                                   "Duration in seconds for relisting pods in PLEG",
-                                  registry=registry)
+                                  buckets=DEF_BUCKETS, registry=registry)
         self.interval = Histogram("kubelet_pleg_relist_interval_seconds",
                                   "Interval in seconds between relisting in PLEG",
-                                  registry=registry)
+                                  buckets=DEF_BUCKETS, registry=registry)
 
 
 class PlegLoop:

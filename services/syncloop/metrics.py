@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from podvisor.common.buckets import DEF_BUCKETS
+
 __all__ = ["DEF_BUCKETS", "WorkerMetrics"]
 
-# Go client_golang's prometheus.DefBuckets (the kubelet's metrics.DefBuckets); not Python's.
-DEF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 OPERATIONS = ("create", "update", "sync", "kill")
 
 

@@ -112,3 +112,26 @@ def test_status_process_times_a_pod_from_first_seen_to_running(bus: Bus) -> None
     took = r.get_sample_value("kubelet_pod_start_duration_seconds_sum")
     assert took is not None and 4.0 < took < 5.0  # plus the turns' COALESCE steps
     kill(svc)
+
+
+def test_kubelet_histograms_bucket_as_the_kubelet() -> None:
+    """PLEG's relist histograms use Go's DefBuckets, runtime operations the kubelet's
+    ExponentialBuckets(.005, 2.5, 14): the same `le` bounds a kubelet dashboard expects."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from podvisor.common.buckets import exponential_buckets
+    from podvisor.services.cri.instrumented import _Metrics
+    from podvisor.services.pleg.service import RelistMetrics
+
+    def bounds(metric: MetricWrapperBase) -> list[float]:
+        return [float(s.labels["le"]) for family in metric.collect() for s in family.samples
+                if s.name.endswith("_bucket")]
+
+    relist = RelistMetrics()
+    relist.duration.observe(0.01)
+    relist.interval.observe(1.0)
+    assert bounds(relist.duration) == bounds(relist.interval) == [*DEF_BUCKETS, float("inf")]
+    ops = _Metrics(CollectorRegistry(auto_describe=False))
+    ops.latency.labels("list_containers").observe(0.01)
+    assert bounds(ops.latency) == [*exponential_buckets(0.005, 2.5, 14), float("inf")]
+    assert exponential_buckets(0.005, 2.5, 14)[:3] == (0.005, 0.0125, 0.03125)
