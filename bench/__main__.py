@@ -178,7 +178,8 @@ NOT_MEASURED: tuple[tuple[str, str], ...] = (
 )
 
 # bench scripts without `--json`: run on their own, not in the table
-TEXT_ONLY = ("runtime.py", "limits.py", "images.py", "mainport.py", "ops.py", "api.py")
+TEXT_ONLY = ("runtime.py", "limits.py", "images.py", "mainport.py", "ops.py", "api.py",
+             "pod_wire.py")
 
 
 # --- running a stage -------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 - ``decode_pod(bytes, where)`` / ``decode_pod_or_list`` / ``load_document``: manifest bytes in.
 - ``pod_from_dict(obj, where) -> ParsedPod(pod, warnings)``: validate + default a decoded
-  manifest or rebuild a pod from its wire form ``Pod.to_dict()``.
+  manifest (a source does this, once per pod).
+- ``pod_from_wire(wire, where) -> Pod``: the trusted, unchecked rebuild of a validated pod
+  from its wire form ``Pod.to_dict()`` (what bus consumers use; ``pod_from_dict`` reads it
+  too, at full validation cost).
 - ``PodValidationError(where, errors)``: every rejection, each ``FieldIssue(field, reason)``.
 - ``apply_static_defaults``: the kubelet's defaults for file/HTTP pods (UID, name, annotations).
 - ``container_hash``: the spec hash that triggers a restart when a container's spec changes.
@@ -94,6 +97,7 @@ from podvisor.services.pod.static import (
     apply_static_defaults,
     static_pod_uid,
 )
+from podvisor.services.pod.wire import pod_from_wire
 
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
@@ -167,6 +171,7 @@ __all__ = [
     "no_new_privs",
     "oom_score_adj",
     "pod_from_dict",
+    "pod_from_wire",
     "projected_downward_files",
     "qos_class",
     "readonly_paths",

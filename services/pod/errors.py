@@ -18,7 +18,7 @@ class FieldIssue:
         return f"{self.field}: {self.reason}" if self.field else self.reason
 
     def to_dict(self, where: str, key: str = "file") -> dict[str, str]:
-        """The wire form used in ``PodSet.errors``: ``{file|url, reason, field}``."""
+        """The wire form used in ``PodSetValue.errors``: ``{file|url, reason, field}``."""
         return {key: where, "reason": self.reason, "field": self.field}
 
 

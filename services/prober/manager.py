@@ -13,12 +13,12 @@ probe, or the startup probe, failed past its threshold: the sync loop kills the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from podvisor.ipc.maps import DesiredPod
-from podvisor.services.pod import Pod, PodValidationError, Probe, pod_from_dict
+from podvisor.services.pod import Pod, PodValidationError, Probe, pod_from_wire
 from podvisor.services.prober.worker import (
     ContainerObs,
     Kind,
@@ -105,29 +105,8 @@ def seeds_from(entry: Mapping[str, Any]) -> dict[Kind, Seed]:
     return out
 
 
-class _PodCache:
-    """Parsed pods by UID, re-parsed only when their ``desired`` dict changes."""
-
-    def __init__(self) -> None:
-        self._pods: dict[str, tuple[Any, Pod | None]] = {}
-
-    def get(self, uid: str, raw: Any) -> Pod | None:
-        hit = self._pods.get(uid)
-        if hit is not None and hit[0] == raw:
-            return hit[1]
-        try:
-            pod: Pod | None = pod_from_dict(raw, where=f"desired[{uid}]").pod
-        except PodValidationError:
-            pod = None
-        self._pods[uid] = (raw, pod)
-        return pod
-
-    def keep(self, uids: set[str]) -> None:
-        for uid in set(self._pods) - uids:
-            del self._pods[uid]
-
-    def drop(self, uid: str) -> None:
-        self._pods.pop(uid, None)
+def _ignore_invalid(uid: str, err: PodValidationError) -> None:
+    pass
 
 
 _PROBE_KEYS = ("livenessProbe", "readinessProbe", "startupProbe")
@@ -151,7 +130,11 @@ def _active(entry: Any) -> TypeGuard[DesiredPod]:
 
 class ProbeManager:
     def __init__(self, rand: Rand, prober_started: float,
-                 seeds: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 seeds: Mapping[str, Mapping[str, Any]] | None = None,
+                 on_invalid: Callable[[str, PodValidationError], None] = _ignore_invalid
+                 ) -> None:
+        """``on_invalid(uid, error)``: a ``desired`` pod that is not a validated wire form (a
+        bug upstream: the sync loop publishes validated pods only); it gets no workers."""
         self._rand = rand
         self._started = prober_started
         self.workers: dict[WorkerKey, ProbeWorker] = {}
@@ -159,7 +142,7 @@ class ProbeManager:
         self._targets: dict[tuple[str, str], Target] = {}
         self._probe: dict[WorkerKey, Probe] = {}
         self._keys: dict[str, set[WorkerKey]] = {}  # each pod's workers
-        self._pods = _PodCache()
+        self._on_invalid = on_invalid
         self._seeds = {uid: dict(v) for uid, v in (seeds or {}).items() if isinstance(v, Mapping)}
         self._seed_until: float | None = None
         self._entries: dict[str, dict[str, Any]] = {u: dict(v) for u, v in self._seeds.items()}
@@ -176,7 +159,6 @@ class ProbeManager:
             self._seeds.clear()
         if only is None:
             uids = {u for u, e in desired.items() if _active(e)}
-            self._pods.keep(uids)
             scope: Collection[str] = uids | self._keys.keys()
         else:
             scope = only
@@ -187,9 +169,10 @@ class ProbeManager:
                     wall: float) -> None:
         pod = None
         if _active(entry) and declares_probes(entry.pod):
-            pod = self._pods.get(uid, entry.pod)
-        else:
-            self._pods.drop(uid)
+            try:  # validated by its source: a trusted rebuild, no second validation
+                pod = pod_from_wire(entry.pod, where=f"desired[{uid}]")
+            except PodValidationError as err:
+                self._on_invalid(uid, err)
         old = self._keys.pop(uid, set())
         for key_uid, name, _kind in old:  # a target exists only beside a worker
             self._targets.pop((key_uid, name), None)

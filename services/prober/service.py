@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.maps import DESIRED, PLEG, PROBES, DesiredPod, PodProbes
+from podvisor.services.pod import PodValidationError
 from podvisor.services.prober.handlers import ProbeRunner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
 from podvisor.services.prober.outcome import Outcome
@@ -53,7 +54,7 @@ class ProberService:
         self.owner = self.loop.owner(self.pub, MAP_NAME, encode=PodProbes.to_wire)
         for uid, value in saved.items():
             self.owner.set(uid, PodProbes.from_entry(value))
-        self.manager = ProbeManager(rand, clock.monotonic(), saved)
+        self.manager = ProbeManager(rand, clock.monotonic(), saved, self._invalid_pod)
         # the kubelet's probe counter, served on the main port's /metrics/probes (in the agent
         # prometheus-client's multiprocess mode writes it to <rootDir>/run/metrics)
         self.probe_total = Counter(
@@ -76,6 +77,10 @@ class ProberService:
         self._last_save = -RETRY_SAVE
         self._save_failed = False
         ctx.log.info("prober.started", loaded=sum(len(v) for v in saved.values()))
+
+    def _invalid_pod(self, uid: str, err: PodValidationError) -> None:
+        self.ctx.log.error("prober.pod.invalid", pod_uid=uid, error=err.summary(),
+                           reason="not a validated pod (a bug upstream); no probes for it")
 
     def _on_change(self, key: str, old: Any, new: Any) -> None:
         self._changed = True

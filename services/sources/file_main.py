@@ -2,7 +2,7 @@
 
 Stateless: every change and every relist (``fileCheckFrequency``) publishes the FULL set.
 Invalid manifests are logged (``source.pod.invalid`` with file, field and reason) when first
-seen or changed, and travel in ``PodSet.errors`` every time.
+seen or changed, and travel in ``PodSetValue.errors`` every time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Process ``source-http``: GET ``staticPodURL`` every ``httpCheckFrequency`` and publish the
-FULL set of its pods as a ``PodSet`` (see ``HttpSource`` for what each answer changes).
+FULL set of its pods as a ``PodSetValue`` (see ``HttpSource`` for what each answer changes).
 
 The GET runs on a helper thread so the main loop keeps heartbeating through a slow server.
 """

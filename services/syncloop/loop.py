@@ -16,7 +16,7 @@ delay; when it becomes ready they all sync at once.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -25,7 +25,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.maps import RUNTIME_KEY, ContainerWaiting, DesiredPod, DesiredValue
 from podvisor.services.cri import CriError
-from podvisor.services.pod import Pod, PodValidationError, pod_from_dict, qos_class
+from podvisor.services.pod import Pod, PodValidationError, pod_from_wire, qos_class
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import Capacity, admit
 from podvisor.services.syncloop.network import Network, not_ready_error
@@ -94,8 +94,6 @@ class SyncLoop:
         self.log = deps.sync.log
         self._results: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._published: dict[str, DesiredPod] = {}
-        # per source: UID -> (raw pod, parsed) of its last set
-        self._parsed: dict[str, dict[str, tuple[Mapping[str, Any], Pod]]] = {}
         self._next_housekeeping = 0.0
         self._housekeeping_busy = False
         self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
@@ -111,28 +109,17 @@ class SyncLoop:
             deps.sync.objects.on_pods_changed = self._objects_changed
 
     # --- inputs (loop thread) ---
-    def handle_pod_set(self, source: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
-        """A source's full set. A raw pod identical to the one last seen from that source
-        under the same UID is not parsed again (a relist republishes every pod)."""
+    def handle_pod_set(self, source: str, pods: Sequence[Any], now: float) -> None:
+        """A source's full set, as the source published it: wire forms of pods it validated
+        (``Pod.to_dict()``), rebuilt without a second validation. Anything else is a bug
+        upstream: that pod is dropped with an error logged, the others go on."""
         parsed: list[Pod] = []
-        last = self._parsed.get(source, {})
-        seen: dict[str, tuple[Mapping[str, Any], Pod]] = {}
         for raw in pods:
-            meta = raw.get("metadata")
-            uid = meta.get("uid") if isinstance(meta, Mapping) else None
-            hit = last.get(uid) if isinstance(uid, str) else None
-            if hit is not None and hit[0] == raw:
-                pod = hit[1]
-            else:
-                try:
-                    pod = pod_from_dict(raw, where=f"{source} set").pod
-                except PodValidationError as err:
-                    self.log.warning("syncloop.pod.invalid", source=source, error=str(err))
-                    continue
-            if isinstance(uid, str) and uid == pod.uid:
-                seen.setdefault(uid, (raw, pod))
-            parsed.append(pod)
-        self._parsed[source] = seen
+            try:
+                parsed.append(pod_from_wire(raw, where=f"{source} set"))
+            except PodValidationError as err:
+                self.log.error("syncloop.pod.invalid", source=source, error=err.summary(),
+                               reason="not a validated pod (a bug upstream); dropped")
         for update in self.deps.pod_config.apply(source, parsed):
             self._apply(update, now)
 

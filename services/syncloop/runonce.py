@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podvisor.services.cri import CriError
-from podvisor.services.pod import Pod, PodValidationError, RestartPolicy, pod_from_dict
+from podvisor.services.pod import Pod, PodValidationError, RestartPolicy, pod_from_wire
 from podvisor.services.syncloop.admission import admit
 from podvisor.services.syncloop.podconfig import PodOp, new_pod_config
 from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime, read_pod_runtime
@@ -89,7 +89,7 @@ def plan(sets: Mapping[str, Mapping[str, Any]]) -> tuple[list[Pod], list[PodResu
             known.append(PodResult(where, False, INVALID, str(what)))
         for raw in sets[source].get("pods", []):
             try:
-                parsed.append(pod_from_dict(raw, where=f"{source} set").pod)
+                parsed.append(pod_from_wire(raw, where=f"{source} set"))
             except PodValidationError as exc:
                 known.append(PodResult(f"{source} set", False, INVALID, str(exc)))
         for update in config.apply(source, parsed):

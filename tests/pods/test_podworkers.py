@@ -28,9 +28,14 @@ def manifest(name: str = "p", uid: str = "u1", containers: list[dict[str, Any]] 
              **spec: Any) -> dict[str, Any]:
     containers = containers or [{"name": "a", "image": "host", "command": ["sleep", "100"]},
                                 {"name": "b", "image": "host", "command": ["sleep", "200"]}]
-    return {"apiVersion": "v1", "kind": "Pod",
+    return published({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"containers": containers, **spec}}
+            "spec": {"containers": containers, **spec}})
+
+
+def published(manifest: dict[str, Any]) -> dict[str, Any]:
+    """As a source publishes a pod: validated once, its wire form (``Pod.to_dict()``)."""
+    return pod_from_dict(manifest).pod.to_dict()
 
 
 def pod(**kw: Any) -> Pod:

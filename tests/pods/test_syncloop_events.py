@@ -27,17 +27,17 @@ from podvisor.services.syncloop.runtime_events import (
 from podvisor.services.syncloop.runtime_state import ContainerState
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
-from tests.pods.test_podworkers import Desired
+from tests.pods.test_podworkers import Desired, published
 
 READS = ("ListPodSandbox", "ListContainers", "ContainerStatus")
 
 
 def manifest(uid: str = "u1", names: tuple[str, ...] = ("a", "b"),
              **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
+    return published({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p-" + uid, "namespace": "default", "uid": uid},
             "spec": {"containers": [{"name": n, "image": "host", "command": ["sleep", "100"]}
-                                    for n in names], **spec}}
+                                    for n in names], **spec}})
 
 
 class Harness:

@@ -12,6 +12,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
+from podvisor.services.pod import parse as pod_parse
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop import loop as loop_module
 from podvisor.services.syncloop.cgroupfs import FakeCgroupFS
@@ -128,30 +129,34 @@ def test_a_listing_from_before_a_termination_shows_no_orphan(tmp_path: Path) -> 
     assert "u3" in h.loop.deps.table.workers          # a real orphan still is one
 
 
-def test_an_unchanged_raw_pod_is_not_parsed_again(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pods_off_the_bus_are_rebuilt_not_validated_again(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A source validated its pods once; the loop rebuilds them (``pod_from_wire``), never
+    validates them again, and drops a malformed one (a bug upstream) with an error logged."""
     h = Harness(tmp_path)
-    parsed: list[str] = []
-    real = loop_module.pod_from_dict
+    rebuilt: list[Any] = []
+    real = loop_module.pod_from_wire
 
     def counting(raw: Any, where: str = "") -> Any:
-        parsed.append(raw["metadata"]["uid"])
+        rebuilt.append(raw)
         return real(raw, where=where)
 
-    monkeypatch.setattr(loop_module, "pod_from_dict", counting)
-    one, two = manifest("u1"), manifest("u2")
+    def no_validation(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("a pod off the bus was validated again")
+
+    one, two, changed = manifest("u1"), manifest("u2"), manifest("u2", names=("a",))
+    monkeypatch.setattr(loop_module, "pod_from_wire", counting)
+    monkeypatch.setattr(pod_parse, "parse_spec", no_validation)  # any pod_from_dict call
     h.set(one, two)
-    assert sorted(parsed) == ["u1", "u2"]
-    changed = manifest("u2", names=("a",))
-    h.set(manifest("u1"), changed)                     # equal raw u1: reused; u2 changed
-    assert sorted(parsed) == ["u1", "u2", "u2"]
+    assert len(rebuilt) == 2
+    h.set(one, changed, {"metadata": {"uid": "u9"}}, ["not", "a", "pod"])
     [w] = [w for w in h.loop.deps.table.workers.values() if w.uid == "u2"]
     assert w.pod is not None and [c.name for c in w.pod.spec.containers] == ["a"]
-    h.set(manifest("u1"), changed, {"metadata": {"uid": "u9"}})   # invalid: parsed, logged
-    assert parsed[-1] == "u9"
-    h.set(manifest("u1"), changed, {"metadata": {"uid": "u9"}})
-    assert parsed.count("u9") == 2                     # invalid ones are not remembered
-    assert len(parsed) == 5
+    assert set(h.loop.deps.table.workers) == {"u1", "u2"}   # the others went on
+    invalid = [e for e in h.log.events if e["event"] == "syncloop.pod.invalid"]
+    assert len(invalid) == 2 and all(e["source"] == "file" for e in invalid)
+    assert "not a validated pod wire form" in invalid[0]["error"]
 
 
 def test_mountinfo_is_parsed_again_only_when_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,15 +25,16 @@ from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.runtime_state import PodRuntime, SandboxInfo
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.workers import Timing, WorkerTable
+from tests.pods.test_podworkers import published
 
 ERROR_DELAY = 10.0
 
 
 def manifest(name: str, uid: str, host_network: bool = False) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
+    return published({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "uid": uid},
             "spec": {"hostNetwork": host_network, "terminationGracePeriodSeconds": 2,
-                     "containers": [{"name": "c", "image": "host", "command": ["sleep", "9"]}]}}
+                     "containers": [{"name": "c", "image": "host", "command": ["sleep", "9"]}]}})
 
 
 class Desired:

@@ -26,6 +26,7 @@ from podvisor.services.syncloop.runonce import (
 )
 from podvisor.services.syncloop.runtime_state import read_pod_runtime
 from podvisor.services.syncloop.syncpod import SyncDeps
+from tests.pods.test_podworkers import published
 
 
 def manifest(name: str, uid: str, image: str = "host", policy: str = "Always",
@@ -33,9 +34,9 @@ def manifest(name: str, uid: str, image: str = "host", policy: str = "Always",
     c: dict[str, Any] = {"name": "c", "image": image, "command": ["sleep", "100"]}
     if host_port is not None:
         c["ports"] = [{"containerPort": host_port, "hostPort": host_port}]
-    return {"apiVersion": "v1", "kind": "Pod",
+    return published({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"restartPolicy": policy, "containers": [c]}}
+            "spec": {"restartPolicy": policy, "containers": [c]}})
 
 
 def pod(*args: Any, **kw: Any) -> Pod:

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from podvisor.ipc.maps import DesiredPod, PodProbes
+from podvisor.services.pod import pod_from_dict
 from podvisor.services.prober import manager as manager_module
 from podvisor.services.prober.manager import ProbeManager, ProbeTask, declares_probes
 from podvisor.services.prober.verdicts import liveness_failed, probe_verdicts
@@ -27,7 +28,8 @@ def desired(**probes: Any) -> dict[str, DesiredPod]:
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
            "spec": {"containers": [container], "hostNetwork": True}}
-    return {"u1": DesiredPod(pod=pod, worker="syncing")}
+    # as the sync loop publishes it: the wire form of the pod its source validated
+    return {"u1": DesiredPod(pod=pod_from_dict(pod).pod.to_dict(), worker="syncing")}
 
 
 def pleg(cid: str = "c1", state: str = "CONTAINER_RUNNING", started: float = WALL - 50
@@ -190,8 +192,8 @@ def test_declares_probes() -> None:
 
 def test_pods_without_probes_are_not_parsed_and_concern_nobody(monkeypatch: Any) -> None:
     parsed: list[Any] = []
-    real = manager_module.pod_from_dict
-    monkeypatch.setattr(manager_module, "pod_from_dict",
+    real = manager_module.pod_from_wire
+    monkeypatch.setattr(manager_module, "pod_from_wire",
                         lambda raw, **kw: parsed.append(raw) or real(raw, **kw))
     m = manager()
     m.update(desired(), pleg(), 0.0, WALL)
@@ -201,6 +203,20 @@ def test_pods_without_probes_are_not_parsed_and_concern_nobody(monkeypatch: Any)
     m.update(desired(readinessProbe=probe()), pleg(), 1.0, WALL)
     assert len(parsed) == 1 and m.concerns("u1")  # it has workers: every change counts
     assert m.concerns("u1", None)  # its deletion too
+
+
+def test_a_malformed_desired_pod_gets_no_workers_and_is_reported() -> None:
+    """The sync loop publishes validated pods only: anything else is a bug upstream, rebuilt
+    by nobody; the manager reports it (the service logs it) and the other pods go on."""
+    invalid: list[tuple[str, str]] = []
+    m = ProbeManager(lambda: 0.0, -100.0, on_invalid=lambda uid, err: invalid.append(
+        (uid, err.summary())))
+    good = desired(readinessProbe=probe())
+    broken = dataclasses.replace(good["u1"], pod={"kind": "Pod", "spec": {"containers": "x"}})
+    m.update({"u1": good["u1"], "u2": broken}, {**pleg(), "u2": pleg()["u1"]}, 0.0, WALL)
+    assert {k[0] for k in m.workers} == {"u1"}
+    assert [uid for uid, _ in invalid] == ["u2"]
+    assert "not a validated pod wire form" in invalid[0][1]
 
 
 def test_a_change_that_does_not_touch_probes_keeps_the_workers() -> None:

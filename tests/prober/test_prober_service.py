@@ -18,6 +18,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.maps import DesiredPod
+from podvisor.services.pod import pod_from_dict
 from podvisor.services.prober.handlers import FakeRunner
 from podvisor.services.prober.service import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
@@ -30,10 +31,10 @@ def entry(uid: str, probes: bool, **extra: Any) -> DesiredPod:
     container: dict[str, Any] = {"name": "app", "image": "host"}
     if probes:
         container["readinessProbe"] = {"exec": {"command": ["true"]}, "periodSeconds": 60}
-    return DesiredPod(pod={"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": uid, "namespace": "default", "uid": uid},
-                           "spec": {"containers": [container], "hostNetwork": True}},
-                      worker="syncing", **extra)
+    pod = pod_from_dict({"apiVersion": "v1", "kind": "Pod",  # validated once, by its source
+                         "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                         "spec": {"containers": [container], "hostNetwork": True}}).pod
+    return DesiredPod(pod=pod.to_dict(), worker="syncing", **extra)
 
 
 def record(cid: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
@@ -111,6 +112,26 @@ def test_only_changes_of_pods_with_probes_update_the_workers(bus: Bus) -> None:
         # a probe appears on the plain pod: it gets a worker
         bus.desired.set("plain", entry("plain", probes=True))
         run_until(bus, svc, lambda: ("plain", "app", Kind.READINESS) in svc.manager.workers)
+    finally:
+        close(svc)
+
+
+def test_a_malformed_desired_pod_is_logged_and_the_others_go_on(bus: Bus) -> None:
+    bus.desired.set("probed", entry("probed", probes=True))
+    broken = entry("broken", probes=True)
+    bus.desired.set("broken", dataclasses.replace(broken, pod={**broken.pod, "spec": {
+        "containers": [{"name": "app", "readinessProbe": {"exec": {}}}]}}))
+    for uid, cid in (("probed", "c1"), ("broken", "c2")):
+        bus.pleg.set(uid, record(cid))
+    bus.pleg.set("_health", {"ts": 1.0})
+    svc = ProberService(bus.ctx, FakeRunner())
+    try:
+        run_until(bus, svc, lambda: svc.ready)
+        assert set(svc.manager.workers) == {("probed", "app", Kind.READINESS)}
+        log = bus.ctx.log.events  # type: ignore[attr-defined]
+        bad = [e for e in log if e["event"] == "prober.pod.invalid"]
+        assert bad and {(e["pod_uid"], e["level"]) for e in bad} == {("broken", "error")}
+        assert "not a validated pod wire form" in bad[0]["error"]
     finally:
         close(svc)
 

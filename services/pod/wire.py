@@ -1,0 +1,343 @@
+"""Trusted rebuild: the validated wire form (``Pod.to_dict()``) -> the same ``Pod``, unchecked.
+
+A pod is parsed and validated once, by its source (``pod_from_dict``); what travels on the bus
+after that is its wire form. A consumer of the bus (the sync loop, the prober) rebuilds the
+model with ``pod_from_wire``: the exact inverse of ``Pod.to_dict()``, which reads each field
+where ``to_dict`` wrote it and checks nothing (no name rules, no policy, no defaults: they
+were applied by the source). ``pod_from_wire(p.to_dict()) == p`` for every validated ``p``
+(tests/pods/test_pod_wire.py), at a fraction of the cost (bench/pod_wire.py).
+
+Something that is not such a wire form (a bug upstream: the map codecs only carry values a
+source built) raises ``PodValidationError`` naming ``where`` and the broken part, so callers
+that already drop a rejected pod drop it the same way; it never raises anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from podvisor.common.quantity import cpu_millis
+from podvisor.services.pod.container import (
+    ApiKeyRef,
+    Container,
+    ContainerPort,
+    EnvFromSource,
+    EnvVar,
+    EnvVarSource,
+    ExecAction,
+    GRPCAction,
+    HTTPGetAction,
+    HTTPHeader,
+    Lifecycle,
+    LifecycleHandler,
+    ObjectFieldSelector,
+    PortProtocol,
+    Probe,
+    ProbeHandler,
+    PullPolicy,
+    ResourceFieldSelector,
+    ResourceList,
+    Resources,
+    SleepAction,
+    TCPSocketAction,
+    TerminationMessagePolicy,
+    URIScheme,
+    VolumeMount,
+)
+from podvisor.services.pod.errors import FieldIssue, PodValidationError
+from podvisor.services.pod.model import (
+    ApiVolume,
+    DNSPolicy,
+    DownwardAPIFile,
+    DownwardAPIVolume,
+    EmptyDirVolume,
+    HostPathType,
+    HostPathVolume,
+    ObjectMeta,
+    Origin,
+    Pod,
+    PodSpec,
+    RestartPolicy,
+    StorageMedium,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+    Volume,
+    VolumeSource,
+)
+from podvisor.services.pod.security import (
+    Capabilities,
+    FSGroupChangePolicy,
+    PodSecurityContext,
+    ProcMountType,
+    Profile,
+    ProfileType,
+    SecurityContext,
+    SELinuxOptions,
+    SupplementalGroupsPolicy,
+    Sysctl,
+)
+
+_API_VOLUME_KINDS = ("configMap", "secret", "projected")
+_API_REF_KINDS = ("configMapKeyRef", "secretKeyRef")
+
+
+def pod_from_wire(wire: Any, where: str = "") -> Pod:
+    """The ``Pod`` whose ``to_dict()`` is ``wire``, rebuilt without validation (trusted: the
+    source validated it). Raises ``PodValidationError`` if ``wire`` is not such a form."""
+    try:
+        return _pod(wire)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        reason = f"not a validated pod wire form ({type(exc).__name__}: {exc})"
+        raise PodValidationError(where, [FieldIssue("", reason)]) from None
+
+
+def _pod(w: Mapping[str, Any]) -> Pod:
+    if w["kind"] != "Pod" or w["apiVersion"] != "v1":
+        raise ValueError(f"kind {w['kind']!r} apiVersion {w['apiVersion']!r}")
+    origin = w.get("podvisor")
+    return Pod(
+        metadata=_meta(w["metadata"]),
+        spec=_spec(w["spec"]),
+        status=dict(w.get("status") or {}),
+        origin=None if origin is None else Origin(
+            source=origin["source"], location=origin["location"],
+            warnings=tuple(origin.get("warnings", ()))),
+    )
+
+
+def _meta(m: Mapping[str, Any]) -> ObjectMeta:
+    return ObjectMeta(
+        name=m["name"],
+        namespace=m.get("namespace", ""),
+        uid=m.get("uid", ""),
+        labels=dict(m.get("labels", {})),
+        annotations=dict(m.get("annotations", {})),
+        deletion_timestamp=m.get("deletionTimestamp"),
+        deletion_grace_period_seconds=m.get("deletionGracePeriodSeconds"),
+    )
+
+
+def _spec(s: Mapping[str, Any]) -> PodSpec:
+    sc = s.get("securityContext")
+    return PodSpec(
+        containers=tuple(_container(c) for c in s["containers"]),
+        init_containers=tuple(_container(c) for c in s.get("initContainers", ())),
+        restart_policy=RestartPolicy(s["restartPolicy"]),
+        termination_grace_period_seconds=s["terminationGracePeriodSeconds"],
+        host_network=s.get("hostNetwork", False),
+        host_pid=s.get("hostPID", False),
+        host_ipc=s.get("hostIPC", False),
+        share_process_namespace=s.get("shareProcessNamespace", False),
+        volumes=tuple(_volume(v) for v in s.get("volumes", ())),
+        node_name=s.get("nodeName", ""),
+        priority=s.get("priority", 0),
+        # to_dict writes {} for "no security context" and a non-empty map otherwise
+        security_context=_pod_security(sc) if sc else None,
+        service_account_name=s.get("serviceAccountName", ""),
+        dns_policy=DNSPolicy(s["dnsPolicy"]),
+        scheduler_name=s["schedulerName"],
+        enable_service_links=s["enableServiceLinks"],
+        tolerations=tuple(_toleration(t) for t in s.get("tolerations", ())),
+    )
+
+
+def _toleration(t: Mapping[str, Any]) -> Toleration:
+    return Toleration(key=t.get("key", ""), operator=TolerationOperator(t.get("operator", "")),
+                      value=t.get("value", ""), effect=TaintEffect(t.get("effect", "")),
+                      toleration_seconds=t.get("tolerationSeconds"))
+
+
+def _volume(v: Mapping[str, Any]) -> Volume:
+    source: VolumeSource
+    if (e := v.get("emptyDir")) is not None:
+        source = EmptyDirVolume(medium=StorageMedium(e.get("medium", "")),
+                                size_limit_bytes=e.get("sizeLimit"))
+    elif (h := v.get("hostPath")) is not None:
+        source = HostPathVolume(path=h["path"], type=HostPathType(h["type"]))
+    elif (d := v.get("downwardAPI")) is not None:
+        source = DownwardAPIVolume(
+            items=tuple(DownwardAPIFile(path=i["path"], source=_field_source(i),
+                                        mode=i.get("mode")) for i in d["items"]),
+            default_mode=d["defaultMode"])
+    else:
+        kind = _one_of(v, _API_VOLUME_KINDS)
+        source = ApiVolume(kind, dict(v[kind]))
+    return Volume(name=v["name"], source=source)
+
+
+def _one_of(m: Mapping[str, Any], kinds: tuple[str, ...]) -> str:
+    for kind in kinds:
+        if kind in m:
+            return kind
+    raise ValueError(f"none of {', '.join(kinds)} in {sorted(m)}")
+
+
+def _field_source(w: Mapping[str, Any]) -> ObjectFieldSelector | ResourceFieldSelector:
+    if (f := w.get("fieldRef")) is not None:
+        return ObjectFieldSelector(field_path=f["fieldPath"], api_version=f["apiVersion"])
+    r = w["resourceFieldRef"]
+    return ResourceFieldSelector(resource=r["resource"],
+                                 container_name=r.get("containerName", ""),
+                                 divisor=r["divisor"])
+
+
+def _env_source(w: Mapping[str, Any]) -> EnvVarSource:
+    for kind in _API_REF_KINDS:
+        if (ref := w.get(kind)) is not None:
+            return ApiKeyRef(kind=kind, name=ref["name"], key=ref["key"],
+                             optional=ref.get("optional", False))
+    return _field_source(w)
+
+
+def _env(e: Mapping[str, Any]) -> EnvVar:
+    if (vf := e.get("valueFrom")) is not None:
+        return EnvVar(name=e["name"], value_from=_env_source(vf))
+    return EnvVar(name=e["name"], value=e["value"])
+
+
+def _env_from(e: Mapping[str, Any]) -> EnvFromSource:
+    kind = _one_of(e, ("configMapRef", "secretRef"))
+    ref = e[kind]
+    return EnvFromSource(kind=kind, name=ref["name"], prefix=e.get("prefix", ""),
+                         optional=ref.get("optional", False))
+
+
+def _resource_list(r: Mapping[str, Any]) -> ResourceList:
+    cpu = r.get("cpu")
+    return ResourceList(
+        cpu_millis=None if cpu is None else cpu_millis(cpu),
+        memory_bytes=r.get("memory"),
+        hugepages=tuple((k.removeprefix("hugepages-"), v) for k, v in r.items()
+                        if k.startswith("hugepages-")),
+    )
+
+
+def _handler(w: Mapping[str, Any]) -> ProbeHandler | SleepAction:
+    if (x := w.get("exec")) is not None:
+        return ExecAction(command=tuple(x["command"]))
+    if (h := w.get("httpGet")) is not None:
+        return HTTPGetAction(
+            port=h["port"], path=h["path"], host=h.get("host", ""), scheme=URIScheme(h["scheme"]),
+            http_headers=tuple(HTTPHeader(name=x["name"], value=x["value"])
+                               for x in h.get("httpHeaders", ())))
+    if (t := w.get("tcpSocket")) is not None:
+        return TCPSocketAction(port=t["port"], host=t.get("host", ""))
+    if (g := w.get("grpc")) is not None:
+        return GRPCAction(port=g["port"], service=g.get("service", ""))
+    return SleepAction(seconds=w["sleep"]["seconds"])
+
+
+def _probe(p: Mapping[str, Any] | None) -> Probe | None:
+    if p is None:
+        return None
+    handler = _handler(p)
+    if isinstance(handler, SleepAction):
+        raise ValueError("a probe cannot sleep")
+    return Probe(handler=handler,
+                 initial_delay_seconds=p["initialDelaySeconds"],
+                 period_seconds=p["periodSeconds"],
+                 timeout_seconds=p["timeoutSeconds"],
+                 success_threshold=p["successThreshold"],
+                 failure_threshold=p["failureThreshold"],
+                 termination_grace_period_seconds=p.get("terminationGracePeriodSeconds"))
+
+
+def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
+    pre_stop = w.get("preStop")
+    if pre_stop is None:
+        return Lifecycle()
+    handler = _handler(pre_stop)
+    if isinstance(handler, (TCPSocketAction, GRPCAction)):
+        raise ValueError("preStop cannot be tcpSocket or grpc")
+    stop: LifecycleHandler = handler
+    return Lifecycle(pre_stop=stop)
+
+
+def _profile(w: Mapping[str, Any] | None) -> Profile | None:
+    if w is None:
+        return None
+    return Profile(type=ProfileType(w["type"]), localhost_profile=w.get("localhostProfile", ""))
+
+
+def _selinux(w: Mapping[str, Any] | None) -> SELinuxOptions | None:
+    if w is None:
+        return None
+    return SELinuxOptions(user=w.get("user", ""), role=w.get("role", ""),
+                          type=w.get("type", ""), level=w.get("level", ""))
+
+
+_E = TypeVar("_E", ProcMountType, SupplementalGroupsPolicy, FSGroupChangePolicy)
+
+
+def _enum_opt(cls: type[_E], value: Any) -> _E | None:
+    return None if value is None else cls(value)
+
+
+def _security(w: Mapping[str, Any] | None) -> SecurityContext | None:
+    if w is None:
+        return None
+    caps = w.get("capabilities")
+    return SecurityContext(
+        run_as_user=w.get("runAsUser"),
+        run_as_group=w.get("runAsGroup"),
+        run_as_non_root=w.get("runAsNonRoot"),
+        capabilities=None if caps is None else Capabilities(
+            add=tuple(caps.get("add", ())), drop=tuple(caps.get("drop", ()))),
+        privileged=w.get("privileged"),
+        allow_privilege_escalation=w.get("allowPrivilegeEscalation"),
+        read_only_root_filesystem=w.get("readOnlyRootFilesystem"),
+        proc_mount=_enum_opt(ProcMountType, w.get("procMount")),
+        seccomp_profile=_profile(w.get("seccompProfile")),
+        app_armor_profile=_profile(w.get("appArmorProfile")),
+        se_linux_options=_selinux(w.get("seLinuxOptions")),
+    )
+
+
+def _pod_security(w: Mapping[str, Any]) -> PodSecurityContext:
+    return PodSecurityContext(
+        run_as_user=w.get("runAsUser"),
+        run_as_group=w.get("runAsGroup"),
+        run_as_non_root=w.get("runAsNonRoot"),
+        supplemental_groups=tuple(w.get("supplementalGroups", ())),
+        supplemental_groups_policy=_enum_opt(SupplementalGroupsPolicy,
+                                             w.get("supplementalGroupsPolicy")),
+        fs_group=w.get("fsGroup"),
+        fs_group_change_policy=_enum_opt(FSGroupChangePolicy, w.get("fsGroupChangePolicy")),
+        sysctls=tuple(Sysctl(name=s["name"], value=s["value"]) for s in w.get("sysctls", ())),
+        seccomp_profile=_profile(w.get("seccompProfile")),
+        app_armor_profile=_profile(w.get("appArmorProfile")),
+        se_linux_options=_selinux(w.get("seLinuxOptions")),
+    )
+
+
+def _container(c: Mapping[str, Any]) -> Container:
+    res = c.get("resources", {})
+    return Container(
+        name=c["name"],
+        image=c["image"],
+        command=tuple(c.get("command", ())),
+        args=tuple(c.get("args", ())),
+        env=tuple(_env(e) for e in c.get("env", ())),
+        working_dir=c.get("workingDir", ""),
+        ports=tuple(ContainerPort(container_port=p["containerPort"],
+                                  host_port=p.get("hostPort", 0),
+                                  protocol=PortProtocol(p["protocol"]),
+                                  name=p.get("name", "")) for p in c.get("ports", ())),
+        resources=Resources(limits=_resource_list(res.get("limits", {})),
+                            requests=_resource_list(res.get("requests", {}))),
+        liveness_probe=_probe(c.get("livenessProbe")),
+        readiness_probe=_probe(c.get("readinessProbe")),
+        startup_probe=_probe(c.get("startupProbe")),
+        lifecycle=_lifecycle(c.get("lifecycle", {})),
+        image_pull_policy=PullPolicy(c["imagePullPolicy"]),
+        volume_mounts=tuple(VolumeMount(name=m["name"], mount_path=m["mountPath"],
+                                        read_only=m.get("readOnly", False),
+                                        sub_path=m.get("subPath", ""))
+                            for m in c.get("volumeMounts", ())),
+        security_context=_security(c.get("securityContext")),
+        termination_message_path=c["terminationMessagePath"],
+        termination_message_policy=TerminationMessagePolicy(c["terminationMessagePolicy"]),
+        env_from=tuple(_env_from(e) for e in c.get("envFrom", ())),
+    )
