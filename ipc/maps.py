@@ -5,9 +5,9 @@ value is a versioned frozen dataclass with ``to_wire()`` and ``from_wire()``. ``
 the type's ``to_wire`` as ``encode``, ``MapReplica`` its ``from_wire`` as ``decode``: a value
 of an unknown version (or a malformed one) is dropped by the replica and counted in
 ``MapReplica.value_drops`` by reason, like a message the codec rejects. The maps with a fixed
-name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``) get their codec by name,
-so no owner or replica of them can forget it. Nested fields stay dict-shaped only where they
-are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
+name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``, ``pleg``) get their codec
+by name, so no owner or replica of them can forget it. Nested fields stay dict-shaped only where
+they are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
 """
 
 from __future__ import annotations
@@ -501,4 +501,5 @@ def _to_wire(value: Any) -> Any:
 MAP_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     DESIRED: (_to_wire, decode_desired),
     STATUSES: (_to_wire, PodStatusValue.from_wire),
+    PLEG: (_to_wire, decode_pleg),
 }

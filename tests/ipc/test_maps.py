@@ -9,6 +9,7 @@ import pytest
 from podvisor.ipc.maps import (
     DESIRED,
     MAP_CODECS,
+    PLEG,
     STATUSES,
     ContainerVerdict,
     ContainerWaiting,
@@ -135,6 +136,7 @@ def test_pleg_values_round_trip_by_kind() -> None:
                         stream_drops=0)
     assert decode_pleg(pod.to_wire()) == pod and decode_pleg(health.to_wire()) == health
     assert pod.container("c1") is pod.containers[0] and pod.container("c2") is None
+    assert MAP_CODECS[PLEG][1](MAP_CODECS[PLEG][0](pod)) == pod  # its codec by name
     assert decode_pleg({"v": 1, "kind": "pod", "ts": 1}) == PlegPod(ts=1.0)  # defaults
 
 
