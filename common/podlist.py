@@ -18,7 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue, RuntimeNetwork
+from podvisor.ipc.maps import (
+    DesiredPod,
+    DesiredValue,
+    PlegHealth,
+    PlegPod,
+    PlegValue,
+    PodStatusValue,
+    RuntimeNetwork,
+)
 
 PLEG_HEALTHY_WITHIN = 180.0  # kubelet: relist threshold 3 min
 SYNCLOOP_HEALTHY_WITHIN = 30.0  # the desired map owner publishes at least every second
@@ -124,19 +132,18 @@ class PodListJson:
         return body
 
 
-def running_pods(pleg: Mapping[str, Any]) -> dict[str, Any]:
-    items = []
+def running_pods(pleg: Mapping[str, PlegValue]) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
     for uid, record in pleg.items():
-        if uid.startswith("_") or not isinstance(record, Mapping):
+        if not isinstance(record, PlegPod):
             continue
-        running = [c for c in record.get("containers", [])
-                   if c.get("state") == "CONTAINER_RUNNING"]
+        running = [c for c in record.containers if c.state == "CONTAINER_RUNNING"]
         if not running:
             continue
         items.append({
-            "metadata": {"name": record.get("name", ""), "namespace": record.get("namespace", ""),
+            "metadata": {"name": record.name, "namespace": record.namespace,
                          "uid": uid, "creationTimestamp": None},
-            "spec": {"containers": [{"name": c.get("name", ""), "image": c.get("image", ""),
+            "spec": {"containers": [{"name": c.name, "image": c.image,
                                      "resources": {}} for c in running]},
             "status": {},
         })
@@ -166,16 +173,16 @@ def _runtime_notes(runtime: object) -> tuple[tuple[str, str], ...]:
                                 "without hostNetwork wait for it)"),)
 
 
-def check_health(pleg_health: Mapping[str, Any] | None, wall_now: float,
+def check_health(pleg_health: PlegValue | None, wall_now: float,
                  desired_synced: bool, desired_age: float | None,
                  runtime: DesiredValue | None = None) -> Health:
     """``desired_age``: seconds since the ``desired`` owner was last heard (None: never);
     ``runtime``: the ``desired`` map's ``_runtime`` entry (the runtime's network readiness)."""
     checks = []
-    if not pleg_health:
+    if not isinstance(pleg_health, PlegHealth):
         checks.append(("pleg", False, "PLEG has not relisted yet"))
     else:
-        age = wall_now - float(pleg_health.get("last_relist_ok", 0.0))
+        age = wall_now - pleg_health.last_relist_ok
         ok = age < PLEG_HEALTHY_WITHIN
         checks.append(("pleg", ok, "" if ok else
                        f"PLEG last relisted {age:.0f}s ago; threshold {PLEG_HEALTHY_WITHIN:.0f}s"))

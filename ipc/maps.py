@@ -5,24 +5,27 @@ value is a versioned frozen dataclass with ``to_wire()`` and ``from_wire()``. ``
 the type's ``to_wire`` as ``encode``, ``MapReplica`` its ``from_wire`` as ``decode``: a value
 of an unknown version (or a malformed one) is dropped by the replica and counted in
 ``MapReplica.value_drops`` by reason, like a message the codec rejects. The maps with a fixed
-name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``) get their codec by name,
-so no owner or replica of them can forget it. Nested fields stay dict-shaped only where they
-are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
+name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``, ``pleg``) get their codec
+by name, so no owner or replica of them can forget it. Nested fields stay dict-shaped only where
+they are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-__all__ = ["DESIRED", "MAP_CODECS", "PLEG", "POD_SET_KEY", "PROBES", "RUNTIME_KEY", "STATUSES",
+__all__ = ["DESIRED", "HEALTH_KEY", "MAP_CODECS", "PLEG", "POD_SET_KEY", "PROBES", "RUNTIME_KEY",
+           "STATUSES",
            "ContainerVerdict", "ContainerWaiting", "DesiredPod", "DesiredValue", "MapValueError",
-           "PodProbes", "PodRef", "PodSetValue", "PodStatusValue", "RuntimeNetwork",
-           "decode_desired", "pods_map"]
+           "PlegContainer", "PlegHealth", "PlegPod", "PlegSandbox", "PlegValue", "PodProbes",
+           "PodRef", "PodSetValue", "PodStatusValue", "RuntimeNetwork", "decode_desired",
+           "decode_pleg", "pods_map"]
 
 DESIRED = "desired"  # pod UID -> the pod, its worker state, waiting reasons (owner: syncloop)
 PLEG = "pleg"  # pod UID -> sandboxes and containers; "_health" (owner: pleg)
+HEALTH_KEY = "_health"  # the pleg map's entry for its relist health
 PROBES = "probes"  # pod UID -> probe verdicts per container (owner: prober)
 STATUSES = "statuses"  # pod UID -> PodStatus (owner: status)
 POD_SET_KEY = "set"  # the one key of a pods-<source> map
@@ -163,7 +166,8 @@ def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
     return value
 
 
-def _version(raw: Any, cls: type[DesiredPod | RuntimeNetwork | PodStatusValue],
+def _version(raw: Any,
+             cls: type[DesiredPod | RuntimeNetwork | PodStatusValue | PlegPod | PlegHealth],
              what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise MapValueError("fields", f"{what}: not a map")
@@ -330,6 +334,164 @@ class PodStatusValue:
                                            _str(pod, "uid", "status pod")))
 
 
+_SCALARS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float)}
+
+
+def _scalars(cls: type, raw: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """The scalar fields of dataclass ``cls`` (``str``/``int``/``float``) from ``raw``, absent
+    ones left to their defaults; a field of the wrong type is malformed."""
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        kinds = _SCALARS.get(str(f.type))
+        if kinds is None or f.name not in raw:
+            continue
+        value = raw[f.name]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise MapValueError("fields", f"{what}: {f.name} not {f.type}")
+        out[f.name] = float(raw[f.name]) if f.type == "float" else value
+    return out
+
+
+@dataclass(frozen=True)
+class PlegSandbox:
+    """A pod sandbox as PLEG last saw it: ``state`` is the CRI's name (``SANDBOX_READY``...),
+    ``created_at`` in ns, ``ip``/``additional_ips`` its network ("" when not inspected)."""
+
+    id: str
+    state: str
+    created_at: int = 0
+    attempt: int = 0
+    ip: str = ""
+    additional_ips: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "state": self.state, "created_at": self.created_at,
+                "attempt": self.attempt, "ip": self.ip,
+                "additional_ips": list(self.additional_ips)}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PlegSandbox:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("id"), str) \
+                or not isinstance(raw.get("state"), str):
+            raise MapValueError("fields", "pleg sandbox: no id or state")
+        ips = raw.get("additional_ips", [])
+        if not isinstance(ips, list | tuple) or not all(isinstance(i, str) for i in ips):
+            raise MapValueError("fields", "pleg sandbox: additional_ips not strings")
+        return cls(**_scalars(cls, raw, "pleg sandbox"), additional_ips=tuple(ips))
+
+
+@dataclass(frozen=True)
+class PlegContainer:
+    """A container as PLEG last saw it (from its CRI status; from the listing alone when the
+    inspection failed): ``state`` is the CRI's name (``CONTAINER_RUNNING``...), times in ns,
+    ``hash``/``restart_count`` from podvisor's annotations."""
+
+    id: str
+    name: str
+    state: str
+    sandbox_id: str = ""
+    attempt: int = 0
+    created_at: int = 0
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    image: str = ""
+    image_ref: str = ""
+    hash: str = ""
+    restart_count: int = 0
+    log_path: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PlegContainer:
+        if not isinstance(raw, Mapping) or not all(
+                isinstance(raw.get(k), str) for k in ("id", "name", "state")):
+            raise MapValueError("fields", "pleg container: no id, name or state")
+        return cls(**_scalars(cls, raw, "pleg container"))
+
+
+@dataclass(frozen=True)
+class PlegPod:
+    """A ``pleg`` value under a pod UID: its sandboxes and containers as of ``ts`` (PLEG's
+    monotonic time of the relist or stream event), sorted by creation time."""
+
+    VERSION: ClassVar[int] = 1
+    KIND: ClassVar[str] = "pod"
+    ts: float = 0.0
+    name: str = ""
+    namespace: str = ""
+    sandboxes: tuple[PlegSandbox, ...] = ()
+    containers: tuple[PlegContainer, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "kind": self.KIND, "ts": self.ts, "name": self.name,
+                "namespace": self.namespace,
+                "sandboxes": [s.to_wire() for s in self.sandboxes],
+                "containers": [c.to_wire() for c in self.containers]}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PlegPod:
+        raw = _version(raw, cls, "pleg pod")
+        sandboxes, containers = raw.get("sandboxes", []), raw.get("containers", [])
+        if not isinstance(sandboxes, list | tuple) or not isinstance(containers, list | tuple):
+            raise MapValueError("fields", "pleg pod: sandboxes/containers not lists")
+        return cls(**_scalars(cls, raw, "pleg pod"),
+                   sandboxes=tuple(PlegSandbox.from_wire(s) for s in sandboxes),
+                   containers=tuple(PlegContainer.from_wire(c) for c in containers))
+
+    def container(self, container_id: str) -> PlegContainer | None:
+        return next((c for c in self.containers if c.id == container_id), None)
+
+
+@dataclass(frozen=True)
+class PlegHealth:
+    """The ``pleg`` map's ``_health`` value, written after every good relist: ``ts`` (the
+    relist's start, monotonic: every pod record is at least that fresh), ``last_relist_ok``
+    (wall time), its duration, ``events_mode`` ("stream" | "relist") and PLEG's counters
+    since it started."""
+
+    VERSION: ClassVar[int] = 1
+    KIND: ClassVar[str] = "health"
+    ts: float = 0.0
+    last_relist_ok: float = 0.0
+    last_relist_ms: float = 0.0
+    events_mode: str = ""
+    relists: int = 0
+    relist_errors: int = 0
+    stream_events: int = 0
+    event_drops: int = 0
+    stream_drops: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "kind": self.KIND,
+                **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PlegHealth:
+        return cls(**_scalars(cls, _version(raw, cls, "pleg health"), "pleg health"))
+
+
+PlegValue = PlegPod | PlegHealth
+_PLEG_KINDS: dict[str, Callable[[Any], PlegValue]] = {
+    PlegPod.KIND: PlegPod.from_wire, PlegHealth.KIND: PlegHealth.from_wire}
+
+
+def decode_pleg(raw: Any) -> PlegValue:
+    """A ``pleg`` value from its wire form (by its ``kind``)."""
+    if not isinstance(raw, Mapping):
+        raise MapValueError("fields", "pleg: not a map")
+    if raw.get("v") != 1:
+        raise MapValueError("version", f"pleg v{raw.get('v')!r}")
+    decode = _PLEG_KINDS.get(str(raw.get("kind")))
+    if decode is None:
+        raise MapValueError("fields", f"pleg: unknown kind {raw.get('kind')!r}")
+    return decode(raw)
+
+
 def _to_wire(value: Any) -> Any:
     return value.to_wire()
 
@@ -339,4 +501,5 @@ def _to_wire(value: Any) -> Any:
 MAP_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     DESIRED: (_to_wire, decode_desired),
     STATUSES: (_to_wire, PodStatusValue.from_wire),
+    PLEG: (_to_wire, decode_pleg),
 }

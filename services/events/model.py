@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.maps import PlegPod
 from podvisor.ipc.messages import Event
 
 NORMAL = "Normal"
@@ -82,20 +83,15 @@ def new_event(type_: str, reason: str, message: str, obj: Mapping[str, Any], sou
                  count=1, first_ts=ts, last_ts=ts)
 
 
-def container_died(record: Mapping[str, Any] | None, container_id: str, uid: str,
+def container_died(record: PlegPod | None, container_id: str, uid: str,
                    source: str, wall: float) -> Event | None:
     """The ``ContainerDied`` event for a PLEG record (the ``pleg`` map's value), or None
     when the record does not hold that container (a sandbox, or already removed)."""
-    if not record:
+    c = record.container(container_id) if record is not None else None
+    if record is None or c is None:
         return None
-    for c in record.get("containers", ()):
-        if c.get("id") != container_id:
-            continue
-        name = str(c.get("name", ""))
-        code = int(c.get("exit_code", 0) or 0)
-        why = f" ({c['reason']})" if c.get("reason") else ""
-        obj = pod_object(str(record.get("name", "")), str(record.get("namespace", "")), uid,
-                         field_path=f"spec.containers{{{name}}}")
-        return new_event(NORMAL if code == 0 else WARNING, "ContainerDied",
-                         f"Container {name} exited with code {code}{why}", obj, source, wall)
-    return None
+    why = f" ({c.reason})" if c.reason else ""
+    obj = pod_object(record.name, record.namespace, uid,
+                     field_path=f"spec.containers{{{c.name}}}")
+    return new_event(NORMAL if c.exit_code == 0 else WARNING, "ContainerDied",
+                     f"Container {c.name} exited with code {c.exit_code}{why}", obj, source, wall)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.maps import PlegPod, PlegValue
 from podvisor.services.cri import CriError, RuntimeClient
 
 UID_LABEL = "io.kubernetes.pod.uid"
@@ -71,15 +72,16 @@ class ImagePlan:
     can_free: int  # bytes the plan frees
 
 
-def images_in_use(pleg: Mapping[str, Any], containers: Iterable[pb.Container]) -> set[str]:
+def images_in_use(pleg: Mapping[str, PlegValue], containers: Iterable[pb.Container]
+                  ) -> set[str]:
     """Image ids and names of every container, running or exited: from the ``pleg`` map (the
     pods podvisor runs) and the runtime's own list (anything else it holds)."""
     used: set[str] = set()
     for record in pleg.values():
-        if not isinstance(record, Mapping):
+        if not isinstance(record, PlegPod):
             continue  # "_health"
-        for c in record.get("containers") or []:
-            used.update(x for x in (c.get("image"), c.get("image_ref")) if x)
+        for c in record.containers:
+            used.update(x for x in (c.image, c.image_ref) if x)
     for c in containers:
         used.update(x for x in (c.image_ref, c.image.image) if x)
     return used
@@ -115,7 +117,7 @@ def plan_image_gc(images: list[pb.Image], tracker: ImageTracker, in_use: Collect
     return ImagePlan(remove, to_free, freed)
 
 
-def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, Any],
+def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, PlegValue],
                   usage_of: Callable[[], Usage], high: int, low: int, min_age: float,
                   now: float, log: Log,
                   on_removed: Callable[[], None] = lambda: None) -> tuple[ImagePlan, int]:

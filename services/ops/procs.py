@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue
+from podvisor.ipc.maps import (
+    DesiredPod,
+    DesiredValue,
+    PlegContainer,
+    PlegPod,
+    PlegValue,
+    PodStatusValue,
+)
 from podvisor.services.ops.states import AGENT_STATES, ProcState, container_state
 
 __all__ = ["AGENT_GROUP", "Proc", "agent_procs", "describe", "pod_group", "pod_procs",
@@ -122,15 +129,13 @@ def agent_procs(rows: Iterable[Mapping[str, Any]], now: float, logs_dir: Path) -
     return out
 
 
-def _latest(containers: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+def _latest(containers: Iterable[PlegContainer]) -> dict[str, PlegContainer]:
     """The newest runtime container per container name (by attempt, then creation)."""
-    out: dict[str, Mapping[str, Any]] = {}
+    out: dict[str, PlegContainer] = {}
     for c in containers:
-        name = str(c.get("name", ""))
-        cur = out.get(name)
-        key = (int(c.get("attempt", 0)), int(c.get("created_at", 0)))
-        if cur is None or key > (int(cur.get("attempt", 0)), int(cur.get("created_at", 0))):
-            out[name] = c
+        cur = out.get(c.name)
+        if cur is None or (c.attempt, c.created_at) > (cur.attempt, cur.created_at):
+            out[c.name] = c
     return out
 
 
@@ -147,25 +152,25 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
 
 
 def _consistent(cs: Mapping[str, Any] | None,
-                rc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+                rc: PlegContainer | None) -> Mapping[str, Any] | None:
     """The container's status, or (when it speaks of an older container than the newest one
     PLEG lists: the two maps move separately) a status read from that newest runtime record, so
     a process's state, pid and restart count always belong to one and the same container."""
-    cid = str(rc.get("id", ""))
-    if not cid or cs is None or str(cs.get("containerID", "")).rpartition("://")[2] == cid:
+    if rc is None or not rc.id or cs is None \
+            or str(cs.get("containerID", "")).rpartition("://")[2] == rc.id:
         return cs
     state: dict[str, Any]
-    if rc.get("state") == "CONTAINER_RUNNING":
+    if rc.state == "CONTAINER_RUNNING":
         state = {"running": {}}
-    elif rc.get("state") == "CONTAINER_EXITED":
-        state = {"terminated": {"exitCode": int(rc.get("exit_code", 0))}}
+    elif rc.state == "CONTAINER_EXITED":
+        state = {"terminated": {"exitCode": rc.exit_code}}
     else:
         state = {"waiting": {"reason": "ContainerCreating"}}
-    return {**cs, "state": state, "restartCount": int(rc.get("restart_count", 0) or 0)}
+    return {**cs, "state": state, "restartCount": rc.restart_count}
 
 
 def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodStatusValue],
-              pleg: Mapping[str, Any], runtime_dir: Path | None = None) -> list[Proc]:
+              pleg: Mapping[str, PlegValue], runtime_dir: Path | None = None) -> list[Proc]:
     """One process per container of every desired pod (init containers included, first)."""
     out = []
     for uid, entry in desired.items():
@@ -179,28 +184,29 @@ def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodSta
         by_name = {str(cs.get("name")): cs for key in ("initContainerStatuses",
                                                         "containerStatuses")
                    for cs in (status.get(key) or []) if isinstance(cs, Mapping)}
-        record: Mapping[str, Any] = pleg.get(uid) or {}
-        runtime = _latest(record.get("containers") or [])
+        record = pleg.get(uid)
+        runtime = _latest(record.containers if isinstance(record, PlegPod) else ())
         policy = str(spec.get("restartPolicy") or "Always")
         grace = spec.get("terminationGracePeriodSeconds")
         for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             name = str(container.get("name", ""))
-            rc = runtime.get(name) or {}
+            rc = runtime.get(name)
             cs = _consistent(by_name.get(name), rc)
-            code = int(rc.get("exit_code", 0))
+            code = rc.exit_code if rc is not None else 0
             terminal = policy == "Never" or (policy == "OnFailure" and code == 0)
             state = container_state(cs, terminal)
-            cid = str(rc.get("id", ""))
+            cid = rc.id if rc is not None else ""
             waiting = ((cs or {}).get("state") or {}).get("waiting") or {}
             spawnerr = " ".join(str(x) for x in (waiting.get("reason"), waiting.get("message"))
                                 if x)
             out.append(Proc(
                 group=group, name=name, kind="container", state=state,
                 pid=_embedded_pid(runtime_dir, cid) if state == ProcState.RUNNING else 0,
-                start=int(rc.get("started_at", 0)) / 1e9,
-                stop=int(rc.get("finished_at", 0)) / 1e9, exitstatus=code, spawnerr=spawnerr,
-                logfile=str(rc.get("log_path", "")),
-                restarts=int((cs or {}).get("restartCount", rc.get("restart_count", 0)) or 0),
+                start=rc.started_at / 1e9 if rc is not None else 0.0,
+                stop=rc.finished_at / 1e9 if rc is not None else 0.0, exitstatus=code,
+                spawnerr=spawnerr, logfile=rc.log_path if rc is not None else "",
+                restarts=int((cs or {}).get("restartCount",
+                                            rc.restart_count if rc is not None else 0) or 0),
                 extra={"uid": uid, "container_id": cid, "restartPolicy": policy,
                        "last_exit_code": (((cs or {}).get("lastState") or {})
                                           .get("terminated") or {}).get("exitCode"),

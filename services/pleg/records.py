@@ -1,20 +1,22 @@
 """From CRI listings to PLEG records: group by pod UID, inspect, and render the ``pleg`` map value.
 
-A pod's record (the value under its UID in the ``pleg`` map; see docs/ARCHITECTURE.md "PLEG"):
-``{"ts", "name", "namespace", "sandboxes": [...], "containers": [...]}``. Only sandboxes and
+A pod's record (PLEG's own form of it, as its relist cache and events keep it):
+``{"ts", "name", "namespace", "sandboxes": [...], "containers": [...]}``; ``pleg_value`` turns it
+into the ``pleg`` map's declared value (``podvisor.ipc.maps.PlegPod``). Only sandboxes and
 containers that carry the ``io.kubernetes.pod.uid`` label (containers may instead inherit it from
 their sandbox) are podvisor's; everything else in the runtime is ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common import labels
+from podvisor.ipc.maps import PlegContainer, PlegPod, PlegSandbox
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pleg.events import Snapshot, state_of_container, state_of_sandbox
 
@@ -203,3 +205,16 @@ def inspect_pod(
     record = {"ts": ts, "name": pod.name, "namespace": pod.namespace,
               "sandboxes": sandboxes, "containers": containers}
     return record, complete
+
+
+def pleg_value(record: Mapping[str, Any]) -> PlegPod:
+    """The ``pleg`` map's typed value of a record built here (what the map carries)."""
+    return PlegPod(
+        ts=float(record["ts"]), name=str(record["name"]), namespace=str(record["namespace"]),
+        sandboxes=tuple(PlegSandbox(s["id"], s["state"], s["created_at"], s["attempt"], s["ip"],
+                                    tuple(s["additional_ips"])) for s in record["sandboxes"]),
+        containers=tuple(PlegContainer(
+            c["id"], c["name"], c["state"], c["sandbox_id"], c["attempt"], c["created_at"],
+            c["started_at"], c["finished_at"], c["exit_code"], c["reason"], c["message"],
+            c["image"], c["image_ref"], c["hash"], c["restart_count"], c["log_path"])
+            for c in record["containers"]))

@@ -60,15 +60,15 @@ from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
-from podvisor.ipc.maps import PLEG
+from podvisor.ipc.maps import HEALTH_KEY, PLEG, PlegHealth
 from podvisor.ipc.messages import PodLifecycleEvent, RelistHint
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.events import container_died
+from podvisor.services.pleg.records import pleg_value
 from podvisor.services.pleg.relist import Relister, RelistResult, new_relister
 from podvisor.services.pleg.stream import EventWatcher
 
 MAP_NAME = PLEG
-HEALTH_KEY = "_health"
 RELIST_PERIOD = 1.0
 STREAM_RELIST_PERIOD = 30.0
 CALL_TIMEOUT = 4.0  # per CRI call; below the default 10 s heartbeat timeout
@@ -170,9 +170,10 @@ class PlegLoop:
         until = self._relister.held_until()
         return math.inf if until is None else until
 
-    def _publish(self, result: RelistResult, health: dict[str, Any] | None) -> None:
-        for uid, record in result.changed.items():
-            self._owner.set(uid, record)
+    def _publish(self, result: RelistResult, health: PlegHealth | None) -> None:
+        typed = {uid: pleg_value(record) for uid, record in result.changed.items()}
+        for uid, value in typed.items():
+            self._owner.set(uid, value)
         for uid in result.removed:
             self._owner.delete(uid)
         if health is not None:
@@ -184,23 +185,18 @@ class PlegLoop:
             if not self._pub.publish(msg):
                 self.counters.event_drops += 1
             if ev.type.value == "ContainerDied":  # an Event for `podvisorctl events` too
-                died = container_died(result.changed.get(ev.pod_uid), ev.container_id,
+                died = container_died(typed.get(ev.pod_uid), ev.container_id,
                                       ev.pod_uid, "pleg", self._wall())
                 if died is not None:
                     self._pub.publish(died)
 
-    def _health(self, result: RelistResult, mode: str, stream_drops: int) -> dict[str, Any]:
-        return {
-            "last_relist_ok": self.last_ok_wall,
-            "last_relist_ms": round(result.duration * 1000, 3),
-            "events_mode": mode,
-            "ts": result.ts,
-            "relists": self.counters.relists,
-            "relist_errors": self.counters.relist_errors,
-            "stream_events": self.counters.stream_events,
-            "event_drops": self.counters.event_drops,
-            "stream_drops": stream_drops,
-        }
+    def _health(self, result: RelistResult, mode: str, stream_drops: int) -> PlegHealth:
+        return PlegHealth(
+            ts=result.ts, last_relist_ok=self.last_ok_wall,
+            last_relist_ms=round(result.duration * 1000, 3), events_mode=mode,
+            relists=self.counters.relists, relist_errors=self.counters.relist_errors,
+            stream_events=self.counters.stream_events, event_drops=self.counters.event_drops,
+            stream_drops=stream_drops)
 
     def _on_error(self, err: CriError) -> None:
         self.counters.relist_errors += 1

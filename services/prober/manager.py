@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from podvisor.ipc.maps import DesiredPod
+from podvisor.ipc.maps import DesiredPod, PlegContainer, PlegPod
 from podvisor.services.pod import Pod, PodValidationError, Probe, pod_from_wire
 from podvisor.services.prober.worker import (
     ContainerObs,
@@ -66,27 +66,28 @@ def probes_of(pod: Pod, name: str) -> dict[Kind, Probe]:
     return {}
 
 
-def newest(records: Any, name: str) -> Mapping[str, Any] | None:
-    mine = [c for c in records or [] if isinstance(c, Mapping) and c.get("name") == name]
+def newest(record: PlegPod | None, name: str) -> PlegContainer | None:
+    mine = [c for c in record.containers if c.name == name] if record is not None else []
     if not mine:
         return None
-    return max(mine, key=lambda c: (int(c.get("created_at", 0) or 0), str(c.get("id", ""))))
+    return max(mine, key=lambda c: (c.created_at, c.id))
 
 
-def observe(record: Mapping[str, Any] | None, now: float, wall: float) -> ContainerObs | None:
-    if record is None or not record.get("id"):
+def observe(record: PlegContainer | None, now: float, wall: float) -> ContainerObs | None:
+    if record is None or not record.id:
         return None
-    started_ns = int(record.get("started_at", 0) or 0)
+    started_ns = record.started_at
     started = now - max(0.0, wall - started_ns / 1e9) if started_ns else 0.0
-    return ContainerObs(str(record["id"]), record.get("state") == RUNNING, started)
+    return ContainerObs(record.id, record.state == RUNNING, started)
 
 
-def pod_ip(pod: Pod, pleg: Mapping[str, Any] | None) -> str:
+def pod_ip(pod: Pod, pleg: PlegPod | None) -> str:
     if pod.spec.host_network:
         return LOCALHOST
-    sandboxes = [s for s in (pleg or {}).get("sandboxes", []) if isinstance(s, Mapping)]
-    ready = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
-    return str((ready or sandboxes or [{}])[-1].get("ip") or LOCALHOST)
+    sandboxes = list(pleg.sandboxes) if pleg is not None else []
+    ready = [s for s in sandboxes if s.state == "SANDBOX_READY"]
+    last = (ready or sandboxes)[-1:]
+    return (last[0].ip if last else "") or LOCALHOST
 
 
 def seeds_from(entry: Mapping[str, Any]) -> dict[Kind, Seed]:
@@ -165,7 +166,7 @@ class ProbeManager:
         for uid in scope:
             self._update_uid(uid, desired.get(uid), pleg.get(uid), now, wall)
 
-    def _update_uid(self, uid: str, entry: Any, record: Mapping[str, Any] | None, now: float,
+    def _update_uid(self, uid: str, entry: Any, record: PlegPod | None, now: float,
                     wall: float) -> None:
         pod = None
         if _active(entry) and declares_probes(entry.pod):
@@ -184,7 +185,7 @@ class ProbeManager:
         if wanted:
             self._keys[uid] = wanted
 
-    def _update_pod(self, uid: str, pod: Pod, record: Mapping[str, Any] | None, now: float,
+    def _update_pod(self, uid: str, pod: Pod, record: PlegPod | None, now: float,
                     wall: float) -> set[WorkerKey]:
         keys: set[WorkerKey] = set()
         ip: str | None = None  # only pods with a probe need it
@@ -194,7 +195,7 @@ class ProbeManager:
                 continue
             if ip is None:
                 ip = pod_ip(pod, record)
-            obs = observe(newest((record or {}).get("containers"), c.name), now, wall)
+            obs = observe(newest(record, c.name), now, wall)
             if obs is not None:
                 ports = {p.name: p.container_port for p in c.ports if p.name}
                 self._targets[(uid, c.name)] = Target(ip, ports, obs.container_id)

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.maps import DESIRED, PLEG, PROBES, DesiredPod, PodProbes
+from podvisor.ipc.maps import DESIRED, HEALTH_KEY, PLEG, PROBES, DesiredPod, PodProbes
 from podvisor.services.pod import PodValidationError
 from podvisor.services.prober.handlers import ProbeRunner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
@@ -31,7 +31,6 @@ from podvisor.services.prober.store import ProbeStore
 from podvisor.services.prober.worker import Result
 
 MAP_NAME = PROBES
-HEALTH_KEY = "_health"
 POOL_THREADS = 32
 RETRY_SAVE = 1.0  # a failed save is retried this often
 SNAPSHOT_TIMEOUT = 0.5

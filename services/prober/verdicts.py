@@ -8,32 +8,31 @@ consumer falls back to its default (not ready / not started while a probe is dec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
-from podvisor.ipc.maps import PodProbes
+from podvisor.ipc.maps import PlegContainer, PlegPod, PodProbes
 
 
-def _current_ids(containers: Iterable[Any]) -> dict[str, str]:
+def _current_ids(containers: Iterable[PlegContainer]) -> dict[str, str]:
     """Container name -> ID of its newest runtime container."""
     best: dict[str, tuple[int, str]] = {}
     for c in containers:
-        if not isinstance(c, Mapping) or not c.get("id"):
+        if not c.id:
             continue
-        key = (int(c.get("created_at", 0) or 0), str(c["id"]))
-        name = str(c.get("name", ""))
+        key = (c.created_at, c.id)
+        name = c.name
         if name not in best or key > best[name]:
             best[name] = key
     return {name: key[1] for name, key in best.items()}
 
 
-def probe_verdicts(entry: PodProbes | None, pleg_record: Any
+def probe_verdicts(entry: PodProbes | None, pleg_record: PlegPod | None
                    ) -> tuple[dict[str, bool], dict[str, bool]]:
     """(readiness, started) by container name, from a pod's ``probes`` value and ``pleg``
     record; only verdicts about each container's current ID, only where a probe gave one."""
-    if entry is None or not isinstance(pleg_record, Mapping):
+    if entry is None or pleg_record is None:
         return {}, {}
-    current = _current_ids(pleg_record.get("containers") or [])
+    current = _current_ids(pleg_record.containers)
     ready: dict[str, bool] = {}
     started: dict[str, bool] = {}
     for name, item in entry.containers.items():

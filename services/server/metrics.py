@@ -41,6 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from podvisor.ipc.maps import PlegHealth, PlegPod
 from podvisor.services.server.replicas import View
 
 __all__ = ["CONTENT_TYPE", "render_metrics", "render_probe_metrics", "render_resource_metrics"]
@@ -86,16 +87,16 @@ class _ViewCollector(Collector):
     def _pleg(self) -> Iterator[Metric]:
         pods = 0
         states = dict.fromkeys(("created", "running", "exited", "unknown"), 0)
-        health: Mapping[str, Any] | None = None
-        for uid, record in self._view.pleg.items():
-            if uid == "_health" and isinstance(record, Mapping):
+        health: PlegHealth | None = None
+        for record in self._view.pleg.values():
+            if isinstance(record, PlegHealth):
                 health = record
-            if uid.startswith("_") or not isinstance(record, Mapping):
+            if not isinstance(record, PlegPod):
                 continue
-            if any(s.get("state") == "SANDBOX_READY" for s in record.get("sandboxes", [])):
+            if any(s.state == "SANDBOX_READY" for s in record.sandboxes):
                 pods += 1
-            for c in record.get("containers", []):
-                states[_STATES.get(c.get("state", ""), "unknown")] += 1
+            for c in record.containers:
+                states[_STATES.get(c.state, "unknown")] += 1
         yield GaugeMetricFamily("kubelet_running_pods",
                                 "Number of pods that have a running pod sandbox", value=pods)
         running = GaugeMetricFamily("kubelet_running_containers",
@@ -108,12 +109,12 @@ class _ViewCollector(Collector):
             yield GaugeMetricFamily(
                 "kubelet_pleg_last_seen_seconds",
                 "Timestamp in seconds when PLEG was last seen active",
-                value=float(health.get("last_relist_ok", 0.0)))
+                value=health.last_relist_ok)
             yield CounterMetricFamily("podvisor_pleg_relists", "PLEG relists since it started",
-                                      value=int(health.get("relists", 0)))
+                                      value=health.relists)
             yield CounterMetricFamily("podvisor_pleg_relist_errors",
                                       "PLEG relists that failed since it started",
-                                      value=int(health.get("relist_errors", 0)))
+                                      value=health.relist_errors)
 
 
 def render_metrics(view: View, processes: list[dict[str, Any]] | None = None,

@@ -24,6 +24,8 @@ from typing import Any
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.maps import PlegPod
+
 __all__ = ["NodeSampler", "image_fs_stats", "log_usage", "rfc3339", "summary"]
 
 POD_NAME, POD_NS, POD_UID = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace",
@@ -228,13 +230,13 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
     created: dict[str, int] = {}  # sandbox / container id -> created_at (ns)
     pod_created: dict[str, int] = {}
     for uid, record in pleg.items():
-        if uid.startswith("_") or not isinstance(record, Mapping):
+        if not isinstance(record, PlegPod):
             continue
-        for sb in record.get("sandboxes", []):
-            if sb.get("state") == "SANDBOX_READY":
-                pod_created[uid] = int(sb.get("created_at", 0))
-        for c in record.get("containers", []):
-            created[str(c.get("id"))] = int(c.get("created_at", 0))
+        for sb in record.sandboxes:
+            if sb.state == "SANDBOX_READY":
+                pod_created[uid] = sb.created_at
+        for c in record.containers:
+            created[c.id] = c.created_at
     pods: dict[str, dict[str, Any]] = {}
     logs = logs or {}
     for st in stats:

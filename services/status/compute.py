@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339
-from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue
+from podvisor.ipc.maps import (
+    DesiredPod,
+    PlegContainer,
+    PlegPod,
+    PlegSandbox,
+    PodRef,
+    PodStatusValue,
+)
 from podvisor.services.status.containers import EXITED, by_name, container_status
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -32,13 +39,12 @@ def desired_inputs(entry: Any) -> Any:
 
 
 def _init_done(init_specs: Sequence[Mapping[str, Any]],
-               records: Mapping[str, list[Mapping[str, Any]]]) -> list[str]:
+               records: Mapping[str, list[PlegContainer]]) -> list[str]:
     """Names of init containers that have not yet exited 0 (newest run)."""
     pending = []
     for spec in init_specs:
-        runs = sorted(records.get(spec.get("name", ""), []),
-                      key=lambda c: (c.get("created_at", 0), c.get("id", "")))
-        if not runs or runs[-1].get("state") != EXITED or int(runs[-1].get("exit_code", 1)):
+        runs = sorted(records.get(spec.get("name", ""), []), key=lambda c: (c.created_at, c.id))
+        if not runs or runs[-1].state != EXITED or runs[-1].exit_code:
             pending.append(str(spec.get("name", "")))
     return pending
 
@@ -142,23 +148,22 @@ def _meta(pod: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid", "")}
 
 
-def pod_ips(spec: Mapping[str, Any], sandboxes: Sequence[Mapping[str, Any]],
+def pod_ips(spec: Mapping[str, Any], sandboxes: Sequence[PlegSandbox],
              host_ip: str) -> list[str]:
     """The kubelet's pod IPs: a hostNetwork pod has the host's; another pod those its newest
     sandbox reports (PodSandboxStatus ``network.ip`` then ``additional_ips``; none yet while
     it has no sandbox or no network)."""
     if spec.get("hostNetwork"):
         return [host_ip]
-    sandbox = sandboxes[-1] if sandboxes else {}
-    first = str(sandbox.get("ip") or "")
+    first = sandboxes[-1].ip if sandboxes else ""
     if not first:
         return []
-    return [first, *(str(ip) for ip in sandbox.get("additional_ips") or () if ip != first)]
+    return [first, *(ip for ip in sandboxes[-1].additional_ips if ip != first)]
 
 
 def compute_pod_status(
     desired: DesiredPod,
-    pleg: Mapping[str, Any] | None,
+    pleg: PlegPod | None,
     previous: Mapping[str, Any] | None,
     now: float,
     runtime: str = "embedded",
@@ -184,9 +189,9 @@ def compute_pod_status(
                       initContainerStatuses=[])
         status["conditions"] = _stamp([_condition("PodScheduled", True)], previous, now)
         return with_version(status, previous)
-    records = by_name((pleg or {}).get("containers", []))
-    sandboxes = (pleg or {}).get("sandboxes", [])
-    ready_sb = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
+    records = by_name(pleg.containers if pleg is not None else ())
+    sandboxes = pleg.sandboxes if pleg is not None else ()
+    ready_sb = [s for s in sandboxes if s.state == "SANDBOX_READY"]
     waiting = desired.waiting
     init_specs = spec.get("initContainers") or []
     init_pending = _init_done(init_specs, records)

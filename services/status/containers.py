@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339_ns
-from podvisor.ipc.maps import ContainerWaiting
+from podvisor.ipc.maps import ContainerWaiting, PlegContainer
 
 RUNNING = "CONTAINER_RUNNING"
 EXITED = "CONTAINER_EXITED"
@@ -22,24 +22,24 @@ def container_id(runtime: str, cid: str) -> str:
     return f"{runtime}://{cid}"
 
 
-def terminated_state(c: Mapping[str, Any], runtime: str) -> dict[str, Any]:
-    code = int(c.get("exit_code", 0))
+def terminated_state(c: PlegContainer, runtime: str) -> dict[str, Any]:
+    code = c.exit_code
     out: dict[str, Any] = {
         "exitCode": code,
-        "reason": c.get("reason") or ("Completed" if code == 0 else "Error"),
-        "startedAt": rfc3339_ns(int(c.get("started_at", 0))),
-        "finishedAt": rfc3339_ns(int(c.get("finished_at", 0))),
-        "containerID": container_id(runtime, str(c["id"])),
+        "reason": c.reason or ("Completed" if code == 0 else "Error"),
+        "startedAt": rfc3339_ns(c.started_at),
+        "finishedAt": rfc3339_ns(c.finished_at),
+        "containerID": container_id(runtime, c.id),
     }
-    if c.get("message"):
-        out["message"] = c["message"]
+    if c.message:
+        out["message"] = c.message
     return out
 
 
-def runtime_state(c: Mapping[str, Any], runtime: str) -> dict[str, Any]:
-    state = c.get("state")
+def runtime_state(c: PlegContainer, runtime: str) -> dict[str, Any]:
+    state = c.state
     if state == RUNNING:
-        return {"running": {"startedAt": rfc3339_ns(int(c.get("started_at", 0)))}}
+        return {"running": {"startedAt": rfc3339_ns(c.started_at)}}
     if state == EXITED:
         return {"terminated": terminated_state(c, runtime)}
     return {"waiting": {"reason": "ContainerCreating"}}
@@ -51,7 +51,7 @@ def _has_probe(spec: Mapping[str, Any], key: str) -> bool:
 
 def container_status(
     spec: Mapping[str, Any],
-    runtime_containers: Sequence[Mapping[str, Any]],
+    runtime_containers: Sequence[PlegContainer],
     waiting: ContainerWaiting | None,
     default_reason: str,
     runtime: str,
@@ -61,18 +61,17 @@ def container_status(
     """One ``ContainerStatus`` dict. ``runtime_containers`` are this name's records in any order;
     ``ready_override`` / ``started_override`` are the prober's readiness / startup verdicts
     when it reports them."""
-    history = sorted(runtime_containers, key=lambda c: (c.get("created_at", 0), c.get("id", "")),
-                     reverse=True)
+    history = sorted(runtime_containers, key=lambda c: (c.created_at, c.id), reverse=True)
     out: dict[str, Any] = {"name": spec.get("name", ""), "image": spec.get("image", ""),
                            "imageID": "", "restartCount": 0, "ready": False, "started": False}
     last: dict[str, Any] = {}
     if history:
         cur = history[0]
         state = runtime_state(cur, runtime)
-        out["containerID"] = container_id(runtime, str(cur["id"]))
-        out["imageID"] = cur.get("image_ref", "")
-        out["restartCount"] = int(cur.get("restart_count", 0))
-        if len(history) > 1 and history[1].get("state") == EXITED:
+        out["containerID"] = container_id(runtime, cur.id)
+        out["imageID"] = cur.image_ref
+        out["restartCount"] = cur.restart_count
+        if len(history) > 1 and history[1].state == EXITED:
             last = {"terminated": terminated_state(history[1], runtime)}
     else:
         state = {"waiting": {"reason": default_reason}}
@@ -95,8 +94,8 @@ def container_status(
     return out
 
 
-def by_name(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    out: dict[str, list[Mapping[str, Any]]] = {}
+def by_name(records: Sequence[PlegContainer]) -> dict[str, list[PlegContainer]]:
+    out: dict[str, list[PlegContainer]] = {}
     for c in records:
-        out.setdefault(str(c.get("name", "")), []).append(c)
+        out.setdefault(c.name, []).append(c)
     return out

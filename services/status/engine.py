@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.common.timefmt import parse_rfc3339, rfc3339
-from podvisor.ipc.maps import DesiredPod, PodProbes
+from podvisor.ipc.maps import HEALTH_KEY, DesiredPod, PlegHealth, PlegPod, PodProbes
 from podvisor.services.prober import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
 from podvisor.services.status.store import Saved
 
 RETIRE_AFTER = 600.0
-HEALTH_KEY = "_health"
 
 
 @dataclass(frozen=True)
@@ -73,10 +72,7 @@ def transitions(uid: str, old: Mapping[str, Any] | None,
 def pleg_ts(pleg: Mapping[str, Any]) -> float | None:
     """The cache's freshness (``_health.ts``), None when PLEG has not relisted."""
     health = pleg.get(HEALTH_KEY)
-    if not isinstance(health, Mapping):
-        return None
-    ts = health.get("ts", 0.0)
-    return float(ts) if isinstance(ts, (int, float)) else 0.0
+    return health.ts if isinstance(health, PlegHealth) else None
 
 
 class StatusEngine:
@@ -118,8 +114,10 @@ class StatusEngine:
             previous = self.statuses.get(uid)
             if previous is None and uid in self.retired:
                 previous = {k: v for k, v in self.retired.pop(uid).items() if k != "_retiredAt"}
-            ready, started = probe_verdicts((probes or {}).get(uid), pleg.get(uid))
-            status = compute_pod_status(entry, pleg.get(uid), previous, now, self._runtime,
+            record = pleg.get(uid)
+            record = record if isinstance(record, PlegPod) else None
+            ready, started = probe_verdicts((probes or {}).get(uid), record)
+            status = compute_pod_status(entry, record, previous, now, self._runtime,
                                         self._host_ip, ready, started)
             if status != previous or uid not in self.statuses:
                 self.statuses[uid] = status

@@ -30,6 +30,7 @@ from podvisor.supervisor.ctl_logs import (
     tail_lines,
 )
 from podvisor.supervisor.eventstore import EventStore
+from tests.plegs import pleg_pod
 
 
 def event(reason: str = "Started", message: str = "m", ts: float = 100.0,
@@ -210,8 +211,9 @@ class Sink:
 
 
 def test_container_died_event_from_a_pleg_record() -> None:
-    record = {"name": "web", "namespace": "default", "containers": [
-        {"id": "c1", "name": "app", "exit_code": 137, "reason": "OOMKilled"}]}
+    record = pleg_pod(name="web", namespace="default", containers=[
+        {"id": "c1", "name": "app", "state": "CONTAINER_EXITED", "exit_code": 137,
+         "reason": "OOMKilled"}])
     died = ev.container_died(record, "c1", "u1", "pleg", 5.0)
     assert died is not None and died.type == ev.WARNING
     assert died.message == "Container app exited with code 137 (OOMKilled)"

@@ -13,7 +13,15 @@ import zmq
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK, FakeClock
 from podvisor.ipc.clone import MapOwner, MapReplica
-from podvisor.ipc.maps import DESIRED, DesiredPod, PodSetValue
+from podvisor.ipc.maps import (
+    DESIRED,
+    PLEG,
+    DesiredPod,
+    PlegContainer,
+    PlegHealth,
+    PlegPod,
+    PodSetValue,
+)
 from podvisor.ipc.paths import RunPaths
 
 Bus = tuple["zmq.Context[Any]", RunPaths]
@@ -275,6 +283,30 @@ def test_a_desired_replica_drops_and_counts_an_old_owners_values(bus: Bus) -> No
     _sync_with_owner(raw, old)
     assert raw.get("u2") == {"pod": {}, "worker": "terminated", "admitted": True}
     raw.close()
+    replica.close()
+    old.close()
+    pub.close()
+
+
+def test_a_pleg_replica_drops_and_counts_an_old_owners_untyped_records(bus: Bus) -> None:
+    """The same rolling restart for ``pleg``: an old PLEG's record dicts and ``_health`` are
+    dropped and counted by a typed replica; its typed values are read."""
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "old-pleg")
+    clock = FakeClock()
+    old = MapOwner(zctx, paths, pub, PLEG, clock=clock, encode=lambda v: v)  # no types
+    replica = MapReplica(zctx, paths, PLEG, clock=clock)  # the declared codec, by name
+    typed = PlegPod(ts=2.0, name="web", containers=(PlegContainer("c1", "app", "RUNNING"),))
+    old.set("u1", {"ts": 1.0, "name": "web", "namespace": "", "sandboxes": [],
+                   "containers": []})
+    old.set("_health", {"ts": 1.0, "last_relist_ok": 5.0, "relists": 1})
+    old.set("u2", typed.to_wire())
+    _sync_with_owner(replica, old)
+    assert replica.items() == {"u2": typed}
+    assert replica.value_drops["version"] == 2
+    old.set("_health", PlegHealth(ts=3.0, relists=2).to_wire())
+    _until(lambda: (replica.pump(0.01), replica.seq == old.seq)[1])
+    assert replica.get("_health") == PlegHealth(ts=3.0, relists=2)
     replica.close()
     old.close()
     pub.close()

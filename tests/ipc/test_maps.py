@@ -9,17 +9,23 @@ import pytest
 from podvisor.ipc.maps import (
     DESIRED,
     MAP_CODECS,
+    PLEG,
     STATUSES,
     ContainerVerdict,
     ContainerWaiting,
     DesiredPod,
     MapValueError,
+    PlegContainer,
+    PlegHealth,
+    PlegPod,
+    PlegSandbox,
     PodProbes,
     PodRef,
     PodSetValue,
     PodStatusValue,
     RuntimeNetwork,
     decode_desired,
+    decode_pleg,
 )
 
 
@@ -113,3 +119,46 @@ def test_pod_status_value_round_trip_and_what_it_rejects() -> None:
         with pytest.raises(MapValueError) as err:
             PodStatusValue.from_wire(raw)
         assert err.value.reason == reason
+
+
+def _pleg_pod() -> PlegPod:
+    return PlegPod(ts=3.0, name="web", namespace="default",
+                   sandboxes=(PlegSandbox("sb1", "SANDBOX_READY", 10, 0, "10.0.0.2", ("fd::2",)),),
+                   containers=(PlegContainer("c1", "app", "CONTAINER_EXITED", "sb1", 1, 11, 12,
+                                             13, 2, "Error", "m", "host", "sha256:x", "h1", 1,
+                                             "/log"),))
+
+
+def test_pleg_values_round_trip_by_kind() -> None:
+    pod = _pleg_pod()
+    health = PlegHealth(ts=3.0, last_relist_ok=100.0, last_relist_ms=1.5, events_mode="stream",
+                        relists=4, relist_errors=1, stream_events=2, event_drops=0,
+                        stream_drops=0)
+    assert decode_pleg(pod.to_wire()) == pod and decode_pleg(health.to_wire()) == health
+    assert pod.container("c1") is pod.containers[0] and pod.container("c2") is None
+    assert MAP_CODECS[PLEG][1](MAP_CODECS[PLEG][0](pod)) == pod  # its codec by name
+    assert decode_pleg({"v": 1, "kind": "pod", "ts": 1}) == PlegPod(ts=1.0)  # defaults
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    ({**_pleg_pod().to_wire(), "v": 2}, "version"),  # a newer PLEG
+    ({"ts": 1.0, "name": "web", "namespace": "default", "sandboxes": [], "containers": []},
+     "version"),  # the untyped v0 record
+    ({"last_relist_ok": 1.0, "ts": 1.0, "relists": 1}, "version"),  # the untyped v0 _health
+    ({"v": 1, "kind": "mystery"}, "fields"),
+    ({"v": 1, "kind": "pod", "containers": {}}, "fields"),
+    ({"v": 1, "kind": "pod", "ts": "now"}, "fields"),
+    ({"v": 1, "kind": "pod", "containers": [{"id": "c1", "name": "app"}]}, "fields"),
+    ({"v": 1, "kind": "pod", "containers": [{"id": "c1", "name": "a", "state": "S",
+                                             "exit_code": "1"}]}, "fields"),
+    ({"v": 1, "kind": "pod", "sandboxes": [{"id": "s", "state": "S", "attempt": True}]},
+     "fields"),
+    ({"v": 1, "kind": "pod", "sandboxes": [{"id": "s", "state": "S", "additional_ips": [1]}]},
+     "fields"),
+    ({"v": 1, "kind": "health", "relists": 1.5}, "fields"),
+    ("pod", "fields"),
+])
+def test_pleg_values_that_are_not_declared_are_rejected(raw: Any, reason: str) -> None:
+    with pytest.raises(MapValueError) as err:
+        decode_pleg(raw)
+    assert err.value.reason == reason

@@ -41,6 +41,7 @@ from podvisor.services.server.mainport import REDACTED, make_main_app, redact_co
 from podvisor.services.server.metrics import render_metrics
 from podvisor.services.server.replicas import View
 from podvisor.services.server.tls import serving_context, serving_pair
+from tests.plegs import pleg_map
 
 # --- config ---
 
@@ -183,13 +184,15 @@ def test_log_options() -> None:
 
 
 def _pleg_view() -> View:
-    pleg = {
+    def c(cid: str, state: str) -> dict[str, str]:
+        return {"id": cid, "name": cid, "state": state}
+    pleg = pleg_map({
         "_health": {"last_relist_ok": 1700000000.5, "relists": 7, "relist_errors": 1},
         "u1": {"sandboxes": [{"id": "s1", "state": "SANDBOX_READY"}],
-               "containers": [{"state": "CONTAINER_RUNNING"}, {"state": "CONTAINER_EXITED"}]},
+               "containers": [c("a", "CONTAINER_RUNNING"), c("b", "CONTAINER_EXITED")]},
         "u2": {"sandboxes": [{"id": "s2", "state": "SANDBOX_NOTREADY"}],
-               "containers": [{"state": "CONTAINER_EXITED"}, {"state": "?"}]},
-    }
+               "containers": [c("c", "CONTAINER_EXITED"), c("d", "?")]},
+    })
     return View(pleg=pleg, pleg_synced=True)
 
 

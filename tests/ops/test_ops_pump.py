@@ -17,7 +17,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebService
-from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.ipc.maps import DesiredPod, PlegHealth, PodStatusValue
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.pump import MapPump, PodMaps
 from tests.conftest import MapBus
@@ -58,7 +58,7 @@ def test_pod_maps_move_on_pods_and_process_states_not_on_health(
         assert dict(synced.desired) == {"u1": DesiredPod(pod={"metadata": {"uid": "u1"}})}
         assert notified[-1] == synced.version
         # PLEG's _health moves at every relist: a new PodMaps, the same version, nobody woken
-        owners.maps["pleg"].set("_health", {"ts": 2.0})
+        owners.maps["pleg"].set("_health", PlegHealth(ts=2.0))
         health = wait_for(lambda: web.view if "_health" in web.view.pleg else None, pump=turn,
                           message="_health in")
         assert health.version == synced.version and notified[-1] == synced.version

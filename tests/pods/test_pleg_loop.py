@@ -61,7 +61,8 @@ class Harness:
             self.seen.append((m.pod_uid, m.type, m.container_id))  # type: ignore[attr-defined]
 
     def health(self) -> dict[str, Any]:
-        return dict(self.replica.get("_health") or {})
+        health = self.replica.get("_health")
+        return health.to_wire() if health is not None else {}
 
     def close(self) -> None:
         self.ctx.stop.set()
@@ -107,7 +108,7 @@ def test_stream_mode_publishes_cache_and_events(harness: Any) -> None:
     h: Harness = harness(client)
     wait_for(lambda: h.health().get("events_mode") == "stream", pump=h.pump)
     rec = wait_for(lambda: h.replica.get("u1"), pump=h.pump)
-    assert rec["containers"][0]["state"] == "CONTAINER_RUNNING"
+    assert rec.containers[0].state == "CONTAINER_RUNNING"
     # Events are hints on plain PUB/SUB: the first relist's may go out before the bus has the
     # test's subscription (slow joiner); the cache above came by snapshot. A pod started once
     # the stream is up must show its ContainerStarted.
@@ -115,10 +116,10 @@ def test_stream_mode_publishes_cache_and_events(harness: Any) -> None:
     wait_for(lambda: ("u2", "ContainerStarted", cid2) in h.seen, pump=h.pump)
     client.exit_container(cid, 1)
     wait_for(lambda: ("u1", "ContainerDied", cid) in h.seen, pump=h.pump)
-    died = h.replica.get("u1")["containers"][0]
-    assert died["state"] == "CONTAINER_EXITED" and died["exit_code"] == 1
+    died = h.replica.get("u1").containers[0]
+    assert died.state == "CONTAINER_EXITED" and died.exit_code == 1
     # the event ts never runs ahead of the replicated cache's global ts
-    assert h.health()["ts"] >= rec["ts"]
+    assert h.health()["ts"] >= rec.ts
     assert h.health()["last_relist_ok"] > 0 and h.health()["event_drops"] == 0
 
 
@@ -192,7 +193,7 @@ def test_stream_events_update_the_cache_without_cri_calls(harness: Any) -> None:
         ("u1", "ContainerDied", cid), ("u1", "ContainerRemoved", cid)]
     # ContainerChanged (CREATED) only if the start came after the hold (batching decides)
     assert {e[1] for e in h.seen if e[2] == new} - {"ContainerChanged"} == {"ContainerStarted"}
-    wait_for(lambda: [(c["id"], c["state"]) for c in h.replica.get("u1")["containers"]]
+    wait_for(lambda: [(c.id, c.state) for c in h.replica.get("u1").containers]
              == [(new, "CONTAINER_RUNNING")], pump=h.pump)
     assert pleg_calls(client) == calls  # not one CRI call
     assert h.health() == health  # `_health` is the relists' alone
@@ -227,7 +228,7 @@ def test_dropped_events_make_pleg_relist(harness: Any, monkeypatch: pytest.Monke
     wait_for(lambda: ("u1", "ContainerDied", cid) in h.seen, pump=h.pump)
     health = wait_for(lambda: h.health().get("stream_drops") and h.health(), pump=h.pump)
     assert health["relists"] == relists + 1 and health["stream_drops"] == 1
-    assert h.replica.get("u1")["containers"][0]["exit_code"] == 2
+    assert h.replica.get("u1").containers[0].exit_code == 2
 
 
 def test_stream_fallback_period_is_slow_but_within_healthz_threshold() -> None:
@@ -247,8 +248,8 @@ def test_a_container_left_created_is_published_after_the_hold(harness: Any) -> N
                              labels={"io.kubernetes.pod.uid": "u1"})
     new = client.create_container(sid, cfg, pb.PodSandboxConfig())  # never started
     wait_for(lambda: ("u1", "ContainerChanged", new) in h.seen, pump=h.pump)
-    wait_for(lambda: [c["state"] for c in h.replica.get("u1")["containers"]
-                      if c["id"] == new] == ["CONTAINER_CREATED"], pump=h.pump)
+    wait_for(lambda: [c.state for c in h.replica.get("u1").containers
+                      if c.id == new] == ["CONTAINER_CREATED"], pump=h.pump)
     assert h.health()["relists"] == relists  # the hold ended it, not a relist
 
 

@@ -7,6 +7,7 @@ without reporting a running container as died.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -27,8 +28,10 @@ from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import PlegPod
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
+from podvisor.services.pleg.records import pleg_value
 from podvisor.services.pleg.relist import new_relister
 from podvisor.services.pleg.service import serve
 from tests.conftest import wait_for_impl
@@ -36,8 +39,8 @@ from tests.conftest import wait_for_impl
 UID = "pleg-it-uid"
 
 
-def _without_ts(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in record.items() if k != "ts"}
+def _without_ts(record: PlegPod) -> PlegPod:
+    return dataclasses.replace(record, ts=0.0)
 
 
 def until(cond: Callable[[], Any], timeout: float = 20.0,
@@ -145,29 +148,28 @@ def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -
     pleg = Pleg(paths, bus)
     try:
         # one relist at start, one when the stream connected; from then on events alone
-        health = until(lambda: (replica.get("_health") or {}).get("events_mode") == "stream"
-                       and replica.get("_health")["relists"] >= 2 and replica.get("_health"),
-                       pump=pump)
+        health = until(lambda: (h := replica.get("_health")) is not None
+                       and h.events_mode == "stream" and h.relists >= 2 and h, pump=pump)
         sid, cid, pidfile = start_pod(client, paths)
         until(lambda: ("ContainerStarted", cid) in seen and replica.get(UID), pump=pump)
-        rec = until(lambda: replica.get(UID) if replica.get(UID)["containers"] else None,
+        rec = until(lambda: replica.get(UID) if replica.get(UID).containers else None,
                     pump=pump)
-        assert rec["name"] == "it" and rec["sandboxes"][0]["id"] == sid
-        c = rec["containers"][0]
-        assert c["id"] == cid and c["state"] == "CONTAINER_RUNNING" and c["hash"] == "abc"
+        assert rec.name == "it" and rec.sandboxes[0].id == sid
+        c = rec.containers[0]
+        assert c.id == cid and c.state == "CONTAINER_RUNNING" and c.hash == "abc"
         pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
         os.kill(pid, signal.SIGKILL)
         until(lambda: ("ContainerDied", cid) in seen, pump=pump)
-        died = until(lambda: [x for x in replica.get(UID)["containers"]
-                              if x["state"] == "CONTAINER_EXITED"], pump=pump)[0]
-        assert died["exit_code"] == 137 and died["finished_at"] > 0
-        assert (replica.get("_health") or {})["events_mode"] == "stream"
+        died = until(lambda: [x for x in replica.get(UID).containers
+                              if x.state == "CONTAINER_EXITED"], pump=pump)[0]
+        assert died.exit_code == 137 and died.finished_at > 0
+        assert replica.get("_health").events_mode == "stream"
         # built from the runtime's events alone (the fallback relist is 30 s away), and it is
         # what a relist renders
-        assert replica.get("_health")["relists"] == health["relists"]
+        assert replica.get("_health").relists == health.relists
         fresh = new_relister(client)
         fresh.relist()
-        assert _without_ts(replica.get(UID)) == _without_ts(fresh.records()[UID])
+        assert _without_ts(replica.get(UID)) == _without_ts(pleg_value(fresh.records()[UID]))
     finally:
         pleg.stop()
         replica.close()
@@ -187,14 +189,14 @@ def test_restart_rebuilds_without_spurious_deaths(runtime: Any, bus: zmq.Context
             seen.append((env.message.type, env.message.container_id))  # type: ignore[attr-defined]
 
     first = Pleg(paths, bus)
-    until(lambda: replica.get(UID) and replica.get(UID)["containers"], pump=pump)
+    until(lambda: replica.get(UID) and replica.get(UID).containers, pump=pump)
     epoch = replica.epoch
     first.stop()
     second = Pleg(paths, bus)
     try:
         until(lambda: replica.epoch != epoch and replica.get(UID)
-              and replica.get(UID)["containers"], pump=pump)
-        assert replica.get(UID)["containers"][0]["state"] == "CONTAINER_RUNNING"
+              and replica.get(UID).containers, pump=pump)
+        assert replica.get(UID).containers[0].state == "CONTAINER_RUNNING"
         assert ("ContainerDied", cid) not in seen
     finally:
         second.stop()

@@ -19,6 +19,7 @@ from podvisor.common.podlist import (
 from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue, RuntimeNetwork
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import View
+from tests.plegs import pleg_map
 
 WALL = 1_700_000_000.0
 
@@ -35,14 +36,14 @@ STATUS = PodStatusValue({"phase": "Running",
                          "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
                                                 "state": {"running": {}}}],
                          "startTime": "2023-11-14T22:13:20Z"}, 3, PodRef("b"))
-PLEG = {
+PLEG = pleg_map({
     "_health": {"last_relist_ok": WALL - 1, "events_mode": "stream"},
     "u1": {"name": "b", "namespace": "default", "containers": [
-        {"name": "app", "image": "host", "state": "CONTAINER_RUNNING"},
-        {"name": "old", "image": "host", "state": "CONTAINER_EXITED"}]},
+        {"id": "c1", "name": "app", "image": "host", "state": "CONTAINER_RUNNING"},
+        {"id": "c0", "name": "old", "image": "host", "state": "CONTAINER_EXITED"}]},
     "u9": {"name": "dead", "namespace": "default", "containers": [
-        {"name": "x", "image": "host", "state": "CONTAINER_EXITED"}]},
-}
+        {"id": "c9", "name": "x", "image": "host", "state": "CONTAINER_EXITED"}]},
+})
 
 
 def healthy_view() -> View:
@@ -110,7 +111,7 @@ def test_healthz_says_the_runtime_network_is_not_ready_but_stays_ok() -> None:
 
 
 def test_healthz_fails_on_stale_pleg() -> None:
-    stale = {"_health": {"last_relist_ok": WALL - 400}}
+    stale = pleg_map({"_health": {"last_relist_ok": WALL - 400}})
     view = View(desired={}, statuses={}, pleg=stale, desired_synced=True, desired_heard=99.0)
     code, _, text = call(view, "GET", "/healthz")
     assert code == 500 and "[-]pleg failed: PLEG last relisted 400s ago" in text

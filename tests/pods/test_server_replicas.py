@@ -25,7 +25,7 @@ from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebDied, WebService
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
-from podvisor.ipc.maps import DesiredPod, PodStatusValue, RuntimeNetwork
+from podvisor.ipc.maps import DesiredPod, PlegHealth, PlegPod, PodStatusValue, RuntimeNetwork
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.ports import Ports
 from podvisor.services.server.replicas import BATCH, ServerReplicas, View
@@ -75,7 +75,7 @@ def test_views_copy_only_the_maps_that_moved(owners: Owners,
                                              wait_for: Callable[..., Any]) -> None:
     owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
     owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Pending"}))
-    owners.maps["pleg"].set("_health", {"ts": 1.0})
+    owners.maps["pleg"].set("_health", PlegHealth(ts=1.0))
     server = Server(owners)
     web = server.web
     try:
@@ -102,7 +102,7 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
     window ends on the loop's clock (a fake one here: the window ends when the test says)."""
     owners.maps["desired"].set("_runtime", RuntimeNetwork(True))
     owners.maps["statuses"].set("_", PodStatusValue({}))
-    owners.maps["pleg"].set("_", {"n": 0})
+    owners.maps["pleg"].set("_", PlegPod())
     clock = FakeClock(100.0)
     server = Server(owners, clock)
     web, loop = server.web, server.web.loop

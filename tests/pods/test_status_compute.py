@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from podvisor.common.timefmt import rfc3339
-from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PodRef
+from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PlegPod, PodRef
 from podvisor.services.status.compute import (
     DESIRED_KEYS,
     compute_pod_status,
@@ -17,6 +17,7 @@ from podvisor.services.status.compute import (
     get_phase,
     status_value,
 )
+from tests.plegs import pleg_pod
 
 T0 = 1_700_000_000.0
 NS = 1_000_000_000
@@ -49,10 +50,12 @@ def ctr(cid: str, state: str = "CONTAINER_RUNNING", name: str = "app", created: 
             "image_ref": "sha256:host", "hash": "h", "restart_count": restarts, "log_path": ""}
 
 
-def pleg(*containers: dict[str, Any], sandbox: str = "SANDBOX_READY") -> dict[str, Any]:
-    return {"ts": 1.0, "sandboxes": [{"id": "sb1", "state": sandbox, "created_at": NS,
-                                      "attempt": 0, "ip": "10.0.0.5"}],
-            "containers": list(containers)}
+def pleg(*containers: dict[str, Any], sandbox: str = "SANDBOX_READY", ip: str = "10.0.0.5",
+         additional_ips: tuple[str, ...] = (), older: tuple[dict[str, Any], ...] = ()
+         ) -> PlegPod:
+    return pleg_pod(ts=1.0, sandboxes=[*older, {
+        "id": "sb1", "state": sandbox, "created_at": NS, "attempt": 0, "ip": ip,
+        "additional_ips": list(additional_ips)}], containers=list(containers))
 
 
 def conds(status: dict[str, Any]) -> dict[str, str]:
@@ -240,8 +243,7 @@ def test_created_container_is_waiting_container_creating() -> None:
 def test_containerd_scheme_and_host_network_ip() -> None:
     p = pod()
     p["spec"]["hostNetwork"] = True
-    pl = pleg(ctr("c1"))
-    pl["sandboxes"][0]["ip"] = ""
+    pl = pleg(ctr("c1"), ip="")
     s = compute_pod_status(desired(p), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
     assert s["containerStatuses"][0]["containerID"] == "containerd://c1"
     assert s["podIP"] == "10.1.1.1" and s["hostIP"] == "10.1.1.1"
@@ -250,14 +252,14 @@ def test_containerd_scheme_and_host_network_ip() -> None:
 def test_pod_ips_and_host_ips() -> None:
     """podIP/podIPs from the newest sandbox (PodSandboxStatus ip, then additional_ips); a
     hostNetwork pod has the host's whatever the sandbox says; hostIPs always."""
-    pl = pleg(ctr("c1"))
-    pl["sandboxes"][0]["additional_ips"] = ["fd00::5", "10.0.0.5"]
+    pl = pleg(ctr("c1"), additional_ips=("fd00::5", "10.0.0.5"))
     s = compute_pod_status(desired(), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
     assert s["podIP"] == "10.0.0.5"
     assert s["podIPs"] == [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]
     assert s["hostIP"] == "10.1.1.1" and s["hostIPs"] == [{"ip": "10.1.1.1"}]
     old = {"id": "sb0", "state": "SANDBOX_NOTREADY", "created_at": 0, "attempt": 0, "ip": ""}
-    pl["sandboxes"].insert(0, old)  # an older dead one (a failed setup) changes nothing
+    pl = pleg(ctr("c1"), additional_ips=("fd00::5", "10.0.0.5"),
+              older=(old,))  # an older dead one (a failed setup) changes nothing
     assert compute_pod_status(desired(), pl, None, T0)["podIPs"] == s["podIPs"]
     p = pod()
     p["spec"]["hostNetwork"] = True

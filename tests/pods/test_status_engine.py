@@ -12,9 +12,10 @@ import pytest
 
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.timefmt import rfc3339
-from podvisor.ipc.maps import DesiredPod
+from podvisor.ipc.maps import DesiredPod, PlegValue
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved, StatusStore
+from tests import plegs
 
 T0 = 1_700_000_000.0
 NS = 1_000_000_000
@@ -40,8 +41,8 @@ def record(running: bool = True, ts: float = 10.0) -> dict[str, Any]:
             "containers": containers}
 
 
-def pleg_map(ts: float, **pods: dict[str, Any]) -> dict[str, Any]:
-    return {"_health": {"ts": ts, "last_relist_ok": T0}, **pods}
+def pleg_map(ts: float, **pods: dict[str, Any]) -> dict[str, PlegValue]:
+    return plegs.pleg_map({"_health": {"ts": ts, "last_relist_ok": T0}, **pods})
 
 
 def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:

@@ -4,6 +4,7 @@ replaced by one that publishes the same statuses at once and never goes back."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -19,12 +20,13 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
-from podvisor.ipc.maps import ContainerWaiting, DesiredPod
+from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PlegHealth, PlegPod
 from podvisor.services.status.compute import status_value
 from podvisor.services.status.engine import RETIRE_AFTER
 from podvisor.services.status.service import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
 from tests.conftest import MapBus
+from tests.plegs import pleg_pod
 
 NS = 1_000_000_000
 WALL = 1_700_000_000.0
@@ -36,13 +38,13 @@ def entry(uid: str) -> DesiredPod:
                       source="file", worker="syncing")
 
 
-def record(cid: str, running: bool) -> dict[str, Any]:
-    return {"ts": 1.0, "sandboxes": [{"id": "sb", "state": "SANDBOX_READY", "created_at": NS,
-                                      "attempt": 0, "ip": ""}],
-            "containers": [{"id": cid, "name": "app", "sandbox_id": "sb", "attempt": 0,
-                            "state": "CONTAINER_RUNNING" if running else "CONTAINER_CREATED",
-                            "created_at": NS, "started_at": 2 * NS if running else 0,
-                            "finished_at": 0, "exit_code": 0, "restart_count": 0}]}
+def record(cid: str, running: bool) -> PlegPod:
+    return pleg_pod(ts=1.0, sandboxes=[{"id": "sb", "state": "SANDBOX_READY", "created_at": NS,
+                                        "attempt": 0, "ip": ""}],
+                    containers=[{"id": cid, "name": "app", "sandbox_id": "sb", "attempt": 0,
+                                 "state": "CONTAINER_RUNNING" if running else "CONTAINER_CREATED",
+                                 "created_at": NS, "started_at": 2 * NS if running else 0,
+                                 "finished_at": 0, "exit_code": 0, "restart_count": 0}])
 
 
 class Bus(MapBus):
@@ -57,13 +59,13 @@ class Bus(MapBus):
         self.ctx = ChildContext("status", Config(root_dir=str(root)), self.paths,
                                 self.log, self.zctx, clock=self.clock)  # type: ignore[arg-type]
 
-    def relist(self, **records: dict[str, Any]) -> None:
+    def relist(self, **records: PlegPod) -> None:
         """A PLEG relist "now" (the service's monotonic clock does not move)."""
         self.relists += 1
         for uid, rec in records.items():
-            self.pleg.set(uid, {**rec, "ts": self.clock.now})
-        self.pleg.set("_health", {"ts": self.clock.now, "last_relist_ok": self.clock.wall_now,
-                                  "relists": self.relists})
+            self.pleg.set(uid, dataclasses.replace(rec, ts=self.clock.now))
+        self.pleg.set("_health", PlegHealth(ts=self.clock.now, last_relist_ok=self.clock.wall_now,
+                                            relists=self.relists))
 
     def service(self) -> StatusService:
         return StatusService(self.ctx)
@@ -146,7 +148,8 @@ def test_a_burst_within_the_coalescing_window_is_one_compute_and_one_commit(bus:
     # the clock stands still: u1 starts, u2 starts; both arrive within one window
     def arrived(uid: str) -> None:
         deadline = time.monotonic() + 10
-        while (svc.pleg.get(uid) or {})["containers"][0]["state"] != "CONTAINER_RUNNING":
+        while svc.pleg.get(uid) is None \
+                or svc.pleg.get(uid).containers[0].state != "CONTAINER_RUNNING":
             assert time.monotonic() < deadline, "update not received"
             svc.pleg.pump(0.01)
 

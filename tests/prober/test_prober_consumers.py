@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from podvisor.ipc.maps import DesiredPod, PodProbes
+from podvisor.ipc.maps import DesiredPod, PlegValue, PodProbes
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved
+from tests.plegs import pleg_map
 
 WALL = 1_000_000.0
 
@@ -21,11 +22,11 @@ def desired() -> dict[str, DesiredPod]:
     return {"u1": DesiredPod(pod=pod, worker="syncing")}
 
 
-def pleg(cid: str = "c1") -> dict[str, Any]:
-    return {"_health": {"ts": 1.0}, "u1": {
+def pleg(cid: str = "c1") -> dict[str, PlegValue]:
+    return pleg_map({"_health": {"ts": 1.0}, "u1": {
         "sandboxes": [{"id": "s1", "state": "SANDBOX_READY", "ip": ""}],
         "containers": [{"id": cid, "name": "app", "state": "CONTAINER_RUNNING",
-                        "created_at": 1, "started_at": int((WALL - 5) * 1e9)}]}}
+                        "created_at": 1, "started_at": int((WALL - 5) * 1e9)}]}})
 
 
 def app_status(probes: dict[str, Any] | None, cid: str = "c1") -> tuple[bool, bool, str]:

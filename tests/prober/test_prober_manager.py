@@ -12,6 +12,7 @@ from podvisor.services.prober import manager as manager_module
 from podvisor.services.prober.manager import ProbeManager, ProbeTask, declares_probes
 from podvisor.services.prober.verdicts import liveness_failed, probe_verdicts
 from podvisor.services.prober.worker import Kind, Result
+from tests.plegs import pleg_map
 
 S, F = Result.SUCCESS, Result.FAILURE
 WALL = 1_000_000.0
@@ -34,11 +35,10 @@ def desired(**probes: Any) -> dict[str, DesiredPod]:
 
 def pleg(cid: str = "c1", state: str = "CONTAINER_RUNNING", started: float = WALL - 50
          ) -> dict[str, Any]:
-    return {"_health": {"ts": 1.0}, "u1": {"sandboxes": [{"id": "s1", "state": "SANDBOX_READY",
-                                                          "ip": ""}],
-                                           "containers": [{"id": cid, "name": "app", "state": state,
-                                                           "created_at": 1,
-                                                           "started_at": int(started * 1e9)}]}}
+    return pleg_map({"_health": {"ts": 1.0}, "u1": {
+        "sandboxes": [{"id": "s1", "state": "SANDBOX_READY", "ip": ""}],
+        "containers": [{"id": cid, "name": "app", "state": state, "created_at": 1,
+                        "started_at": int(started * 1e9)}]}})
 
 
 def run_due(m: ProbeManager, now: float, outcome: Result | dict[Kind, Result]) -> list[ProbeTask]:

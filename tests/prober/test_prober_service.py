@@ -17,12 +17,13 @@ from podvisor.common import FakeClock
 from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
-from podvisor.ipc.maps import DesiredPod
+from podvisor.ipc.maps import DesiredPod, PlegHealth, PlegPod
 from podvisor.services.pod import pod_from_dict
 from podvisor.services.prober.handlers import FakeRunner
 from podvisor.services.prober.service import HOLD, ProberService
 from podvisor.services.prober.worker import Kind
 from tests.conftest import MapBus
+from tests.plegs import pleg_pod
 
 NS = 1_000_000_000
 
@@ -37,10 +38,10 @@ def entry(uid: str, probes: bool, **extra: Any) -> DesiredPod:
     return DesiredPod(pod=pod.to_dict(), worker="syncing", **extra)
 
 
-def record(cid: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
-    return {"sandboxes": [{"id": "sb", "state": "SANDBOX_READY", "ip": ""}],
-            "containers": [{"id": cid, "name": "app", "state": state, "created_at": NS,
-                            "started_at": 2 * NS}]}
+def record(cid: str, state: str = "CONTAINER_RUNNING") -> PlegPod:
+    return pleg_pod(sandboxes=[{"id": "sb", "state": "SANDBOX_READY", "ip": ""}],
+                    containers=[{"id": cid, "name": "app", "state": state, "created_at": NS,
+                                 "started_at": 2 * NS}])
 
 
 class Bus(MapBus):
@@ -88,7 +89,7 @@ def test_only_changes_of_pods_with_probes_update_the_workers(bus: Bus) -> None:
     bus.desired.set("probed", entry("probed", probes=True))
     bus.pleg.set("plain", record("c1"))
     bus.pleg.set("probed", record("c2"))
-    bus.pleg.set("_health", {"ts": 1.0})
+    bus.pleg.set("_health", PlegHealth(ts=1.0))
     svc = ProberService(bus.ctx, FakeRunner())
     try:
         run_until(bus, svc, lambda: svc.ready)
@@ -123,7 +124,7 @@ def test_a_malformed_desired_pod_is_logged_and_the_others_go_on(bus: Bus) -> Non
         "containers": [{"name": "app", "readinessProbe": {"exec": {}}}]}}))
     for uid, cid in (("probed", "c1"), ("broken", "c2")):
         bus.pleg.set(uid, record(cid))
-    bus.pleg.set("_health", {"ts": 1.0})
+    bus.pleg.set("_health", PlegHealth(ts=1.0))
     svc = ProberService(bus.ctx, FakeRunner())
     try:
         run_until(bus, svc, lambda: svc.ready)
@@ -137,7 +138,7 @@ def test_a_malformed_desired_pod_is_logged_and_the_others_go_on(bus: Bus) -> Non
 
 
 def test_replica_traffic_waits_briefly_after_a_drain_outcomes_do_not(bus: Bus) -> None:
-    bus.pleg.set("_health", {"ts": 1.0})
+    bus.pleg.set("_health", PlegHealth(ts=1.0))
     clock = FakeClock(100.0)  # the one clock of the service's graph (owner, replicas, loop)
     svc = ProberService(dataclasses.replace(bus.ctx, clock=clock), FakeRunner())
     try:
