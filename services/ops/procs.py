@@ -151,6 +151,9 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
         return 0
 
 
+_LIVE = (ProcState.STARTING, ProcState.RUNNING, ProcState.STOPPING)
+
+
 def _consistent(cs: Mapping[str, Any] | None,
                 rc: PlegContainer | None) -> Mapping[str, Any] | None:
     """The container's status, or (when it speaks of an older container than the newest one
@@ -201,7 +204,10 @@ def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodSta
                                 if x)
             out.append(Proc(
                 group=group, name=name, kind="container", state=state,
-                pid=_embedded_pid(runtime_dir, cid) if state == ProcState.RUNNING else 0,
+                # supervisord gives a pid while the process lives (STARTING, RUNNING,
+                # STOPPING): the runtime's record says so before the status catches up
+                pid=_embedded_pid(runtime_dir, cid) if state in _LIVE and rc is not None
+                and rc.state == "CONTAINER_RUNNING" else 0,
                 start=rc.started_at / 1e9 if rc is not None else 0.0,
                 stop=rc.finished_at / 1e9 if rc is not None else 0.0, exitstatus=code,
                 spawnerr=spawnerr, logfile=rc.log_path if rc is not None else "",

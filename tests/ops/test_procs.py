@@ -1,0 +1,37 @@
+"""``pod_procs``: a container's supervisord view from the three maps (pure; no agent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.services.ops.procs import Proc, pod_procs
+from podvisor.services.ops.states import ProcState
+from tests.plegs import pleg_pod
+
+POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+       "spec": {"containers": [{"name": "app", "image": "host"}]}}
+
+
+def _procs(tmp_path: Path, status: dict[str, object] | None, runtime_state: str) -> list[Proc]:
+    (tmp_path / "containers").mkdir(exist_ok=True)
+    (tmp_path / "containers" / "c1.started.json").write_text(json.dumps({"pid": 4242}))
+    statuses = {} if status is None else {"u1": PodStatusValue(
+        {"containerStatuses": [{"name": "app", "containerID": "embedded://c1", **status}]})}
+    pleg = {"u1": pleg_pod(containers=[{"id": "c1", "name": "app", "state": runtime_state,
+                                        "created_at": 1, "started_at": 2}])}
+    return pod_procs({"u1": DesiredPod(pod=POD)}, statuses, pleg, tmp_path)
+
+
+def test_a_container_has_its_pid_while_the_runtime_runs_it(tmp_path: Path) -> None:
+    """supervisord gives a pid while a process lives: a container the runtime already runs
+    has its pid before the status says Running (STARTING), and none once it exited."""
+    (starting,) = _procs(tmp_path, None, "CONTAINER_RUNNING")
+    assert starting.state is ProcState.STARTING and starting.pid == 4242
+    (running,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_RUNNING")
+    assert running.state is ProcState.RUNNING and running.pid == 4242
+    (exited,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_EXITED")
+    assert exited.pid == 0
+    (created,) = _procs(tmp_path, None, "CONTAINER_CREATED")
+    assert created.state is ProcState.STARTING and created.pid == 0
