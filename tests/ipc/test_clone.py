@@ -230,6 +230,20 @@ def test_unanswered_requests_keep_the_same_sockets_and_late_answers_are_dropped(
     pub.close()
 
 
+def _subscribed(replica: MapReplica, owner: MapOwner, clock: FakeClock) -> None:
+    """Until the replica's subscriber hears the owner (a heartbeat): PUB/SUB drops what is sent
+    before a subscription is live, so an update published after this reaches the replica."""
+    before = replica.received
+
+    def heard() -> bool:
+        clock.advance(60.0)  # past any heartbeat delay
+        owner.tick(clock.monotonic())
+        replica.pump(0.01)
+        return replica.received > before
+
+    _until(heard)
+
+
 def _until(done: Any, rounds: int = 500) -> None:
     for _ in range(rounds):
         if done():
@@ -275,6 +289,7 @@ def test_a_desired_replica_drops_and_counts_an_old_owners_values(bus: Bus) -> No
     assert replica.items() == {"u2": typed}
     assert replica.value_drops["version"] == 2
     # an update of the old form after the snapshot: dropped, the key keeps what it had
+    _subscribed(replica, old, clock)
     old.set("u2", {"pod": {}, "worker": "terminated", "admitted": True})
     _until(lambda: (replica.pump(0.01), replica.seq == old.seq)[1])
     assert replica.get("u2") == typed and replica.value_drops["version"] == 3
@@ -304,6 +319,7 @@ def test_a_pleg_replica_drops_and_counts_an_old_owners_untyped_records(bus: Bus)
     _sync_with_owner(replica, old)
     assert replica.items() == {"u2": typed}
     assert replica.value_drops["version"] == 2
+    _subscribed(replica, old, clock)
     old.set("_health", PlegHealth(ts=3.0, relists=2).to_wire())
     _until(lambda: (replica.pump(0.01), replica.seq == old.seq)[1])
     assert replica.get("_health") == PlegHealth(ts=3.0, relists=2)
