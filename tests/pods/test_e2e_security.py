@@ -90,6 +90,9 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
             return None
 
         def start_failed() -> dict[str, Any] | None:
+            """The start failure, from the status (RunContainerError until the next sync turns
+            it into CrashLoopBackOff: a short window a loaded machine can miss) or from the
+            pod's Failed event, which keeps it (as `kubectl describe pod` shows it)."""
             body = get_pods(port) or {"items": []}
             for p in body["items"]:
                 if p["metadata"]["name"] == "toomanygroups-e2e":
@@ -97,6 +100,9 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
                         waiting = c.get("state", {}).get("waiting", {})
                         if waiting.get("reason") == "RunContainerError":
                             return dict(waiting)
+            for e in handle.call("events", pod="default/toomanygroups-e2e")["items"]:
+                if e.get("reason") == "Failed" and "RunContainerError" in e.get("message", ""):
+                    return {"message": e["message"]}
             return None
 
         if "endpoint" not in runtime:  # the embedded runtime's monitors name the failed step
