@@ -23,10 +23,11 @@ kernel's process connector, bench/proc_events.py, as for podvisor; psutil pollin
 without root's connector), one fresh pod per kill; idle CPU and resident memory of podman's
 processes with K pods running (podman has no daemon: one `conmon` per container, infra included).
 
-Cleanup, always (also after a failure or SIGTERM): `podman pod rm -a -f -t 0`, then every
-process whose command line names the temp root (conmon) is killed by PID with its children,
-every mount under the temp root is detached, the temp root is removed, and the per-controller
-`libpod_parent` cgroup is removed when this run created it and it is empty.
+Cleanup, always (also after a failure or SIGTERM): `podman pod rm -f -t 0` of every pod (five
+at a time), then every process whose command line names the temp root (conmon) is killed by PID
+with its children, every mount under the temp root is detached, the temp root is removed, and
+so are the pods' cgroups that podman leaves in the named and unified hierarchies of a cgroup v1
+host (empty dirs only), and `libpod_parent` when this run created it and it is empty.
 
     .venv/bin/python bench/podman_peer.py [--many 40] [--idle-pods 40] [-n 3] [-k 3]
         [--idle-seconds 10] [--json]
@@ -35,6 +36,7 @@ every mount under the temp root is detached, the temp root is removed, and the p
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import ctypes
 import importlib.util
@@ -69,6 +71,7 @@ PAUSE_IMAGE = "localhost/podvisor/pause:1"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "libpod_parent"  # podman's default parent with the cgroupfs manager
 MNT_DETACH = 2
+RM_WORKERS = 5
 MANIFEST = """apiVersion: v1
 kind: Pod
 metadata:
@@ -215,9 +218,15 @@ class Podman:
                             if line.strip() == "Pod:")
         return spent
 
-    def rm_pods(self, names: list[str] | None = None) -> None:
-        self.run("pod", "rm", "-f", "-t", "0", *(names or ["-a"]),
-                 timeout=60.0 + 5.0 * (len(names) if names else 200))
+    def pods(self) -> list[str]:
+        return self.run("pod", "ps", "-q", "--no-trunc").split()
+
+    def rm_pods(self, names: list[str]) -> None:
+        """Remove these pods (names or IDs), one `pod rm` per pod, RM_WORKERS at a time: one
+        `pod rm` of many pods takes ~2 s per pod here, in parallel ~0.35 s."""
+        with concurrent.futures.ThreadPoolExecutor(RM_WORKERS) as pool:
+            list(pool.map(lambda name: self.run("pod", "rm", "-f", "-t", "0", name,
+                                                timeout=120.0), names))
 
     def app_pid(self, pod: str) -> int:
         return int(self.run("inspect", "--format", "{{.State.Pid}}", f"{pod}-app").strip())
@@ -237,8 +246,13 @@ class Podman:
         forced: list[str] = []
         if (self.tmp / "root").exists():
             try:
-                self.pod_ids.update(self.run("pod", "ps", "-q", "--no-trunc").split())
-                self.rm_pods()
+                ids = self.pods()
+                self.pod_ids.update(ids)
+                self.rm_pods(ids)
+                left = self.pods()
+                if left:
+                    forced.append(f"pods left after pod rm: {left}")
+                    self.run("pod", "rm", "-a", "-f", "-t", "0")
             except PodmanError as exc:
                 forced.append(str(exc))
         for proc in self.processes():
