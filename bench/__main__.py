@@ -332,9 +332,9 @@ def _cell(samples: Samples, unit: str) -> str:
 
 
 def ratio(row: Row) -> float | None:
-    if row.ours and row.theirs:
+    if row.ours and row.theirs and statistics.median(row.theirs) > 0:
         return statistics.median(row.ours) / statistics.median(row.theirs)
-    return None
+    return None  # no pair, or a peer figure of 0 (e.g. an idle CPU below the clock's tick)
 
 
 def _ratio_cell(rat: float | None) -> str:

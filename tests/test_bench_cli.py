@@ -51,3 +51,12 @@ def test_skipped_stage_still_prints_the_table_and_json() -> None:
     assert rows["on containerd: 1 manifest -> Running in /pods"]["podvisor"] is None
     assert any(row["peer"] == "podman kube play" and row["missing"] for row in doc["figures"])
     assert all(row["missing"].startswith("skipped") for row in doc["figures"])
+
+
+def test_a_peer_figure_of_zero_has_no_ratio() -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.__main__ import Row, machine, ratio, table
+
+    row = Row("idle CPU", "%", peer="podman", ours=[1.5], theirs=[0.0])
+    assert ratio(row) is None
+    assert "| - |" in table([row], machine(os.getloadavg()))
