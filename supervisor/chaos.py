@@ -77,6 +77,7 @@ import zmq
 
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.client import AgentNotRunning, ControlClient
 from podvisor.supervisor.ctl_pods import get_podlist
@@ -114,6 +115,8 @@ PROBE = """    readinessProbe:
         command: ["true"]
       periodSeconds: 1
 """
+
+_monotonic = SYSTEM_CLOCK.monotonic  # the one clock (the tool's own timing: an edge)
 
 
 @dataclass(frozen=True)
@@ -362,8 +365,8 @@ class Chaos:
                                   if r.get("enabled", True)) and self.pods() is not None
 
     def wait(self, what: str, predicate: Any, timeout: float, interval: float = 0.05) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = _monotonic() + timeout
+        while _monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"the agent exited {self.proc.returncode} while waiting for "
                                    f"{what} (see {self.tmp / 'agent.log'})")
@@ -416,7 +419,7 @@ class Chaos:
         tick = 0
         while not self.stop_sampling.wait(0.25):
             pods = self.pods()
-            now = time.monotonic()
+            now = _monotonic()
             if pods is not None:
                 for name in self.probed:
                     pod = pods.get(name)
@@ -440,7 +443,7 @@ class Chaos:
     def _target(self) -> dict[str, Any] | None:
         """A RUNNING subsystem chaos may fault now: fewer than ``intensity - 1`` faults of it
         within its ``intensityPeriod`` (so the supervisor never gives it up), or None."""
-        now = time.monotonic()
+        now = _monotonic()
         rows = []
         for row in self.rows().values():
             if row["state"] != "RUNNING" or not row["pid"]:
@@ -461,7 +464,7 @@ class Chaos:
         if row is None:
             return
         name, pid = row["name"], int(row["pid"])
-        t0 = time.monotonic()
+        t0 = _monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if self.bus is not None:
@@ -472,7 +475,7 @@ class Chaos:
             r = self.rows().get(name)
             return r is not None and r["state"] == "RUNNING" and r["pid"] not in (None, pid)
         if self.wait(f"{name} restarted", back, RECOVERY_TIMEOUT):
-            self.report.recovery[f"kill {name}"].append(time.monotonic() - t0)
+            self.report.recovery[f"kill {name}"].append(_monotonic() - t0)
         else:
             self.report.details.append(f"{name} not RUNNING {RECOVERY_TIMEOUT:g} s after kill -9")
 
@@ -483,7 +486,7 @@ class Chaos:
         name, pid = row["name"], int(row["pid"])
         limit = self.limits.get(str(name), Limits()).heartbeat_timeout
         hold = self.rng.uniform(0.2, limit + 1.0)
-        t0 = time.monotonic()
+        t0 = _monotonic()
         try:
             proc = psutil.Process(pid)
             proc.send_signal(signal.SIGSTOP)
@@ -504,7 +507,7 @@ class Chaos:
             except psutil.Error:
                 return False
         if self.wait(f"{name} running after SIGSTOP", back, RECOVERY_TIMEOUT):
-            self.report.recovery[f"stop {name}"].append(time.monotonic() - t0)
+            self.report.recovery[f"stop {name}"].append(_monotonic() - t0)
         else:
             self.report.details.append(f"{name} not RUNNING {RECOVERY_TIMEOUT:g} s after SIGSTOP")
 
@@ -516,7 +519,7 @@ class Chaos:
             return
         name = self.rng.choice(candidates)
         [pid] = procs[f"{name}/app"]
-        t0 = time.monotonic()
+        t0 = _monotonic()
         with self.lock:
             self.kills[name] += 1
             self.last_kill[name] = t0
@@ -527,11 +530,11 @@ class Chaos:
         def replaced() -> bool:
             return any(p != pid for p in self.marker_processes().get(f"{name}/app", []))
         if self.wait(f"{name} replaced", replaced, RECOVERY_TIMEOUT, 0.02):
-            self.report.recovery["container"].append(time.monotonic() - t0)
+            self.report.recovery["container"].append(_monotonic() - t0)
 
     def fault_supervisor(self) -> None:
         assert self.proc is not None
-        t0 = time.monotonic()
+        t0 = _monotonic()
         self.proc.kill()
         self.proc.wait()
         if self.bus is not None:
@@ -539,7 +542,7 @@ class Chaos:
         self.report.faults["supervisor"] += 1
         self.start_agent()
         if self.wait("the agent back after SIGKILL", self.all_up, RECOVERY_TIMEOUT):
-            self.report.recovery["supervisor"].append(time.monotonic() - t0)
+            self.report.recovery["supervisor"].append(_monotonic() - t0)
         else:
             self.report.details.append(
                 f"agent not back {RECOVERY_TIMEOUT:g} s after the supervisor's SIGKILL")
@@ -591,8 +594,8 @@ class Chaos:
         faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")]
         kinds = [k for k, _ in faults]
         weights = [w for _, w in faults]
-        end = time.monotonic() + self.opts.duration
-        while time.monotonic() < end:
+        end = _monotonic() + self.opts.duration
+        while _monotonic() < end:
             time.sleep(self.rng.uniform(0.2, 1.5))
             kind = self.rng.choices(kinds, weights)[0]
             getattr(self, f"fault_{kind}")()
