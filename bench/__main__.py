@@ -9,9 +9,10 @@ of its samples (repeats of the stage, or the samples one run takes) with min and
 
 Peers in the same run: raw pyzmq+msgpack for the bus, supervisord and circus (each in its own
 virtualenv under ~/.cache/podvisor/bench-peers, from PyPI: bench/supervisord_peer.py,
-bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set. A peer without a
-stage yet (podman) has a row that says so. Scripts without `--json` (runtime, limits, images,
-mainport, ops, api) are listed by `--list` and run on their own.
+bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set, and `podman kube
+play` on the same Pod YAML (bench/podman_peer.py: Debian's podman, as root, in a private temp root
+removed afterwards; its rows say why when it cannot run). Scripts without `--json` (runtime,
+limits, images, mainport, ops, api) are listed by `--list` and run on their own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -70,6 +72,7 @@ class Stage:
     rows: Callable[[], list[Row]]
     fill: Callable[[list[Row], dict[str, Any]], None]
     needs: Callable[[], str] = lambda: ""  # a reason to skip, or ""
+    grace: float = 10.0  # seconds between SIGTERM and SIGKILL when the stage is stopped
 
 
 # --- stages ----------------------------------------------------------------------------------
@@ -100,7 +103,7 @@ def _restart_fill(rows: list[Row], out: dict[str, Any]) -> None:
 
 
 def _pods_rows() -> list[Row]:
-    return [Row("1 manifest -> running in /pods (embedded runtime)", "ms"),
+    return [Row("1 manifest -> running in /pods (embedded runtime)", "ms", key="one"),
             Row("N manifests at once -> all running", "ms", "<= 0.7x supervisord update",
                 "supervisord update", key="many"),
             Row("N at once: agent vs the CRI-alone floor", "ms", "<= 1.2x floor",
@@ -151,6 +154,57 @@ def _containerd_fill(rows: list[Row], out: dict[str, Any]) -> None:
     rows[1].ours.append(out["many_s"] * 1e3)
 
 
+def _idle_rows() -> list[Row]:
+    return [Row("idle, K pods: CPU of the agent (all its processes)", "% of a core",
+                "<= 3x supervisord", "supervisord (daemon only)", key="idle_cpu"),
+            Row("idle, K pods: resident memory of the agent's processes together", "MB",
+                "<= 150 MB", "supervisord (daemon only)", key="idle_mem")]
+
+
+def _idle_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    for row in rows:
+        row.figure = row.figure.replace("K ", f"{out['idle_pods']} ", 1)
+    rows[0].ours.append(out["idle_cpu_pct"])
+    rows[0].theirs.append(out["supervisord_idle_cpu_pct"])
+    rows[1].ours.append(out["idle_resident_mb"])
+    rows[1].theirs.append(out["supervisord_idle_resident_mb"])
+
+
+def _podman_rows() -> list[Row]:
+    peer = "podman kube play"
+    return [Row("1 manifest -> running, beside podman", "ms", "-", peer, ours_from="one"),
+            Row("N manifests at once -> all running, beside podman", "ms", "-",
+                f"{peer} (one file of N pods)", ours_from="many"),
+            Row("container kill -9 -> replacement running, beside podman", "ms", "-",
+                f"{peer} (restartPolicy Always)", ours_from="kill"),
+            Row("idle, K pods: CPU, beside podman", "% of a core", "-",
+                "podman (a conmon per container)", ours_from="idle_cpu"),
+            Row("idle, K pods: resident memory, beside podman", "MB", "-",
+                "podman (a conmon per container)", ours_from="idle_mem")]
+
+
+def _podman_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    if "error" in out:
+        raise RuntimeError(str(out["error"]))
+    for row in rows:
+        for letter, key in (("N ", "many"), ("K ", "idle_pods")):
+            row.figure = row.figure.replace(letter, f"{out[key]} ", 1)
+            row.peer = row.peer.replace(f"of {letter}", f"of {out[key]} ", 1)
+    rows[0].theirs.extend(s * 1e3 for s in out["one_s"])
+    rows[1].theirs.append(out["many_s"] * 1e3)
+    rows[2].theirs.extend(s * 1e3 for s in out["kill_s"])
+    rows[3].theirs.append(out["idle_cpu_pct"])
+    rows[4].theirs.append(out["idle_resident_mb"])
+
+
+def _podman_needs() -> str:
+    if shutil.which("podman") is None:
+        return "podman is not installed (apt-get install podman; .ci/test-packages.txt)"
+    if os.geteuid() != 0:
+        return "podman needs root here (rootless podman needs subuids and a user namespace)"
+    return ""
+
+
 def _containerd_needs() -> str:
     if not os.environ.get("PODVISOR_CONTAINERD_ENDPOINT"):
         return "PODVISOR_CONTAINERD_ENDPOINT is not set"
@@ -169,12 +223,15 @@ STAGES: tuple[Stage, ...] = (
     Stage("containerd", "containerd_pods.py", ("-n", "4", "--many", "5"),
           ("-n", "10", "--many", "20"), 60, 600, 1, 3, _containerd_rows, _containerd_fill,
           _containerd_needs),
-)
-
-# peers asked for by issue 16 that no stage measures yet: their rows say why
-NOT_MEASURED: tuple[tuple[str, str], ...] = (
-    ("podman kube play", "no podman stage yet (manifest -> running, restart after kill -9 "
-                         "and idle cost under podman are not written)"),
+    # the idle window without --quick's 30 pods: 40 (quick) as the podman stage keeps
+    Stage("idle", "pods.py", ("--stages", "3", "--idle-pods", "40", "--idle-seconds", "10",
+                              "--settle", "3"), ("--stages", "3"), 120, 600, 1, 1,
+          _idle_rows, _idle_fill),
+    # its N is the pods stage's (40 / 200), its K the idle stage's (40 / 110)
+    Stage("podman", "podman_peer.py", ("--many", "40", "--idle-pods", "40", "-n", "3", "-k", "3",
+                                       "--idle-seconds", "10"),
+          ("--many", "200", "--idle-pods", "110", "-n", "10", "-k", "10", "--idle-seconds", "60"),
+          300, 1500, 1, 1, _podman_rows, _podman_fill, _podman_needs, grace=180.0),
 )
 
 # bench scripts without `--json`: run on their own, not in the table
@@ -184,7 +241,7 @@ TEXT_ONLY = ("runtime.py", "limits.py", "images.py", "mainport.py", "ops.py", "a
 
 # --- running a stage -------------------------------------------------------------------------
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
     """The stage's session leader is proc.pid: its group id is its PID. Its descendants are
     listed first (psutil) and each one still alive afterwards is killed by its PID, so that a
     container or peer that made its own session or group goes too."""
@@ -192,20 +249,21 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:  # once reaped, its PID may be another process's
         with contextlib.suppress(psutil.Error):
             descendants = psutil.Process(proc.pid).children(recursive=True)
-    _signal_group(proc)
+    _signal_group(proc, grace)
     for child in descendants:
         with contextlib.suppress(psutil.Error):
             child.kill()
 
 
-def _signal_group(proc: subprocess.Popen[str]) -> None:
+def _signal_group(proc: subprocess.Popen[str], grace: float) -> None:
+    """SIGTERM, `grace` seconds for the stage's own cleanup, then SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
-            proc.wait(10)
+            proc.wait(grace)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -232,12 +290,12 @@ def run_stage(stage: Stage, quick: bool, log: Any) -> tuple[list[Row], float]:
         try:
             text, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _kill_group(proc, stage.grace)
             _mark(rows, f"missing: stage {stage.name} timed out after {timeout:.0f} s "
                         "(killed)")
             return rows, time.monotonic() - started
         finally:
-            _kill_group(proc)  # anything of its group still alive goes with it
+            _kill_group(proc, stage.grace)  # anything of its group still alive goes with it
         lines = text.strip().splitlines()
         log.write(text)
         try:
@@ -269,15 +327,15 @@ def _cell(samples: Samples, unit: str) -> str:
     s = summary(samples)
     if s is None:
         return "-"
-    fmt = "{:,.0f}" if s["median"] >= 100 else "{:.1f}"
+    fmt = "{:,.0f}" if s["median"] >= 100 else "{:.1f}" if s["median"] >= 1 else "{:.2f}"
     return (f"{fmt.format(s['median'])} {unit} ({fmt.format(s['min'])}-"
             f"{fmt.format(s['max'])}, n={s['n']:.0f})")
 
 
 def ratio(row: Row) -> float | None:
-    if row.ours and row.theirs:
+    if row.ours and row.theirs and statistics.median(row.theirs) > 0:
         return statistics.median(row.ours) / statistics.median(row.theirs)
-    return None
+    return None  # no pair, or a peer figure of 0 (e.g. an idle CPU below the clock's tick)
 
 
 def _ratio_cell(rat: float | None) -> str:
@@ -341,8 +399,6 @@ def main(argv: list[str] | None = None) -> int:
         for s in STAGES:
             figures = "; ".join(r.figure for r in s.rows())
             print(f"{s.name:<11} bench/{s.script} {' '.join(s.quick_args)} --json   {figures}")
-        for peer, why in NOT_MEASURED:
-            print(f"{'-':<11} {peer}: {why}")
         print(f"{'-':<11} text only (run on their own): {', '.join(TEXT_ONLY)}")
         return 0
     load = os.getloadavg()
@@ -360,13 +416,11 @@ def main(argv: list[str] | None = None) -> int:
             if source is not None and source.ours:
                 r.ours = list(source.ours)
             elif not r.missing:
-                r.missing = "missing: the pods stage gave no podvisor figure for this row"
-    rows += [Row(f"{peer}: manifest -> running, restart, idle", "", peer=peer,
-                 missing=f"not measured: {why}") for peer, why in NOT_MEASURED]
+                r.missing = ("missing: no podvisor figure in this run (the stage with it did "
+                             "not run or failed)")
     mach = machine(load)
     print(json.dumps(as_json(rows, mach), indent=1) if args.json else table(rows, mach))
-    return 0 if all(not r.missing or r.missing.startswith(("skipped", "not measured"))
-                    for r in rows) else 1
+    return 0 if all(not r.missing or r.missing.startswith("skipped") for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -217,7 +217,7 @@ def many_pods(agent: Agent, bus: BusWatch, count: int) -> tuple[float, float, fl
     return (started / 1e9 + wall_to_mono - t0, on_bus - t0, t1 - t0)
 
 
-# `--json`: the figures of stages 1 and 2, printed as one JSON object on the last line
+# `--json`: the figures of stages 1 to 3, printed as one JSON object on the last line
 JSON_FIGURES: dict[str, object] = {}
 
 
@@ -518,6 +518,10 @@ def stage_idle(args: argparse.Namespace) -> None:
             print(usage.line())
         print("\n".join(usages[0].detail_lines()))
         ours, theirs = usages[0], usages[2]
+        JSON_FIGURES.update(idle_pods=args.idle_pods, idle_cpu_pct=ours.cpu_percent,
+                            idle_resident_mb=ours.resident_mb, idle_rss_sum_mb=ours.rss_mb,
+                            supervisord_idle_cpu_pct=theirs.cpu_percent,
+                            supervisord_idle_resident_mb=theirs.resident_mb)
         print(f"  targets: podvisor CPU <= 1 % ({ours.cpu_percent:.2f}), RSS of all agent "
               f"processes together <= 300 MB ({ours.resident_mb:.0f} resident together; the "
               f"per-process RSS sum {ours.rss_mb:.0f} counts a page shared after a fork once "
@@ -633,7 +637,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="seconds after all are running before the idle window")
     ap.add_argument("--stages", default="1,2,3")
     ap.add_argument("--json", action="store_true",
-                    help="also print the figures of stages 1-2 as one JSON object on the last "
+                    help="also print the figures of stages 1-3 as one JSON object on the last "
                          "line")
     ap.add_argument("--pull-policy", default="IfNotPresent", choices=["IfNotPresent", "Always"],
                     help="the manifests' imagePullPolicy (Always: a PullImage call per start)")

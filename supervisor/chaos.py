@@ -1,6 +1,6 @@
 """`podvisor chaos`: fault injection against a private agent, with invariants (issue 16).
 
-    podvisor chaos --pods P --duration S [--seed N] [--json] [--keep]
+    podvisor chaos --pods P --duration S [--seed N] [--json] [--keep] [--root-dir DIR]
 
 Starts a private agent (`podvisor run`, temp rootDir, static pods from a temp staticPodPath,
 embedded runtime, readOnlyPort on 127.0.0.1), writes P pods (`sleep`; every second one with an
@@ -14,6 +14,18 @@ seconds, one fault at a time at random (seeded) moments, each followed by waitin
   crash back-off would otherwise delay the second restart by 10 s and more);
 - ``supervisor``: SIGKILL of `podvisor run` itself (its children follow through PDEATHSIG;
   containers and their monitors live on), then `podvisor run` again on the same config.
+
+With ``--root-dir DIR`` it attaches to the agent already running on that rootDir instead: the
+control socket and bus come from DIR's run files, the static pod dir, node name, readOnlyPort and
+the supervision limits from its ``run/config.json`` (the pods are read over readOnlyPort, or from
+the map owners' snapshots when it is 0). Its pods (``chaos-<pid>-<i>``, unlikely to clash with
+the user's) are written to the agent's staticPodPath and removed at the end. Against an agent it
+did not start, chaos does NOT kill the supervisor: it could not restart it as its owner did (its
+stdout, environment and parent are the owner's; a restart would make it chaos's child), so the
+``supervisor`` fault is skipped and the report's notes say so. A subsystem is faulted at most
+``intensity - 1`` times within its ``intensityPeriod``, so that the agent never gives it up
+(FATAL). The agent is never stopped: ``processes_left`` counts chaos's containers still alive
+after its manifests were removed and its pods left /pods.
 
 Then it waits (bounded) for the pods to converge and checks the invariants, each a count that
 must be 0 (exit status 1 otherwise):
@@ -63,9 +75,13 @@ import psutil
 import yaml
 import zmq
 
+from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.client import AgentNotRunning, ControlClient
+from podvisor.supervisor.ctl_pods import get_podlist
+from podvisor.supervisor.registry import resolve_specs
 
 __all__ = ["ChaosOptions", "main_chaos", "run_chaos"]
 
@@ -100,6 +116,8 @@ PROBE = """    readinessProbe:
       periodSeconds: 1
 """
 
+_monotonic = SYSTEM_CLOCK.monotonic  # the one clock (the tool's own timing: an edge)
+
 
 @dataclass(frozen=True)
 class ChaosOptions:
@@ -107,6 +125,7 @@ class ChaosOptions:
     duration: float = 60.0
     seed: int | None = None
     keep: bool = False
+    root_dir: Path | None = None  # attach to the agent running there instead of starting one
 
 
 @dataclass
@@ -120,6 +139,7 @@ class Report:
     bus_drops: int = 0
     bus_messages: int = 0
     details: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what this run did not do, and why
     error: str = ""
 
     @property
@@ -134,7 +154,7 @@ class Report:
                              "max": round(max(v), 3)}
                          for k, v in sorted(self.recovery.items()) if v},
             "busDrops": self.bus_drops, "busMessages": self.bus_messages,
-            "details": self.details, "error": self.error,
+            "details": self.details, "notes": self.notes, "error": self.error,
         }
 
     def text(self) -> str:
@@ -148,6 +168,7 @@ class Report:
                   for k, v in doc["recovery"].items()]
         lines.append(f"bus: {self.bus_drops} dropped of {self.bus_messages} received")
         lines += [f"  ! {d}" for d in self.details]
+        lines += [f"  note: {n}" for n in self.notes]
         if self.error:
             lines.append(f"error: {self.error}")
         return "\n".join(lines)
@@ -216,29 +237,52 @@ class BusCounter:
         self.zctx.destroy(linger=0)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A subsystem's supervision limits that bound the faults chaos may inject into it."""
+
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
+    intensity: int = 10000
+    intensity_period: float = 60.0
+
+
 class Chaos:
     def __init__(self, opts: ChaosOptions, report: Report) -> None:
         self.opts = opts
         self.report = report
         self.rng = random.Random(report.seed)
         self.tmp = Path(tempfile.mkdtemp(prefix="pvchaos", dir="/tmp"))  # short socket paths
-        self.paths = RunPaths(self.tmp / "root")
-        self.manifests = self.tmp / "manifests"
-        self.manifests.mkdir()
-        self.port = _free_port()
         self.token = f"{report.seed}-{os.getpid()}"
         self.config = self.tmp / "config.yaml"
-        self.config.write_text(yaml.safe_dump({
-            "rootDir": str(self.paths.root), "nodeName": NODE,
-            "staticPodPath": str(self.manifests), "readOnlyPort": self.port,
-            "stopPodsOnExit": False,
-            "supervision": {"defaults": {"heartbeatTimeout": f"{HEARTBEAT_TIMEOUT:g}s",
-                                         "intensity": 10000, "intensityPeriod": "60s"}},
-        }), encoding="utf-8")
+        self.attached = opts.root_dir is not None
+        self.limits: dict[str, Limits] = {}  # by subsystem; default Limits() when absent
+        self.faulted: dict[str, list[float]] = defaultdict(list)  # subsystem -> fault times
+        self.written: list[Path] = []  # manifests chaos wrote (removed at the end)
+        if opts.root_dir is not None:
+            try:
+                self._attach(opts.root_dir)
+            except RuntimeError:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                raise
+        else:
+            self.paths = RunPaths(self.tmp / "root")
+            self.manifests = self.tmp / "manifests"
+            self.manifests.mkdir()
+            self.port = _free_port()
+            self.address = "127.0.0.1"
+            self.node = NODE
+            self.config.write_text(yaml.safe_dump({
+                "rootDir": str(self.paths.root), "nodeName": NODE,
+                "staticPodPath": str(self.manifests), "readOnlyPort": self.port,
+                "stopPodsOnExit": False,
+                "supervision": {"defaults": {"heartbeatTimeout": f"{HEARTBEAT_TIMEOUT:g}s",
+                                             "intensity": 10000, "intensityPeriod": "60s"}},
+            }), encoding="utf-8")
         self.log = (self.tmp / "agent.log").open("ab")
         self.proc: subprocess.Popen[bytes] | None = None
         self.control = ControlClient(self.paths.control, timeout=5.0)
-        self.names = [f"chaos{i}" for i in range(opts.pods)]
+        prefix = f"chaos-{os.getpid()}-" if self.attached else "chaos"
+        self.names = [f"{prefix}{i}" for i in range(opts.pods)]
         self.probed = {n for i, n in enumerate(self.names) if i % 2 == 0}
         self.kills: Counter[str] = Counter()  # pod name -> container kills
         self.last_kill: dict[str, float] = {}
@@ -250,6 +294,31 @@ class Chaos:
         self.bus: BusCounter | None = None
 
     # --- the agent -------------------------------------------------------------------------
+
+    def _attach(self, root: Path) -> None:
+        """Endpoints, static pod dir and limits of the agent running on ``root``."""
+        self.paths = RunPaths(root)
+        try:
+            config = read_config_json(self.paths.config_json)
+        except (OSError, ValueError, ConfigError) as err:
+            raise RuntimeError(f"no agent's run/config.json under {root} ({err}): is an agent "
+                               "running with this rootDir?") from err
+        if not config.static_pod_path or not Path(config.static_pod_path).is_dir():
+            raise RuntimeError(f"the agent under {root} has no staticPodPath directory "
+                               f"({config.static_pod_path or 'unset'}): chaos puts its pods "
+                               "there")
+        self.manifests = Path(config.static_pod_path)
+        self.port = config.read_only_port
+        self.address = "127.0.0.1" if config.address in ("", "0.0.0.0", "::") else config.address
+        self.node = config.node_name
+        self.limits = {spec.name: Limits(spec.heartbeat_timeout, spec.intensity,
+                                         spec.intensity_period)
+                       for spec in resolve_specs(config)}
+        self.report.notes.append(
+            f"attached to the agent under {root}: the supervisor SIGKILL + restart fault is "
+            "skipped (chaos did not start this agent and would not restart it as its owner "
+            "did); the agent is left running (processes_left: chaos's containers after its "
+            "pods were removed)")
 
     def start_agent(self) -> None:
         self.proc = subprocess.Popen(_agent_argv(self.config), stdin=subprocess.DEVNULL,
@@ -265,8 +334,14 @@ class Chaos:
         return {row["name"]: row for row in result.get("processes", [])}
 
     def pods(self) -> dict[str, dict[str, Any]] | None:
-        """GET /pods: pod name (without the node suffix) -> pod; None without an answer."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=3)
+        """GET /pods: pod name (without the node suffix) -> pod; None without an answer.
+        Attached to an agent without readOnlyPort: its map owners' snapshots."""
+        if not self.port:
+            doc = get_podlist(self.paths.root, timeout=3.0)
+            if doc is None:
+                return None
+            return self._by_name(doc)
+        conn = http.client.HTTPConnection(self.address, self.port, timeout=3)
         try:
             conn.request("GET", "/pods")
             resp = conn.getresponse()
@@ -278,7 +353,10 @@ class Chaos:
             return None
         finally:
             conn.close()
-        suffix = f"-{NODE}"
+        return self._by_name(doc)
+
+    def _by_name(self, doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        suffix = f"-{self.node}"
         return {p["metadata"]["name"].removesuffix(suffix): p for p in doc.get("items", [])}
 
     def all_up(self) -> bool:
@@ -287,8 +365,8 @@ class Chaos:
                                   if r.get("enabled", True)) and self.pods() is not None
 
     def wait(self, what: str, predicate: Any, timeout: float, interval: float = 0.05) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = _monotonic() + timeout
+        while _monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"the agent exited {self.proc.returncode} while waiting for "
                                    f"{what} (see {self.tmp / 'agent.log'})")
@@ -317,8 +395,9 @@ class Chaos:
         return out
 
     def run_processes(self) -> list[psutil.Process]:
-        """Every live process of this run: containers (marker) and the agent's own processes
-        (supervisor, subsystems, zygote, monitors: PODVISOR_ROOT_DIR or the config path)."""
+        """Every live process of this run: containers (marker) and, of a private agent, the
+        agent's own processes (supervisor, subsystems, zygote, monitors: PODVISOR_ROOT_DIR or
+        the config path). Attached to a user's agent: chaos's containers only."""
         out = []
         root = str(self.paths.root)
         for proc in psutil.process_iter(["name", "cmdline"]):
@@ -331,8 +410,8 @@ class Chaos:
                 cmd = " ".join(proc.info["cmdline"] or [])
             except psutil.Error:
                 continue
-            if (env.get(MARKER, "").startswith(f"{self.token}/")
-                    or env.get("PODVISOR_ROOT_DIR") == root or str(self.config) in cmd):
+            if env.get(MARKER, "").startswith(f"{self.token}/") or (not self.attached and (
+                    env.get("PODVISOR_ROOT_DIR") == root or str(self.config) in cmd)):
                 out.append(proc)
         return out
 
@@ -340,7 +419,7 @@ class Chaos:
         tick = 0
         while not self.stop_sampling.wait(0.25):
             pods = self.pods()
-            now = time.monotonic()
+            now = _monotonic()
             if pods is not None:
                 for name in self.probed:
                     pod = pods.get(name)
@@ -361,13 +440,31 @@ class Chaos:
 
     # --- faults ----------------------------------------------------------------------------
 
-    def fault_kill(self) -> None:
-        rows = [r for r in self.rows().values() if r["state"] == "RUNNING" and r["pid"]]
+    def _target(self) -> dict[str, Any] | None:
+        """A RUNNING subsystem chaos may fault now: fewer than ``intensity - 1`` faults of it
+        within its ``intensityPeriod`` (so the supervisor never gives it up), or None."""
+        now = _monotonic()
+        rows = []
+        for row in self.rows().values():
+            if row["state"] != "RUNNING" or not row["pid"]:
+                continue
+            lim = self.limits.get(str(row["name"]), Limits())
+            recent = [t for t in self.faulted[row["name"]] if now - t < lim.intensity_period]
+            self.faulted[row["name"]] = recent
+            if len(recent) < lim.intensity - 1:
+                rows.append(row)
         if not rows:
-            return
+            return None
         row = self.rng.choice(sorted(rows, key=lambda r: str(r["name"])))
+        self.faulted[row["name"]].append(now)
+        return row
+
+    def fault_kill(self) -> None:
+        row = self._target()
+        if row is None:
+            return
         name, pid = row["name"], int(row["pid"])
-        t0 = time.monotonic()
+        t0 = _monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if self.bus is not None:
@@ -378,18 +475,18 @@ class Chaos:
             r = self.rows().get(name)
             return r is not None and r["state"] == "RUNNING" and r["pid"] not in (None, pid)
         if self.wait(f"{name} restarted", back, RECOVERY_TIMEOUT):
-            self.report.recovery[f"kill {name}"].append(time.monotonic() - t0)
+            self.report.recovery[f"kill {name}"].append(_monotonic() - t0)
         else:
             self.report.details.append(f"{name} not RUNNING {RECOVERY_TIMEOUT:g} s after kill -9")
 
     def fault_stop(self) -> None:
-        rows = [r for r in self.rows().values() if r["state"] == "RUNNING" and r["pid"]]
-        if not rows:
+        row = self._target()
+        if row is None:
             return
-        row = self.rng.choice(sorted(rows, key=lambda r: str(r["name"])))
         name, pid = row["name"], int(row["pid"])
-        hold = self.rng.uniform(0.2, HEARTBEAT_TIMEOUT + 1.0)
-        t0 = time.monotonic()
+        limit = self.limits.get(str(name), Limits()).heartbeat_timeout
+        hold = self.rng.uniform(0.2, limit + 1.0)
+        t0 = _monotonic()
         try:
             proc = psutil.Process(pid)
             proc.send_signal(signal.SIGSTOP)
@@ -410,7 +507,7 @@ class Chaos:
             except psutil.Error:
                 return False
         if self.wait(f"{name} running after SIGSTOP", back, RECOVERY_TIMEOUT):
-            self.report.recovery[f"stop {name}"].append(time.monotonic() - t0)
+            self.report.recovery[f"stop {name}"].append(_monotonic() - t0)
         else:
             self.report.details.append(f"{name} not RUNNING {RECOVERY_TIMEOUT:g} s after SIGSTOP")
 
@@ -422,7 +519,7 @@ class Chaos:
             return
         name = self.rng.choice(candidates)
         [pid] = procs[f"{name}/app"]
-        t0 = time.monotonic()
+        t0 = _monotonic()
         with self.lock:
             self.kills[name] += 1
             self.last_kill[name] = t0
@@ -433,11 +530,11 @@ class Chaos:
         def replaced() -> bool:
             return any(p != pid for p in self.marker_processes().get(f"{name}/app", []))
         if self.wait(f"{name} replaced", replaced, RECOVERY_TIMEOUT, 0.02):
-            self.report.recovery["container"].append(time.monotonic() - t0)
+            self.report.recovery["container"].append(_monotonic() - t0)
 
     def fault_supervisor(self) -> None:
         assert self.proc is not None
-        t0 = time.monotonic()
+        t0 = _monotonic()
         self.proc.kill()
         self.proc.wait()
         if self.bus is not None:
@@ -445,7 +542,7 @@ class Chaos:
         self.report.faults["supervisor"] += 1
         self.start_agent()
         if self.wait("the agent back after SIGKILL", self.all_up, RECOVERY_TIMEOUT):
-            self.report.recovery["supervisor"].append(time.monotonic() - t0)
+            self.report.recovery["supervisor"].append(_monotonic() - t0)
         else:
             self.report.details.append(
                 f"agent not back {RECOVERY_TIMEOUT:g} s after the supervisor's SIGKILL")
@@ -464,22 +561,41 @@ class Chaos:
                 return False
         return True
 
-    def run(self) -> None:
+    def write_manifests(self) -> None:
+        """Each manifest is written under a dot name (the static source skips those) and
+        renamed in, so the agent never reads half a file."""
         for name in self.names:
-            (self.manifests / f"{name}.yaml").write_text(MANIFEST.format(
+            path = self.manifests / f"{name}.yaml"
+            staged = self.manifests / f".{name}.yaml.tmp"
+            staged.write_text(MANIFEST.format(
                 name=name, marker=MARKER, token=self.token,
                 probe=PROBE if name in self.probed else ""), encoding="utf-8")
-        self.start_agent()
+            self.written.append(path)
+            staged.replace(path)
+
+    def remove_manifests(self) -> None:
+        for path in self.written:
+            path.unlink(missing_ok=True)
+            (path.parent / f".{path.name}.tmp").unlink(missing_ok=True)
+
+    def run(self) -> None:
+        self.write_manifests()
+        if self.attached:
+            if not self.rows():
+                raise RuntimeError(f"no agent answers on {self.paths.control}")
+        else:
+            self.start_agent()
         if not self.wait(f"{len(self.names)} pods running and ready", self.converged, 180.0,
                          0.2):
             raise RuntimeError(f"the {len(self.names)} pods did not all run within 180 s")
         self.bus = BusCounter(self.paths)
         self.sampler = threading.Thread(target=self._sample, name="chaos-sample", daemon=True)
         self.sampler.start()
-        kinds = [k for k, _ in FAULTS]
-        weights = [w for _, w in FAULTS]
-        end = time.monotonic() + self.opts.duration
-        while time.monotonic() < end:
+        faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")]
+        kinds = [k for k, _ in faults]
+        weights = [w for _, w in faults]
+        end = _monotonic() + self.opts.duration
+        while _monotonic() < end:
             time.sleep(self.rng.uniform(0.2, 1.5))
             kind = self.rng.choices(kinds, weights)[0]
             getattr(self, f"fault_{kind}")()
@@ -509,8 +625,31 @@ class Chaos:
         dupes = sum(len(p) - 1 for p in self.marker_processes().values() if len(p) > 1)
         inv["duplicate_containers"] = max(self.max_dupes, dupes)
 
+    def detach(self) -> None:
+        """Attached: remove chaos's pods from the running agent (which stays up); count (and
+        kill) chaos's containers still alive once they left /pods."""
+        self.remove_manifests()
+
+        def gone() -> bool:
+            pods = self.pods()
+            return (pods is not None and not any(n in pods for n in self.names)
+                    and not self.marker_processes())
+        if not self.wait("chaos's pods removed", gone, CONVERGE_TIMEOUT, 0.2):
+            self.report.details.append(
+                f"chaos's pods still in /pods or running {CONVERGE_TIMEOUT:g} s after their "
+                "manifests were removed")
+        left = self.run_processes()
+        self.report.invariants["processes_left"] = len(left)
+        for proc in left:
+            self.report.details.append(f"left after the pods were removed: {proc.pid}")
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
     def shutdown(self) -> None:
         """`podvisorctl shutdown --pods`, then count (and kill) what is left of the run."""
+        if self.attached:
+            self.detach()
+            return
         if self.proc is not None and self.proc.poll() is None:
             ctl = [sys.executable, "-c", "import sys; from podvisor.supervisor.ctl import main; "
                    "sys.exit(main())", "--root-dir", str(self.paths.root), "shutdown", "--pods"]
@@ -536,6 +675,8 @@ class Chaos:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.attached:
+            self.remove_manifests()  # the user's agent keeps running, without chaos's pods
         for proc in self.run_processes():  # never leave anything behind, whatever happened
             with contextlib.suppress(psutil.Error):
                 proc.kill()
@@ -562,7 +703,11 @@ def _restarts(pod: dict[str, Any]) -> int:
 def run_chaos(opts: ChaosOptions) -> Report:
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
     report = Report(seed=seed, pods=opts.pods, duration=opts.duration)
-    chaos = Chaos(opts, report)
+    try:
+        chaos = Chaos(opts, report)
+    except RuntimeError as err:
+        report.error = str(err)
+        return report
     try:
         chaos.run()
         chaos.shutdown()
@@ -577,7 +722,8 @@ def main_chaos(args: Any) -> int:
     if args.pods < 1 or args.duration < 0:
         print("podvisor chaos: --pods must be >= 1 and --duration >= 0", file=sys.stderr)
         return 2
-    report = run_chaos(ChaosOptions(args.pods, args.duration, args.seed, args.keep))
+    root = Path(args.root_dir) if args.root_dir else None
+    report = run_chaos(ChaosOptions(args.pods, args.duration, args.seed, args.keep, root))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

@@ -3,7 +3,8 @@
     podvisor run --config FILE [--node-name N] [--root-dir DIR] ...   run in the foreground
     podvisor run --config FILE --runonce                              RunOnce: run the pods, report
     podvisor config --config FILE [flags]                             print the effective config
-    podvisor chaos --pods P --duration S [--seed N] [--json]          fault injection, invariants
+    podvisor chaos --pods P --duration S [--seed N] [--json] [--root-dir DIR]
+                                                                      fault injection, invariants
 
 Exit codes: 0 after a clean shutdown, 2 for a bad config (the message names the key), 1 when
 another agent already runs on the same rootDir. RunOnce: 0 when every pod started, 1 otherwise
@@ -33,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--config", type=Path, default=None, metavar="FILE",
                        help="YAML config file (KubeletConfiguration key names)")
         add_config_flags(p)
-    chaos = sub.add_parser("chaos", help="fault injection against a private agent",
+    chaos = sub.add_parser("chaos", help="fault injection against a private agent (or a "
+                                         "running one: --root-dir)",
                            description="fault injection against a private agent: exits 1 when "
                                        "an invariant is broken (see podvisor.supervisor.chaos)")
     chaos.add_argument("--pods", type=int, default=20, help="pods to run (default 20)")
@@ -42,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     chaos.add_argument("--seed", type=int, default=None, help="random seed (printed)")
     chaos.add_argument("--json", action="store_true", help="print the report as JSON")
     chaos.add_argument("--keep", action="store_true", help="keep the temp dir (agent log)")
+    chaos.add_argument("--root-dir", default=None, metavar="DIR",
+                       help="attach to the agent running on this rootDir instead of starting "
+                            "a private one (its pods go to that agent's staticPodPath and are "
+                            "removed after; the agent is neither killed nor stopped)")
     return parser
 
 

@@ -12,6 +12,9 @@ error (`podvisor run` exits 2 naming the key). Custom processes come from
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,6 +24,7 @@ from podvisor.common.endpoint import is_embedded
 from podvisor.common.logs import Log
 
 __all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "module_problem",
+           "module_problem_isolated",
            "report_builtins", "resolve_specs", "runtime_module"]
 
 
@@ -133,12 +137,49 @@ EVENTLISTENER_MODULE = "podvisor.services.ops.listener"
 
 
 def module_exists(module: str) -> bool:
-    """True when `module` can be imported (its parent packages are imported to find out)."""
-    return module_problem(module) is None
+    """True when `module` can be imported (its parent packages are imported to find out, in
+    another interpreter: see `module_problem_isolated`)."""
+    return module_problem_isolated(module) is None
+
+
+_FOUND: set[str] = set()  # modules a check found importable (kept: a module does not vanish)
+_CHECK = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+          "from podvisor.supervisor.registry import module_problem; "
+          "print(json.dumps({m: module_problem(m) for m in sys.argv[2:]}))")
+
+
+def _problems_elsewhere(modules: list[str]) -> dict[str, str | None] | None:
+    """`module_problem` of each module, asked of a fresh interpreter with this sys.path; None
+    when that could not be done."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _CHECK, json.dumps(sys.path), *modules],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=120, check=False)
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+    if out.returncode != 0 or not isinstance(found, dict) or set(found) != set(modules):
+        return None
+    return {str(k): None if v is None else str(v) for k, v in found.items()}
+
+
+def module_problem_isolated(module: str) -> str | None:
+    """`module_problem`, found out in another interpreter (one for all the built-ins at once),
+    so that this process never imports the subsystems' packages to look: the supervisor would
+    otherwise hold every subsystem's imports (gRPC, protobuf, aiohttp, requests: ~35 MB of its
+    own memory) for its whole life. In-process when no interpreter can be run."""
+    if module in _FOUND:
+        return None
+    wanted = [module, *sorted({b.module for b in BUILTINS} - _FOUND - {module})]
+    found = _problems_elsewhere(wanted)
+    if found is None:
+        return module_problem(module)
+    _FOUND.update(m for m, why in found.items() if why is None)
+    return found[module]
 
 
 def report_builtins(config: Config, log: Log, builtins: tuple[Builtin, ...] = BUILTINS,
-                    problem: Callable[[str], str | None] = module_problem) -> None:
+                    problem: Callable[[str], str | None] = module_problem_isolated) -> None:
     """Say at start which built-ins will not run for want of their module: one info line for
     those not built yet (no module: e.g. ``imagegc`` before it lands), an error per built-in
     whose package fails to import (a bug: it is skipped, as it cannot be spawned)."""

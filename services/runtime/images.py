@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime import registry as reg
 from podvisor.services.runtime.faults import Fault
 from podvisor.services.runtime.imagestore import ImageError, ImageRecord, ImageStore, Progress
@@ -56,7 +56,7 @@ class Images:
     """The host image plus the store; every error is a Fault with the reason."""
 
     def __init__(self, root: Path, registries: Mapping[str, Any] | None = None,
-                 wall: Callable[[], int] = time.time_ns) -> None:
+                 wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns) -> None:
         try:
             settings = reg.RegistrySettings.from_config(dict(registries or {}))
         except ValueError as exc:
@@ -135,8 +135,10 @@ class ProgressBoard:
     """Per-layer progress of one pull, written (atomically, at most every 0.1 s and at each
     phase change) to ``progress_file``; removed when the pull ends."""
 
-    def __init__(self, directory: Path, ref: str) -> None:
+    def __init__(self, directory: Path, ref: str,
+                 mono: Callable[[], float] = SYSTEM_CLOCK.monotonic) -> None:
         self.path = progress_file(directory, ref)
+        self._mono = mono
         self.ref = ref
         self.layers: dict[str, dict[str, Any]] = {}
         self._last = 0.0
@@ -147,7 +149,7 @@ class ProgressBoard:
         with self._lock:
             old = self.layers.get(digest, {}).get("phase")
             self.layers[digest] = {"phase": phase, "done": done, "total": total}
-            now = time.monotonic()
+            now = self._mono()
             if phase == old and now - self._last < 0.1:
                 return
             self._last = now
