@@ -35,7 +35,7 @@ from aiohttp import web
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.services.ops.logtail import add_logtail
-from podvisor.services.ops.procs import Proc
+from podvisor.services.ops.procs import Proc, pod_procs
 from podvisor.services.ops.rpc import OpsRpc
 
 __all__ = ["Timeline", "add_dashboard"]
@@ -67,6 +67,10 @@ class Timeline:
             self.last[p.namespec] = key
         while self.changes and self.changes[0]["t"] < now - self.window:
             self.changes.popleft()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _proc_json(p: Proc, now: float) -> dict[str, Any]:
@@ -116,20 +120,38 @@ class Dashboard:
         self.clients: set[asyncio.Queue[str]] = set()
         self.last_body = ""
         self._task: asyncio.Task[None] | None = None
+        # (maps version, container procs, their JSON text, the pods' JSON text): ``body``
+        self._pods_cache: tuple[Any, list[Proc], str, str] | None = None
 
-    def compute(self) -> dict[str, Any]:
-        """Blocking (control and map reads): run on a worker thread."""
+    def body(self) -> str:
+        """The page's state as JSON text. Blocking (control and map reads): run on a worker
+        thread. The subsystems are asked each time (their heartbeat ages move); the
+        containers and pods are computed and encoded again only when the maps' version moved
+        (a pod, status or runtime record changed, or a process state change), so a refresh with
+        nothing moving costs the control call and a small encoding. Uptimes tick in the page
+        from ``start``, so a reused row's ``uptime`` is never shown stale."""
         now = self.wall()
-        procs = self.rpc._all()
-        self.timeline.observe(procs, now)
+        maps = self.maps()
+        version = getattr(maps, "version", None)
+        cached = self._pods_cache
+        if cached is None or version is None or cached[0] != version:
+            procs = sorted(pod_procs(maps.desired, maps.statuses, maps.pleg,
+                                     self.rpc.d.runtime_dir), key=lambda p: (p.group, p.name))
+            cached = (version, procs, _dumps([_proc_json(p, now) for p in procs]),
+                      _dumps(_pods_json(maps)))
+            self._pods_cache = cached
+        agents = sorted(self.rpc._agent(), key=lambda p: p.name)
+        self.timeline.observe(agents + cached[1], now)
+        listed = _dumps([_proc_json(p, now) for p in agents])
+        # the subsystems' rows, then the containers' (one JSON array, spliced)
+        processes = listed[:-1] + ("," if agents and cached[1] else "") + cached[2][1:]
         # whole seconds: when only time moved, clients get at most one state a second
-        return {"now": int(now), "processes": [_proc_json(p, now) for p in procs],
-                "pods": _pods_json(self.maps()), "timeline": list(self.timeline.changes)}
+        head = _dumps({"now": int(now), "timeline": list(self.timeline.changes)})[:-1]
+        return f'{head},"processes":{processes},"pods":{cached[3]}}}'
 
     async def state_body(self) -> str:
         loop = asyncio.get_running_loop()
-        state = await loop.run_in_executor(self.executor, self.compute)
-        return json.dumps(state, separators=(",", ":"))
+        return await loop.run_in_executor(self.executor, self.body)
 
     async def broadcast(self) -> None:
         seen, last = -1, -REFRESH
