@@ -168,6 +168,9 @@ def test_api_objects_strategies(api: KubeApi, tmp_path: Path) -> None:
         watch.register_pod(pod)
         assert watch.data("secret", "default", "creds") == {"pw": b"s3cret"}
         assert watch.data("configmap", "default", "extra") is None
+        # the app watch has listed (a read waits for it): the update below is a watch event,
+        # not part of the first list
+        assert watch.data("configmap", "default", "app") == {"key": b"v1"}
         api.store.update("configmaps", "default", "app",
                          lambda cm: {**cm, "data": {"key": "v2"}})
         assert got.wait(10) and triggered == [frozenset({"u1"})]

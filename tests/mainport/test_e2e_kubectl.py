@@ -199,10 +199,15 @@ def test_kubectl_attach(cluster: Cluster, protocol: str) -> None:
         while (line := proc.stdout.readline()) not in ("bye\n", ""):
             assert line == "tick\n", line
         assert line == "bye\n"
+        # stderr is its own channel: "err" may arrive after "bye"; read until it does
+        assert proc.stderr is not None
+        seen = []
+        while (line := proc.stderr.readline()) not in ("err\n", ""):
+            seen.append(line)
+        assert line == "err\n", seen
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert "err" in err
+        proc.communicate(timeout=30)
 
 
 TTY_SCRIPT = ("test -t 0 && test -t 1 && echo tty; "
