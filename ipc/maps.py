@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 __all__ = ["DESIRED", "HEALTH_KEY", "MAP_CODECS", "PLEG", "POD_SET_KEY", "PROBES", "RUNTIME_KEY",
            "STATUSES",
@@ -280,16 +280,24 @@ _DESIRED_KINDS: dict[str, Callable[[Any], DesiredValue]] = {
     DesiredPod.KIND: DesiredPod.from_wire, RuntimeNetwork.KIND: RuntimeNetwork.from_wire}
 
 
+T = TypeVar("T")
+
+
+def _by_kind(what: str, kinds: Mapping[str, Callable[[Any], T]], raw: Any) -> T:
+    """A value of a map holding several kinds, from its wire form (by its ``kind``)."""
+    if not isinstance(raw, Mapping):
+        raise MapValueError("fields", f"{what}: not a map")
+    if raw.get("v") != 1:
+        raise MapValueError("version", f"{what} v{raw.get('v')!r}")
+    decode = kinds.get(str(raw.get("kind")))
+    if decode is None:
+        raise MapValueError("fields", f"{what}: unknown kind {raw.get('kind')!r}")
+    return decode(raw)
+
+
 def decode_desired(raw: Any) -> DesiredValue:
     """A ``desired`` value from its wire form (by its ``kind``)."""
-    if not isinstance(raw, Mapping):
-        raise MapValueError("fields", "desired: not a map")
-    if raw.get("v") != 1:
-        raise MapValueError("version", f"desired v{raw.get('v')!r}")
-    decode = _DESIRED_KINDS.get(str(raw.get("kind")))
-    if decode is None:
-        raise MapValueError("fields", f"desired: unknown kind {raw.get('kind')!r}")
-    return decode(raw)
+    return _by_kind("desired", _DESIRED_KINDS, raw)
 
 
 @dataclass(frozen=True)
@@ -482,14 +490,7 @@ _PLEG_KINDS: dict[str, Callable[[Any], PlegValue]] = {
 
 def decode_pleg(raw: Any) -> PlegValue:
     """A ``pleg`` value from its wire form (by its ``kind``)."""
-    if not isinstance(raw, Mapping):
-        raise MapValueError("fields", "pleg: not a map")
-    if raw.get("v") != 1:
-        raise MapValueError("version", f"pleg v{raw.get('v')!r}")
-    decode = _PLEG_KINDS.get(str(raw.get("kind")))
-    if decode is None:
-        raise MapValueError("fields", f"pleg: unknown kind {raw.get('kind')!r}")
-    return decode(raw)
+    return _by_kind("pleg", _PLEG_KINDS, raw)
 
 
 def _to_wire(value: Any) -> Any:
