@@ -74,7 +74,7 @@ def container_events(old: Mapping[str, Proc], new: Mapping[str, Proc]) -> list[T
         cid_old, cid_new = prev.extra.get("container_id"), cur.extra.get("container_id")
         restarted = bool(cid_old) and bool(cid_new) and cid_old != cid_new
         if restarted and prev.state.name == "RUNNING":
-            code = cur.exitstatus if cur.state.name != "RUNNING" else _old_exit(prev, cur)
+            code = _old_exit(str(cid_old), cur)
             out.append(_t(prev, "RUNNING", "EXITED", expected=int(code == 0)))
             out.append(_t(cur, "EXITED", "STARTING"))
             if cur.state.name == "RUNNING":
@@ -90,11 +90,12 @@ def container_events(old: Mapping[str, Proc], new: Mapping[str, Proc]) -> list[T
     return out
 
 
-def _old_exit(prev: Proc, cur: Proc) -> int:
-    """A container restarted between two snapshots: its exit code is not in the new one (the
-    kubelet keeps it in lastState); a restart counts as unexpected unless it exited 0."""
-    last = cur.extra.get("last_exit_code")
-    return int(last) if isinstance(last, int) else 1
+def _old_exit(old_id: str, cur: Proc) -> int:
+    """A container restarted between two snapshots: the exit code of the old container
+    ``old_id`` (from the runtime's listing, else the status's lastState; the new container's
+    own state says nothing of it); a restart counts as unexpected unless it exited 0."""
+    code = (cur.extra.get("exits") or {}).get(old_id, cur.extra.get("last_exit_code"))
+    return int(code) if isinstance(code, int) else 1
 
 
 def _t(p: Proc, f: str, t: str, expected: int = 1) -> Transition:

@@ -154,14 +154,28 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
 _LIVE = (ProcState.STARTING, ProcState.RUNNING, ProcState.STOPPING)
 
 
+def _exits(containers: Iterable[PlegContainer]) -> dict[str, dict[str, int]]:
+    """Per container name, the exit code of each exited runtime container by ID (a restart's
+    old container is found here while the status may not speak of it yet)."""
+    out: dict[str, dict[str, int]] = {}
+    for c in containers:
+        if c.state == "CONTAINER_EXITED":
+            out.setdefault(c.name, {})[c.id] = c.exit_code
+    return out
+
+
 def _consistent(cs: Mapping[str, Any] | None,
                 rc: PlegContainer | None) -> Mapping[str, Any] | None:
     """The container's status, or (when it speaks of an older container than the newest one
-    PLEG lists: the two maps move separately) a status read from that newest runtime record, so
-    a process's state, pid and restart count always belong to one and the same container."""
-    if rc is None or not rc.id or cs is None \
-            or str(cs.get("containerID", "")).rpartition("://")[2] == rc.id:
+    PLEG lists, or says running of one PLEG saw exit: the two maps move separately) a status
+    read from that newest runtime record, so a process's state, pid and restart count always
+    belong to one and the same container, as the runtime last saw it."""
+    if rc is None or not rc.id or cs is None:
         return cs
+    if str(cs.get("containerID", "")).rpartition("://")[2] == rc.id:
+        if rc.state != "CONTAINER_EXITED" or "running" not in (cs.get("state") or {}):
+            return cs
+        return {**cs, "state": {"terminated": {"exitCode": rc.exit_code}}}
     state: dict[str, Any]
     if rc.state == "CONTAINER_RUNNING":
         state = {"running": {}}
@@ -188,7 +202,8 @@ def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodSta
                                                         "containerStatuses")
                    for cs in (status.get(key) or []) if isinstance(cs, Mapping)}
         record = pleg.get(uid)
-        runtime = _latest(record.containers if isinstance(record, PlegPod) else ())
+        listed = record.containers if isinstance(record, PlegPod) else ()
+        runtime, exits = _latest(listed), _exits(listed)
         policy = str(spec.get("restartPolicy") or "Always")
         grace = spec.get("terminationGracePeriodSeconds")
         for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -214,6 +229,7 @@ def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodSta
                 restarts=int((cs or {}).get("restartCount",
                                             rc.restart_count if rc is not None else 0) or 0),
                 extra={"uid": uid, "container_id": cid, "restartPolicy": policy,
+                       "exits": exits.get(name, {}),
                        "last_exit_code": (((cs or {}).get("lastState") or {})
                                           .get("terminated") or {}).get("exitCode"),
                        "grace": int(grace) if isinstance(grace, int) else 30,

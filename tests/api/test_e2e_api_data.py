@@ -99,11 +99,15 @@ def test_configmap_secret_env_volumes_and_service_account(api: KubeApi, agent: A
     cm = "/api/v1/namespaces/default/configmaps"
     assert api.count("GET", f"{cm}/app") == 0  # read through its watch: never polled
     assert any(r.path == cm and "metadata.name%3Dapp" in r.query for r in api.requests)
-    try:
-        pod = api.store.get("pods", "default", "data")
-    except ApiError:
-        pod = {}
-    assert pod.get("status", {}).get("phase") == "Running"
+
+    def phase() -> str:
+        try:
+            return str(api.store.get("pods", "default", "data").get("status", {}).get("phase"))
+        except ApiError:
+            return ""
+
+    # status-api writes the pod's status as its version advances: it may trail the container
+    wait_for(lambda: phase() == "Running", timeout=30, message="phase Running in the API")
     # the pod deleted: once it is terminated nobody references the objects: watches end
     api.store.delete("pods", "default", "data", grace=1)
 

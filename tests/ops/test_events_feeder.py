@@ -66,9 +66,10 @@ def test_agent_translation(edge: tuple[str, str], prev_crash: bool,
             for t in got] == want
 
 
-def _c(state: ProcState, cid: str, code: int = 0) -> Proc:
+def _c(state: ProcState, cid: str, code: int = 0, exits: dict[str, int] | None = None,
+       last: int | None = 137) -> Proc:
     return Proc("default.web", "app", "container", state, 10, 1.0, 0.0, code, "", "",
-                extra={"container_id": cid, "last_exit_code": 137})
+                extra={"container_id": cid, "last_exit_code": last, "exits": exits or {}})
 
 
 def test_container_events() -> None:
@@ -81,6 +82,15 @@ def test_container_events() -> None:
     died = container_events({"x": run_a}, {"x": _c(ProcState.EXITED, "a", 1)})
     assert [(t.from_state, t.to_state, t.expected) for t in died] == [("RUNNING", "EXITED", 0)]
     assert [t.to_state for t in container_events({"x": run_a}, {})] == ["STOPPED"]
+    # restarted, the new container not started yet: the old container's exit code decides
+    # (the runtime's listing first; the new one's own code, 0, says nothing of the old)
+    for exits, last, expected in (({"a": 137}, None, 0), ({"a": 0}, 137, 1),
+                                  ({}, 137, 0), ({}, None, 0), ({"z": 0}, None, 0)):
+        slow = container_events({"x": run_a},
+                                {"x": _c(ProcState.STARTING, "b", 0, exits, last)})
+        assert [(t.from_state, t.to_state) for t in slow] == [
+            ("RUNNING", "EXITED"), ("EXITED", "STARTING")]
+        assert slow[0].expected == expected, (exits, last)
     assert [t.to_state for t in container_events({}, {"x": run_a})] == ["RUNNING"]
 
 

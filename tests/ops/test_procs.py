@@ -35,3 +35,21 @@ def test_a_container_has_its_pid_while_the_runtime_runs_it(tmp_path: Path) -> No
     assert exited.pid == 0
     (created,) = _procs(tmp_path, None, "CONTAINER_CREATED")
     assert created.state is ProcState.STARTING and created.pid == 0
+
+
+def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
+    """PLEG saw the container exit (137) and its successor created while the status still says
+    running: the process is no longer RUNNING, and the old container's code is at hand for the
+    restart's EXITED event."""
+    (exited,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_EXITED")
+    assert exited.state is ProcState.EXITED
+    statuses = {"u1": PodStatusValue({"containerStatuses": [
+        {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})}
+    pleg = {"u1": pleg_pod(containers=[
+        {"id": "c1", "name": "app", "state": "CONTAINER_EXITED", "exit_code": 137,
+         "created_at": 1, "started_at": 2},
+        {"id": "c2", "name": "app", "state": "CONTAINER_CREATED", "attempt": 1,
+         "created_at": 3}])}
+    (proc,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, pleg, tmp_path)
+    assert proc.state is ProcState.STARTING and proc.extra["container_id"] == "c2"
+    assert proc.extra["exits"] == {"c1": 137}
