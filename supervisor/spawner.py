@@ -181,7 +181,9 @@ class _ForkHandle:
 class _ForkserverSpawner:
     def __init__(self, preload: Sequence[str]) -> None:
         self._mp = multiprocessing.get_context("forkserver")
-        self._mp.set_forkserver_preload(["podvisor.supervisor.child", *preload])
+        # gcfreeze last: it freezes what the others imported (see its docstring)
+        self._mp.set_forkserver_preload(["podvisor.supervisor.child", *preload,
+                                         "podvisor.supervisor.gcfreeze"])
 
     def spawn(self, spec: ProcessSpec, env: Mapping[str, str]) -> ChildHandle:
         from podvisor.supervisor.child import forked_main

@@ -14,11 +14,12 @@ import json
 import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
 
 Obj = dict[str, Any]
 
@@ -59,7 +60,14 @@ class ApiConnection:
     """One API client built from a kubeconfig file (thread-safe: urllib3's pool)."""
 
     def __init__(self, kubeconfig: str) -> None:
+        # imported here, not with the module: the client costs ~0.5 s and ~20 MB, and every
+        # process that may talk to an API server (the sync loop, the server) imports this
+        # package whether or not ``kubeconfig`` is set
+        from kubernetes import config as k8s_config
+        from kubernetes.client.exceptions import ApiException
+
         self.kubeconfig = kubeconfig
+        self._api_exception: type[ApiException] = ApiException
         self.api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig)
         self.requests = 0  # every request sent, for the logs and the benchmarks
@@ -82,7 +90,7 @@ class ApiConnection:
         try:
             answer = self.api.call_api(method_, url, headers_, body_, post,
                                        _request_timeout=timeout)
-        except ApiException as exc:
+        except self._api_exception as exc:
             if exc.status:
                 raise _api_error(exc) from None
             raise ApiUnreachable(str(exc.reason)) from None
@@ -90,7 +98,7 @@ class ApiConnection:
             raise ApiUnreachable(str(exc)) from None
         if not 200 <= answer.status <= 299:
             answer.read()
-            raise _api_error(ApiException(http_resp=answer))
+            raise _api_error(self._api_exception(http_resp=answer))
         return answer
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
