@@ -1,5 +1,6 @@
 """Container log rotation, as the kubelet's container log manager does it (KUBELET.md "Images,
-pulls and logs"): every 10 s, each running container whose log file has passed
+pulls and logs"): every 10 s, each running container (as PLEG's records list it, with its log
+path: the kubelet lists and inspects every container for this) whose log file has passed
 ``containerLogMaxSize`` gets its rotated files beyond ``containerLogMaxFiles`` removed, every
 rotated file but the newest gzipped, the live file renamed to ``<log>.<YYYYmmdd-HHMMSS>``, and
 CRI ReopenContainerLog (the runtime then writes a new file at the old path). A failed reopen
@@ -11,9 +12,12 @@ import contextlib
 import gzip
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from podvisor.common.crilog import rotated_files
+from podvisor.ipc.maps import PlegContainer, PlegPod
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.imagegc.gc import Log
 
@@ -60,22 +64,26 @@ def rotate_log(cri: RuntimeClient, container_id: str, log: Path, max_size: int,
     return True
 
 
-def rotate_pass(cri: RuntimeClient, max_size: int, max_files: int, stamp: str,
-                log: Log) -> int:
-    """Every running container's log; returns how many rotated."""
-    from cri_api.v1 import api_pb2 as pb
+def running_logs(pleg: Mapping[str, Any]) -> list[tuple[str, PlegPod, PlegContainer]]:
+    """(pod UID, pod, container) of every running container with a log file, from PLEG's
+    records (``pleg`` map values; ``_health`` is skipped): the records carry the log path."""
+    return [(uid, pod, c) for uid, pod in pleg.items() if isinstance(pod, PlegPod)
+            for c in pod.containers if c.state == "CONTAINER_RUNNING" and c.log_path]
 
+
+def rotate_pass(cri: RuntimeClient, pleg: Mapping[str, Any], max_size: int, max_files: int,
+                stamp: str, log: Log) -> int:
+    """Every running container's log (as PLEG last listed them: the kubelet lists and inspects
+    every container each pass, ~2 CRI calls a container every 10 s that the records already
+    answer); returns how many rotated. Only ReopenContainerLog goes to the runtime."""
     done = 0
-    for c in cri.list_containers(pb.ContainerFilter(
-            state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))):
+    for uid, pod, c in running_logs(pleg):
+        where = {"pod": f"{pod.name}_{pod.namespace}", "pod_uid": uid, "container": c.name,
+                 "container_id": c.id}
         try:
-            path = cri.container_status(c.id).log_path
-            if path and rotate_log(cri, c.id, Path(path), max_size, max_files, stamp):
+            if rotate_log(cri, c.id, Path(c.log_path), max_size, max_files, stamp):
                 done += 1
-                log.info("imagegc.log.rotated", container_id=c.id, container=c.metadata.name,
-                         pod_uid=c.labels.get("io.kubernetes.pod.uid", ""), path=path)
+                log.info("imagegc.log.rotated", path=c.log_path, **where)
         except (CriError, OSError) as err:
-            log.warning("imagegc.log.rotate_failed", container_id=c.id,
-                        container=c.metadata.name,
-                        pod_uid=c.labels.get("io.kubernetes.pod.uid", ""), error=str(err))
+            log.warning("imagegc.log.rotate_failed", error=str(err), **where)
     return done

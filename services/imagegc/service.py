@@ -104,7 +104,7 @@ class ImageGC:
         if self.log_limits is not None and now >= self.next_rotation:
             self.next_rotation = now + ROTATE_PERIOD
             try:
-                rotate_pass(self.cri, *self.log_limits, self.stamp(), self.log)
+                rotate_pass(self.cri, pleg, *self.log_limits, self.stamp(), self.log)
             except CriError as err:
                 self.log.warning("imagegc.log_rotation.failed", error=err.message)
             return min(self.next_container_gc, self.next_image_gc, self.next_rotation)

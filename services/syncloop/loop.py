@@ -37,6 +37,13 @@ from podvisor.services.syncloop.terminate import terminate_pod
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
 HOUSEKEEPING_INTERVAL = 2.0
+# Within housekeeping, two checks run less often than every 2 s: the runtime's Status (network
+# readiness) at the kubelet's runtime-up check period, 5 s; the scan of the cgroup hierarchies
+# for folders of pods nobody knows (left by a crashed agent or by containerd) every 30 s (the
+# kubelet walks them at every housekeeping; here the scan was most of an idle loop's CPU).
+# Folders of pods this agent terminated are retried at every housekeeping (``pending``).
+RUNTIME_CHECK_INTERVAL = 5.0
+LEFTOVER_SCAN_INTERVAL = 30.0
 
 
 def _no_failures(uid: str) -> Collection[str]:
@@ -60,6 +67,8 @@ class LoopDeps:
     submit: Callable[[Callable[[], None]], None]
     wake: Callable[[], None]
     housekeeping_interval: float = HOUSEKEEPING_INTERVAL
+    runtime_check_interval: float = RUNTIME_CHECK_INTERVAL
+    leftover_scan_interval: float = LEFTOVER_SCAN_INTERVAL
     # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
@@ -95,6 +104,8 @@ class SyncLoop:
         self._results: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._published: dict[str, DesiredPod] = {}
         self._next_housekeeping = 0.0
+        self._next_runtime_check = 0.0
+        self._next_leftover_scan = 0.0  # moved on only by a scan that ran
         self._housekeeping_busy = False
         self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
         self.stopping = False
@@ -231,7 +242,11 @@ class SyncLoop:
             self._next_housekeeping = now + self.deps.housekeeping_interval
             self._housekeeping_busy = True
             known = frozenset(self.deps.table.workers)
-            self.deps.submit(lambda: self._housekeeping(known))
+            check = now >= self._next_runtime_check
+            if check:
+                self._next_runtime_check = now + self.deps.runtime_check_interval
+            scan = now >= self._next_leftover_scan
+            self.deps.submit(lambda: self._housekeeping(known, check, scan))
         deadline = self.deps.table.next_deadline()
         # a housekeeping still running is due again only once it is done (its result wakes
         # the loop): its past deadline would make the loop spin meanwhile
@@ -375,9 +390,12 @@ class SyncLoop:
             self.deps.table.trigger(uid, now)
         self._held.clear()
 
-    def _housekeeping(self, known: frozenset[str]) -> None:
+    def _housekeeping(self, known: frozenset[str], check: bool = True,
+                      scan: bool = True) -> None:
         """Pool thread. ``known``: the workers' UIDs when it was submitted. The runtime's pod
-        UIDs come from the shared listing when it is at most one interval old."""
+        UIDs come from the shared listing when it is at most one interval old. ``check``: ask
+        the runtime's Status (network readiness); ``scan``: look for leftover cgroup folders
+        (done only once the sources are ready and the listing worked)."""
         uids: set[str] = set()
         error: Exception | None = None
         ready = self.deps.pod_config.sources_ready()
@@ -394,19 +412,23 @@ class SyncLoop:
             except CriError as err:
                 error = err
         stale: set[str] = set()  # pods whose cgroup folders should go
+        scanned = scan and ready and error is None
         if d.cgroups is not None:
             stale = d.cgroups.pending() - uids
-            if ready and error is None:
+            if scanned:
                 stale |= d.cgroups.leftovers(known | uids)
         d.backoff.gc(d.mono())
         d.sandbox_backoff.gc(d.mono())
-        network = d.network.refresh(d.cri) if d.network is not None else None
-        self._post(lambda: self._housekeeping_done(uids, error, stale, listed_at, network))
+        network = d.network.refresh(d.cri) if d.network is not None and check else None
+        self._post(lambda: self._housekeeping_done(uids, error, stale, listed_at, network,
+                                                   scanned))
 
     def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None,
                            stale_cgroups: set[str], listed_at: float,
-                           network: Network | None = None) -> None:
+                           network: Network | None = None, scanned: bool = False) -> None:
         self._housekeeping_busy = False
+        if scanned:
+            self._next_leftover_scan = self.deps.sync.mono() + self.deps.leftover_scan_interval
         self._network_seen(network, self.deps.sync.mono())
         # a pod terminated after the listing started is no orphan, whatever it showed
         self._removed = {u: t for u, t in self._removed.items() if t >= listed_at}

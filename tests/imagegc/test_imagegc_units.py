@@ -135,6 +135,32 @@ def test_log_rotation_gzips_all_but_newest_and_keeps_max_files(tmp_path: Any) ->
     assert log.read_bytes() == b"x" * 200
 
 
+def test_rotation_pass_reads_running_containers_from_pleg_records(tmp_path: Any) -> None:
+    """The pass takes running containers and their log paths from PLEG's records: the only CRI
+    call is ReopenContainerLog of a rotated file (no listing, no status per container)."""
+    from podvisor.common.logs import MemoryLogger
+    from podvisor.services.imagegc.logrotate import rotate_pass
+    from tests.plegs import pleg_map
+
+    big, small, dead = (tmp_path / n for n in ("big.log", "small.log", "dead.log"))
+    big.write_bytes(b"x" * 500)
+    small.write_bytes(b"x" * 10)
+    dead.write_bytes(b"x" * 500)
+    pleg = pleg_map({
+        "_health": {"relists": 1},
+        "u1": {"name": "web", "namespace": "default", "containers": [
+            {"id": "c1", "name": "a", "state": "CONTAINER_RUNNING", "log_path": str(big)},
+            {"id": "c2", "name": "b", "state": "CONTAINER_RUNNING", "log_path": str(small)},
+            {"id": "c3", "name": "c", "state": "CONTAINER_EXITED", "log_path": str(dead)},
+            {"id": "c4", "name": "d", "state": "CONTAINER_RUNNING", "log_path": ""}]}})
+    cri: Any = Reopener()  # has nothing but reopen_container_log: any other call would fail
+    log = MemoryLogger()
+    assert rotate_pass(cri, pleg, 100, 3, "20240101-000000", log) == 1
+    assert cri.reopened == ["c1"] and not big.exists() and dead.stat().st_size == 500
+    [event] = [e for e in log.events if e["event"] == "imagegc.log.rotated"]
+    assert (event["pod"], event["pod_uid"], event["container"]) == ("web_default", "u1", "a")
+
+
 def test_pull_progress_lines(tmp_path: Any, capsys: Any) -> None:
     """`images pull` on a terminal: one line per layer, redrawn in place."""
     import hashlib

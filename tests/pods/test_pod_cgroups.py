@@ -13,6 +13,7 @@ import pytest
 from podvisor.common.logs import MemoryLogger
 from podvisor.services.pod import pod_from_dict, qos_class
 from podvisor.services.syncloop.cgroupfs import FakeCgroupFS, new_cgroup_fs
+from podvisor.services.syncloop.network import NetworkState
 from podvisor.services.syncloop.podcgroups import (
     CgroupMount,
     PodCgroupError,
@@ -200,6 +201,26 @@ def test_leftover_folders_removed_only_once_sources_are_ready(tmp_path: Path) ->
     assert not [d for d in fs.dirs if "podcrashed" in d]
     assert "/sys/fs/cgroup/cpu/podvisor/podu1" in fs.dirs       # desired pod: kept
     assert [r for r in fs.removed if "podu1" in r] == []
+
+
+def test_leftover_scan_and_runtime_check_run_at_their_own_periods(tmp_path: Path) -> None:
+    """Housekeeping runs every 2 s; within it the runtime's Status every 5 s and the scan for
+    leftover pod folders every 30 s, counted from the last scan that ran."""
+    fs = fake_fs("/podvisor/podu1")
+    h = harness(tmp_path, fs)
+    h.sync = h.loop.deps.sync = replace(h.sync, network=NetworkState())
+    h.set(manifest("p", "u1"))
+    h.settle()
+    statuses = len(h.cri.method_calls("Status"))
+    fs.mkdir("/sys/fs/cgroup/cpu/podvisor/podcrashed")
+    for _ in range(6):                        # 12 s of housekeeping: no scan yet
+        h.now += 2
+        h.settle()
+    assert "/sys/fs/cgroup/cpu/podvisor/podcrashed" in fs.dirs
+    assert 2 <= len(h.cri.method_calls("Status")) - statuses <= 3  # every 5 s, not every 2 s
+    h.now += 20                               # 30 s after the first scan
+    h.settle()
+    assert "/sys/fs/cgroup/cpu/podvisor/podcrashed" not in fs.dirs
 
 
 def test_no_cgroup_root_no_parent(tmp_path: Path) -> None:
