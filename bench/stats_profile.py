@@ -1,10 +1,11 @@
 """Where a `/stats/summary` scrape spends its CPU, in-process (cProfile), for N containers.
 
 The two halves of the scrape path, each run K times under cProfile in this process:
-- the embedded runtime's ListContainerStats (`StatsCollector.collect`) over N real `sleep`
+- the embedded runtime's ListContainerStats (`StatsCollector.collect_wire`) over N real `sleep`
   processes, each in its own process group like a container (no cgroup: the /proc path), and
-- the server's assembly of the answer (`summary()` over that answer, `log_usage` over N pod log
-  directories, `NodeSampler`, and the JSON encoding), as the main port does it.
+- the server's assembly of the answer (`SummaryMaker.make_json` over that answer: `summary()`,
+  the log usage of N pod log directories, `NodeSampler`, and the JSON text), as the main port
+  does it (less the two CRI calls).
 Prints the CPU per call of each half and the top functions by cumulative time. Asserts nothing.
 
     .venv/bin/python bench/stats_profile.py [-n 110] [-k 50] [--top 15]
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pstats
 import shutil
 import subprocess
@@ -28,14 +28,11 @@ from cri_api.v1 import api_pb2 as pb
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from podvisor.ipc.maps import PlegContainer, PlegPod, PlegSandbox  # noqa: E402
 from podvisor.services.runtime.model import Container, StartInfo  # noqa: E402
 from podvisor.services.runtime.procfs import start_ticks  # noqa: E402
 from podvisor.services.runtime.stats import StatsCollector  # noqa: E402
-from podvisor.services.server.summary import (  # noqa: E402
-    NodeSampler,
-    log_usage,
-    summary,
-)
+from podvisor.services.server.summarymaker import SummaryMaker  # noqa: E402
 
 
 def _containers(n: int, procs: list[subprocess.Popen[bytes]]) -> list[Container]:
@@ -54,13 +51,15 @@ def _containers(n: int, procs: list[subprocess.Popen[bytes]]) -> list[Container]
     return out
 
 
-def _pleg(containers: list[Container]) -> dict[str, object]:
-    pleg: dict[str, object] = {}
+def _pleg(containers: list[Container]) -> dict[str, PlegPod]:
+    pleg: dict[str, PlegPod] = {}
     for c in containers:
-        uid = c.config.labels["io.kubernetes.pod.uid"]
-        pleg[uid] = {"sandboxes": [{"id": c.sandbox_id, "state": "SANDBOX_READY",
-                                    "created_at": c.created_at}],
-                     "containers": [{"id": c.id, "created_at": c.created_at}]}
+        labels = c.config.labels
+        pleg[labels["io.kubernetes.pod.uid"]] = PlegPod(
+            name=labels["io.kubernetes.pod.name"], namespace="default",
+            sandboxes=(PlegSandbox(c.sandbox_id, "SANDBOX_READY", c.created_at),),
+            containers=(PlegContainer(c.id, "app", "CONTAINER_RUNNING",
+                                      created_at=c.created_at),))
     return pleg
 
 
@@ -97,18 +96,15 @@ def main(argv: list[str] | None = None) -> int:
             (d / "0.log").write_bytes(b"x" * 100)
         collector = StatsCollector()
         collector.collect(containers)  # the first rate sample
-        _profile(lambda: pb.ListContainerStatsResponse(
-            stats=collector.collect(containers)).SerializeToString(), args.k, args.top,
-                 "runtime: ListContainerStats (StatsCollector.collect, the answer serialized)")
-        stats = collector.collect(containers)
-        pleg, sampler = _pleg(containers), NodeSampler()
-
-        def assemble() -> bytes:
-            now_ns = time.time_ns()
-            node = sampler.sample(now_ns, str(tmp))
-            body = summary("bench", 0, node, stats, pleg, log_usage(str(tmp)), None, now_ns)
-            return json.dumps(body).encode()
-        _profile(assemble, args.k, args.top, "server: summary + log_usage + node + JSON")
+        _profile(lambda: collector.collect_wire(containers), args.k, args.top,
+                 "runtime: ListContainerStats (StatsCollector.collect_wire)")
+        stats = list(pb.ListContainerStatsResponse.FromString(
+            collector.collect_wire(containers)).stats)
+        collector.close()
+        maker = SummaryMaker("bench", 0, str(tmp), str(tmp), lambda: stats, None, time.time)
+        pleg = _pleg(containers)
+        _profile(lambda: maker.make_json(pleg), args.k, args.top,
+                 "server: SummaryMaker.make_json (summary + log usage + node + JSON)")
     finally:
         for p in procs:
             p.kill()

@@ -57,3 +57,15 @@ def container_status(c: Container) -> pb.ContainerStatus:
         status.reason = c.exited.reason
         status.message = c.exited.message
     return status
+
+
+def field1(data: bytes) -> bytes:
+    """``data`` (a serialized message) as protobuf field 1 (length-delimited): the list
+    responses are ``repeated <item> = 1`` only, so their wire form is these pieces joined (and
+    ``ContainerStats.attributes`` is its field 1)."""
+    n, head = len(data), bytearray(b"\x0a")
+    while n > 0x7F:
+        head.append(n & 0x7F | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + data

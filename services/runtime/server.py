@@ -71,6 +71,7 @@ class RuntimeServer:
         self.log = log
         self.engine = Engine(root, log, registries=registries)
         self._server: Any = None
+        self._runtime: RuntimeServicer | None = None
         self.streaming: StreamingServer | None = None
 
     def start(self) -> None:
@@ -94,10 +95,10 @@ class RuntimeServer:
         self.streaming = StreamingServer(self.engine_exec_command, self.log,
                                          SYSTEM_CLOCK.monotonic)
         self.streaming.start()
-        runtime = RuntimeServicer(self.engine, self.streaming)
+        runtime = self._runtime = RuntimeServicer(self.engine, self.streaming)
         runtime.raw_bytes = _add_passing_bytes(
             server, stubs.add_RuntimeServiceServicer_to_server, runtime,
-            ("ListContainers", "ListPodSandbox", "GetContainerEvents"))
+            ("ListContainers", "ListPodSandbox", "GetContainerEvents", "ListContainerStats"))
         stubs.add_ImageServiceServicer_to_server(ImageServicer(self.engine), server)
         # Bound under a temporary name and renamed once listening: the socket file exists only
         # when connecting to it works (a client that waits for the file is never refused).
@@ -128,6 +129,9 @@ class RuntimeServer:
         if self._server is not None:
             self._server.stop(grace).wait(grace + 1)
             self._server = None
+        if self._runtime is not None:
+            self._runtime.stats.close()
+            self._runtime = None
         self.engine.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)

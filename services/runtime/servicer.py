@@ -73,17 +73,6 @@ def _pod_uid(selector: Mapping[str, str]) -> str | None:
     return selector.get(POD_UID_LABEL)
 
 
-def _field1(data: bytes) -> bytes:
-    """``data`` (a serialized message) as protobuf field 1 (length-delimited): the list
-    responses are ``repeated <item> = 1`` only, so their wire form is these pieces joined."""
-    n, head = len(data), bytearray(b"\x0a")
-    while n > 0x7F:
-        head.append(n & 0x7F | 0x80)
-        n >>= 7
-    head.append(n)
-    return bytes(head) + data
-
-
 class _ItemCache:
     """Each record's list item, serialized, rebuilt only when the (immutable) record object
     changed: a list answer is then one join of cached bytes (the server sends them as they are,
@@ -99,7 +88,7 @@ class _ItemCache:
         for c in items:
             hit = self._containers.get(c.id)
             if hit is None or hit[0] is not c:
-                hit = (c, _field1(convert.container_item(c).SerializeToString()))
+                hit = (c, convert.field1(convert.container_item(c).SerializeToString()))
                 self._containers[c.id] = hit
             out.append(hit[1])
         if complete and len(self._containers) > 2 * len(items) + 64:
@@ -112,7 +101,7 @@ class _ItemCache:
         for sb in items:
             hit = self._sandboxes.get(sb.id)
             if hit is None or hit[0] is not sb:
-                hit = (sb, _field1(convert.sandbox_item(sb).SerializeToString()))
+                hit = (sb, convert.field1(convert.sandbox_item(sb).SerializeToString()))
                 self._sandboxes[sb.id] = hit
             out.append(hit[1])
         if complete and len(self._sandboxes) > 2 * len(items) + 64:
@@ -297,7 +286,8 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
         items = [c for c in self.engine.containers()
                  if _prefix(c.id, f.id) and _prefix(c.sandbox_id, f.pod_sandbox_id)
                  and labels_match(c.config.labels, f.label_selector)]
-        return pb.ListContainerStatsResponse(stats=self.stats.collect(items))
+        wire = self.stats.collect_wire(items)
+        return wire if self.raw_bytes else pb.ListContainerStatsResponse.FromString(wire)
 
     def _sandbox_stats(self, sb: Any) -> pb.PodSandboxStats:
         """A sandbox's stats: its containers' stats, and their sums as the pod's CPU and

@@ -2,16 +2,17 @@
 
 A container with a cgroup (cgroups.py: it asked for resources) is read from it as the kubelet's
 cAdvisor does: CPU from cpuacct.usage (v2 cpu.stat usage_usec), memory usage, working set =
-usage - inactive_file, rss. Others from their process group (/proc: one pass over every
-process's ``stat`` per collect, summing user + system time and resident pages per group of a
-running container, ``procfs.GroupScanner``, which reads again only the processes that were in
-a wanted group at the previous pass, all of them every 30 s): working set = usage = rss there.
-A container's cgroup folders are looked up once (they never change) and forgotten with the
-container.
+usage - inactive_file, rss. Others from their process group (``groupscan.GroupScanner``: each
+member's ``/proc/<pid>/stat``, user + system time and resident pages summed per group of a
+running container; members found through the kernel's children lists, /proc listed in full
+every 30 s): working set = usage = rss there. A container's cgroup folders are looked up once
+(they never change) and forgotten with the container.
 
-Cost (bench/mainport.py, bench/stats_profile.py; 110 pods): the /proc pass is the bulk of a
-collect; it used to read every process's ``stat`` and build a psutil ``Process`` per member on
-top (three more /proc reads each)."""
+Cost (bench/mainport.py, bench/stats_profile.py; 110 pods): the /proc reads are the bulk of a
+collect (they used to build a psutil ``Process`` per member, three more reads each, and to list
+/proc at every collect). ListContainerStats answers with ``collect_wire``'s bytes (server.py
+passes them through): cached attributes and one reused message for the figures, where
+building, copying and serializing a message per container cost nearly as much as the reads."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime.cgroups import Usage
+from podvisor.services.runtime.convert import field1
+from podvisor.services.runtime.groupscan import GroupScanner
 from podvisor.services.runtime.model import Container, ContainerState
-from podvisor.services.runtime.procfs import GroupScanner
 
 
 class StatsCollector:
@@ -40,6 +42,11 @@ class StatsCollector:
         self._last: dict[str, tuple[int, int]] = {}  # container id -> (ts ns, cpu ns)
         self._dirs: dict[str, Mapping[str, str]] = {}  # container id -> its cgroup folders
         self._attrs: dict[str, pb.ContainerAttributes] = {}  # container id -> its attributes
+        # container id -> its attributes as ContainerStats' field 1, serialized
+        self._attrs_wire: dict[str, bytes] = {}
+        # the figures of one container at a time, serialized (under _lock): running, idle
+        self._sample = pb.ContainerStats()
+        self._idle = pb.ContainerStats()
         self._scanner = GroupScanner()  # under _scan_lock (gRPC calls come on many threads)
         self._scan_lock = threading.Lock()
 
@@ -53,6 +60,30 @@ class StatsCollector:
         return dirs
 
     def collect(self, containers: list[Container]) -> list[pb.ContainerStats]:
+        usages = self._usages(containers)
+        return [self._one(c, usages.get(c.id)) for c in containers]
+
+    def collect_wire(self, containers: list[Container]) -> bytes:
+        """``collect``'s answer as a serialized ``ListContainerStatsResponse``: each item is
+        the container's attributes, serialized once (they never change), then its figures
+        set in place in one reused message and serialized; no message per container built,
+        copied into and serialized again (the list answer's bulk)."""
+        usages = self._usages(containers)
+        out = []
+        for c in containers:
+            with self._lock:
+                attrs = self._attrs_wire.get(c.id)
+            if attrs is None:
+                attrs = field1(self._attributes(c).SerializeToString())
+                with self._lock:
+                    self._attrs_wire[c.id] = attrs
+            with self._lock:
+                figures = self._fill(self._sample, self._idle, c, usages.get(c.id))
+                out.append(field1(attrs + figures.SerializeToString()))
+        return b"".join(out)
+
+    def _usages(self, containers: list[Container]) -> dict[str, Usage]:
+        """Running containers' usage: from their cgroup when readable, else from /proc."""
         usages: dict[str, Usage] = {}
         by_group: dict[int, str] = {}  # process group -> container id (no readable cgroup)
         for c in containers:
@@ -70,7 +101,7 @@ class StatsCollector:
             for pgid, cid in by_group.items():
                 cpu, rss = groups.get(pgid, (0, 0))
                 usages[cid] = Usage(cpu, rss, rss, rss)
-        return [self._one(c, usages.get(c.id)) for c in containers]
+        return usages
 
     def _attributes(self, c: Container) -> pb.ContainerAttributes:
         """The container's attributes, built once (its config never changes)."""
@@ -85,20 +116,27 @@ class StatsCollector:
         return attrs
 
     def _one(self, c: Container, usage: Usage | None) -> pb.ContainerStats:
-        # fields set in place: no temporary messages built and copied in
-        now = self._wall()
         stats = pb.ContainerStats()
+        with self._lock:
+            self._fill(stats, stats, c, usage)
         stats.attributes.CopyFrom(self._attributes(c))
-        layer = stats.writable_layer
+        return stats
+
+    def _fill(self, stats: pb.ContainerStats, idle: pb.ContainerStats, c: Container,
+              usage: Usage | None) -> pb.ContainerStats:
+        """The container's figures (no attributes) set in ``stats``, or in ``idle`` when it
+        is not running (a writable layer only); every field either holds is set, so both can
+        be reused from container to container. The caller holds _lock."""
+        now = self._wall()
+        layer = (stats if usage is not None else idle).writable_layer
         layer.timestamp = now
         layer.used_bytes.value = 0
         layer.inodes_used.value = 0
         if usage is None:  # not running
-            return stats
+            return idle
         cpu_ns = usage.cpu_ns
-        with self._lock:
-            prev = self._last.get(c.id)
-            self._last[c.id] = (now, cpu_ns)
+        prev = self._last.get(c.id)
+        self._last[c.id] = (now, cpu_ns)
         nano_cores = 0
         if prev is not None and now > prev[0]:
             nano_cores = max(cpu_ns - prev[1], 0) * 1_000_000_000 // (now - prev[0])
@@ -118,4 +156,9 @@ class StatsCollector:
             self._last.pop(container_id, None)
             self._dirs.pop(container_id, None)
             self._attrs.pop(container_id, None)
+            self._attrs_wire.pop(container_id, None)
 
+    def close(self) -> None:
+        """Close the /proc descriptors the scan keeps open."""
+        with self._scan_lock:
+            self._scanner.close()

@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import psutil
@@ -44,7 +44,7 @@ from podvisor.services.server.metrics import (
     render_resource_metrics,
 )
 from podvisor.services.server.replicas import View
-from podvisor.services.server.summary import NodeSampler, image_fs_stats, log_usage, summary
+from podvisor.services.server.summarymaker import SummaryMaker
 
 __all__ = ["MAIN_HINT", "REDACTED", "make_main_app", "redact_config"]
 
@@ -89,6 +89,14 @@ def auth_middleware(authn: Authenticator, authz: Authorizer, node_name: str,
                                 + (f": {reason}" if reason else ""))
         return await handler(request)
     return _auth
+
+
+T = TypeVar("T")
+
+
+def _no_runtime() -> list[pb.ContainerStats]:
+    raise CriError("ListContainerStats", grpc.StatusCode.UNAVAILABLE,
+                   "no runtime to ask for stats")
 
 
 def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: Authorizer,
@@ -144,41 +152,32 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
             None, render_probe_metrics, metrics_dir)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
-    sampler = NodeSampler()
-    boot_ns = int(psutil.boot_time() * 1e9)
+    maker = SummaryMaker(node_name, int(psutil.boot_time() * 1e9), root_dir, str(pod_logs),
+                         container_stats or _no_runtime, image_fs_info, wall)
 
-    async def make_summary() -> dict[str, Any]:
-        """Raises ``CriError`` when the runtime does not answer."""
-        if container_stats is None:
-            raise CriError("ListContainerStats", grpc.StatusCode.UNAVAILABLE,
-                           "no runtime to ask for stats")
+    async def make_summary(encode: Callable[[Mapping[str, Any]], tuple[T, str | None]]) -> T:
+        """Raises ``CriError`` when the runtime does not answer. One executor job: the CRI
+        calls, the node's and the logs' figures, the assembly (and the JSON text)."""
         view = await current()
-        loop = asyncio.get_running_loop()
-        stats = await loop.run_in_executor(None, container_stats)
-        now_ns = int(wall() * 1e9)
-        node = await loop.run_in_executor(None, sampler.sample, now_ns, root_dir)
-        logs = await loop.run_in_executor(None, log_usage, str(pod_logs))
-        image_fs = None
-        if image_fs_info is not None:
-            try:
-                image_fs = image_fs_stats(await loop.run_in_executor(None, image_fs_info))
-            except CriError as exc:  # the summary still answers, without imageFs
-                log.warning("mainport.image_fs_info_failed", error=str(exc))
-        return summary(node_name, boot_ns, node, stats, view.pleg, logs, image_fs, now_ns)
+        body, why = await asyncio.get_running_loop().run_in_executor(None, encode, view.pleg)
+        if why is not None:
+            log.warning("mainport.image_fs_info_failed", error=why)
+        return body
 
     async def stats_summary(request: web.Request) -> web.Response:
         if request.query and set(request.query) != {"only_cpu_and_memory"}:
             return status_error(400, "BadRequest", "unexpected query parameters: "
                                 + ", ".join(sorted(request.query)))
         try:
-            return web.json_response(await make_summary())
+            text = await make_summary(maker.make_json)
         except CriError as exc:
             return status_error(503, "ServiceUnavailable",
                                 f"the runtime did not answer ListContainerStats: {exc}")
+        return web.Response(body=text, content_type="application/json", charset="utf-8")
 
     async def resource_metrics(request: web.Request) -> web.Response:
         try:
-            body: dict[str, Any] | None = await make_summary()
+            body: dict[str, Any] | None = await make_summary(maker.make)
         except CriError as exc:
             log.warning("mainport.resource_metrics_failed", error=str(exc))
             body = None

@@ -10,7 +10,8 @@ system of ``rootDir``. The runtime's own ``usageNanoCores`` is also a rate since
 sample. ``node.runtime.imageFs`` is CRI ImageFsInfo's first image file system (its used bytes and
 inodes; capacity and available bytes from ``statvfs`` of its mount point when readable). Each
 container's ``logs`` is the bytes and files of its log directory under ``rootDir/pod-logs``,
-every restart's files and rotated ones (gzipped included) counted (``log_usage``).
+every restart's files and rotated ones (gzipped included) counted (``logusage.py``).
+``summarymaker.py`` puts the parts together for the main port.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from __future__ import annotations
 import datetime
 import os
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.maps import PlegPod
+from podvisor.services.server.logusage import log_usage
 
-__all__ = ["NodeSampler", "image_fs_stats", "log_usage", "rfc3339", "summary"]
+__all__ = ["ContainerRef", "NodeSampler", "container_refs", "image_fs_stats", "log_usage",
+           "rfc3339", "start_times", "summary"]
 
 POD_NAME, POD_NS, POD_UID = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace",
                              "io.kubernetes.pod.uid")
@@ -112,96 +115,6 @@ def _sum(parts: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any] |
     return out
 
 
-class _LogDirs:
-    """``log_usage``'s memory between scrapes (thread-safe): a pod folder's container folders
-    while its mtime holds, and per container folder (while its mtime holds: no file was added,
-    removed or renamed) the bytes of every file but the live one (``<restartCount>.log`` of the
-    highest count: rotated files and earlier instances' logs no longer change). A scrape then
-    costs three ``stat`` calls per container instead of two folder listings and a ``stat`` per
-    file."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pods: dict[str, tuple[int, list[str]]] = {}
-        # container folder -> (mtime ns, live file name or "", other files' bytes, files)
-        self._containers: dict[str, tuple[int, str, int, int]] = {}
-
-    def usage(self, pod_logs: str) -> dict[tuple[str, str], tuple[int, int]]:
-        out: dict[tuple[str, str], tuple[int, int]] = {}
-        try:
-            pod_dirs = list(os.scandir(pod_logs))
-        except OSError:
-            return out
-        with self._lock:
-            pods, containers = dict(self._pods), dict(self._containers)
-        seen_pods: dict[str, tuple[int, list[str]]] = {}
-        seen: dict[str, tuple[int, str, int, int]] = {}
-        for pod_dir in pod_dirs:
-            parts = pod_dir.name.split("_", 2)
-            if len(parts) != 3:
-                continue
-            try:
-                if not pod_dir.is_dir():
-                    continue
-                mtime = pod_dir.stat().st_mtime_ns
-                cached = pods.get(pod_dir.path)
-                names = cached[1] if cached is not None and cached[0] == mtime else [
-                    c.name for c in os.scandir(pod_dir.path) if c.is_dir()]
-            except OSError:
-                continue  # removed meanwhile (container GC)
-            seen_pods[pod_dir.path] = (mtime, names)
-            for name in names:
-                got = self._container(os.path.join(pod_dir.path, name), containers, seen)
-                if got is not None:
-                    out[(parts[2], name)] = got
-        with self._lock:
-            self._pods, self._containers = seen_pods, seen
-        return out
-
-    @staticmethod
-    def _scan(path: str, mtime: int) -> tuple[int, str, int, int]:
-        live, live_count, frozen, files = "", -1, 0, 0
-        sizes: dict[str, int] = {}
-        for f in os.scandir(path):
-            if f.is_file():
-                sizes[f.name] = f.stat().st_size
-                stem = f.name.removesuffix(".log")
-                if stem != f.name and stem.isdigit() and int(stem) > live_count:
-                    live, live_count = f.name, int(stem)
-        for name, size in sizes.items():
-            if name != live:
-                frozen += size
-            files += 1
-        return mtime, live, frozen, files
-
-    def _container(self, path: str, cache: dict[str, tuple[int, str, int, int]],
-                   seen: dict[str, tuple[int, str, int, int]]) -> tuple[int, int] | None:
-        try:
-            mtime = os.stat(path).st_mtime_ns
-            cached = cache.get(path)
-            entry = cached if cached is not None and cached[0] == mtime else self._scan(path,
-                                                                                        mtime)
-            try:
-                live = os.stat(os.path.join(path, entry[1])).st_size if entry[1] else 0
-            except FileNotFoundError:  # rotated since: list the folder again
-                entry = self._scan(path, mtime)
-                live = os.stat(os.path.join(path, entry[1])).st_size if entry[1] else 0
-        except OSError:
-            return None  # removed meanwhile (container GC), or rotated twice: next scrape
-        seen[path] = entry
-        return entry[2] + live, entry[3]
-
-
-_LOG_DIRS = _LogDirs()
-
-
-def log_usage(pod_logs: str) -> dict[tuple[str, str], tuple[int, int]]:
-    """(pod UID, container name) -> (bytes, files) of the container's log directory
-    ``<pod_logs>/<namespace>_<name>_<uid>/<container>/``, rotated files included (``_LogDirs``
-    remembers what cannot have changed since the previous call)."""
-    return _LOG_DIRS.usage(pod_logs)
-
-
 def image_fs_stats(info: pb.ImageFsInfoResponse) -> dict[str, Any] | None:
     """``node.runtime.imageFs`` from CRI ImageFsInfo (the first image file system)."""
     if not info.image_filesystems:
@@ -221,13 +134,49 @@ def image_fs_stats(info: pb.ImageFsInfoResponse) -> dict[str, Any] | None:
     return out
 
 
-def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
-            stats: list[pb.ContainerStats], pleg: Mapping[str, Any],
-            logs: Mapping[tuple[str, str], tuple[int, int]] | None = None,
-            image_fs: dict[str, Any] | None = None, now_ns: int = 0) -> dict[str, Any]:
-    """``logs``: ``log_usage``'s answer; ``image_fs``: ``image_fs_stats``'s (``now_ns``
-    stamps the logs' figures)."""
-    created: dict[str, int] = {}  # sandbox / container id -> created_at (ns)
+class ContainerRef(NamedTuple):
+    """A running container's pod and name, from its attributes (they never change)."""
+
+    uid: str
+    namespace: str
+    pod: str
+    name: str
+
+
+def container_refs(stats: Sequence[pb.ContainerStats],
+                   memo: dict[str, ContainerRef | None] | None = None
+                   ) -> list[ContainerRef | None]:
+    """Each stats entry's ``ContainerRef``, None for one not running or no pod's. ``memo``
+    (container ID -> ref) is read and left holding this answer's containers only: a
+    container's labels are read once, not at every scrape (a CRI container ID names one
+    container for good: the embedded runtime's and containerd's are random 256-bit IDs)."""
+    old = memo if memo is not None else {}
+    new: dict[str, ContainerRef | None] = {}
+    out: list[ContainerRef | None] = []
+    for st in stats:
+        if not st.HasField("cpu"):
+            out.append(None)  # not running (terminated instances are left out)
+            continue
+        attrs = st.attributes
+        cid = attrs.id
+        if cid in old:
+            ref = old[cid]
+        else:
+            labels = attrs.labels
+            uid = labels.get(POD_UID, "")
+            ref = ContainerRef(uid, labels.get(POD_NS, ""), labels.get(POD_NAME, ""),
+                               attrs.metadata.name) if uid else None
+        new[cid] = ref
+        out.append(ref)
+    if memo is not None:
+        memo.clear()
+        memo.update(new)
+    return out
+
+
+def start_times(pleg: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """(container ID -> created_at, pod UID -> its ready sandbox's created_at), in ns."""
+    created: dict[str, int] = {}
     pod_created: dict[str, int] = {}
     for uid, record in pleg.items():
         if not isinstance(record, PlegPod):
@@ -237,24 +186,35 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
                 pod_created[uid] = sb.created_at
         for c in record.containers:
             created[c.id] = c.created_at
+    return created, pod_created
+
+
+def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
+            stats: list[pb.ContainerStats], pleg: Mapping[str, Any],
+            logs: Mapping[tuple[str, str], tuple[int, int]] | None = None,
+            image_fs: dict[str, Any] | None = None, now_ns: int = 0,
+            refs: Sequence[ContainerRef | None] | None = None,
+            starts: tuple[dict[str, int], dict[str, int]] | None = None) -> dict[str, Any]:
+    """``logs``: ``LogUsage``'s answer; ``image_fs``: ``image_fs_stats``'s (``now_ns``
+    stamps the logs' figures); ``refs``: ``container_refs(stats)`` and ``starts``:
+    ``start_times(pleg)`` when the caller has them already."""
+    created, pod_created = starts if starts is not None else start_times(pleg)
     pods: dict[str, dict[str, Any]] = {}
     logs = logs or {}
-    for st in stats:
-        attrs = st.attributes
-        labels = attrs.labels
-        uid = labels.get(POD_UID, "")
-        if not uid or not st.HasField("cpu"):
-            continue  # not a pod's, or not running (terminated instances are left out)
+    logs_time = rfc3339(now_ns)
+    for st, ref in zip(stats, refs if refs is not None else container_refs(stats), strict=True):
+        if ref is None:
+            continue  # not a pod's, or not running
+        uid = ref.uid
         pod = pods.get(uid)
         if pod is None:
             pod = pods[uid] = {
-                "podRef": {"name": labels.get(POD_NAME, ""),
-                           "namespace": labels.get(POD_NS, ""), "uid": uid},
+                "podRef": {"name": ref.pod, "namespace": ref.namespace, "uid": uid},
                 "startTime": rfc3339(pod_created[uid]) if uid in pod_created else None,
                 "containers": []}
-        name, cid = attrs.metadata.name, attrs.id
+        cid = st.attributes.id
         container: dict[str, Any] = {
-            "name": name, "startTime": rfc3339(created[cid]) if cid in created else None}
+            "name": ref.name, "startTime": rfc3339(created[cid]) if cid in created else None}
         cpu = _cpu(st)
         if cpu is not None:
             container["cpu"] = cpu
@@ -265,9 +225,9 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
             layer = st.writable_layer
             container["rootfs"] = {"time": rfc3339(layer.timestamp),
                                    "usedBytes": layer.used_bytes.value}
-        used = logs.get((uid, name))
+        used = logs.get((uid, ref.name))
         if used is not None:
-            container["logs"] = {"time": rfc3339(now_ns), "usedBytes": used[0],
+            container["logs"] = {"time": logs_time, "usedBytes": used[0],
                                  "inodesUsed": used[1]}
         pod["containers"].append(container)
     items = []

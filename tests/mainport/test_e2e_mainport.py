@@ -458,24 +458,106 @@ def test_exec_refusals_and_run(node: Node, wait_for: Any) -> None:
     assert run.status_code == 200 and run.text == "ran\n"
 
 
-def test_podvisorctl_exec(node: Node) -> None:
-    ctl = [str(Path(sys.executable).parent / "podvisorctl"), "--root-dir",
-           str(node.handle.paths.root)]
-    done = subprocess.run([*ctl, "exec", "talker", "--", "sh", "-c", "echo hi; echo oops >&2; "
+@dataclass
+class ExecTarget:
+    """A running pod for ``podvisorctl exec`` (container ``c``) and its agent's rootDir."""
+
+    root: str
+    pod: str
+    # a command that reads one line of stdin and ends: with v5 (the embedded runtime) the end
+    # of podvisorctl's stdin closes the command's input, so ``cat`` ends; containerd speaks v4,
+    # where the input stays open, so the command must end by itself
+    reads_a_line: tuple[str, ...]
+
+
+CTRD_POD = """apiVersion: v1
+kind: Pod
+metadata: {{name: shell}}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: c
+    image: {image}
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]
+"""
+
+
+@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
+def exec_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExecTarget]:
+    """The module's embedded agent's talker, or a busybox pod on containerd (an agent of its
+    own with ``runtimeEndpoint`` containerd; skipped without containerd; every sandbox it made
+    and its pods' cgroup root are removed at the end)."""
+    if request.param == "embedded":
+        node: Node = request.getfixturevalue("node")
+        yield ExecTarget(str(node.handle.paths.root), "talker", ("cat",))
+        return
+    from podvisor.services.cri import CriError, new_runtime_client
+    from podvisor.services.syncloop import labels as L
+    from tests.runtime.containerd import containerd_or_skip, remove_pod_cgroup
+
+    ctrd = containerd_or_skip()
+    agent = request.getfixturevalue("agent")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "shell.yaml").write_text(CTRD_POD.format(image=ctrd.image), "utf-8")
+    ro_port = free_port()
+    cgroup_root = f"/podvisor-test-{os.getpid()}-ctl-exec"
+    uids: set[str] = set()
+    cri = new_runtime_client(ctrd.endpoint, timeout=30.0)
+    try:
+        handle = agent(config=agent_config(manifests, ro_port, runtimeEndpoint=ctrd.endpoint,
+                                           stopPodsOnExit=True, cgroupRoot=cgroup_root))
+        pods = wait_for_impl(lambda: _running_pod(get_pods(ro_port), "shell-e2e"), 120.0, 0.2,
+                             "the busybox pod running on containerd")
+        uids.add(pods["metadata"]["uid"])
+        yield ExecTarget(str(handle.paths.root), "shell", ("head", "-n", "1"))
+        handle.stop()  # stopPodsOnExit: the pod goes with it
+    finally:
+        for sandbox in cri.list_pod_sandbox():
+            if sandbox.labels.get(L.POD_UID) in uids:
+                with contextlib.suppress(CriError):
+                    cri.stop_pod_sandbox(sandbox.id)
+                    cri.remove_pod_sandbox(sandbox.id)
+        cri.close()
+        remove_pod_cgroup(cgroup_root)
+
+
+def _running_pod(podlist: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    for pod in (podlist or {}).get("items", []):
+        if pod["metadata"]["name"] == name and all(
+                "running" in c.get("state", {})
+                for c in pod["status"].get("containerStatuses", [{}])):
+            return dict(pod)
+    return None
+
+
+@pytest.mark.timeout(240)
+def test_podvisorctl_exec(exec_target: ExecTarget) -> None:
+    """Output, exit code, stdin, a missing pod and ``-t`` (a terminal, sized as podvisorctl's)
+    on both runtimes (containerd through its own streaming server)."""
+    ctl = [str(Path(sys.executable).parent / "podvisorctl"), "--root-dir", exec_target.root]
+    pod = exec_target.pod
+    done = subprocess.run([*ctl, "exec", pod, "--", "sh", "-c", "echo hi; echo oops >&2; "
                            "exit 5"], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (5, "hi\n", "oops\n")
-    piped = subprocess.run([*ctl, "exec", "-i", "talker", "-c", "c", "--", "cat"],
+    piped = subprocess.run([*ctl, "exec", "-i", pod, "-c", "c", "--", *exec_target.reads_a_line],
                            input="through stdin\n", capture_output=True, text=True, timeout=60)
     assert (piped.returncode, piped.stdout) == (0, "through stdin\n"), piped.stderr
     missing = subprocess.run([*ctl, "exec", "nosuchpod", "--", "true"], capture_output=True,
                              text=True, timeout=60)
     assert missing.returncode == 2 and "no running pod nosuchpod" in missing.stderr
-    # -t under a terminal (a pty here): the command gets one, sized as this terminal
+    # -t under a terminal (a pty here): the command gets one, sized as this terminal. The
+    # size comes on the resize channel after the command started (containerd starts the
+    # process, then applies resizes), so the command may see 0x0 first: busybox's stty then
+    # fails (coreutils' prints "0 0"), hence its stderr is dropped while waiting
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
     script = ("test -t 0 && test -t 1 && echo tty; "
-              "while [ \"$(stty size)\" != '33 111' ]; do :; done; echo sized; exit 4")
-    proc = subprocess.Popen([*ctl, "exec", "-i", "-t", "talker", "--", "sh", "-c", script],
+              "while [ \"$(stty size 2>/dev/null)\" != '33 111' ]; do :; done; echo sized; "
+              "exit 4")
+    proc = subprocess.Popen([*ctl, "exec", "-i", "-t", pod, "--", "sh", "-c", script],
                             stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     out = b""
