@@ -145,6 +145,7 @@ def run_agent(
         return agent.run(control)
     finally:
         sup.kill_all()  # only does something when the loop failed
+        spawner.close()
         control.close()
         agent.close()
         publisher.close()

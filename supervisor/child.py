@@ -44,13 +44,11 @@ def _early_start() -> None:
 if __name__ == "__main__":
     _early_start()
 
-import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import threading  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import FrameType  # noqa: E402
-from typing import Any  # noqa: E402
 
 import zmq  # noqa: E402
 
@@ -137,29 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         zctx.destroy(linger=0)
 
 
-def _drop_forkserver_fds() -> None:
-    """Close the forkserver's "alive" and resource-tracker pipe ends that multiprocessing hands
-    every child, so that both helpers exit with the supervisor (and then we get our
-    parent-death signal) instead of living on as long as any child does."""
-    from multiprocessing import forkserver, resource_tracker
-
-    server: Any = forkserver._forkserver
-    tracker: Any = resource_tracker._resource_tracker
-    for holder, attr in ((server, "_forkserver_alive_fd"), (tracker, "_fd")):
-        fd = getattr(holder, attr, None)
-        if isinstance(fd, int) and fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            setattr(holder, attr, None)
-
-
 def forked_main(name: str, env: dict[str, str]) -> None:
     """Entry point in a child forked by the forkserver spawner (the harness is preloaded)."""
     parent = os.getppid()
     set_parent_death_signal()
     if os.getppid() != parent:
         os._exit(3)
-    _drop_forkserver_fds()
     os.environ.update(env)
     libc = ctypes.CDLL(None)
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(f"pv-{name}"[:15].encode()), 0, 0, 0)

@@ -1,12 +1,12 @@
 """Spawning supervised processes: the `Spawner` interface, two real ones, and a fake.
 
-Forkserver (the default, `supervision.spawnMethod: forkserver`): a `multiprocessing` forkserver,
-started once with the harness and every service module preloaded, forks each child; a restart
-costs a fork, not a Python start-up plus imports (~200 ms here), so a killed process is back in a
-few ms. The child's death is seen through the Process sentinel (readable once the forkserver has
-reaped it and sent its exit status). The forkserver exits when the supervisor does; its children
-then get their parent-death signal. Blind spot: killing the forkserver itself kills every child
-(they are its children); the supervisor then restarts them all through a new forkserver.
+Forkserver (the default, `supervision.spawnMethod: forkserver`): podvisor's fork server
+(`forkserver.py`), started once with the harness and every service module preloaded, forks each
+child; a restart costs a fork, not a Python start-up plus imports (~200 ms here), so a killed
+process is back in a few ms. The child's death is seen through its status pipe (readable once
+the server has reaped it and written its exit code). The server exits when the supervisor does;
+its children then get their parent-death signal. Blind spot: killing the server itself kills
+every child (they are its children); the supervisor then restarts them all through a new one.
 
 Exec (`spawnMethod: exec`): runs `python -m podvisor.supervisor.child NAME` with `subprocess.Popen`
 (vfork+exec, fds closed, stdin from /dev/null, stdout/stderr inherited) and opens a pidfd for it.
@@ -17,9 +17,8 @@ death at once; signals go through `pidfd_send_signal`, so they can never hit a r
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import multiprocessing.process
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from podvisor.supervisor.forkserver import ORPHANED, ForkServer, read_status
 from podvisor.supervisor.registry import ProcessSpec
 
 __all__ = [
@@ -87,6 +87,10 @@ class Spawner(Protocol):
         """Start `spec` as a child process with `env` added to the environment (raises OSError)."""
         ...
 
+    def close(self) -> None:
+        """Release what the spawner keeps (the fork server), once its children are gone."""
+        ...
+
 
 class _PopenHandle:
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
@@ -136,30 +140,56 @@ class _ExecSpawner:
             proc.wait()
             raise
 
+    def close(self) -> None:
+        pass
+
 
 def new_spawner(python: str = sys.executable) -> Spawner:
     """The real fork-exec spawner."""
     return _ExecSpawner(python)
 
 
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class _ForkHandle:
-    def __init__(self, proc: multiprocessing.process.BaseProcess) -> None:
-        self._proc = proc
-        self.pid = proc.pid or 0
-        self._sentinel = proc.sentinel
+    """A child of the fork server: its status pipe (readable once the server has reaped it and
+    written the exit code) and a pidfd for signals. When the pipe ends without a code (the
+    server died: the child got its parent-death signal and is stopping), the pidfd stands in:
+    the child counts as exited only once it really has, so its replacement never runs beside
+    it (two runtimes on one state directory would each see the other's containers die)."""
+
+    def __init__(self, pid: int, status_fd: int) -> None:
+        self.pid = pid
+        self._status_fd = status_fd
+        self._status: ExitStatus | None = None
+        self._orphaned = False
         try:
-            self._pidfd = os.pidfd_open(self.pid)
-        except OSError:  # already gone (and reaped by the forkserver)
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:  # already gone (and reaped by the fork server)
             self._pidfd = -1
 
     def fileno(self) -> int:
-        return self._sentinel
+        return self._pidfd if self._orphaned and self._pidfd >= 0 else self._status_fd
 
     def poll(self) -> ExitStatus | None:
-        rc = self._proc.exitcode
-        if rc is None:
-            return None
-        return ExitStatus(None, -rc) if rc < 0 else ExitStatus(rc, None)
+        if self._status is not None or self._status_fd < 0:
+            return self._status
+        if not self._orphaned:
+            try:
+                rc = read_status(self._status_fd)
+            except EOFError:
+                self._orphaned = True
+            else:
+                if rc is not None:
+                    self._status = ExitStatus(None, -rc) if rc < 0 else ExitStatus(rc, None)
+                return self._status
+        if self._pidfd < 0 or _readable(self._pidfd):
+            self._status = ExitStatus(ORPHANED, None)  # its code went with the server
+        return self._status
 
     def send_signal(self, sig: int) -> bool:
         if self._pidfd < 0:
@@ -171,34 +201,28 @@ class _ForkHandle:
         return True
 
     def close(self) -> None:
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
-        with contextlib.suppress(ValueError):  # still running: leave it to multiprocessing
-            self._proc.close()
+        for attr in ("_pidfd", "_status_fd"):
+            fd = getattr(self, attr)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, attr, -1)
 
 
 class _ForkserverSpawner:
     def __init__(self, preload: Sequence[str]) -> None:
-        self._mp = multiprocessing.get_context("forkserver")
-        # gcfreeze last: it freezes what the others imported (see its docstring)
-        self._mp.set_forkserver_preload(["podvisor.supervisor.child", *preload,
-                                         "podvisor.supervisor.gcfreeze"])
+        self._server = ForkServer(["podvisor.supervisor.child", *preload])
 
     def spawn(self, spec: ProcessSpec, env: Mapping[str, str]) -> ChildHandle:
-        from podvisor.supervisor.child import forked_main
+        pid, status_fd = self._server.fork(spec.name, env)
+        return _ForkHandle(pid, status_fd)
 
-        proc = self._mp.Process(target=forked_main, args=(spec.name, dict(env)),
-                                name=f"podvisor-{spec.name}")
-        try:
-            proc.start()
-        except (EOFError, ConnectionError) as exc:
-            raise OSError(f"forkserver failed: {exc}") from exc
-        return _ForkHandle(proc)
+    def close(self) -> None:
+        self._server.close()
 
 
 def new_forkserver_spawner(preload: Sequence[str] = ()) -> Spawner:
-    """The forkserver spawner; `preload` names modules the forkserver imports once."""
+    """The fork server spawner (supervisor/forkserver.py); `preload` names modules the server
+    imports once."""
     return _ForkserverSpawner(preload)
 
 
@@ -247,6 +271,9 @@ class FakeSpawner:
         handle = FakeHandle(self.next_pid)
         self.spawned.append((spec.name, handle))
         return handle
+
+    def close(self) -> None:
+        pass
 
     def last(self, name: str) -> FakeHandle:
         return [h for n, h in self.spawned if n == name][-1]

@@ -278,12 +278,14 @@ def run(ctx: ChildContext) -> None:
 
     def step(now: float) -> float | None:
         if ctx.stop.is_set():
+            # A stop never stops pods by itself: with stopPodsOnExit the supervisor asks first
+            # (StopAllPods) and stops this process once they are gone. A SIGTERM without that
+            # request is an operator's stop/restart of this subsystem, a hung-heartbeat kill or
+            # the parent-death signal (the supervisor or the fork server killed): the pods stay.
             if not stopping.active:
-                if not ctx.config.stop_pods_on_exit:
-                    stopping.done = True
-                    return None
-                stop_all(now)
-            service.ignore_stop()  # stopping the pods goes on after the stop
+                stopping.done = True
+                return None
+            service.ignore_stop()  # stopping the pods the supervisor asked for goes on
         timeout = loop.step(now)
         if stopping.active and loop.all_stopped():
             publisher.publish(AllPodsStopped(pods=stopping.count, ts=clock.monotonic()))

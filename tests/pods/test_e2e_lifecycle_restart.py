@@ -186,6 +186,37 @@ def test_stop_pods_on_exit_flag_kills_after_grace(agent: Any, pods: Pods, wait_f
 
 
 @pytest.mark.timeout(150)
+def test_kill9_fork_server_restarts_every_subsystem_pods_untouched(
+        agent: Any, pods: Pods, wait_for: Any) -> None:
+    """The fork server's children are every subsystem: killed, it takes them all down (their
+    parent-death signal); the supervisor starts a new server and every subsystem through it,
+    and the pods' containers are untouched (same IDs and processes, no restart counted)."""
+    write_pods(pods, stubborn_grace=2)
+    handle = start(agent, pods, stopPodsOnExit=True)
+    before = summary(running_podlist(pods, wait_for))
+    pids = wait_for(lambda: (d := pods.pids()) and len(d) == 3 and d, 10.0)
+    names = [n for n, row in handle.status().items() if row["state"] == "RUNNING"]
+    old = {n: handle.state(n)["pid"] for n in names}
+    [server] = [p for p in psutil.Process(handle.proc.pid).children()
+                if "podvisor.supervisor.forkserver" in " ".join(p.cmdline())]
+    server.kill()
+    for name in names:
+        handle.wait_state(name, "RUNNING", timeout=60.0,
+                          where=lambda r, name=name: r["pid"] != old[name])
+    [new_server] = [p for p in psutil.Process(handle.proc.pid).children()
+                    if "podvisor.supervisor.forkserver" in " ".join(p.cmdline())]
+    assert new_server.pid != server.pid
+    assert all(psutil.Process(handle.state(n)["pid"]).ppid() == new_server.pid for n in names)
+    # the old ones got their parent-death signal (SIGTERM): they stop as on any stop
+    wait_for(lambda: not any(pid_alive(pid) for pid in old.values()), 30.0, 0.05,
+             "the old subsystems to exit")
+    again = summary(running_podlist(pods, wait_for))
+    assert again == before  # same container IDs, restartCount 0
+    assert pods.pids() == pids and not any(pods.termed(n) for n in NAMES)
+    assert handle.stop() == 0
+
+
+@pytest.mark.timeout(150)
 def test_kill9_supervisor_pods_survive_and_are_adopted(
         agent: Any, pods: Pods, wait_for: Any) -> None:
     write_pods(pods, stubborn_grace=2)
