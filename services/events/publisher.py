@@ -65,6 +65,10 @@ class EventPublisher:
             self.sent += 1
 
     def _read_subscriptions(self) -> None:
+        # called on every turn of the owner's loop: ask for pending input first (an empty
+        # non-blocking recv costs a raised zmq.Again)
+        if not self.socket.get(zmq.EVENTS) & zmq.POLLIN:
+            return
         while True:
             try:
                 frame = self.socket.recv(zmq.NOBLOCK)

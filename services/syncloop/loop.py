@@ -83,13 +83,16 @@ class LoopDeps:
     restarted: Callable[[bool], None] = lambda static: None
 
 
-def desired_value(w: Worker, updated_at: float) -> DesiredPod:
+def desired_value(w: Worker, updated_at: float,
+                  wire: tuple[dict[str, Any], str] | None = None) -> DesiredPod:
+    """``wire``: the pod's ``(to_dict(), QoS class)`` when the caller has them already."""
     assert w.pod is not None
+    pod, qos = wire if wire is not None else (w.pod.to_dict(), str(qos_class(w.pod)))
     return DesiredPod(
-        pod=w.pod.to_dict(), source=w.source, worker=str(w.state), admitted=w.admitted,
+        pod=pod, source=w.source, worker=str(w.state), admitted=w.admitted,
         reason=w.reason, message=w.message or w.last_error,
         waiting={n: ContainerWaiting(x.reason, x.message) for n, x in w.waiting.items()},
-        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=str(qos_class(w.pod)),
+        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos,
     )
 
 
@@ -103,6 +106,9 @@ class SyncLoop:
         self.log = deps.sync.log
         self._results: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._published: dict[str, DesiredPod] = {}
+        # UID -> (the Pod, its wire form, QoS class): a worker's Pod object is replaced only
+        # on a real change, so each publish (twice per sync) does not serialize it again
+        self._wire: dict[str, tuple[Pod, dict[str, Any], str]] = {}
         self._next_housekeeping = 0.0
         self._next_runtime_check = 0.0
         self._next_leftover_scan = 0.0  # moved on only by a scan that ran
@@ -451,9 +457,14 @@ class SyncLoop:
         w = self.deps.table.get(uid)
         if w is None or w.pod is None:
             self._published.pop(uid, None)
+            self._wire.pop(uid, None)
             self.deps.desired.delete(uid)
             return
-        value = desired_value(w, 0.0)
+        cached = self._wire.get(uid)
+        if cached is None or cached[0] is not w.pod:
+            cached = (w.pod, w.pod.to_dict(), str(qos_class(w.pod)))
+            self._wire[uid] = cached
+        value = desired_value(w, 0.0, cached[1:])
         old = self._published.get(uid)
         if old is not None and replace(old, updated_at=0.0) == value:
             return
