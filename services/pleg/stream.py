@@ -138,6 +138,7 @@ class EventWatcher:
         finally:
             with self._lock:
                 self._stream = None
+            stream.close()  # on this thread: a stream's resources belong to its reader
 
     def _run(self) -> None:
         delay = self._retry_base
