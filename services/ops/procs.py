@@ -217,12 +217,15 @@ def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodSta
             waiting = ((cs or {}).get("state") or {}).get("waiting") or {}
             spawnerr = " ".join(str(x) for x in (waiting.get("reason"), waiting.get("message"))
                                 if x)
+            # supervisord gives a pid while the process lives (STARTING, RUNNING, STOPPING):
+            # the runtime's record says so before the status catches up, and the status
+            # before PLEG's record reached this process (the two maps move separately)
+            live = rc.id if rc is not None and rc.state == "CONTAINER_RUNNING" else (
+                str((cs or {}).get("containerID", "")).rpartition("://")[2]
+                if state is ProcState.RUNNING else "")
             out.append(Proc(
                 group=group, name=name, kind="container", state=state,
-                # supervisord gives a pid while the process lives (STARTING, RUNNING,
-                # STOPPING): the runtime's record says so before the status catches up
-                pid=_embedded_pid(runtime_dir, cid) if state in _LIVE and rc is not None
-                and rc.state == "CONTAINER_RUNNING" else 0,
+                pid=_embedded_pid(runtime_dir, live) if state in _LIVE and live else 0,
                 start=rc.started_at / 1e9 if rc is not None else 0.0,
                 stop=rc.finished_at / 1e9 if rc is not None else 0.0, exitstatus=code,
                 spawnerr=spawnerr, logfile=rc.log_path if rc is not None else "",

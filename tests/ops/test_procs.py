@@ -35,6 +35,11 @@ def test_a_container_has_its_pid_while_the_runtime_runs_it(tmp_path: Path) -> No
     assert exited.pid == 0
     (created,) = _procs(tmp_path, None, "CONTAINER_CREATED")
     assert created.state is ProcState.STARTING and created.pid == 0
+    # the status says running before PLEG's record reached this process: its pid all the same
+    statuses = {"u1": PodStatusValue({"containerStatuses": [
+        {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})}
+    (early,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, {}, tmp_path)
+    assert early.state is ProcState.RUNNING and early.pid == 4242
 
 
 def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
