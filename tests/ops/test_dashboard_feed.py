@@ -1,0 +1,161 @@
+"""The dashboard's broadcaster (``Dashboard.broadcast``) over the real ``OpsRpc`` and
+``PodMaps``, with a fake control link (the supervisor's ``status`` rows), a fake change source
+(what ``WebService.next_change`` is) and a fake clock: with nothing moving it pings and never
+asks the supervisor but at a recheck; a change computes once and sends one frame, the same
+bytes to every client; a computation that finds nothing new sends nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from podvisor.common import FakeClock
+from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.services.ops.control import ControlLink
+from podvisor.services.ops.dashboard import Dashboard
+from podvisor.services.ops.feed import FeedTimes
+from podvisor.services.ops.pump import PodMaps
+from podvisor.services.ops.rpc import OpsRpc, RpcDeps
+from tests.plegs import pleg_pod
+
+TIMES = FeedTimes(min_gap=0.1, keepalive=15.0, recheck=60.0)
+POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+       "spec": {"containers": [{"name": "app", "image": "host"}]}}
+
+
+class FakeControl(ControlLink):
+    """The supervisor's control endpoint: ``status`` rows of one subsystem (``pid`` and
+    ``restarts`` settable, its uptime moving with the clock); counts the calls."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.pid, self.restarts, self.calls = clock, 40, 0, 0
+
+    def call(self, command: str, timeout: float | None = None, **args: Any) -> Any:
+        assert command == "status"
+        self.calls += 1
+        return {"processes": [{"name": "pleg", "state": "RUNNING", "pid": self.pid,
+                               "restarts": self.restarts, "uptime": self.clock.now - 990.0,
+                               "module": "podvisor.services.pleg.main", "reason": "",
+                               "lastExit": None}]}
+
+
+class FakeChanges:
+    """``WebService``'s side of the feed: ``changes`` counts the changed publishes;
+    ``next_change`` parks until the test ``poke``s it (the fake clock does not move by
+    itself), and ``waiting`` tells the test the broadcaster is asleep."""
+
+    def __init__(self) -> None:
+        self.changes = 0
+        self.timeouts: list[float] = []
+        self.waiting = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    async def next_change(self, since: int, timeout: float) -> int:
+        self.timeouts.append(timeout)
+        self.waiting.set()
+        await self._wake.wait()
+        self._wake.clear()
+        return self.changes
+
+    def poke(self) -> None:
+        self.waiting.clear()  # set again once the broadcaster is back asleep
+        self._wake.set()
+
+
+def _maps(version: int) -> PodMaps:
+    return PodMaps(
+        desired={"u1": DesiredPod(pod=POD)},
+        statuses={"u1": PodStatusValue({"phase": "Running", "containerStatuses": [
+            {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})},
+        pleg={"u1": pleg_pod(containers=[{"id": "c1", "name": "app",
+                                          "state": "CONTAINER_RUNNING", "created_at": 1,
+                                          "started_at": 2}])},
+        synced=True, version=version, pods_version=1)
+
+
+def _dashboard(tmp_path: Path, clock: FakeClock, control: FakeControl, source: FakeChanges,
+               executor: ThreadPoolExecutor) -> Dashboard:
+    rpc = OpsRpc(RpcDeps(control=control, maps=lambda: _maps(source.changes),
+                         changed=threading.Condition(), cri=lambda: None,  # type: ignore[arg-type,return-value]
+                         logs_dir=tmp_path, runtime_dir=None, identification="podvisor@test",
+                         clock=clock))
+    return Dashboard(rpc, lambda: _maps(source.changes), executor, source, clock, TIMES)
+
+
+def _event(data: bytes) -> tuple[str, Any]:
+    head, body, end = data.split(b"\n", 2)
+    assert end == b"\n"
+    return head.removeprefix(b"event: ").decode(), json.loads(body.removeprefix(b"data: "))
+
+
+def test_idle_pings_a_change_sends_once_the_same_bytes_to_all(tmp_path: Path) -> None:
+    clock = FakeClock(1000.0, 1_700_000_000.0)
+    control = FakeControl(clock)
+    executor = ThreadPoolExecutor(1)
+
+    async def scenario() -> None:
+        source = FakeChanges()
+        dash = _dashboard(tmp_path, clock, control, source, executor)
+        a: asyncio.Queue[bytes] = asyncio.Queue()
+        b: asyncio.Queue[bytes] = asyncio.Queue()
+        dash.clients |= {a, b}
+        task = asyncio.create_task(dash.broadcast())
+
+        first = await a.get()  # a first client gets a state at once
+        assert await b.get() is first
+        kind, state = _event(first)
+        assert kind == "state" and state["now"] == 1_700_000_000
+        assert [p["namespec"] for p in state["processes"]] == ["agent:pleg", "default.web:app"]
+        await source.waiting.wait()
+        assert control.calls == 1 and source.timeouts[-1] == TIMES.keepalive
+
+        # 16 s of nothing: a ping with the server's clock, the supervisor not asked
+        clock.advance(16.0)
+        source.poke()
+        ping = await a.get()
+        assert await b.get() is ping
+        assert _event(ping) == ("ping", {"now": 1_700_000_016, "every": TIMES.keepalive})
+        await source.waiting.wait()
+        assert control.calls == 1
+
+        # the recheck (60 s after the state): the supervisor is asked, nothing new is sent
+        # (the uptime moved, the page ticks it itself); then the ping that was due
+        clock.advance(60.0)
+        source.poke()
+        assert _event(await a.get())[0] == "ping"
+        assert _event(await b.get())[0] == "ping"
+        assert control.calls == 2 and dash.sends == 1
+
+        # pleg restarted (a process state message moved the maps' version): one state
+        clock.advance(1.0)
+        control.pid, control.restarts = 41, 1
+        source.changes += 1
+        source.poke()
+        moved = await a.get()
+        assert await b.get() is moved and dash.sends == 2
+        kind, state = _event(moved)
+        assert kind == "state" and state["processes"][0]["pid"] == 41
+        assert any(c["name"] == "agent:pleg" and c["restart"] for c in state["timeline"])
+        await source.waiting.wait()
+        assert control.calls == 3
+
+        # a change that changes nothing on the page: computed, not sent
+        clock.advance(1.0)
+        source.changes += 1
+        source.poke()
+        await source.waiting.wait()  # back asleep after the computation
+        assert control.calls == 4 and dash.sends == 2 and a.empty() and b.empty()
+        assert dash.last_frame is moved
+
+        dash.clients.clear()  # the last page closed: the broadcaster ends
+        source.poke()
+        await task
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        executor.shutdown()
