@@ -148,6 +148,10 @@ class Dashboard:
         self.last_key: object = None
         self.last_frame = b""  # the last state sent, as its server-sent event
         self.sends = 0  # state frames handed to the clients (each encoded once)
+        # kept from one broadcaster to the next: a page opened with nothing moved since the
+        # last computation gets the last state, not a new computation
+        self.plan = FeedPlan(times)
+        self.seen = -1  # the source's ``changes`` at the last computation
         self._task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()  # one computation at a time (the timeline, the cache)
         # (pods version, container procs, their JSON text, the pods' JSON text): ``snapshot``
@@ -194,24 +198,24 @@ class Dashboard:
 
     async def broadcast(self) -> None:
         """While a client listens: compute, send, ping or sleep as ``FeedPlan`` says."""
-        plan, seen = FeedPlan(self.times), -1
+        plan = self.plan
         loop, mono = asyncio.get_running_loop(), self.clock.monotonic
         try:
             while self.clients:
                 now = mono()
-                moved = self.source.changes != seen
+                moved = self.source.changes != self.seen
                 step = plan.next(now, moved)
                 if step.action is Action.WAIT:
                     if moved:  # inside the gap after the last computation
                         await asyncio.sleep(step.at - now)
                     else:
-                        await self.source.next_change(seen, step.at - now)
+                        await self.source.next_change(self.seen, step.at - now)
                     continue
                 if step.action is Action.PING:
                     self._send(ping_frame(self.wall(), self.times.keepalive))
                     plan.sent(now)
                     continue
-                seen = self.source.changes
+                self.seen = self.source.changes
                 plan.computed(now)
                 try:
                     snap = await loop.run_in_executor(self.executor, self.snapshot)
@@ -242,6 +246,8 @@ class Dashboard:
             q.put_nowait(ping_frame(self.wall(), self.times.keepalive))
         self.clients.add(q)
         if self._task is None:
+            if self.last_frame:  # its only client just got a ping
+                self.plan.sent(self.clock.monotonic())
             self._task = asyncio.create_task(self.broadcast())
         try:
             while True:

@@ -155,6 +155,26 @@ def test_idle_pings_a_change_sends_once_the_same_bytes_to_all(tmp_path: Path) ->
         source.poke()
         await task
 
+        # a page opened later with nothing moved: no computation (it got the last state)
+        dash.clients.add(a)
+        task = asyncio.create_task(dash.broadcast())
+        await source.waiting.wait()
+        assert control.calls == 4 and a.empty()
+        # something moved while nobody listened: a new broadcaster computes at once
+        dash.clients.clear()
+        source.poke()
+        await task
+        clock.advance(1.0)
+        source.changes += 1
+        control.pid = 42
+        dash.clients.add(a)
+        task = asyncio.create_task(dash.broadcast())
+        kind, state = _event(await a.get())
+        assert kind == "state" and state["processes"][0]["pid"] == 42 and control.calls == 5
+        dash.clients.clear()
+        source.poke()
+        await task
+
     try:
         asyncio.run(scenario())
     finally:
