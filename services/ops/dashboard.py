@@ -152,23 +152,25 @@ class Dashboard:
         # last computation gets the last state, not a new computation
         self.plan = FeedPlan(times)
         self.seen = -1  # the source's ``changes`` at the last computation
+        self.seen_procs = -1  # the maps' ``procs_version`` when the subsystems were last asked
         self._task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()  # one computation at a time (the timeline, the cache)
         # (pods version, container procs, their JSON text, the pods' JSON text): ``snapshot``
         self._pods_cache: tuple[Any, list[Proc], str, str] | None = None
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, pods: bool = True) -> Snapshot:
         """The page's state. Blocking (control and map reads): run on a worker thread. The
         subsystems are asked each time; the containers and pods are computed and encoded again
-        only when the pods' version moved (a pod, status or runtime record changed), so a
-        subsystem's change costs the control call and a small encoding. Uptimes tick in the
-        page from ``start``, so a reused row's ``uptime`` is never shown stale."""
+        only when the pods' version moved (a pod, status or runtime record changed) and
+        ``pods`` (else the last computed ones are reused), so a subsystem's change costs the
+        control call and a small encoding. Uptimes tick in the page from ``start``, so a
+        reused row's ``uptime`` is never shown stale."""
         with self._lock:
             now = self.wall()
             maps = self.maps()
             version = getattr(maps, "pods_version", None)
             cached = self._pods_cache
-            if cached is None or version is None or cached[0] != version:
+            if cached is None or (pods and (version is None or cached[0] != version)):
                 procs = sorted(pod_procs(maps.desired, maps.statuses, maps.pleg,
                                          self.rpc.d.runtime_dir),
                                key=lambda p: (p.group, p.name))
@@ -177,7 +179,7 @@ class Dashboard:
                 self._pods_cache = cached
             agents = sorted(self.rpc._agent(), key=lambda p: p.name)
             self.timeline.observe(agents + cached[1], now)
-            key = (version, self.timeline.revision, agent_key(agents))
+            key = (cached[0], self.timeline.revision, agent_key(agents))
             listed = _dumps([_proc_json(p, now) for p in agents])
             # the subsystems' rows, then the containers' (one JSON array, spliced)
             processes = listed[:-1] + ("," if agents and cached[1] else "") + cached[2][1:]
@@ -204,7 +206,8 @@ class Dashboard:
             while self.clients:
                 now = mono()
                 moved = self.source.changes != self.seen
-                step = plan.next(now, moved)
+                procs = getattr(self.maps(), "procs_version", 0)
+                step = plan.next(now, moved, procs != self.seen_procs)
                 if step.action is Action.WAIT:
                     if moved:  # inside the gap after the last computation
                         await asyncio.sleep(step.at - now)
@@ -215,10 +218,13 @@ class Dashboard:
                     self._send(ping_frame(self.wall(), self.times.keepalive))
                     plan.sent(now)
                     continue
-                self.seen = self.source.changes
-                plan.computed(now)
+                full = step.action is Action.COMPUTE
+                if full:
+                    self.seen = self.source.changes
+                    plan.computed(now)
+                self.seen_procs = procs
                 try:
-                    snap = await loop.run_in_executor(self.executor, self.snapshot)
+                    snap = await loop.run_in_executor(self.executor, self.snapshot, full)
                 except (OSError, xmlrpc.client.Fault):
                     continue  # the agent does not answer: the last state stands
                 if snap.key != self.last_key:

@@ -4,8 +4,11 @@ The broadcaster (``dashboard.Dashboard.broadcast``) serves every open page from 
 
 - it computes the page's state when the map pump says something moved (a pod, status or runtime
   record changed, or a subsystem changed state: the ``supervisor.process.state`` messages the
-  ops process already receives), at most once per ``min_gap`` (a burst coalesces), and sends it
-  only when its content (``Snapshot.key``: everything but the passing of time) changed;
+  ops process already receives), at most once per ``min_gap`` (a burst coalesces: the pods'
+  part costs tens of ms at 110 pods), and sends it only when its content (``Snapshot.key``:
+  everything but the passing of time) changed; a subsystem that changed state inside that gap
+  is shown at once (``AGENTS``: its rows asked again, the pods' part as last computed; the full
+  state follows at the gap's end);
 - with nothing moving it sends a ``ping`` every ``keepalive`` (the page's clock and its dead
   connection watchdog) and, every ``recheck``, asks the supervisor again (a dropped bus message
   is a missed hint; a state that did not change is not sent);
@@ -38,6 +41,7 @@ RETRY_MS = 1000  # the page's EventSource reconnects this soon after a dropped c
 
 class Action(enum.Enum):
     COMPUTE = "compute"  # compute the state; send it if its key changed
+    AGENTS = "agents"  # the subsystems' rows now, the pods' part as last computed
     PING = "ping"  # send a keep-alive with the server's clock
     WAIT = "wait"  # sleep until ``Step.at`` or a change
 
@@ -61,9 +65,10 @@ FEED_TIMES = FeedTimes()
 class FeedPlan:
     """When the broadcaster computes, pings or waits (pure; ``now`` on the monotonic clock).
 
-    ``computed(now)`` and ``sent(now)`` record what the broadcaster did; ``next(now, moved)``
-    (``moved``: the maps or a process state moved since the last computation) says what comes
-    next. A fresh plan computes at once (a first client gets a state)."""
+    ``computed(now)`` and ``sent(now)`` record what the broadcaster did; ``next(now, moved,
+    agents_moved)`` (``moved``: the maps or a process state moved since the last computation;
+    ``agents_moved``: a process state moved since the subsystems' rows were last asked) says
+    what comes next. A fresh plan computes at once (a first client gets a state)."""
 
     def __init__(self, times: FeedTimes = FEED_TIMES) -> None:
         self.times = times
@@ -76,11 +81,13 @@ class FeedPlan:
     def sent(self, now: float) -> None:
         self.last_send = now
 
-    def next(self, now: float, moved: bool) -> Step:
+    def next(self, now: float, moved: bool, agents_moved: bool = False) -> Step:
         t = self.times
-        if moved or now >= self.last_compute + t.recheck:
+        if moved or agents_moved or now >= self.last_compute + t.recheck:
             gap_end = self.last_compute + t.min_gap
-            return Step(Action.COMPUTE) if now >= gap_end else Step(Action.WAIT, gap_end)
+            if now >= gap_end:
+                return Step(Action.COMPUTE)
+            return Step(Action.AGENTS) if agents_moved else Step(Action.WAIT, gap_end)
         if now >= self.last_send + t.keepalive:
             return Step(Action.PING)
         return Step(Action.WAIT, min(self.last_compute + t.recheck,

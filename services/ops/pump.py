@@ -6,10 +6,11 @@ supervisor's ``supervisor.process.state`` messages on a ``ServiceLoop``; after e
 ``PodMaps`` and hands it to ``publish(maps, changed)``, with ``changed`` true (and ``version``
 + 1) unless only entries under ``_`` keys moved (PLEG's ``_health`` moves at every relist):
 readers that only care about pods and processes wake on real changes. ``pods_version`` moves
-only with the pods' entries (not with a process state message): what is computed from the pods
-alone can be kept while only the subsystems move. In the ops process
-``publish`` is the web service's (XML-RPC threads and the aiohttp loop read ``web.view``); in
-an event listener it feeds the listener.
+only with the pods' entries (not with a process state message), ``procs_version`` only with
+process state messages: what is computed from the pods alone can be kept while only the
+subsystems move, and a subsystem's change can be shown without waiting for the pods'. In the
+ops process ``publish`` is the web service's (XML-RPC threads and the aiohttp loop read
+``web.view``); in an event listener it feeds the listener.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class PodMaps:
     synced: bool = False
     version: int = 0  # + 1 on a pod entry's change or a process state message
     pods_version: int = 0  # + 1 on a pod entry's change (or ``synced``) only
+    procs_version: int = 0  # + 1 on a drain that received process state messages
 
 
 class MapPump:
@@ -69,6 +71,7 @@ class MapPump:
         bump = moved or pods
         self._fingerprint = print_
         self.maps = PodMaps(d, s, p, synced=synced, version=old.version + (1 if bump else 0),
-                            pods_version=old.pods_version + (1 if pods else 0))
+                            pods_version=old.pods_version + (1 if pods else 0),
+                            procs_version=old.procs_version + (1 if moved else 0))
         if self._publish is not None:
             self._publish(self.maps, bump)

@@ -50,6 +50,7 @@ class FakeChanges:
 
     def __init__(self) -> None:
         self.changes = 0
+        self.pods_version, self.procs_version = 1, 0  # what the maps say
         self.timeouts: list[float] = []
         self.waiting = asyncio.Event()
         self._wake = asyncio.Event()
@@ -66,24 +67,26 @@ class FakeChanges:
         self._wake.set()
 
 
-def _maps(version: int) -> PodMaps:
+def _maps(source: FakeChanges, app: str = "app") -> PodMaps:
+    pod = {**POD, "spec": {"containers": [{"name": app, "image": "host"}]}}
     return PodMaps(
-        desired={"u1": DesiredPod(pod=POD)},
+        desired={"u1": DesiredPod(pod=pod)},
         statuses={"u1": PodStatusValue({"phase": "Running", "containerStatuses": [
             {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})},
         pleg={"u1": pleg_pod(containers=[{"id": "c1", "name": "app",
                                           "state": "CONTAINER_RUNNING", "created_at": 1,
                                           "started_at": 2}])},
-        synced=True, version=version, pods_version=1)
+        synced=True, version=source.changes, pods_version=source.pods_version,
+        procs_version=source.procs_version)
 
 
 def _dashboard(tmp_path: Path, clock: FakeClock, control: FakeControl, source: FakeChanges,
                executor: ThreadPoolExecutor) -> Dashboard:
-    rpc = OpsRpc(RpcDeps(control=control, maps=lambda: _maps(source.changes),
+    rpc = OpsRpc(RpcDeps(control=control, maps=lambda: _maps(source),
                          changed=threading.Condition(), cri=lambda: None,  # type: ignore[arg-type,return-value]
                          logs_dir=tmp_path, runtime_dir=None, identification="podvisor@test",
                          clock=clock))
-    return Dashboard(rpc, lambda: _maps(source.changes), executor, source, clock, TIMES)
+    return Dashboard(rpc, lambda: _maps(source), executor, source, clock, TIMES)
 
 
 def _event(data: bytes) -> tuple[str, Any]:
@@ -134,6 +137,7 @@ def test_idle_pings_a_change_sends_once_the_same_bytes_to_all(tmp_path: Path) ->
         clock.advance(1.0)
         control.pid, control.restarts = 41, 1
         source.changes += 1
+        source.procs_version += 1
         source.poke()
         moved = await a.get()
         assert await b.get() is moved and dash.sends == 2
@@ -171,6 +175,52 @@ def test_idle_pings_a_change_sends_once_the_same_bytes_to_all(tmp_path: Path) ->
         task = asyncio.create_task(dash.broadcast())
         kind, state = _event(await a.get())
         assert kind == "state" and state["processes"][0]["pid"] == 42 and control.calls == 5
+        dash.clients.clear()
+        source.poke()
+        await task
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        executor.shutdown()
+
+
+def test_a_subsystem_change_inside_the_gap_is_sent_at_once(tmp_path: Path) -> None:
+    """A pod moved (the full state computed), then a subsystem is killed inside the gap: its
+    new row is sent at once with the pods as computed, and the full state follows once the gap
+    has passed (only when the pods moved again meanwhile: here they did)."""
+    clock = FakeClock(1000.0, 1_700_000_000.0)
+    control = FakeControl(clock)
+    executor = ThreadPoolExecutor(1)
+
+    async def scenario() -> None:
+        source = FakeChanges()
+        maps = {"app": "app"}
+        dash = _dashboard(tmp_path, clock, control, source, executor)
+        dash.maps = lambda: _maps(source, maps["app"])
+        a: asyncio.Queue[bytes] = asyncio.Queue()
+        dash.clients.add(a)
+        task = asyncio.create_task(dash.broadcast())
+        _event(await a.get())
+        await source.waiting.wait()
+
+        # inside the gap after that computation: a pod moved (the container renamed) and pleg
+        # changed state; the fake clock stands still, so only the AGENTS step can send now
+        maps["app"] = "app2"
+        source.pods_version += 1
+        control.pid = 41
+        source.changes += 1
+        source.procs_version += 1
+        source.poke()
+        kind, state = _event(await a.get())
+        assert kind == "state" and state["processes"][0]["pid"] == 41
+        assert state["processes"][1]["namespec"] == "default.web:app"  # the pods as computed
+        # the gap passes: the full state, with the pod as it is now
+        clock.advance(TIMES.min_gap)
+        kind, state = _event(await a.get())
+        assert state["processes"][1]["namespec"] == "default.web:app2"
+        assert control.calls == 3 and dash.sends == 3
+
         dash.clients.clear()
         source.poke()
         await task

@@ -47,6 +47,16 @@ def test_plan_after_a_state_sent_at_100(now: float, moved: bool, step: Step) -> 
     assert _plan(100.0, 100.0).next(now, moved) == step
 
 
+def test_plan_a_subsystem_moved_inside_the_gap_is_shown_at_once() -> None:
+    """A process state change is not held by the gap (the subsystems' rows are cheap); after
+    the gap the full state follows; outside the gap it is a full computation."""
+    plan = _plan(100.0, 100.0)
+    assert plan.next(100.02, True, agents_moved=True) == Step(Action.AGENTS)
+    assert plan.next(100.03, True, agents_moved=False) == Step(Action.WAIT, 100.1)
+    assert plan.next(100.1, True, agents_moved=False) == Step(Action.COMPUTE)
+    assert plan.next(100.5, True, agents_moved=True) == Step(Action.COMPUTE)
+
+
 def test_plan_a_fresh_plan_computes_at_once() -> None:
     """A first client gets a state without waiting for a change."""
     assert FeedPlan(TIMES).next(0.0, False) == Step(Action.COMPUTE)

@@ -69,12 +69,14 @@ def test_pod_maps_move_on_pods_and_process_states_not_on_health(
                          message="status in")
         assert moved.version == synced.version + 1 and notified[-1] == moved.version
         assert moved.pods_version == synced.pods_version + 1
+        assert moved.procs_version == synced.procs_version
         # a subsystem changes state: version + 1 (supervisor.process.state on the bus)
         wait_for(lambda: owners.pub.publish(ProcessStateChanged(
             name="pleg", from_state="RUNNING", to_state="BACKOFF", pid=1, restarts=0))
             and web.view.version > moved.version, pump=turn, message="state change seen")
         assert notified[-1] == web.view.version
         assert web.view.pods_version == moved.pods_version  # no pod moved
+        assert web.view.procs_version == moved.procs_version + 1
     finally:
         web.close()
 
