@@ -241,20 +241,28 @@ class Dashboard:
     async def state(self, request: web.Request) -> web.Response:
         return web.Response(text=await self.state_body(), content_type="application/json")
 
-    async def events(self, request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
+    def subscribe(self) -> asyncio.Queue[bytes]:
+        """A new client's queue (web thread): the reconnect delay, the last state when it is
+        current (the broadcaster runs, or nothing moved since it computed; else a new one comes
+        at once) and the clock (that state may be old); the broadcaster started if need be."""
         q: asyncio.Queue[bytes] = asyncio.Queue()
         q.put_nowait(b"retry: %d\n\n" % RETRY_MS)
-        if self.last_frame:  # the last state, then the clock (that state may be old)
+        current = self._task is not None or self.source.changes == self.seen
+        if self.last_frame and current:
             q.put_nowait(self.last_frame)
             q.put_nowait(ping_frame(self.wall(), self.times.keepalive))
         self.clients.add(q)
         if self._task is None:
-            if self.last_frame:  # its only client just got a ping
+            if self.last_frame and current:  # its only client just got a ping
                 self.plan.sent(self.clock.monotonic())
             self._task = asyncio.create_task(self.broadcast())
+        return q
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        q = self.subscribe()
         try:
             while True:
                 await resp.write(await q.get())

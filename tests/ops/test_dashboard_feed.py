@@ -159,25 +159,28 @@ def test_idle_pings_a_change_sends_once_the_same_bytes_to_all(tmp_path: Path) ->
         source.poke()
         await task
 
-        # a page opened later with nothing moved: no computation (it got the last state)
-        dash.clients.add(a)
-        task = asyncio.create_task(dash.broadcast())
+        # a page opened later with nothing moved: the last state and the clock, no computation
+        c = dash.subscribe()
+        assert await c.get() == b"retry: 1000\n\n"
+        assert await c.get() is moved and _event(await c.get())[0] == "ping"
         await source.waiting.wait()
-        assert control.calls == 4 and a.empty()
-        # something moved while nobody listened: a new broadcaster computes at once
+        assert control.calls == 4 and c.empty()
+        # something moved while nobody listened: not the old state, a new one computed at once
         dash.clients.clear()
         source.poke()
-        await task
+        assert dash._task is not None
+        await dash._task
         clock.advance(1.0)
         source.changes += 1
         control.pid = 42
-        dash.clients.add(a)
-        task = asyncio.create_task(dash.broadcast())
-        kind, state = _event(await a.get())
+        d = dash.subscribe()
+        assert await d.get() == b"retry: 1000\n\n"
+        kind, state = _event(await d.get())
         assert kind == "state" and state["processes"][0]["pid"] == 42 and control.calls == 5
         dash.clients.clear()
         source.poke()
-        await task
+        assert dash._task is not None
+        await dash._task
 
     try:
         asyncio.run(scenario())
