@@ -209,10 +209,10 @@ class Dashboard:
                 procs = getattr(self.maps(), "procs_version", 0)
                 step = plan.next(now, moved, procs != self.seen_procs)
                 if step.action is Action.WAIT:
-                    if moved:  # inside the gap after the last computation
-                        await asyncio.sleep(step.at - now)
-                    else:
-                        await self.source.next_change(self.seen, step.at - now)
+                    # until ``at`` or a change; inside the gap after a computation (``moved``),
+                    # until its end or a further change (a subsystem's is not held back)
+                    since = self.source.changes if moved else self.seen
+                    await self.source.next_change(since, step.at - now)
                     continue
                 if step.action is Action.PING:
                     self._send(ping_frame(self.wall(), self.times.keepalive))

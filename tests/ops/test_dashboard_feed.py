@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from podvisor.common import FakeClock
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.services.ops.control import ControlLink
@@ -207,10 +209,16 @@ def test_a_subsystem_change_inside_the_gap_is_sent_at_once(tmp_path: Path) -> No
         _event(await a.get())
         await source.waiting.wait()
 
-        # inside the gap after that computation: a pod moved (the container renamed) and pleg
-        # changed state; the fake clock stands still, so only the AGENTS step can send now
+        # inside the gap after that computation: a pod moved (the container renamed); the
+        # broadcaster waits for the gap's end or another change
         maps["app"] = "app2"
         source.pods_version += 1
+        source.changes += 1
+        source.poke()
+        await source.waiting.wait()
+        assert source.timeouts[-1] == pytest.approx(TIMES.min_gap) and a.empty()
+        # then pleg changes state, still inside the gap (the fake clock stands still): sent at
+        # once (AGENTS)
         control.pid = 41
         source.changes += 1
         source.procs_version += 1
@@ -218,8 +226,12 @@ def test_a_subsystem_change_inside_the_gap_is_sent_at_once(tmp_path: Path) -> No
         kind, state = _event(await a.get())
         assert kind == "state" and state["processes"][0]["pid"] == 41
         assert state["processes"][1]["namespec"] == "default.web:app"  # the pods as computed
-        # the gap passes: the full state, with the pod as it is now
+        # the gap passes (the broadcaster waits for its end or a change): the full state, with
+        # the pod as it is now
+        await source.waiting.wait()
+        assert source.timeouts[-1] == pytest.approx(TIMES.min_gap)
         clock.advance(TIMES.min_gap)
+        source.poke()
         kind, state = _event(await a.get())
         assert state["processes"][1]["namespec"] == "default.web:app2"
         assert control.calls == 3 and dash.sends == 3
