@@ -5,7 +5,9 @@ the heartbeat, ``ctx.stop``, the injected clock); one web thread runs the asynci
 sites, their handlers, their timers and tasks). The two meet at ``WebService.view``: the loop
 publishes a new immutable value (``publish``: one attribute swap, atomic under the GIL), the
 handlers read it and never touch zmq. ``changed`` (a ``threading.Condition``) is notified on a
-publish that says so, for threads that wait for a change (XML-RPC workers).
+publish that says so, for threads that wait for a change (XML-RPC workers); on the web thread,
+``await web.next_change(since, timeout)`` waits for one (``changes`` counts them) without a
+poll: the publish wakes the event loop (``call_soon_threadsafe``) only while someone waits.
 
 Use::
 
@@ -75,6 +77,8 @@ class WebService(Generic[V]):
         self.error: BaseException | None = None  # what ended the web thread
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[V]]] = []
+        self.changes = 0  # publishes marked changed so far (``next_change``)
+        self._watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[V]]] = []
         self._wake = WakePipe()  # a handler's refresh, the web thread's end
         self.loop.watch(self._wake.read_fd, self._wake.drain)
         self._thread: threading.Thread | None = None
@@ -92,9 +96,16 @@ class WebService(Generic[V]):
 
     # --- main thread ------------------------------------------------------------------------
     def publish(self, view: V, changed: bool = True) -> None:
-        """Hand ``view`` to the handlers; ``changed``: notify ``changed``'s waiters."""
+        """Hand ``view`` to the handlers; ``changed``: count it in ``changes``, notify
+        ``changed``'s waiters and wake the web thread's ``next_change`` callers."""
         self.view = view
         if changed:
+            with self._lock:
+                self.changes += 1
+                watchers, self._watchers = self._watchers, []
+            for aloop, fut in watchers:
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    aloop.call_soon_threadsafe(_resolve, fut, view)
             with self.changed:
                 self.changed.notify_all()
 
@@ -186,6 +197,23 @@ class WebService(Generic[V]):
             return await fut
         finally:
             late.cancel()
+
+    async def next_change(self, since: int, timeout: float) -> int:
+        """``changes`` once it differs from ``since`` (at once if it does already), or after
+        ``timeout`` seconds without a change. Web thread only; no poll: a changed publish
+        wakes the waiter."""
+        aloop = asyncio.get_running_loop()
+        fut: asyncio.Future[V] = aloop.create_future()
+        with self._lock:
+            if self.changes != since or self._closed:
+                return self.changes
+            self._watchers.append((aloop, fut))
+        try:
+            await asyncio.wait((fut,), timeout=max(0.0, timeout))
+        finally:
+            with self._lock, contextlib.suppress(ValueError):  # resolved: already taken
+                self._watchers.remove((aloop, fut))
+        return self.changes
 
     async def site(self, app: web.Application, host: str, port: int, *,
                    ssl_context: ssl.SSLContext | None = None,

@@ -2,11 +2,15 @@
 
 - ``GET /`` and ``GET /static/{file}``: the page, served from this package (no CDN).
 - ``GET /api/state``: ``{"now", "processes": [...], "pods": [...], "timeline": [...]}``.
-- ``GET /api/events``: server-sent events, one ``state`` event per change. One broadcaster,
-  while a client listens, recomputes the state (``OpsRpc`` on a worker thread) when the map
-  pump's version moved (a map update or a process state change on the bus; looked at every
-  ``PERIOD``) or ``REFRESH`` passed, and sends it to every client when it changed; no client,
-  no work. The page ticks uptimes itself between states.
+- ``GET /api/events``: server-sent events: ``state`` (the state above) when it changed,
+  ``ping`` (``{"now", "every"}``) every ``keepalive`` with nothing sent. One broadcaster, while
+  a client listens, event-driven (``feed.FeedPlan``): woken by the map pump's changed publish
+  (a map update or a process state change on the bus), it computes the state (``OpsRpc`` on a
+  worker thread) at most once per ``min_gap``, and sends it, encoded once, to every client
+  when its content moved (``Snapshot.key``: the passing of time alone is no change; the page
+  ticks uptimes and the timeline itself). With nothing moving it asks the supervisor again
+  every ``recheck`` (a dropped bus message) and otherwise sleeps: no client, no work; idle
+  clients, a ping each every 15 s.
 - ``POST /api/action`` ``{"action": start|stop|restart|kill, "name": "group:name",
   "signal"?}``: the XML-RPC methods' semantics (a container's restart is a stop; its
   restartPolicy brings it back). Faults answer 409 with ``{"faultCode", "faultString"}``.
@@ -23,26 +27,36 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import xmlrpc.client
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.services.ops.feed import (
+    FEED_TIMES,
+    RETRY_MS,
+    Action,
+    FeedPlan,
+    FeedTimes,
+    Snapshot,
+    agent_key,
+    frame,
+    ping_frame,
+)
 from podvisor.services.ops.logtail import add_logtail
 from podvisor.services.ops.procs import Proc, pod_procs
 from podvisor.services.ops.rpc import OpsRpc
 
-__all__ = ["Timeline", "add_dashboard"]
+__all__ = ["Changes", "Dashboard", "Timeline", "add_dashboard"]
 
 STATIC = Path(__file__).parent / "static"
-PERIOD = 0.1  # how often the broadcaster looks at the maps' version (an attribute read)
-REFRESH = 10.0  # recompute at least this often (restart counts, uptimes) with nothing moving
 WINDOW = 3600.0
 LOG_CHUNK = 16384
 
@@ -54,6 +68,7 @@ class Timeline:
         self.window = window
         self.last: dict[str, tuple[str, int, int]] = {}
         self.changes: deque[dict[str, Any]] = deque(maxlen=limit)
+        self.revision = 0  # + 1 whenever ``changes`` gains or loses an entry
 
     def observe(self, procs: list[Proc], now: float) -> None:
         for p in procs:
@@ -64,9 +79,11 @@ class Timeline:
                 self.changes.append({"t": round(now, 3), "name": p.namespec,
                                      "group": p.group, "state": p.state.name,
                                      "restart": restarted, "pid": p.pid})
+                self.revision += 1
             self.last[p.namespec] = key
         while self.changes and self.changes[0]["t"] < now - self.window:
             self.changes.popleft()
+            self.revision += 1
 
 
 def _dumps(value: Any) -> str:
@@ -112,67 +129,111 @@ def _state_of(cs: Mapping[str, Any]) -> dict[str, str]:
     return {"state": "unknown", "reason": ""}
 
 
+class Changes(Protocol):
+    """Where the broadcaster learns that the maps moved (``common.web.WebService``)."""
+
+    changes: int
+
+    async def next_change(self, since: int, timeout: float) -> int: ...
+
+
 class Dashboard:
     def __init__(self, rpc: OpsRpc, maps: Callable[[], Any], executor: Executor,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        self.rpc, self.maps, self.executor, self.wall = rpc, maps, executor, clock.wall
+                 changes: Changes, clock: Clock = SYSTEM_CLOCK,
+                 times: FeedTimes = FEED_TIMES) -> None:
+        self.rpc, self.maps, self.executor, self.source = rpc, maps, executor, changes
+        self.clock, self.wall, self.times = clock, clock.wall, times
         self.timeline = Timeline()
-        self.clients: set[asyncio.Queue[str]] = set()
-        self.last_body = ""
+        self.clients: set[asyncio.Queue[bytes]] = set()
+        self.last_key: object = None
+        self.last_frame = b""  # the last state sent, as its server-sent event
+        self.sends = 0  # state frames handed to the clients (each encoded once)
+        # kept from one broadcaster to the next: a page opened with nothing moved since the
+        # last computation gets the last state, not a new computation
+        self.plan = FeedPlan(times)
+        self.seen = -1  # the source's ``changes`` at the last computation
+        self.seen_procs = -1  # the maps' ``procs_version`` when the subsystems were last asked
         self._task: asyncio.Task[None] | None = None
-        # (maps version, container procs, their JSON text, the pods' JSON text): ``body``
+        self._lock = threading.Lock()  # one computation at a time (the timeline, the cache)
+        # (pods version, container procs, their JSON text, the pods' JSON text): ``snapshot``
         self._pods_cache: tuple[Any, list[Proc], str, str] | None = None
 
+    def snapshot(self, pods: bool = True) -> Snapshot:
+        """The page's state. Blocking (control and map reads): run on a worker thread. The
+        subsystems are asked each time; the containers and pods are computed and encoded again
+        only when the pods' version moved (a pod, status or runtime record changed) and
+        ``pods`` (else the last computed ones are reused), so a subsystem's change costs the
+        control call and a small encoding. Uptimes tick in the page from ``start``, so a
+        reused row's ``uptime`` is never shown stale."""
+        with self._lock:
+            now = self.wall()
+            maps = self.maps()
+            version = getattr(maps, "pods_version", None)
+            cached = self._pods_cache
+            if cached is None or (pods and (version is None or cached[0] != version)):
+                procs = sorted(pod_procs(maps.desired, maps.statuses, maps.pleg,
+                                         self.rpc.d.runtime_dir),
+                               key=lambda p: (p.group, p.name))
+                cached = (version, procs, _dumps([_proc_json(p, now) for p in procs]),
+                          _dumps(_pods_json(maps)))
+                self._pods_cache = cached
+            agents = sorted(self.rpc._agent(), key=lambda p: p.name)
+            self.timeline.observe(agents + cached[1], now)
+            key = (cached[0], self.timeline.revision, agent_key(agents))
+            listed = _dumps([_proc_json(p, now) for p in agents])
+            # the subsystems' rows, then the containers' (one JSON array, spliced)
+            processes = listed[:-1] + ("," if agents and cached[1] else "") + cached[2][1:]
+            head = _dumps({"now": int(now), "timeline": list(self.timeline.changes)})[:-1]
+            return Snapshot(key, f'{head},"processes":{processes},"pods":{cached[3]}}}')
+
     def body(self) -> str:
-        """The page's state as JSON text. Blocking (control and map reads): run on a worker
-        thread. The subsystems are asked each time (their heartbeat ages move); the
-        containers and pods are computed and encoded again only when the maps' version moved
-        (a pod, status or runtime record changed, or a process state change), so a refresh with
-        nothing moving costs the control call and a small encoding. Uptimes tick in the page
-        from ``start``, so a reused row's ``uptime`` is never shown stale."""
-        now = self.wall()
-        maps = self.maps()
-        version = getattr(maps, "version", None)
-        cached = self._pods_cache
-        if cached is None or version is None or cached[0] != version:
-            procs = sorted(pod_procs(maps.desired, maps.statuses, maps.pleg,
-                                     self.rpc.d.runtime_dir), key=lambda p: (p.group, p.name))
-            cached = (version, procs, _dumps([_proc_json(p, now) for p in procs]),
-                      _dumps(_pods_json(maps)))
-            self._pods_cache = cached
-        agents = sorted(self.rpc._agent(), key=lambda p: p.name)
-        self.timeline.observe(agents + cached[1], now)
-        listed = _dumps([_proc_json(p, now) for p in agents])
-        # the subsystems' rows, then the containers' (one JSON array, spliced)
-        processes = listed[:-1] + ("," if agents and cached[1] else "") + cached[2][1:]
-        # whole seconds: when only time moved, clients get at most one state a second
-        head = _dumps({"now": int(now), "timeline": list(self.timeline.changes)})[:-1]
-        return f'{head},"processes":{processes},"pods":{cached[3]}}}'
+        return self.snapshot().body
 
     async def state_body(self) -> str:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, self.body)
 
+    def _send(self, data: bytes) -> None:
+        for q in list(self.clients):
+            if q.qsize() < 4:  # a slow client skips states, never blocks the others
+                q.put_nowait(data)
+
     async def broadcast(self) -> None:
-        seen, last = -1, -REFRESH
-        loop = asyncio.get_running_loop()
-        while self.clients:
-            version = getattr(self.maps(), "version", 0)
-            if version == seen and loop.time() - last < REFRESH:
-                await asyncio.sleep(PERIOD)
-                continue
-            seen, last = version, loop.time()
-            try:
-                body = await self.state_body()
-            except (OSError, xmlrpc.client.Fault):
-                body = self.last_body
-            if body != self.last_body:
-                self.last_body = body
-                for q in list(self.clients):
-                    if q.qsize() < 4:  # a slow client skips states, never blocks the others
-                        q.put_nowait(body)
-            await asyncio.sleep(PERIOD)
-        self._task = None
+        """While a client listens: compute, send, ping or sleep as ``FeedPlan`` says."""
+        plan = self.plan
+        loop, mono = asyncio.get_running_loop(), self.clock.monotonic
+        try:
+            while self.clients:
+                now = mono()
+                moved = self.source.changes != self.seen
+                procs = getattr(self.maps(), "procs_version", 0)
+                step = plan.next(now, moved, procs != self.seen_procs)
+                if step.action is Action.WAIT:
+                    # until ``at`` or a change; inside the gap after a computation (``moved``),
+                    # until its end or a further change (a subsystem's is not held back)
+                    since = self.source.changes if moved else self.seen
+                    await self.source.next_change(since, step.at - now)
+                    continue
+                if step.action is Action.PING:
+                    self._send(ping_frame(self.wall(), self.times.keepalive))
+                    plan.sent(now)
+                    continue
+                full = step.action is Action.COMPUTE
+                if full:
+                    self.seen = self.source.changes
+                    plan.computed(now)
+                self.seen_procs = procs
+                try:
+                    snap = await loop.run_in_executor(self.executor, self.snapshot, full)
+                except (OSError, xmlrpc.client.Fault):
+                    continue  # the agent does not answer: the last state stands
+                if snap.key != self.last_key:
+                    self.last_key, self.last_frame = snap.key, frame("state", snap.body)
+                    self.sends += 1
+                    self._send(self.last_frame)
+                    plan.sent(mono())
+        finally:
+            self._task = None
 
     async def index(self, request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
@@ -180,20 +241,31 @@ class Dashboard:
     async def state(self, request: web.Request) -> web.Response:
         return web.Response(text=await self.state_body(), content_type="application/json")
 
+    def subscribe(self) -> asyncio.Queue[bytes]:
+        """A new client's queue (web thread): the reconnect delay, the last state when it is
+        current (the broadcaster runs, or nothing moved since it computed; else a new one comes
+        at once) and the clock (that state may be old); the broadcaster started if need be."""
+        q: asyncio.Queue[bytes] = asyncio.Queue()
+        q.put_nowait(b"retry: %d\n\n" % RETRY_MS)
+        current = self._task is not None or self.source.changes == self.seen
+        if self.last_frame and current:
+            q.put_nowait(self.last_frame)
+            q.put_nowait(ping_frame(self.wall(), self.times.keepalive))
+        self.clients.add(q)
+        if self._task is None:
+            if self.last_frame and current:  # its only client just got a ping
+                self.plan.sent(self.clock.monotonic())
+            self._task = asyncio.create_task(self.broadcast())
+        return q
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        q: asyncio.Queue[str] = asyncio.Queue()
-        if self.last_body:
-            q.put_nowait(self.last_body)
-        self.clients.add(q)
-        if self._task is None:
-            self._task = asyncio.create_task(self.broadcast())
+        q = self.subscribe()
         try:
             while True:
-                body = await q.get()
-                await resp.write(f"event: state\ndata: {body}\n\n".encode())
+                await resp.write(await q.get())
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -254,8 +326,9 @@ class Dashboard:
 
 
 def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],
-                  executor: Executor, clock: Clock = SYSTEM_CLOCK) -> Dashboard:
-    dash = Dashboard(rpc, maps, executor, clock)
+                  executor: Executor, changes: Changes, clock: Clock = SYSTEM_CLOCK,
+                  times: FeedTimes = FEED_TIMES) -> Dashboard:
+    dash = Dashboard(rpc, maps, executor, changes, clock, times)
     app.router.add_get("/", dash.index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/state", dash.state)

@@ -68,7 +68,7 @@ def run(ctx: ChildContext) -> None:
 
     async def serve(web: WebService[Any]) -> None:
         app = make_app(new_dispatcher(rpc), cfg.ops_username, password,
-                       lambda a, ex: add_dashboard(a, rpc, lambda: web.view, ex, ctx.clock))
+                       lambda a, ex: add_dashboard(a, rpc, lambda: web.view, ex, web, ctx.clock))
         await web.site(app, cfg.ops_address, cfg.ops_port, ssl_context=_tls(ctx),
                        shutdown_timeout=SHUTDOWN_TIMEOUT)
         ctx.log.info("ops.listening", address=cfg.ops_address, port=cfg.ops_port,

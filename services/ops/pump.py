@@ -5,9 +5,12 @@ supervisor's ``supervisor.process.state`` messages on a ``ServiceLoop``; after e
 (``drain``) that moved a map or saw a process change state it builds a new immutable
 ``PodMaps`` and hands it to ``publish(maps, changed)``, with ``changed`` true (and ``version``
 + 1) unless only entries under ``_`` keys moved (PLEG's ``_health`` moves at every relist):
-readers that only care about pods and processes wake on real changes. In the ops process
-``publish`` is the web service's (XML-RPC threads and the aiohttp loop read ``web.view``); in
-an event listener it feeds the listener.
+readers that only care about pods and processes wake on real changes. ``pods_version`` moves
+only with the pods' entries (not with a process state message), ``procs_version`` only with
+process state messages: what is computed from the pods alone can be kept while only the
+subsystems move, and a subsystem's change can be shown without waiting for the pods'. In the
+ops process ``publish`` is the web service's (XML-RPC threads and the aiohttp loop read
+``web.view``); in an event listener it feeds the listener.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ class PodMaps:
     statuses: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     pleg: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     synced: bool = False
-    version: int = 0
+    version: int = 0  # + 1 on a pod entry's change or a process state message
+    pods_version: int = 0  # + 1 on a pod entry's change (or ``synced``) only
+    procs_version: int = 0  # + 1 on a drain that received process state messages
 
 
 class MapPump:
@@ -62,8 +67,11 @@ class MapPump:
         print_ = tuple((n, k, id(v)) for n, m in zip(NAMES, (d, s, p), strict=True)
                        for k, v in m.items() if not k.startswith("_"))
         synced = all(r.synced for r in replicas.values())
-        bump = moved or print_ != self._fingerprint or synced != old.synced
+        pods = print_ != self._fingerprint or synced != old.synced
+        bump = moved or pods
         self._fingerprint = print_
-        self.maps = PodMaps(d, s, p, synced=synced, version=old.version + (1 if bump else 0))
+        self.maps = PodMaps(d, s, p, synced=synced, version=old.version + (1 if bump else 0),
+                            pods_version=old.pods_version + (1 if pods else 0),
+                            procs_version=old.procs_version + (1 if moved else 0))
         if self._publish is not None:
             self._publish(self.maps, bump)

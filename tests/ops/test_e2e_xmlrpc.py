@@ -190,6 +190,7 @@ def test_dashboard_api(ops: OpsAgent, wait_for: Callable[..., Any]) -> None:
     names = {p["namespec"] for p in state["processes"]}
     assert {"agent:pleg", APP} <= names and state["pods"][0]["group"] == GROUP
     with _get(ops, "/api/events") as resp:  # server-sent events: the first state at once
+        assert resp.readline() == b"retry: 1000\n" and resp.readline() == b"\n"
         assert resp.readline().strip() == b"event: state"
         assert json.loads(resp.readline().removeprefix(b"data: "))["processes"]
     pid = ops.rpc().supervisor.getProcessInfo("agent:pleg")["pid"]

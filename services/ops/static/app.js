@@ -1,4 +1,6 @@
 // podvisor dashboard: live state over server-sent events, actions over POST /api/action.
+// The server sends a `state` when something changed and a `ping` ({now, every}) every `every`
+// seconds otherwise: uptimes, the clock and the timeline move here, on the server's clock.
 "use strict";
 const COLORS = { RUNNING: "#2e9d5b", STARTING: "#d9a400", BACKOFF: "#e07b00",
   STOPPING: "#8a93a6", STOPPED: "#8a93a6", EXITED: "#8a93a6", FATAL: "#c8332e",
@@ -9,6 +11,7 @@ const SIGNALS = ["KILL", "TERM", "INT", "HUP", "STOP", "CONT", "USR1", "USR2"];
 const API = location.origin;
 let state = null;
 let skew = 0;  // server clock - local clock (s): uptimes tick locally between states
+let every = 15, lastEvent = Date.now(), source = null;  // the ping period; the watchdog
 let logName = null, logOffset = -1, logTimer = null;
 
 function el(tag, attrs = {}, ...kids) {
@@ -77,8 +80,9 @@ function renderPods() {
         el("tbody", {}, ...rows)));
   }));
 }
+function serverNow() { return Date.now() / 1000 + skew; }
 function renderTimeline() {
-  const now = state.now, start = now - 3600, W = 1000;
+  const now = serverNow(), start = now - 3600, W = 1000;
   const byName = {};
   for (const c of state.timeline) (byName[c.name] ||= []).push(c);
   const grid = el("div", { class: "tl" });
@@ -108,7 +112,7 @@ function renderTimeline() {
 }
 function render() {
   renderProcs(); renderPods(); renderTimeline();
-  document.getElementById("clock").textContent = new Date(state.now * 1000).toLocaleString();
+  document.getElementById("clock").textContent = new Date(serverNow() * 1000).toLocaleString();
 }
 async function pollLog() {
   if (!logName) return;
@@ -131,16 +135,27 @@ function openLog(name) {
 document.getElementById("logclose").onclick = () => {
   logName = null; clearTimeout(logTimer); document.getElementById("logpane").hidden = true;
 };
-function connect() {
+function live(now) {
+  skew = now - Date.now() / 1000; lastEvent = Date.now();
   const conn = document.getElementById("conn");
-  const es = new EventSource(`${API}/api/events`);
-  es.addEventListener("state", ev => { state = JSON.parse(ev.data);
-    skew = state.now - Date.now() / 1000; render();
-    conn.textContent = "live"; conn.classList.remove("down"); });
-  es.onerror = () => { conn.textContent = "reconnecting…"; conn.classList.add("down"); };
+  conn.textContent = "live"; conn.classList.remove("down");
 }
-setInterval(() => {  // uptimes and the clock between states
-  const now = Date.now() / 1000 + skew;
+function down() {
+  const conn = document.getElementById("conn");
+  conn.textContent = "reconnecting…"; conn.classList.add("down");
+}
+function connect() {
+  if (source) source.close();
+  lastEvent = Date.now();
+  const es = source = new EventSource(`${API}/api/events`);
+  es.addEventListener("state", ev => { state = JSON.parse(ev.data); live(state.now); render(); });
+  es.addEventListener("ping", ev => { const p = JSON.parse(ev.data); every = p.every || every;
+    live(p.now); if (state) renderTimeline(); });
+  es.onerror = down;  // EventSource retries by itself (the server asks for 1 s)
+}
+setInterval(() => {  // uptimes and the clock between states; a silent connection is dead
+  if (Date.now() - lastEvent > 3 * every * 1000) { down(); connect(); }
+  const now = serverNow();
   for (const td of document.querySelectorAll("td[data-start]")) {
     if (td.dataset.start) td.textContent = dur(now - Number(td.dataset.start));
   }
