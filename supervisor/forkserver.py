@@ -49,6 +49,7 @@ __all__ = ["ForkServer", "ForkServerError", "main"]
 MAX_MESSAGE = 1 << 20
 STATUS = struct.Struct("i")
 READY = b"ready"
+FORK_TIMEOUT = 10.0
 ORPHANED = 255  # the exit code of a child whose server died first (its code went with it)
 
 
@@ -183,10 +184,6 @@ class ForkServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
 
-    @property
-    def pid(self) -> int:
-        return self._proc.pid if self._proc is not None else 0
-
     def _start(self) -> socket.socket:
         self.close()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -205,6 +202,9 @@ class ForkServer:
         if hello != READY:
             ours.close()
             raise ForkServerError(f"fork server did not start (exit {self._proc.wait()})")
+        # a fork takes milliseconds: a server that does not answer within this (stopped,
+        # hung) is replaced rather than holding the supervisor's loop
+        ours.settimeout(FORK_TIMEOUT)
         self._sock = ours
         return ours
 
@@ -229,7 +229,10 @@ class ForkServer:
                     raise ForkServerError("fork server closed the connection")
                 self.close()
                 continue
-            answer = json.loads(data)
+            try:
+                answer = dict(json.loads(data))
+            except (ValueError, TypeError):
+                answer = {"error": f"unreadable answer {data[:80]!r}"}
             if "error" in answer or len(fds) != 1:
                 for fd in fds:
                     os.close(fd)

@@ -60,13 +60,18 @@ class _GrpcEventStream:
         self._loop = asyncio.new_event_loop()
         self._channel: Any = None
         self._call: Any = None
-        self._owner = 0  # the thread that runs the loop
+        self._owner = 0  # the thread that runs the loop (0: none yet)
+        self._lock = threading.Lock()  # owner and done, between the reader and close()
         self._closed = threading.Event()
         self._done = False
         self._error: CriError | None = None  # how it ended, raised again by later calls
 
     def _run(self, coro: Any) -> Any:
-        self._owner = threading.get_ident()
+        with self._lock:
+            if self._done:  # closed (by another thread) before this thread ever ran it
+                coro.close()
+                raise asyncio.CancelledError
+            self._owner = threading.get_ident()
         return self._loop.run_until_complete(coro)
 
     async def _start(self) -> None:
@@ -134,9 +139,10 @@ class _GrpcEventStream:
 
     def _shutdown(self) -> None:
         """Close the call, the channel and the loop (the reading thread; idempotent)."""
-        if self._done:
-            return
-        self._done = True
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
         with contextlib.suppress(Exception):
             if self._call is not None:
                 self._call.cancel()
@@ -146,12 +152,18 @@ class _GrpcEventStream:
 
     def close(self) -> None:
         self._closed.set()
-        if self._done:
-            return
-        if self._owner in (0, threading.get_ident()) and not self._loop.is_running():
+        with self._lock:
+            if self._done:
+                return
+            if self._owner == 0:  # never run: nothing to cancel, no thread will run it now
+                self._done = True
+                self._loop.close()
+                return
+            mine = self._owner == threading.get_ident()
+        if mine:
             self._shutdown()
             return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        with contextlib.suppress(RuntimeError):  # the reader closed the loop meanwhile
             self._loop.call_soon_threadsafe(self._cancel)
 
     def _cancel(self) -> None:

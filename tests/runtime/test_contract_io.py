@@ -183,6 +183,43 @@ def test_container_events_stream_or_unimplemented(cri_runtime: Any) -> None:
         stream.close()
 
 
+def test_an_event_stream_closed_from_another_thread_ends_its_reader(
+        cri_runtime: Any, wait_for: Any) -> None:
+    """PLEG's and the sync loop's watchers read on a thread and are stopped from the main one:
+    the blocked reader's iteration ends cleanly (no error), and so does a stream closed before
+    its reader ever ran."""
+    import threading
+
+    if cri_runtime.name not in ("embedded", "fake"):
+        pytest.skip("containerd 1.6 has no event stream (UNIMPLEMENTED, tested above)")
+    got: list[object] = []
+    stream = cri_runtime.client.container_events()
+
+    def read() -> None:
+        try:
+            stream.wait_subscribed()
+            got.extend(stream)
+            got.append("ended")
+        except BaseException as exc:  # the test fails on any
+            got.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        sandbox = cri_runtime.run("evclose")
+        cri_runtime.client.create_container(
+            sandbox[0], cri_runtime.container_config("c", ["true"]), sandbox[1])
+        wait_for(lambda: got, 30.0, message="the created event at the blocked reader")
+    finally:
+        stream.close()
+        reader.join(10)
+    assert not reader.is_alive()
+    assert got[-1] == "ended" and not any(isinstance(x, BaseException) for x in got), got
+    unused = cri_runtime.client.container_events()
+    unused.close()
+    assert list(unused) == []
+
+
 def test_update_container_resources_applies_or_says_why_not(cri_runtime: Any) -> None:
     cid = cri_runtime.start(cri_runtime.run("resources"), "c", ["sleep", "1000"])
     limits = pb.LinuxContainerResources(memory_limit_in_bytes=256 * 1024 * 1024,
