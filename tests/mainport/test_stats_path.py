@@ -72,6 +72,9 @@ def test_group_scan_matches_psutil_and_finds_new_groups(
     assert abs(first[a][0] - cpu) <= 20_000_000
     # a group that appears later is found without a full pass (its processes are new pids)
     b = _group(groups, "sleep 600")
+    # (once the child has exec'd: in the middle of its exec it has no rss yet)
+    wait_for(lambda: psutil.Process(b).name() in ("sh", "sleep")  # type: ignore[operator]
+             and psutil.Process(b).memory_info().rss > 0, 10.0, 0.02)
     second = scanner.usage({a, b}, now=1.0)
     assert set(second) == {a, b} and second[b][1] > 0
     # a member that dies leaves the sum
