@@ -38,6 +38,22 @@ class ProcessStateChanged(Message):
     ts: float = 0.0
 
 
+@dataclass(frozen=True)
+class ProcessHeartbeat(Message):
+    """A RUNNING process's heartbeat went late (``late``: no beat for ``age`` seconds, three
+    ``heartbeatInterval``s, well before ``heartbeatTimeout`` kills it), or came back.
+    Published on a sub-topic of the state changes, so whoever follows the states (the ops
+    dashboard) hears it too; sent on the two edges only, never per beat."""
+
+    TYPE: ClassVar[str] = "supervisor.process.heartbeat"
+    TOPIC: ClassVar[str] = "supervisor.process.state.heartbeat"
+    name: str
+    pid: int | None
+    late: bool
+    age: float
+    ts: float = 0.0
+
+
 # --- clone-pattern replicated maps (ipc/clone.py) ---
 
 

@@ -127,7 +127,9 @@ def run_agent(
     report_builtins(config, log, deps.builtins)
     env = {"PODVISOR_ROOT_DIR": str(paths.root), "PODVISOR_SUPERVISOR_PID": str(os.getpid())}
     spawner = deps.spawner or _default_spawner(config, specs)
-    core = CoreDeps(deps.clock.monotonic, deps.clock.wall, spawner, notify, log, deps.rand, env)
+    core = CoreDeps(deps.clock.monotonic, deps.clock.wall, spawner, notify, log, deps.rand, env,
+                    late_after=LATE_BEATS * sup_cfg.heartbeat_interval,
+                    on_late=lambda proc, late, age: agent_box[0].publish_late(proc, late, age))
     sup = Supervisor(specs, core)
     parts = AgentParts(
         config=config, sup=sup, zctx=zctx, publisher=publisher, subscriber=subscriber, log=log,
@@ -160,6 +162,9 @@ def run_agent(
 
 
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# a process is late after this many heartbeat intervals without a beat (said on the bus and on
+# the dashboard; the supervisor reads beats once an interval, so two is its normal worst case)
+LATE_BEATS = 3
 
 
 def _metrics_dir(paths: RunPaths) -> None:

@@ -8,6 +8,7 @@ tests drive it with a fake clock and `FakeSpawner`. Not thread-safe: the loop th
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +38,10 @@ class CoreDeps:
     log: EventLog
     rand: Callable[[], float]
     env: Mapping[str, str]  # added to every child's environment
+    # a RUNNING process without a heartbeat this long is late (said once through ``on_late``,
+    # and once more when it beats again); None: never (only the heartbeat timeout acts)
+    late_after: float | None = None
+    on_late: Callable[[SupervisedProcess, bool, float], None] = lambda proc, late, age: None
 
 
 class Supervisor:
@@ -54,6 +59,7 @@ class Supervisor:
 
     def _to(self, proc: SupervisedProcess, state: ProcessState, reason: str) -> None:
         proc.reason = reason
+        proc.late = False  # the new state says it all
         change_state(proc, state, self.d.notify, self.d.clock(), self.d.wall())
 
     def _spawn(self, proc: SupervisedProcess, reason: str) -> None:
@@ -161,6 +167,9 @@ class Supervisor:
         if proc is None or proc.handle is None or proc.handle.pid != beat.pid:
             return
         proc.last_beat = self.d.clock()
+        if proc.late:
+            proc.late = False
+            self.d.on_late(proc, False, 0.0)
         if proc.state == S.STARTING:
             proc.due_at = None
             self._to(proc, S.RUNNING, "ready")
@@ -193,11 +202,22 @@ class Supervisor:
             self.stop_process(proc, Intent.HUNG, f"not ready within {spec.heartbeat_timeout:g}s")
         elif proc.state == S.RUNNING and now - proc.last_beat > spec.heartbeat_timeout:
             self.stop_process(proc, Intent.HUNG, f"no heartbeat for {spec.heartbeat_timeout:g}s")
+        elif proc.state == S.RUNNING and not proc.late \
+                and now - proc.last_beat > (self._late_after(proc) or math.inf):
+            proc.late = True
+            self.d.log.warning("process.heartbeat_late", process=proc.name, pid=proc.pid,
+                               age=round(now - proc.last_beat, 3))
+            self.d.on_late(proc, True, now - proc.last_beat)
         elif proc.state == S.STOPPING and due:
             proc.due_at = None
             self.d.log.warning("process.kill", process=proc.name, pid=proc.pid,
                                reason=f"still running {spec.stop_timeout:g}s after SIGTERM")
             self._signal(proc, signal.SIGKILL)
+
+    def _late_after(self, proc: SupervisedProcess) -> float | None:
+        """When this process counts as late: ``late_after``, if before its heartbeat timeout."""
+        after = self.d.late_after
+        return after if after is not None and after < proc.spec.heartbeat_timeout else None
 
     def next_deadline(self) -> float | None:
         deadlines: list[float] = []
@@ -207,6 +227,9 @@ class Supervisor:
                 deadlines.append(proc.due_at)
             if proc.state == S.RUNNING:
                 deadlines.append(proc.last_beat + proc.spec.heartbeat_timeout + 0.001)
+                late_after = self._late_after(proc)
+                if late_after is not None and not proc.late:
+                    deadlines.append(proc.last_beat + late_after + 0.001)
         if self.shutting_down:
             deadlines.append(self._shutdown_deadline)
         return min(deadlines) if deadlines else None

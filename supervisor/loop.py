@@ -24,7 +24,13 @@ import zmq
 from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
-from podvisor.ipc.messages import AllPodsStopped, Event, ProcessStateChanged, StopAllPods
+from podvisor.ipc.messages import (
+    AllPodsStopped,
+    Event,
+    ProcessHeartbeat,
+    ProcessStateChanged,
+    StopAllPods,
+)
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.control import ControlServer
@@ -33,6 +39,7 @@ from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import ControlFault, Fault
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
+from podvisor.supervisor.process import SupervisedProcess
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.runonce import (
@@ -200,6 +207,13 @@ class Agent:
         self.p.log.info("process.state", process=change.name, pid=change.pid,
                         to=change.to_state.value, **{"from": change.from_state.value},
                         restarts=change.restarts, reason=change.reason)
+
+    def publish_late(self, proc: SupervisedProcess, late: bool, age: float) -> None:
+        """A process's heartbeat went late or came back (``CoreDeps.on_late``)."""
+        self.p.publisher.publish(ProcessHeartbeat(name=proc.name, pid=proc.pid, late=late,
+                                                  age=round(age, 3), ts=self.p.wall()))
+        if not late:
+            self.p.log.info("process.heartbeat_back", process=proc.name, pid=proc.pid)
 
     def _drain_events(self) -> None:
         sub, store = self.p.events_sub, self.events

@@ -62,6 +62,7 @@ class SupervisedProcess:
     due_at: float | None = None  # respawn time (EXITED/BACKOFF) or SIGKILL time (STOPPING)
     reason: str = ""  # why the last transition happened (published with it)
     last_pid: int | None = None  # the pid of the latest incarnation, even after it exited
+    late: bool = False  # RUNNING, and no heartbeat for the core's ``late_after``
 
     @property
     def name(self) -> str:
@@ -92,6 +93,7 @@ class SupervisedProcess:
             "uptime": uptime,
             "heartbeatAge": round(now - self.last_beat, 3)
             if self.state == ProcessState.RUNNING else None,
+            "heartbeatLate": self.late,
             "since": round(wall - (now - self.state_since), 3),
             "module": self.spec.module,
             "enabled": self.spec.enabled,

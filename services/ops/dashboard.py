@@ -94,6 +94,13 @@ def _proc_json(p: Proc, now: float) -> dict[str, Any]:
     info = p.info(now)
     extra = {k: v for k, v in p.extra.items() if k in ("reason", "lastExit", "restartPolicy",
                                                        "container_id", "uid", "module")}
+    if p.kind == "agent":
+        # the heartbeat: "ok", or since when it is late (wall seconds; the page ticks the age).
+        # A fresh age at every ask would make an unchanged row look changed.
+        late = bool(p.extra.get("heartbeatLate")) and p.state.name == "RUNNING"
+        age = p.extra.get("heartbeatAge")
+        extra["heartbeat"] = (round(now - float(age), 1) if late and isinstance(age, int | float)
+                              else "ok" if p.state.name == "RUNNING" else None)
     return {**info, "namespec": p.namespec, "kind": p.kind, "restarts": p.restarts,
             "uptime": max(0, int(now - p.start)) if p.state.name == "RUNNING" else None,
             **extra}

@@ -125,7 +125,8 @@ def agent_procs(rows: Iterable[Mapping[str, Any]], now: float, logs_dir: Path) -
             spawnerr=spawnerr, logfile=str(logs_dir / f"{row['name']}.log"),
             restarts=int(row.get("restarts") or 0),
             extra={"module": row.get("module", ""), "reason": row.get("reason", ""),
-                   "lastExit": last or None}))
+                   "lastExit": last or None, "heartbeatLate": bool(row.get("heartbeatLate")),
+                   "heartbeatAge": row.get("heartbeatAge")}))
     return out
 
 

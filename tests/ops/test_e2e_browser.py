@@ -1,6 +1,7 @@
 """The dashboard in Debian's Chromium (headless, driven over WebDriver by chromedriver): log in,
 see the pod, restart pleg and see its pid change without reloading, kill the container and see
-its restart count grow, follow a log. Screenshots go to ``$PODVISOR_ARTIFACTS/ops/`` (default
+its restart count grow, see a stopped subsystem's heartbeat go late and come back, follow a
+log. Screenshots go to ``$PODVISOR_ARTIFACTS/ops/`` (default
 ``.artifacts/`` in the repository)."""
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def test_dashboard_live(ops: OpsAgent, browser: Browser, wait_for: Callable[...,
     click("kill", APP)  # signal KILL, the default in the page's select
     wait_for(lambda: (_int(b.text(restarts)) or 0) > count, 60.0,
              message="the container's restart count grows")
+
+    # a stopped subsystem: its heartbeat goes late on the page (the supervisor says so once),
+    # and back to ok once it runs again
+    hb = 'tr[data-proc="agent:prober"] td.hb'
+    wait_for(lambda: b.text(hb) == "ok", 30.0, message="prober's heartbeat ok")
+    ops.handle.call("kill", name="prober", signal="STOP")
+    try:
+        wait_for(lambda: (b.text(hb) or "").startswith("late "), 30.0,
+                 message="prober's heartbeat late on the page")
+        b.screenshot(ARTIFACTS / "dashboard-late.png")
+    finally:
+        ops.handle.call("kill", name="prober", signal="CONT")
+    wait_for(lambda: b.text(hb) == "ok", 30.0, message="prober's heartbeat ok again")
 
     click("log", APP)
     first = wait_for(lambda: (b.text("#log") or "").count("tick"), 15.0, message="log lines")

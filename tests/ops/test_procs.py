@@ -58,3 +58,18 @@ def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
     (proc,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, pleg, tmp_path)
     assert proc.state is ProcState.STARTING and proc.extra["container_id"] == "c2"
     assert proc.extra["exits"] == {"c1": 137}
+
+
+def test_an_agent_rows_heartbeat_on_the_dashboard(tmp_path: Path) -> None:
+    """``ok`` while beats come in time, the wall time of the last beat while late (the page
+    ticks the age from it: an unchanged row stays unchanged), nothing unless RUNNING."""
+    from podvisor.services.ops.dashboard import _proc_json
+    from podvisor.services.ops.procs import agent_procs
+
+    rows = [{"name": "a", "state": "RUNNING", "pid": 1, "uptime": 5.0, "heartbeatAge": 0.4,
+             "heartbeatLate": False},
+            {"name": "b", "state": "RUNNING", "pid": 2, "uptime": 9.0, "heartbeatAge": 3.5,
+             "heartbeatLate": True},
+            {"name": "c", "state": "BACKOFF", "pid": None, "heartbeatAge": None}]
+    a, b, c = (_proc_json(p, 1000.0) for p in agent_procs(rows, 1000.0, tmp_path))
+    assert (a["heartbeat"], b["heartbeat"], c["heartbeat"]) == ("ok", 996.5, None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from podvisor.common.logs import MemoryLogger
@@ -73,6 +73,45 @@ def test_stale_beats_of_old_incarnation_are_ignored() -> None:
     sup.on_beat(Beat(READY, "p", 999999, 0.0))
     assert sup.procs["p"].state == S.STARTING
     sup.on_beat(Beat(BEAT, "nope", 1, 0.0))
+
+
+def test_a_late_heartbeat_is_said_once_each_way_before_the_timeout() -> None:
+    """No beat for ``late_after``: one ``on_late(True)`` (the loop wakes for it), one
+    ``on_late(False)`` at the next beat; nothing while beats come in time; a timeout below
+    ``late_after`` leaves it to the timeout; a new state clears it without a word."""
+    sup, clock, spawner, _ = make(spec(heartbeat_timeout=10.0))
+    said: list[tuple[str, bool, float]] = []
+    sup.d = replace(sup.d, late_after=3.0,
+                    on_late=lambda proc, late, age: said.append((proc.name, late, age)))
+    sup.start_all()
+    ready(sup, spawner)
+    for _ in range(5):  # beats every 2 s: never late (the loop ticks after each drain)
+        clock.now += 2.0
+        sup.on_beat(Beat(BEAT, "p", spawner.last("p").pid, 0.0))
+        sup.tick()
+    assert said == [] and not sup.procs["p"].late
+    assert sup.next_deadline() == clock.now + 3.0 + 0.001  # it wakes for the lateness
+    clock.now += 3.5
+    sup.tick()
+    sup.tick()
+    assert said == [("p", True, 3.5)] and sup.procs["p"].status(clock.now, 0.0)["heartbeatLate"]
+    assert sup.next_deadline() == clock.now - 3.5 + 10.0 + 0.001  # now only the timeout
+    sup.on_beat(Beat(BEAT, "p", spawner.last("p").pid, 0.0))
+    assert said[-1] == ("p", False, 0.0) and not sup.procs["p"].late
+    sup.tick()
+    clock.now += 3.5
+    sup.tick()
+    assert said[-1][1] is True
+    die(sup, spawner, ExitStatus(None, signal.SIGKILL))
+    assert not sup.procs["p"].late and len(said) == 3
+    quiet, qclock, qspawner, _ = make(spec(heartbeat_timeout=2.0))
+    quiet.d = replace(quiet.d, late_after=3.0,
+                      on_late=lambda proc, late, age: said.append((proc.name, late, age)))
+    quiet.start_all()
+    ready(quiet, qspawner)
+    qclock.now += 2.5
+    quiet.tick()
+    assert len(said) == 3 and quiet.procs["p"].state == S.STOPPING  # the timeout acted
 
 
 def test_missing_heartbeat_sigterm_then_sigkill_then_crash_restart() -> None:

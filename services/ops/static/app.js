@@ -51,13 +51,21 @@ function actions(p) {
   td.append(sel, btn("kill", () => act("kill", p.namespec, sel.value)), btn("log", () => openLog(p.namespec)));
   return td;
 }
+// "ok", or since when (server seconds) the supervisor has had no heartbeat: the age ticks here
+// (the supervisor says when it goes late and when it beats again, not every beat)
+function heartbeat(p) {
+  if (p.heartbeat === "ok") return el("td", { class: "hb" }, "ok");
+  if (typeof p.heartbeat !== "number") return el("td", { class: "hb" }, "-");
+  return el("td", { class: "hb late", "data-late": p.heartbeat },
+    `late ${dur(Math.max(0, serverNow() - p.heartbeat))}`);
+}
 function renderProcs() {
   const tb = document.querySelector("#procs tbody");
   tb.replaceChildren(...state.processes.filter(p => p.kind === "agent").map(p => {
     const last = p.lastExit ? `${p.lastExit.reason || ""}` : "-";
     return el("tr", { "data-proc": p.namespec }, el("td", {}, p.name), el("td", {}, badge(p.statename)),
       el("td", { class: "pid" }, p.pid || "-"), el("td", { "data-start": p.statename === "RUNNING" ? p.start : "" }, dur(p.uptime)),
-      el("td", { class: "restarts" }, p.restarts), el("td", {}, last), actions(p));
+      heartbeat(p), el("td", { class: "restarts" }, p.restarts), el("td", {}, last), actions(p));
   }));
 }
 function renderPods() {
@@ -158,6 +166,9 @@ setInterval(() => {  // uptimes and the clock between states; a silent connectio
   const now = serverNow();
   for (const td of document.querySelectorAll("td[data-start]")) {
     if (td.dataset.start) td.textContent = dur(now - Number(td.dataset.start));
+  }
+  for (const td of document.querySelectorAll("td[data-late]")) {
+    td.textContent = `late ${dur(Math.max(0, now - Number(td.dataset.late)))}`;
   }
   if (state) document.getElementById("clock").textContent = new Date(now * 1000).toLocaleString();
 }, 1000);
