@@ -158,9 +158,14 @@ def test_group_scan_orphan_before_and_after_a_full_pass(
         alone = scanner.usage({leader.pid}, now=0.0)[leader.pid]
         _step(leader)
         # the leader back in `read`: the subshell is gone (reaped), its sleep re-parented
-        members = wait_for(lambda: (m := _live_members(leader.pid, zombies=True))
-                           and len(m) == 2 and all(p.ppid() != leader.pid for p in m) and m,
-                           10.0, 0.02)
+        def reparented() -> list[psutil.Process] | None:
+            try:  # (the subshell may go between the listing and its ppid)
+                m = _live_members(leader.pid, zombies=True)
+                return m if len(m) == 2 and all(p.ppid() != leader.pid for p in m) else None
+            except psutil.Error:
+                return None
+
+        members = wait_for(reparented, 10.0, 0.02)
         orphan = next(p.pid for p in members if p.pid != leader.pid)
         after = scanner.usage({leader.pid}, now=1.0)[leader.pid]
         if follow:
