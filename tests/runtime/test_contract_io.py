@@ -194,10 +194,12 @@ def test_an_event_stream_closed_from_another_thread_ends_its_reader(
         pytest.skip("containerd 1.6 has no event stream (UNIMPLEMENTED, tested above)")
     got: list[object] = []
     stream = cri_runtime.client.container_events()
+    subscribed = threading.Event()
 
     def read() -> None:
         try:
             stream.wait_subscribed()
+            subscribed.set()  # from here on no event is missed
             got.extend(stream)
             got.append("ended")
         except BaseException as exc:  # the test fails on any
@@ -206,6 +208,7 @@ def test_an_event_stream_closed_from_another_thread_ends_its_reader(
     reader = threading.Thread(target=read)
     reader.start()
     try:
+        assert subscribed.wait(30), got
         sandbox = cri_runtime.run("evclose")
         cri_runtime.client.create_container(
             sandbox[0], cri_runtime.container_config("c", ["true"]), sandbox[1])

@@ -35,12 +35,22 @@ def _pid(rt: Any, cid: str) -> int:
 @contextlib.contextmanager
 def event_log(client: Any) -> Iterator[list[pb.ContainerEventResponse]]:
     """The runtime's GetContainerEvents, appended to a list by a reader thread while the block
-    runs; the stream is closed and the thread gone at the end."""
+    runs; the block starts once the runtime has subscribed the stream (its headers came), so no
+    event of the block falls before the subscription. The stream is closed and the thread gone
+    at the end."""
     stream = client.container_events()
     events: list[pb.ContainerEventResponse] = []
-    reader = threading.Thread(target=lambda: events.extend(iter(stream)), daemon=True)
+    subscribed = threading.Event()
+
+    def read() -> None:
+        stream.wait_subscribed()  # the stream's thread: the one that reads it
+        subscribed.set()
+        events.extend(iter(stream))
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
+        assert subscribed.wait(15), "the runtime never subscribed the event stream"
         yield events
     finally:
         stream.close()
@@ -114,7 +124,6 @@ def test_container_events_push_lifecycle_and_death(cri_runtime: Any, poll: Any) 
         go = cri_runtime.tmp / "die"
         cmd = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.01; done; exit 3"]
         sandbox = cri_runtime.run("events")
-        # The stream is live once it delivers: create one container and wait for its event.
         cid = client.create_container(sandbox[0], cri_runtime.container_config("c", cmd),
                                       sandbox[1])
         poll(lambda: any(e.container_id == cid for e in list(events)), message="created event")
@@ -128,7 +137,8 @@ def test_container_events_push_lifecycle_and_death(cri_runtime: Any, poll: Any) 
         assert event.containers_statuses[0].exit_code == 3
         assert event.pod_sandbox_status.id == sandbox[0]
         client.remove_container(cid)
-        poll(lambda: any(e.container_event_type == pb.CONTAINER_DELETED_EVENT
+        poll(lambda: any(e.container_id == cid and
+                         e.container_event_type == pb.CONTAINER_DELETED_EVENT
                          for e in list(events)), message="deleted event")
         kinds = [e.container_event_type for e in list(events) if e.container_id == cid]
         assert kinds == [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_STARTED_EVENT,
