@@ -112,8 +112,18 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         # arrive in different drains), each turn moves the fake clock past the batch window
         wait_for(server.synced, pump=lambda: (server.turn(), clock.advance(BATCH)),
                  message="synced view")
-        server.turn()  # a drain at the clock's final time: the window below starts here
-        first = web.view
+        # a pump and drain at the clock's final time: the window below starts there. A turn
+        # pumps only when traffic came, so send some and turn until the view has it; should
+        # other traffic (an owner's heartbeat) open a window first, move the clock past it.
+        owners.maps["statuses"].set("_", PodStatusValue({"phase": "Pending"}))
+
+        def drained() -> View | None:
+            view = web.view
+            return view if view.statuses.get("_") == PodStatusValue({"phase": "Pending"}) else None
+
+        first = wait_for(drained, pump=lambda: (
+            server.turn(), clock.advance(BATCH) if loop.holding and not drained() else None),
+            message="a drain at the clock's final time")
         for i in range(50):
             owners.maps["statuses"].set(f"u{i}", PodStatusValue({"phase": "Running"}))
         for _ in range(3):  # the fake clock stands still: within the window of the last drain
