@@ -15,12 +15,12 @@ import os
 import queue
 import random
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
 from podvisor.common.child import ChildContext
+from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.maps import DESIRED, HEALTH_KEY, PLEG, PROBES, DesiredPod, PodProbes
 from podvisor.services.pod import PodValidationError
@@ -64,7 +64,7 @@ class ProberService:
         self.desired = self.loop.replica(DESIRED, self._on_desired,
                                          snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = self.loop.replica(PLEG, self._on_pleg, snapshot_timeout=SNAPSHOT_TIMEOUT)
-        self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="probe")
+        self.pool = ElasticPool(max_workers=POOL_THREADS, thread_name_prefix="probe")
         self.results: queue.SimpleQueue[tuple[ProbeTask, Outcome]] = queue.SimpleQueue()
         self.wake = WakePipe()  # probe outcomes wake the loop
         self.loop.watch(self.wake.read_fd, self.wake.drain)

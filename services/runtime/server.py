@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import grpc
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
 from podvisor.common.logs import Log as Logger
+from podvisor.common.pool import ElasticPool
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import MAX_SOCKET_PATH
 from podvisor.ipc.rlimits import raise_nofile_limit
@@ -84,7 +84,7 @@ class RuntimeServer:
             os.unlink(self.socket_path)  # a stale socket of a killed predecessor
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="cri"),
+            ElasticPool(max_workers=MAX_WORKERS, thread_name_prefix="cri"),
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

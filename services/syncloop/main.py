@@ -18,13 +18,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
+from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
@@ -122,7 +123,7 @@ def pull_slots(cfg: Any) -> threading.Semaphore | None:
 
 
 def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
-          pool: ThreadPoolExecutor, wake: WakePipe, events: Recorder | None = None
+          pool: Executor, wake: WakePipe, events: Recorder | None = None
           ) -> tuple[SyncLoop, MapOwner]:
     """The composition root: every part of the sync loop, from the config."""
     cfg = ctx.config
@@ -235,7 +236,7 @@ def run(ctx: ChildContext) -> None:
     clock = ctx.clock
     service = ServiceLoop(ctx)
     publisher = service.publisher()
-    pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="podworker")
+    pool = ElasticPool(max_workers=POOL_THREADS, thread_name_prefix="podworker")
     wake = WakePipe()
     events = Recorder(ctx.name, clock.wall)
     event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
