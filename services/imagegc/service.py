@@ -101,14 +101,13 @@ class ImageGC:
         if now >= self.next_image_gc:
             self.next_image_gc = now + IMAGE_GC_PERIOD
             self.image_pass(now, pleg)
-        if self.log_limits is not None and now >= self.next_rotation:
+        if self.log_limits is None:
+            return min(self.next_container_gc, self.next_image_gc)
+        if now >= self.next_rotation:
             self.next_rotation = now + ROTATE_PERIOD
-            try:
-                rotate_pass(self.cri, pleg, *self.log_limits, self.stamp(), self.log)
-            except CriError as err:
-                self.log.warning("imagegc.log_rotation.failed", error=err.message)
-            return min(self.next_container_gc, self.next_image_gc, self.next_rotation)
-        return min(self.next_container_gc, self.next_image_gc)
+            # a container's failure is logged and skipped inside (no listing call to fail)
+            rotate_pass(self.cri, pleg, *self.log_limits, self.stamp(), self.log)
+        return min(self.next_container_gc, self.next_image_gc, self.next_rotation)
 
     def image_pass(self, now: float, pleg: Mapping[str, Any]) -> None:
         try:

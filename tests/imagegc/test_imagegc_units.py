@@ -183,3 +183,17 @@ def test_pull_progress_lines(tmp_path: Any, capsys: Any) -> None:
     table = format_images([{"id": "sha256:" + "c" * 64, "repoTags": ["r.local:5000/x:1"],
                             "size": 1234567}])
     assert table.splitlines()[1].split() == ["r.local:5000/x", "1", "c" * 13, "1.23MB"]
+
+
+def test_step_deadline_includes_the_next_rotation_when_it_is_not_due(tmp_path: Any) -> None:
+    """The step's answer is its next due time: the rotation's too, on the turns between
+    rotations (a step that did not rotate once answered the next GC, a minute away)."""
+    from podvisor.services.imagegc.logrotate import ROTATE_PERIOD
+
+    gc = ImageGC(FakeRuntimeClient(), lambda: Usage(1000, 10), MemoryLogger(),
+                 EventSink(lambda t, r, m, o: None, lambda: None), "node", 85, 80, 0.0)
+    gc.log_limits = (100, 3)
+    assert gc.step(0.0, {}, None) == ROTATE_PERIOD  # rotated now; GC is a minute away
+    assert gc.step(1.0, {}, None) == ROTATE_PERIOD  # not due: still the rotation's time
+    gc.log_limits = None
+    assert gc.step(2.0, {}, None) == gc.next_container_gc
