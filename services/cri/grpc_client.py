@@ -185,15 +185,15 @@ class _GrpcRuntimeClient:
         self._pull_timeout = pull_timeout
         self._target = normalize_endpoint(endpoint)
         self._options: list[tuple[str, Any]] = [
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                # Reconnect back-off as the kubelet's CRI client (k8s.io/cri-client: base
-                # 100 ms, max 3 s). gRPC's default (1 s, x1.6, up to 120 s) left a client
-                # that started before the runtime listened failing every call for ~5 s after
-                # the socket appeared: the agent's processes start together.
-                ("grpc.initial_reconnect_backoff_ms", RECONNECT_BASE_MS),
-                ("grpc.min_reconnect_backoff_ms", RECONNECT_BASE_MS),
-                ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Reconnect back-off as the kubelet's CRI client (k8s.io/cri-client: base
+            # 100 ms, max 3 s). gRPC's default (1 s, x1.6, up to 120 s) left a client
+            # that started before the runtime listened failing every call for ~5 s after
+            # the socket appeared: the agent's processes start together.
+            ("grpc.initial_reconnect_backoff_ms", RECONNECT_BASE_MS),
+            ("grpc.min_reconnect_backoff_ms", RECONNECT_BASE_MS),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
         ]
         self._channel = grpc.insecure_channel(self._target, options=self._options)
         stubs: Any = pb_grpc
