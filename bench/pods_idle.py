@@ -145,8 +145,7 @@ def _role(proc: psutil.Process) -> str:
     if not name.startswith("python"):
         return name
     cmd = " ".join(proc.cmdline())
-    for marker, role in (("resource_tracker", "multiprocessing resource tracker"),
-                         ("forkserver", "forkserver"), ("runtime.zygote", "zygote")):
+    for marker, role in (("forkserver", "forkserver"), ("runtime.zygote", "zygote")):
         if marker in cmd:
             parent = proc.parent()
             if role == "zygote" and parent and "runtime.zygote" in " ".join(parent.cmdline()):
