@@ -34,8 +34,10 @@ from __future__ import annotations
 import os
 import resource
 
+from podvisor.services.runtime.procfs import CLOCK_TICKS
+
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-_NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+_NS_PER_TICK = 1_000_000_000 // CLOCK_TICKS
 
 
 def children_files() -> bool:
@@ -80,7 +82,9 @@ class GroupScanner:
         self._full_every = full_every
         self._max_open = default_max_open() if max_open is None else max_open
         self._follow = children_files() if follow_children is None else follow_children
-        self._members: dict[str, _Open] = {}  # pid (its /proc name) -> kept descriptors
+        # pid (its /proc name) -> its kept descriptors, None past ``max_open`` (still a member:
+        # read at every pass, through descriptors opened for that read)
+        self._members: dict[str, _Open | None] = {}
         self._listed: set[str] = set()  # without children lists: /proc's last listing
         self._last_full: float | None = None
 
@@ -97,7 +101,8 @@ class GroupScanner:
                 listed = set(os.listdir("/proc"))
                 queue += [n for n in listed - self._listed if n.isdigit()]
                 self._listed = listed
-        old, kept = self._members, dict[str, _Open]()
+        old, kept = self._members, dict[str, _Open | None]()
+        open_count = 0
         out: dict[int, tuple[int, int]] = {}
         visited: set[str] = set()
         try:
@@ -116,15 +121,18 @@ class GroupScanner:
                 cpu, rss = out.get(pgid, (0, 0))
                 out[pgid] = (cpu + (int(fields[11]) + int(fields[12])) * _NS_PER_TICK,
                              rss + int(fields[21]) * PAGE_SIZE)
-                if not full:
+                if not full and self._follow:
                     queue.extend(_children(name, fds, int(fields[17])))
-                if len(kept) < self._max_open:
+                if open_count < self._max_open:
                     kept[name] = fds
+                    open_count += 1
                 else:
                     fds.close()
+                    kept[name] = None
         finally:
-            for fds in old.values():  # gone, or no longer a member
-                fds.close()
+            for gone in old.values():  # gone, or no longer a member
+                if gone is not None:
+                    gone.close()
             self._members = kept
         return out
 
@@ -146,13 +154,15 @@ class GroupScanner:
 
     def open_count(self) -> int:
         """Members whose descriptors are kept open."""
-        return len(self._members)
+        return sum(1 for fds in self._members.values() if fds is not None)
 
     def close(self) -> None:
-        """Close the kept descriptors (the scanner still works: it opens them again)."""
-        members, self._members = self._members, {}
-        for fds in members.values():
-            fds.close()
+        """Close the kept descriptors (the scanner still works: it opens them again; the
+        members stay known)."""
+        for name, fds in self._members.items():
+            if fds is not None:
+                fds.close()
+                self._members[name] = None
 
 
 def _children(name: str, fds: _Open, threads: int) -> list[str]:
