@@ -306,14 +306,13 @@ def test_summary_maker_matches_a_fresh_summary_across_changes(tmp_path: Path) ->
     wall = [1_800_000_000.0]
     maker = SummaryMaker("n", 0, str(tmp_path), str(pod_logs), lambda: list(answer),
                          image_fs_info, lambda: wall[0])
-    fresh_logs = LogUsage()
 
     def check(pleg: dict[str, Any]) -> dict[str, Any]:
         wall[0] += 10.0
         body, why = maker.make(pleg)
         assert why is None
         want = summary("n", 0, body["node"], list(answer), pleg,
-                       fresh_logs.all(str(pod_logs)), body["node"]["runtime"]["imageFs"],
+                       log_usage(str(pod_logs)), body["node"]["runtime"]["imageFs"],
                        int(wall[0] * 1e9))
         assert body == want
         return body
