@@ -41,7 +41,8 @@ class ProcessStateChanged(Message):
 @dataclass(frozen=True)
 class ProcessHeartbeat(Message):
     """A RUNNING process's heartbeat went late (``late``: no beat for ``age`` seconds, three
-    ``heartbeatInterval``s, well before ``heartbeatTimeout`` kills it), or came back.
+    ``heartbeatInterval``s; said only when that is before ``heartbeatTimeout`` kills it), or
+    came back.
     Published on a sub-topic of the state changes, so whoever follows the states (the ops
     dashboard) hears it too; sent on the two edges only, never per beat."""
 

@@ -104,10 +104,11 @@ class Snapshot:
 
 def agent_key(procs: Iterable[Proc]) -> tuple[Any, ...]:
     """What the page shows of the subsystems, time aside: a change of state, pid, restarts,
-    last exit or reason changes it; another ``now`` (and the ``start`` derived from it) does
-    not."""
+    last exit, reason or heartbeat lateness changes it; another ``now`` (and the ``start``
+    derived from it) does not, nor the heartbeat's age (new at every ask; the page ticks a
+    late one from the state that said it went late)."""
     return tuple((p.name, p.state, p.pid, p.restarts, p.stop, p.exitstatus, p.spawnerr,
-                   dict(p.extra)) for p in procs)
+                  {k: v for k, v in p.extra.items() if k != "heartbeatAge"}) for p in procs)
 
 
 def frame(event: str, data: str) -> bytes:

@@ -99,7 +99,8 @@ def _rows(now: float, **change: object) -> list[dict[str, object]]:
     row: dict[str, object] = {
         "name": "pleg", "state": "RUNNING", "pid": 40, "restarts": 1,
         "uptime": round(now - 1000.123, 3), "module": "podvisor.services.pleg.main",
-        "reason": "", "lastExit": {"code": None, "signal": 9, "time": 990.5, "ranFor": 3.2}}
+        "reason": "", "lastExit": {"code": None, "signal": 9, "time": 990.5, "ranFor": 3.2},
+        "heartbeatAge": round(now % 1.0, 3), "heartbeatLate": False}  # a fresh age each ask
     return [{**row, **change}]
 
 
@@ -107,8 +108,10 @@ def test_agent_key_ignores_time_and_sees_what_the_page_shows(tmp_path: Path) -> 
     base = agent_key(agent_procs(_rows(2000.0), 2000.0, tmp_path))
     # later, the same processes: another now, a start that jitters by the uptime's rounding
     assert agent_key(agent_procs(_rows(2012.0004), 2012.0, tmp_path)) == base
+    # the heartbeat's age alone moves at every ask: not a change of what the page shows
+    assert agent_key(agent_procs(_rows(2000.7), 2000.7, tmp_path)) == base
     for change in ({"pid": 41}, {"state": "BACKOFF"}, {"restarts": 2},
-                   {"reason": "heartbeat missed"},
+                   {"reason": "heartbeat missed"}, {"heartbeatLate": True},
                    {"lastExit": {"code": 1, "signal": None, "time": 1999.0, "ranFor": 5.0}}):
         moved = agent_key(agent_procs(_rows(2000.0, **change), 2000.0, tmp_path))
         assert moved != base, change
