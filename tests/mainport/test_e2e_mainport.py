@@ -596,8 +596,8 @@ def test_kill9_of_the_server_during_exec(node: Node, wait_for: Any) -> None:
             return pid, last.type
     pid, end = asyncio.run(run())
     assert end in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.ERROR)
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie",
-             30.0, 0.05, "the exec'd command killed once its stream is gone")
+    wait_for(lambda: process_gone(pid), 30.0, 0.05,
+             "the exec'd command killed once its stream is gone")
     wait_for(lambda: _answers(node), 30.0, 0.02, "main port back after kill -9")
     assert read_pid(node.marks, "talker") == talker_pid
 

@@ -15,6 +15,7 @@ import zmq
 
 from podvisor.ipc.bus import Publisher
 from podvisor.services.events import model as ev
+from tests.conftest import process_gone
 
 IDLE = {"module": "svc_idle", "heartbeatTimeout": "1500ms", "stopTimeout": "2s"}
 
@@ -42,7 +43,7 @@ def test_sigstop_is_detected_by_missing_heartbeats_and_replaced(agent: Any) -> N
     os.kill(pid, signal.SIGSTOP)
     row = a.wait_state("frozen", "RUNNING", where=lambda r: r["pid"] != pid)
     assert "no heartbeat" in row["lastExit"]["reason"]
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert process_gone(pid)
     assert a.state("other")["pid"] == other
 
 
@@ -104,8 +105,7 @@ def test_agent_death_takes_children_down(agent: Any, wait_for: Any) -> None:
     pid = a.wait_state("one", "RUNNING")["pid"]
     a.proc.kill()
     a.proc.wait()
-    wait_for(lambda: not psutil.pid_exists(pid) or
-             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, message="orphan exit")
+    wait_for(lambda: process_gone(pid), message="orphan exit")
 
 
 def test_sighup_reload_applies_changes(agent: Any, wait_for: Any) -> None:
@@ -124,7 +124,7 @@ def test_sighup_reload_applies_changes(agent: Any, wait_for: Any) -> None:
     a.wait_state("new", "RUNNING")
     a.wait_state("off", "RUNNING")
     wait_for(lambda: "drop" not in a.status(), message="drop removed")
-    assert not psutil.pid_exists(drop) or psutil.Process(drop).status() == "zombie"
+    assert process_gone(drop)
     assert a.state("keep")["pid"] == keep
     log = (a.paths.logs_dir / "supervisor.log").read_text()
     reloaded = [json.loads(x) for x in log.splitlines() if '"agent.reloaded"' in x]
