@@ -27,21 +27,11 @@ def run(ctx: ChildContext) -> None:
     if not config.kubeconfig:
         ctx.log.info("events.api.disabled", reason="kubeconfig is not set")
         return
-    conn = ApiConnection(config.kubeconfig)
-    sink = ApiEventSink(conn, config.node_name)
     pending: deque[tuple[dict[str, Any], float]] = deque(maxlen=QUEUE)
     cond = threading.Condition()
     stop = threading.Event()
     failure: list[BaseException] = []
-
-    def helper() -> None:
-        try:
-            _send_loop(ctx, sink, pending, cond, stop)
-        except BaseException as exc:  # re-raised by the main thread
-            failure.append(exc)
-
     loop = ServiceLoop(ctx)
-    loop.closing(conn)
 
     def receive() -> None:
         env = subscriber.recv(0)
@@ -52,7 +42,20 @@ def run(ctx: ChildContext) -> None:
                     cond.notify()
             env = subscriber.recv(0)
 
+    # subscribed before the connection is made: that imports the kubernetes client (~0.5 s,
+    # longer on a busy machine), and the first events of the agent's start (a pod's Started)
+    # published meanwhile would reach no subscriber
     subscriber = loop.subscriber([Event.TOPIC], receive)
+    conn = ApiConnection(config.kubeconfig)
+    loop.closing(conn)
+    sink = ApiEventSink(conn, config.node_name)
+
+    def helper() -> None:
+        try:
+            _send_loop(ctx, sink, pending, cond, stop)
+        except BaseException as exc:  # re-raised by the main thread
+            failure.append(exc)
+
     thread = threading.Thread(target=helper, name="events-api", daemon=True)
     thread.start()
 
