@@ -123,12 +123,16 @@ def run_agent(
     def notify(change: StateChange) -> None:
         agent_box[0].publish_change(change)
 
+    def late_after() -> float:
+        # the config of now (a reload may have changed the interval the next child reads)
+        return LATE_BEATS * agent_box[0].p.config.supervision.heartbeat_interval
+
     specs = resolve(config)
     report_builtins(config, log, deps.builtins)
     env = {"PODVISOR_ROOT_DIR": str(paths.root), "PODVISOR_SUPERVISOR_PID": str(os.getpid())}
     spawner = deps.spawner or _default_spawner(config, specs)
     core = CoreDeps(deps.clock.monotonic, deps.clock.wall, spawner, notify, log, deps.rand, env,
-                    late_after=LATE_BEATS * sup_cfg.heartbeat_interval,
+                    late_after=late_after,
                     on_late=lambda proc, late, age: agent_box[0].publish_late(proc, late, age))
     sup = Supervisor(specs, core)
     parts = AgentParts(

@@ -39,8 +39,10 @@ class CoreDeps:
     rand: Callable[[], float]
     env: Mapping[str, str]  # added to every child's environment
     # a RUNNING process without a heartbeat this long is late (said once through ``on_late``,
-    # and once more when it beats again); None: never (only the heartbeat timeout acts)
-    late_after: float | None = None
+    # and once more when it beats again); None: never (only the heartbeat timeout acts). Read
+    # at each spawn: an incarnation keeps the value of its start, as it keeps the heartbeat
+    # interval it read then (a reload changes it for the processes that start after it)
+    late_after: Callable[[], float | None] = lambda: None
     on_late: Callable[[SupervisedProcess, bool, float], None] = lambda proc, late, age: None
 
 
@@ -68,6 +70,7 @@ class Supervisor:
         env = {**self.d.env, "PODVISOR_MODULE": spec.module,
                "PODVISOR_STOP_TIMEOUT": str(spec.stop_timeout)}
         proc.started_at = proc.last_beat = now
+        proc.late_after = self.d.late_after()
         proc.intent = Intent.NONE
         try:
             proc.handle = self.d.spawner.spawn(spec, env)
@@ -215,8 +218,9 @@ class Supervisor:
             self._signal(proc, signal.SIGKILL)
 
     def _late_after(self, proc: SupervisedProcess) -> float | None:
-        """When this process counts as late: ``late_after``, if before its heartbeat timeout."""
-        after = self.d.late_after
+        """When this process counts as late: its ``late_after``, if before its heartbeat
+        timeout."""
+        after = proc.late_after
         return after if after is not None and after < proc.spec.heartbeat_timeout else None
 
     def next_deadline(self) -> float | None:

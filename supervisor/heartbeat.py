@@ -109,7 +109,7 @@ class BeatReader:
     def __init__(self, run_dir: Path, reopen_after: float = 2.0, *,
                  clock: Callable[[], float]) -> None:
         self._dir = run_dir
-        self._reopen_after = reopen_after
+        self.reopen_after = reopen_after
         self._clock = clock
         self._maps: dict[str, mmap.mmap] = {}
         self._seen: dict[str, tuple[int, int, float]] = {}  # name -> pid, count, when
@@ -124,7 +124,7 @@ class BeatReader:
         if got_pid == pid and (seen is None or seen[:2] != (pid, count)):
             self._seen[name] = (pid, count, now)
             return True
-        if seen is None or now - seen[2] >= self._reopen_after:
+        if seen is None or now - seen[2] >= self.reopen_after:
             self._forget(name)
         return False
 

@@ -183,6 +183,11 @@ class Agent:
                                reason="a new rootDir needs an agent restart")
             raise ControlFault(Fault.CANT_REREAD, "rootDir cannot change without a restart")
         changes = self._config_changes(self.p.config, config)
+        if self._beat_files is not None:
+            # children started before the reload beat at the old interval, later ones at the
+            # new one: a beat file is remapped only after the longer of the two
+            self._beat_files.reopen_after = 2 * max(self.p.config.supervision.heartbeat_interval,
+                                                    config.supervision.heartbeat_interval)
         self.p.config = config
         write_config_json(config, self.p.config_json)
         changes += apply_specs(self.sup, specs)

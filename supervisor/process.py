@@ -62,7 +62,10 @@ class SupervisedProcess:
     due_at: float | None = None  # respawn time (EXITED/BACKOFF) or SIGKILL time (STOPPING)
     reason: str = ""  # why the last transition happened (published with it)
     last_pid: int | None = None  # the pid of the latest incarnation, even after it exited
-    late: bool = False  # RUNNING, and no heartbeat for the core's ``late_after``
+    late: bool = False  # RUNNING, and no heartbeat for ``late_after``
+    # this incarnation is late after this long without a beat (the core's ``late_after()`` when
+    # it was spawned: the heartbeat interval it read at its start); None: never
+    late_after: float | None = None
 
     @property
     def name(self) -> str:

@@ -81,7 +81,7 @@ def test_a_late_heartbeat_is_said_once_each_way_before_the_timeout() -> None:
     ``late_after`` leaves it to the timeout; a new state clears it without a word."""
     sup, clock, spawner, _ = make(spec(heartbeat_timeout=10.0))
     said: list[tuple[str, bool, float]] = []
-    sup.d = replace(sup.d, late_after=3.0,
+    sup.d = replace(sup.d, late_after=lambda: 3.0,
                     on_late=lambda proc, late, age: said.append((proc.name, late, age)))
     sup.start_all()
     ready(sup, spawner)
@@ -105,13 +105,43 @@ def test_a_late_heartbeat_is_said_once_each_way_before_the_timeout() -> None:
     die(sup, spawner, ExitStatus(None, signal.SIGKILL))
     assert not sup.procs["p"].late and len(said) == 3
     quiet, qclock, qspawner, _ = make(spec(heartbeat_timeout=2.0))
-    quiet.d = replace(quiet.d, late_after=3.0,
+    quiet.d = replace(quiet.d, late_after=lambda: 3.0,
                       on_late=lambda proc, late, age: said.append((proc.name, late, age)))
     quiet.start_all()
     ready(quiet, qspawner)
     qclock.now += 2.5
     quiet.tick()
     assert len(said) == 3 and quiet.procs["p"].state == S.STOPPING  # the timeout acted
+
+
+def test_lateness_follows_the_interval_each_incarnation_started_with() -> None:
+    """A reload that lengthens the heartbeat interval changes ``late_after()``: the running
+    incarnation (which beats at the interval it read) keeps its value, the next one gets the
+    new one and is not called late for beating at its slower pace."""
+    sup, clock, spawner, _ = make(spec(heartbeat_timeout=10.0))
+    current = [3.0]
+    said: list[tuple[str, bool, float]] = []
+    sup.d = replace(sup.d, late_after=lambda: current[0],
+                    on_late=lambda proc, late, age: said.append((proc.name, late, age)))
+    sup.start_all()
+    ready(sup, spawner)
+    current[0] = 6.0  # the reload
+    clock.now += 3.5
+    sup.tick()
+    assert said == [("p", True, 3.5)]  # the old incarnation: 3 s
+    first = spawner.last("p").pid
+    die(sup, spawner, ExitStatus(None, signal.SIGKILL))
+    sup.tick()  # the first crash restarts at once
+    assert spawner.last("p").pid != first
+    ready(sup, spawner)
+    assert sup.procs["p"].late_after == 6.0
+    assert sup.next_deadline() == clock.now + 6.0 + 0.001
+    clock.now += 5.0
+    sup.tick()
+    assert len(said) == 1 and not sup.procs["p"].late  # a beat every 5 s is in time now
+    clock.now += 1.5
+    sup.tick()
+    assert said[-1] == ("p", True, 6.5)
 
 
 def test_missing_heartbeat_sigterm_then_sigkill_then_crash_restart() -> None:
