@@ -151,6 +151,7 @@ def relist(t: Target, count: int, reps: int = 30) -> list[float]:
 
 def death_to_event(t: Target, root: Path, n: int) -> list[float]:
     stream = t.client.container_events()
+    stream.wait_subscribed()  # no kill before it: its STOPPED event would be missed
     arrived: dict[str, float] = {}
     cond = threading.Condition()
 
