@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint, is_embedded
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.maps import DESIRED, PLEG
-from podvisor.services.cri import new_runtime_client
+from podvisor.services.cri import OnDemandRuntimeClient, RuntimeClient, new_runtime_client
 from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.imagegc.gc import owned_by
 from podvisor.services.imagegc.logrotate import STAMP
@@ -19,8 +20,11 @@ def run(ctx: ChildContext) -> None:
     import os
 
     cfg, clock = ctx.config, ctx.clock
-    cri = new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
-                             timeout=min(cfg.runtime_request_timeout, 60.0))
+    endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket)
+    # connected during the passes only: an open channel costs grpcio's threads' wake-ups
+    on_demand = OnDemandRuntimeClient(
+        lambda: new_runtime_client(endpoint, timeout=min(cfg.runtime_request_timeout, 60.0)))
+    cri = cast(RuntimeClient, on_demand)
     recorder = Recorder(ctx.name, clock.wall)
     publisher = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
     loop = ServiceLoop(ctx)
@@ -42,7 +46,10 @@ def run(ctx: ChildContext) -> None:
         # Wait for the maps' first snapshots: without them every pod looks removed.
         if not (pleg.synced and desired.synced):
             return now + 0.5
-        return min(gc.step(now, pleg.items(), set(desired.items())), now + 1.0)
+        try:
+            return min(gc.step(now, pleg.items(), set(desired.items())), now + 1.0)
+        finally:
+            on_demand.release()
 
     try:
         loop.run(step)

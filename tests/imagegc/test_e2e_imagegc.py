@@ -50,6 +50,15 @@ def _tags(handle: Any) -> list[str]:
     return [t for i in json.loads(out.stdout) for t in i["repoTags"]]
 
 
+def _grpc_threads(pid: int) -> list[str]:
+    """Names of grpcio's threads in ``pid`` (event engine workers, its timer, its lifeguard)."""
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            names.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+    return [n for n in names if n.startswith(("event_engine", "grpc_global", "lifeguard"))]
+
+
 def _events(handle: Any, reason: str) -> list[dict[str, Any]]:
     out = handle.ctl("events", "--json")
     return [e for e in json.loads(out.stdout)["items"] if e["reason"] == reason]
@@ -76,6 +85,9 @@ def test_image_gc_lru_in_use_kill9(agent: Any, wait_for: Any,
             "containerLogMaxFiles": 3,
             "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
         wait_for(lambda: used in _tags(handle), 60.0, message="the pod's image pulled")
+        # between its passes the process holds no channel, so none of grpcio's threads
+        gc_pid = handle.state("imagegc")["pid"]
+        wait_for(lambda: not _grpc_threads(gc_pid), 30.0, message="imagegc without gRPC threads")
         assert handle.ctl("images", "pull", other).returncode == 0
         # 95 %: over 85 %, free down to 80 %; the next pass comes with the restart
         usage.write_text(json.dumps({"capacity": 1000, "used": 950}))

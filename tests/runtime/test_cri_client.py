@@ -14,7 +14,12 @@ from cri_api.images import Images
 from cri_api.v1 import api_pb2 as pb
 from prometheus_client import CollectorRegistry, generate_latest
 
-from podvisor.services.cri import CriError, new_instrumented_client, new_runtime_client
+from podvisor.services.cri import (
+    CriError,
+    OnDemandRuntimeClient,
+    new_instrumented_client,
+    new_runtime_client,
+)
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.cri.grpc_client import normalize_endpoint
 
@@ -140,3 +145,35 @@ def test_cri_api_helper_client_against_embedded(cri_runtime: Any) -> None:
         assert containers.list_containers() == []
     finally:
         channel.channel.close()
+
+
+class _Closing(FakeRuntimeClient):
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+def test_on_demand_client_connects_at_first_call_and_lets_go_on_release() -> None:
+    made: list[_Closing] = []
+
+    def connect() -> _Closing:
+        made.append(_Closing())
+        return made[-1]
+
+    client = OnDemandRuntimeClient(connect)
+    client.release()  # nothing to let go of
+    assert made == [] and not client.connected
+    assert client.version().runtime_name
+    client.list_images()
+    assert len(made) == 1 and client.connected  # one connection for the whole burst
+    client.release()
+    assert made[0].closed and not client.connected
+    client.version()
+    assert len(made) == 2 and not made[1].closed
+    client.close()
+    assert made[1].closed
+    with pytest.raises(AttributeError):
+        client._private  # noqa: B018 (not a client method: never connects)
+    assert len(made) == 2
