@@ -68,6 +68,24 @@ def _cpu(procs: list[psutil.Process]) -> dict[Key, float]:
     return out
 
 
+def thread_cpu(pid: int) -> dict[str, tuple[int, float]]:
+    """Thread name -> (threads, seconds on a CPU), summed over the threads of that name, from
+    each thread's schedstat (nanoseconds; /proc/PID/stat counts 10 ms ticks)."""
+    out: dict[str, tuple[int, float]] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    ns = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            count, seconds = out.get(name, (0, 0.0))
+            out[name] = (count + 1, seconds + ns / 1e9)
+    return out
+
+
 def _rss(procs: list[psutil.Process]) -> float:
     total = 0
     for proc in procs:
@@ -120,6 +138,7 @@ Group = tuple[str, Callable[[], list[psutil.Process]]]
 def measure_idle(groups: list[Group], seconds: float, sample_every: float = 5.0) -> list[Usage]:
     """Measure every group over the same window; the caller must not poll anything during it."""
     start = {label: _cpu(list_procs()) for label, list_procs in groups}
+    threads = {p.pid: thread_cpu(p.pid) for _, list_procs in groups for p in list_procs()}
     rss = {label: _rss(list_procs()) for label, list_procs in groups}
     t0 = time.monotonic()
     end = t0 + seconds
@@ -134,7 +153,8 @@ def measure_idle(groups: list[Group], seconds: float, sample_every: float = 5.0)
         finish = _cpu(procs)
         used = sum(cpu - start[label].get(key, 0.0) for key, cpu in finish.items())
         lost = sum(1 for key in start[label] if key not in finish)
-        details = tuple(_detail(p, finish, start[label], wall) for p in procs)
+        details = tuple(_detail(p, finish, start[label], wall, threads.get(p.pid, {}))
+                        for p in procs)
         out.append(Usage(label, len(procs), 100.0 * used / wall, rss[label], _pss(procs),
                          resident_mb(procs), lost, details))
     return out
@@ -155,7 +175,7 @@ def _role(proc: psutil.Process) -> str:
 
 
 def _detail(proc: psutil.Process, finish: dict[Key, float], start: dict[Key, float],
-            wall: float) -> str:
+            wall: float, threads_before: dict[str, tuple[int, float]]) -> str:
     key = _key(proc)
     cpu = finish.get(key, 0.0) - start.get(key, 0.0) if key else 0.0
     try:
@@ -163,4 +183,11 @@ def _detail(proc: psutil.Process, finish: dict[Key, float], start: dict[Key, flo
         rss = proc.memory_info().rss / 2**20
     except psutil.Error:
         return f"{proc.pid} (gone)"
-    return f"{proc.pid:7d} {name:40s} CPU {100.0 * cpu / wall:5.2f} %   RSS {rss:6.1f} MB"
+    # where it went, by thread name (gRPC's event-engine threads, the main loop, pools)
+    used = sorted(((seconds - threads_before.get(tname, (0, 0.0))[1], tname, count)
+                   for tname, (count, seconds) in thread_cpu(proc.pid).items()), reverse=True)
+    by_thread = ", ".join(f"{tname}{f' x{count}' if count > 1 else ''} "
+                          f"{100.0 * seconds / wall:.3f}" for seconds, tname, count in used[:3]
+                          if seconds > 0)
+    return (f"{proc.pid:7d} {name:40s} CPU {100.0 * cpu / wall:5.2f} %   RSS {rss:6.1f} MB"
+            + (f"   threads (%): {by_thread}" if by_thread else ""))
