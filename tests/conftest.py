@@ -2,6 +2,8 @@
 
 - The pytest process is a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants orphaned by
   a test re-parent to it and can be found.
+- SIGINT is not ignored in the pytest process, however it was started (`_default_sigint`), so
+  the processes a test starts take Ctrl-C as from a terminal.
 - `_no_leaked_processes` (autouse): fails a test that leaves a new descendant process alive, then
   kills those by PID so one leak does not cascade. Opt out with `@pytest.mark.no_leak_check`.
 - `wait_for(predicate, timeout=..., interval=..., message=...)`: poll until truthy (no sleeps to
@@ -81,6 +83,17 @@ def pytest_configure(config: pytest.Config) -> None:
     _fresh_boot_clock(str(config.getoption("--uptime")))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _default_sigint()
+
+
+def _default_sigint() -> None:
+    """A suite started in the background by a non-interactive shell (``make test &``, a CI
+    runner) inherits SIGINT ignored (POSIX: an asynchronous list ignores SIGINT and SIGQUIT),
+    and so would every process a test starts: the tests that Ctrl-C a ``podvisorctl logs
+    --follow`` would wait for it forever. A handler of our own is reset to the default in every
+    child at its exec, so the children get Python's usual KeyboardInterrupt."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- polling -----------------------------------------------------------------------------------
