@@ -72,7 +72,7 @@ from cri_api.v1 import api_pb2 as pb
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pods_agent import Agent, alive_descendants, kill_descendants, pod_name, poll
-from pods_idle import measure_idle
+from pods_idle import cpu_seconds, measure_idle
 from proc_events import ExecWatcher
 from runtime import cri_burst
 from supervisord_peer import Supervisord, free_port, spawn_floor, supervisord_many
@@ -196,15 +196,6 @@ def one_pod(agent: Agent, bus: BusWatch, n: int) -> Single:
     return out
 
 
-def _cpu_by_process(agent: Agent) -> dict[int, tuple[str, float]]:
-    out = {}
-    for proc in agent.agent_processes():
-        with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            out[proc.pid] = (proc.name(), times.user + times.system)
-    return out
-
-
 def many_pods(agent: Agent, bus: BusWatch, count: int
               ) -> tuple[float, float, float, dict[str, float]]:
     """(every container started by the runtime, the status process published all running,
@@ -214,7 +205,9 @@ def many_pods(agent: Agent, bus: BusWatch, count: int
     until it shows them all running."""
     staged = [agent.stage(f"many{i}") for i in range(count)]
     bus.reset()
-    cpu_before = _cpu_by_process(agent)
+    procs = agent.agent_processes()
+    names = {p.pid: p.name() for p in procs}
+    cpu_before = cpu_seconds(procs)
     t0 = time.monotonic()
     for path in staged:
         agent.drop(path)
@@ -223,9 +216,9 @@ def many_pods(agent: Agent, bus: BusWatch, count: int
     poll(lambda: len(agent.running_names()) >= count, 60.0, 0.005, f"{count} running in /pods")
     t1 = time.monotonic()
     cpu: dict[str, float] = {}
-    for pid, (name, seconds) in _cpu_by_process(agent).items():
-        if pid in cpu_before:  # (a process born in the burst: a zygote's spare)
-            cpu[name] = cpu.get(name, 0.0) + seconds - cpu_before[pid][1]
+    for (pid, born), seconds in cpu_seconds(procs).items():  # (those there before the burst)
+        if (pid, born) in cpu_before:
+            cpu[names[pid]] = cpu.get(names[pid], 0.0) + seconds - cpu_before[(pid, born)]
     wall_to_mono = time.monotonic() - time.time()
     started = max(int(agent.started(c.id)["started_at"]) for c in agent.all_containers())
     agent.remove_all()

@@ -55,7 +55,8 @@ def _key(proc: psutil.Process) -> Key | None:
         return None
 
 
-def _cpu(procs: list[psutil.Process]) -> dict[Key, float]:
+def cpu_seconds(procs: list[psutil.Process]) -> dict[Key, float]:
+    """User + system seconds of each process, keyed by (PID, create time)."""
     out: dict[Key, float] = {}
     for proc in procs:
         try:
@@ -137,7 +138,7 @@ Group = tuple[str, Callable[[], list[psutil.Process]]]
 
 def measure_idle(groups: list[Group], seconds: float, sample_every: float = 5.0) -> list[Usage]:
     """Measure every group over the same window; the caller must not poll anything during it."""
-    start = {label: _cpu(list_procs()) for label, list_procs in groups}
+    start = {label: cpu_seconds(list_procs()) for label, list_procs in groups}
     threads = {p.pid: thread_cpu(p.pid) for _, list_procs in groups for p in list_procs()}
     rss = {label: _rss(list_procs()) for label, list_procs in groups}
     t0 = time.monotonic()
@@ -150,7 +151,7 @@ def measure_idle(groups: list[Group], seconds: float, sample_every: float = 5.0)
     out = []
     for label, list_procs in groups:
         procs = list_procs()
-        finish = _cpu(procs)
+        finish = cpu_seconds(procs)
         used = sum(cpu - start[label].get(key, 0.0) for key, cpu in finish.items())
         lost = sum(1 for key in start[label] if key not in finish)
         details = tuple(_detail(p, finish, start[label], wall, threads.get(p.pid, {}))
