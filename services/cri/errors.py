@@ -26,6 +26,12 @@ class CriError(Exception):
     def unimplemented(self) -> bool:
         return bool(self.code == grpc.StatusCode.UNIMPLEMENTED)
 
+    @property
+    def unavailable(self) -> bool:
+        """The runtime could not be reached, or went away during the call (its answer is
+        lost: the call may or may not have taken effect)."""
+        return bool(self.code == grpc.StatusCode.UNAVAILABLE)
+
 
 def from_rpc_error(method: str, err: grpc.RpcError) -> CriError:
     """Turn a grpc.RpcError (also a grpc.Call) into a CriError."""

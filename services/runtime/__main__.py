@@ -12,6 +12,7 @@ import signal
 import threading
 from pathlib import Path
 
+from podvisor.common import crashpoints
 from podvisor.services.runtime.jsonlog import JsonLogger
 from podvisor.services.runtime.server import RuntimeServer
 
@@ -24,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
     signal.signal(signal.SIGINT, lambda _s, _f: stop.set())
-    server = RuntimeServer(args.root.resolve(), args.socket.resolve(), JsonLogger("runtime"))
+    server = RuntimeServer(args.root.resolve(), args.socket.resolve(), JsonLogger("runtime"),
+                           crash=crashpoints.from_env("runtime"))
     server.start()
     try:
         while not stop.wait(1.0):

@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.services.runtime import convert, images, oom
@@ -42,19 +43,35 @@ from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.native import monitor_binary
 from podvisor.services.runtime.procfs import group_members, is_alive, signal_group
 from podvisor.services.runtime.security import container_security, read_host, sandbox_security
-from podvisor.services.runtime.store import Store
+from podvisor.services.runtime.store import Loaded, Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
-from podvisor.services.runtime.zygote import Spawner, SpawnError
+from podvisor.services.runtime.zygote import Spawner, SpawnError, wait_readable
 
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
+SETTLE_TIMEOUT = 10.0  # seconds a restarted runtime waits for a start in flight (``_settle``)
+
+# The crash points of the engine (common/crashpoints.py; "runtime:<step>"), in the order of the
+# CRI calls' paths; docs/ARCHITECTURE.md "Exactly once" says what recovery does after each.
+STEPS = (
+    "sandbox.before_record", "sandbox.after_record",
+    "create.before_record", "create.after_record",
+    "start.before_intent", "start.after_intent", "start.after_send", "start.after_reply",
+    "stop.after_signal", "stop.after_exit",
+    "remove.after_stop", "remove.after_cgroups", "remove.after_record",
+    "stop_sandbox.after_record",
+    "remove_sandbox.after_containers", "remove_sandbox.after_record",
+)
 
 
 class Engine:
     def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
                  cgroups: Cgroups | None = None,
-                 registries: Mapping[str, Any] | None = None) -> None:
+                 registries: Mapping[str, Any] | None = None,
+                 crash: CrashPoints = NEVER) -> None:
         """``cgroups``: where container cgroups go (the host's hierarchies by default);
-        ``registries``: the ``imageRegistries`` settings."""
+        ``registries``: the ``imageRegistries`` settings; ``crash``: fault-injection tests'
+        crash points (``STEPS``)."""
+        self.crash = crash
         self.store = Store(root)
         self.images = images.Images(root / "images", registries, wall)
         self._rootfs_root = root / "rootfs"
@@ -72,7 +89,7 @@ class Engine:
         self._statuses: dict[str, tuple[Container, pb.ContainerStatus]] = {}
         self._index = Index()
         self._exit_socket = root / "exits.sock"
-        self._spawner = Spawner()
+        self._spawner = Spawner(crash=crash)
         self._host = read_host()  # the ids and capabilities containers can be given
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
@@ -102,6 +119,7 @@ class Engine:
                              detail="container monitors run the Python monitor "
                                     "(~1.8 MB more private memory each)")
         self._specs.update(loaded.specs)
+        self._settle(loaded)
         for i, c in enumerate(loaded.containers):
             if c.exited is not None:  # exited while the runtime was down
                 loaded.containers[i] = c = replace(c, exited=self._exit_reason(c.id, c.exited))
@@ -116,6 +134,56 @@ class Engine:
                       containers=len(self._containers),
                       running=sum(c.state is ContainerState.RUNNING
                                   for c in self._containers.values()))
+
+    def _settle(self, loaded: Loaded) -> None:
+        """Starts the previous runtime left in flight: the start's intent is journaled (the
+        monitor it went to), and neither started.json nor exit.json exists. Before anything is
+        served, wait for each such monitor to record the start (the container is then adopted:
+        RUNNING, or EXITED when it already ended) or to be gone without recording it (nothing
+        runs: the monitor never took the request, its start failed, or it died and its
+        container with it, ``die_with_monitor``; the container stays CREATED and may be
+        started again). A monitor that settles nothing within ``SETTLE_TIMEOUT`` is killed
+        (its container dies with it) and judged the same way. So every container process the
+        runtime ever started is in the record the clients will find, or is gone, before the
+        first CRI call is answered (docs/ARCHITECTURE.md, "Exactly once")."""
+        pending = {c.id: loaded.starting[c.id] for c in loaded.containers
+                   if c.started is None and c.exited is None and c.id in loaded.starting}
+        if not pending:
+            return
+        self.log.info("runtime.start.settling", containers=sorted(pending))
+        settled: dict[str, StartInfo | None] = {}
+        deadline = SYSTEM_CLOCK.monotonic() + SETTLE_TIMEOUT
+        pause = 0.001
+        while pending:
+            for cid, (pid, ticks) in list(pending.items()):
+                alive = is_alive(pid, ticks)  # first: a monitor found gone wrote all it will
+                started = self.store.read_started(cid)
+                if started is not None or not alive:
+                    settled[cid] = started
+                    del pending[cid]
+            if not pending:
+                break
+            if SYSTEM_CLOCK.monotonic() > deadline:
+                for cid, (pid, ticks) in pending.items():
+                    self.log.warning("runtime.start.settle_timeout", container=cid,
+                                     monitor_pid=pid, timeout=SETTLE_TIMEOUT)
+                    _kill_and_wait(pid, ticks)
+                    settled[cid] = self.store.read_started(cid)
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        for i, c in enumerate(loaded.containers):
+            if c.id not in settled:
+                continue
+            started = settled[c.id]
+            if started is None:
+                self.log.info("runtime.start.abandoned", container=c.id,
+                              detail="its monitor is gone and never started it: created")
+                continue
+            exited = self.store.read_exit(c.id)
+            loaded.containers[i] = replace(c, started=started, exited=exited)
+            self.log.info("runtime.start.adopted", container=c.id, pid=started.pid,
+                          exited=exited is not None)
 
     def close(self) -> None:
         """Stop watching; running containers and their monitors keep running."""
@@ -193,6 +261,7 @@ class Engine:
             sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
             self._index.sandbox_names[name] = sb.id
         try:
+            self.crash.hit("sandbox.before_record")
             self.store.save_sandbox(sb)
         except BaseException:
             with self._lock:
@@ -202,6 +271,7 @@ class Engine:
             self._sandboxes[sb.id] = sb
             self._index.add_sandbox(sb)
         self.log.info("sandbox.created", pod=md.name, namespace=md.namespace, sandbox=sb.id)
+        self.crash.hit("sandbox.after_record")
         return sb.id
 
     def stop_sandbox(self, sandbox_id: str) -> None:
@@ -213,6 +283,7 @@ class Engine:
                 sb = replace(self._sandboxes[sandbox_id], state=SandboxState.NOTREADY)
                 self.store.save_sandbox(sb)
                 self._sandboxes[sandbox_id] = sb
+        self.crash.hit("stop_sandbox.after_record")
 
     def remove_sandbox(self, sandbox_id: str) -> None:
         with self._lock:
@@ -220,12 +291,14 @@ class Engine:
                 return  # idempotent, as the CRI asks
         for c in self.containers_of(sandbox_id):
             self.remove_container(c.id)
+        self.crash.hit("remove_sandbox.after_containers")
         with self._lock:
             sb = self._sandboxes.pop(sandbox_id, None)
             if sb is not None:
                 self._index.remove_sandbox(sb)
             self.store.delete_sandbox(sandbox_id)
         self.log.info("sandbox.removed", sandbox=sandbox_id)
+        self.crash.hit("remove_sandbox.after_record")
 
     # --- containers ---
     def create_container(self, sandbox_id: str, config: pb.ContainerConfig) -> str:
@@ -310,6 +383,7 @@ class Engine:
                 doc["cgroups"] = dirs
                 doc["cgroup_join"] = self.cgroups.join_files(dirs)  # before the exec
             spec = json.dumps(doc).encode()
+            self.crash.hit("create.before_record")
             self.store.save_container(c, spec)
         except BaseException:
             with self._lock:
@@ -323,6 +397,7 @@ class Engine:
             self._specs[c.id] = spec
             self._index.add_container(c)
         self._publish(c, pb.CONTAINER_CREATED_EVENT)
+        self.crash.hit("create.after_record")
         return c.id
 
     def start_container(self, container_id: str) -> None:
@@ -353,8 +428,15 @@ class Engine:
         if spec is None:
             raise not_found("container", c.id)  # removed meanwhile
         log_fd = self._open_log(c)
+
+        def intent(monitor_pid: int, monitor_ticks: int) -> None:
+            """Journaled before the container goes to its monitor (``_settle``)."""
+            self.crash.hit("start.before_intent")
+            self.store.save_start(c.id, monitor_pid, monitor_ticks)
+            self.crash.hit("start.after_intent")
+
         try:
-            result = self._spawner.spawn(self.store.state_prefix(c.id), log_fd, spec)
+            result = self._spawner.spawn(self.store.state_prefix(c.id), log_fd, spec, intent)
         except SpawnError as err:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", str(err)))
             raise Fault(grpc.StatusCode.INTERNAL, f"starting container {c.id}: {err}") from None
@@ -364,6 +446,7 @@ class Engine:
         if not result.ok:
             self._record_exit(c.id, ExitInfo(128, self.wall(), "StartError", result.error))
             raise invalid(f"failed to start container {c.id}: {result.error}")
+        self.crash.hit("start.after_reply")
         started = StartInfo(result.monitor_pid, result.monitor_ticks, result.pid,
                             result.pid_ticks, result.started_at)
         with self._lock:
@@ -383,12 +466,16 @@ class Engine:
         st = c.started
         if timeout > 0:
             signal_group(st.pid, st.pid_ticks, _stop_signal(c.config.stop_signal))
+            self.crash.hit("stop.after_signal")
             if self._wait_exit(container_id, float(timeout)):
+                self.crash.hit("stop.after_exit")
                 return
         signal_group(st.pid, st.pid_ticks, signal.SIGKILL)
+        self.crash.hit("stop.after_signal")
         if not self._wait_exit(container_id, KILL_WAIT):
             raise Fault(grpc.StatusCode.DEADLINE_EXCEEDED,
                         f"container {container_id} did not exit {KILL_WAIT} s after SIGKILL")
+        self.crash.hit("stop.after_exit")
 
     def remove_container(self, container_id: str) -> None:
         with self._lock:
@@ -396,7 +483,16 @@ class Engine:
         if c is None:
             return  # idempotent, as the CRI asks
         self.stop_container(container_id, 0)
+        self.crash.hit("remove.after_stop")
+        # What is left in its cgroup is killed before the record goes (runc's order): a runtime
+        # killed in between still has the record, and the retried removal finishes the job.
         dirs = self.cgroup_dirs(container_id)
+        if dirs:
+            failed = self.cgroups.remove(dirs)
+            if failed:
+                self.log.warning("container.cgroup.busy", container=container_id,
+                                 folders=failed)
+        self.crash.hit("remove.after_cgroups")
         with self._lock:
             gone = self._containers.pop(container_id, None)
             self._specs.pop(container_id, None)
@@ -405,12 +501,8 @@ class Engine:
                 return
             self._index.remove_container(gone)
             self.store.delete_container(container_id)
+        self.crash.hit("remove.after_record")
         shutil.rmtree(self._rootfs_root / container_id, ignore_errors=True)
-        if dirs:
-            failed = self.cgroups.remove(dirs)
-            if failed:
-                self.log.warning("container.cgroup.busy", container=container_id,
-                                 folders=failed)
         self._publish(c, pb.CONTAINER_DELETED_EVENT)
 
     # --- image root filesystems ---
@@ -642,6 +734,24 @@ class Engine:
             containers_statuses=[self.status_of(x) for x in mine + others],
         )
         self.events.publish(event)
+
+
+def _kill_and_wait(pid: int, ticks: int) -> None:
+    """SIGKILL (pid, ticks), not a reused pid, and wait (bounded) until it is gone."""
+    if not is_alive(pid, ticks):
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        if is_alive(pid, ticks):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            wait_readable(fd, KILL_WAIT)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _log_path(log_directory: str, log_path: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
+from podvisor.common import crashpoints
 from podvisor.services.runtime.server import RuntimeServer
 
 HEARTBEAT_EVERY = 1.0  # seconds, unless the context says otherwise (heartbeat_interval)
@@ -31,7 +32,8 @@ class _Ctx(Protocol):
 def run(ctx: _Ctx) -> None:
     config = getattr(ctx, "config", None)
     registries = getattr(config, "image_registries", None) or {}
-    server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log, registries)
+    server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log, registries,
+                           crashpoints.from_env("runtime"))
     server.start()
     # Beat at the supervisor's own interval, like the other services (it was every 0.25 s:
     # three needless wake-ups a second); stop still ends the wait at once.

@@ -74,6 +74,11 @@ extern char **environ;
 static const char *state_prefix;
 static const char *log_path;
 static int log_fd = -1;
+/* PODVISOR_MONITOR_HOLD (fault-injection tests only): a FIFO the monitor opens and reads to
+ * EOF after its container started and before it records started.json, so a test can kill or
+ * restart the runtime while a start is exactly there. Read in main(): a monitor's environ is
+ * its container's. */
+static const char *hold_fifo;
 
 static long long now_ns(clockid_t clock) {
     struct timespec ts;
@@ -137,14 +142,29 @@ static size_t json_escape(char *out, size_t cap, const char *s) {
     return o;
 }
 
-static void write_file_new(const char *name, const char *data) {
+/* 0 when the new file NAME holds all of DATA; else -1 with errno set (and no file). */
+static int write_file_new(const char *name, const char *data) {
     char path[4096];
     snprintf(path, sizeof path, "%s.%s", state_prefix, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return;
-    write_all(fd, data, strlen(data));
-    close(fd);
+        return -1;
+    size_t len = strlen(data);
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int saved = n < 0 ? errno : EIO;
+            close(fd);
+            unlink(path);
+            errno = saved;
+            return -1;
+        }
+        data += n;
+        len -= (size_t)n;
+    }
+    return close(fd);
 }
 
 /* One datagram to the runtime's exit socket; best effort (the pidfd watch and exit.json are
@@ -701,8 +721,9 @@ static int write_oom_score_adj(void) {
 }
 
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
- * the mounts, the chdir or the exec fail. */
-static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w) {
+ * the mounts, the chdir or the exec fail. MONITOR is the parent's pid. */
+static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w,
+                           pid_t monitor) {
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0 && null != 0) {
         dup2(null, 0);
@@ -765,6 +786,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
     }
+    /* The container's process dies with its monitor, whatever killed the monitor and when: a
+     * monitor gone before it recorded started.json leaves no process that no record names
+     * (engine.py _settle). Set last, since a change of ids clears it; the getppid check closes
+     * the window of a monitor that died before the prctl. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != monitor)
+        _exit(127);
     execvp(argv[0], argv); /* PATH from environ: the container's environment */
     report[0] = 2;
     report[1] = errno;
@@ -791,6 +818,7 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         reply_error(reply_fd, "pipe: %s (errno %d)", strerror(errno), errno);
         return -1;
     }
+    pid_t monitor = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         reply_error(reply_fd, "fork: %s (errno %d)", strerror(errno), errno);
@@ -800,7 +828,7 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         close(out[0]);
         close(err[0]);
         close(rep[0]);
-        exec_container(cwd, argv, out[1], err[1], rep[1]);
+        exec_container(cwd, argv, out[1], err[1], rep[1], monitor);
     }
     close(out[1]);
     close(err[1]);
@@ -965,6 +993,14 @@ static int run_monitor(int reply_fd, const char *cwd, const char *notify, char *
     pid_t pid = start(cwd, cargv, reply_fd, &out_r, &err_r);
     if (pid < 0)
         return 0;
+    if (hold_fifo != NULL && *hold_fifo != '\0') { /* tests only: see hold_fifo */
+        int fd = open(hold_fifo, O_RDONLY | O_CLOEXEC);
+        char drain[64];
+        while (fd >= 0 && read(fd, drain, sizeof drain) > 0)
+            ;
+        if (fd >= 0)
+            close(fd);
+    }
     char started[512];
     snprintf(started, sizeof started,
              "{\"monitor_pid\": %d, \"monitor_ticks\": %llu, \"pid\": %d, \"pid_ticks\": %llu, "
@@ -972,8 +1008,16 @@ static int run_monitor(int reply_fd, const char *cwd, const char *notify, char *
              (int)getpid(), start_ticks(getpid()), (int)pid, start_ticks(pid),
              now_ns(CLOCK_REALTIME));
     /* Durable before the caller hears "started" (see monitor.py); a new file written by one
-     * write needs no tmp + rename. */
-    write_file_new("started.json", started);
+     * write needs no tmp + rename. A start that cannot be recorded did not happen: a runtime
+     * restarted later would not know the process (engine.py _settle). */
+    if (write_file_new("started.json", started) != 0) {
+        int saved = errno;
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        reply_error(reply_fd, "recording the container's start in %s.started.json: %s "
+                    "(errno %d %s)", state_prefix, strerror(saved), saved, errno_name(saved));
+        return 0;
+    }
     if (reply_fd >= 0) {
         char reply[600];
         int n = snprintf(reply, sizeof reply, "{\"ok\": true, %s", started + 1);
@@ -1147,8 +1191,9 @@ static int spare_main(int conn) {
     return run_monitor(fds[0], cwd, notify, cargv);
 }
 
-/* Fork a spare; returns the zygote's end of its socket, or -1. */
-static int fork_spare(void) {
+/* Fork a spare; returns the zygote's end of its socket (and the spare's pid in *spare_pid),
+ * or -1. */
+static int fork_spare(pid_t *spare_pid) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
         return -1;
@@ -1170,13 +1215,18 @@ static int fork_spare(void) {
         _exit(spare_main(3));
     }
     close(pair[1]);
+    *spare_pid = pid;
     return pair[0];
 }
 
-static int send_spare(int sock, int spare) {
+/* "spare PID TICKS" + the spare's socket: the runtime journals (PID, TICKS) as a start's
+ * intent before it sends the spare a container (engine.py _settle finds it after a crash). */
+static int send_spare(int sock, int spare, pid_t pid) {
     char cbuf[CMSG_SPACE(sizeof(int))];
     memset(cbuf, 0, sizeof cbuf);
-    struct iovec iov = {"spare", 5};
+    char words[64];
+    int len = snprintf(words, sizeof words, "spare %d %llu", (int)pid, start_ticks(pid));
+    struct iovec iov = {words, (size_t)len};
     struct msghdr msg = {0};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
@@ -1217,10 +1267,11 @@ static int zygote_main(int sock) {
             fork_now = n == 0;
         }
         if (fork_now) {
-            int spare = fork_spare();
+            pid_t spare_pid = 0;
+            int spare = fork_spare(&spare_pid);
             if (spare < 0)
                 return 71;
-            int sent = send_spare(sock, spare);
+            int sent = send_spare(sock, spare, spare_pid);
             close(spare); /* the runtime holds the only other end now */
             if (sent < 0)
                 return 0; /* the runtime is gone */
@@ -1246,5 +1297,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: pv-monitor --zygote FD\n");
         return 2;
     }
+    hold_fifo = getenv("PODVISOR_MONITOR_HOLD");
     return zygote_main(atoi(argv[2]));
 }

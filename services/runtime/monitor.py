@@ -1,7 +1,8 @@
 """The per-container monitor (conmon / containerd-shim style).
 
 A monitor is forked by the zygote (never a child of the runtime), leaves the runtime's session,
-posix_spawns the container in its own session/process group, copies the container's stdout and
+forks the container in its own session/process group (the container dies with its monitor:
+``die_with_monitor``), copies the container's stdout and
 stderr into the CRI log file, waits for it, and writes the exit code and finish time atomically
 into the container's state files. It outlives the runtime: its only links to it are its state
 files, the reply pipe (used once, to report exec success or failure), SIGHUP
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import select
@@ -291,6 +293,7 @@ _SECURITY_STEPS = ("dropping capabilities from the bounding set", "setgroups", "
                    "setuid", "capset", "no_new_privs")
 
 
+@functools.cache
 def _libc() -> Any:
     import ctypes
 
@@ -300,6 +303,33 @@ def _libc() -> Any:
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                            ctypes.c_ulong]
     return libc
+
+
+PR_SET_PDEATHSIG = 1
+HOLD_ENV = "PODVISOR_MONITOR_HOLD"  # monitor.c ``hold_fifo``: fault-injection tests only
+
+
+def die_with_monitor(monitor: int) -> None:
+    """In the container's forked child, last before its exec (monitor.c does the same): the
+    process dies with its monitor, whatever killed the monitor and when, so a monitor gone
+    before it recorded started.json leaves no process that no record names (engine.py
+    ``_settle``). Last, since a change of ids clears it; the getppid check closes the window
+    of a monitor that died before the prctl."""
+    if _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 \
+            or os.getppid() != monitor:
+        os._exit(127)
+
+
+def hold(path: str) -> None:
+    """Tests only (``PODVISOR_MONITOR_HOLD``): block on the FIFO ``path`` until its writer
+    closes it, between the container's start and started.json."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while os.read(fd, 64):
+                pass
+        finally:
+            os.close(fd)
 
 
 def _errno_text(what: str, err: int) -> str:
@@ -439,6 +469,7 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     env = dict(item.split("=", 1) for item in spec["env"])
     cwd = spec.get("cwd") or "/"
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    monitor = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child execs or exits
         try:
@@ -462,6 +493,7 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
             except OSError as err:
                 raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
             apply_security(spec["security"])
+            die_with_monitor(monitor)
             try:
                 os.execvpe(argv[0], argv, env)
             except OSError as err:
@@ -485,8 +517,8 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
 
 
 def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
-    """posix_spawn (vfork+exec: no copy of this Python process) the container's process in its
-    own session; exec errors (ENOENT, EACCES, E2BIG...) come back here as OSError."""
+    """Start the container's process in its own session; exec errors (ENOENT, EACCES,
+    E2BIG...) come back here as OSError."""
     if spec.get("security") or spec.get("rootfs"):
         return _fork_container(spec, out_w, err_w)
     argv: list[str] = spec["argv"]
@@ -495,35 +527,22 @@ def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     if spec.get("mounts"):
         apply_mounts(spec["mounts"])
     try:
-        os.chdir(cwd)  # the monitor's own cwd is irrelevant; posix_spawn inherits it
+        os.chdir(cwd)  # the monitor's own cwd is irrelevant; the child inherits it
     except OSError as err:
         raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
-    os.environ["PATH"] = env.get("PATH", os.defpath)  # posix_spawnp searches the caller's PATH
-    cgroups: list[str] = spec.get("cgroup_join") or []
-    if cgroups or spec.get("oom_score_adj") is not None:
-        return _fork_exec(argv, env, cgroups, out_w, err_w, spec.get("oom_score_adj"))
-    try:
-        return os.posix_spawnp(
-            argv[0], argv, env,
-            file_actions=[(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)],
-            setsid=True,
-            setsigdef=[signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM,
-                       signal.SIGCHLD, signal.SIGQUIT],
-            setsigmask=[],
-        )
-    except OSError as err:
-        raise OSError(f'exec "{argv[0]}": {err.strerror} (errno {err.errno} '
-                      f"{errno.errorcode.get(err.errno or 0, '')})") from None
+    return _fork_exec(argv, env, spec.get("cgroup_join") or [], out_w, err_w,
+                      spec.get("oom_score_adj"))
 
 
 def _fork_exec(argv: list[str], env: dict[str, str], cgroups: list[str], out_w: int,
                err_w: int, oom_score_adj: int | None = None) -> int:
-    """posix_spawn has no step between fork and exec, so a container with cgroups is forked
-    (this monitor is single-threaded): the child joins each of its cgroups (writes "0",
-    itself, into each file of ``cgroups``: cgroups.py ``join_files``) before anything else,
-    then execs; a failure comes back over a pipe as OSError, like posix_spawn's. monitor.c
-    ``join_cgroups`` does the same."""
+    """fork + exec (this monitor is single-threaded; not posix_spawn, which has no step
+    between fork and exec): the child joins each of its cgroups (writes "0", itself, into each
+    file of ``cgroups``: cgroups.py ``join_files``) before anything else, writes its
+    oom_score_adj, sets its parent-death signal (``die_with_monitor``), then execs; a failure
+    comes back over a pipe as OSError. monitor.c ``exec_container`` does the same."""
     rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+    monitor = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child execs or exits
         what = ""
@@ -551,6 +570,7 @@ def _fork_exec(argv: list[str], env: dict[str, str], cgroups: list[str], out_w: 
                         signal.SIGCHLD, signal.SIGQUIT):
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            die_with_monitor(monitor)
             what = f'exec "{argv[0]}"'
             os.execvpe(argv[0], argv, env)
         except OSError as err:
@@ -633,6 +653,7 @@ def warm_up() -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _libc()  # ctypes loaded once here, not in each container's child (die_with_monitor)
     json.loads(json.dumps({"argv": ["x"], "env": ["A=b"], "ok": True}))
     rfc3339nano(time.time_ns())
     return start_ticks(os.getpid()) or 0
@@ -654,16 +675,32 @@ def run_monitor(
     try:
         pid, out_r, err_r = _start(spec)
     except OSError as exc:
-        os.write(reply_fd, json.dumps({"ok": False, "error": str(exc)}).encode())
+        with contextlib.suppress(OSError):  # EPIPE: the runtime died meanwhile
+            os.write(reply_fd, json.dumps({"ok": False, "error": str(exc)}).encode())
         os._exit(0)
+    if os.environ.get(HOLD_ENV):
+        hold(os.environ[HOLD_ENV])
     started = {"monitor_pid": os.getpid(), "monitor_ticks": my_ticks, "pid": pid,
                "pid_ticks": start_ticks(pid) or 0, "started_at": time.time_ns()}
     # Durable before the caller hears "started": a runtime killed right after StartContainer
     # returned must find the container running, not created. A new file written by one
     # write() needs no tmp + rename: a reader sees it whole, or empty/absent (= not started,
     # exactly what it saw before the write).
-    write_new(f"{state}.started.json", json.dumps(started).encode())
-    os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
+    try:
+        write_new(f"{state}.started.json", json.dumps(started).encode())
+    except OSError as err:  # a start that cannot be recorded did not happen (monitor.c too)
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):
+            os.write(reply_fd, json.dumps({"ok": False, "error": (
+                f"recording the container's start in {state}.started.json: {err.strerror} "
+                f"(errno {err.errno} {errno.errorcode.get(err.errno or 0, '')})")}).encode())
+        os._exit(0)
+    # A runtime that died since it sent the start (EPIPE) finds started.json when it comes
+    # back (engine.py ``_settle``): the monitor carries on with its container.
+    with contextlib.suppress(OSError):
+        os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
     os.close(reply_fd)
     code, finished = _pump(pid, out_r, err_r, _LogWriter(log_fd, spec.get("log_path", "")))
     # Output drained first (the log is complete when the exit is known), exit.json next (the

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
+from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log as Logger
 from podvisor.common.pool import ElasticPool
 from podvisor.ipc.clock import SYSTEM_CLOCK
@@ -65,11 +66,13 @@ def _add_passing_bytes(server: Any, add: Callable[[Any, Any], None], servicer: A
 
 class RuntimeServer:
     def __init__(self, root: Path, socket_path: Path, log: Logger,
-                 registries: Mapping[str, Any] | None = None) -> None:
+                 registries: Mapping[str, Any] | None = None,
+                 crash: CrashPoints = NEVER) -> None:
+        """``crash``: fault-injection tests' crash points (engine.py ``STEPS``)."""
         self.root = root
         self.socket_path = socket_path
         self.log = log
-        self.engine = Engine(root, log, registries=registries)
+        self.engine = Engine(root, log, registries=registries, crash=crash)
         self._server: Any = None
         self._runtime: RuntimeServicer | None = None
         self.streaming: StreamingServer | None = None

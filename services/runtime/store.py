@@ -21,6 +21,11 @@ The journal: one JSON object per line, applied in order at load.
   {"op": "container", "id", "sandbox_id", "config": base64 ContainerConfig, "spec": the text
    the monitor runs (JSON: argv, env, cwd, log_path), "created_at", "log_path", "image_ref"}
   {"op": "container_del", "id"}
+  {"op": "start", "id", "monitor": [pid, start ticks]}
+                                  the start's intent, written before the container is sent to
+                                  the monitor: a runtime restarted before started.json exists
+                                  finds the monitor by it (engine.py ``_settle``); the last
+                                  one wins, and it goes with the container's record
 Each change is ONE ``write`` of a whole line with O_APPEND, so a runtime killed at any point
 leaves whole lines (the page cache outlives the process; no fsync, as in status/store.py: after
 a power loss the containers are gone too). A line that does not parse (torn by a power loss)
@@ -87,6 +92,8 @@ class Loaded:
     sandboxes: list[Sandbox] = field(default_factory=list)
     containers: list[Container] = field(default_factory=list)
     specs: dict[str, bytes] = field(default_factory=dict)  # container id -> spec.json text
+    # container id -> (pid, start ticks) of the monitor its last start went to (the intent)
+    starting: dict[str, tuple[int, int]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # to log: what was unreadable, skipped
     notes: list[str] = field(default_factory=list)  # to log: what was imported
 
@@ -223,11 +230,21 @@ class Store:
             "created_at": c.created_at, "log_path": c.log_path, "image_ref": c.image_ref,
         }, live=True)
 
+    def save_start(self, container_id: str, monitor_pid: int, monitor_ticks: int) -> None:
+        """The intent of a start: the container goes to the monitor (pid, start ticks) next.
+        Raises StoreError (then nothing may be sent)."""
+        self._append(f"t:{container_id}", {"op": "start", "id": container_id,
+                                           "monitor": [monitor_pid, monitor_ticks]}, live=True)
+
     def delete_container(self, container_id: str) -> None:
         """The line first: a runtime killed before the unlinks leaves files the next load
         removes, never a container without its files."""
         self._append(f"c:{container_id}", {"op": "container_del", "id": container_id},
                      live=False)
+        with self._lock:  # its start intent goes with it (the replay drops it too)
+            intent = self._lines.pop(f"t:{container_id}", None)
+            if intent is not None:
+                self._live_bytes -= len(intent)
         for path in (self.started_path(container_id), self.exit_path(container_id)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -269,7 +286,8 @@ class Store:
         out = Loaded()
         sandboxes: dict[str, Sandbox] = {}
         records: dict[str, dict[str, Any]] = {}  # container id -> its journal record
-        self._replay(sandboxes, records, out)
+        intents: dict[str, dict[str, Any]] = {}  # container id -> its last start's record
+        self._replay(sandboxes, records, intents, out)
         imported = self._import_legacy(sandboxes, records, out)
         for cid, rec in records.items():
             try:
@@ -281,10 +299,15 @@ class Store:
                 out.specs[cid] = str(rec["spec"]).encode()
             except (ValueError, TypeError, KeyError) as err:
                 out.problems.append(f"container {cid}: bad record, skipped: {err}")
+        loaded = {c.id for c in out.containers}
+        intents = {cid: rec for cid, rec in intents.items() if cid in loaded}
+        out.starting = {cid: (int(rec["monitor"][0]), int(rec["monitor"][1]))
+                        for cid, rec in intents.items()}
         out.sandboxes = list(sandboxes.values())
         with self._lock:
             self._lines = {f"s:{sb.id}": _line(_sandbox_record(sb)) for sb in out.sandboxes}
             self._lines.update((f"c:{c.id}", _line(records[c.id])) for c in out.containers)
+            self._lines.update((f"t:{cid}", _line(rec)) for cid, rec in intents.items())
             self._live_bytes = sum(len(line) for line in self._lines.values())
             self._loaded = True
             try:
@@ -303,7 +326,7 @@ class Store:
         return out
 
     def _replay(self, sandboxes: dict[str, Sandbox], records: dict[str, dict[str, Any]],
-                out: Loaded) -> None:
+                intents: dict[str, dict[str, Any]], out: Loaded) -> None:
         try:
             data = self.journal.read_bytes()
         except FileNotFoundError:
@@ -330,6 +353,12 @@ class Store:
                     records[key] = rec
                 elif op == "container_del":
                     records.pop(key, None)
+                    intents.pop(key, None)
+                elif op == "start":
+                    pid, ticks = rec["monitor"]
+                    if not isinstance(pid, int) or not isinstance(ticks, int) or pid <= 0:
+                        raise ValueError(f"start record with monitor {rec['monitor']!r}")
+                    intents[key] = rec
                 else:
                     raise ValueError(f"unknown op {op!r}")
             except (ValueError, KeyError, TypeError) as err:

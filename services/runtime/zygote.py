@@ -4,7 +4,10 @@ Forking a monitor straight from the runtime would fork a multi-threaded gRPC pro
 fresh Python per container would cost tens of milliseconds. So the runtime starts this helper once
 (``python -m podvisor.services.runtime.zygote FD``), connected by a SOCK_SEQPACKET socketpair.
 The zygote keeps ``_SPARES`` *spare* monitors forked and warmed up and hands each spare's end of
-its socket to the runtime (message ``spare`` + the fd, SCM_RIGHTS). A start then goes straight
+its socket to the runtime (message ``spare PID TICKS`` + the fd, SCM_RIGHTS: the spare's pid and
+start ticks, which the runtime journals as the start's intent before it sends the spare a
+container, so a runtime restarted mid-start can find the monitor: engine.py ``_settle``). A
+start then goes straight
 from the runtime to a spare, with no hop through the zygote: an 8-byte length and two fds (the
 write end of a reply pipe, the opened log file or none), then the JSON request
 ``{"state", "notify", "spec"}`` (spec inline: argv, env, cwd, log_path, mounts, cgroups,
@@ -34,10 +37,13 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.services.runtime.monitor import run_monitor, warm_up
+from podvisor.services.runtime.procfs import start_ticks
 
 _SPARES = 2  # monitors kept forked and warm
 _REFILL_IDLE = 0.003  # seconds without requests before forking a spare
@@ -57,6 +63,20 @@ class SpawnResult:
 
 class SpawnError(Exception):
     """The zygote or the monitor failed (not the container's exec: that is SpawnResult.error)."""
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A pre-forked monitor handed to the runtime: our end of its socket, its identity."""
+
+    sock: socket.socket
+    pid: int
+    ticks: int
+
+
+# Called with the spare's (pid, ticks) right before the container is sent to it: the runtime
+# records the start's intent there (a raise cancels the start; the spare then exits unused).
+BeforeSend = Callable[[int, int], None]
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -92,18 +112,19 @@ def _spare_main(conn: socket.socket) -> NoReturn:
     os._exit(code)
 
 
-def _fork_spare() -> socket.socket:
-    """Fork a spare; returns our end of its socket."""
+def _fork_spare() -> tuple[socket.socket, int]:
+    """Fork a spare; returns our end of its socket and its pid."""
     gc.collect()
     gc.freeze()  # keep the collector from touching (copying) inherited objects
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         keep = theirs.fileno()  # drop every other fd: the runtime socket and other spares
         os.closerange(3, keep)
         os.closerange(keep + 1, max(1 << 20, os.sysconf("SC_OPEN_MAX")))
         _spare_main(theirs)
     theirs.close()
-    return ours
+    return ours, pid
 
 
 def serve(sock: socket.socket) -> None:
@@ -122,9 +143,10 @@ def serve(sock: socket.socket) -> None:
         # ``need`` forks at once even when more than _SPARES are out (concurrent starts report
         # ``used`` only once their containers run)
         if urgent or (held < _SPARES and not poller.poll(_REFILL_IDLE * 1000)):
-            spare = _fork_spare()
+            spare, pid = _fork_spare()
             try:
-                socket.send_fds(sock, [b"spare"], [spare.fileno()])
+                socket.send_fds(sock, [b"spare %d %d" % (pid, start_ticks(pid) or 0)],
+                                [spare.fileno()])
             except OSError:
                 return  # the runtime is gone
             finally:
@@ -151,14 +173,15 @@ class Spawner:
     starts straight to them. Thread-safe."""
 
     def __init__(self, reply_timeout: float = 10.0, notify: str = "",
-                 monitor_exe: str = "") -> None:
+                 monitor_exe: str = "", crash: CrashPoints = NEVER) -> None:
         """``notify``: the runtime's exit socket, passed on to each monitor ("" for none);
         ``monitor_exe``: the C zygote and monitor (monitor.c), "" for this module's Python
-        ones."""
+        ones; ``crash``: the runtime's crash points (``start.after_send``)."""
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._spares: list[socket.socket] = []
+        self._spares: list[Spare] = []
+        self._crash = crash
         self._reply_timeout = reply_timeout
         self.notify = notify
         self.monitor_exe = monitor_exe
@@ -215,10 +238,16 @@ class Spawner:
                    for level, kind, data in anc
                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
                    for i in range(0, len(data) - 3, 4)]
+            words = msg.split()  # b"spare PID TICKS"
+            pid = int(words[1]) if len(words) == 3 and words[1].isdigit() else 0
+            ticks = int(words[2]) if pid and words[2].isdigit() else 0
             for fd in fds:
                 spare = socket.socket(fileno=fd)
+                if not pid:  # a zygote that does not say who the spare is: unusable
+                    spare.close()
+                    continue
                 spare.settimeout(self._reply_timeout)
-                self._spares.append(spare)
+                self._spares.append(Spare(spare, pid, ticks))
 
     def _tell(self, msg: bytes) -> None:
         try:
@@ -226,7 +255,7 @@ class Spawner:
         except OSError:
             self._close_zygote()
 
-    def _take_spare(self) -> socket.socket:
+    def _take_spare(self) -> Spare:
         self._collect(0)
         for _attempt in range(2):  # a zygote found dead is restarted, once
             if self._spares:
@@ -237,9 +266,12 @@ class Spawner:
             raise SpawnError("no spare monitor from the zygote")
         return self._spares.pop(0)
 
-    def spawn(self, state: str, log_fd: int, spec: bytes) -> SpawnResult:
+    def spawn(self, state: str, log_fd: int, spec: bytes,
+              before_send: BeforeSend | None = None) -> SpawnResult:
         """Hand the container to a spare monitor; wait for exec success or failure. ``state``:
-        the prefix of its state files (store.py); ``spec``: what it runs (JSON)."""
+        the prefix of its state files (store.py); ``spec``: what it runs (JSON);
+        ``before_send``: called with the spare's (pid, ticks) before the container goes to it
+        (again with the next spare's when one died before taking it)."""
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
         taken = 0
         try:
@@ -250,13 +282,16 @@ class Spawner:
                     taken += 1
                     try:
                         body = self._request(state, spec)
-                        socket.send_fds(spare, [struct.pack("!Q", len(body))], fds)
-                        spare.sendall(body)
+                        if before_send is not None:
+                            before_send(spare.pid, spare.ticks)
+                        socket.send_fds(spare.sock, [struct.pack("!Q", len(body))], fds)
+                        spare.sock.sendall(body)
+                        self._crash.hit("start.after_send")
                         break
                     except OSError:
                         continue  # the spare died: take another
                     finally:
-                        spare.close()
+                        spare.sock.close()
                 else:
                     raise SpawnError("spare monitors keep dying (see the runtime's log)")
             os.close(reply_w)
@@ -332,7 +367,7 @@ class Spawner:
         with self._lock:
             for spare in self._spares:
                 with contextlib.suppress(OSError):
-                    spare.close()
+                    spare.sock.close()
             self._spares.clear()
             self._close_zygote()
 

@@ -19,6 +19,12 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
   exit code != 0; Never: no).
 - A restart waits out the crash back-off of its (pod uid, container name); meanwhile the
   container is reported waiting with reason ``CrashLoopBackOff``.
+- A container created in the current sandbox with the current spec and never started (the
+  sync that created it, or the runtime, died before StartContainer was answered) is started
+  as it is, with no back-off and no new attempt. The kubelet creates attempt + 1 beside it
+  instead; podvisor's retry is idempotent, so a crash of the sync loop or of the runtime
+  counts no restart and leaves no second container of one attempt (docs/ARCHITECTURE.md,
+  "Exactly once").
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ class StartAction:
     init: bool
     restart_count: int
     previous_finished_at: float = 0.0  # monotonic; 0 = first start, no back-off to record
+    # a container of this spec already created in the current sandbox and never started (its
+    # StartContainer, or the answer to it, was lost): start that one, create none
+    container_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,8 +179,10 @@ def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Containe
         status = rt.latest(inits[i].name)
         if status is None:
             continue
-        if status.state in (ContainerState.RUNNING, ContainerState.CREATED):
+        if status.state is ContainerState.RUNNING:
             return None, None, False
+        if status.state is ContainerState.CREATED:  # created, never started: start it now
+            return None, inits[i], False
         if status.state is ContainerState.EXITED:
             if i == len(inits) - 1:
                 return None, None, True
@@ -188,8 +199,11 @@ def _start(name: str, init: bool, status: ContainerInfo | None) -> StartAction:
 class _Builder:
     """Collects actions; applies the crash back-off to every start."""
 
-    def __init__(self, pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView) -> None:
+    def __init__(self, pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
+                 hasher: Hasher) -> None:
         self.pod, self.rt, self.now, self.backoff = pod, rt, now, backoff
+        self.hasher = hasher
+        self.sandbox_id = ""  # the current sandbox, when no new one is made
         self.kill: list[KillAction] = []
         self.start: list[StartAction] = []
         self.waiting: dict[str, Waiting] = {}
@@ -197,6 +211,12 @@ class _Builder:
 
     def want_start(self, container: Container, init: bool, kill_stale: bool = True) -> None:
         status = self.rt.latest(container.name)
+        if (status is not None and status.state is ContainerState.CREATED and self.sandbox_id
+                and status.sandbox_id == self.sandbox_id
+                and status.hash == self.hasher(container)):
+            self.start.append(StartAction(container.name, init, status.restart_count,
+                                          container_id=status.id))
+            return
         if (kill_stale and status is not None
                 and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):
             self.kill.append(KillAction(status.id, container.name, "stale container"))
@@ -265,10 +285,11 @@ def compute_pod_actions(
 
 def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
              liveness_failed: Collection[str], hasher: Hasher) -> PodActions:
-    b = _Builder(pod, rt, now, backoff)
+    b = _Builder(pod, rt, now, backoff, hasher)
     create, attempt, sandbox_id = _sandbox_changed(rt)
     if create:
         return _new_sandbox_actions(pod, rt, b, attempt, sandbox_id)
+    b.sandbox_id = sandbox_id
     _kill_unknown(b, pod, rt)
     last_failed, next_init, done = _next_init(pod, rt)
     if not done:

@@ -20,7 +20,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import grpc
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.maps import RUNTIME_KEY, ContainerWaiting, DesiredPod, DesiredValue
@@ -97,7 +96,7 @@ def desired_value(w: Worker, updated_at: float,
 
 
 def _runtime_down(err: Exception) -> bool:
-    return isinstance(err, CriError) and err.code == grpc.StatusCode.UNAVAILABLE
+    return isinstance(err, CriError) and err.unavailable
 
 
 class SyncLoop:
@@ -325,12 +324,13 @@ class SyncLoop:
                      work.newer_than, work.snapshot)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
-                       effects=r.effects, acted=r.acted, network=bool(r.network_error))
+                       effects=r.effects, acted=r.acted, network=bool(r.network_error),
+                       runtime_down=r.runtime_down)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
         _, _, left = terminate_pod(d.cri, d.log, work.uid, work.pod, work.grace, d.sleep, d.mono,
-                                   d.wall, d.pods_dir)
+                                   d.wall, d.pods_dir, d.crash)
         if not left.empty:
             return Outcome(ok=False, error="containers or sandboxes remain after teardown")
         d.backoff.forget_pod(work.uid)

@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from podvisor.common import crashpoints
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.pool import ElasticPool
@@ -110,7 +111,7 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                         strategy=cfg.config_map_and_secret_change_detection_strategy,
                         watch_timeout=cfg.api_watch_timeout, max_delay=cfg.api_retry_max_delay)
                     if cfg.kubeconfig else None,
-                    started=started.inc)
+                    started=started.inc, crash=crashpoints.from_env("syncloop"))
 
 
 def pull_slots(cfg: Any) -> threading.Semaphore | None:

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import (
@@ -106,6 +107,9 @@ class SyncDeps:
     pull_slots: threading.Semaphore | None = None
     # called once per container started (kubelet_started_containers_total)
     started: Callable[[], None] = lambda: None
+    # fault-injection tests' crash points ("syncloop:<step>", common/crashpoints.py):
+    # sync.after_sandbox, sync.after_create, terminate.after_stop (terminate.py)
+    crash: CrashPoints = NEVER
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ class SyncResult:
     effects: Effects = field(default_factory=dict)  # container ID -> what this sync did
     acted: bool = False  # it called the runtime to change something
     network_error: str = ""  # no sandbox: the runtime's network is not ready (kubelet wording)
+    # a call failed because the runtime was unreachable or went away meanwhile: the errors are
+    # the runtime's, not the pod's (retried at the runtime back-off, not after error_delay)
+    runtime_down: bool = False
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -144,6 +151,7 @@ class _Run:
         self.retry_after = actions.retry_after
         self.effects: dict[str, Effect] = {}
         self.from_event = False  # the runtime state came from a stream event (for the log)
+        self.runtime_down = False  # a call found the runtime unreachable (SyncResult)
 
     def pod_ips(self) -> tuple[str, ...]:
         """The sandbox's IPs (PodSandboxStatus ``network``), read once per sync and only when
@@ -157,6 +165,11 @@ class _Run:
                 ips = tuple(ip for ip in (net.ip, *(a.ip for a in net.additional_ips)) if ip)
             self._pod_ips = ips or self.deps.node.host_ips
         return self._pod_ips
+
+    def fail_call(self, name: str, reason: str, err: CriError) -> None:
+        """A runtime call for container ``name`` failed with ``err``."""
+        self.runtime_down = self.runtime_down or err.unavailable
+        self.fail(name, reason, err.message)
 
     def fail(self, name: str, reason: str, message: str) -> None:
         self.waiting[name] = Waiting(reason, message)
@@ -189,6 +202,7 @@ class _Run:
         log_dir = Path(self.sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
+        self.deps.crash.hit("sync.after_sandbox")
         try:
             ips = list(self.pod_ips())
         except CriError as err:  # only for the log here: a later pod_ips() asks again
@@ -267,6 +281,8 @@ class _Run:
         return cri_config.run_as_non_root_error(self.pod, c, uid, user)
 
     def start(self, action: StartAction, spec: Container) -> bool:
+        if action.container_id:  # created earlier, never started (actions.py)
+            return self.start_created(action, spec)
         deps = self.deps
         if not self.ensure_image(spec):
             return False
@@ -292,15 +308,28 @@ class _Run:
         try:
             cid = deps.cri.create_container(self.sandbox_id, config, self.sandbox_cfg)
         except CriError as err:
-            if deps.images is not None:
+            if deps.images is not None and not err.unavailable:
                 deps.images.forget(spec.image)
-            self.fail(spec.name, CREATE_CONTAINER_ERROR, err.message)
+            self.fail_call(spec.name, CREATE_CONTAINER_ERROR, err)
             return False
         self.effects[cid] = Effect.STARTED
+        deps.crash.hit("sync.after_create")
+        return self.start_container(action, spec, cid)
+
+    def start_created(self, action: StartAction, spec: Container) -> bool:
+        self.effects[action.container_id] = Effect.STARTED
+        self.deps.log.info("syncloop.container.resume", pod=self.pod.full_name,
+                           pod_uid=self.pod.uid, container=spec.name,
+                           container_id=action.container_id,
+                           reason="created and never started")
+        return self.start_container(action, spec, action.container_id)
+
+    def start_container(self, action: StartAction, spec: Container, cid: str) -> bool:
+        deps = self.deps
         try:
             deps.cri.start_container(cid)
         except CriError as err:
-            self.fail(spec.name, RUN_CONTAINER_ERROR, err.message)
+            self.fail_call(spec.name, RUN_CONTAINER_ERROR, err)
             return False
         self.waiting.pop(spec.name, None)
         deps.started()
@@ -449,7 +478,8 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
                 break
     return SyncResult(ok=not run.errors, errors=tuple(run.errors), waiting=run.waiting,
                       sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
-                      pod_failed=actions.pod_failed, effects=run.effects, acted=True)
+                      pod_failed=actions.pod_failed, effects=run.effects, acted=True,
+                      runtime_down=run.runtime_down)
 
 
 def read_runtime(deps: SyncDeps, uid: str, newer_than: float | None) -> PodRuntime:

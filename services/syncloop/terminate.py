@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import ExecAction, Pod, SleepAction
@@ -110,11 +111,13 @@ def orphan_grace(rt: PodRuntime) -> int:
 
 def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grace: float,
              sleep: Callable[[float], None], mono: Callable[[], float],
-             pod_dir: Path | None) -> None:
+             pod_dir: Path | None, crash: CrashPoints = NEVER) -> None:
     """Kill the running containers, then stop and remove every sandbox and container. A
     sandbox that cannot be stopped does not keep the others: each is tried, then the first
-    error is raised (the worker retries the termination)."""
+    error is raised (the worker retries the termination). ``crash``: the step
+    ``terminate.after_stop`` (fault-injection tests)."""
     kill_containers(cri, log, pod, rt.running(), grace, sleep, mono)
+    crash.hit("terminate.after_stop")
     errors: list[CriError] = []
     stopped = [s for s in rt.sandboxes if _ignore_missing(cri.stop_pod_sandbox, s.id, errors)]
     for c in rt.containers:
@@ -130,7 +133,8 @@ def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grac
 def terminate_pod(cri: RuntimeClient, log: Log, uid: str, pod: Pod | None,
                   grace: float | None, sleep: Callable[[float], None],
                   mono: Callable[[], float], wall: Callable[[], float],
-                  pods_dir: Path) -> tuple[PodRuntime, float, PodRuntime]:
+                  pods_dir: Path, crash: CrashPoints = NEVER
+                  ) -> tuple[PodRuntime, float, PodRuntime]:
     """Terminate pod ``uid`` as the sync loop does: read it fresh, pick the grace (``grace``,
     else the pod's ``terminationGracePeriodSeconds``, else for an orphan the largest grace
     recorded on its containers), tear it down, read it again. Returns (what there was, the
@@ -143,7 +147,7 @@ def terminate_pod(cri: RuntimeClient, log: Log, uid: str, pod: Pod | None,
     if not rt.empty:
         log.info("syncloop.pod.terminating", pod_uid=uid, grace=grace,
                  containers=len(rt.running()))
-    teardown(cri, log, pod, rt, grace, sleep, mono, pods_dir / uid)
+    teardown(cri, log, pod, rt, grace, sleep, mono, pods_dir / uid, crash)
     return rt, grace, read_pod_runtime(cri, uid, mono, wall)
 
 

@@ -248,6 +248,8 @@ class WorkerTable:
             self.runtime_delay = 0.0
             self.runtime_down_until = 0.0
             return
+        if now < self.runtime_down_until:
+            return  # work handed out before this back-off began: the same outage, no doubling
         t = self.timing
         self.runtime_delay = min(t.runtime_backoff_cap,
                                  max(t.runtime_backoff_initial, self.runtime_delay * 2))

@@ -98,6 +98,25 @@ def test_requeue_after_success_error_and_runtime_down() -> None:
     assert t.due(t.runtime_down_until - 0.01) == []       # nothing runs while it is down
 
 
+def test_failures_of_one_outage_double_the_runtime_back_off_once() -> None:
+    """Forty pods whose work was in flight when the runtime died fail together: the back-off
+    is that of one failed try (100 ms), not of forty (it reached its 5 s cap, and every pod
+    waited that long after the runtime was back)."""
+    t = table()
+    for i in range(40):
+        t.update(pod(uid=f"u{i}"), "file", 0.0)
+    works = t.due(0.0)
+    assert len(works) == 40
+    for i, work in enumerate(works):
+        t.finish(work, Outcome(ok=False, runtime_down=True), 0.001 * i)
+    assert t.runtime_delay == 0.1
+    assert max(w.next_at for w in t.workers.values()) <= 0.04 + 0.1
+    retry = t.due(t.runtime_down_until)
+    for work in retry:  # the retries fail too: now it doubles
+        t.finish(work, Outcome(ok=False, runtime_down=True), t.runtime_down_until)
+    assert t.runtime_delay == 0.2
+
+
 def test_the_loop_deadline_is_one_due_would_act_on() -> None:
     """next_deadline is the poll timeout of the loop: a deadline ``due`` would not act on
     (the runtime is down, the pod was refused admission) used to be 0, a busy spin."""
@@ -335,6 +354,24 @@ def test_cri_error_in_sync_is_reported_not_raised(tmp_path: Path) -> None:
     h.settle()
     assert "a" in h.running()
     assert isinstance(CriError("x", grpc.StatusCode.INTERNAL, "y"), Exception)
+
+
+def test_a_lost_start_is_retried_at_once_on_the_container_created(tmp_path: Path) -> None:
+    """StartContainer fails with UNAVAILABLE (the runtime went away): the pod is not put in
+    the 10 s error delay (the runtime's fault, not the pod's), and the retry starts the
+    container that was created, without a second CreateContainer or a restart counted."""
+    h = Harness(tmp_path)
+    h.cri.fail("StartContainer", grpc.StatusCode.UNAVAILABLE, "socket closed", times=1)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    assert "a" not in h.running()
+    [created] = h.cri.list_containers()
+    assert created.state == pb.CONTAINER_CREATED
+    h.now += 0.1  # the runtime back-off, not error_delay (10 s)
+    h.settle()
+    assert h.running() == {"a": created.id}
+    assert len(h.cri.method_calls("CreateContainer")) == 1
+    assert created.labels[L.CONTAINER_NAME] == "a"
+    assert [c.metadata.attempt for c in h.cri.list_containers()] == [0]
 
 
 def test_work_that_changed_the_runtime_calls_changed_runtime(tmp_path: Path) -> None:

@@ -138,12 +138,39 @@ def test_restart_policy(policy: str, code: int, restart: bool) -> None:
     assert not a.kill_pod  # b still runs
 
 
-@pytest.mark.parametrize("state", [CREATED, UNKNOWN])
-def test_stale_created_or_unknown_container_is_replaced(state: S) -> None:
+@pytest.mark.parametrize("how", ["unknown", "created, other spec", "created, old sandbox"])
+def test_stale_created_or_unknown_container_is_replaced(how: str) -> None:
     pod = make_pod(TWO, policy="Never")
-    stale = ctr(pod, "a", state)
+    stale = {"unknown": ctr(pod, "a", UNKNOWN),
+             "created, other spec": ctr(pod, "a", CREATED, hash_="other"),
+             "created, old sandbox": ctr(pod, "a", CREATED, sandbox="s0")}[how]
     a = compute_pod_actions(pod, rt(stale, ctr(pod, "b", RUN)), NOW, fresh())
     assert [k.container_id for k in a.kill] == [stale.id] and names(a) == ["a"]
+    assert [(s.restart_count, s.container_id) for s in a.start] == [(1, "")]
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure", "Never"])
+def test_created_never_started_container_is_started_as_it_is(policy: str) -> None:
+    """A create whose StartContainer (or its answer) was lost: that container is started, no
+    new attempt, no back-off, nothing killed, under every restart policy."""
+    pod = make_pod(TWO, policy=policy)
+    created = ctr(pod, "a", CREATED, restarts=2)
+    backoff = fresh()
+    backoff.record_restart(("u1", "a"), NOW - 1, NOW - 1)  # a back-off running for "a"
+    a = compute_pod_actions(pod, rt(created, ctr(pod, "b", RUN)), NOW, backoff)
+    assert not a.kill and not a.kill_pod and not a.create_sandbox
+    assert [(s.name, s.restart_count, s.container_id, s.previous_finished_at)
+            for s in a.start] == [("a", 2, created.id, 0.0)]
+    assert "a" not in a.waiting
+
+
+def test_created_never_started_init_container_is_started_as_it_is() -> None:
+    pod = make_pod(init=INITS)
+    i1 = ctr(pod, "i1", EXIT, exit_code=0, finished=NOW - 5)
+    i2 = ctr(pod, "i2", CREATED)
+    a = compute_pod_actions(pod, rt(i2, i1), NOW, fresh())
+    assert [(s.name, s.init, s.container_id) for s in a.start] == [("i2", True, i2.id)]
+    assert not a.kill
 
 
 def test_all_done_under_never_kills_pod_and_does_not_recreate_sandbox() -> None:

@@ -60,12 +60,28 @@ class EmbeddedRuntime:
         self.client = new_runtime_client(f"unix://{self.socket}", timeout=10.0)
 
     def start(self) -> None:
+        self.launch()
+        self.wait_up()
+
+    def launch(self, env: dict[str, str] | None = None) -> None:
+        """Start the process, not waiting for it to serve (``wait_up``); ``env`` replaces the
+        environment for this start only."""
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "podvisor.services.runtime", "--root", str(self.root),
                  "--socket", str(self.socket)],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=self.env)
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                env=self.env if env is None else env)
+
+    def wait_up(self) -> None:
         poll(self._up, 30.0, "embedded runtime to answer Version")
+
+    def wait_died(self, timeout: float = 30.0) -> int:
+        """The process exited by itself (a crash point): its return code."""
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
 
     def _up(self) -> bool:
         assert self.proc is not None
