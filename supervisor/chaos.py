@@ -13,7 +13,15 @@ seconds, one fault at a time at random (seeded) moments, each followed by waitin
 - ``container``: kill -9 of a container's process (each container at most once: the kubelet's
   crash back-off would otherwise delay the second restart by 10 s and more);
 - ``supervisor``: SIGKILL of `podvisor run` itself (its children follow through PDEATHSIG;
-  containers and their monitors live on), then `podvisor run` again on the same config.
+  containers and their monitors live on), then `podvisor run` again on the same config;
+- ``burst-kill``: ``--burst`` new pods written at once, and kill -9 of the runtime or the sync
+  loop (``--burst-target``, else either, seeded) once the first of them run (``--burst-after``,
+  else 1 to half the burst); then every burst pod must run exactly once with no restart
+  counted, and once its manifests are removed no process of theirs may be left (issue 22).
+
+``--faults KIND,...`` draws only from those kinds; ``--rounds N`` stops after N faults (before
+``--duration`` is over): ``--faults burst-kill --rounds 20 --burst 40 --burst-after 5
+--burst-target runtime`` is issue 22's acceptance run.
 
 With ``--root-dir DIR`` it attaches to the agent already running on that rootDir instead: the
 control socket and bus come from DIR's run files, the static pod dir, node name, readOnlyPort and
@@ -40,12 +48,16 @@ must be 0 (exit status 1 otherwise):
 - ``ready_lost_without_cause``: Ready pods seen NotReady in /pods with no kill of their
   container in the ``CAUSE_WINDOW`` before;
 - ``processes_left``: processes of the run (containers, monitors, subsystems) still alive after
-  `podvisorctl shutdown --pods` returned and the agent exited (they are then killed by PID).
+  `podvisorctl shutdown --pods` returned and the agent exited (they are then killed by PID);
+- ``orphans_after_removal``: processes of burst pods still alive once their manifests were
+  removed and the pods left /pods (then killed by PID). A burst pod's extra processes count in
+  ``duplicate_containers``, its restarts in ``restarts_without_cause``.
 
 Figures: recovery seconds per fault kind and subsystem (p50/max; ``kill``: from the kill to the
 subsystem RUNNING again under a new PID; ``stop``: from SIGSTOP to RUNNING and not stopped;
 ``container``: from the kill to the replacement's process; ``supervisor``: from the kill to
-every subsystem RUNNING and /pods answering), and bus drops: gaps in the per-publisher sequence
+every subsystem RUNNING and /pods answering; ``burst-kill``: from the kill to every burst pod
+Running in /pods), and bus drops: gaps in the per-publisher sequence
 numbers of every message a bus subscriber of the chaos run received (a lower bound: see
 ``BusCounter``).
 """
@@ -92,8 +104,9 @@ HEARTBEAT_TIMEOUT = 3.0  # the private agent's supervision.defaults.heartbeatTim
 RECOVERY_TIMEOUT = 60.0
 CONVERGE_TIMEOUT = 90.0
 INVARIANTS = ("pods_lost", "restarts_without_cause", "restarts_missed", "duplicate_containers",
-              "ready_lost_without_cause", "processes_left")
-FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1))
+              "ready_lost_without_cause", "processes_left", "orphans_after_removal")
+FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2))
+BURST_TARGETS = ("runtime", "syncloop")
 MANIFEST = """apiVersion: v1
 kind: Pod
 metadata:
@@ -126,6 +139,11 @@ class ChaosOptions:
     seed: int | None = None
     keep: bool = False
     root_dir: Path | None = None  # attach to the agent running there instead of starting one
+    faults: tuple[str, ...] = ()  # the kinds to draw from (empty: all of FAULTS)
+    rounds: int = 0  # stop after this many faults (0: when the duration is over)
+    burst: int = 10  # burst-kill: pods written at once
+    burst_after: int = 0  # burst-kill: kill once this many run (0: 1 to burst / 2, seeded)
+    burst_target: str = ""  # burst-kill: "runtime" or "syncloop" ("": either, seeded)
 
 
 @dataclass
@@ -244,6 +262,7 @@ class Limits:
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     intensity: int = 10000
     intensity_period: float = 60.0
+    backoff_reset_after: float = 10.0
 
 
 class Chaos:
@@ -284,6 +303,8 @@ class Chaos:
         prefix = f"chaos-{os.getpid()}-" if self.attached else "chaos"
         self.names = [f"{prefix}{i}" for i in range(opts.pods)]
         self.probed = {n for i, n in enumerate(self.names) if i % 2 == 0}
+        self.prefix = prefix
+        self.bursts = 0  # burst-kill rounds so far (their pods' names)
         self.kills: Counter[str] = Counter()  # pod name -> container kills
         self.last_kill: dict[str, float] = {}
         self.lock = threading.Lock()
@@ -312,7 +333,7 @@ class Chaos:
         self.address = "127.0.0.1" if config.address in ("", "0.0.0.0", "::") else config.address
         self.node = config.node_name
         self.limits = {spec.name: Limits(spec.heartbeat_timeout, spec.intensity,
-                                         spec.intensity_period)
+                                         spec.intensity_period, spec.backoff_reset_after)
                        for spec in resolve_specs(config)}
         self.report.notes.append(
             f"attached to the agent under {root}: the supervisor SIGKILL + restart fault is "
@@ -441,22 +462,14 @@ class Chaos:
     # --- faults ----------------------------------------------------------------------------
 
     def _target(self) -> dict[str, Any] | None:
-        """A RUNNING subsystem chaos may fault now: fewer than ``intensity - 1`` faults of it
-        within its ``intensityPeriod`` (so the supervisor never gives it up), or None."""
-        now = _monotonic()
-        rows = []
-        for row in self.rows().values():
-            if row["state"] != "RUNNING" or not row["pid"]:
-                continue
-            lim = self.limits.get(str(row["name"]), Limits())
-            recent = [t for t in self.faulted[row["name"]] if now - t < lim.intensity_period]
-            self.faulted[row["name"]] = recent
-            if len(recent) < lim.intensity - 1:
-                rows.append(row)
+        """A RUNNING subsystem chaos may fault now (``_may_fault``: so the supervisor never
+        gives it up), or None."""
+        rows = [row for row in self.rows().values()
+                if row["state"] == "RUNNING" and row["pid"] and self._may_fault(str(row["name"]))]
         if not rows:
             return None
         row = self.rng.choice(sorted(rows, key=lambda r: str(r["name"])))
-        self.faulted[row["name"]].append(now)
+        self.faulted[row["name"]].append(_monotonic())
         return row
 
     def fault_kill(self) -> None:
@@ -549,6 +562,111 @@ class Chaos:
 
     # --- the run ---------------------------------------------------------------------------
 
+    def fault_burst_kill(self) -> None:
+        rows = self.rows()
+        wanted = (self.opts.burst_target,) if self.opts.burst_target else BURST_TARGETS
+        targets = [n for n in wanted if (r := rows.get(n)) is not None
+                   and r["state"] == "RUNNING" and r["pid"] and self._may_fault(n)]
+        if not targets:
+            return
+        name = self.rng.choice(targets)
+        # A kill within backoffResetAfter of the last restart would measure the supervisor's
+        # crash back-off (a crash loop's), not the recovery from one crash: wait it out.
+        stable = self.limits.get(name, Limits()).backoff_reset_after
+
+        def settled() -> bool:
+            r = self.rows().get(name)
+            return r is not None and r["state"] == "RUNNING" and (r["uptime"] or 0) >= stable
+        if not self.wait(f"{name} up for {stable:g} s", settled, stable + RECOVERY_TIMEOUT, 0.2):
+            return
+        self.bursts += 1
+        burst = [f"{self.prefix}b{self.bursts}-{i}" for i in range(self.opts.burst)]
+        after = self.opts.burst_after or self.rng.randint(1, max(1, len(burst) // 2))
+        after = min(after, len(burst))
+        paths = self.write_manifests(burst, probed=set())
+
+        def started() -> bool:
+            procs = self.marker_processes()
+            return sum(1 for n in burst if procs.get(f"{n}/app")) >= after
+        if not self.wait(f"{after} of the burst running", started, RECOVERY_TIMEOUT, 0.005):
+            self.report.details.append(f"burst {self.bursts}: {after} pods not running within "
+                                       f"{RECOVERY_TIMEOUT:g} s; no kill")
+        else:
+            row = self.rows().get(name)
+            pid = int(row["pid"]) if row is not None and row["pid"] else 0
+            t0 = _monotonic()
+            if pid:
+                self.faulted[name].append(t0)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                if self.bus is not None:
+                    self.bus.forget(name)
+                self.report.faults["burst-kill"] += 1
+
+            def all_running() -> bool:
+                pods = self.pods()
+                return pods is not None and all(
+                    (p := pods.get(n)) is not None and _running(p) for n in burst)
+            if self.wait(f"the burst running after kill -9 {name}", all_running,
+                         RECOVERY_TIMEOUT, 0.02):
+                if pid:
+                    self.report.recovery[f"burst-kill {name}"].append(_monotonic() - t0)
+            else:
+                self.report.details.append(f"burst {self.bursts}: not all Running "
+                                           f"{RECOVERY_TIMEOUT:g} s after kill -9 {name}")
+        self._check_burst(burst)
+        self._remove_burst(burst, paths)
+
+    def _may_fault(self, name: str) -> bool:
+        """Fewer than ``intensity - 1`` faults of ``name`` within its ``intensityPeriod``."""
+        lim = self.limits.get(name, Limits())
+        now = _monotonic()
+        self.faulted[name] = [t for t in self.faulted[name] if now - t < lim.intensity_period]
+        return len(self.faulted[name]) < lim.intensity - 1
+
+    def _check_burst(self, burst: list[str]) -> None:
+        """Each burst pod runs once: one process, no restart."""
+        procs = self.marker_processes()
+        dupes = {n: len(procs.get(f"{n}/app", [])) for n in burst}
+        extra = sum(max(0, k - 1) for k in dupes.values())
+        if extra:
+            self.max_dupes = max(self.max_dupes, extra)
+            self.report.details.append(f"burst {self.bursts}: processes per pod "
+                                       f"{ {n: k for n, k in dupes.items() if k != 1} }")
+        pods = self.pods() or {}
+        for n in burst:
+            restarts = _restarts(pods[n]) if n in pods else 0
+            if restarts:
+                self.report.invariants["restarts_without_cause"] += restarts
+                self.report.details.append(f"{n}: {restarts} restarts, no kill of it")
+
+    def _remove_burst(self, burst: list[str], paths: list[Path]) -> None:
+        """Remove the burst's manifests; once its pods left /pods and their processes had time
+        to go, any left is an orphan (counted, then killed by PID)."""
+        for path in paths:
+            path.unlink(missing_ok=True)
+            self.written.remove(path)
+
+        def left_pods() -> bool:
+            pods = self.pods()
+            return pods is not None and not any(n in pods for n in burst)
+
+        def no_process() -> bool:
+            procs = self.marker_processes()
+            return not any(procs.get(f"{n}/app") for n in burst)
+        if not self.wait("the burst's pods gone", left_pods, CONVERGE_TIMEOUT, 0.05):
+            self.report.details.append(f"burst {self.bursts}: pods still in /pods "
+                                       f"{CONVERGE_TIMEOUT:g} s after their removal")
+        self.wait("the burst's processes gone", no_process, RECOVERY_TIMEOUT, 0.05)
+        procs = self.marker_processes()
+        for n in burst:
+            for pid in procs.get(f"{n}/app", []):
+                self.report.invariants["orphans_after_removal"] += 1
+                self.report.details.append(f"burst {self.bursts}: {n}'s process {pid} left "
+                                           "after its pod was removed")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
     def converged(self) -> bool:
         pods = self.pods()
         if pods is None:
@@ -561,17 +679,21 @@ class Chaos:
                 return False
         return True
 
-    def write_manifests(self) -> None:
-        """Each manifest is written under a dot name (the static source skips those) and
-        renamed in, so the agent never reads half a file."""
-        for name in self.names:
+    def write_manifests(self, names: list[str], probed: set[str]) -> list[Path]:
+        """Each manifest is written under a dot name (the static source skips those), then
+        all are renamed in, so the agent never reads half a file and sees them at once."""
+        staged = []
+        for name in names:
             path = self.manifests / f"{name}.yaml"
-            staged = self.manifests / f".{name}.yaml.tmp"
-            staged.write_text(MANIFEST.format(
+            tmp = self.manifests / f".{name}.yaml.tmp"
+            tmp.write_text(MANIFEST.format(
                 name=name, marker=MARKER, token=self.token,
-                probe=PROBE if name in self.probed else ""), encoding="utf-8")
+                probe=PROBE if name in probed else ""), encoding="utf-8")
             self.written.append(path)
-            staged.replace(path)
+            staged.append((tmp, path))
+        for tmp, path in staged:
+            tmp.replace(path)
+        return [path for _, path in staged]
 
     def remove_manifests(self) -> None:
         for path in self.written:
@@ -579,7 +701,7 @@ class Chaos:
             (path.parent / f".{path.name}.tmp").unlink(missing_ok=True)
 
     def run(self) -> None:
-        self.write_manifests()
+        self.write_manifests(self.names, self.probed)
         if self.attached:
             if not self.rows():
                 raise RuntimeError(f"no agent answers on {self.paths.control}")
@@ -591,14 +713,16 @@ class Chaos:
         self.bus = BusCounter(self.paths)
         self.sampler = threading.Thread(target=self._sample, name="chaos-sample", daemon=True)
         self.sampler.start()
-        faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")]
+        faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")
+                  and (not self.opts.faults or f[0] in self.opts.faults)]
         kinds = [k for k, _ in faults]
         weights = [w for _, w in faults]
         end = _monotonic() + self.opts.duration
-        while _monotonic() < end:
+        while _monotonic() < end and kinds and not (
+                self.opts.rounds and sum(self.report.faults.values()) >= self.opts.rounds):
             time.sleep(self.rng.uniform(0.2, 1.5))
             kind = self.rng.choices(kinds, weights)[0]
-            getattr(self, f"fault_{kind}")()
+            getattr(self, f"fault_{kind.replace('-', '_')}")()
         self.wait("the pods to converge", self.converged, CONVERGE_TIMEOUT, 0.2)
         self.stop_sampling.set()
         self.sampler.join(10)
@@ -723,7 +847,19 @@ def main_chaos(args: Any) -> int:
         print("podvisor chaos: --pods must be >= 1 and --duration >= 0", file=sys.stderr)
         return 2
     root = Path(args.root_dir) if args.root_dir else None
-    report = run_chaos(ChaosOptions(args.pods, args.duration, args.seed, args.keep, root))
+    faults = tuple(k.strip() for k in (args.faults or "").split(",") if k.strip())
+    unknown = sorted(set(faults) - {k for k, _ in FAULTS})
+    if unknown:
+        print(f"podvisor chaos: unknown fault kind(s) {', '.join(unknown)} (known: "
+              f"{', '.join(k for k, _ in FAULTS)})", file=sys.stderr)
+        return 2
+    if args.burst < 1 or args.rounds < 0 or args.burst_after < 0:
+        print("podvisor chaos: --burst must be >= 1, --rounds and --burst-after >= 0",
+              file=sys.stderr)
+        return 2
+    report = run_chaos(ChaosOptions(args.pods, args.duration, args.seed, args.keep, root,
+                                    faults, args.rounds, args.burst, args.burst_after,
+                                    args.burst_target or ""))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

@@ -4,6 +4,8 @@
     podvisor run --config FILE --runonce                              RunOnce: run the pods, report
     podvisor config --config FILE [flags]                             print the effective config
     podvisor chaos --pods P --duration S [--seed N] [--json] [--root-dir DIR]
+                   [--faults KIND,...] [--rounds N] [--burst N] [--burst-after N]
+                   [--burst-target runtime|syncloop]
                                                                       fault injection, invariants
 
 Exit codes: 0 after a clean shutdown, 2 for a bad config (the message names the key), 1 when
@@ -48,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
                        help="attach to the agent running on this rootDir instead of starting "
                             "a private one (its pods go to that agent's staticPodPath and are "
                             "removed after; the agent is neither killed nor stopped)")
+    chaos.add_argument("--faults", default="", metavar="KIND,...",
+                       help="draw only from these kinds (kill, stop, container, supervisor, "
+                            "burst-kill; default all)")
+    chaos.add_argument("--rounds", type=int, default=0,
+                       help="stop after this many faults (default: when --duration is over)")
+    chaos.add_argument("--burst", type=int, default=10,
+                       help="burst-kill: pods written at once (default 10)")
+    chaos.add_argument("--burst-after", type=int, default=0, metavar="N",
+                       help="burst-kill: kill once N of them run (default 1 to half, seeded)")
+    chaos.add_argument("--burst-target", choices=("runtime", "syncloop"), default=None,
+                       help="burst-kill: the subsystem killed (default either, seeded)")
     return parser
 
 

@@ -6,7 +6,7 @@
  *   pv-monitor --zygote FD
  *
  * The zygote keeps SPARES spare monitors forked and hands each spare's end of its socket to the
- * runtime over FD (zygote.py's protocol). The runtime sends a spare its container: an 8-byte
+ * runtime over FD (zygote.py's protocol: "spare PID TICKS" + the fd). The runtime sends a spare its container: an 8-byte
  * big-endian length and the fds (reply pipe, log file or none), then NUL-separated fields
  * STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV... [MOUNTC (SRC DST RO PROPAGATION)...] then
  * keyed sections: "security" UID GID NGROUPS GROUP... CAPS NNP RO_ROOT MANAGE NMASKED PATH...

@@ -129,9 +129,10 @@ _CLONE_NEWNS = 0x00020000
 
 
 def apply_mounts(mounts: list[dict[str, Any]]) -> None:
-    """monitor.c's ``apply_mounts``, for this (single-threaded) monitor itself: posix_spawn has
-    no step between fork and exec, so the Python monitor shares its container's private mount
-    namespace (its state files are reached by paths that no mount should hide)."""
+    """monitor.c's ``apply_mounts``, for this (single-threaded) monitor itself before it forks
+    the container (a container without a security context: ``_spawn_container``), so the Python
+    monitor shares its container's private mount namespace (its state files are reached by
+    paths that no mount should hide)."""
     import ctypes  # only monitors of containers with mounts pay for it
 
     libc = ctypes.CDLL(None, use_errno=True)
