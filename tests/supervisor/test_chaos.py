@@ -1,6 +1,7 @@
 """`podvisor chaos` (issue 16), the CI run: 20 pods, 60 s of faults (kill -9 and SIGSTOP of
 subsystems including the runtime, kill -9 of containers, SIGKILL of the supervisor and a
-restart), against a real private agent; every invariant must be 0. And `--root-dir`: 15 s, 4 pods
+restart, a burst of pods with kill -9 of the runtime or the sync loop in its midst: issue 22),
+against a real private agent; every invariant must be 0. And `--root-dir`: 15 s, 4 pods
 against an agent the test fixture started (chaos must leave it running).
 
 A fault-injection test, not a soak: it runs in the normal suite."""
@@ -35,9 +36,12 @@ def test_chaos_20_pods_60_seconds_every_invariant_zero() -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert report["ok"] is True
     # every kind of fault happened, and each recovered
-    assert set(report["faults"]) == {"kill", "stop", "container", "supervisor"}, report
+    assert set(report["faults"]) == {"kill", "stop", "container", "supervisor", "burst-kill"}, \
+        report
     assert report["recovery"]["container"]["n"] == report["faults"]["container"]
     assert report["recovery"]["supervisor"]["n"] == report["faults"]["supervisor"]
+    assert sum(v["n"] for k, v in report["recovery"].items() if k.startswith("burst-kill")) \
+        == report["faults"]["burst-kill"]
 
 
 def test_report_fails_on_any_invariant_and_prints_it() -> None:
@@ -51,11 +55,16 @@ def test_report_fails_on_any_invariant_and_prints_it() -> None:
     assert "FAILED" in text and "restarts_missed            1" in text
 
 
-def test_chaos_refuses_bad_arguments() -> None:
-    run = subprocess.run([str(BIN / "podvisor"), "chaos", "--pods", "0"], capture_output=True,
+@pytest.mark.parametrize("args, says", [
+    (["--pods", "0"], "--pods must be >= 1"),
+    (["--faults", "kill,flood"], "unknown fault kind(s) flood (known: kill, stop,"),
+    (["--burst", "0"], "--burst must be >= 1"),
+])
+def test_chaos_refuses_bad_arguments(args: list[str], says: str) -> None:
+    run = subprocess.run([str(BIN / "podvisor"), "chaos", *args], capture_output=True,
                          text=True, timeout=60, check=False)
     assert run.returncode == 2
-    assert "--pods must be >= 1" in run.stderr
+    assert says in run.stderr
 
 
 def _free_port() -> int:
