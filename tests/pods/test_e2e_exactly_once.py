@@ -122,3 +122,22 @@ def test_a_crash_on_the_stop_path_leaves_nothing(point: str, agent: Any, wait_fo
         assert run.fired(), f"the crash point {point} was reached"
     finally:
         run.close()
+
+
+@pytest.mark.timeout(170)
+def test_pleg_and_status_killed_mid_burst_change_nothing(agent: Any, wait_for: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processes that only watch (PLEG relists, status computes) are killed while the pods
+    start: each pod still runs once, with no restart, and nothing is left after removal."""
+    run = Run(agent, wait_for, monkeypatch, "none:none")
+    try:
+        run.write()
+        for name in ("pleg", "status"):
+            old = run.handle.state(name)["pid"]
+            run.handle.call("kill", name=name, signal="KILL")
+            wait_for(lambda n=name, o=old: run.handle.state(n)["state"] == "RUNNING"
+                     and run.handle.state(n)["pid"] != o, 30.0)
+        run.all_run_once()
+        run.remove()
+    finally:
+        run.close()
