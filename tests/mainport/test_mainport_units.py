@@ -289,7 +289,7 @@ def test_podvisorctl_top_without_a_runtime_exits_2(tmp_path: Path) -> None:
 def test_auth_flags_use_the_kubelet_names() -> None:
     import argparse
 
-    from podvisor.supervisor.flags import add_config_flags, overrides_from_args
+    from podvisor.cli.flags import add_config_flags, overrides_from_args
 
     parser = argparse.ArgumentParser()
     add_config_flags(parser)
@@ -371,8 +371,8 @@ def test_container_logs_read_across_rotation(tmp_path: Path, opts: dict[str, Any
 
 
 def test_ctl_logs_and_the_main_port_share_the_rotation_reader(tmp_path: Path) -> None:
+    from podvisor.cli.ctl_logs import tail_lines
     from podvisor.common.crilog import with_rotated
-    from podvisor.supervisor.ctl_logs import tail_lines
 
     cdir = _rotated_container_dir(tmp_path) / "default_web_uid1" / "c"
     assert [p.name for p in with_rotated(cdir / "0.log")] == [
