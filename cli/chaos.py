@@ -79,8 +79,8 @@ from podvisor.cli.ctl_pods import get_podlist
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
 from podvisor.supervisor.registry import resolve_specs
 
 __all__ = ["ChaosOptions", "main_chaos", "run_chaos"]

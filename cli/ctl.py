@@ -33,8 +33,13 @@ import sys
 from typing import Any
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
-from podvisor.supervisor.client import AgentNotRunning, ControlClient, endpoint_for_root
-from podvisor.supervisor.faults import ControlFault
+from podvisor.ipc.control import (
+    AgentNotRunning,
+    ControlClient,
+    ControlFault,
+    endpoint_for_root,
+    status_rows,
+)
 
 __all__ = ["format_status", "main"]
 
@@ -115,11 +120,11 @@ def format_status(result: dict[str, Any], now: float | None = None) -> str:
     """The human table of `status`."""
     now = SYSTEM_CLOCK.wall() if now is None else now
     rows = [("NAME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT")]
-    for p in result.get("processes", []):
-        last = p.get("lastExit")
-        last_text = "-" if not last else f"{last['reason']} ({_ago(last['time'], now)} ago)"
-        uptime = "-" if p.get("uptime") is None else _ago(now - float(p["uptime"]), now)
-        rows.append((p["name"], p["state"], str(p["pid"] or "-"), str(p["restarts"]), uptime,
+    for p in status_rows(result):
+        last = p.last_exit
+        last_text = "-" if not last else f"{last.reason} ({_ago(last.time, now)} ago)"
+        uptime = "-" if p.uptime is None else _ago(now - p.uptime, now)
+        rows.append((p.name, p.state.name, str(p.pid or "-"), str(p.restarts), uptime,
                      last_text))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join(

@@ -20,6 +20,7 @@ from podvisor.common.config import (
     config_from_mapping,
     config_to_mapping,
 )
+from podvisor.ipc.control import ProcessRow
 from podvisor.services.server.auth import (
     ANONYMOUS,
     AlwaysAllow,
@@ -196,8 +197,9 @@ def _pleg_view() -> View:
     return View(pleg=pleg, pleg_synced=True)
 
 
-ROWS = [{"name": "pleg", "state": "RUNNING", "restarts": 2, "heartbeatAge": 0.25},
-        {"name": "prober", "state": "BACKOFF", "restarts": 5, "heartbeatAge": None}]
+ROWS = [ProcessRow.from_wire(r) for r in (
+    {"name": "pleg", "state": "RUNNING", "restarts": 2, "heartbeatAge": 0.25},
+    {"name": "prober", "state": "BACKOFF", "restarts": 5, "heartbeatAge": None})]
 
 
 def test_metrics_from_the_pleg_view_and_the_processes() -> None:
