@@ -20,6 +20,7 @@ from podvisor.common.config import (
     config_from_mapping,
     config_to_mapping,
 )
+from podvisor.common.timefmt import parse_rfc3339
 from podvisor.ipc.control import ProcessRow
 from podvisor.services.server.auth import (
     ANONYMOUS,
@@ -36,7 +37,6 @@ from podvisor.services.server.containerlogs import (
     Decoder,
     LogRequestError,
     parse_options,
-    parse_rfc3339,
 )
 from podvisor.services.server.mainport import REDACTED, make_main_app, redact_config
 from podvisor.services.server.metrics import render_metrics
