@@ -18,6 +18,7 @@ tests/shape/test_helpers_shape.py`` prints the counts.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,10 +52,27 @@ REGISTRY = frozenset({Path("supervisor/registry.py"), Path("supervisor/child.py"
 DYNAMIC = frozenset({"import_module", "__import__", "find_spec", "spec_from_file_location"})
 
 
-def _sources(root: Path, folders: tuple[str, ...]) -> Iterator[tuple[Path, ast.Module]]:
+@functools.cache
+def _parse(path: Path) -> tuple[ast.Module, tuple[ast.AST, ...]]:
+    """The module and all its nodes (parsed once per run: both tests read the same tree)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return tree, tuple(ast.walk(tree))
+
+
+def _sources(root: Path, folders: tuple[str, ...], triggers: frozenset[str],
+             ) -> Iterator[tuple[Path, ast.Module, tuple[ast.AST, ...]]]:
+    """The modules whose text holds one of ``triggers`` (a file without any cannot hold what
+    is looked for: parsing only the others keeps the count cheap)."""
     for folder in folders:
         for path in sorted((root / folder).rglob("*.py")):
-            yield path.relative_to(root), ast.parse(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            if any(t in text for t in triggers):
+                yield (path.relative_to(root), *_parse(path))
+
+
+def _any_of(names: frozenset[str]) -> frozenset[str]:
+    """Enough of a set's names that a table holding ``TABLE`` of them holds one of these."""
+    return frozenset(sorted(names)[:len(names) - TABLE + 1])
 
 
 def _strings(node: ast.AST) -> set[str]:
@@ -62,9 +80,9 @@ def _strings(node: ast.AST) -> set[str]:
             if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
-    return {n.name.lstrip("_") for n in tree.body
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+def _public_functions(tree: ast.Module) -> set[str]:
+    return {n.name for n in tree.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name[:1] != "_"}
 
 
 def _label_values(root: Path) -> set[str]:
@@ -93,23 +111,27 @@ def _tables(tree: ast.Module) -> Iterator[ast.AST]:
 
 def duplicates(root: Path = REPO) -> dict[str, list[str]]:
     """Per helper or protocol type, where it is defined a second time (``path:line``)."""
-    helpers = _top_level_names(ast.parse((root / TIMEFMT).read_text(encoding="utf-8")))
+    helpers = _public_functions(ast.parse((root / TIMEFMT).read_text(encoding="utf-8")))
     labels = _label_values(root)
+    triggers = frozenset({*helpers, *TIME_FORMATS, *labels, *_any_of(PROCESS_STATES),
+                          *_any_of(FAULTS), *(f'"{k}"' for k in REQUEST),
+                          *(f'"{k}"' for shape in WIRE_SHAPES.values() for k in shape)})
     found: dict[str, list[str]] = {"rfc3339 helpers": [], "CRI label keys": [],
                                    "process states": [], "faults": [], "control clients": [],
                                    **{what: [] for what in WIRE_SHAPES}}
-    for path, tree in _sources(root, SCANNED):
+    for path, tree, nodes in _sources(root, SCANNED, triggers):
         where = f"{path}:"
+        strings = [n for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         if path != TIMEFMT:
-            for node in ast.walk(tree):
+            formats = any(n.value in TIME_FORMATS for n in strings)
+            for node in nodes:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
                         (node in tree.body and node.name.lstrip("_") in helpers)
-                        or _strings(node) & TIME_FORMATS):
+                        or (formats and _strings(node) & TIME_FORMATS)):
                     found["rfc3339 helpers"].append(f"{where}{node.lineno} {node.name}")
         if path != LABELS:
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and node.value in labels:
-                    found["CRI label keys"].append(f"{where}{node.lineno} {node.value}")
+            found["CRI label keys"] += [f"{where}{n.lineno} {n.value}" for n in strings
+                                        if n.value in labels]
         if path == CONTROL:
             continue
         for table in _tables(tree):
@@ -117,7 +139,7 @@ def duplicates(root: Path = REPO) -> dict[str, list[str]]:
             for what, members in (("process states", PROCESS_STATES), ("faults", FAULTS)):
                 if len(names & members) >= TABLE:
                     found[what].append(f"{where}{table.lineno}")
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Dict):
                 keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
                 if keys == REQUEST:
@@ -132,10 +154,10 @@ def dynamic_imports(root: Path = REPO) -> list[str]:
     """Imports by name (``importlib``) of anything but a named third-party module, outside the
     supervisor's spawning of its registered subsystems."""
     out = []
-    for path, tree in _sources(root, PACKAGES):
+    for path, _tree, nodes in _sources(root, PACKAGES, DYNAMIC):
         if path in REGISTRY:
             continue
-        for node in ast.walk(tree):
+        for node in nodes:
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
