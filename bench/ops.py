@@ -39,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from supervisord_peer import Supervisord
 
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 
 BIN = Path(sys.executable).parent
 POD = """apiVersion: v1

@@ -32,11 +32,11 @@ import psutil
 import yaml
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.runtime import procfs
 from podvisor.services.syncloop import labels as L
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
 
 NODE = "bench"
 BIN = Path(sys.executable).parent

@@ -27,9 +27,9 @@ import yaml
 import zmq
 
 from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICES = REPO / "tests" / "supervisor" / "services"

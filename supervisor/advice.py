@@ -36,7 +36,7 @@ def ctl_program() -> str:
         return shlex.quote(str(beside))
     if found is not None:
         return "podvisorctl"
-    return f"{shlex.quote(sys.executable)} -m podvisor.supervisor.ctl"
+    return f"{shlex.quote(sys.executable)} -m podvisor.cli.ctl"
 
 
 def _ctl(root: Path | str, *args: str) -> str:

@@ -24,8 +24,7 @@ from podvisor.common.endpoint import is_embedded
 from podvisor.common.logs import Log
 
 __all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "module_problem",
-           "module_problem_isolated",
-           "report_builtins", "resolve_specs", "runtime_module"]
+           "module_problem_isolated", "report_builtins", "resolve_specs"]
 
 
 @dataclass(frozen=True)
@@ -198,12 +197,6 @@ def report_builtins(config: Config, log: Log, builtins: tuple[Builtin, ...] = BU
                       error=why)
     if absent:
         log.info("supervisor.builtins.not_built", processes=sorted(absent), modules=absent)
-
-
-def runtime_module(builtins: tuple[Builtin, ...] = BUILTINS) -> str:
-    """The embedded runtime built-in's module (``podvisorctl`` runs it in-process to stop pods
-    when no agent runs)."""
-    return next(b.module for b in builtins if b.name == "runtime")
 
 
 def _spec(name: str, module: str, *layers: Mapping[str, Any]) -> ProcessSpec:

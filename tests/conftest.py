@@ -42,8 +42,8 @@ import zmq
 from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
 
 PR_SET_CHILD_SUBREAPER = 36
 REPO = Path(__file__).resolve().parent.parent

@@ -14,11 +14,11 @@ Times come in as parameters (wall seconds): the caller reads the clock.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.common.timefmt import rfc3339, rfc3339_micro
 from podvisor.services.apiserver import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -37,14 +37,6 @@ from podvisor.services.node.status import (
 Obj = dict[str, Any]
 STATUS_TRIES = 5
 LEASE_NS = "kube-node-lease"
-
-
-def rfc3339(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -142,7 +134,7 @@ class NodeAgent:
             spec = lease.setdefault("spec", {})
             spec["holderIdentity"] = self.settings.name
             spec["leaseDurationSeconds"] = self.settings.lease_duration
-            spec["renewTime"] = micro_time(now)
+            spec["renewTime"] = rfc3339_micro(now)
             if self.uid:
                 lease.setdefault("metadata", {})["ownerReferences"] = [self._owner()]
             try:
@@ -164,7 +156,7 @@ class NodeAgent:
                              **({"ownerReferences": [self._owner()]} if self.uid else {})},
                 "spec": {"holderIdentity": self.settings.name,
                          "leaseDurationSeconds": self.settings.lease_duration,
-                         "renewTime": micro_time(now)}}
+                         "renewTime": rfc3339_micro(now)}}
         return self.conn.request(
             "POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases", body=body)
 

@@ -25,8 +25,8 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import ops_password_path
 from podvisor.common.opspass import read_ops_password
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.control import ControlClient, ControlError
 from podvisor.ipc.messages import ProcessStateChanged
-from podvisor.services.ops.control import ControlError, ControlLink
 from podvisor.services.ops.events import (
     Transition,
     agent_transitions,
@@ -141,8 +141,8 @@ def _enable_logs(ctx: ChildContext, listener: Listener, events: list[str]) -> bo
         return False
     pids: dict[str, int] = {}
     with contextlib.suppress(ControlError):
-        rows = ControlLink(ctx.zctx, ctx.paths.control).call("status", timeout=5.0)
-        pids = {str(r["name"]): int(r.get("pid") or 0) for r in rows.get("processes", [])}
+        rows = ControlClient(ctx.paths.control, 5.0, ctx.zctx).processes()
+        pids = {row.name: row.pid or 0 for row in rows}
     listener.enable_logs(ctx.config.supervision.processes, str(ctx.paths.logs_dir), pids)
     return True
 

@@ -20,9 +20,9 @@ from podvisor.common.config import ops_password_path
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.opspass import read_ops_password
 from podvisor.common.web import WebService
+from podvisor.ipc.control import ControlClient
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.ops.app import make_app
-from podvisor.services.ops.control import ControlLink
 from podvisor.services.ops.dashboard import add_dashboard
 from podvisor.services.ops.pump import MapPump, PodMaps
 from podvisor.services.ops.rpc import OpsRpc, RpcDeps, new_dispatcher
@@ -60,7 +60,7 @@ def run(ctx: ChildContext) -> None:
             return cri_box[0]
 
     rpc = OpsRpc(RpcDeps(
-        control=ControlLink(ctx.zctx, ctx.paths.control), maps=lambda: web.view,
+        control=ControlClient(ctx.paths.control, 30.0, ctx.zctx), maps=lambda: web.view,
         changed=web.changed, cri=cri, logs_dir=ctx.paths.logs_dir,
         runtime_dir=ctx.paths.runtime_dir if cfg.runtime_endpoint == "embedded" else None,
         identification=f"podvisor@{cfg.node_name}", self_name=ctx.name, clock=ctx.clock,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.control import ProcessRow, ProcessState
 from podvisor.ipc.maps import (
     DesiredPod,
     DesiredValue,
@@ -26,7 +27,7 @@ from podvisor.ipc.maps import (
     PlegValue,
     PodStatusValue,
 )
-from podvisor.services.ops.states import AGENT_STATES, ProcState, container_state
+from podvisor.services.ops.states import container_state
 
 __all__ = ["AGENT_GROUP", "Proc", "agent_procs", "describe", "pod_group", "pod_procs",
            "split_namespec"]
@@ -61,7 +62,7 @@ class Proc:
     group: str
     name: str
     kind: str  # "agent" | "container"
-    state: ProcState
+    state: ProcessState
     pid: int
     start: float  # wall seconds (0: never started)
     stop: float
@@ -91,15 +92,15 @@ class Proc:
 def describe(info: Mapping[str, Any]) -> str:
     """supervisord's ``_interpretProcessInfo``."""
     state = info["state"]
-    if state == ProcState.RUNNING:
+    if state == ProcessState.RUNNING:
         uptime = datetime.datetime(*time.gmtime(info["now"])[:6]) - datetime.datetime(
             *time.gmtime(info["start"])[:6])
         if uptime.total_seconds() < 0:
             uptime = datetime.timedelta(0)
         return f"pid {info['pid']}, uptime {uptime}"
-    if state in (ProcState.FATAL, ProcState.BACKOFF):
+    if state in (ProcessState.FATAL, ProcessState.BACKOFF):
         return str(info["spawnerr"]) or f'unknown error (try "tail {info["name"]}")'
-    if state in (ProcState.STOPPED, ProcState.EXITED):
+    if state in (ProcessState.STOPPED, ProcessState.EXITED):
         if info["start"]:
             stop = datetime.datetime(*time.localtime(info["stop"])[:7])
             return stop.strftime("%b %d %I:%M %p")
@@ -107,26 +108,24 @@ def describe(info: Mapping[str, Any]) -> str:
     return ""
 
 
-def agent_procs(rows: Iterable[Mapping[str, Any]], now: float, logs_dir: Path) -> list[Proc]:
+def agent_procs(rows: Iterable[ProcessRow], now: float, logs_dir: Path) -> list[Proc]:
     """The ``agent`` group from the supervisor's ``status`` rows (``now``: wall seconds)."""
     out = []
     for row in rows:
-        state = AGENT_STATES.get(str(row.get("state")), ProcState.UNKNOWN)
-        last = row.get("lastExit") or {}
-        uptime = row.get("uptime")
-        start = now - float(uptime) if uptime is not None else float(
-            (last.get("time") or 0) - (last.get("ranFor") or 0))
-        spawnerr = str(row.get("reason") or "") if state in (
-            ProcState.BACKOFF, ProcState.FATAL) else ""
+        last = row.last_exit
+        start = now - row.uptime if row.uptime is not None else (
+            last.time - last.ran_for if last is not None else 0.0)
+        spawnerr = row.reason if row.state in (ProcessState.BACKOFF, ProcessState.FATAL) else ""
         out.append(Proc(
-            group=AGENT_GROUP, name=str(row["name"]), kind="agent", state=state,
-            pid=int(row.get("pid") or 0), start=max(0.0, start),
-            stop=float(last.get("time") or 0), exitstatus=int(last.get("code") or 0),
-            spawnerr=spawnerr, logfile=str(logs_dir / f"{row['name']}.log"),
-            restarts=int(row.get("restarts") or 0),
-            extra={"module": row.get("module", ""), "reason": row.get("reason", ""),
-                   "lastExit": last or None, "heartbeatLate": bool(row.get("heartbeatLate")),
-                   "heartbeatAge": row.get("heartbeatAge")}))
+            group=AGENT_GROUP, name=row.name, kind="agent", state=row.state,
+            pid=row.pid or 0, start=max(0.0, start),
+            stop=last.time if last is not None else 0.0,
+            exitstatus=(last.code or 0) if last is not None else 0,
+            spawnerr=spawnerr, logfile=str(logs_dir / f"{row.name}.log"),
+            restarts=row.restarts,
+            extra={"module": row.module, "reason": row.reason,
+                   "lastExit": last.to_wire() if last is not None else None,
+                   "heartbeatLate": row.heartbeat_late, "heartbeatAge": row.heartbeat_age}))
     return out
 
 
@@ -152,7 +151,7 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
         return 0
 
 
-_LIVE = (ProcState.STARTING, ProcState.RUNNING, ProcState.STOPPING)
+_LIVE = (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.STOPPING)
 
 
 def _exits(containers: Iterable[PlegContainer]) -> dict[str, dict[str, int]]:
@@ -223,7 +222,7 @@ def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodSta
             # before PLEG's record reached this process (the two maps move separately)
             live = rc.id if rc is not None and rc.state == "CONTAINER_RUNNING" else (
                 str((cs or {}).get("containerID", "")).rpartition("://")[2]
-                if state is ProcState.RUNNING else "")
+                if state is ProcessState.RUNNING else "")
             out.append(Proc(
                 group=group, name=name, kind="container", state=state,
                 pid=_embedded_pid(runtime_dir, live) if state in _LIVE and live else 0,

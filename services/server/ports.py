@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Callable
 from typing import Any
+
+import zmq
 
 from podvisor.common.child import ChildContext
 from podvisor.common.config import config_to_mapping
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.web import WebService
+from podvisor.ipc.control import ControlClient, ControlError, ProcessRow
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.server.app import make_app
 from podvisor.services.server.auth import AuthConfigError, build_auth
 from podvisor.services.server.mainport import make_main_app
-from podvisor.services.server.processes import process_rows
 from podvisor.services.server.replicas import View
 from podvisor.services.server.tls import TlsError, serving_context, serving_pair
 
@@ -32,6 +35,20 @@ __all__ = ["MAIN_RETRY", "Ports"]
 MAIN_RETRY = 5.0
 STATS_TIMEOUT = 10.0  # ListContainerStats for /stats/summary
 SHUTDOWN_TIMEOUT = 2.0  # open connections (a followed log) get this long at stop
+PROCESSES_TIMEOUT = 1.0  # the supervisor's `status`, for /metrics
+
+
+def process_rows(control: ControlClient) -> Callable[[], list[ProcessRow] | None]:
+    """The supervised processes for ``/metrics``: one ``status`` call at scrape time (on a worker
+    thread, a socket of its own), so the figures are the supervisor's own, never a copy that a
+    restarted server would have to rebuild. None when the agent does not answer (it is
+    stopping): the scrape then leaves the process metrics out."""
+    def rows() -> list[ProcessRow] | None:
+        try:
+            return control.processes()
+        except (ControlError, zmq.ZMQError):
+            return None
+    return rows
 
 
 class Ports:
@@ -93,7 +110,8 @@ class Ports:
                             config=config_to_mapping(cfg), log=ctx.log,
                             stopping=web.stopping, clock=ctx.clock.monotonic,
                             wall=ctx.clock.wall,
-                            processes=lambda: process_rows(ctx.zctx, ctx.paths.control),
+                            processes=process_rows(ControlClient(
+                                ctx.paths.control, PROCESSES_TIMEOUT, ctx.zctx)),
                             container_stats=lambda: client().list_container_stats(),
                             image_fs_info=lambda: client().image_fs_info(),
                             runtime=client)

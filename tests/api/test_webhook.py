@@ -116,8 +116,8 @@ def test_token_review_and_access_review_cached_and_failing(tmp_path: Path) -> No
 def test_webhook_config_needs_kubeconfig_and_takes_the_kubelet_flags() -> None:
     import argparse
 
+    from podvisor.cli.flags import add_config_flags, overrides_from_args
     from podvisor.common.config import ConfigError, config_from_mapping, config_to_mapping
-    from podvisor.supervisor.flags import add_config_flags, overrides_from_args
 
     on = {"kubeconfig": "/kc", "authentication": {"webhook": {"enabled": True,
                                                                "cacheTTL": "1m"}},

@@ -13,14 +13,7 @@ from typing import Any
 import pytest
 import zmq
 
-from podvisor.ipc.bus import BusProxy, Subscriber
-from podvisor.ipc.messages import Event, Message
-from podvisor.ipc.paths import RunPaths
-from podvisor.services.events import model as ev
-from podvisor.services.events.logbridge import EventingLog, events_for
-from podvisor.services.events.publisher import EventPublisher
-from podvisor.services.events.recorder import Recorder
-from podvisor.supervisor.ctl_logs import (
+from podvisor.cli.ctl_logs import (
     CriDecoder,
     LogError,
     find_log_dir,
@@ -29,6 +22,13 @@ from podvisor.supervisor.ctl_logs import (
     latest_log,
     tail_lines,
 )
+from podvisor.ipc.bus import BusProxy, Subscriber
+from podvisor.ipc.messages import Event, Message
+from podvisor.ipc.paths import RunPaths
+from podvisor.services.events import model as ev
+from podvisor.services.events.logbridge import EventingLog, events_for
+from podvisor.services.events.publisher import EventPublisher
+from podvisor.services.events.recorder import Recorder
 from podvisor.supervisor.eventstore import EventStore
 from tests.plegs import pleg_pod
 

@@ -109,10 +109,10 @@ def test_log_rotation_gzips_all_but_newest_and_keeps_max_files(tmp_path: Any) ->
 
     import pytest
 
+    from podvisor.cli.ctl_logs import tail_lines
     from podvisor.common.crilog import with_rotated
     from podvisor.services.cri import CriError
     from podvisor.services.imagegc.logrotate import rotate_log, rotated_files
-    from podvisor.supervisor.ctl_logs import tail_lines
 
     log = tmp_path / "0.log"
     cri: Any = Reopener()
@@ -166,7 +166,7 @@ def test_pull_progress_lines(tmp_path: Any, capsys: Any) -> None:
     import hashlib
     import json
 
-    from podvisor.supervisor.ctl_images import _Progress, format_images
+    from podvisor.cli.ctl_images import _Progress, format_images
 
     ref = "127.0.0.1:5000/a:1"
     name = hashlib.sha256(ref.encode()).hexdigest()[:24] + ".json"

@@ -20,6 +20,8 @@ from podvisor.common.config import (
     config_from_mapping,
     config_to_mapping,
 )
+from podvisor.common.timefmt import parse_rfc3339
+from podvisor.ipc.control import ProcessRow
 from podvisor.services.server.auth import (
     ANONYMOUS,
     AlwaysAllow,
@@ -35,7 +37,6 @@ from podvisor.services.server.containerlogs import (
     Decoder,
     LogRequestError,
     parse_options,
-    parse_rfc3339,
 )
 from podvisor.services.server.mainport import REDACTED, make_main_app, redact_config
 from podvisor.services.server.metrics import render_metrics
@@ -196,8 +197,9 @@ def _pleg_view() -> View:
     return View(pleg=pleg, pleg_synced=True)
 
 
-ROWS = [{"name": "pleg", "state": "RUNNING", "restarts": 2, "heartbeatAge": 0.25},
-        {"name": "prober", "state": "BACKOFF", "restarts": 5, "heartbeatAge": None}]
+ROWS = [ProcessRow.from_wire(r) for r in (
+    {"name": "pleg", "state": "RUNNING", "restarts": 2, "heartbeatAge": 0.25},
+    {"name": "prober", "state": "BACKOFF", "restarts": 5, "heartbeatAge": None})]
 
 
 def test_metrics_from_the_pleg_view_and_the_processes() -> None:
@@ -289,7 +291,7 @@ def test_podvisorctl_top_without_a_runtime_exits_2(tmp_path: Path) -> None:
 def test_auth_flags_use_the_kubelet_names() -> None:
     import argparse
 
-    from podvisor.supervisor.flags import add_config_flags, overrides_from_args
+    from podvisor.cli.flags import add_config_flags, overrides_from_args
 
     parser = argparse.ArgumentParser()
     add_config_flags(parser)
@@ -371,8 +373,8 @@ def test_container_logs_read_across_rotation(tmp_path: Path, opts: dict[str, Any
 
 
 def test_ctl_logs_and_the_main_port_share_the_rotation_reader(tmp_path: Path) -> None:
+    from podvisor.cli.ctl_logs import tail_lines
     from podvisor.common.crilog import with_rotated
-    from podvisor.supervisor.ctl_logs import tail_lines
 
     cdir = _rotated_container_dir(tmp_path) / "default_web_uid1" / "c"
     assert [p.name for p in with_rotated(cdir / "0.log")] == [

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from podvisor.common import FakeClock
+from podvisor.ipc.control import ControlClient
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
-from podvisor.services.ops.control import ControlLink
 from podvisor.services.ops.dashboard import Dashboard
 from podvisor.services.ops.feed import FeedTimes
 from podvisor.services.ops.pump import PodMaps
@@ -29,7 +29,7 @@ POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
        "spec": {"containers": [{"name": "app", "image": "host"}]}}
 
 
-class FakeControl(ControlLink):
+class FakeControl(ControlClient):
     """The supervisor's control endpoint: ``status`` rows of one subsystem (``pid`` and
     ``restarts`` settable, its uptime moving with the clock); counts the calls."""
 

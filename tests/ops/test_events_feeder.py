@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from podvisor.ipc.control import ProcessState
 from podvisor.services.ops.events import (
     Transition,
     agent_transitions,
@@ -13,7 +14,6 @@ from podvisor.services.ops.events import (
 )
 from podvisor.services.ops.feeder import EventFeeder, ListenerState, ProtocolError
 from podvisor.services.ops.procs import Proc
-from podvisor.services.ops.states import ProcState
 
 
 def test_feeder_protocol_ok_fail_and_bound() -> None:
@@ -66,20 +66,20 @@ def test_agent_translation(edge: tuple[str, str], prev_crash: bool,
             for t in got] == want
 
 
-def _c(state: ProcState, cid: str, code: int = 0, exits: dict[str, int] | None = None,
+def _c(state: ProcessState, cid: str, code: int = 0, exits: dict[str, int] | None = None,
        last: int | None = 137) -> Proc:
     return Proc("default.web", "app", "container", state, 10, 1.0, 0.0, code, "", "",
                 extra={"container_id": cid, "last_exit_code": last, "exits": exits or {}})
 
 
 def test_container_events() -> None:
-    run_a, run_b = _c(ProcState.RUNNING, "a"), _c(ProcState.RUNNING, "b")
+    run_a, run_b = _c(ProcessState.RUNNING, "a"), _c(ProcessState.RUNNING, "b")
     assert container_events({"x": run_a}, {"x": run_a}) == []
     fast = container_events({"x": run_a}, {"x": run_b})
     assert [(t.from_state, t.to_state) for t in fast] == [
         ("RUNNING", "EXITED"), ("EXITED", "STARTING"), ("STARTING", "RUNNING")]
     assert fast[0].expected == 0
-    died = container_events({"x": run_a}, {"x": _c(ProcState.EXITED, "a", 1)})
+    died = container_events({"x": run_a}, {"x": _c(ProcessState.EXITED, "a", 1)})
     assert [(t.from_state, t.to_state, t.expected) for t in died] == [("RUNNING", "EXITED", 0)]
     assert [t.to_state for t in container_events({"x": run_a}, {})] == ["STOPPED"]
     # restarted, the new container not started yet: the old container's exit code decides
@@ -87,7 +87,7 @@ def test_container_events() -> None:
     for exits, last, expected in (({"a": 137}, None, 0), ({"a": 0}, 137, 1),
                                   ({}, 137, 0), ({}, None, 0), ({"z": 0}, None, 0)):
         slow = container_events({"x": run_a},
-                                {"x": _c(ProcState.STARTING, "b", 0, exits, last)})
+                                {"x": _c(ProcessState.STARTING, "b", 0, exits, last)})
         assert [(t.from_state, t.to_state) for t in slow] == [
             ("RUNNING", "EXITED"), ("EXITED", "STARTING")]
         assert slow[0].expected == expected, (exits, last)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from podvisor.ipc.control import ProcessRow
 from podvisor.services.ops.feed import (
     Action,
     FeedPlan,
@@ -95,13 +96,13 @@ def test_plan_idle_wakes_at_most_once_per_keepalive() -> None:
     assert pings == 3600 / TIMES.keepalive - 1  # at 15, 30, ..., 3585
 
 
-def _rows(now: float, **change: object) -> list[dict[str, object]]:
+def _rows(now: float, **change: object) -> list[ProcessRow]:
     row: dict[str, object] = {
         "name": "pleg", "state": "RUNNING", "pid": 40, "restarts": 1,
         "uptime": round(now - 1000.123, 3), "module": "podvisor.services.pleg.main",
         "reason": "", "lastExit": {"code": None, "signal": 9, "time": 990.5, "ranFor": 3.2},
         "heartbeatAge": round(now % 1.0, 3), "heartbeatLate": False}  # a fresh age each ask
-    return [{**row, **change}]
+    return [ProcessRow.from_wire({**row, **change})]
 
 
 def test_agent_key_ignores_time_and_sees_what_the_page_shows(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from podvisor.ipc.control import ProcessState
 from podvisor.ipc.maps import DesiredPod
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.events import matches
@@ -23,7 +24,6 @@ from podvisor.services.ops.logevents import (
 )
 from podvisor.services.ops.logtail import TRUNCATED, LogFollower
 from podvisor.services.ops.procs import Proc
-from podvisor.services.ops.states import ProcState
 
 
 def test_payload_is_supervisords() -> None:
@@ -97,7 +97,7 @@ def test_tap_plain_log_and_truncation(tmp_path: Path) -> None:
 
 
 def _proc(uid: str, logfile: str) -> Proc:
-    return Proc(group="default.web", name="app", kind="container", state=ProcState.RUNNING,
+    return Proc(group="default.web", name="app", kind="container", state=ProcessState.RUNNING,
                 pid=5, start=0, stop=0, exitstatus=0, spawnerr="", logfile=logfile,
                 extra={"uid": uid})
 
@@ -153,7 +153,7 @@ def test_events_enabled_as_get_all_config_info_reports_them() -> None:
     """``getAllConfigInfo``'s stdout/stderr_events_enabled: a subsystem's spec, a container's
     pod annotations."""
     specs = {"pleg": {"stdout_events_enabled": True}}
-    pleg = Proc(group="agent", name="pleg", kind="agent", state=ProcState.RUNNING, pid=5,
+    pleg = Proc(group="agent", name="pleg", kind="agent", state=ProcessState.RUNNING, pid=5,
                 start=0, stop=0, exitstatus=0, spawnerr="", logfile="")
     desired = {"u1": DesiredPod(pod={"metadata": {"annotations": {
         "ops.podvisor.io/stderr-events-enabled": "true"}}})}

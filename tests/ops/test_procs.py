@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from podvisor.ipc.control import ProcessRow, ProcessState
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.services.ops.procs import Proc, pod_procs
-from podvisor.services.ops.states import ProcState
 from tests.plegs import pleg_pod
 
 POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
@@ -28,18 +28,18 @@ def test_a_container_has_its_pid_while_the_runtime_runs_it(tmp_path: Path) -> No
     """supervisord gives a pid while a process lives: a container the runtime already runs
     has its pid before the status says Running (STARTING), and none once it exited."""
     (starting,) = _procs(tmp_path, None, "CONTAINER_RUNNING")
-    assert starting.state is ProcState.STARTING and starting.pid == 4242
+    assert starting.state is ProcessState.STARTING and starting.pid == 4242
     (running,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_RUNNING")
-    assert running.state is ProcState.RUNNING and running.pid == 4242
+    assert running.state is ProcessState.RUNNING and running.pid == 4242
     (exited,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_EXITED")
     assert exited.pid == 0
     (created,) = _procs(tmp_path, None, "CONTAINER_CREATED")
-    assert created.state is ProcState.STARTING and created.pid == 0
+    assert created.state is ProcessState.STARTING and created.pid == 0
     # the status says running before PLEG's record reached this process: its pid all the same
     statuses = {"u1": PodStatusValue({"containerStatuses": [
         {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})}
     (early,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, {}, tmp_path)
-    assert early.state is ProcState.RUNNING and early.pid == 4242
+    assert early.state is ProcessState.RUNNING and early.pid == 4242
 
 
 def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
     running: the process is no longer RUNNING, and the old container's code is at hand for the
     restart's EXITED event."""
     (exited,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_EXITED")
-    assert exited.state is ProcState.EXITED
+    assert exited.state is ProcessState.EXITED
     statuses = {"u1": PodStatusValue({"containerStatuses": [
         {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})}
     pleg = {"u1": pleg_pod(containers=[
@@ -56,7 +56,7 @@ def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
         {"id": "c2", "name": "app", "state": "CONTAINER_CREATED", "attempt": 1,
          "created_at": 3}])}
     (proc,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, pleg, tmp_path)
-    assert proc.state is ProcState.STARTING and proc.extra["container_id"] == "c2"
+    assert proc.state is ProcessState.STARTING and proc.extra["container_id"] == "c2"
     assert proc.extra["exits"] == {"c1": 137}
 
 
@@ -71,5 +71,6 @@ def test_an_agent_rows_heartbeat_on_the_dashboard(tmp_path: Path) -> None:
             {"name": "b", "state": "RUNNING", "pid": 2, "uptime": 9.0, "heartbeatAge": 3.5,
              "heartbeatLate": True},
             {"name": "c", "state": "BACKOFF", "pid": None, "heartbeatAge": None}]
-    a, b, c = (_proc_json(p, 1000.0) for p in agent_procs(rows, 1000.0, tmp_path))
+    a, b, c = (_proc_json(p, 1000.0)
+               for p in agent_procs(map(ProcessRow.from_wire, rows), 1000.0, tmp_path))
     assert (a["heartbeat"], b["heartbeat"], c["heartbeat"]) == ("ok", 996.5, None)

@@ -93,7 +93,7 @@ def test_ctl_program_is_what_a_shell_finds(monkeypatch: pytest.MonkeyPatch,
     (venv / "podvisorctl").unlink()
     monkeypatch.setattr(advice.shutil, "which", lambda _name: None)
     assert advice.ctl_program() == f"{shlex.quote(str(venv / 'python'))} -m " \
-                                   "podvisor.supervisor.ctl"
+                                   "podvisor.cli.ctl"
     assert shlex.split(advice.stop_pods_command("/tmp/a b"))[-4:] == [
         "--root-dir", "/tmp/a b", "shutdown", "--pods"]
 

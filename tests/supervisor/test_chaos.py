@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from podvisor.supervisor.chaos import INVARIANTS, Report
+from podvisor.cli.chaos import INVARIANTS, Report
 from tests.conftest import short_tmp_dir
 
 BIN = Path(sys.executable).parent

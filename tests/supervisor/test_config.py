@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from podvisor.cli.flags import add_config_flags, flag_name, overrides_from_args
 from podvisor.common.config import (
     SUPERVISION_KEYS,
     TOP_KEYS,
@@ -24,7 +25,6 @@ from podvisor.common.config import (
 )
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.values import parse_duration, parse_quantity
-from podvisor.supervisor.flags import add_config_flags, flag_name, overrides_from_args
 from podvisor.supervisor.registry import (
     Builtin,
     ProcessSpec,

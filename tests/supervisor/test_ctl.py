@@ -14,8 +14,7 @@ import msgpack
 import psutil
 import zmq
 
-from podvisor.supervisor.client import ControlClient
-from podvisor.supervisor.faults import ControlFault, Fault
+from podvisor.ipc.control import ControlClient, ControlFault, Fault
 from tests.conftest import BIN
 
 IDLE = {"module": "svc_idle", "heartbeatTimeout": "3s", "stopTimeout": "2s"}

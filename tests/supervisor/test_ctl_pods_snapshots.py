@@ -7,6 +7,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from podvisor.cli.ctl_pods import _from_snapshots, format_table
 from podvisor.ipc.maps import (
     DESIRED,
     RUNTIME_KEY,
@@ -16,7 +17,6 @@ from podvisor.ipc.maps import (
     PodStatusValue,
     RuntimeNetwork,
 )
-from podvisor.supervisor.ctl_pods import _from_snapshots, format_table
 from tests.conftest import MapBus
 
 

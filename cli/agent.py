@@ -20,8 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from podvisor.cli.flags import add_config_flags, overrides_from_args
 from podvisor.common.config import Config, ConfigError, config_to_mapping, load_config
-from podvisor.supervisor.flags import add_config_flags, overrides_from_args
 from podvisor.supervisor.registry import resolve_specs
 
 __all__ = ["main"]
@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     chaos = sub.add_parser("chaos", help="fault injection against a private agent (or a "
                                          "running one: --root-dir)",
                            description="fault injection against a private agent: exits 1 when "
-                                       "an invariant is broken (see podvisor.supervisor.chaos)")
+                                       "an invariant is broken (see podvisor.cli.chaos)")
     chaos.add_argument("--pods", type=int, default=20, help="pods to run (default 20)")
     chaos.add_argument("--duration", type=float, default=60.0,
                        help="seconds of faults (default 60)")
@@ -74,7 +74,7 @@ def _load(args: argparse.Namespace) -> tuple[Config, dict[str, object]]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "chaos":
-        from podvisor.supervisor.chaos import main_chaos  # (psutil, zmq: not for `run`)
+        from podvisor.cli.chaos import main_chaos  # (psutil, zmq: not for `run`)
 
         return main_chaos(args)
     try:

@@ -87,12 +87,12 @@ import psutil
 import yaml
 import zmq
 
+from podvisor.cli.ctl_pods import get_podlist
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
-from podvisor.supervisor.ctl_pods import get_podlist
 from podvisor.supervisor.registry import resolve_specs
 
 __all__ = ["ChaosOptions", "main_chaos", "run_chaos"]
@@ -200,7 +200,7 @@ def _free_port() -> int:
 
 
 def _agent_argv(config: Path) -> list[str]:
-    return [sys.executable, "-c", "import sys; from podvisor.supervisor.cli import main; "
+    return [sys.executable, "-c", "import sys; from podvisor.cli.agent import main; "
             "sys.exit(main())", "run", "--config", str(config)]
 
 
@@ -775,7 +775,7 @@ class Chaos:
             self.detach()
             return
         if self.proc is not None and self.proc.poll() is None:
-            ctl = [sys.executable, "-c", "import sys; from podvisor.supervisor.ctl import main; "
+            ctl = [sys.executable, "-c", "import sys; from podvisor.cli.ctl import main; "
                    "sys.exit(main())", "--root-dir", str(self.paths.root), "shutdown", "--pods"]
             subprocess.run(ctl, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                            timeout=180, check=False)

@@ -20,13 +20,12 @@ from typing import Any
 
 from podvisor.common.config import runtime_endpoint_of
 from podvisor.common.endpoint import cri_endpoint
+from podvisor.common.labels import POD_NAME, POD_NAMESPACE, POD_UID
 from podvisor.ipc.paths import RunPaths
 
 __all__ = ["main_top", "pod_usage"]
 
 SAMPLE = 0.5
-POD_NAME, POD_NS, POD_UID = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace",
-                             "io.kubernetes.pod.uid")
 
 
 def pod_usage(first: list[Any], second: list[Any]) -> list[dict[str, Any]]:
@@ -44,7 +43,7 @@ def pod_usage(first: list[Any], second: list[Any]) -> list[dict[str, Any]]:
             used = st.cpu.usage_core_nano_seconds.value - prev.cpu.usage_core_nano_seconds.value
             rate = max(used, 0) * 1_000_000_000 // (st.cpu.timestamp - prev.cpu.timestamp)
         mem = st.memory.working_set_bytes.value if st.HasField("memory") else 0
-        pod = pods.setdefault(uid, {"namespace": labels.get(POD_NS, ""),
+        pod = pods.setdefault(uid, {"namespace": labels.get(POD_NAMESPACE, ""),
                                     "name": labels.get(POD_NAME, ""), "uid": uid,
                                     "cpuNanoCores": 0, "memoryWorkingSetBytes": 0,
                                     "containers": []})

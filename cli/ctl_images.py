@@ -19,9 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from podvisor.cli.ctl_stoppods import _serving
 from podvisor.common.config import run_config
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.ctl_stoppods import _serving
 
 __all__ = ["format_images", "human_size", "main_images"]
 

@@ -33,8 +33,13 @@ import sys
 from typing import Any
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
-from podvisor.supervisor.client import AgentNotRunning, ControlClient, endpoint_for_root
-from podvisor.supervisor.faults import ControlFault
+from podvisor.ipc.control import (
+    AgentNotRunning,
+    ControlClient,
+    ControlFault,
+    endpoint_for_root,
+    status_rows,
+)
 
 __all__ = ["format_status", "main"]
 
@@ -115,11 +120,11 @@ def format_status(result: dict[str, Any], now: float | None = None) -> str:
     """The human table of `status`."""
     now = SYSTEM_CLOCK.wall() if now is None else now
     rows = [("NAME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT")]
-    for p in result.get("processes", []):
-        last = p.get("lastExit")
-        last_text = "-" if not last else f"{last['reason']} ({_ago(last['time'], now)} ago)"
-        uptime = "-" if p.get("uptime") is None else _ago(now - float(p["uptime"]), now)
-        rows.append((p["name"], p["state"], str(p["pid"] or "-"), str(p["restarts"]), uptime,
+    for p in status_rows(result):
+        last = p.last_exit
+        last_text = "-" if not last else f"{last.reason} ({_ago(last.time, now)} ago)"
+        uptime = "-" if p.uptime is None else _ago(now - p.uptime, now)
+        rows.append((p.name, p.state.name, str(p.pid or "-"), str(p.restarts), uptime,
                      last_text))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join(
@@ -160,7 +165,7 @@ def _print(ns: argparse.Namespace, result: Any) -> None:
     elif ns.cmd == "shutdown":
         print("shutting down")
     elif ns.cmd == "events":
-        from podvisor.supervisor.ctl_logs import format_events
+        from podvisor.cli.ctl_logs import format_events
 
         print(format_events(result))
     else:
@@ -177,26 +182,26 @@ def main(argv: list[str] | None = None) -> int:
     if ns.cmd == "exec":
         ns.exec_cmd = [*ns.exec_cmd, *command]
     if ns.cmd == "pods":  # served by the pleg/status/server engineer's module
-        from podvisor.supervisor.ctl_pods import main_pods
+        from podvisor.cli.ctl_pods import main_pods
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_pods(root, ns.json, ns.timeout or 5.0, ns.wide)
     if ns.endpoint and ns.endpoint.startswith(("http://", "https://")):
-        from podvisor.supervisor.ctl_remote import main_remote
+        from podvisor.cli.ctl_remote import main_remote
 
         return main_remote(ns)
     if ns.cmd == "ops-password":  # read from the rootDir by this process
-        from podvisor.supervisor.ctl_ops import main_ops_password
+        from podvisor.cli.ctl_ops import main_ops_password
 
         return main_ops_password(ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR",
                                                                DEFAULT_ROOT))
     if ns.cmd == "logs":  # read from rootDir/pod-logs by this process
-        from podvisor.supervisor.ctl_logs import main_logs
+        from podvisor.cli.ctl_logs import main_logs
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_logs(root, ns.pod, ns.container, ns.follow, ns.tail)
     if ns.cmd == "images":  # through CRI on the agent's runtime
-        from podvisor.supervisor.ctl_images import main_images
+        from podvisor.cli.ctl_images import main_images
 
         if ns.action is not None and not ns.refs:
             what = "a file" if ns.action == "load" else "an image reference"
@@ -209,13 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_images(root, ns.action, ns.refs, ns.json, ns.creds, ns.timeout)
     if ns.cmd == "exec":  # CRI Exec on the agent's runtime, then its streaming server
-        from podvisor.supervisor.ctl_exec import main_exec
+        from podvisor.cli.ctl_exec import main_exec
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_exec(root, ns.pod, ns.namespace, ns.container, ns.stdin, ns.tty,
                          ns.exec_cmd, ns.timeout or 10.0)
     if ns.cmd == "top":  # asks the runtime (CRI) directly
-        from podvisor.supervisor.ctl_top import main_top
+        from podvisor.cli.ctl_top import main_top
 
         root = ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR", DEFAULT_ROOT)
         return main_top(root, ns.json, ns.timeout or 10.0)
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         result = client.call(ns.cmd, **_args_for(ns))
     except AgentNotRunning as exc:
         if ns.cmd == "shutdown" and ns.pods and ns.endpoint is None:
-            from podvisor.supervisor.ctl_stoppods import main_stop_pods
+            from podvisor.cli.ctl_stoppods import main_stop_pods
 
             return main_stop_pods(ns.root_dir or os.environ.get("PODVISOR_ROOT_DIR",
                                                                 DEFAULT_ROOT))

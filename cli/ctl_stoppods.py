@@ -20,14 +20,11 @@ agent that holds the lock but does not answer is reported (exit 2), never bypass
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from podvisor.common.config import Config, ConfigError, run_config
 from podvisor.common.endpoint import EMBEDDED, cri_endpoint, is_embedded
@@ -35,52 +32,8 @@ from podvisor.common.logs import EventLogger, setup_logging
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.app import AgentLockedError, lock_root
-from podvisor.supervisor.registry import runtime_module
 
 __all__ = ["main_stop_pods"]
-
-RUNTIME_START_TIMEOUT = 30.0
-
-
-class _RuntimeContext:
-    """What the runtime service's `run(ctx)` needs (`podvisor.services.runtime.main`)."""
-
-    def __init__(self, paths: RunPaths, log: EventLogger) -> None:
-        self.paths: Any = paths  # the runtime's own Protocol of the two paths it reads
-        self.log = log
-        self.stop = threading.Event()
-        self.serving = threading.Event()  # its first heartbeat comes once it serves
-        self.heartbeat_interval = 1.0
-        self.error: BaseException | None = None
-
-    def heartbeat(self) -> None:
-        self.serving.set()
-
-
-@contextlib.contextmanager
-def _embedded_runtime(paths: RunPaths, log: EventLogger) -> Iterator[str]:
-    """Serve the embedded runtime over `paths.cri_socket` while the block runs."""
-    # the runtime built-in's module, by the name the registry spawns it by (the supervisor
-    # imports no subsystem; here it runs that one in-process, as its process would)
-    runtime_main = importlib.import_module(runtime_module())
-    ctx = _RuntimeContext(paths, log)
-
-    def serve() -> None:
-        try:
-            runtime_main.run(ctx)
-        except BaseException as exc:  # reported by the caller
-            ctx.error = exc
-            ctx.serving.set()
-
-    thread = threading.Thread(target=serve, name="runtime", daemon=True)
-    thread.start()
-    try:
-        if not ctx.serving.wait(RUNTIME_START_TIMEOUT) or ctx.error is not None:
-            raise RuntimeError(f"the embedded runtime did not start: {ctx.error}")
-        yield cri_endpoint(EMBEDDED, paths.cri_socket)
-    finally:
-        ctx.stop.set()
-        thread.join(RUNTIME_START_TIMEOUT)
 
 
 def _serving(paths: RunPaths) -> bool:
@@ -107,6 +60,7 @@ def _has_embedded_state(paths: RunPaths) -> bool:
 
 def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
     from podvisor.services.cri import CriError, new_runtime_client
+    from podvisor.services.runtime import serve_in_process
     from podvisor.services.syncloop import (
         owned_pod_uids,
         pod_cgroups,
@@ -125,12 +79,14 @@ def _stop(paths: RunPaths, config: Config | None, log: EventLogger) -> int:
         if embedded and _serving(paths):
             endpoint = cri_endpoint(EMBEDDED, paths.cri_socket)
             log.info("ctl.runtime_serving", socket=str(paths.cri_socket))
-        elif embedded:
+        elif embedded:  # served here, as the agent's runtime process would
             try:
-                endpoint = stack.enter_context(_embedded_runtime(paths, log))
-            except RuntimeError as exc:
-                print(f"podvisorctl: {exc}", file=sys.stderr)
+                stack.enter_context(serve_in_process(paths.runtime_dir, paths.cri_socket, log))
+            except Exception as exc:
+                print(f"podvisorctl: the embedded runtime did not start: {exc}",
+                      file=sys.stderr)
                 return 1
+            endpoint = cri_endpoint(EMBEDDED, paths.cri_socket)
         cri = new_runtime_client(endpoint, timeout=timeout)
         stack.callback(cri.close)
         log.info("ctl.stop_pods", endpoint=endpoint)

@@ -20,11 +20,11 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.control import ProcessState
+
 __all__ = ["main_remote", "read_credentials"]
 
 REMOTE_COMMANDS = {"status", "start", "stop", "restart", "kill", "tail", "reload", "shutdown"}
-STATE_NAMES = {0: "STOPPED", 10: "STARTING", 20: "RUNNING", 30: "BACKOFF", 40: "STOPPING",
-               100: "EXITED", 200: "FATAL", 1000: "UNKNOWN"}
 
 
 def read_credentials(path: Path) -> tuple[str, str]:
@@ -55,6 +55,13 @@ def _spec(name: str) -> str:
     return name if ":" in name else f"agent:{name}"
 
 
+def _state_name(info: dict[str, Any]) -> str:
+    try:
+        return ProcessState(info["state"]).name
+    except ValueError:
+        return str(info["statename"])
+
+
 def _row(info: dict[str, Any]) -> str:
     spec = f"{info['group']}:{info['name']}"
     return f"{spec:<40} {info['statename']:<10} {info['description']}"
@@ -71,7 +78,8 @@ def _run(rpc: Any, ns: argparse.Namespace) -> Any:
         sup.stopProcess(_spec(ns.name))
     elif cmd == "restart":
         spec = _spec(ns.name)
-        if sup.getProcessInfo(spec)["state"] in (10, 20, 30):
+        if sup.getProcessInfo(spec)["state"] in (ProcessState.STARTING, ProcessState.RUNNING,
+                                                  ProcessState.BACKOFF):
             sup.stopProcess(spec)
         if spec.startswith("agent:"):
             sup.startProcess(spec)
@@ -124,8 +132,7 @@ def main_remote(ns: argparse.Namespace) -> int:
     elif ns.cmd == "tail":
         print("\n".join(result["lines"]))
     elif ns.cmd in ("start", "stop", "restart", "kill"):
-        print(f"{_spec(ns.name)}: {STATE_NAMES.get(result['state'], result['statename'])} "
-              f"(pid {result['pid'] or '-'})")
+        print(f"{_spec(ns.name)}: {_state_name(result)} (pid {result['pid'] or '-'})")
     elif ns.cmd == "reload":
         print("\n".join(result["changes"]) or "no changes")
     else:
