@@ -7,8 +7,8 @@ processes own, so a restarted sync loop has every set from a snapshot at once), 
 event stream (``runtime_events``: a stop syncs the pod at once, from the event's state when
 safe; the step runs right after, before the other inputs), stop-all requests
 (``syncloop.pods.stopall``; bus messages go to their handler by type), snapshot requests on the
-``desired`` map's ROUTER, and a wake pipe the worker threads write when work finishes; the poll timeout is the next due pod, housekeeping
-(2 s) or at most 1 s (the tick).
+``desired`` map's ROUTER, and a wake pipe the worker threads write when work finishes; the poll
+timeout is the next due pod, housekeeping (2 s) or at most 1 s (the tick).
 
 SIGTERM: with ``stopPodsOnExit`` every pod is terminated (within its grace) before exiting;
 otherwise the process exits at once and pods keep running (a restarted sync loop adopts them).
