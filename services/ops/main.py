@@ -6,7 +6,8 @@ Threads: the main thread runs the ``ServiceLoop`` (every zmq socket); the web th
 asyncio loop (aiohttp); XML-RPC requests run on a small worker pool (they block on control and
 CRI calls). If the web thread dies the process exits with an error; killed with -9, the
 supervisor restarts it like any other subsystem; it keeps no state of its own (the password file
-is the agent's, written at start).
+is the agent's, written at start). With ``opsPort: 0`` the supervisor does not spawn it
+(supervisor/registry.py).
 """
 
 from __future__ import annotations
@@ -42,11 +43,6 @@ def _tls(ctx: ChildContext) -> ssl.SSLContext | None:
 
 def run(ctx: ChildContext) -> None:
     cfg = ctx.config
-    if cfg.ops_port == 0:
-        ctx.log.info("ops.disabled", reason="opsPort is 0")
-        while not ctx.sleep(3600):
-            pass
-        return
     password = read_ops_password(ops_password_path(cfg))
     web = WebService(ctx, PodMaps(), name="ops")
     pump = MapPump(web.loop, web.publish)

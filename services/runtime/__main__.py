@@ -8,6 +8,7 @@ Serves until SIGTERM/SIGINT; containers keep running after it exits (kill -9 inc
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 from pathlib import Path
@@ -29,11 +30,25 @@ def main(argv: list[str] | None = None) -> int:
                            crash=crashpoints.from_env("runtime"))
     server.start()
     try:
-        while not stop.wait(1.0):
-            pass
+        _until(stop)
     finally:
         server.stop()
     return 0
+
+
+def _until(stop: threading.Event) -> None:
+    """Block until a signal handler sets ``stop``. Through the signal wake-up fd: a signal that
+    lands in one of gRPC's threads writes it too, where a bare ``stop.wait()`` could miss it."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+    try:
+        if not stop.is_set():  # a signal before the fd was set set it already
+            os.read(r, 1)  # SIGTERM and SIGINT are the only signals handled here
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(r)
+        os.close(w)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,3 @@ class SetPublisher:
 
     def publish(self, result: SourceSet) -> None:
         self._owner.set(POD_SET_KEY, result.to_value(self._clock.monotonic()))
-
-    def service(self) -> None:
-        """Answer pending snapshot requests and send a due idle heartbeat now (from inside a
-        long step, e.g. while a fetch runs on its thread)."""
-        self._owner.serve()
-        self._owner.tick(self._clock.monotonic())

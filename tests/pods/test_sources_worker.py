@@ -1,16 +1,14 @@
-"""The helper-thread plumbing of the source processes, and the file parse cache."""
+"""The file parse cache. (The helper-thread plumbing the source processes had here,
+``LoopWorker`` and ``run_in_thread``, is the service loop's worker now: its tests are in
+tests/common/test_service_worker.py.)"""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from podvisor.services.sources.common import FirstSeen
 from podvisor.services.sources.files import ParseCache, read_static_pods
-from podvisor.services.sources.worker import LoopWorker, Progress, WorkerStalled, run_in_thread
 
 POD = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
        "  - name: c\n    image: host\n")
@@ -22,99 +20,6 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def next_result(worker: LoopWorker[int], timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = worker.next(0.05)
-        if result is not None:
-            return result
-    raise AssertionError("no result")
-
-
-def test_loop_worker_delivers_results_in_order() -> None:
-    stop = threading.Event()
-    counter = iter(range(1, 1000))
-    worker: LoopWorker[int] = LoopWorker(lambda: next(counter), stop, Progress())
-    worker.start()
-    try:
-        assert [next_result(worker) for _ in range(3)] == [1, 2, 3]
-    finally:
-        stop.set()
-        worker.join(5)
-
-
-def test_loop_worker_reraises_the_step_failure() -> None:
-    stop = threading.Event()
-
-    def boom() -> int:
-        raise ValueError("bad step")
-
-    worker: LoopWorker[int] = LoopWorker(boom, stop, Progress())
-    worker.start()
-    with pytest.raises(ValueError, match="bad step"):
-        next_result(worker)
-    worker.join(5)
-
-
-def test_loop_worker_stall_is_raised() -> None:
-    stop, release = threading.Event(), threading.Event()
-    clock = ManualClock()
-    entered = threading.Event()
-
-    def hang() -> int | None:
-        entered.set()
-        release.wait(10)
-        return None
-
-    worker: LoopWorker[int] = LoopWorker(hang, stop, Progress(clock), limit=60.0)
-    worker.start()
-    try:
-        assert entered.wait(10)
-        assert worker.next(0.0) is None
-        clock.now += 61.0
-        with pytest.raises(WorkerStalled):
-            worker.next(0.0)
-    finally:
-        stop.set()
-        release.set()
-        worker.join(5)
-
-
-def test_run_in_thread_returns_and_heartbeats() -> None:
-    beats: list[int] = []
-    release = threading.Event()
-
-    def work() -> str:
-        release.wait(10)
-        return "done"
-
-    def beat() -> None:
-        beats.append(1)
-        if len(beats) >= 2:
-            release.set()
-
-    assert run_in_thread(work, beat, threading.Event(), 0.01) == (True, "done")
-    assert len(beats) >= 2
-
-
-def test_run_in_thread_stops_and_raises() -> None:
-    stop = threading.Event()
-    release = threading.Event()
-    stop.set()
-    assert run_in_thread(lambda: release.wait(10), lambda: None, stop, 0.01) == (False, None)
-    release.set()
-
-    def fail() -> None:
-        raise KeyError("x")
-
-    with pytest.raises(KeyError):
-        run_in_thread(fail, lambda: None, threading.Event(), 0.01)
-    hold = threading.Event()
-    with pytest.raises(WorkerStalled):
-        run_in_thread(lambda: hold.wait(10), lambda: None, threading.Event(), 0.01, limit=0.05)
-    hold.set()
 
 
 def later() -> int:

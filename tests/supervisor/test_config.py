@@ -194,6 +194,23 @@ def test_runonce_key_flags_and_processes() -> None:
     assert err.value.key == "runOnce"
 
 
+def test_a_builtin_with_nothing_to_do_is_not_spawned() -> None:
+    """The registry decides from the config: no server without a port, no ops without the ops
+    port, no node without registerNode (they slept or exited and were re-run before); so status,
+    XML-RPC and the dashboard show no phantom for them, and a reload starts or stops them."""
+    def names(**cfg: Any) -> list[str]:
+        return [s.name for s in resolve_specs(config_from_mapping(cfg), exists=lambda m: True)]
+
+    everything = names(readOnlyPort=10255, port=10250, opsPort=9001, kubeconfig="/k")
+    assert {"server", "ops", "node", "status-api"} <= set(everything)
+    assert "server" in names(readOnlyPort=0, port=10250)
+    assert "server" in names(readOnlyPort=10255, port=0)
+    assert "server" not in names(readOnlyPort=0, port=0)
+    assert "ops" not in names(opsPort=0)
+    api = names(kubeconfig="/k", registerNode=False)
+    assert "node" not in api and {"source-api", "status-api", "events-api"} <= set(api)
+
+
 def test_a_custom_or_replacement_module_that_cannot_be_found_is_a_config_error() -> None:
     builtins = (Builtin("a", "mod.a"),)
     typo = config_from_mapping({"supervision": {"processes": {"web": {"module": "svc_idel"}}}})
