@@ -1,8 +1,8 @@
 """The supervised entry ``podvisor.services.runtime.main.run(ctx)``: serves on
 ``paths.cri_socket``, heartbeats while its gRPC server answers, returns when ``ctx.stop`` is set;
 a server that stops answering (its handler pool wedged) silences the heartbeat, and the
-supervisor restarts the process as hung. Also served in-process, as ``podvisorctl shutdown
---pods`` does without an agent."""
+supervisor restarts the process as hung. Also served in-process through the package's front
+door, as ``podvisorctl shutdown --pods`` does without an agent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import socket
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from podvisor.common import ChildContext, MemoryLogger, StopEvent
 from podvisor.common.config import config_from_mapping
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import CriError, new_runtime_client
+from podvisor.services.runtime import serve_in_process
 from podvisor.services.runtime.jsonlog import JsonLogger
 from podvisor.services.runtime.main import run
 from podvisor.services.runtime.server import MAX_WORKERS
@@ -74,24 +74,16 @@ def test_run_serves_heartbeats_and_stops(paths: RunPaths, poll: Any) -> None:
         assert f'"id":"{sid}"' in (paths.runtime_dir / "meta.jsonl").read_text()
 
 
-@dataclass
-class InProcessCtx:
-    """What podvisorctl's agent-less stop hands ``run`` (supervisor/ctl_stoppods.py)."""
-
-    paths: RunPaths
-    log: Any = field(default_factory=lambda: JsonLogger("runtime"))
-    stop: threading.Event = field(default_factory=threading.Event)
-    beats: int = 0
-
-    def heartbeat(self) -> None:
-        self.beats += 1
-
-
-def test_in_process_serving_says_it_serves_and_stops(paths: RunPaths, poll: Any) -> None:
-    ctx = InProcessCtx(paths)
-    with _serve(run, ctx, paths, poll) as client:
-        assert ctx.beats == 1  # before the first answer: it serves
-        assert client.version().runtime_api_version == "v1"
+def test_served_in_process_through_the_front_door(paths: RunPaths, poll: Any) -> None:
+    """``serve_in_process`` (what podvisorctl's agent-less ``shutdown --pods`` uses): the same
+    server on this process's threads while the block runs; the socket goes when it ends."""
+    with serve_in_process(paths.runtime_dir, paths.cri_socket, JsonLogger("runtime")):
+        client = new_runtime_client(f"unix://{paths.cri_socket}", timeout=5.0)
+        try:
+            assert client.version().runtime_api_version == "v1"
+        finally:
+            client.close()
+    assert not paths.cri_socket.exists()
 
 
 def test_a_wedged_server_is_judged_hung_and_restarted(agent: Any, poll: Any) -> None:

@@ -58,7 +58,7 @@ LEGITIMATE: dict[str, str] = {
         "reads, on the server's event loop, until the client goes)",
     "services/ops/logtail.py::_stream":
         "supervisord's tail -f over HTTP: the same follow of a log file",
-    "services/runtime/streaming.py::StreamingServer._follow":
+    "services/runtime/stream_attach.py::follow":
         "attach: the same follow of the container's log file, on the streaming server",
     "services/ops/rpc_control.py::ControlMethods._start_container":
         "XML-RPC startProcess(wait=True) waits (bounded) on the condition the ops loop "
