@@ -33,5 +33,6 @@ def process_rows(zctx: zmq.Context[zmq.Socket[bytes]], endpoint: str,
         sock.close(linger=0)
     if not isinstance(reply, dict) or not reply.get("ok"):
         return None
-    rows = (reply.get("result") or {}).get("processes")
+    result = reply.get("result")
+    rows = result.get("processes") if isinstance(result, dict) else None
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else None
