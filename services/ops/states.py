@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+
+from podvisor.ipc.podstatus import ContainerStatus
 
 __all__ = [
     "AGENT_STATES",
@@ -89,18 +90,16 @@ WAITING_STATES: Mapping[str, ProcState] = {
 }
 
 
-def container_state(status: Mapping[str, Any] | None, terminal: bool) -> ProcState:
+def container_state(status: ContainerStatus | None, terminal: bool) -> ProcState:
     """A container's supervisord state from its ``ContainerStatus`` (None: none reported yet).
 
     ``terminal``: the pod's restartPolicy will not restart it (Never; OnFailure after exit 0),
     so a terminated container that exited non-zero is FATAL, and one that exited 0 is EXITED."""
     if status is None:
         return ProcState.STARTING
-    state = status.get("state") or {}
-    if "running" in state:
+    state = status.state
+    if state.running is not None:
         return ProcState.RUNNING
-    if "terminated" in state:
-        code = (state.get("terminated") or {}).get("exitCode", 0)
-        return ProcState.FATAL if terminal and code else ProcState.EXITED
-    waiting = state.get("waiting") or {}
-    return WAITING_STATES.get(str(waiting.get("reason", "")), ProcState.STARTING)
+    if state.terminated is not None:
+        return ProcState.FATAL if terminal and state.terminated.exit_code else ProcState.EXITED
+    return WAITING_STATES.get(state.reason, ProcState.STARTING)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import API_MIRRORS, MIRRORS_KEY, MirrorSet
 from podvisor.services import events as ev
 from podvisor.services.apiserver import ApiConnection, Reflector, WakePipe
 from podvisor.services.events import EventPublisher, Recorder
@@ -24,9 +25,6 @@ from podvisor.services.sources.api_resume import FILE_NAME, SAVE_INTERVAL, Resum
 from podvisor.services.sources.api_source import ApiPodState, SetBuilder
 from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
-
-MIRRORS_MAP = "api-mirrors"
-MIRRORS_KEY = "mirrors"
 
 
 def run(ctx: ChildContext) -> None:
@@ -36,7 +34,7 @@ def run(ctx: ChildContext) -> None:
         return
     loop = ServiceLoop(ctx)
     publisher = SetPublisher(ctx, "api", loop)
-    mirrors = loop.owner(loop.publisher(), MIRRORS_MAP)
+    mirrors = loop.owner(loop.publisher(), API_MIRRORS)
     wake = WakePipe()
     loop.closing(wake)
     state = ApiPodState(wake.wake)
@@ -89,7 +87,7 @@ def run(ctx: ChildContext) -> None:
             result = builder.build(raw)
             reporter.report(result.pods)
             publisher.publish(result.pods)
-            mirrors.set(MIRRORS_KEY, [m.to_dict() for m in result.mirrors])
+            mirrors.set(MIRRORS_KEY, MirrorSet(result.mirrors))
             ctx.log.debug("source.api.set", pods=len(result.pods.pods),
                           mirrors=len(result.mirrors), version=reflector.rv)
         if state.last_error != last_error:

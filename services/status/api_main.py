@@ -17,10 +17,10 @@ after a restart every status is written once more (a PATCH of an equal status ch
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import API_MIRRORS, DESIRED, MIRRORS_KEY, POD_SET_KEY, STATUSES, pods_map
 from podvisor.services.apiserver import ApiConnection, ApiUnreachable
 from podvisor.services.status.apiwriter import Snapshot, StatusWriter
 
@@ -69,14 +69,15 @@ def run(ctx: ChildContext) -> None:
 
     changed = [True]
 
-    def on_change(key: str, old: Any, new: Any) -> None:
+    def on_change(key: str, old: object, new: object) -> None:
         changed[0] = True
 
     loop = ServiceLoop(ctx)
     loop.closing(conn)
-    replicas = [loop.replica(name, on_change, snapshot_timeout=0.5)
-                for name in ("desired", "statuses", "pods-api", "api-mirrors")]
-    desired, statuses, api, api_mirrors = replicas
+    desired = loop.replica(DESIRED, on_change, snapshot_timeout=0.5)
+    statuses = loop.replica(STATUSES, on_change, snapshot_timeout=0.5)
+    api = loop.replica(pods_map("api"), on_change, snapshot_timeout=0.5)
+    api_mirrors = loop.replica(API_MIRRORS, on_change, snapshot_timeout=0.5)
     thread = threading.Thread(target=helper, name="status-api", daemon=True)
     thread.start()
 
@@ -87,12 +88,11 @@ def run(ctx: ChildContext) -> None:
             raise RuntimeError(f"the API writer made no progress for {STALL_LIMIT}s")
         if changed[0] and desired.synced and statuses.synced:
             changed[0] = False
-            mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
-            api_set = api.get("set") if api.synced else None
+            mirrors = api_mirrors.get(MIRRORS_KEY) if api_mirrors.synced else None
+            api_set = api.get(POD_SET_KEY) if api.synced else None
             handoff.put(Snapshot(desired.items(), statuses.items(),
-                                 list(mirrors) if isinstance(mirrors, list) else None,
-                                 list(api_set.get("pods") or [])
-                                 if isinstance(api_set, dict) else None))
+                                 mirrors.mirrors if mirrors is not None else None,
+                                 api_set.pods if api_set is not None else None))
         return None
 
     try:

@@ -30,7 +30,15 @@ from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clone import MapOwner, MapReplica
 from podvisor.ipc.codec import Envelope
-from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
+from podvisor.ipc.maps import (
+    DESIRED,
+    POD_SET_KEY,
+    PROBES,
+    DesiredValue,
+    PodProbes,
+    PodSetValue,
+    pods_map,
+)
 from podvisor.ipc.messages import AllPodsStopped, RelistHint
 from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_instrumented_client, new_runtime_client
@@ -124,7 +132,7 @@ def pull_slots(cfg: Any) -> threading.Semaphore | None:
 
 def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
           pool: Executor, wake: WakePipe, events: Recorder | None = None
-          ) -> tuple[SyncLoop, MapOwner]:
+          ) -> tuple[SyncLoop, MapOwner[DesiredValue]]:
     """The composition root: every part of the sync loop, from the config."""
     cfg = ctx.config
     log = EventingLog(ctx.log, events) if events is not None else ctx.log
@@ -191,7 +199,7 @@ def _dispatch(loop: SyncLoop, env: Envelope, now: float, seen: SeenStops,
 
 
 def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
-                     ) -> list[MapReplica]:
+                     ) -> list[MapReplica[PodSetValue]]:
     """One replica per configured source; each new set of a source goes to the merge."""
 
     def feeder(source: str) -> Callable[[str, object, object], None]:
@@ -200,11 +208,12 @@ def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
                 loop.handle_pod_set(source, list(new.pods), ctx.clock.monotonic())
         return on_change
 
-    return [service.replica(pods_map(src), feeder(src), decode=PodSetValue.from_wire)
+    return [service.replica(pods_map(src), feeder(src))
             for src in sorted(_sources(ctx))]
 
 
-def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> MapReplica:
+def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
+                    ) -> MapReplica[PodProbes]:
     """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
     container is killed and restarted per policy); syncs read the failed IDs."""
     failed: dict[str, dict[str, str]] = {}  # pod UID -> container ID -> the failed probe
@@ -219,7 +228,7 @@ def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> 
             loop.handle_pleg_event(key, ctx.clock.monotonic())
 
     loop.deps.liveness_failed = lambda uid: failed.get(uid, {})
-    return service.replica(PROBES, on_change, decode=PodProbes.from_wire)
+    return service.replica(PROBES, on_change)
 
 
 class _Stopping:

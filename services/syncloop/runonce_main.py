@@ -42,7 +42,7 @@ def _first_sets(ctx: ChildContext, sources: list[str]) -> dict[str, dict[str, An
     """Each source's first set, waiting (heartbeating) up to ``SOURCES_WAIT``; a source missing
     from the answer sent none in time."""
     loop = ServiceLoop(ctx)
-    replicas = {s: loop.replica(pods_map(s), decode=PodSetValue.from_wire) for s in sources}
+    replicas = {s: loop.replica(pods_map(s)) for s in sources}
     deadline = ctx.clock.monotonic() + SOURCES_WAIT
     sets: dict[str, dict[str, Any]] = {}
 
