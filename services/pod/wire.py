@@ -14,6 +14,7 @@ that already drop a rejected pod drop it the same way; it never raises anything 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
@@ -101,10 +102,12 @@ class WirePods:
     the status engine's sweep, the API writer's turn) pays one rebuild per change of a pod.
 
     ``get`` raises ``PodValidationError`` as ``pod_from_wire`` does (not cached). Safe to share
-    between threads: a race costs a second rebuild, never a wrong pod."""
+    between threads (ops' XML-RPC and dashboard threads read, its loop retains): a race costs
+    a second rebuild, never a wrong pod."""
 
     def __init__(self) -> None:
         self._pods: dict[str, tuple[Mapping[str, Any], Pod]] = {}
+        self._lock = threading.Lock()
         self.rebuilds = 0
 
     def get(self, key: str, wire: Mapping[str, Any]) -> Pod:
@@ -112,14 +115,16 @@ class WirePods:
         if hit is not None and (hit[0] is wire or hit[0] == wire):
             return hit[1]
         pod = pod_from_wire(wire, where=key)
-        self.rebuilds += 1
-        self._pods[key] = (wire, pod)
+        with self._lock:
+            self.rebuilds += 1
+            self._pods[key] = (wire, pod)
         return pod
 
     def retain(self, keys: Collection[str]) -> None:
         """Forget the pods of keys not in ``keys`` (pods that left the map)."""
-        for key in [k for k in self._pods if k not in keys]:
-            self._pods.pop(key, None)
+        with self._lock:
+            for key in [k for k in self._pods if k not in keys]:
+                del self._pods[key]
 
 
 def _pod(w: Mapping[str, Any]) -> Pod:
