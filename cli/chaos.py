@@ -92,6 +92,7 @@ from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.control import AgentNotRunning, ControlClient
+from podvisor.ipc.maps import MapValueError, PodStatus
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.registry import resolve_specs
 
@@ -809,19 +810,26 @@ class Chaos:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def _status(pod: dict[str, Any]) -> PodStatus:
+    """A ``GET /pods`` item's status, typed (Pending when it has none or a malformed one)."""
+    try:
+        return PodStatus.from_dict(pod.get("status") or {})
+    except MapValueError:
+        return PodStatus()
+
+
 def _running(pod: dict[str, Any]) -> bool:
-    statuses = pod.get("status", {}).get("containerStatuses", [])
-    return bool(statuses) and all("running" in s.get("state", {}) for s in statuses)
+    statuses = _status(pod).container_statuses
+    return bool(statuses) and all(s.state.running is not None for s in statuses)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions", []))
+    ready = _status(pod).condition("Ready")
+    return ready is not None and ready.true
 
 
 def _restarts(pod: dict[str, Any]) -> int:
-    return sum(int(s.get("restartCount", 0))
-               for s in pod.get("status", {}).get("containerStatuses", []))
+    return sum(s.restart_count for s in _status(pod).container_statuses)
 
 
 def run_chaos(opts: ChaosOptions) -> Report:

@@ -146,7 +146,8 @@ async def _stream(url: str, stdin: bool, tty: bool = False) -> int:
                 feeder.cancel()
     if status.get("status") == "Success":
         return 0
-    causes = status.get("details", {}).get("causes", [])
+    details = status.get("details")  # a Kubernetes Status: its details' causes
+    causes = details.get("causes", []) if isinstance(details, dict) else []
     for cause in causes:
         if cause.get("reason") == "ExitCode":
             return int(cause.get("message", "1"))

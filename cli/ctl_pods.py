@@ -24,7 +24,7 @@ from podvisor.common.podlist import pod_list, table_rows
 from podvisor.common.timefmt import parse_rfc3339
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
-from podvisor.ipc.maps import DESIRED, STATUSES
+from podvisor.ipc.maps import DESIRED, STATUSES, MapSpec
 from podvisor.ipc.paths import RunPaths
 
 __all__ = ["format_age", "format_table", "get_podlist", "main_pods"]
@@ -64,8 +64,9 @@ def _from_http(address: str, port: int, timeout: float) -> dict[str, Any]:
 def _from_snapshots(paths: RunPaths, timeout: float) -> dict[str, Any] | None:
     zctx: zmq.Context[Any] = zmq.Context()
     try:
-        maps = {}
-        for name in (DESIRED, STATUSES):
+        maps: dict[MapSpec[Any], dict[str, Any]] = {}
+        specs: tuple[MapSpec[Any], ...] = (DESIRED, STATUSES)
+        for name in specs:
             replica = MapReplica(zctx, paths, name, snapshot_timeout=timeout, clock=SYSTEM_CLOCK)
             try:
                 if not replica.sync() and name == DESIRED:

@@ -4,8 +4,8 @@ A subsystem declares what it consumes and owns, then hands the loop its ``step``
 
     loop = ServiceLoop(ctx)
     pub = loop.publisher()
-    owner = loop.owner(pub, "statuses")                 # served and ticked by the loop
-    desired = loop.replica("desired", on_change)         # pumped by the loop
+    owner = loop.owner(pub, STATUSES)                   # served and ticked by the loop
+    desired = loop.replica(DESIRED, on_change)           # pumped by the loop
     loop.watch(some_fd, handler)                          # any other socket or fd
     api = loop.worker(writer.step, stall=120.0, name="writer")  # a helper thread, see Worker
     loop.run(step)                                        # step(now) -> next deadline or None
@@ -54,12 +54,13 @@ from podvisor.common.busmetrics import FLUSH_EVERY, BusTally
 from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clock import Clock
-from podvisor.ipc.clone import Codec, MapOwner, MapReplica, OnChange
+from podvisor.ipc.clone import MapOwner, MapReplica, OnChange
+from podvisor.ipc.maps import MapSpec
 
 __all__ = ["ServiceLoop", "Step", "WakePipe", "Worker", "WorkerStalled"]
 
-Step = Callable[[float], float | None]
 T = TypeVar("T")
+Step = Callable[[float], float | None]
 REPLICA_RETRY = 0.5  # a replica without its snapshot is pumped again at least this often
 WORKER_JOIN = 2.0  # close() waits this long for a worker's step in flight to end
 
@@ -222,10 +223,10 @@ class ServiceLoop:
         self.poller = zmq.Poller()
         self.ready: dict[Any, int] = {}  # what the last poll found readable
         self._handlers: dict[Any, Callable[[], object]] = {}
-        self._replicas: list[MapReplica] = []
+        self._replicas: list[MapReplica[Any]] = []
         self._replica_socks: list[Any] = []
-        self._owners: list[MapOwner] = []
-        self._serving: dict[MapOwner, bool] = {}
+        self._owners: list[MapOwner[Any]] = []
+        self._serving: dict[MapOwner[Any], bool] = {}
         self._closables: list[_Closable] = []
         self._alive: list[Callable[[float], bool]] = []
         self._workers: list[Worker[Any]] = []
@@ -257,14 +258,14 @@ class ServiceLoop:
         self.bus.receiving(sub)
         return sub
 
-    def owner(self, publisher: Publisher, map_name: str, *, serving: bool = True,
-              heartbeat_interval: float | None = None, encode: Codec | None = None
-              ) -> MapOwner:
-        """The map this process owns. ``serving=False``: snapshot requests wait (queued) until
-        ``serve(owner)`` (an owner whose map is not complete yet)."""
+    def owner(self, publisher: Publisher, spec: MapSpec[T], *, serving: bool = True,
+              heartbeat_interval: float | None = None) -> MapOwner[T]:
+        """The map this process owns (``spec``: its declaration in ``ipc/maps.py``).
+        ``serving=False``: snapshot requests wait (queued) until ``serve(owner)`` (an owner
+        whose map is not complete yet)."""
         interval = self.ctx.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
-        owner = MapOwner(self.ctx.zctx, self.ctx.paths, publisher, map_name,
-                         heartbeat_interval=interval, clock=self.clock, encode=encode)
+        owner = MapOwner(self.ctx.zctx, self.ctx.paths, publisher, spec,
+                         heartbeat_interval=interval, clock=self.clock)
         self._owners.append(owner)
         self._serving[owner] = False
         self._closables.append(owner)
@@ -272,20 +273,21 @@ class ServiceLoop:
             self.serve(owner)
         return owner
 
-    def serving(self, owner: MapOwner) -> bool:
+    def serving(self, owner: MapOwner[Any]) -> bool:
         return self._serving[owner]
 
-    def serve(self, owner: MapOwner) -> None:
+    def serve(self, owner: MapOwner[Any]) -> None:
         if not self._serving[owner]:
             self._serving[owner] = True
             self.poller.register(owner.socket, zmq.POLLIN)
 
-    def replica(self, map_name: str, on_change: OnChange | None = None, *,
-                snapshot_timeout: float = 2.0, decode: Codec | None = None) -> MapReplica:
-        """A map this process consumes (``decode``: its declared value type's ``from_wire``),
-        pumped by the loop: both its sockets are watched (updates, snapshot answers)."""
-        replica = MapReplica(self.ctx.zctx, self.ctx.paths, map_name, on_change,
-                             snapshot_timeout, clock=self.clock, decode=decode)
+    def replica(self, spec: MapSpec[T], on_change: OnChange[T] | None = None, *,
+                snapshot_timeout: float = 2.0) -> MapReplica[T]:
+        """A map this process consumes (``spec``: its declaration in ``ipc/maps.py``; its
+        values are read as the spec's type), pumped by the loop: both its sockets are watched
+        (updates, snapshot answers)."""
+        replica = MapReplica(self.ctx.zctx, self.ctx.paths, spec, on_change,
+                             snapshot_timeout, clock=self.clock)
         for sock in replica.sockets:
             self.poller.register(sock, zmq.POLLIN)
         self._replica_socks.extend(replica.sockets)

@@ -43,6 +43,7 @@ from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapOwner
 from podvisor.ipc.control import AgentNotRunning, ControlClient
+from podvisor.ipc.maps import MapSpec, declared
 from podvisor.ipc.paths import RunPaths
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -133,11 +134,12 @@ def _descendants() -> dict[int, psutil.Process]:
 
 
 class MapBus:
-    """A real bus (the proxy) and owners of the named replicated maps in ``root``: what a
-    service under test replicates from. ``serve`` does what the owners' loops do."""
+    """A real bus (the proxy) and owners of the given replicated maps in ``root`` (a spec, or
+    the name of a declared one), by name in ``maps``: what a service under test replicates
+    from. ``serve`` does what the owners' loops do."""
 
-    def __init__(self, root: Path, maps: Sequence[str], clock: Clock = SYSTEM_CLOCK,
-                 **owner_options: Any) -> None:
+    def __init__(self, root: Path, maps: Sequence[MapSpec[Any] | str],
+                 clock: Clock = SYSTEM_CLOCK, **owner_options: Any) -> None:
         self.root = root
         self.clock = clock
         self.paths = RunPaths(root)
@@ -146,9 +148,10 @@ class MapBus:
         self.proxy = BusProxy(self.zctx, self.paths)
         self.proxy.start()
         self.pub = Publisher(self.zctx, self.paths, "test", clock=clock)
-        self.maps = {name: MapOwner(self.zctx, self.paths, self.pub, name, clock=clock,
-                                       **owner_options)
-                     for name in maps}
+        specs = [declared(m) if isinstance(m, str) else m for m in maps]
+        self.maps: dict[str, MapOwner[Any]] = {
+            spec.name: MapOwner(self.zctx, self.paths, self.pub, spec, clock=clock,
+                                **owner_options) for spec in specs}
 
     def serve(self) -> None:
         """Answer snapshot requests and send idle heartbeats."""

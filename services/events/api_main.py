@@ -16,7 +16,7 @@ from typing import Any
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop, Worker
 from podvisor.ipc.messages import Event
-from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
+from podvisor.services.apiserver import ApiConnection, ApiError, ApiMeta, ApiUnreachable
 from podvisor.services.events.apisink import ApiEventSink
 
 QUEUE = 1000
@@ -69,7 +69,7 @@ class EventsApiService:
         if not sink.node_uid:
             try:
                 node = sink.conn.request("GET", f"/api/v1/nodes/{sink.node}")
-                sink.node_uid = str(node.get("metadata", {}).get("uid", ""))
+                sink.node_uid = ApiMeta.of(node).uid
             except (ApiError, ApiUnreachable):
                 pass  # node events go without the UID until the Node exists
         try:

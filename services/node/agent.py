@@ -24,6 +24,7 @@ from podvisor.services.apiserver import (
     STRATEGIC_MERGE_PATCH,
     ApiConnection,
     ApiError,
+    ApiMeta,
     ApiUnreachable,
 )
 from podvisor.services.node.status import (
@@ -80,7 +81,7 @@ class NodeAgent:
             node = self.conn.request("PATCH", self._path, body={"metadata": {"labels": labels}},
                                      content_type=MERGE_PATCH)
             self.log.info("node.reconciled", node=self.settings.name)
-        self.uid = str(node.get("metadata", {}).get("uid", ""))
+        self.uid = ApiMeta.of(node).uid
         self.reported = node.get("status") or None
         self.registered = True
 

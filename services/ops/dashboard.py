@@ -30,7 +30,7 @@ import json
 import threading
 import xmlrpc.client
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +39,7 @@ from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.ipc.podstatus import ContainerStatus, PodStatus
 from podvisor.services.ops.feed import (
     FEED_TIMES,
     RETRY_MS,
@@ -111,29 +112,27 @@ def _pods_json(maps: Any) -> list[dict[str, Any]]:
     for uid, entry in maps.desired.items():
         if not isinstance(entry, DesiredPod):
             continue
-        meta = entry.pod.get("metadata") or {}
+        ref = entry.ref
         value = maps.statuses.get(uid)
-        status: Mapping[str, Any] = value.status if isinstance(value, PodStatusValue) else {}
+        status = value.status if isinstance(value, PodStatusValue) else PodStatus()
         out.append({
-            "uid": uid, "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
-            "group": f"{meta.get('namespace') or 'default'}.{meta.get('name', uid)}",
-            "phase": status.get("phase", "Pending"),
-            "conditions": [{"type": c.get("type"), "status": c.get("status")}
-                           for c in status.get("conditions") or []],
-            "containers": [{"name": cs.get("name"), "ready": cs.get("ready"),
-                            "restartCount": cs.get("restartCount", 0),
-                            **_state_of(cs)}
-                           for cs in status.get("containerStatuses") or []],
-            "podIP": status.get("podIP", ""),
+            "uid": uid, "name": ref.name, "namespace": ref.namespace,
+            "group": f"{ref.namespace or 'default'}.{ref.name}",
+            "phase": status.phase,
+            "conditions": [{"type": c.type, "status": c.status} for c in status.conditions],
+            "containers": [{"name": cs.name, "ready": cs.ready,
+                            "restartCount": cs.restart_count, **_state_of(cs)}
+                           for cs in status.container_statuses],
+            "podIP": status.pod_ip or "",
         })
     return sorted(out, key=lambda p: p["group"])
 
 
-def _state_of(cs: Mapping[str, Any]) -> dict[str, str]:
+def _state_of(cs: ContainerStatus) -> dict[str, str]:
     """``{"state": running|waiting|terminated, "reason"}`` of a ContainerStatus."""
-    for kind, detail in (cs.get("state") or {}).items():
-        return {"state": str(kind), "reason": str((detail or {}).get("reason", ""))}
-    return {"state": "unknown", "reason": ""}
+    kind = cs.state.kind
+    return {"state": kind, "reason": cs.state.reason} if kind else {"state": "unknown",
+                                                                      "reason": ""}
 
 
 class Changes(Protocol):
@@ -179,7 +178,7 @@ class Dashboard:
             cached = self._pods_cache
             if cached is None or (pods and (version is None or cached[0] != version)):
                 procs = sorted(pod_procs(maps.desired, maps.statuses, maps.pleg,
-                                         self.rpc.d.runtime_dir),
+                                         self.rpc.d.runtime_dir, getattr(maps, "pods", None)),
                                key=lambda p: (p.group, p.name))
                 cached = (version, procs, _dumps([_proc_json(p, now) for p in procs]),
                           _dumps(_pods_json(maps)))

@@ -26,6 +26,7 @@ from podvisor.common.config import ops_password_path
 from podvisor.common.opspass import read_ops_password
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.control import ControlClient, ControlError
+from podvisor.ipc.maps import DesiredValue, PlegValue, PodStatusValue
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.events import (
     Transition,
@@ -38,6 +39,7 @@ from podvisor.services.ops.feeder import EventFeeder
 from podvisor.services.ops.logevents import LogTap, agent_sources, container_sources, wants_logs
 from podvisor.services.ops.procs import AGENT_GROUP, Proc, pod_procs
 from podvisor.services.ops.pump import MapPump, PodMaps
+from podvisor.services.pod import WirePods
 
 TICKS = (("TICK_5", 5), ("TICK_60", 60), ("TICK_3600", 3600))
 LOG_POLL = 0.2  # how often log files are looked at for PROCESS_LOG_* (when subscribed)
@@ -75,7 +77,7 @@ class Listener:
         self.log_specs: Mapping[str, Mapping[str, Any]] = {}
         self.logs_dir = ""
         self.pids: dict[str, int] = {}
-        self.desired: Mapping[str, Any] = {}
+        self.desired: Mapping[str, DesiredValue] = {}
 
     def enable_logs(self, processes: Mapping[str, Mapping[str, Any]], logs_dir: str,
                     pids: Mapping[str, int]) -> None:
@@ -112,9 +114,9 @@ class Listener:
         elif msg.to_state != "BACKOFF":
             self.crashed.discard(msg.name)
 
-    def on_maps(self, desired: Mapping[str, Any], statuses: Mapping[str, Any],
-                pleg: Mapping[str, Any]) -> None:
-        now = {p.namespec: p for p in pod_procs(desired, statuses, pleg, self.runtime_dir)}
+    def on_maps(self, desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodStatusValue],
+                pleg: Mapping[str, PlegValue], pods: WirePods | None = None) -> None:
+        now = {p.namespec: p for p in pod_procs(desired, statuses, pleg, self.runtime_dir, pods)}
         self.desired = desired
         if self.containers is not None:  # the first snapshot is the baseline
             for tr in container_events(self.containers, now):
@@ -180,7 +182,7 @@ class ListenerService:
 
     def on_maps(self, maps: PodMaps, changed: bool) -> None:
         if changed and maps.synced:
-            self.listener.on_maps(maps.desired, maps.statuses, maps.pleg)
+            self.listener.on_maps(maps.desired, maps.statuses, maps.pleg, maps.pods)
 
     def on_states(self) -> None:
         while (env := self.sub.recv(0)) is not None:

@@ -72,7 +72,7 @@ class RpcBase:
 
     def _pods(self) -> list[Proc]:
         m = self.d.maps()
-        return pod_procs(m.desired, m.statuses, m.pleg, self.d.runtime_dir)
+        return pod_procs(m.desired, m.statuses, m.pleg, self.d.runtime_dir, m.pods)
 
     def _all(self) -> list[Proc]:
         pods = sorted(self._pods(), key=lambda p: (p.group, p.name))

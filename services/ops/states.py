@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
 
 from podvisor.ipc.control import ProcessState
+from podvisor.ipc.podstatus import ContainerStatus
 
 __all__ = [
     "RUNNING_STATES",
@@ -52,18 +52,17 @@ WAITING_STATES: Mapping[str, ProcessState] = {
 }
 
 
-def container_state(status: Mapping[str, Any] | None, terminal: bool) -> ProcessState:
+def container_state(status: ContainerStatus | None, terminal: bool) -> ProcessState:
     """A container's supervisord state from its ``ContainerStatus`` (None: none reported yet).
 
     ``terminal``: the pod's restartPolicy will not restart it (Never; OnFailure after exit 0),
     so a terminated container that exited non-zero is FATAL, and one that exited 0 is EXITED."""
     if status is None:
         return ProcessState.STARTING
-    state = status.get("state") or {}
-    if "running" in state:
+    state = status.state
+    if state.running is not None:
         return ProcessState.RUNNING
-    if "terminated" in state:
-        code = (state.get("terminated") or {}).get("exitCode", 0)
-        return ProcessState.FATAL if terminal and code else ProcessState.EXITED
-    waiting = state.get("waiting") or {}
-    return WAITING_STATES.get(str(waiting.get("reason", "")), ProcessState.STARTING)
+    if state.terminated is not None:
+        failed = terminal and state.terminated.exit_code
+        return ProcessState.FATAL if failed else ProcessState.EXITED
+    return WAITING_STATES.get(state.reason, ProcessState.STARTING)

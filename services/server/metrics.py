@@ -150,6 +150,16 @@ def render_probe_metrics(multiprocess_dir: str) -> bytes:
     return generate_latest(registry)
 
 
+def _usage(part: Any) -> tuple[float, float]:
+    """(CPU core-seconds, working set bytes) of a ``/stats/summary`` node, pod or container
+    (``cpu.usageCoreNanoSeconds``, ``memory.workingSetBytes``; 0 when not reported)."""
+    cpu = part.get("cpu") if isinstance(part, Mapping) else None
+    memory = part.get("memory") if isinstance(part, Mapping) else None
+    nanos = cpu.get("usageCoreNanoSeconds", 0) if isinstance(cpu, Mapping) else 0
+    working = memory.get("workingSetBytes", 0) if isinstance(memory, Mapping) else 0
+    return nanos / 1e9, working
+
+
 class _ResourceCollector(Collector):
     """``/metrics/resource`` from a ``/stats/summary`` body (the kubelet's names)."""
 
@@ -162,13 +172,12 @@ class _ResourceCollector(Collector):
                                 "0 otherwise", value=0 if self._summary is not None else 1)
         if self._summary is None:
             return
-        node = self._summary.get("node", {})
+        node_cpu, node_memory = _usage(self._summary.get("node", {}))
         yield CounterMetricFamily("node_cpu_usage_seconds",
                                   "Cumulative cpu time consumed by the node in core-seconds",
-                                  value=node.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
+                                  value=node_cpu)
         yield GaugeMetricFamily("node_memory_working_set_bytes",
-                                "Current working set of the node in bytes",
-                                value=node.get("memory", {}).get("workingSetBytes", 0))
+                                "Current working set of the node in bytes", value=node_memory)
         labels = ["container", "pod", "namespace"]
         c_cpu = CounterMetricFamily("container_cpu_usage_seconds",
                                     "Cumulative cpu time consumed by the container in "
@@ -186,10 +195,12 @@ class _ResourceCollector(Collector):
             name, ns = str(ref.get("name", "")), str(ref.get("namespace", ""))
             for c in pod.get("containers", []):
                 values = [str(c.get("name", "")), name, ns]
-                c_cpu.add_metric(values, c.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
-                c_mem.add_metric(values, c.get("memory", {}).get("workingSetBytes", 0))
-            p_cpu.add_metric([name, ns], pod.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
-            p_mem.add_metric([name, ns], pod.get("memory", {}).get("workingSetBytes", 0))
+                cpu, memory = _usage(c)
+                c_cpu.add_metric(values, cpu)
+                c_mem.add_metric(values, memory)
+            cpu, memory = _usage(pod)
+            p_cpu.add_metric([name, ns], cpu)
+            p_mem.add_metric([name, ns], memory)
         yield from (c_cpu, c_mem, p_cpu, p_mem)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import API_MIRRORS, MIRRORS_KEY, MirrorSet
 from podvisor.services import events as ev
 from podvisor.services.apiserver import ApiConnection, Reflector, WakePipe
 from podvisor.services.events import EventPublisher, Recorder
@@ -24,9 +25,6 @@ from podvisor.services.sources.api_resume import FILE_NAME, SAVE_INTERVAL, Resum
 from podvisor.services.sources.api_source import ApiPodState, SetBuilder
 from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
-
-MIRRORS_MAP = "api-mirrors"
-MIRRORS_KEY = "mirrors"
 
 
 class ApiSourceService:
@@ -38,7 +36,7 @@ class ApiSourceService:
         self.ctx = ctx
         self.loop = ServiceLoop(ctx)
         self.publisher = SetPublisher(ctx, "api", self.loop)
-        self.mirrors = self.loop.owner(self.loop.publisher(), MIRRORS_MAP)
+        self.mirrors = self.loop.owner(self.loop.publisher(), API_MIRRORS)
         self.wake = WakePipe()
         self.loop.closing(self.wake)
         self.state = ApiPodState(self.wake.wake)
@@ -93,7 +91,7 @@ class ApiSourceService:
             result = self.builder.build(raw)
             self.reporter.report(result.pods)
             self.publisher.publish(result.pods)
-            self.mirrors.set(MIRRORS_KEY, [m.to_dict() for m in result.mirrors])
+            self.mirrors.set(MIRRORS_KEY, MirrorSet(result.mirrors))
             ctx.log.debug("source.api.set", pods=len(result.pods.pods),
                           mirrors=len(result.mirrors), version=self.reflector.rv)
         if self.state.last_error != self.last_error:

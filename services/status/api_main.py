@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop, Worker
+from podvisor.ipc.maps import API_MIRRORS, DESIRED, MIRRORS_KEY, POD_SET_KEY, STATUSES, pods_map
 from podvisor.services.apiserver import ApiConnection, ApiUnreachable
 from podvisor.services.status.apiwriter import Snapshot, StatusWriter
 
@@ -61,16 +61,17 @@ class StatusApiService:
         self.retry_at = -math.inf  # backing off: no turn before this, new snapshots or not
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
-        self.desired, self.statuses, self.api, self.api_mirrors = [
-            self.loop.replica(name, self.on_change, snapshot_timeout=0.5)
-            for name in ("desired", "statuses", "pods-api", "api-mirrors")]
+        self.desired = self.loop.replica(DESIRED, self.on_change, snapshot_timeout=0.5)
+        self.statuses = self.loop.replica(STATUSES, self.on_change, snapshot_timeout=0.5)
+        self.api = self.loop.replica(pods_map("api"), self.on_change, snapshot_timeout=0.5)
+        self.api_mirrors = self.loop.replica(API_MIRRORS, self.on_change, snapshot_timeout=0.5)
         self.worker: Worker[None] = self.loop.worker(self.write, stall=STALL_LIMIT,
                                                      name="status-api")
 
     def run(self) -> None:
         self.loop.run(self.step)
 
-    def on_change(self, key: str, old: Any, new: Any) -> None:
+    def on_change(self, key: str, old: object, new: object) -> None:
         self.changed = True
 
     def step(self, now: float) -> float | None:
@@ -79,12 +80,11 @@ class StatusApiService:
                                                self.api_mirrors)
         if self.changed and desired.synced and statuses.synced:
             self.changed = False
-            mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
-            api_set = api.get("set") if api.synced else None
+            mirrors = api_mirrors.get(MIRRORS_KEY) if api_mirrors.synced else None
+            api_set = api.get(POD_SET_KEY) if api.synced else None
             self.handoff.put(Snapshot(desired.items(), statuses.items(),
-                                      list(mirrors) if isinstance(mirrors, list) else None,
-                                      list(api_set.get("pods") or [])
-                                      if isinstance(api_set, dict) else None))
+                                      mirrors.mirrors if mirrors is not None else None,
+                                      api_set.pods if api_set is not None else None))
             self.worker.wake()
         return None
 

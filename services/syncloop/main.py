@@ -235,10 +235,9 @@ class SyncLoopService:
         # in, so a restarted sync loop never hands status/server an empty or partial map
         # (they would retire every pod's status and list no pods).
         self.started = clock.monotonic()
-        self.sources = [self.service.replica(pods_map(src), self._feeder(src),
-                                             decode=PodSetValue.from_wire)
+        self.sources = [self.service.replica(pods_map(src), self._feeder(src))
                         for src in sorted(_sources(ctx))]
-        self.service.replica(PROBES, self._on_probes, decode=PodProbes.from_wire)
+        self.service.replica(PROBES, self._on_probes)
         self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
             PodLifecycleEvent: self._on_pleg_event,
             StopAllPods: self._on_stop_all,

@@ -54,8 +54,7 @@ class RunOnceService:
         self.ctx = ctx
         self.sources = _sources(ctx)
         self.loop = ServiceLoop(ctx)
-        self.replicas = {s: self.loop.replica(pods_map(s), decode=PodSetValue.from_wire)
-                         for s in self.sources}
+        self.replicas = {s: self.loop.replica(pods_map(s)) for s in self.sources}
         self.events = Recorder(ctx.name, ctx.clock.wall)
         self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
         self.loop.closing(self.event_pub)

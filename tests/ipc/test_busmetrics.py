@@ -22,6 +22,7 @@ from podvisor.common.logs import MemoryLogger
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.codec import REASONS
+from podvisor.ipc.maps import MapSpec, MapValueError
 from podvisor.ipc.messages import RelistHint
 from tests.conftest import MapBus
 
@@ -29,7 +30,7 @@ from tests.conftest import MapBus
 @pytest.fixture
 def mapbus() -> Iterator[MapBus]:
     root = Path(tempfile.mkdtemp(prefix="pvbm", dir="/tmp"))
-    b = MapBus(root, ("m",))
+    b = MapBus(root, (INTS,))
     yield b
     b.close()
     shutil.rmtree(root, ignore_errors=True)
@@ -90,7 +91,7 @@ def test_the_service_loop_tallies_its_publishers_subscribers_and_replicas(
     counters = bus_counters()  # the process's pair
     before = _value(counters, "podvisor_bus_messages_total")
     drops_before = _value(counters, "podvisor_bus_dropped_total", reason="fields")
-    replica = loop.replica("m", decode=_only_ints)
+    replica = loop.replica(INTS)
     mapbus.maps["m"].set("good", 1)
     mapbus.maps["m"].set("bad", "not an int")
     try:
@@ -108,8 +109,13 @@ def test_the_service_loop_tallies_its_publishers_subscribers_and_replicas(
 
 
 def _only_ints(raw: Any) -> int:
-    from podvisor.ipc.maps import MapValueError
-
     if not isinstance(raw, int):
         raise MapValueError("fields", "not an int")
     return raw
+
+
+def _plain(value: Any) -> Any:
+    return value
+
+
+INTS: MapSpec[int] = MapSpec("m", _plain, _only_ints)  # a test map of ints

@@ -17,11 +17,12 @@ import pytest
 
 from podvisor.common import FakeClock
 from podvisor.ipc.control import ControlClient
-from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.ops.dashboard import Dashboard
 from podvisor.services.ops.feed import FeedTimes
 from podvisor.services.ops.pump import PodMaps
 from podvisor.services.ops.rpc import OpsRpc, RpcDeps
+from tests.mapvalues import pod_wire, status_value
 from tests.plegs import pleg_pod
 
 TIMES = FeedTimes(min_gap=0.1, keepalive=15.0, recheck=60.0)
@@ -72,8 +73,8 @@ class FakeChanges:
 def _maps(source: FakeChanges, app: str = "app") -> PodMaps:
     pod = {**POD, "spec": {"containers": [{"name": app, "image": "host"}]}}
     return PodMaps(
-        desired={"u1": DesiredPod(pod=pod)},
-        statuses={"u1": PodStatusValue({"phase": "Running", "containerStatuses": [
+        desired={"u1": DesiredPod(pod=pod_wire(pod))},
+        statuses={"u1": status_value({"phase": "Running", "containerStatuses": [
             {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})},
         pleg={"u1": pleg_pod(containers=[{"id": "c1", "name": "app",
                                           "state": "CONTAINER_RUNNING", "created_at": 1,

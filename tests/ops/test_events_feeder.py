@@ -69,7 +69,7 @@ def test_agent_translation(edge: tuple[str, str], prev_crash: bool,
 def _c(state: ProcessState, cid: str, code: int = 0, exits: dict[str, int] | None = None,
        last: int | None = 137) -> Proc:
     return Proc("default.web", "app", "container", state, 10, 1.0, 0.0, code, "", "",
-                extra={"container_id": cid, "last_exit_code": last, "exits": exits or {}})
+                extra={"container_id": cid}, exits=exits or {}, last_exit_code=last)
 
 
 def test_container_events() -> None:

@@ -18,10 +18,11 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebService
-from podvisor.ipc.maps import DesiredPod, PlegHealth, PodStatusValue
+from podvisor.ipc.maps import DesiredPod, PlegHealth
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.pump import MapPump, PodMaps
 from tests.conftest import MapBus
+from tests.mapvalues import status_value
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_pod_maps_move_on_pods_and_process_states_not_on_health(
                           message="_health in")
         assert health.version == synced.version and notified[-1] == synced.version
         # a pod's status moves: version + 1, waiters notified
-        owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Running"}))
+        owners.maps["statuses"].set("u1", status_value({"phase": "Running"}))
         moved = wait_for(lambda: web.view if "u1" in web.view.statuses else None, pump=turn,
                          message="status in")
         assert moved.version == synced.version + 1 and notified[-1] == moved.version

@@ -6,18 +6,19 @@ import json
 from pathlib import Path
 
 from podvisor.ipc.control import ProcessRow, ProcessState
-from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.ipc.maps import DesiredPod
 from podvisor.services.ops.procs import Proc, pod_procs
+from tests.mapvalues import pod_wire, status_value
 from tests.plegs import pleg_pod
 
-POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
-       "spec": {"containers": [{"name": "app", "image": "host"}]}}
+POD = pod_wire({"metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+                "spec": {"containers": [{"name": "app", "image": "host"}]}})
 
 
 def _procs(tmp_path: Path, status: dict[str, object] | None, runtime_state: str) -> list[Proc]:
     (tmp_path / "containers").mkdir(exist_ok=True)
     (tmp_path / "containers" / "c1.started.json").write_text(json.dumps({"pid": 4242}))
-    statuses = {} if status is None else {"u1": PodStatusValue(
+    statuses = {} if status is None else {"u1": status_value(
         {"containerStatuses": [{"name": "app", "containerID": "embedded://c1", **status}]})}
     pleg = {"u1": pleg_pod(containers=[{"id": "c1", "name": "app", "state": runtime_state,
                                         "created_at": 1, "started_at": 2}])}
@@ -36,7 +37,7 @@ def test_a_container_has_its_pid_while_the_runtime_runs_it(tmp_path: Path) -> No
     (created,) = _procs(tmp_path, None, "CONTAINER_CREATED")
     assert created.state is ProcessState.STARTING and created.pid == 0
     # the status says running before PLEG's record reached this process: its pid all the same
-    statuses = {"u1": PodStatusValue({"containerStatuses": [
+    statuses = {"u1": status_value({"containerStatuses": [
         {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})}
     (early,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, {}, tmp_path)
     assert early.state is ProcessState.RUNNING and early.pid == 4242
@@ -48,7 +49,7 @@ def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
     restart's EXITED event."""
     (exited,) = _procs(tmp_path, {"state": {"running": {}}}, "CONTAINER_EXITED")
     assert exited.state is ProcessState.EXITED
-    statuses = {"u1": PodStatusValue({"containerStatuses": [
+    statuses = {"u1": status_value({"containerStatuses": [
         {"name": "app", "containerID": "embedded://c1", "state": {"running": {}}}]})}
     pleg = {"u1": pleg_pod(containers=[
         {"id": "c1", "name": "app", "state": "CONTAINER_EXITED", "exit_code": 137,
@@ -57,7 +58,7 @@ def test_a_restart_keeps_the_old_containers_exit_code(tmp_path: Path) -> None:
          "created_at": 3}])}
     (proc,) = pod_procs({"u1": DesiredPod(pod=POD)}, statuses, pleg, tmp_path)
     assert proc.state is ProcessState.STARTING and proc.extra["container_id"] == "c2"
-    assert proc.extra["exits"] == {"c1": 137}
+    assert proc.exits == {"c1": 137}
 
 
 def test_an_agent_rows_heartbeat_on_the_dashboard(tmp_path: Path) -> None:

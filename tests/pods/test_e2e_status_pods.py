@@ -27,6 +27,7 @@ import zmq
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import declared
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.registry import BUILTINS
 
@@ -85,7 +86,7 @@ def pod_fingerprint(status: dict[str, Any]) -> dict[str, Any]:
 
 def snapshot(zctx: Any, paths: RunPaths, name: str) -> tuple[str | None, dict[str, Any]] | None:
     """One snapshot of a replicated map from its owner: (epoch, items), None if it is down."""
-    replica = MapReplica(zctx, paths, name, clock=SYSTEM_CLOCK)
+    replica = MapReplica(zctx, paths, declared(name), clock=SYSTEM_CLOCK)
     try:
         return (replica.epoch, replica.items()) if replica.sync(timeout=1.0) else None
     finally:
@@ -163,7 +164,8 @@ class Observer:
             if set(statuses) != set(self.by_uid):
                 self.problems.append(f"{phase}: statuses map has {len(statuses)} pods")
             for uid, value in statuses.items():
-                self._check(f"{phase} statuses", uid, value.status, self.by_uid.get(uid))
+                self._check(f"{phase} statuses", uid, value.status.to_dict(),
+                            self.by_uid.get(uid))
                 version = value.version
                 if version < self.versions.get(uid, 0):
                     self.problems.append(f"{phase}: {uid} _version {version} went back from "

@@ -23,6 +23,7 @@ from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import PLEG
 from podvisor.ipc.messages import RelistHint
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri.fake import FakeRuntimeClient
@@ -48,7 +49,7 @@ class Harness:
         self.log = MemoryLogger()
         self.ctx = ChildContext("pleg", Config(root_dir=str(root)), self.paths,
                                 self.log, self.zctx)  # type: ignore[arg-type]
-        self.replica = MapReplica(self.zctx, self.paths, "pleg", clock=SYSTEM_CLOCK)
+        self.replica = MapReplica(self.zctx, self.paths, PLEG, clock=SYSTEM_CLOCK)
         self.events = Subscriber(self.zctx, self.paths, ["pleg.pod.event"])
         self.seen: list[tuple[str, str, str]] = []
         self.thread = threading.Thread(target=serve, args=(self.ctx, client), daemon=True)

@@ -28,7 +28,7 @@ from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
-from podvisor.ipc.maps import PlegPod
+from podvisor.ipc.maps import PLEG, PlegPod
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.pleg.records import pleg_value
@@ -136,7 +136,7 @@ def start_pod(client: RuntimeClient, paths: RunPaths) -> tuple[str, str, Path]:
 
 def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -> None:
     paths, client = runtime
-    replica = MapReplica(bus, paths, "pleg", clock=SYSTEM_CLOCK)
+    replica = MapReplica(bus, paths, PLEG, clock=SYSTEM_CLOCK)
     events = Subscriber(bus, paths, ["pleg.pod.event"])
     seen: list[tuple[str, str]] = []
 
@@ -179,7 +179,7 @@ def test_events_cache_and_kill_via_stream(runtime: Any, bus: zmq.Context[Any]) -
 def test_restart_rebuilds_without_spurious_deaths(runtime: Any, bus: zmq.Context[Any]) -> None:
     paths, client = runtime
     _sid, cid, _pidfile = start_pod(client, paths)
-    replica = MapReplica(bus, paths, "pleg", clock=SYSTEM_CLOCK)
+    replica = MapReplica(bus, paths, PLEG, clock=SYSTEM_CLOCK)
     events = Subscriber(bus, paths, ["pleg.pod.event"])
     seen: list[tuple[str, str]] = []
 

@@ -17,6 +17,7 @@ from podvisor.services.pod import (
     ParsedPod,
     Pod,
     PodValidationError,
+    WirePods,
     apply_static_defaults,
     decode_pod,
     pod_from_dict,
@@ -183,3 +184,22 @@ def test_something_else_is_refused_with_a_validation_error(name: str, wire: Any)
         pod_from_wire(wire, "desired[u-1]")
     assert err.value.where == "desired[u-1]"
     assert "not a validated pod wire form" in str(err.value)
+
+
+def test_wire_pods_rebuild_a_pod_only_when_its_wire_form_changed() -> None:
+    """``WirePods``: one typed pod per map key, rebuilt when that key's wire form changed (the
+    same dict object, or an equal one, is a hit); forgotten when its key leaves the map."""
+    wire = pod_from_dict(kitchen_sink()).pod.to_dict()
+    pods = WirePods()
+    first = pods.get("u1", wire)
+    assert first == pod_from_wire(wire) and pods.rebuilds == 1
+    assert pods.get("u1", wire) is first and pods.get("u1", copy.deepcopy(wire)) is first
+    assert pods.rebuilds == 1
+    renamed = copy.deepcopy(wire)
+    renamed["metadata"]["name"] = "other"
+    assert pods.get("u1", renamed).name == "other" and pods.rebuilds == 2
+    pods.get("u2", wire)
+    pods.retain({"u2"})
+    assert pods.get("u1", renamed).name == "other" and pods.rebuilds == 4  # forgotten: again
+    with pytest.raises(PodValidationError):
+        pods.get("u3", {"kind": "Pod"})

@@ -16,9 +16,10 @@ from podvisor.common.podlist import (
     running_pods,
     table_rows,
 )
-from podvisor.ipc.maps import DesiredPod, PodRef, PodStatusValue, RuntimeNetwork
+from podvisor.ipc.maps import DesiredPod, PodRef, RuntimeNetwork
 from podvisor.services.server.app import make_app
 from podvisor.services.server.replicas import View
+from tests.mapvalues import status_value
 from tests.plegs import pleg_map
 
 WALL = 1_700_000_000.0
@@ -32,7 +33,7 @@ def pod(uid: str, name: str) -> DesiredPod:
                       worker="syncing")
 
 
-STATUS = PodStatusValue({"phase": "Running",
+STATUS = status_value({"phase": "Running",
                          "containerStatuses": [{"name": "app", "ready": True, "restartCount": 2,
                                                 "state": {"running": {}}}],
                          "startTime": "2023-11-14T22:13:20Z"}, 3, PodRef("b"))
@@ -145,7 +146,8 @@ def test_table_rows() -> None:
     crash = {"metadata": {"name": "c"}, "status": {"phase": "Running", "containerStatuses": [
         {"ready": False, "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
     rejected = {"metadata": {"name": "r"}, "status": {"phase": "Failed", "reason": "Rejected"}}
-    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS.status}, crash, rejected]}
+    podlist = {"items": [{"metadata": {"name": "b"}, "status": STATUS.status.to_dict()}, crash,
+                         rejected]}
     def age(start: Any) -> str:
         return "5m" if start else "<unknown>"
     assert table_rows(podlist, age) == [
@@ -154,7 +156,7 @@ def test_table_rows() -> None:
         ["c", "0/1", "CrashLoopBackOff", "4", "<unknown>"],
         ["r", "0/0", "Rejected", "0", "<unknown>"],
     ]
-    podlist["items"][0]["status"] = {**STATUS.status, "podIP": "10.205.1.2"}
+    podlist["items"][0]["status"] = {**STATUS.status.to_dict(), "podIP": "10.205.1.2"}
     assert [r[-1] for r in table_rows(podlist, age, wide=True)] == [
         "IP", "10.205.1.2", "<none>", "<none>"]
 
@@ -177,18 +179,19 @@ def test_pods_body_cached_per_pod_matches_a_fresh_render() -> None:
         return json.dumps(pod_list(desired, statuses), separators=(",", ":")).encode()
 
     assert renderer.render(view.desired, view.statuses) == fresh(view.desired, view.statuses)
-    statuses = {**view.statuses, "u2": PodStatusValue({"phase": "Failed"}, 1)}
+    statuses = {**view.statuses, "u2": status_value({"phase": "Failed"}, 1)}
     desired = {**view.desired, "u3": pod("u3", "c")}
     again = renderer.render(desired, statuses)
     assert again == fresh(desired, statuses)
-    assert json.loads(again)["items"][0]["status"] == {"phase": "Failed"}
+    assert json.loads(again)["items"][0]["status"] == statuses["u2"].status.to_dict()
+    assert json.loads(again)["items"][0]["status"]["phase"] == "Failed"
     # the sync loop's own keys change: same text; a rename re-sorts; a pod leaves
     desired = {**desired, "u1": dataclasses.replace(desired["u1"], sandbox_id="s1")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     desired = {**desired, "u3": pod("u3", "0first")}
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     assert json.loads(renderer.render(desired, statuses))["items"][0]["metadata"]["uid"] == "u3"
-    statuses = {**statuses, "u3": PodStatusValue({"phase": "Running"})}
+    statuses = {**statuses, "u3": status_value({"phase": "Running"})}
     del desired["u2"]
     assert renderer.render(desired, statuses) == fresh(desired, statuses)
     assert renderer.render({"_meta": {}, "bad": {"pod": 1}}, {}) == fresh({"bad": {"pod": 1}}, {})

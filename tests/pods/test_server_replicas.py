@@ -25,11 +25,12 @@ from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebDied, WebService
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
-from podvisor.ipc.maps import DesiredPod, PlegHealth, PlegPod, PodStatusValue, RuntimeNetwork
+from podvisor.ipc.maps import DesiredPod, PlegHealth, PlegPod, RuntimeNetwork
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.server.ports import Ports
 from podvisor.services.server.replicas import BATCH, ServerReplicas, View
 from tests.conftest import MapBus
+from tests.mapvalues import status_value
 
 
 def free_port() -> int:
@@ -74,16 +75,16 @@ class Server:
 def test_views_copy_only_the_maps_that_moved(owners: Owners,
                                              wait_for: Callable[..., Any]) -> None:
     owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
-    owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Pending"}))
+    owners.maps["statuses"].set("u1", status_value({"phase": "Pending"}))
     owners.maps["pleg"].set("_health", PlegHealth(ts=1.0))
     server = Server(owners)
     web = server.web
     try:
         view = wait_for(server.synced, pump=server.turn, message="synced view")
         assert dict(view.desired) == {"u1": DesiredPod(pod={"metadata": {"uid": "u1"}})}
-        owners.maps["statuses"].set("u1", PodStatusValue({"phase": "Running"}))
+        owners.maps["statuses"].set("u1", status_value({"phase": "Running"}))
         new = wait_for(lambda: web.view if web.view.statuses.get("u1")
-                       == PodStatusValue({"phase": "Running"}) else None,
+                       == status_value({"phase": "Running"}) else None,
                        pump=server.turn, message="status update")
         assert new.desired is view.desired and new.pleg is view.pleg  # not copied again
         heard = new.desired_heard
@@ -101,7 +102,7 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
     """Lazy: traffic is held (queued in zmq) until a handler asks for a fresh view or the batch
     window ends on the loop's clock (a fake one here: the window ends when the test says)."""
     owners.maps["desired"].set("_runtime", RuntimeNetwork(True))
-    owners.maps["statuses"].set("_", PodStatusValue({}))
+    owners.maps["statuses"].set("_", status_value({}))
     owners.maps["pleg"].set("_", PlegPod())
     clock = FakeClock(100.0)
     server = Server(owners, clock)
@@ -115,17 +116,17 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         # a pump and drain at the clock's final time: the window below starts there. A turn
         # pumps only when traffic came, so send some and turn until the view has it; should
         # other traffic (an owner's heartbeat) open a window first, move the clock past it.
-        owners.maps["statuses"].set("_", PodStatusValue({"phase": "Pending"}))
+        owners.maps["statuses"].set("_", status_value({"phase": "Pending"}))
 
         def drained() -> View | None:
             view = web.view
-            return view if view.statuses.get("_") == PodStatusValue({"phase": "Pending"}) else None
+            return view if view.statuses.get("_") == status_value({"phase": "Pending"}) else None
 
         first = wait_for(drained, pump=lambda: (
             server.turn(), clock.advance(BATCH) if loop.holding and not drained() else None),
             message="a drain at the clock's final time")
         for i in range(50):
-            owners.maps["statuses"].set(f"u{i}", PodStatusValue({"phase": "Running"}))
+            owners.maps["statuses"].set(f"u{i}", status_value({"phase": "Running"}))
         for _ in range(3):  # the fake clock stands still: within the window of the last drain
             server.turn()
             assert loop.holding and len(web.view.statuses) == 1
@@ -144,7 +145,7 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         view = wait_for(fresh, message="fresh view on request")
         assert web.view is view and view.desired is first.desired  # not copied again
         # the next updates wait for the batch window again ...
-        owners.maps["statuses"].set("late", PodStatusValue({"phase": "Pending"}))
+        owners.maps["statuses"].set("late", status_value({"phase": "Pending"}))
         for _ in range(3):
             server.turn()
             assert loop.holding and "late" not in web.view.statuses

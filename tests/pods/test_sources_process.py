@@ -35,8 +35,7 @@ class SetReader:
     def __init__(self, zctx: zmq.Context[zmq.Socket[bytes]], paths: Any, source: str) -> None:
         self.values: list[PodSetValue] = []
         self.replica = MapReplica(zctx, paths, pods_map(source), self._changed,
-                                  snapshot_timeout=0.5, clock=SYSTEM_CLOCK,
-                                  decode=PodSetValue.from_wire)
+                                  snapshot_timeout=0.5, clock=SYSTEM_CLOCK)
 
     def _changed(self, key: str, old: Any, new: Any) -> None:
         if key == POD_SET_KEY and isinstance(new, PodSetValue):

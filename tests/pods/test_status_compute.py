@@ -1,4 +1,5 @@
-"""compute_pod_status and get_phase: phases, conditions, container statuses, versions."""
+"""compute_pod_status and get_phase: phases, conditions, container statuses, versions. The
+statuses are checked as the API's JSON (what ``GET /pods`` shows and the API writer patches)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import Any
 import pytest
 
 from podvisor.common.timefmt import rfc3339
-from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PlegPod, PodRef
+from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PlegPod, PodRef, PodStatusValue
+from podvisor.ipc.podstatus import ContainerStatus
+from podvisor.services.pod import pod_from_dict, pod_from_wire
 from podvisor.services.status.compute import (
     DESIRED_KEYS,
     compute_pod_status,
     desired_inputs,
     get_phase,
-    status_value,
 )
 from tests.plegs import pleg_pod
 
@@ -34,11 +36,29 @@ def pod(containers: list[dict[str, Any]] | None = None, policy: str = "Always",
 
 
 def desired(p: dict[str, Any] | None = None, **kw: Any) -> DesiredPod:
-    entry: dict[str, Any] = {"v": 1, "kind": "pod", "pod": p or pod(), "source": "file",
-                             "worker": "syncing", "admitted": True, "reason": "", "message": "",
-                             "waiting": {}}
+    # as the sync loop publishes it: the wire form of the pod its source validated
+    entry: dict[str, Any] = {"v": 1, "kind": "pod", "pod": pod_from_dict(p or pod()).pod.to_dict(),
+                             "source": "file", "worker": "syncing", "admitted": True,
+                             "reason": "", "message": "", "waiting": {}}
     entry.update(kw)
     return DesiredPod.from_wire(entry)
+
+
+class Status(dict[str, Any]):
+    """A computed status as the API's JSON, with the value it came from (``value``: the
+    ``statuses`` map's, its version and pod)."""
+
+    def __init__(self, value: PodStatusValue) -> None:
+        super().__init__(value.status.to_dict())
+        self.value = value
+
+
+def computed(d: DesiredPod, pl: PlegPod | None, previous: Status | None, now: float,
+             **kw: Any) -> Status:
+    """``compute_pod_status`` of ``d``'s typed pod, as the status engine calls it."""
+    return Status(compute_pod_status(d, pod_from_wire(d.pod), pl,
+                                     previous.value if previous is not None else None, now,
+                                     **kw))
 
 
 def ctr(cid: str, state: str = "CONTAINER_RUNNING", name: str = "app", created: int = 1,
@@ -63,7 +83,7 @@ def conds(status: dict[str, Any]) -> dict[str, str]:
 
 
 def test_running_pod_is_ready_with_all_conditions() -> None:
-    s = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
+    s = computed(desired(), pleg(ctr("c1")), None, T0)
     assert s["phase"] == "Running"
     assert conds(s) == {"PodReadyToStartContainers": "True", "Initialized": "True",
                         "ContainersReady": "True", "Ready": "True", "PodScheduled": "True"}
@@ -73,13 +93,13 @@ def test_running_pod_is_ready_with_all_conditions() -> None:
     assert cs["state"] == {"running": {"startedAt": rfc3339(2)}} and cs["lastState"] == {}
     assert cs["ready"] is True and cs["started"] is True and cs["restartCount"] == 0
     assert cs["image"] == "host" and cs["imageID"] == "sha256:host"
-    assert s["podIP"] == "10.0.0.5" and s["startTime"] == rfc3339(T0) and s["_version"] == 1
-    assert s["_pod"] == {"name": "web-node", "namespace": "default", "uid": "u1"}
+    assert s["podIP"] == "10.0.0.5" and s["startTime"] == rfc3339(T0) and s.value.version == 1
+    assert s.value.pod == PodRef("web-node", "default", "u1")
     assert s["initContainerStatuses"] == []
 
 
 def test_nothing_in_runtime_is_pending_container_creating() -> None:
-    s = compute_pod_status(desired(), None, None, T0)
+    s = computed(desired(), None, None, T0)
     assert s["phase"] == "Pending"
     assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
     c = conds(s)
@@ -89,12 +109,12 @@ def test_nothing_in_runtime_is_pending_container_creating() -> None:
 
 
 def test_transition_time_kept_while_unchanged_and_moves_on_change() -> None:
-    s1 = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
-    s2 = compute_pod_status(desired(), pleg(ctr("c1")), s1, T0 + 50)
-    assert s2 == s1 and s2["_version"] == 1
-    s3 = compute_pod_status(desired(), pleg(ctr("c1", "CONTAINER_EXITED", exit_code=1)),
+    s1 = computed(desired(), pleg(ctr("c1")), None, T0)
+    s2 = computed(desired(), pleg(ctr("c1")), s1, T0 + 50)
+    assert s2 == s1 and s2.value == s1.value and s2.value.version == 1
+    s3 = computed(desired(), pleg(ctr("c1", "CONTAINER_EXITED", exit_code=1)),
                             s2, T0 + 100)
-    assert s3["_version"] == 2
+    assert s3.value.version == 2
     times = {c["type"]: c["lastTransitionTime"] for c in s3["conditions"]}
     assert times["Ready"] == rfc3339(T0 + 100) and times["PodScheduled"] == rfc3339(T0)
     assert s3["startTime"] == rfc3339(T0)
@@ -102,7 +122,7 @@ def test_transition_time_kept_while_unchanged_and_moves_on_change() -> None:
 
 def test_crash_loop_waiting_with_last_state() -> None:
     d = desired(waiting={"app": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}})
-    s = compute_pod_status(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=2, restarts=3)),
+    s = computed(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=2, restarts=3)),
                            None, T0)
     cs = s["containerStatuses"][0]
     assert cs["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}
@@ -115,7 +135,7 @@ def test_crash_loop_waiting_with_last_state() -> None:
 def test_restarted_container_has_previous_as_last_state() -> None:
     old = ctr("c1", "CONTAINER_EXITED", created=1, exit_code=137)
     new = ctr("c2", created=10, restarts=1)
-    cs = compute_pod_status(desired(), pleg(old, new), None, T0)["containerStatuses"][0]
+    cs = computed(desired(), pleg(old, new), None, T0)["containerStatuses"][0]
     assert cs["containerID"] == "embedded://c2" and cs["restartCount"] == 1
     assert cs["lastState"]["terminated"]["exitCode"] == 137
     assert cs["lastState"]["terminated"]["containerID"] == "embedded://c1"
@@ -123,7 +143,7 @@ def test_restarted_container_has_previous_as_last_state() -> None:
 
 def test_waiting_reason_does_not_hide_a_running_container() -> None:
     d = desired(waiting={"app": {"reason": "CrashLoopBackOff"}})
-    cs = compute_pod_status(d, pleg(ctr("c1")), None, T0)["containerStatuses"][0]
+    cs = computed(d, pleg(ctr("c1")), None, T0)["containerStatuses"][0]
     assert "running" in cs["state"]
 
 
@@ -134,7 +154,7 @@ def test_waiting_reason_does_not_hide_a_running_container() -> None:
 ])
 def test_exited_phase_by_policy(policy: str, code: int, phase: str) -> None:
     d = desired(pod(policy=policy))
-    s = compute_pod_status(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=code)), None, T0)
+    s = computed(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=code)), None, T0)
     assert s["phase"] == phase
     assert s["containerStatuses"][0]["state"]["terminated"]["exitCode"] == code
     if phase == "Succeeded":
@@ -144,17 +164,17 @@ def test_exited_phase_by_policy(policy: str, code: int, phase: str) -> None:
 
 def test_terminal_phase_never_goes_back() -> None:
     d = desired(pod(policy="Never"))
-    failed = compute_pod_status(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=1)), None, T0)
+    failed = computed(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=1)), None, T0)
     assert failed["phase"] == "Failed"
-    later = compute_pod_status(d, pleg(ctr("c2")), failed, T0 + 1)
+    later = computed(d, pleg(ctr("c2")), failed, T0 + 1)
     assert later["phase"] == "Failed"
-    gone = compute_pod_status(d, None, later, T0 + 2)
+    gone = computed(d, None, later, T0 + 2)
     assert gone["phase"] == "Failed"
 
 
 def test_mixed_containers_some_running_is_running() -> None:
     p = pod([{"name": "a", "image": "host"}, {"name": "b", "image": "host"}], policy="Never")
-    s = compute_pod_status(desired(p), pleg(ctr("c1", name="a"),
+    s = computed(desired(p), pleg(ctr("c1", name="a"),
                                             ctr("c2", "CONTAINER_EXITED", name="b", exit_code=1)),
                            None, T0)
     assert s["phase"] == "Running"
@@ -163,14 +183,14 @@ def test_mixed_containers_some_running_is_running() -> None:
 
 def test_one_container_not_yet_created_is_pending() -> None:
     p = pod([{"name": "a", "image": "host"}, {"name": "b", "image": "host"}])
-    s = compute_pod_status(desired(p), pleg(ctr("c1", name="a")), None, T0)
+    s = computed(desired(p), pleg(ctr("c1", name="a")), None, T0)
     assert s["phase"] == "Pending"
     assert [c["name"] for c in s["containerStatuses"]] == ["a", "b"]
 
 
 def test_init_containers_block_and_report() -> None:
     p = pod(init=[{"name": "i1", "image": "host"}, {"name": "i2", "image": "host"}])
-    s = compute_pod_status(desired(p), pleg(ctr("x1", name="i1")), None, T0)
+    s = computed(desired(p), pleg(ctr("x1", name="i1")), None, T0)
     assert s["phase"] == "Pending"
     init = next(c for c in s["conditions"] if c["type"] == "Initialized")
     assert init["status"] == "False" and init["reason"] == "ContainersNotInitialized"
@@ -180,21 +200,21 @@ def test_init_containers_block_and_report() -> None:
     assert "running" in s["initContainerStatuses"][0]["state"]
     done = pleg(ctr("x1", "CONTAINER_EXITED", name="i1"),
                 ctr("x2", "CONTAINER_EXITED", name="i2", created=3), ctr("c1", created=5))
-    s2 = compute_pod_status(desired(p), done, s, T0 + 10)
+    s2 = computed(desired(p), done, s, T0 + 10)
     assert s2["phase"] == "Running" and conds(s2)["Initialized"] == "True"
     assert s2["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
 
 
 def test_init_done_regular_not_yet_created_is_container_creating() -> None:
     p = pod(init=[{"name": "i1", "image": "host"}])
-    s = compute_pod_status(desired(p), pleg(ctr("x1", "CONTAINER_EXITED", name="i1")), None, T0)
+    s = computed(desired(p), pleg(ctr("x1", "CONTAINER_EXITED", name="i1")), None, T0)
     assert conds(s)["Initialized"] == "True" and s["phase"] == "Pending"
     assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
 
 
 def test_failed_init_with_never_fails_the_pod() -> None:
     p = pod(policy="Never", init=[{"name": "i1", "image": "host"}])
-    s = compute_pod_status(desired(p), pleg(ctr("x1", "CONTAINER_EXITED", name="i1",
+    s = computed(desired(p), pleg(ctr("x1", "CONTAINER_EXITED", name="i1",
                                                 exit_code=1)), None, T0)
     assert s["phase"] == "Failed"
 
@@ -202,7 +222,7 @@ def test_failed_init_with_never_fails_the_pod() -> None:
 def test_failed_init_with_always_stays_pending() -> None:
     p = pod(policy="Always", init=[{"name": "i1", "image": "host"}])
     d = desired(p, waiting={"i1": {"reason": "CrashLoopBackOff"}})
-    s = compute_pod_status(d, pleg(ctr("x1", "CONTAINER_EXITED", name="i1", exit_code=1)),
+    s = computed(d, pleg(ctr("x1", "CONTAINER_EXITED", name="i1", exit_code=1)),
                            None, T0)
     assert s["phase"] == "Pending"
     assert s["initContainerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
@@ -210,32 +230,32 @@ def test_failed_init_with_always_stays_pending() -> None:
 
 def test_admission_rejected_is_failed_with_reason() -> None:
     d = desired(admitted=False, reason="HostPortConflict", message="port 80 in use")
-    s = compute_pod_status(d, None, None, T0)
+    s = computed(d, None, None, T0)
     assert s["phase"] == "Failed" and s["reason"] == "HostPortConflict"
     assert s["message"] == "port 80 in use" and conds(s) == {"PodScheduled": "True"}
 
 
 def test_readiness_probe_means_not_ready_until_a_prober_says_so() -> None:
     p = pod([{"name": "app", "image": "host", "readinessProbe": {"exec": {"command": ["x"]}}}])
-    s = compute_pod_status(desired(p), pleg(ctr("c1")), None, T0)
+    s = computed(desired(p), pleg(ctr("c1")), None, T0)
     assert s["containerStatuses"][0]["ready"] is False and conds(s)["Ready"] == "False"
-    s2 = compute_pod_status(desired(p), pleg(ctr("c1")), s, T0, readiness={"app": True})
+    s2 = computed(desired(p), pleg(ctr("c1")), s, T0, readiness={"app": True})
     assert s2["containerStatuses"][0]["ready"] is True and conds(s2)["Ready"] == "True"
 
 
 def test_startup_probe_means_not_started() -> None:
     p = pod([{"name": "app", "image": "host", "startupProbe": {"exec": {"command": ["x"]}}}])
-    cs = compute_pod_status(desired(p), pleg(ctr("c1")), None, T0)["containerStatuses"][0]
+    cs = computed(desired(p), pleg(ctr("c1")), None, T0)["containerStatuses"][0]
     assert cs["started"] is False
 
 
 def test_not_ready_sandbox_condition() -> None:
-    s = compute_pod_status(desired(), pleg(ctr("c1"), sandbox="SANDBOX_NOTREADY"), None, T0)
+    s = computed(desired(), pleg(ctr("c1"), sandbox="SANDBOX_NOTREADY"), None, T0)
     assert conds(s)["PodReadyToStartContainers"] == "False"
 
 
 def test_created_container_is_waiting_container_creating() -> None:
-    s = compute_pod_status(desired(), pleg(ctr("c1", "CONTAINER_CREATED")), None, T0)
+    s = computed(desired(), pleg(ctr("c1", "CONTAINER_CREATED")), None, T0)
     assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
     assert s["phase"] == "Pending"
 
@@ -244,7 +264,7 @@ def test_containerd_scheme_and_host_network_ip() -> None:
     p = pod()
     p["spec"]["hostNetwork"] = True
     pl = pleg(ctr("c1"), ip="")
-    s = compute_pod_status(desired(p), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    s = computed(desired(p), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
     assert s["containerStatuses"][0]["containerID"] == "containerd://c1"
     assert s["podIP"] == "10.1.1.1" and s["hostIP"] == "10.1.1.1"
 
@@ -253,24 +273,24 @@ def test_pod_ips_and_host_ips() -> None:
     """podIP/podIPs from the newest sandbox (PodSandboxStatus ip, then additional_ips); a
     hostNetwork pod has the host's whatever the sandbox says; hostIPs always."""
     pl = pleg(ctr("c1"), additional_ips=("fd00::5", "10.0.0.5"))
-    s = compute_pod_status(desired(), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    s = computed(desired(), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
     assert s["podIP"] == "10.0.0.5"
     assert s["podIPs"] == [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]
     assert s["hostIP"] == "10.1.1.1" and s["hostIPs"] == [{"ip": "10.1.1.1"}]
     old = {"id": "sb0", "state": "SANDBOX_NOTREADY", "created_at": 0, "attempt": 0, "ip": ""}
     pl = pleg(ctr("c1"), additional_ips=("fd00::5", "10.0.0.5"),
               older=(old,))  # an older dead one (a failed setup) changes nothing
-    assert compute_pod_status(desired(), pl, None, T0)["podIPs"] == s["podIPs"]
+    assert computed(desired(), pl, None, T0)["podIPs"] == s["podIPs"]
     p = pod()
     p["spec"]["hostNetwork"] = True
-    s = compute_pod_status(desired(p), pl, None, T0, host_ip="10.1.1.1")
+    s = computed(desired(p), pl, None, T0, host_ip="10.1.1.1")
     assert s["podIP"] == "10.1.1.1" and s["podIPs"] == [{"ip": "10.1.1.1"}]
-    none = compute_pod_status(desired(), None, None, T0)  # no sandbox (yet): no IP
+    none = computed(desired(), None, None, T0)  # no sandbox (yet): no IP
     assert none["podIP"] == "" and "podIPs" not in none
 
 
 def test_pod_level_reason_is_reported() -> None:
-    s = compute_pod_status(desired(reason="Terminating", message="deleted"), pleg(ctr("c1")),
+    s = computed(desired(reason="Terminating", message="deleted"), pleg(ctr("c1")),
                            None, T0)
     assert s["reason"] == "Terminating" and s["message"] == "deleted"
 
@@ -284,7 +304,7 @@ def test_pod_level_reason_is_reported() -> None:
 def test_get_phase_table(regular: list[dict[str, Any]], phase: str) -> None:
     statuses = [{"name": f"c{i}", "state": st, "lastState": {}, "containerID": "x"}
                 for i, st in enumerate(regular)]
-    assert get_phase({"restartPolicy": "Always"}, [], statuses) == phase
+    assert get_phase("Always", [], [ContainerStatus.from_dict(st) for st in statuses]) == phase
 
 
 def _recording(entry: DesiredPod, read: set[str]) -> DesiredPod:
@@ -307,7 +327,7 @@ def _recording(entry: DesiredPod, read: set[str]) -> DesiredPod:
 def test_desired_keys_are_every_key_a_status_reads(entry: DesiredPod) -> None:
     """The status process recomputes a pod only when one of ``DESIRED_KEYS`` changed."""
     read: set[str] = set()
-    compute_pod_status(_recording(entry, read), pleg(ctr("c1")), None, T0)
+    computed(_recording(entry, read), pleg(ctr("c1")), None, T0)
     assert read and read <= set(DESIRED_KEYS)
     same = dataclasses.replace(entry, sandbox_id="sb9", updated_at=7.0, worker="running")
     assert desired_inputs(same) == desired_inputs(entry)
@@ -322,22 +342,20 @@ def test_rfc3339_is_strftime_at_second_precision(wall: float) -> None:
 
 
 def test_qos_class_and_last_probe_time_as_the_kubelet_shows_them() -> None:
-    s = compute_pod_status(desired(qos_class="Burstable"), pleg(ctr("c1")), None, T0)
+    s = computed(desired(qos_class="Burstable"), pleg(ctr("c1")), None, T0)
     assert s["qosClass"] == "Burstable"
     assert all("lastProbeTime" in c and c["lastProbeTime"] is None for c in s["conditions"])
-    rejected = compute_pod_status(desired(admitted=False, qos_class="BestEffort"), None, None,
-                                  T0)
+    rejected = computed(desired(admitted=False, qos_class="BestEffort"), None, None, T0)
     assert rejected["qosClass"] == "BestEffort"
     assert rejected["conditions"][0]["lastProbeTime"] is None
-    changed = compute_pod_status(desired(qos_class="Guaranteed"), pleg(ctr("c1")), s, T0)
-    assert changed["qosClass"] == "Guaranteed" and changed["_version"] == s["_version"] + 1
+    changed = computed(desired(qos_class="Guaranteed"), pleg(ctr("c1")), s, T0)
+    assert changed["qosClass"] == "Guaranteed" and changed.value.version == s.value.version + 1
     assert "qos_class" in DESIRED_KEYS
 
 
-def test_status_value_splits_the_internal_keys_off_the_api_status() -> None:
-    s = compute_pod_status(desired(), pleg(ctr("c1")), None, T0)
-    value = status_value(s)
-    assert value.version == s["_version"] == 1
-    assert value.pod == PodRef("web-node", "default", "u1")
-    assert value.status == {k: v for k, v in s.items() if not k.startswith("_")}
-    assert "phase" in value.status and not any(k.startswith("_") for k in value.status)
+def test_the_value_keeps_version_and_pod_beside_the_api_status() -> None:
+    """No internal keys in the API's PodStatus: the version and the pod are the value's."""
+    s = computed(desired(), pleg(ctr("c1")), None, T0)
+    assert s.value.version == 1 and s.value.pod == PodRef("web-node", "default", "u1")
+    assert "phase" in s and not any(k.startswith("_") for k in s)
+    assert PodStatusValue.from_wire(s.value.to_wire()) == s.value

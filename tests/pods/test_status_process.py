@@ -20,8 +20,8 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
-from podvisor.ipc.maps import ContainerWaiting, DesiredPod, PlegHealth, PlegPod
-from podvisor.services.status.compute import status_value
+from podvisor.ipc.maps import STATUSES, ContainerWaiting, DesiredPod, PlegHealth, PlegPod
+from podvisor.services.pod import pod_from_dict
 from podvisor.services.status.engine import RETIRE_AFTER
 from podvisor.services.status.service import COALESCE, SWEEP_PERIOD, StatusService
 from podvisor.services.status.store import Saved, StatusStore
@@ -33,9 +33,10 @@ WALL = 1_700_000_000.0
 
 
 def entry(uid: str) -> DesiredPod:
-    return DesiredPod(pod={"metadata": {"name": uid, "namespace": "default", "uid": uid},
-                           "spec": {"containers": [{"name": "app", "image": "host"}]}},
-                      source="file", worker="syncing")
+    pod = pod_from_dict({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                         "spec": {"containers": [{"name": "app", "image": "host"}]}}).pod
+    return DesiredPod(pod=pod.to_dict(), source="file", worker="syncing")
 
 
 def record(cid: str, running: bool) -> PlegPod:
@@ -82,7 +83,7 @@ class Bus(MapBus):
         svc.owner.serve()
         published = svc.owner.items()
         on_disk = svc.store.load().statuses
-        assert all(status_value(on_disk[uid]) == st for uid, st in published.items()
+        assert all(on_disk[uid] == st for uid, st in published.items()
                    if uid in on_disk) and on_disk.keys() >= published.keys(), \
             "a published status is not on disk"
 
@@ -118,8 +119,8 @@ def on_disk(svc: StatusService) -> Saved:
 
 def ready(svc: StatusService, uid: str) -> bool:
     value = svc.owner.get(uid)
-    st = value.status if value is not None else {}
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions", []))
+    cond = value.status.condition("Ready") if value is not None else None
+    return cond is not None and cond.true
 
 
 def test_changes_are_durable_before_they_are_published(bus: Bus) -> None:
@@ -180,7 +181,7 @@ def test_killed_service_is_replaced_without_going_back(bus: Bus) -> None:
 
     again = bus.service()
     assert again.owner.items() == published  # at once, before any replica synced
-    reader = MapReplica(bus.zctx, bus.paths, "statuses", clock=bus.clock)
+    reader = MapReplica(bus.zctx, bus.paths, STATUSES, clock=bus.clock)
     try:
         run_until(bus, again, lambda: again.owner.serve() >= 0 and reader.sync(0.2))
         assert reader.items() == published

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from podvisor.services.status.metrics import POD_START_BUCKETS, PodStartTimer
 from podvisor.services.syncloop.metrics import DEF_BUCKETS, WorkerMetrics
+from tests.mapvalues import status_value
 from tests.pods.test_podworkers import Harness, manifest
 from tests.pods.test_status_process import Bus, entry, kill, record, run_until
 from tests.pods.test_status_process import bus as bus  # the fixture
@@ -85,9 +86,10 @@ def test_pod_start_timer_observes_the_first_running_status_once() -> None:
     t.seen("u1", 10.0)
     t.seen("u2", 10.0)
     t.seen("u3", 10.0)
-    t.computed({"u1": {"phase": "Pending"}, "u2": {"phase": "Failed"}}, [], 11.0)
-    t.computed({"u1": {"phase": "Running"}}, [], 13.5)
-    t.computed({"u1": {"phase": "Running"}}, [], 20.0)  # already timed
+    t.computed({"u1": status_value({"phase": "Pending"}),
+                "u2": status_value({"phase": "Failed"})}, [], 11.0)
+    t.computed({"u1": status_value({"phase": "Running"})}, [], 13.5)
+    t.computed({"u1": status_value({"phase": "Running"})}, [], 20.0)  # already timed
     t.gone("u3")
     r = t.registry
     assert r.get_sample_value("kubelet_pod_start_duration_seconds_count") == 1
@@ -106,7 +108,7 @@ def test_status_process_times_a_pod_from_first_seen_to_running(bus: Bus) -> None
     bus.clock.now += 4.0
     bus.relist(u1=record("c1", running=True))
     run_until(bus, svc, lambda: (v := svc.owner.get("u1")) is not None
-              and v.status.get("phase") == "Running")
+              and v.status.phase == "Running")
     r = svc.pod_start.registry
     assert r.get_sample_value("kubelet_pod_start_duration_seconds_count") == 1
     took = r.get_sample_value("kubelet_pod_start_duration_seconds_sum")

@@ -18,6 +18,7 @@ import zmq
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import PROBES
 from podvisor.ipc.paths import RunPaths
 from tests.pods.lifecycle import agent_config, free_port, get_pods
 
@@ -68,7 +69,7 @@ def running(pod: dict[str, Any] | None) -> bool:
 
 
 def probes_snapshot(zctx: Any, paths: RunPaths) -> tuple[str | None, dict[str, Any]] | None:
-    replica = MapReplica(zctx, paths, "probes", clock=SYSTEM_CLOCK)
+    replica = MapReplica(zctx, paths, PROBES, clock=SYSTEM_CLOCK)
     try:
         return (replica.epoch, replica.items()) if replica.sync(timeout=1.0) else None
     finally:

@@ -8,6 +8,7 @@ from typing import Any
 from podvisor.ipc.maps import DesiredPod, PlegValue, PodProbes
 from podvisor.services.status.engine import StatusEngine
 from podvisor.services.status.store import Saved
+from tests.mapvalues import pod_wire
 from tests.plegs import pleg_map
 
 WALL = 1_000_000.0
@@ -19,7 +20,7 @@ def desired() -> dict[str, DesiredPod]:
                  "startupProbe": {"exec": {"command": ["true"]}}}
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"},
            "spec": {"containers": [container]}}
-    return {"u1": DesiredPod(pod=pod, worker="syncing")}
+    return {"u1": DesiredPod(pod=pod_wire(pod), worker="syncing")}
 
 
 def pleg(cid: str = "c1") -> dict[str, PlegValue]:
@@ -35,10 +36,10 @@ def app_status(probes: dict[str, Any] | None, cid: str = "c1") -> tuple[bool, bo
         uid: PodProbes.from_entry(entry) for uid, entry in probes.items()}
     changes = engine.reconcile(desired(), pleg(cid), WALL, 2.0, typed)
     assert changes is not None
-    status = changes.set["u1"]
-    cs = status["containerStatuses"][0]
-    ready = {c["type"]: c["status"] for c in status["conditions"]}["Ready"]
-    return cs["ready"], cs["started"], ready
+    status = changes.set["u1"].status
+    cs = status.container_statuses[0]
+    ready = status.condition("Ready")
+    return cs.ready, cs.started, ready.status if ready is not None else ""
 
 
 def test_status_uses_probe_verdicts_of_current_container() -> None:

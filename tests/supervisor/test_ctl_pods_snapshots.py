@@ -14,10 +14,10 @@ from podvisor.ipc.maps import (
     STATUSES,
     DesiredPod,
     PodRef,
-    PodStatusValue,
     RuntimeNetwork,
 )
 from tests.conftest import MapBus
+from tests.mapvalues import status_value
 
 
 def test_pods_from_the_map_owners_read_typed_values() -> None:
@@ -35,11 +35,11 @@ def test_pods_from_the_map_owners_read_typed_values() -> None:
             pod = {"apiVersion": "v1", "kind": "Pod", "podvisor": {"source": "file"},
                    "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
                    "spec": {"containers": [{"name": "app", "image": "host"}]}}
-            bus.maps[DESIRED].set("u1", DesiredPod(pod=pod, source="file"))
-            bus.maps[DESIRED].set("u2", DesiredPod(pod={**pod, "metadata": {
+            bus.maps[DESIRED.name].set("u1", DesiredPod(pod=pod, source="file"))
+            bus.maps[DESIRED.name].set("u2", DesiredPod(pod={**pod, "metadata": {
                 "name": "new", "namespace": "default", "uid": "u2"}}, source="file"))
-            bus.maps[DESIRED].set(RUNTIME_KEY, RuntimeNetwork(True))
-            bus.maps[STATUSES].set("u1", PodStatusValue(
+            bus.maps[DESIRED.name].set(RUNTIME_KEY, RuntimeNetwork(True))
+            bus.maps[STATUSES.name].set("u1", status_value(
                 {"phase": "Running", "containerStatuses": [
                     {"name": "app", "ready": True, "restartCount": 1,
                      "state": {"running": {}}}]}, 2, PodRef("web", "default", "u1")))
