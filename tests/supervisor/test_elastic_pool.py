@@ -5,7 +5,6 @@ that exits at the moment it is submitted."""
 
 from __future__ import annotations
 
-import queue
 import subprocess
 import sys
 import textwrap
@@ -90,8 +89,13 @@ def test_no_item_is_stranded_by_threads_timing_out_as_it_is_submitted() -> None:
 
 def test_shutdown_cancels_queued_work_and_refuses_more() -> None:
     pool = ElasticPool(1, "stop", idle_timeout=60.0)
-    gate = threading.Event()
-    running = pool.submit(gate.wait, 30)
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return gate.wait(30)
+    running = pool.submit(hold)
+    assert started.wait(10)  # running, not queued: shutdown cancels only what is queued
     queued = [pool.submit(lambda: None) for _ in range(3)]
     pool.shutdown(wait=False, cancel_futures=True)
     with pytest.raises(RuntimeError):
@@ -141,21 +145,21 @@ def test_the_interpreter_exits_at_once_and_finishes_work_in_flight(tmp_path: Pat
 
 
 class _TimesOutOnCue(ElasticPool):
-    """The thread's second wait (after its first item) times out only once the test has
-    submitted: the submit found the thread idle and took its token just before."""
+    """The thread's first wait (after its first item) ends as a timeout although a submit
+    woke it: the item arrived as its idle time ran out."""
 
     def __init__(self) -> None:
         super().__init__(1, "cue", idle_timeout=60.0)
         self.waits = 0
-        self.waiting, self.submitted = threading.Event(), threading.Event()
+        self.waiting = threading.Event()
 
-    def _next(self) -> Any:
+    def _wait_for_work(self) -> bool:
         self.waits += 1
-        if self.waits == 2:
+        if self.waits == 1:
             self.waiting.set()
-            self.submitted.wait(30)
-            raise queue.Empty
-        return super()._next()
+            self._work_ready.wait(30)  # woken by the submit
+            return False  # ... and reports a timeout
+        return super()._wait_for_work()
 
 
 def test_a_submit_that_counted_on_a_timing_out_thread_is_run() -> None:
@@ -163,10 +167,29 @@ def test_a_submit_that_counted_on_a_timing_out_thread_is_run() -> None:
     try:
         assert pool.submit(lambda: 1).result(10) == 1
         assert pool.waiting.wait(10)
-        second = pool.submit(lambda: 2)  # takes the idle thread's token: no new thread
+        second = pool.submit(lambda: 2)  # the waiting thread is counted: no new thread
         assert pool.threads == 1
-        pool.submitted.set()  # now the thread's wait times out: it must stay and run it
-        assert second.result(10) == 2
+        assert second.result(10) == 2  # the thread "timed out" with an item queued: ran it
+        assert pool.threads == 1
     finally:
-        pool.submitted.set()
+        pool.shutdown()
+
+
+def test_a_thread_that_goes_on_to_the_next_item_leaves_no_phantom_idle_thread(
+        wait_for: Callable[..., Any]) -> None:
+    """Two items queued behind a busy single thread: it runs both back to back, then idles
+    out. A later submit must start a thread (the first pool counted the thread idle once per
+    item: after it exited, a submit believed an idle thread would take its item, started none,
+    and the item was never run)."""
+    pool = ElasticPool(1, "phantom", idle_timeout=0.05)
+    gate = threading.Event()
+    try:
+        busy = pool.submit(gate.wait, 30)
+        queued = [pool.submit(lambda: "q") for _ in range(2)]
+        gate.set()
+        assert busy.result(10) is True and [f.result(10) for f in queued] == ["q", "q"]
+        wait_for(lambda: pool.threads == 0, message="the thread to idle out")
+        assert pool.submit(lambda: "later").result(10) == "later"
+    finally:
+        gate.set()
         pool.shutdown()
