@@ -20,7 +20,8 @@ from podvisor.common.service import ServiceLoop
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
-from podvisor.services.node.status import RuntimeFacts, machine_facts
+from podvisor.services.node.status import RuntimeFacts, machine_facts, node_shape
+from podvisor.services.node.version import SkewRefused
 
 STALL_LIMIT = 60.0
 RETRY = 1.0  # after a failed request, try again this soon (capped by the periods)
@@ -61,12 +62,14 @@ def run(ctx: ChildContext) -> None:
         ctx.log.info("node.disabled", reason="kubeconfig is not set" if not config.kubeconfig
                      else "registerNode is false")
         return
+    shape = node_shape(config)  # raises when nodeIP is no address of this host
     conn = ApiConnection(config.kubeconfig)
     endpoint = _endpoint(ctx)
     agent = NodeAgent(conn, NodeSettings(config.node_name, config.max_pods, config.port,
                                          config.node_status_report_frequency,
-                                         config.node_lease_duration_seconds),
-                      machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
+                                         config.node_lease_duration_seconds, shape),
+                      lambda: machine_facts(config.root_dir,
+                                            urlparse(conn.host).hostname or ""),
                       lambda: runtime_probe(endpoint), ctx.log)
     progress = [ctx.clock.monotonic()]
     failure: list[BaseException] = []
@@ -118,9 +121,13 @@ def _loop(ctx: ChildContext, agent: NodeAgent, stop: threading.Event,
             if failing:
                 ctx.log.info("node.api_recovered", node=config.node_name)
                 failing = ""
-        except (ApiError, ApiUnreachable) as exc:
+        except (ApiError, ApiUnreachable, SkewRefused) as exc:
             if str(exc) != failing:
-                ctx.log.warning("node.api_failed", node=config.node_name, reason=str(exc))
+                if isinstance(exc, SkewRefused):
+                    ctx.log.error("node.version_refused", node=config.node_name,
+                                  reason=str(exc))
+                else:
+                    ctx.log.warning("node.api_failed", node=config.node_name, reason=str(exc))
                 failing = str(exc)
             retry = clock.monotonic() + RETRY  # what was due and failed goes again soon
             next_lease, next_status = max(next_lease, retry), max(next_status, retry)
