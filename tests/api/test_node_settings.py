@@ -80,7 +80,8 @@ def test_node_status_and_registration_carry_the_settings() -> None:
 
 
 @pytest.mark.parametrize(("server", "reported"), [
-    ("v1.40.2", f"v1.{NEWEST}.0+podvisor-9.9"), (f"v1.{NEWEST}.5-gke.1", f"v1.{NEWEST}.0+podvisor-9.9"),
+    ("v1.40.2", f"v1.{NEWEST}.0+podvisor-9.9"),
+    (f"v1.{NEWEST}.5-gke.1", f"v1.{NEWEST}.0+podvisor-9.9"),
     (f"v1.{OLDEST + 1}.0", f"v1.{OLDEST + 1}.0+podvisor-9.9"),
     (f"v1.{OLDEST}.3+k3s1", f"v1.{OLDEST}.0+podvisor-9.9"),
 ])

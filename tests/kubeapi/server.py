@@ -5,6 +5,10 @@ client certificate (CN = user, O = groups) and answers 401 otherwise, and implem
 to the API's documented behaviour, what podvisor uses (see ``store.py`` for the storage
 semantics):
 
+- ``certificates.k8s.io/v1`` CertificateSigningRequests (+ ``approval``, ``status``), the
+  built-in kubelet signers and bootstrap tokens (``csr.py``); a client certificate past its
+  ``notAfter`` is 401 on every request, also on a connection opened before it expired, as
+  kube-apiserver's x509 authenticator verifies per request;
 - core/v1 ``pods`` (+ ``status``; ``exec``, ``attach``, ``portforward``: proxied to the
   node's main port as kube-apiserver does, see ``_proxy_to_node``), ``nodes`` (+ ``status``),
   ``namespaces``, ``configmaps``,
@@ -59,6 +63,7 @@ from podvisor.common.upgrade import (
     hijack,
     splice,
 )
+from tests.kubeapi.csr import BOOTSTRAP_GROUP, CsrApi, bootstrap_may, bootstrap_user, forbidden
 from tests.kubeapi.patch import PatchError, merge_patch, strategic_merge_patch
 from tests.kubeapi.store import KINDS, ApiError, Event, Obj, Store, not_found, now_rfc3339
 
@@ -72,7 +77,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
                "involvedObject.apiVersion", "involvedObject.resourceVersion",
                "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
     "secrets": ("metadata.name", "metadata.namespace", "type"),
+    "certificatesigningrequests": ("metadata.name", "spec.signerName"),
 }
+GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1")
 DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"
@@ -192,6 +199,9 @@ class KubeApi:
             "kube-apiserver.invalid", common_name="kube-apiserver-kubelet-client",
             organization_name="system:masters")
         self.kubelet_client_ca = self.ca_file
+        self.csr = CsrApi(self.store, wall, self._ca)  # CSRs, signers, bootstrap tokens
+        self.version: dict[str, str] = {"major": "1", "minor": "33",
+                                         "gitVersion": "v1.33.0-standin"}
         self.node_proxy_requests: list[tuple[str, str, str]] = []  # method, URL, Upgrade
         for ns in ("default", "kube-system", "kube-node-lease", "kube-public"):
             self.seed_namespace(ns)
@@ -311,10 +321,15 @@ class KubeApi:
     def _user(self, request: web.Request) -> tuple[str, list[str]] | None:
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
-            return self.tokens.get(auth[7:].strip())
+            token = auth[7:].strip()
+            return self.tokens.get(token) or bootstrap_user(self.store, token, self.wall())
         transport = request.transport
         cert = transport.get_extra_info("peercert") if transport is not None else None
         if cert:
+            now = self.wall()  # verified per request: a kept-alive connection's too
+            if not ssl.cert_time_to_seconds(cert["notBefore"]) <= now < \
+                    ssl.cert_time_to_seconds(cert["notAfter"]):
+                return None
             cn = ""
             groups = []
             for rdn in cert.get("subject", ()):
@@ -334,6 +349,9 @@ class KubeApi:
         try:
             if who is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            if BOOTSTRAP_GROUP in who[1] and not bootstrap_may(
+                    request.method, request.path.rstrip("/"), dict(request.query)):
+                raise forbidden(user, request.method, request.path)
             response = await self._dispatch(request, who)
         except ApiError as exc:
             response = web.json_response(exc.status(), status=exc.code)
@@ -349,11 +367,10 @@ class KubeApi:
         path = request.path.rstrip("/")
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             if path == "/version":
-                return web.json_response({"major": "1", "minor": "33",
-                                          "gitVersion": "v1.33.0-standin"})
+                return web.json_response(self.version)
             return web.Response(text="ok")
         if request.method == "GET" and path in ("/api", "/apis", "/api/v1",
-                                                "/apis/coordination.k8s.io/v1"):
+                                                *(f"/apis/{g}" for g in GROUPS)):
             return web.json_response(self._discovery(path))
         if path == "/apis/authentication.k8s.io/v1/tokenreviews" and request.method == "POST":
             return await self._token_review(request)
@@ -368,7 +385,9 @@ class KubeApi:
             return await self._token_request(request, route)
         if route.resource == "pods" and route.sub in NODE_PROXIED and route.namespace:
             return await self._proxy_to_node(request, route)
-        if route.sub not in ("", "status"):
+        if route.resource == "certificatesigningrequests" and request.method in ("POST", "PUT"):
+            return await self._csr_write(request, route, who)
+        if route.sub not in ("", "status", "approval"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ns = route.namespace or ""
         if request.method == "GET":
@@ -405,17 +424,48 @@ class KubeApi:
             return web.json_response(obj)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
 
+    async def _csr_write(self, request: web.Request, route: _Route,
+                         who: tuple[str, list[str]]) -> web.Response:
+        body = await self._body(request)
+        if request.method == "POST" and not route.name:
+            return web.json_response(self.csr.create(body, who), status=201)
+        if request.method == "PUT" and route.name and route.sub == "approval":
+            obj = self.csr.put_approval(route.name, body)
+            asyncio.get_running_loop().call_soon(self.csr.sign_pending)  # the controller
+            return web.json_response(obj)
+        if request.method == "PUT" and route.name and route.sub == "status":
+            return web.json_response(self.csr.put_status(route.name, body))
+        if request.method == "PUT" and route.name and not route.sub:
+            def mutate(old: Obj) -> Obj:  # the main resource: metadata only
+                new = copy.deepcopy(old)
+                new["metadata"] = {**old["metadata"], **{
+                    k: v for k, v in (body.get("metadata") or {}).items()
+                    if k in ("labels", "annotations", "finalizers", "resourceVersion")}}
+                return new
+            return web.json_response(self.store.update(route.resource, "", route.name, mutate))
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def approve_csr(self, name: str) -> Obj:
+        """A test acting as the approver (``kubectl certificate approve``'s condition); the
+        signer runs after it, as kube-controller-manager's would."""
+        obj = self.csr.approve(name)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.csr.sign_pending)
+        return obj
+
     def _discovery(self, path: str) -> Obj:
         """Legacy (non-aggregated) discovery, what kubectl reads to map ``pod/NAME``."""
-        coordination = {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}
         if path == "/api":
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
         if path == "/apis":
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
-                "name": "coordination.k8s.io", "versions": [coordination],
-                "preferredVersion": coordination}]}
-        group = "coordination.k8s.io/v1" if "coordination" in path else "v1"
+            groups = []
+            for gv in GROUPS:
+                entry = {"groupVersion": gv, "version": gv.split("/")[1]}
+                groups.append({"name": gv.split("/")[0], "versions": [entry],
+                               "preferredVersion": entry})
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        group = path.removeprefix("/apis/") if path.startswith("/apis/") else "v1"
         resources: list[Obj] = []
         for plural, (kind, gv, namespaced, status, _) in KINDS.items():
             if gv != group:
@@ -423,15 +473,18 @@ class KubeApi:
             resources.append({"name": plural, "singularName": kind.lower(),
                               "namespaced": namespaced, "kind": kind, "verbs": [
                                   "create", "delete", "get", "list", "patch", "update",
-                                  "watch"]})
+                                  "watch"],
+                              **({"shortNames": ["csr"]}
+                                 if plural == "certificatesigningrequests" else {})})
             subs = (["status"] if status else []) + (
-                list(NODE_PROXIED) if plural == "pods" else [])
+                list(NODE_PROXIED) if plural == "pods" else []) + (
+                ["approval", "status"] if plural == "certificatesigningrequests" else [])
             for sub in subs:
                 resources.append({"name": f"{plural}/{sub}", "singularName": "",
                                   "namespaced": namespaced,
-                                  "kind": "PodExecOptions" if sub != "status" else kind,
-                                  "verbs": ["get", "patch", "update"] if sub == "status"
-                                  else ["create", "get"]})
+                                  "kind": "PodExecOptions" if sub in NODE_PROXIED else kind,
+                                  "verbs": ["create", "get"] if sub in NODE_PROXIED
+                                  else ["get", "patch", "update"]})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group,
                 "resources": resources}
 
@@ -506,9 +559,9 @@ class KubeApi:
     def _route(path: str) -> _Route:
         if path.startswith("/api/v1/"):
             group, parts = "", path[len("/api/v1/"):].split("/")
-        elif path.startswith("/apis/coordination.k8s.io/v1/"):
-            group, parts = "coordination.k8s.io", \
-                path[len("/apis/coordination.k8s.io/v1/"):].split("/")
+        elif any(path.startswith(f"/apis/{gv}/") for gv in GROUPS):
+            gv = next(gv for gv in GROUPS if path.startswith(f"/apis/{gv}/"))
+            group, parts = gv.split("/")[0], path[len(f"/apis/{gv}/"):].split("/")
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if parts[0] == "namespaces" and len(parts) >= 3:
@@ -524,7 +577,9 @@ class KubeApi:
                 (known[1].partition("/")[0] if "/" in known[1] else "") != group or \
                 (ns is not None and not known[2]) or (ns is None and known[2] and name):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if sub == "status" and not known[3]:
+        if sub == "status" and not known[3] and resource != "certificatesigningrequests":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "approval" and resource != "certificatesigningrequests":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return _Route(resource, ns, name, sub)
 

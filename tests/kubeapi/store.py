@@ -88,6 +88,8 @@ KINDS: dict[str, tuple[str, str, bool, bool, bool]] = {
     "serviceaccounts": ("ServiceAccount", "v1", True, False, True),
     "events": ("Event", "v1", True, False, True),
     "leases": ("Lease", "coordination.k8s.io/v1", True, False, False),
+    "certificatesigningrequests": ("CertificateSigningRequest", "certificates.k8s.io/v1", False,
+                                   False, True),
 }
 TERMINAL = ("Succeeded", "Failed")
 
