@@ -12,7 +12,8 @@ Crash safety (kill -9 at any step leaves a usable pair):
 3. ``<prefix>-updated.pem`` (a symlink to it) is made, then renamed over ``-current.pem``:
    rename(2) replaces the old symlink in one step, so ``-current.pem`` always names a complete
    pair, the old one until the rename and the new one after; the directory is fsynced;
-4. the pending key is removed last (a leftover one is used for the next request).
+4. the pending key is removed last (``recover()`` removes one the current pair already holds;
+   any other is used for the next request).
 ``recover()`` finishes a step 3 cut short (an ``-updated.pem`` with no ``-current.pem``, as
 client-go's store does) and removes temporary files. Old pairs are removed once expired.
 """
@@ -142,9 +143,13 @@ class PairStore:
             os.replace(updated, self.current_path)
         elif updated.is_symlink():
             updated.unlink()
-        for tmp in self.dir.glob(f".{self.prefix}-*.tmp"):
+        for tmp in self.dir.glob(f".{self.prefix}*.tmp"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
+        current = self.current()  # a crash after the swap: the pending key is in use
+        if current is not None and self.pending_key() is not None and \
+                self.pending_key() == current.key_pem:
+            self.discard_pending_key()
 
     def current(self) -> Pair | None:
         """The pair in use, or None (missing or unreadable: a broken one is logged by the

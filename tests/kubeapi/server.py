@@ -95,6 +95,7 @@ class Request:
     code: int
     at: float  # when it was answered (a watch: when it ended)
     started: float = 0.0  # when it came in
+    serial: str = ""  # the client certificate's serial (hex), when one authenticated it
 
 
 @dataclass
@@ -358,8 +359,12 @@ class KubeApi:
         except PatchError as exc:
             response = web.json_response(ApiError(422, "Invalid", str(exc)).status(),
                                          status=422)
+        transport = request.transport
+        cert = transport.get_extra_info("peercert") if transport is not None else None
+        serial = str(cert.get("serialNumber", "")).lower() if cert and who and \
+            not request.headers.get("Authorization") else ""
         self.requests.append(Request(request.method, request.path, request.query_string,
-                                     user, response.status, time.monotonic(), started))
+                                     user, response.status, time.monotonic(), started, serial))
         return response
 
     async def _dispatch(self, request: web.Request, who: tuple[str, list[str]],
