@@ -22,9 +22,12 @@ built-in signers (issue 26), as kube-apiserver and kube-controller-manager docum
 - **bootstrap tokens** (``[a-z0-9]{6}.[a-z0-9]{16}``): the Secret
   ``kube-system/bootstrap-token-<id>`` of type ``bootstrap.kubernetes.io/token`` with
   ``token-secret``, ``usage-bootstrap-authentication: true``, an ``expiration`` not passed, gives
-  user ``system:bootstrap:<id>`` in ``system:bootstrappers`` plus its ``auth-extra-groups``. What
-  kubeadm's RBAC gives that group is all such a user may do: create, get, list and watch CSRs,
-  discovery, ``/version`` and the health checks; anything else is 403.
+  user ``system:bootstrap:<id>`` in ``system:bootstrappers`` plus its ``auth-extra-groups``. Such
+  a user may do what RBAC gives it and no more: discovery, ``/version`` and the health checks
+  (``system:public-info-viewer``), and create, get, list and watch CSRs when a
+  ClusterRoleBinding binds ``system:node-bootstrapper`` to one of its groups (``kubeadm init``
+  makes the one for ``system:bootstrappers:kubeadm:default-node-token``:
+  ``seed_kubeadm_bindings``); anything else is 403. ClusterRoleBindings are stored as given.
 """
 
 from __future__ import annotations
@@ -85,12 +88,36 @@ def bootstrap_user(store: Store, token: str, now: float) -> tuple[str, list[str]
     return f"system:bootstrap:{token_id}", groups
 
 
-def bootstrap_may(method: str, path: str, query: dict[str, str]) -> bool:
-    """What kubeadm's RBAC lets ``system:bootstrappers`` do (system:node-bootstrapper,
-    discovery, public info)."""
+KUBEADM_BINDINGS = {
+    "kubeadm:kubelet-bootstrap": "system:node-bootstrapper",
+    "kubeadm:node-autoapprove-bootstrap":
+        "system:certificates.k8s.io:certificatesigningrequests:nodeclient"}
+
+
+def seed_kubeadm_bindings(store: Store) -> None:
+    for name, role in KUBEADM_BINDINGS.items():
+        store.create("clusterrolebindings", "", {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                          "name": "system:bootstrappers:kubeadm:default-node-token"}]})
+
+
+def _bound(store: Store, groups: list[str], role: str) -> bool:
+    items, _ = store.list("clusterrolebindings", None)
+    return any(b.get("roleRef", {}).get("name") == role and any(
+        s.get("kind") == "Group" and s.get("name") in groups for s in b.get("subjects") or [])
+        for b in items)
+
+
+def bootstrap_may(store: Store, groups: list[str], method: str, path: str) -> bool:
+    """What RBAC lets a bootstrap token's user do (see the module doc)."""
     if method == "GET" and (path in PUBLIC_PATHS or (path.startswith("/apis/") and
                             path.count("/") <= 3)):
         return True
+    if not _bound(store, groups, "system:node-bootstrapper"):
+        return False
     if path == CSR_PATH:
         return method in ("POST", "GET")
     if path.startswith(CSR_PATH + "/"):

@@ -63,8 +63,16 @@ from podvisor.common.upgrade import (
     hijack,
     splice,
 )
-from tests.kubeapi.csr import BOOTSTRAP_GROUP, CsrApi, bootstrap_may, bootstrap_user, forbidden
+from tests.kubeapi.csr import (
+    BOOTSTRAP_GROUP,
+    CsrApi,
+    bootstrap_may,
+    bootstrap_user,
+    forbidden,
+    seed_kubeadm_bindings,
+)
 from tests.kubeapi.patch import PatchError, merge_patch, strategic_merge_patch
+from tests.kubeapi.protowire import PROTOBUF, csr_approval
 from tests.kubeapi.store import KINDS, ApiError, Event, Obj, Store, not_found, now_rfc3339
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -79,7 +87,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "secrets": ("metadata.name", "metadata.namespace", "type"),
     "certificatesigningrequests": ("metadata.name", "spec.signerName"),
 }
-GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1")
+GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1", "rbac.authorization.k8s.io/v1")
 DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"
@@ -169,7 +177,7 @@ class KubeApi:
 
     def __init__(self, root: Path, *, wall: Callable[[], float] = time.time,
                  window: int = 1000, bookmark_interval: float = 60.0,
-                 watch_timeout: float = 1800.0) -> None:
+                 watch_timeout: float = 1800.0, kubeadm: bool = True) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.store = Store(wall, window=window)
@@ -206,6 +214,8 @@ class KubeApi:
         self.node_proxy_requests: list[tuple[str, str, str]] = []  # method, URL, Upgrade
         for ns in ("default", "kube-system", "kube-node-lease", "kube-public"):
             self.seed_namespace(ns)
+        if kubeadm:  # what `kubeadm init` binds for bootstrap tokens (csr.py)
+            seed_kubeadm_bindings(self.store)
 
     # -- test-side helpers ----------------------------------------------------------------------
     @property
@@ -351,7 +361,7 @@ class KubeApi:
             if who is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if BOOTSTRAP_GROUP in who[1] and not bootstrap_may(
-                    request.method, request.path.rstrip("/"), dict(request.query)):
+                    self.store, who[1], request.method, request.path.rstrip("/")):
                 raise forbidden(user, request.method, request.path)
             response = await self._dispatch(request, who)
         except ApiError as exc:
@@ -377,6 +387,8 @@ class KubeApi:
         if request.method == "GET" and path in ("/api", "/apis", "/api/v1",
                                                 *(f"/apis/{g}" for g in GROUPS)):
             return web.json_response(self._discovery(path))
+        if request.method == "GET" and path.startswith("/openapi/v3"):
+            return web.json_response(self._openapi(path))
         if path == "/apis/authentication.k8s.io/v1/tokenreviews" and request.method == "POST":
             return await self._token_review(request)
         if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" and \
@@ -431,7 +443,13 @@ class KubeApi:
 
     async def _csr_write(self, request: web.Request, route: _Route,
                          who: tuple[str, list[str]]) -> web.Response:
-        body = await self._body(request)
+        if request.content_type == PROTOBUF and route.sub == "approval":
+            try:  # kubectl certificate approve|deny
+                body = csr_approval(await request.read())
+            except (ValueError, IndexError) as exc:
+                raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
+        else:
+            body = await self._body(request)
         if request.method == "POST" and not route.name:
             return web.json_response(self.csr.create(body, who), status=201)
         if request.method == "PUT" and route.name and route.sub == "approval":
@@ -457,6 +475,33 @@ class KubeApi:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.csr.sign_pending)
         return obj
+
+    def _openapi(self, path: str) -> Obj:
+        """Just enough OpenAPI v3 for kubectl to see that the server validates fields itself
+        (``fieldValidation`` on each kind's PATCH): ``kubectl apply``/``create -f`` then send
+        ``fieldValidation=Strict`` instead of validating against a schema. The stand-in
+        stores what it is given (no schemas)."""
+        gvs = ["api/v1", *(f"apis/{g}" for g in GROUPS)]
+        if path == "/openapi/v3":
+            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=standin"}
+                              for gv in gvs}}
+        gv = path.removeprefix("/openapi/v3/")
+        if gv not in gvs:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        api_version = gv.removeprefix("api/").removeprefix("apis/")
+        paths: Obj = {}
+        for plural, (kind, version, namespaced, _, _) in KINDS.items():
+            if version != api_version:
+                continue
+            group, _, ver = version.rpartition("/")
+            where = f"/{gv}/" + ("namespaces/{namespace}/" if namespaced else "") + plural
+            paths[where + "/{name}"] = {"patch": {
+                "x-kubernetes-group-version-kind": {"group": group, "version": ver,
+                                                    "kind": kind},
+                "parameters": [{"name": "fieldValidation", "in": "query",
+                                "schema": {"type": "string"}}]}}
+        return {"openapi": "3.0.0", "info": {"title": "stand-in", "version": "v1"},
+                "paths": paths}
 
     def _discovery(self, path: str) -> Obj:
         """Legacy (non-aggregated) discovery, what kubectl reads to map ``pod/NAME``."""
@@ -552,6 +597,9 @@ class KubeApi:
 
     @staticmethod
     async def _body(request: web.Request) -> Obj:
+        if request.content_type == PROTOBUF:
+            raise ApiError(415, "UnsupportedMediaType", "the stand-in reads JSON bodies "
+                           "(protobuf only for a CSR's approval)")
         try:
             body = await request.json()
         except (ValueError, UnicodeDecodeError) as exc:
