@@ -106,6 +106,7 @@ def test_the_joining_page_from_a_fresh_machine_to_a_ready_node(
     config = yaml.safe_load(shell.localize(doc["config"]))
     assert config["nodeName"] == NODE
     config.update(nodeIP="127.0.0.1", address="127.0.0.1", port=free_port(), readOnlyPort=0,
+                  stopPodsOnExit=True,
                   nodeLeaseRenewInterval="1s", nodeStatusUpdateFrequency="1s",
                   supervision={"heartbeatInterval": "200ms", "shutdownTimeout": "30s"})
     assert doc["start"].startswith("podvisor run --config ")
@@ -138,6 +139,24 @@ def test_the_joining_page_from_a_fresh_machine_to_a_ready_node(
                                    "value": "edge"}]
     labels = api.store.get("nodes", "", NODE)["metadata"]["labels"]
     assert labels["node.kubernetes.io/pool"] == "edge"
+    # 7. RBAC without the Node authorizer; 9. a running node runs a pod (the embedded
+    # runtime's host image for busybox: nothing can be pulled here)
+    shell.run(doc["rbac"])
+    binding = api.store.get("clusterrolebindings", "", f"podvisor-node-{NODE}")
+    assert binding["subjects"][0]["name"] == f"system:node:{NODE}"
+    shell.run(doc["metrics-reader"])  # 10. who may read the node's metrics
+    assert api.store.get("clusterroles", "", "node-metrics-reader")["rules"][0]["verbs"] == \
+        ["get"]
+    shell.run(doc["check-running"], **{"image: busybox": "image: host"})
+    wait_for(lambda: _pod_running(api, "hello"), timeout=60, message="pod hello Running")
+
+
+def _pod_running(api: KubeApi, name: str) -> bool:
+    try:
+        pod = api.store.get("pods", "default", name)
+    except ApiError:
+        return False
+    return pod.get("status", {}).get("phase") == "Running"
 
 
 def _ready(api: KubeApi) -> bool:

@@ -93,6 +93,7 @@ KINDS: dict[str, tuple[str, str, bool, bool, bool]] = {
                                    False, True),
     "clusterrolebindings": ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False, False,
                             True),
+    "clusterroles": ("ClusterRole", "rbac.authorization.k8s.io/v1", False, False, True),
 }
 TERMINAL = ("Succeeded", "Failed")
 
