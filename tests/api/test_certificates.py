@@ -249,3 +249,89 @@ def test_manager_bootstraps_then_rotates_in_process(api: KubeApi, tmp_path: Path
         == str(store.current_path)
     life = second["not_after"] - second["not_before"]
     assert life == pytest.approx(30.0, abs=1)
+
+
+def test_api_connection_waits_for_its_kubeconfig_and_takes_a_new_pair(api: KubeApi,
+                                                                      tmp_path: Path) -> None:
+    """Before TLS bootstrap wrote the kubeconfig a request is ApiUnreachable; once written it
+    works; after the pair behind the symlink changed, the next request (also on a kept-alive
+    connection's pool) uses the new certificate, and an expired old one is never presented."""
+    from podvisor.services.apiserver import ApiUnreachable
+    from podvisor.services.certificates.kubeconfig import write_kubeconfig
+
+    kubeconfig = tmp_path / "kubeconfig"
+    conn = ApiConnection(str(kubeconfig))
+    with pytest.raises(ApiUnreachable, match="does not exist"):
+        conn.request("GET", "/version")
+    store = PairStore(tmp_path / "pki", "kubelet-client")
+    first = store.update(*_signed_pair(api, tmp_path, seconds=3600), SYSTEM_CLOCK.wall())
+    write_kubeconfig(kubeconfig, {"server": api.url, "certificate-authority": str(api.ca_file)},
+                     store.current_path)
+    conn.request("GET", "/api/v1/namespaces")
+    conn.request("GET", "/api/v1/namespaces")  # the same kept-alive connection
+    second = store.update(*_signed_pair(api, tmp_path, seconds=3600), SYSTEM_CLOCK.wall() + 1)
+    conn.request("GET", "/api/v1/namespaces/default")
+    serials = [int(r.serial, 16) for r in api.requests
+               if r.path.startswith("/api/v1/namespaces") and r.serial]
+    assert serials[:2] == [first.serial, first.serial] and serials[-1] == second.serial
+    assert conn.reloads == 1
+    conn.close()
+
+
+def test_rotation_waits_out_an_unreachable_api_server_then_bootstraps_again(
+        api: KubeApi, tmp_path: Path) -> None:
+    """The API server gone at the deadline: the manager backs off (client-go's steps) while the
+    current pair serves; gone past its expiry: the node's credentials are no good any more and
+    the bootstrap kubeconfig asks (kubelet ``clientsetFn``)."""
+    import time
+
+    token = create_token(api)
+    boot = bootstrap_kubeconfig(api, tmp_path / "bootstrap-kubeconfig", token)
+    api.csr.signing_duration, api.csr.backdate = 12.0, 0.0
+    approver = Approver(admin_kubeconfig(api, tmp_path / "admin")).start()
+    store = PairStore(tmp_path / "pki", "kubelet-client")
+    kubeconfig = tmp_path / "kubeconfig"
+    conns: dict[str, ApiConnection] = {}
+
+    def conn(path: Path) -> ApiConnection:
+        return conns.setdefault(str(path), ApiConnection(str(path)))
+
+    def on_update(pair: Any) -> None:
+        from podvisor.services.certificates.kubeconfig import write_kubeconfig
+        write_kubeconfig(kubeconfig, read_kubeconfig(boot).cluster, store.current_path)
+
+    log = Log()
+    manager = Manager("client", store, lambda: csr.Template(NODE, csr.CLIENT_SIGNER,
+                                                            csr.CLIENT_USAGES),
+                      lambda pair: conn(kubeconfig) if pair else conn(boot), SYSTEM_CLOCK, log,
+                      rotate=True, digested_name=True, on_update=on_update)
+    thread = threading.Thread(target=manager.run, daemon=True)
+    thread.start()
+
+    def until(check: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: {log.events[-5:]}"
+            manager.stop.wait(0.1)
+
+    try:
+        until(lambda: manager.rotations >= 1, "bootstrapped")
+        approver.stop()
+        api.stop()
+        pair = store.current()
+        assert pair is not None
+        until(lambda: len(log.named("certificates.request_failed")) >= 2, "backing off")
+        delays = [e["retry_in"] for e in log.named("certificates.request_failed")]
+        assert 2.0 <= delays[0] <= 2.3 and 4.0 <= delays[1] <= 4.5
+        until(lambda: SYSTEM_CLOCK.wall() > pair.not_after + 1, "the pair expired", 30)
+        api.start()
+        approver = Approver(admin_kubeconfig(api, tmp_path / "admin2")).start()
+        until(lambda: manager.rotations >= 2, "a new pair after the outage", 90)
+    finally:
+        manager.stop.set()
+        thread.join(5)
+        approver.stop()
+    boot_user = f"system:bootstrap:{token[:6]}"
+    posts = [r.user for r in api.requests if r.method == "POST" and r.path == CSRS
+             and r.code == 201]
+    assert posts[0] == boot_user and posts[-1] == boot_user  # the expired pair: bootstrap again
