@@ -136,3 +136,13 @@ def test_flag_forms_parse_like_the_kubelets() -> None:
     assert config.kube_reserved == {"cpu": "200m", "memory": "256Mi"}
     assert config.eviction_hard == {"memory.available": "5%"}  # replaces the defaults whole
     assert config_from_mapping({}).eviction_hard == DEFAULT_EVICTION_HARD
+
+
+def test_a_node_ip_that_is_not_this_hosts_is_refused() -> None:
+    from podvisor.services.node.status import node_shape
+
+    with pytest.raises(ValueError, match="not found in the host's network interfaces"):
+        node_shape(config_from_mapping({"nodeIP": "192.0.2.1"}))
+    shape = node_shape(config_from_mapping({"nodeIP": "127.0.0.1", "nodeLabels": "a=b"}))
+    assert shape.node_ips == ("127.0.0.1",) and shape.labels == {"a": "b"}
+    assert shape.eviction_hard == DEFAULT_EVICTION_HARD
