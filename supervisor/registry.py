@@ -91,6 +91,12 @@ def _has_ops_port(config: Config) -> bool:
     return config.ops_port != 0
 
 
+def _certificates(config: Config) -> bool:  # [issue 26] TLS bootstrap and rotation
+    return bool(config.kubeconfig) and (bool(config.bootstrap_kubeconfig)
+                                        or config.rotate_certificates
+                                        or config.server_tls_bootstrap)
+
+
 def _run_once(config: Config) -> bool:
     return config.run_once
 
@@ -117,6 +123,7 @@ BUILTINS: tuple[Builtin, ...] = (
             runonce=True),
     Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url,
             runonce=True),
+    Builtin("certificates", "podvisor.services.certificates.main", _certificates),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
     Builtin("node", "podvisor.services.node.main", _registers_node),
     Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),

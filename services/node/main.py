@@ -19,7 +19,8 @@ from podvisor.common.service import ServiceLoop
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
-from podvisor.services.node.status import RuntimeFacts, machine_facts
+from podvisor.services.node.status import RuntimeFacts, machine_facts, node_shape
+from podvisor.services.node.version import SkewRefused
 
 STALL_LIMIT = 60.0
 RETRY = 1.0  # after a failed request, try again this soon (capped by the periods)
@@ -61,13 +62,14 @@ class NodeService:
         config = ctx.config
         self.ctx = ctx
         self.clock = ctx.clock
-        self.conn = ApiConnection(config.kubeconfig)
+        shape = node_shape(config)  # raises when nodeIP is no address of this host
+        self.conn = conn = ApiConnection(config.kubeconfig)
         endpoint = _endpoint(ctx)
         self.agent = NodeAgent(
-            self.conn, NodeSettings(config.node_name, config.max_pods, config.port,
-                                    config.node_status_report_frequency,
-                                    config.node_lease_duration_seconds),
-            machine_facts(config.root_dir, urlparse(self.conn.host).hostname or ""),
+            conn, NodeSettings(config.node_name, config.max_pods, config.port,
+                               config.node_status_report_frequency,
+                               config.node_lease_duration_seconds, shape),
+            lambda: machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
             lambda: runtime_probe(endpoint), ctx.log)
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
@@ -94,9 +96,14 @@ class NodeService:
             if self.failing:
                 self.ctx.log.info("node.api_recovered", node=config.node_name)
                 self.failing = ""
-        except (ApiError, ApiUnreachable) as exc:
+        except (ApiError, ApiUnreachable, SkewRefused) as exc:
             if str(exc) != self.failing:
-                self.ctx.log.warning("node.api_failed", node=config.node_name, reason=str(exc))
+                if isinstance(exc, SkewRefused):
+                    self.ctx.log.error("node.version_refused", node=config.node_name,
+                                       reason=str(exc))
+                else:
+                    self.ctx.log.warning("node.api_failed", node=config.node_name,
+                                         reason=str(exc))
                 self.failing = str(exc)
             retry = self.clock.monotonic() + RETRY  # what was due and failed goes again soon
             self.next_lease = max(self.next_lease, retry)

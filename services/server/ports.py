@@ -23,9 +23,11 @@ from podvisor.common.config import config_to_mapping
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.web import WebService
 from podvisor.ipc.control import ControlClient, ControlError, ProcessRow
+from podvisor.services.certificates import serving_pair_path
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.server.app import make_app
 from podvisor.services.server.auth import AuthConfigError, build_auth
+from podvisor.services.server.dyntls import DynamicServing
 from podvisor.services.server.mainport import make_main_app
 from podvisor.services.server.replicas import View
 from podvisor.services.server.tls import TlsError, serving_context, serving_pair
@@ -88,13 +90,21 @@ class Ports:
         authn_cfg = cfg.authentication
         # on a thread: a webhook mode imports the kubernetes client (~0.7 s) and reads kubeconfig
         authn, authz = await asyncio.to_thread(build_auth, cfg, ctx.clock.monotonic)
-        now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the cert's
-        pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
-                            cfg.node_name, cfg.address, now)
-        if pair.generated:
-            ctx.log.info("mainport.certificate_generated", cert=str(pair.cert),
-                         key=str(pair.key))
-        ssl_ctx = serving_context(pair, authn_cfg.client_ca_file)
+        if cfg.server_tls_bootstrap:  # [issue 26] the pair the API server signs, rotated
+            fallback = serving_context(serving_pair(
+                cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file, cfg.node_name,
+                cfg.address, datetime.datetime.now(datetime.UTC)), authn_cfg.client_ca_file) \
+                if cfg.tls_cert_file else None
+            ssl_ctx = DynamicServing(serving_pair_path(cfg), authn_cfg.client_ca_file,
+                                     fallback, ctx.log).context
+        else:
+            now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the cert's
+            pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
+                                cfg.node_name, cfg.address, now)
+            if pair.generated:
+                ctx.log.info("mainport.certificate_generated", cert=str(pair.cert),
+                             key=str(pair.key))
+            ssl_ctx = serving_context(pair, authn_cfg.client_ca_file)
         clients: list[RuntimeClient] = []
 
         def client() -> RuntimeClient:

@@ -40,14 +40,13 @@ from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_instrumented_client, new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.prober import failed_probes, liveness_failed
-from podvisor.services.syncloop.admission import Capacity
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.metrics import WorkerMetrics
 from podvisor.services.syncloop.network import NetworkState
-from podvisor.services.syncloop.node import discover_node_facts
+from podvisor.services.syncloop.node import admission_capacity, discover_node_facts
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
@@ -225,8 +224,7 @@ class SyncLoopService:
             desired=self.owner, submit=self._submit, wake=self.wake.wake,
             node_name=cfg.node_name, liveness_failed=self.probes.get,
             changed_runtime=self.hint.set,
-            capacity=Capacity(sync.node.cpu_millis, sync.node.memory_bytes, cfg.max_pods)
-            if cfg.kubeconfig else None,
+            capacity=admission_capacity(sync.node, cfg) if cfg.kubeconfig else None,
             observe_work=metrics.observe_work, restarted=metrics.restarted))
         self.cache = sync.cache
         self.stops, self.seen = new_stop_watcher(sync.cri, ctx.log), SeenStops()

@@ -5,6 +5,10 @@ client certificate (CN = user, O = groups) and answers 401 otherwise, and implem
 to the API's documented behaviour, what podvisor uses (see ``store.py`` for the storage
 semantics):
 
+- ``certificates.k8s.io/v1`` CertificateSigningRequests (+ ``approval``, ``status``), the
+  built-in kubelet signers and bootstrap tokens (``csr.py``); a client certificate past its
+  ``notAfter`` is 401 on every request, also on a connection opened before it expired, as
+  kube-apiserver's x509 authenticator verifies per request;
 - core/v1 ``pods`` (+ ``status``; ``exec``, ``attach``, ``portforward``: proxied to the
   node's main port as kube-apiserver does, see ``_proxy_to_node``), ``nodes`` (+ ``status``),
   ``namespaces``, ``configmaps``,
@@ -59,7 +63,16 @@ from podvisor.common.upgrade import (
     hijack,
     splice,
 )
+from tests.kubeapi.csr import (
+    BOOTSTRAP_GROUP,
+    CsrApi,
+    bootstrap_may,
+    bootstrap_user,
+    forbidden,
+    seed_kubeadm_bindings,
+)
 from tests.kubeapi.patch import PatchError, merge_patch, strategic_merge_patch
+from tests.kubeapi.protowire import PROTOBUF, csr_approval
 from tests.kubeapi.store import KINDS, ApiError, Event, Obj, Store, not_found, now_rfc3339
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -72,7 +85,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
                "involvedObject.apiVersion", "involvedObject.resourceVersion",
                "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
     "secrets": ("metadata.name", "metadata.namespace", "type"),
+    "certificatesigningrequests": ("metadata.name", "spec.signerName"),
 }
+GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1", "rbac.authorization.k8s.io/v1")
 DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"
@@ -88,6 +103,7 @@ class Request:
     code: int
     at: float  # when it was answered (a watch: when it ended)
     started: float = 0.0  # when it came in
+    serial: str = ""  # the client certificate's serial (hex), when one authenticated it
 
 
 @dataclass
@@ -161,7 +177,7 @@ class KubeApi:
 
     def __init__(self, root: Path, *, wall: Callable[[], float] = time.time,
                  window: int = 1000, bookmark_interval: float = 60.0,
-                 watch_timeout: float = 1800.0) -> None:
+                 watch_timeout: float = 1800.0, kubeadm: bool = True) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.store = Store(wall, window=window)
@@ -192,9 +208,14 @@ class KubeApi:
             "kube-apiserver.invalid", common_name="kube-apiserver-kubelet-client",
             organization_name="system:masters")
         self.kubelet_client_ca = self.ca_file
+        self.csr = CsrApi(self.store, wall, self._ca)  # CSRs, signers, bootstrap tokens
+        self.version: dict[str, str] = {"major": "1", "minor": "33",
+                                         "gitVersion": "v1.33.0-standin"}
         self.node_proxy_requests: list[tuple[str, str, str]] = []  # method, URL, Upgrade
         for ns in ("default", "kube-system", "kube-node-lease", "kube-public"):
             self.seed_namespace(ns)
+        if kubeadm:  # what `kubeadm init` binds for bootstrap tokens (csr.py)
+            seed_kubeadm_bindings(self.store)
 
     # -- test-side helpers ----------------------------------------------------------------------
     @property
@@ -311,10 +332,15 @@ class KubeApi:
     def _user(self, request: web.Request) -> tuple[str, list[str]] | None:
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
-            return self.tokens.get(auth[7:].strip())
+            token = auth[7:].strip()
+            return self.tokens.get(token) or bootstrap_user(self.store, token, self.wall())
         transport = request.transport
         cert = transport.get_extra_info("peercert") if transport is not None else None
         if cert:
+            now = self.wall()  # verified per request: a kept-alive connection's too
+            if not ssl.cert_time_to_seconds(cert["notBefore"]) <= now < \
+                    ssl.cert_time_to_seconds(cert["notAfter"]):
+                return None
             cn = ""
             groups = []
             for rdn in cert.get("subject", ()):
@@ -334,14 +360,21 @@ class KubeApi:
         try:
             if who is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            if BOOTSTRAP_GROUP in who[1] and not bootstrap_may(
+                    self.store, who[1], request.method, request.path.rstrip("/")):
+                raise forbidden(user, request.method, request.path)
             response = await self._dispatch(request, who)
         except ApiError as exc:
             response = web.json_response(exc.status(), status=exc.code)
         except PatchError as exc:
             response = web.json_response(ApiError(422, "Invalid", str(exc)).status(),
                                          status=422)
+        transport = request.transport
+        cert = transport.get_extra_info("peercert") if transport is not None else None
+        serial = str(cert.get("serialNumber", "")).lower() if cert and who and \
+            not request.headers.get("Authorization") else ""
         self.requests.append(Request(request.method, request.path, request.query_string,
-                                     user, response.status, time.monotonic(), started))
+                                     user, response.status, time.monotonic(), started, serial))
         return response
 
     async def _dispatch(self, request: web.Request, who: tuple[str, list[str]],
@@ -349,12 +382,13 @@ class KubeApi:
         path = request.path.rstrip("/")
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             if path == "/version":
-                return web.json_response({"major": "1", "minor": "33",
-                                          "gitVersion": "v1.33.0-standin"})
+                return web.json_response(self.version)
             return web.Response(text="ok")
         if request.method == "GET" and path in ("/api", "/apis", "/api/v1",
-                                                "/apis/coordination.k8s.io/v1"):
+                                                *(f"/apis/{g}" for g in GROUPS)):
             return web.json_response(self._discovery(path))
+        if request.method == "GET" and path.startswith("/openapi/v3"):
+            return web.json_response(self._openapi(path))
         if path == "/apis/authentication.k8s.io/v1/tokenreviews" and request.method == "POST":
             return await self._token_review(request)
         if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" and \
@@ -368,7 +402,9 @@ class KubeApi:
             return await self._token_request(request, route)
         if route.resource == "pods" and route.sub in NODE_PROXIED and route.namespace:
             return await self._proxy_to_node(request, route)
-        if route.sub not in ("", "status"):
+        if route.resource == "certificatesigningrequests" and request.method in ("POST", "PUT"):
+            return await self._csr_write(request, route, who)
+        if route.sub not in ("", "status", "approval"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ns = route.namespace or ""
         if request.method == "GET":
@@ -405,17 +441,81 @@ class KubeApi:
             return web.json_response(obj)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
 
+    async def _csr_write(self, request: web.Request, route: _Route,
+                         who: tuple[str, list[str]]) -> web.Response:
+        if request.content_type == PROTOBUF and route.sub == "approval":
+            try:  # kubectl certificate approve|deny
+                body = csr_approval(await request.read())
+            except (ValueError, IndexError) as exc:
+                raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
+        else:
+            body = await self._body(request)
+        if request.method == "POST" and not route.name:
+            return web.json_response(self.csr.create(body, who), status=201)
+        if request.method == "PUT" and route.name and route.sub == "approval":
+            obj = self.csr.put_approval(route.name, body)
+            asyncio.get_running_loop().call_soon(self.csr.sign_pending)  # the controller
+            return web.json_response(obj)
+        if request.method == "PUT" and route.name and route.sub == "status":
+            return web.json_response(self.csr.put_status(route.name, body))
+        if request.method == "PUT" and route.name and not route.sub:
+            def mutate(old: Obj) -> Obj:  # the main resource: metadata only
+                new = copy.deepcopy(old)
+                new["metadata"] = {**old["metadata"], **{
+                    k: v for k, v in (body.get("metadata") or {}).items()
+                    if k in ("labels", "annotations", "finalizers", "resourceVersion")}}
+                return new
+            return web.json_response(self.store.update(route.resource, "", route.name, mutate))
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def approve_csr(self, name: str) -> Obj:
+        """A test acting as the approver (``kubectl certificate approve``'s condition); the
+        signer runs after it, as kube-controller-manager's would."""
+        obj = self.csr.approve(name)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.csr.sign_pending)
+        return obj
+
+    def _openapi(self, path: str) -> Obj:
+        """Just enough OpenAPI v3 for kubectl to see that the server validates fields itself
+        (``fieldValidation`` on each kind's PATCH): ``kubectl apply``/``create -f`` then send
+        ``fieldValidation=Strict`` instead of validating against a schema. The stand-in
+        stores what it is given (no schemas)."""
+        gvs = ["api/v1", *(f"apis/{g}" for g in GROUPS)]
+        if path == "/openapi/v3":
+            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=standin"}
+                              for gv in gvs}}
+        gv = path.removeprefix("/openapi/v3/")
+        if gv not in gvs:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        api_version = gv.removeprefix("api/").removeprefix("apis/")
+        paths: Obj = {}
+        for plural, (kind, version, namespaced, _, _) in KINDS.items():
+            if version != api_version:
+                continue
+            group, _, ver = version.rpartition("/")
+            where = f"/{gv}/" + ("namespaces/{namespace}/" if namespaced else "") + plural
+            paths[where + "/{name}"] = {"patch": {
+                "x-kubernetes-group-version-kind": {"group": group, "version": ver,
+                                                    "kind": kind},
+                "parameters": [{"name": "fieldValidation", "in": "query",
+                                "schema": {"type": "string"}}]}}
+        return {"openapi": "3.0.0", "info": {"title": "stand-in", "version": "v1"},
+                "paths": paths}
+
     def _discovery(self, path: str) -> Obj:
         """Legacy (non-aggregated) discovery, what kubectl reads to map ``pod/NAME``."""
-        coordination = {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}
         if path == "/api":
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
         if path == "/apis":
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
-                "name": "coordination.k8s.io", "versions": [coordination],
-                "preferredVersion": coordination}]}
-        group = "coordination.k8s.io/v1" if "coordination" in path else "v1"
+            groups = []
+            for gv in GROUPS:
+                entry = {"groupVersion": gv, "version": gv.split("/")[1]}
+                groups.append({"name": gv.split("/")[0], "versions": [entry],
+                               "preferredVersion": entry})
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        group = path.removeprefix("/apis/") if path.startswith("/apis/") else "v1"
         resources: list[Obj] = []
         for plural, (kind, gv, namespaced, status, _) in KINDS.items():
             if gv != group:
@@ -423,15 +523,18 @@ class KubeApi:
             resources.append({"name": plural, "singularName": kind.lower(),
                               "namespaced": namespaced, "kind": kind, "verbs": [
                                   "create", "delete", "get", "list", "patch", "update",
-                                  "watch"]})
+                                  "watch"],
+                              **({"shortNames": ["csr"]}
+                                 if plural == "certificatesigningrequests" else {})})
             subs = (["status"] if status else []) + (
-                list(NODE_PROXIED) if plural == "pods" else [])
+                list(NODE_PROXIED) if plural == "pods" else []) + (
+                ["approval", "status"] if plural == "certificatesigningrequests" else [])
             for sub in subs:
                 resources.append({"name": f"{plural}/{sub}", "singularName": "",
                                   "namespaced": namespaced,
-                                  "kind": "PodExecOptions" if sub != "status" else kind,
-                                  "verbs": ["get", "patch", "update"] if sub == "status"
-                                  else ["create", "get"]})
+                                  "kind": "PodExecOptions" if sub in NODE_PROXIED else kind,
+                                  "verbs": ["create", "get"] if sub in NODE_PROXIED
+                                  else ["get", "patch", "update"]})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group,
                 "resources": resources}
 
@@ -494,6 +597,9 @@ class KubeApi:
 
     @staticmethod
     async def _body(request: web.Request) -> Obj:
+        if request.content_type == PROTOBUF:
+            raise ApiError(415, "UnsupportedMediaType", "the stand-in reads JSON bodies "
+                           "(protobuf only for a CSR's approval)")
         try:
             body = await request.json()
         except (ValueError, UnicodeDecodeError) as exc:
@@ -506,9 +612,9 @@ class KubeApi:
     def _route(path: str) -> _Route:
         if path.startswith("/api/v1/"):
             group, parts = "", path[len("/api/v1/"):].split("/")
-        elif path.startswith("/apis/coordination.k8s.io/v1/"):
-            group, parts = "coordination.k8s.io", \
-                path[len("/apis/coordination.k8s.io/v1/"):].split("/")
+        elif any(path.startswith(f"/apis/{gv}/") for gv in GROUPS):
+            gv = next(gv for gv in GROUPS if path.startswith(f"/apis/{gv}/"))
+            group, parts = gv.split("/")[0], path[len(f"/apis/{gv}/"):].split("/")
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if parts[0] == "namespaces" and len(parts) >= 3:
@@ -524,7 +630,9 @@ class KubeApi:
                 (known[1].partition("/")[0] if "/" in known[1] else "") != group or \
                 (ns is not None and not known[2]) or (ns is None and known[2] and name):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if sub == "status" and not known[3]:
+        if sub == "status" and not known[3] and resource != "certificatesigningrequests":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "approval" and resource != "certificatesigningrequests":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return _Route(resource, ns, name, sub)
 

@@ -17,6 +17,7 @@ Thread-safe: every method takes the store's lock; watchers are called under it, 
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import threading
@@ -88,6 +89,11 @@ KINDS: dict[str, tuple[str, str, bool, bool, bool]] = {
     "serviceaccounts": ("ServiceAccount", "v1", True, False, True),
     "events": ("Event", "v1", True, False, True),
     "leases": ("Lease", "coordination.k8s.io/v1", True, False, False),
+    "certificatesigningrequests": ("CertificateSigningRequest", "certificates.k8s.io/v1", False,
+                                   False, True),
+    "clusterrolebindings": ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False, False,
+                            True),
+    "clusterroles": ("ClusterRole", "rbac.authorization.k8s.io/v1", False, False, True),
 }
 TERMINAL = ("Succeeded", "Failed")
 
@@ -192,6 +198,10 @@ class Store:
                     if obj.get("status") else {"phase": "Pending"}
             if resource == "namespaces":
                 obj.setdefault("status", {"phase": "Active"})
+            if resource == "secrets" and "stringData" in obj:  # as the registry merges it
+                data = obj.setdefault("data", {})
+                for k, v in (obj.pop("stringData") or {}).items():
+                    data[k] = base64.b64encode(str(v).encode()).decode()
             return self._commit("ADDED", key, obj, None)
 
     def update(self, resource: str, ns: str, name: str, mutate: Callable[[Obj], Obj],
