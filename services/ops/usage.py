@@ -110,6 +110,7 @@ class UsageStore:
         self.marks: deque[Mark] = deque(maxlen=10_000)
         self._bucket: list[Sample] = []
         self._bucket_end = 0.0
+        self._now = 0.0  # the latest time seen (a mark may come with an earlier one)
 
     def add(self, sample: Sample) -> None:
         t = sample.t
@@ -123,10 +124,14 @@ class UsageStore:
         self._trim(t)
 
     def mark(self, mark: Mark) -> None:
-        self.marks.append(mark)
-        self._trim(mark.t)
+        """Keep ``mark`` unless it is older than the window already."""
+        self._now = max(self._now, mark.t)
+        if mark.t >= self._now - self.window:
+            self.marks.append(mark)
+        self._trim(self._now)
 
     def _trim(self, now: float) -> None:
+        self._now = now = max(self._now, now)
         while self.fine and self.fine[0].t < now - self.fine_window:
             self.fine.popleft()
         while self.coarse and self.coarse[0].t < now - self.window:
