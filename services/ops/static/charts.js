@@ -44,7 +44,7 @@ const Charts = (() => {
     return n ? s / n : 0;
   }
 
-  // the charts' definitions: [id, title, keys (with labels), marks filter]
+  // the charts' definitions (the pods beyond the top 8: one line, their mean): [id, title, keys (with labels), marks filter]
   function definitions(cols) {
     const defs = [];
     const agents = Object.keys(cols.series).filter(k => k.startsWith("agent:")).sort();
@@ -58,7 +58,7 @@ const Charts = (() => {
       defs.push({ id: `pods-${which}`, only: idx, title: `Pods by ${which === "cpu" ? "CPU" : "memory"}` +
         (rest.length ? ` (top ${TOP} of ${pods.length})` : ""),
         lines: top.map(k => ({ key: k, label: k })).concat(rest.length
-          ? [{ key: rest, label: `other ${rest.length} pods` }] : []),
+          ? [{ key: rest, label: `other ${rest.length} pods (mean)` }] : []),
         marks: m => !m.name.startsWith("agent:") });
     }
     if (selected) {
@@ -73,10 +73,10 @@ const Charts = (() => {
   function values(cols, key, idx) {
     if (!Array.isArray(key)) return column(cols, key, idx).map(v => v == null ? null
       : idx === 1 ? v / 1024 : v);
-    return cols.t.map((_, i) => {  // a sum of many keys ("other pods")
-      let s = null;
-      for (const k of key) { const v = (cols.series[k] || [[], []])[idx][i]; if (v != null) s = (s || 0) + v; }
-      return s == null ? null : idx === 1 ? s / 1024 : s;
+    return cols.t.map((_, i) => {  // the mean of many keys ("other pods"): on the lines' scale
+      let s = 0, n = 0;
+      for (const k of key) { const v = (cols.series[k] || [[], []])[idx][i]; if (v != null) { s += v; n++; } }
+      return n ? (idx === 1 ? s / n / 1024 : s / n) : null;
     });
   }
   function markLayer(u, filter) {
@@ -113,7 +113,7 @@ const Charts = (() => {
       scales: { x: { time: true, range: () => xRange() } },
       series: [{}, ...def.lines.map((l, i) => ({ label: l.label, stroke: PALETTE[i % PALETTE.length],
         width: 1.5, spanGaps: false, points: { show: false } }))],
-      axes: [{}, { size: 56, values: (u, vs) => vs.map(v => idx === 0 ? cpuText(Math.round(v)) : `${v.toFixed(1)}`) }],
+      axes: [{ space: 70 }, { size: 56, values: (u, vs) => vs.map(v => idx === 0 ? cpuText(Math.round(v)) : `${v.toFixed(1)}`) }],
       legend: { live: true },
       hooks: { draw: [uu => markLayer(uu, entry.filter)] },
     }, data, holder);
