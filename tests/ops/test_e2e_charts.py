@@ -25,18 +25,20 @@ pytestmark = [
                               "(.ci/test-packages.txt; apt-get install chromium chromium-driver)"),
 ]
 
-FLAGS = Path(tempfile.mkdtemp(prefix="pvspin", dir="/tmp"))
-SPIN = FLAGS / "spin"
-# ticks; spins one core while the flag file exists
-COMMAND = (f"while true; do while [ -e {SPIN} ]; do :; done; echo tick; sleep 0.2; done")
+@pytest.fixture(scope="module")
+def spin() -> Iterator[Path]:
+    """The flag file: while it exists, the pod's container spins one core."""
+    flags = Path(tempfile.mkdtemp(prefix="pvspin", dir="/tmp"))
+    try:
+        yield flags / "spin"
+    finally:
+        shutil.rmtree(flags, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def ops() -> Iterator[OpsAgent]:
-    try:
-        yield from ops_agent(pod_yaml("web", COMMAND, container="app", grace=1))
-    finally:
-        shutil.rmtree(FLAGS, ignore_errors=True)
+def ops(spin: Path) -> Iterator[OpsAgent]:
+    command = f"while true; do while [ -e {spin} ]; do :; done; echo tick; sleep 0.2; done"
+    yield from ops_agent(pod_yaml("web", command, container="app", grace=1))
 
 
 @pytest.fixture(scope="module")
@@ -56,23 +58,26 @@ def _detail_cpu(b: Browser) -> int | None:
     return int(raw) if isinstance(raw, str) and raw.isdigit() else None
 
 
-def test_pod_cpu_rises_when_it_spins(ops: OpsAgent, browser: Browser,
+def test_pod_cpu_rises_when_it_spins(ops: OpsAgent, browser: Browser, spin: Path,
                                      wait_for: Callable[..., Any]) -> None:
     b = browser
     wait_for(lambda: b.script(f"return Charts.latest()[{GROUP!r}] || null"), 60.0,
              message="a sample of the pod on the page")
     wait_for(lambda: b.click(f'button[data-action="chart"][data-name="{GROUP}"]'), 10.0,
              message="open the pod's chart")
-    idle = wait_for(lambda: _detail_cpu(b), 30.0, message="the pod's CPU on its chart")
-    SPIN.touch()
+    idle = wait_for(lambda: (c := _detail_cpu(b)) is not None and (c,), 30.0,
+                    message="the pod's CPU on its chart")[0]
+    spin.touch()
     try:
-        # a spinning shell takes most of a core (the machine is shared: half of one will do)
-        busy = wait_for(lambda: (c := _detail_cpu(b)) is not None and c >= max(400, idle + 300)
-                        and c, 60.0, message="the pod's CPU rising on its chart")
+        # a spinning shell takes a core on an idle machine; on this shared one (other
+        # sessions' suites: load averages of 30 on 2 cores) a tenth of one is what is sure
+        busy = wait_for(lambda: (c := _detail_cpu(b)) is not None and c >= idle + 100
+                        and c >= 2 * idle and c, 120.0,
+                        message=f"the pod's CPU rising on its chart (idle {idle}m)")
         b.script("document.getElementById('charts').scrollIntoView()")
         b.screenshot(ARTIFACTS / "charts-spin.png")
     finally:
-        SPIN.unlink(missing_ok=True)
+        spin.unlink(missing_ok=True)
     assert busy > idle
     # the pod's line shows it too, not only the readout: the last point of its series
     drawn = b.script('const p = document.querySelector(\'[data-chart="detail-0"]\');'
