@@ -182,7 +182,7 @@ def _get(ops: OpsAgent, path: str, data: bytes | None = None) -> Any:
 
 def test_dashboard_api(ops: OpsAgent, wait_for: Callable[..., Any]) -> None:
     with _get(ops, "/") as resp:
-        assert b"/static/app.js" in resp.read()
+        assert b'src="static/app.js"' in resp.read()  # relative: also under the fleet
     with _get(ops, "/static/app.js") as resp:
         assert b"EventSource" in resp.read()
     with _get(ops, "/api/state") as resp:
