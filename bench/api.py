@@ -34,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.kubeapi import ApiError, KubeApi  # noqa: E402
+from tests.support.kubeapi import ApiError, KubeApi  # noqa: E402
 
 NODE = "bench-api"
 BIN = Path(sys.executable).parent

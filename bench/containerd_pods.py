@@ -76,7 +76,7 @@ def _wait(what: str, pred: Any, timeout: float, interval: float) -> Any:
 
 def measure(n: int, many: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
-    from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
+    from tests.support import containerd as ctrd  # type: ignore[import-not-found]
 
     try:
         handle = ctrd.containerd_or_skip()

@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     import runtime as rtb  # bench/runtime.py: its targets and embedded runtime starter
 
-    from tests.runtime.registry import registries  # type: ignore[import-not-found]
+    from tests.support.registry import registries  # type: ignore[import-not-found]
 
     base = Path(tempfile.mkdtemp(prefix="pvbimg", dir="/tmp"))
     with registries(base / "reg") as (anon, _):

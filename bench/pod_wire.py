@@ -28,7 +28,7 @@ import msgpack
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from podvisor.services.pod import pod_from_dict, pod_from_wire  # noqa: E402
-from tests.pods.test_pod_wire import CORPUS  # noqa: E402
+from tests.services.pod.test_pod_wire import CORPUS  # noqa: E402
 
 
 def per_pod_us(fn: Callable[[Any], object], wires: list[Any], n: int, rounds: int) -> float:

@@ -238,7 +238,7 @@ def start_embedded(base: Path) -> tuple[subprocess.Popen[bytes], RuntimeClient]:
 def containerd_target() -> Target | str:
     sys.path.insert(0, str(REPO))
     try:
-        from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
+        from tests.support import containerd as ctrd  # type: ignore[import-not-found]
     except ImportError as err:
         return f"tests/runtime/containerd.py not importable: {err}"
     try:

@@ -49,7 +49,7 @@ from podvisor.ipc.paths import RunPaths
 PR_SET_CHILD_SUBREAPER = 36
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-TEST_SERVICES = REPO / "tests" / "supervisor" / "services"
+TEST_SERVICES = REPO / "tests" / "support" / "testservices"
 T = TypeVar("T")
 
 

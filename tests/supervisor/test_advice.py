@@ -21,7 +21,7 @@ import pytest
 
 from podvisor.common.config import config_from_mapping
 from podvisor.supervisor import advice
-from tests.pods.lifecycle import agent_config, free_port, pod_yaml
+from tests.support.lifecycle import agent_config, free_port, pod_yaml
 
 
 def start_lines(output: str) -> list[str]:
