@@ -8,7 +8,7 @@
   - GC pass over 200 images: one image GC pass (ListContainers, ListImages, plan, RemoveImage
     of the planned ones) over 200 images and 200 containers, the CRI being the in-process fake
     (the planner's own cost), wall time and CPU time.
-containerd is measured when tests/runtime/containerd.py can provide one; otherwise its column
+containerd is measured when tests/support/containerd.py can provide one; otherwise its column
 says why not. containerd keeps a removed image's layers in its content store until its own GC
 runs, so its repeated pulls may download less than the embedded runtime's.
 

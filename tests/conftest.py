@@ -16,7 +16,7 @@
   `--uptime` seconds (default 3) at the session's start, as on a machine booted moments ago, so
   a test that works only where the machine has been up long enough (a fake monotonic clock at
   1000.0 mixed with a real one) fails on every machine, in `make test` and CI alike.
-  `--uptime real` turns it off. tests/test_clock_guard.py proves it is on. Child processes
+  `--uptime real` turns it off. tests/support/test_clock_guard.py proves it is on. Child processes
   (agents, services under test) keep the real clock: they have their own object graphs.
 """
 

@@ -148,9 +148,10 @@ def test_shutdown_pods_waits_for_the_sync_loop(agent: Any) -> None:
 
 
 def test_shutdown_pods_without_an_agent(agent: Any, tmp_path: Any) -> None:
-    """No agent: `shutdown --pods` stops the pods itself (tests/pods/test_e2e_lifecycle_restart.py
-    runs it with real pods); with no runtime state there is nothing to stop (exit 0); no rootDir
-    is exit 2; an agent that holds the rootDir but does not answer is never bypassed (exit 2)."""
+    """No agent: `shutdown --pods` stops the pods itself
+    (tests/supervisor/test_e2e_lifecycle_restart.py runs it with real pods); with no runtime state
+    there is nothing to stop (exit 0); no rootDir is exit 2; an agent that holds the rootDir but
+    does not answer is never bypassed (exit 2)."""
     a = agent({"web": IDLE})
     a.wait_state("web", "RUNNING")
     assert a.stop() == 0

@@ -2,7 +2,7 @@
 serves (an agent killed -9: its runtime process lives until its parent-death SIGTERM ends it):
 that runtime is used, never doubled by a second one over the same state. The rootDir here has
 no `run/config.json` either, so the embedded default applies. The full path (agent, SIGINT, the
-printed command) is tests/pods/test_e2e_lifecycle_restart.py."""
+printed command) is tests/supervisor/test_e2e_lifecycle_restart.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """``ServiceLoop.worker``: the one helper thread of every service process (issue 23). Its
 results reach the loop's thread in order, its failure and its stall (on the injected clock)
 are raised there, it waits between steps on the loop's clock and wakes on ``wake()``, and the
-loop stops it at ``close()``. (These were ``LoopWorker``'s and ``run_in_thread``'s tests in
-tests/pods/test_sources_worker.py before the source processes used the loop's worker.)"""
+loop stops it at ``close()``. (These were ``LoopWorker``'s and ``run_in_thread``'s tests
+in tests/services/sources/test_sources_worker.py before the source processes used the loop's
+worker.)"""
 
 from __future__ import annotations
 

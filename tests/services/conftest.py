@@ -7,7 +7,7 @@
   RuntimeClient, the image to use and config builders. ``fake`` is ``FakeRuntimeClient``, the
   unit tests' fake, held to the same contract (``runs_processes(rt, what)`` skips what a fake
   that runs no process cannot show). containerd comes from
-  ``tests/runtime/containerd.py`` (``containerd_or_skip()``, owned by the containerd engineer) and
+  ``tests/support/containerd.py`` (``containerd_or_skip()``, owned by the containerd engineer) and
   is skipped with its reason when unavailable.
 - ``sandbox_config`` / ``container_config``: the one place test configs are built; they apply
   what containerd on these machines needs (host network with empty hostname, PID namespace
@@ -208,7 +208,7 @@ def _exit_code_of(cmd: Sequence[str]) -> int:
 
 
 def _load_containerd_module() -> Any:
-    """tests/runtime/containerd.py, imported by the one name its owner asks for (one session
+    """tests/support/containerd.py, imported by the one name its owner asks for (one session
     cache, so one containerd instance per session)."""
     if not (HERE.parent / "support" / "containerd.py").exists():
         return None
@@ -273,7 +273,7 @@ def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
             return
         module = _load_containerd_module()
         if module is None:
-            pytest.skip("containerd: tests/runtime/containerd.py (containerd_or_skip) not "
+            pytest.skip("containerd: tests/support/containerd.py (containerd_or_skip) not "
                         "available yet")
         handle = module.containerd_or_skip()
         client = new_runtime_client(handle.endpoint, timeout=30.0)

@@ -1,6 +1,6 @@
 """containerd for tests: the instance CI started, or one private instance per pytest session.
 
-Import it as `tests.runtime.containerd` only (pytest's importlib mode makes `tests.runtime` a
+Import it as `tests.support.containerd` only (pytest's importlib mode makes `tests.support` a
 namespace package), so the session has one cache and one instance.
 
 `containerd_or_skip()` returns a `ContainerdHandle`, the same one for the whole session:
@@ -14,7 +14,7 @@ namespace package), so the session has one cache and one instance.
 Processes: containerd runs in its own session. tests/conftest.py makes pytest a child subreaper,
 so containerd and every containerd-shim re-parent to pytest: start the instance BEFORE the
 per-test leak check's "before" snapshot (a session- or module-scoped fixture calling
-`containerd_or_skip()`; tests/runtime/conftest.py does), and remove every pod a test makes in
+`containerd_or_skip()`; tests/services/conftest.py does), and remove every pod a test makes in
 that test (shims exit with their sandbox; their zombies are reaped by the leak fixture). The
 daemon's pid is recorded with `register_session_process(pid)`; `session_processes()` lists such
 session-wide pids for a leak check that wants an explicit allow-list.

@@ -1,6 +1,6 @@
-"""Helpers for the lifecycle end-to-end tests (tests/pods/test_e2e_lifecycle_*.py).
+"""Helpers for the lifecycle end-to-end tests (tests/services/syncloop/test_e2e_lifecycle_*.py).
 
-Imported as ``tests.pods.lifecycle``. Pods are static manifests in a temp dir run by a real
+Imported as ``tests.support.lifecycle``. Pods are static manifests in a temp dir run by a real
 ``podvisor run`` (the ``agent`` fixture of tests/conftest.py) with the embedded runtime; state is
 read from ``/pods`` on the read-only port and from CRI. Container processes write their pid to
 ``<marks>/<name>.pid`` and, when they get TERM, ``<marks>/<name>.term``, so a test can check

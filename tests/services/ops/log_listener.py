@@ -1,6 +1,6 @@
 """A supervisord event listener written with supervisor's own ``childutils`` (run by the peer
-virtualenv's python, tests/ops/peers.py): every event it gets is appended to the file named by
-argv[1] as one JSON line ``{"eventname", "headers", "data"}`` (the payload parsed by
+virtualenv's python, tests/services/ops/peers.py): every event it gets is appended to the file
+named by argv[1] as one JSON line ``{"eventname", "headers", "data"}`` (the payload parsed by
 ``childutils.eventdata``: its header line as a dict, then the data), then acknowledged."""
 
 import json

@@ -1,4 +1,5 @@
-"""A real agent with the ops port on, for the ops tests (imported as ``tests.ops.opsagent``).
+"""A real agent with the ops port on, for the ops tests (imported as
+``tests.services.ops.opsagent``).
 
 One pod ``web`` (container ``app``, restartPolicy Always) writes a line every 0.2 s, so log
 tails see new lines. The agent's ops port is a free port on 127.0.0.1; ``rpc()`` is an

@@ -1,4 +1,5 @@
-"""supervisord's ecosystem, from PyPI, in its OWN virtualenv (imported as ``tests.ops.peers``).
+"""supervisord's ecosystem, from PyPI, in its OWN virtualenv (imported as
+``tests.services.ops.peers``).
 
 ``peer_bin()`` creates ``$XDG_CACHE_HOME/podvisor/ops-peers`` (default ``~/.cache``) once with
 ``python3 -m venv`` and ``pip install supervisor superlance`` and returns its ``bin`` folder

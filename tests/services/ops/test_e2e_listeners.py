@@ -2,7 +2,7 @@
 ``crashmail`` (PROCESS_STATE_EXITED, with a fake sendmail) reports a killed subsystem and a
 killed container; ``memmon`` (TICK_5) is a real XML-RPC client of the ops port: it reads
 ``getAllProcessInfo`` and restarts ``agent:prober`` over its memory limit, so its pid changes.
-``loglisten`` (tests/ops/log_listener.py, supervisor's ``childutils``) subscribes to
+``loglisten`` (tests/services/ops/log_listener.py, supervisor's ``childutils``) subscribes to
 PROCESS_LOG: the pod is annotated for stdout and stderr events, ``pleg`` has
 ``stdoutEventsEnabled``, nothing else does.
 """

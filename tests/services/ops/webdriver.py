@@ -1,5 +1,5 @@
 """A minimal W3C WebDriver client over HTTP (``requests``) for Debian's chromedriver
-(imported as ``tests.ops.webdriver``). Chromium runs headless with a fresh profile."""
+(imported as ``tests.services.ops.webdriver``). Chromium runs headless with a fresh profile."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
   root): NetworkReady=false is said once, only hostNetwork pods run, a pod with sandboxes whose
   network setup failed recovers once the network is configured (see the test's docstring).
 
-The first test uses the session's containerd (tests/runtime/containerd.py
+The first test uses the session's containerd (tests/support/containerd.py
 `containerd_or_skip()`; unset PODVISOR_CONTAINERD_ENDPOINT as root starts a private instance
 from deploy/containerd, which has CNI) and skips with the reason when it has no pod network.
 Every sandbox made here is removed; pods go under a per-test `cgroupRoot`, removed at the end.

@@ -1,7 +1,7 @@
 """End to end on containerd: the agent with `runtimeEndpoint: <containerd>` runs two of the
 containerd example manifests (deploy/examples/containerd/, busybox image) to Running in /pods,
 and deleting a manifest removes its pod. Skipped with the reason when no containerd is
-available (tests/runtime/containerd.py `containerd_or_skip()`); every sandbox created here is
+available (tests/support/containerd.py `containerd_or_skip()`); every sandbox created here is
 removed; pods go under a per-test `cgroupRoot`, removed at the end."""
 
 from __future__ import annotations

@@ -130,8 +130,8 @@ def test_kill9_runtime_during_a_burst(agent: Any, wait_for: Any) -> None:
     ready sandbox, and each pod's command runs exactly once: no container started twice, no
     orphan left by a create or start whose answer was lost, no restart counted (a container
     created and never started is started as it is). Once the manifests are removed no process
-    of theirs is left. (The step-by-step form, deterministic: tests/runtime/
-    test_exactly_once.py and tests/pods/test_e2e_exactly_once.py.)"""
+    of theirs is left. (The step-by-step form, deterministic: tests/services/
+    runtime/test_exactly_once.py and tests/services/syncloop/test_e2e_exactly_once.py.)"""
     manifests = Path(tempfile.mkdtemp(prefix="pvk9b", dir="/tmp"))
     staging = Path(tempfile.mkdtemp(prefix="pvk9s", dir="/tmp"))
     base = 50000 + os.getpid() % 10000 * 10  # `sleep <tag>`: unique to this run

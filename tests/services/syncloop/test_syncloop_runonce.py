@@ -1,7 +1,7 @@
 """RunOnce's logic (`services/syncloop/runonce.py`) over the CRI fake and a fake clock: the plan
 (bad inputs, duplicates, admission), when a pod counts as started, and the retry loop (tries,
 doubling waits, a runtime that is down for a while, a pod that never starts). The real agent
-runs it in tests/pods/test_e2e_runonce.py."""
+runs it in tests/services/syncloop/test_e2e_runonce.py."""
 
 from __future__ import annotations
 
