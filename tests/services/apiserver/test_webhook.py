@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from podvisor.common import FakeClock
 from podvisor.services.apiserver import (
     ApiConnection,
     ApiError,
@@ -22,14 +23,6 @@ from podvisor.services.apiserver import (
 from tests.support.kubeapi import KubeApi
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_token_review_and_access_review_cached_and_failing(tmp_path: Path) -> None:
     api = KubeApi(tmp_path / "kubeapi")
     api.start()
@@ -37,7 +30,7 @@ def test_token_review_and_access_review_cached_and_failing(tmp_path: Path) -> No
         conn = ApiConnection(str(api.kubeconfig(tmp_path / "kc", user="system:node:n1",
                                                 groups=("system:nodes",))))
         api.tokens["alice-token"] = ("alice", ["devs"])
-        clock = Clock()
+        clock = FakeClock(1000.0)
         authn = WebhookAuthenticator(conn, cache_ttl=120, clock=clock)
         assert authn.authenticate("alice-token") == User(
             "alice", "", ("devs", "system:authenticated"))

@@ -22,6 +22,7 @@ from podvisor.cli.ctl_logs import (
     latest_log,
     tail_lines,
 )
+from podvisor.common import FakeClock
 from podvisor.ipc.bus import BusProxy, Subscriber
 from podvisor.ipc.messages import Event, Message
 from podvisor.ipc.paths import RunPaths
@@ -37,14 +38,6 @@ def event(reason: str = "Started", message: str = "m", ts: float = 100.0,
           name: str = "p") -> Event:
     return ev.new_event(ev.NORMAL, reason, message, ev.pod_object(name, "default", "u1"),
                         "syncloop", ts)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_store_aggregates_identical_events_and_bounds_the_ring(tmp_path: Path) -> None:
@@ -67,7 +60,7 @@ def test_store_aggregates_identical_events_and_bounds_the_ring(tmp_path: Path) -
 
 
 def test_store_persists_at_most_every_interval_and_loads(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     path = tmp_path / "state" / "events.jsonl"
     store = EventStore(path, persist_interval=1.0, clock=clock)
     assert store.next_deadline() is None and not store.persist()

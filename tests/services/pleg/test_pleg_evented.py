@@ -9,6 +9,7 @@ from typing import Any
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import FakeClock
 from podvisor.services.cri.fake import FakeEventStream, FakeRuntimeClient
 from podvisor.services.pleg.evented import apply_event
 from podvisor.services.pleg.records import (
@@ -17,7 +18,7 @@ from podvisor.services.pleg.records import (
     sandbox_record,
 )
 from podvisor.services.pleg.relist import HOLD, Relister, new_relister
-from tests.services.pleg.test_pleg_relist import Clock, container, kinds, labels, sandbox
+from tests.services.pleg.test_pleg_relist import container, kinds, labels, sandbox
 
 PLEG_CALLS = ("ListPodSandbox", "ListContainers", "ContainerStatus", "PodSandboxStatus")
 
@@ -35,8 +36,8 @@ def pleg_calls(client: FakeRuntimeClient) -> int:
     return sum(len(client.method_calls(m)) for m in PLEG_CALLS)
 
 
-def setup() -> tuple[FakeRuntimeClient, Clock, Relister, FakeEventStream]:
-    client, clock = FakeRuntimeClient(), Clock()
+def setup() -> tuple[FakeRuntimeClient, FakeClock, Relister, FakeEventStream]:
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     stream = client.container_events()
     return client, clock, new_relister(client, clock), stream
 

@@ -5,17 +5,10 @@ from __future__ import annotations
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import FakeClock
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pleg.events import EventType
 from podvisor.services.pleg.relist import new_relister
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def labels(uid: str, name: str = "web", container: str | None = None) -> dict[str, str]:
@@ -54,7 +47,7 @@ def kinds(result: object) -> list[tuple[str, str, str]]:
 
 
 def test_new_pod_is_started_inspected_and_recorded() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     cid = container(client, sid, scfg, "u1")
     rel = new_relister(client, clock)
@@ -74,7 +67,7 @@ def test_new_pod_is_started_inspected_and_recorded() -> None:
 
 
 def test_quiet_relist_changes_nothing_and_inspects_nothing() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     container(client, sid, scfg, "u1")
     rel = new_relister(client, clock)
@@ -88,7 +81,7 @@ def test_quiet_relist_changes_nothing_and_inspects_nothing() -> None:
 
 
 def test_death_reports_exit_code_and_new_ts() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     cid = container(client, sid, scfg, "u1")
     rel = new_relister(client, clock)
@@ -103,7 +96,7 @@ def test_death_reports_exit_code_and_new_ts() -> None:
 
 
 def test_removed_pod_is_deleted() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     cid = container(client, sid, scfg, "u1")
     rel = new_relister(client, clock)
@@ -117,7 +110,7 @@ def test_removed_pod_is_deleted() -> None:
 
 
 def test_foreign_containers_are_ignored_and_pods_grouped() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     client.run_pod_sandbox(pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="x")))
     s1, c1 = sandbox(client, "u1", "a")
     s2, c2 = sandbox(client, "u2", "b")
@@ -131,7 +124,7 @@ def test_foreign_containers_are_ignored_and_pods_grouped() -> None:
 
 
 def test_list_failure_raises_and_keeps_state() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     container(client, sid, scfg, "u1")
     rel = new_relister(client, clock)
@@ -147,7 +140,7 @@ def test_list_failure_raises_and_keeps_state() -> None:
 
 
 def test_failed_inspection_is_retried_next_relist() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     cid = container(client, sid, scfg, "u1")
     client.fail("ContainerStatus", grpc.StatusCode.DEADLINE_EXCEEDED, times=1)
@@ -164,7 +157,7 @@ def test_failed_inspection_is_retried_next_relist() -> None:
 
 
 def test_heartbeat_runs_between_cri_calls() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     container(client, sid, scfg, "u1")
     container(client, sid, scfg, "u1", "side")
@@ -174,7 +167,7 @@ def test_heartbeat_runs_between_cri_calls() -> None:
 
 
 def test_created_container_is_changed_then_started() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     cid = container(client, sid, scfg, "u1", start=False)
     rel = new_relister(client, clock)
@@ -184,7 +177,7 @@ def test_created_container_is_changed_then_started() -> None:
 
 
 def test_only_objects_whose_state_changed_are_inspected_again() -> None:
-    client, clock = FakeRuntimeClient(), Clock()
+    client, clock = FakeRuntimeClient(), FakeClock(100.0)
     sid, scfg = sandbox(client, "u1")
     first = container(client, sid, scfg, "u1", "one")
     rel = new_relister(client, clock)

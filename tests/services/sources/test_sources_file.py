@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from podvisor.common import FakeClock
 from podvisor.services.pod import CONFIG_SEEN_ANNOTATION, PodValidationError, pod_from_dict
 from podvisor.services.sources.common import FirstSeen, SourceSet
 from podvisor.services.sources.file_source import FileSource
@@ -262,16 +263,8 @@ def poll_until(source: FileSource, match: Callable[[SourceSet], bool],
     raise AssertionError("no matching set in time")
 
 
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_file_source_reads_at_once_on_change_and_on_relist(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = FakeClock(1000.0)
     (tmp_path / "a.yaml").write_text(pod_yaml("a"))
     source = FileSource(tmp_path, NODE, period=20.0, watcher=new_inotify_watcher(tmp_path),
                         clock=clock, wall=lambda: 1_700_000_000.0)
@@ -299,7 +292,7 @@ def test_file_source_reads_at_once_on_change_and_on_relist(tmp_path: Path) -> No
 def test_file_source_missing_dir_then_created(tmp_path: Path) -> None:
     target = tmp_path / "later"
     source = FileSource(target, NODE, period=20.0, watcher=new_inotify_watcher(target),
-                        clock=ManualClock())
+                        clock=FakeClock(1000.0))
     try:
         first = source.poll(0.0)
         assert first is not None and first.pods == ()

@@ -7,19 +7,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from podvisor.common import FakeClock
 from podvisor.services.sources.common import FirstSeen
 from podvisor.services.sources.files import ParseCache, read_static_pods
 
 POD = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
        "  - name: c\n    image: host\n")
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def later() -> int:
@@ -47,15 +40,15 @@ def test_parse_cache_reuses_unchanged_files(tmp_path: Path) -> None:
 def test_parse_cache_reuses_built_pods_and_their_wire_form(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(POD.format(name="a"))
     cache = ParseCache(wall_ns=later)
-    wall = ManualClock()
-    seen = FirstSeen(wall)
+    clock = FakeClock(wall=0.0)
+    seen = FirstSeen(clock.wall)
     first = read_static_pods(tmp_path, "n", seen, cache=cache)
     second = read_static_pods(tmp_path, "n", seen, cache=cache)
     assert second.pods[0] is first.pods[0] and second.wire[0] is first.wire[0]
     assert second.to_value(0.0).pods == [first.pods[0].to_dict()]
     # the first-seen time is not from the file: when it moves, the pod is rebuilt with it
     seen.forget_except([])
-    wall.now = 100.0
+    clock.wall_now = 100.0
     third = read_static_pods(tmp_path, "n", seen, cache=cache)
     assert cache.hits == 2
     assert third.pods[0].metadata.annotations["kubernetes.io/config.seen"] != \

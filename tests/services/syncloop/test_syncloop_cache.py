@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import FakeClock
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
 from podvisor.services.syncloop import labels as L
@@ -18,14 +19,6 @@ def pod() -> Pod:
                           "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
                           "spec": {"containers": [{"name": "a", "image": "host",
                                                    "command": ["sleep", "100"]}]}}).pod
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _pod_in(cri: FakeRuntimeClient, uid: str, running: bool = True) -> str:
@@ -46,7 +39,7 @@ def _lists(cri: FakeRuntimeClient) -> int:
 
 
 def test_one_listing_serves_every_pod_newer_than_it() -> None:
-    cri, clock = FakeRuntimeClient(), Clock()
+    cri, clock = FakeRuntimeClient(), FakeClock(100.0)
     for uid in ("u1", "u2", "u3"):
         _pod_in(cri, uid)
     cache = RuntimeCache(cri, clock, lambda: 1000.0, max_age=5.0)
@@ -57,13 +50,13 @@ def test_one_listing_serves_every_pod_newer_than_it() -> None:
     assert not cri.method_calls("ContainerStatus")           # running: no status needed
     cache.pod("u1", 101.0, never)                              # newer than the listing: list again
     assert _lists(cri) == 4
-    clock.t = 107.0
+    clock.now = 107.0
     cache.pod("u1", 0.0, never)                                # older than max_age: list again
     assert _lists(cri) == 6
 
 
 def test_status_read_for_exited_and_for_back_off_rebuild_only() -> None:
-    cri, clock = FakeRuntimeClient(), Clock()
+    cri, clock = FakeRuntimeClient(), FakeClock(100.0)
     cid = _pod_in(cri, "u1")
     cri.exit_container(cid, 3)
     rt = RuntimeCache(cri, clock, lambda: 1000.0).pod("u1", 0.0, lambda n, c: False)
@@ -72,11 +65,11 @@ def test_status_read_for_exited_and_for_back_off_rebuild_only() -> None:
 
 
 def test_image_presence_is_remembered_for_its_ttl_only_when_present() -> None:
-    cri, clock = FakeRuntimeClient(), Clock()
+    cri, clock = FakeRuntimeClient(), FakeClock(100.0)
     images = ImagePresence(cri, clock, ttl=5.0)
     assert images.present("host") and images.present("host")
     assert len(cri.method_calls("ImageStatus")) == 1
-    clock.t += 6
+    clock.now += 6
     assert images.present("host")
     assert len(cri.method_calls("ImageStatus")) == 2
     images.forget("host")

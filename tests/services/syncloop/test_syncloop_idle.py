@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import FakeClock
 from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import parse as pod_parse
@@ -26,14 +27,6 @@ MOUNTINFO = """\
 """
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def _lists(cri: FakeRuntimeClient) -> int:
     return len(cri.method_calls("ListPodSandbox"))
 
@@ -43,35 +36,35 @@ def _never(name: str, count: int) -> bool:
 
 
 def test_a_quiet_watched_runtime_is_not_listed_again() -> None:
-    cri, clock = FakeRuntimeClient(), Clock()
+    cri, clock = FakeRuntimeClient(), FakeClock(100.0)
     cache = RuntimeCache(cri, clock, lambda: 1000.0, max_age=5.0, quiet_max_age=30.0)
     cache.pod("u1", 99.0, _never)
     assert _lists(cri) == 1
-    clock.t = 110.0                                    # unwatched: 5 s at most, as before
+    clock.now = 110.0                                  # unwatched: 5 s at most, as before
     cache.pod("u1", 0.0, _never)
     assert _lists(cri) == 2
     cache.watched(True)                                # the stream goes live: a change
-    clock.t = 116.0
+    clock.now = 116.0
     cache.pod("u1", 0.0, _never)                       # (too old for the old rules too)
     assert _lists(cri) == 3
-    clock.t = 125.0
+    clock.now = 125.0
     cache.pod("u1", 120.0, _never)                     # older than asked, 9 s old: quiet
     cache.pod_uids(2.0)
     assert _lists(cri) == 3
     cache.changed()                                    # an event: list again
     cache.pod_uids(2.0)
     assert _lists(cri) == 4
-    clock.t = 156.0                                    # quiet, but older than 30 s
+    clock.now = 156.0                                  # quiet, but older than 30 s
     cache.pod("u1", 0.0, _never)
     assert _lists(cri) == 5
     cache.watched(False)                               # stream down: the old rules
-    clock.t = 160.0
+    clock.now = 160.0
     cache.pod("u1", 157.0, _never)
     assert _lists(cri) == 6
 
 
 def test_a_change_during_a_listing_leaves_it_unquiet() -> None:
-    cri, clock = FakeRuntimeClient(), Clock()
+    cri, clock = FakeRuntimeClient(), FakeClock(100.0)
     cache = RuntimeCache(cri, clock, lambda: 1000.0, max_age=5.0)
     cache.watched(True)
     real = cri.list_containers
@@ -83,7 +76,7 @@ def test_a_change_during_a_listing_leaves_it_unquiet() -> None:
     cri.list_containers = racing  # type: ignore[method-assign]
     cache.pod_uids(2.0)
     cri.list_containers = real  # type: ignore[method-assign]
-    clock.t += 3
+    clock.now += 3
     cache.pod_uids(2.0)
     assert _lists(cri) == 2
 
