@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
-from podvisor.common import ChildContext, FakeClock, MemoryLogger
-from podvisor.common.config import config_from_mapping
+from podvisor.common import FakeChildContext, FakeClock
 from podvisor.common.service import ServiceLoop, WorkerStalled
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.paths import RunPaths
@@ -32,12 +30,8 @@ class Beats:
         self.count += 1
 
 
-def _ctx(root: Path, clock: Clock, beats: Beats) -> ChildContext:
-    config = config_from_mapping({"rootDir": str(root),
-                                  "supervision": {"heartbeatInterval": "50ms"}})
-    return ChildContext("t", config, RunPaths(root),
-                        MemoryLogger(), zmq.Context.instance(),  # type: ignore[arg-type]
-                        beat=beats, clock=clock)
+def _ctx(root: Path, clock: Clock, beats: Beats) -> FakeChildContext:
+    return FakeChildContext(RunPaths(root), "t", heartbeat_interval=0.05, clock=clock, beat=beats)
 
 
 @pytest.fixture

@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 
 from podvisor.common import FakeClock
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
-from podvisor.common.logs import MemoryLogger
+from podvisor.common.child import FakeChildContext
 from podvisor.common.web import WebService
 from podvisor.ipc.maps import DesiredPod, PlegHealth
 from podvisor.ipc.messages import ProcessStateChanged
@@ -37,8 +35,7 @@ def owners() -> Iterator[MapBus]:
 def test_pod_maps_move_on_pods_and_process_states_not_on_health(
         owners: MapBus, wait_for: Callable[..., Any]) -> None:
     owners.maps["desired"].set("u1", DesiredPod(pod={"metadata": {"uid": "u1"}}))
-    ctx = ChildContext("ops", Config(root_dir=str(owners.root)), owners.paths, MemoryLogger(),
-                       owners.zctx, clock=FakeClock(100.0))  # type: ignore[arg-type]
+    ctx = FakeChildContext(owners.paths, "ops", zctx=owners.zctx, clock=FakeClock(100.0))
     web = WebService(ctx, PodMaps(), name="ops")
     notified: list[int] = []
 
@@ -86,8 +83,7 @@ def test_next_change_wakes_the_web_thread_on_a_changed_publish(owners: MapBus) -
     """``WebService.next_change``: at once when ``changes`` moved already, the timeout when
     nothing changed (a publish not marked changed is none), woken by a changed publish made on
     another thread (the loop's), nothing left registered after."""
-    ctx = ChildContext("ops", Config(root_dir=str(owners.root)), owners.paths, MemoryLogger(),
-                       owners.zctx, clock=FakeClock(100.0))  # type: ignore[arg-type]
+    ctx = FakeChildContext(owners.paths, "ops", zctx=owners.zctx, clock=FakeClock(100.0))
     web = WebService(ctx, PodMaps(), name="ops")
 
     async def scenario() -> None:

@@ -17,8 +17,7 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
+from podvisor.common.child import FakeChildContext
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.bus import BusProxy, Publisher, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
@@ -46,9 +45,8 @@ class Harness:
         self.proxy = BusProxy(self.zctx, self.paths)
         self.proxy.start()
         self.client = client
-        self.log = MemoryLogger()
-        self.ctx = ChildContext("pleg", Config(root_dir=str(root)), self.paths,
-                                self.log, self.zctx)  # type: ignore[arg-type]
+        self.ctx = FakeChildContext(self.paths, "pleg", zctx=self.zctx)
+        self.log = self.ctx.log
         self.replica = MapReplica(self.zctx, self.paths, PLEG, clock=SYSTEM_CLOCK)
         self.events = Subscriber(self.zctx, self.paths, ["pleg.pod.event"])
         self.seen: list[tuple[str, str, str]] = []

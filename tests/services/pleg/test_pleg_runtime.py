@@ -22,9 +22,7 @@ import pytest
 import zmq
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
-from podvisor.common.logs import MemoryLogger
+from podvisor.common.child import FakeChildContext
 from podvisor.ipc.bus import BusProxy, Subscriber
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
@@ -87,9 +85,8 @@ class Pleg:
     """The PLEG loop on a thread with a bus proxy, a map replica and an event subscriber."""
 
     def __init__(self, paths: RunPaths, zctx: zmq.Context[Any]) -> None:
-        self.log = MemoryLogger()
-        self.ctx = ChildContext("pleg", Config(root_dir=str(paths.root)), paths, self.log,  # type: ignore[arg-type]
-                                zctx)
+        self.ctx = FakeChildContext(paths, "pleg", zctx=zctx)
+        self.log = self.ctx.log
         self.client = new_runtime_client(f"unix://{paths.cri_socket}", timeout=4.0)
         self.thread = threading.Thread(target=serve, args=(self.ctx, self.client), daemon=True)
         self.thread.start()

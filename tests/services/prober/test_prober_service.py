@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 
 from podvisor.common import FakeClock
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
-from podvisor.common.logs import MemoryLogger
+from podvisor.common.child import FakeChildContext
 from podvisor.ipc.maps import DesiredPod, PlegHealth, PlegPod
 from podvisor.services.pod import pod_from_dict
 from podvisor.services.prober.handlers import FakeRunner
@@ -48,8 +46,7 @@ class Bus(MapBus):
     def __init__(self, root: Path) -> None:
         super().__init__(root, ("desired", "pleg"))
         self.desired, self.pleg = self.maps["desired"], self.maps["pleg"]
-        self.ctx = ChildContext("prober", Config(root_dir=str(root)), self.paths,
-                                MemoryLogger(), self.zctx)  # type: ignore[arg-type]
+        self.ctx = FakeChildContext(self.paths, "prober", zctx=self.zctx)
 
     def turn(self, svc: ProberService) -> None:
         for owner in (self.desired, self.pleg):
@@ -129,7 +126,7 @@ def test_a_malformed_desired_pod_is_logged_and_the_others_go_on(bus: Bus) -> Non
     try:
         run_until(bus, svc, lambda: svc.ready)
         assert set(svc.manager.workers) == {("probed", "app", Kind.READINESS)}
-        log = bus.ctx.log.events  # type: ignore[attr-defined]
+        log = bus.ctx.log.events
         bad = [e for e in log if e["event"] == "prober.pod.invalid"]
         assert bad and {(e["pod_uid"], e["level"]) for e in bad} == {("broken", "error")}
         assert "not a validated pod wire form" in bad[0]["error"]

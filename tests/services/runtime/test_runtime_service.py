@@ -17,12 +17,10 @@ from typing import Any
 
 import grpc
 import pytest
-import zmq
 from cri_api.v1 import api_pb2 as pb
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
-from podvisor.common import ChildContext, MemoryLogger, StopEvent
-from podvisor.common.config import config_from_mapping
+from podvisor.common import FakeChildContext
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.runtime import serve_in_process
@@ -62,13 +60,9 @@ def _serve(target: Any, ctx: Any, paths: RunPaths, poll: Any) -> Iterator[Any]:
 
 
 def test_run_serves_heartbeats_and_stops(paths: RunPaths, poll: Any) -> None:
-    beats: list[int] = []
-    config = config_from_mapping({"rootDir": str(paths.root),
-                                  "supervision": {"heartbeatInterval": "50ms"}})
-    ctx = ChildContext("runtime", config, paths, MemoryLogger(),  # type: ignore[arg-type]
-                       zmq.Context.instance(), stop=StopEvent(), beat=lambda: beats.append(1))
+    ctx = FakeChildContext(paths, "runtime", heartbeat_interval=0.05)
     with _serve(run, ctx, paths, poll) as client:
-        poll(lambda: len(beats) >= 2, message="heartbeats")
+        poll(lambda: ctx.beats >= 2, message="heartbeats")
         sid = client.run_pod_sandbox(pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name="p", namespace="n", uid="u")))
         assert f'"id":"{sid}"' in (paths.runtime_dir / "meta.jsonl").read_text()

@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 import requests
-import zmq
 
 from podvisor.common import FakeClock
-from podvisor.common.child import ChildContext
+from podvisor.common.child import FakeChildContext
 from podvisor.common.config import Config
-from podvisor.common.logs import MemoryLogger
 from podvisor.common.web import WebDied, WebService
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.maps import DesiredPod, PlegHealth, PlegPod, RuntimeNetwork
@@ -56,8 +54,7 @@ class Server:
 
     def __init__(self, owners: Owners, clock: Clock = SYSTEM_CLOCK) -> None:
         self.owners = owners
-        ctx = ChildContext("server", Config(root_dir=str(owners.root)), owners.paths,
-                           MemoryLogger(), owners.zctx, clock=clock)  # type: ignore[arg-type]
+        ctx = FakeChildContext(owners.paths, "server", zctx=owners.zctx, clock=clock)
         self.web = WebService(ctx, View(), batch=BATCH)
         self.replicas = ServerReplicas(self.web.loop, self.web.publish)
         self.web._drain = self.replicas.drain  # what run() hands over
@@ -158,13 +155,11 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
     assert asyncio.run(web.refresh()) is web.view  # closed: the last view, at once
 
 
-def _ctx(root: Path, beats: list[int], port: int, clock: Clock = SYSTEM_CLOCK
-         ) -> ChildContext:
+def _ctx(root: Path, port: int, clock: Clock = SYSTEM_CLOCK) -> FakeChildContext:
     paths = RunPaths(root)
     paths.ensure()
-    config = Config(root_dir=str(root), read_only_port=port)
-    return ChildContext("server", config, paths, MemoryLogger(),  # type: ignore[arg-type]
-                        zmq.Context.instance(), beat=lambda: beats.append(1), clock=clock)
+    return FakeChildContext(paths, "server", config=Config(root_dir=str(root), read_only_port=port),
+                            clock=clock)
 
 
 def test_a_stalled_web_loop_silences_the_heartbeat(tmp_path: Path,
@@ -172,9 +167,8 @@ def test_a_stalled_web_loop_silences_the_heartbeat(tmp_path: Path,
     """The heartbeat comes from the service loop, but only while the web thread's event loop
     turns (a handler blocking it for longer than two heartbeat intervals makes the process
     silent, and the supervisor restarts it as hung); on the injected clock."""
-    beats: list[int] = []
     clock = FakeClock(100.0)
-    ctx = _ctx(tmp_path, beats, 0, clock)
+    ctx = _ctx(tmp_path, 0, clock)
     web = WebService(ctx, View())
     stalled, release = threading.Event(), threading.Event()
 
@@ -189,14 +183,14 @@ def test_a_stalled_web_loop_silences_the_heartbeat(tmp_path: Path,
     try:
         wait_for(stalled.is_set, message="web thread serving")
         turn()
-        assert beats  # within two intervals of the web loop's last turn
-        silent = len(beats)
+        assert ctx.beats  # within two intervals of the web loop's last turn
+        silent = ctx.beats
         clock.advance(3 * ctx.heartbeat_interval)
         turn()
         turn()
-        assert len(beats) == silent
+        assert ctx.beats == silent
         release.set()  # the event loop turns again: its timer stamps the clock, beats resume
-        wait_for(lambda: len(beats) > silent, pump=turn, message="heartbeat resumed")
+        wait_for(lambda: ctx.beats > silent, pump=turn, message="heartbeat resumed")
     finally:
         release.set()
         web.close()
@@ -205,11 +199,10 @@ def test_a_stalled_web_loop_silences_the_heartbeat(tmp_path: Path,
 def test_the_process_dies_with_its_web_thread(tmp_path: Path) -> None:
     """The read-only port cannot be bound: the web thread dies, the loop raises at once (the
     supervisor restarts the process), having heartbeaten meanwhile."""
-    beats: list[int] = []
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ctx = _ctx(tmp_path, beats, taken.getsockname()[1])
+        ctx = _ctx(tmp_path, taken.getsockname()[1])
         web = WebService(ctx, View(), batch=BATCH)
         replicas = ServerReplicas(web.loop, web.publish)
         try:
@@ -217,14 +210,13 @@ def test_the_process_dies_with_its_web_thread(tmp_path: Path) -> None:
                 web.run(Ports(ctx), replicas.drain)
         finally:
             web.close()
-    assert beats
+    assert ctx.beats
 
 
 def test_serves_heartbeats_and_returns_once_stop_is_set(
         tmp_path: Path, wait_for: Callable[..., Any]) -> None:
-    beats: list[int] = []
     port = free_port()
-    ctx = _ctx(tmp_path, beats, port)
+    ctx = _ctx(tmp_path, port)
     web = WebService(ctx, View(), batch=BATCH)
     replicas = ServerReplicas(web.loop, web.publish)
     url = f"http://127.0.0.1:{port}/healthz"
@@ -248,6 +240,6 @@ def test_serves_heartbeats_and_returns_once_stop_is_set(
     finally:
         stopper.join()
         web.close()
-    assert beats
+    assert ctx.beats
     with pytest.raises(requests.ConnectionError):
         requests.get(url, timeout=5)

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from podvisor.common import FakeClock
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
+from podvisor.common.child import FakeChildContext
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.clone import MapReplica
 from podvisor.ipc.maps import STATUSES, ContainerWaiting, DesiredPod, PlegHealth, PlegPod
@@ -56,9 +55,8 @@ class Bus(MapBus):
         super().__init__(root, ("desired", "pleg", "probes"), clock=self.clock)  # no probes: empty
         self.desired, self.pleg, self.probes = (self.maps[m] for m in ("desired", "pleg", "probes"))
         self.relists = 0
-        self.log = MemoryLogger()
-        self.ctx = ChildContext("status", Config(root_dir=str(root)), self.paths,
-                                self.log, self.zctx, clock=self.clock)  # type: ignore[arg-type]
+        self.ctx = FakeChildContext(self.paths, "status", zctx=self.zctx, clock=self.clock)
+        self.log = self.ctx.log
 
     def relist(self, **records: PlegPod) -> None:
         """A PLEG relist "now" (the service's monotonic clock does not move)."""
