@@ -194,6 +194,9 @@ TOP_KEYS: tuple[Key, ...] = (
         "(apiObjectCacheTTL) or Get"),
     Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
         "with the Cache strategy: ConfigMaps and Secrets read for pods are cached this long"),
+    # [issue 25] the volume manager (process `volumes`)
+    Key("volumeStatsAggPeriod", "volume_stats_agg_period", DURATION,
+        "how often the mounted volumes' usage is read (/stats/summary's volume entries)"),
     # [issue 26] TLS bootstrap and certificate rotation (process `certificates`)
     Key("bootstrapKubeconfig", "bootstrap_kubeconfig", STR,
         "kubeconfig with a bootstrap token: when `kubeconfig` is missing or its certificate "
@@ -448,6 +451,7 @@ class Config:
     status_sweep_frequency: float = 10.0
     config_map_and_secret_change_detection_strategy: str = "Watch"
     api_object_cache_ttl: float = 10.0
+    volume_stats_agg_period: float = 60.0  # [issue 25] volumeStatsAggPeriod (1m)
     # [issue 26] TLS bootstrap and rotation; the Node's settings
     bootstrap_kubeconfig: str = ""
     cert_dir: str = ""

@@ -8,7 +8,8 @@ no owner or replica without a spec (``UndeclaredMap``: a bare name is refused). 
 unknown version (or a malformed one) is dropped by the replica and counted in
 ``MapReplica.value_drops`` by reason, like a message the codec rejects.
 
-The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS`` and one pod set per
+The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS``, ``VOLUMES``
+(``ipc/volumemaps.py``) and one pod set per
 source (``pods_map("file" | "http" | "api")``); ``MAPS`` holds them by name. Nested fields
 stay dict-shaped only where they are the Kubernetes API object itself (a pod's
 ``Pod.to_dict()``, rebuilt into the typed ``Pod`` by its readers); the PodStatus is typed
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
 from podvisor.ipc.podstatus import PodStatus
+from podvisor.ipc.volumemaps import VolumesValue, decode_volumes
 from podvisor.ipc.wire import MapValueError, read_float, read_map, read_str
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "PROBES",
     "RUNTIME_KEY",
     "STATUSES",
+    "VOLUMES",
     "ContainerVerdict",
     "ContainerWaiting",
     "DesiredPod",
@@ -590,7 +593,7 @@ def decode_pleg(raw: Any) -> PlegValue:
 
 
 def _encode(value: DesiredValue | PlegValue | PodStatusValue | PodProbes | PodSetValue
-            | MirrorSet) -> Any:
+            | MirrorSet | VolumesValue) -> Any:
     return value.to_wire()
 
 
@@ -605,11 +608,13 @@ STATUSES: MapSpec[PodStatusValue] = MapSpec(
     "statuses", _encode, PodStatusValue.from_wire, "status")  # pod UID -> PodStatusValue
 API_MIRRORS: MapSpec[MirrorSet] = MapSpec(
     "api-mirrors", _encode, MirrorSet.from_wire, "source-api")  # mirrors -> MirrorSet
+VOLUMES: MapSpec[VolumesValue] = MapSpec(
+    "volumes", _encode, decode_volumes, "volumes")  # pod UID -> PodVolumes; _node
 _POD_SETS: dict[str, MapSpec[PodSetValue]] = {
     source: MapSpec(f"pods-{source}", _encode, PodSetValue.from_wire, f"source-{source}")
     for source in POD_SOURCES}  # set -> PodSetValue
 
-_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS,
+_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS, VOLUMES,
                                   *_POD_SETS.values())
 MAPS: Mapping[str, MapSpec[Any]] = {spec.name: spec for spec in _ALL}  # every map, by name
 

@@ -126,6 +126,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("certificates", "podvisor.services.certificates.main", _certificates),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
     Builtin("node", "podvisor.services.node.main", _registers_node),
+    Builtin("volumes", "podvisor.services.volumes.main", _has_kubeconfig),
     Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
     Builtin("events-api", "podvisor.services.events.api_main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),

@@ -117,7 +117,61 @@ class ApiVolume:
         return {self.kind: copy.deepcopy(dict(self.spec))}
 
 
-VolumeSource = EmptyDirVolume | HostPathVolume | DownwardAPIVolume | ApiVolume
+@dataclass(frozen=True)
+class ClaimVolume:
+    """A ``persistentVolumeClaim`` volume (API pods only): the claim in the pod's namespace,
+    mounted by the ``volumes`` process through the PersistentVolume it is bound to."""
+
+    claim_name: str
+    read_only: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"claimName": self.claim_name}
+        if self.read_only:
+            out["readOnly"] = True
+        return {"persistentVolumeClaim": out}
+
+
+@dataclass(frozen=True)
+class EphemeralVolume:
+    """A generic ephemeral volume (API pods only): the API server's ephemeral-volume
+    controller makes the claim ``<pod>-<volume>`` from ``template`` (the
+    ``volumeClaimTemplate`` as written), owned by the pod; it is then mounted as a claim."""
+
+    template: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ephemeral": {"volumeClaimTemplate": copy.deepcopy(dict(self.template))}}
+
+
+@dataclass(frozen=True)
+class CSIVolume:
+    """An inline ``csi`` volume (API pods only; the CSI driver must allow the ``Ephemeral``
+    lifecycle mode in its CSIDriver object)."""
+
+    driver: str
+    read_only: bool = False
+    fs_type: str = ""
+    volume_attributes: Mapping[str, str] = field(default_factory=dict)
+    node_publish_secret: str = ""  # nodePublishSecretRef.name
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"driver": self.driver}
+        if self.read_only:
+            out["readOnly"] = True
+        if self.fs_type:
+            out["fsType"] = self.fs_type
+        if self.volume_attributes:
+            out["volumeAttributes"] = dict(self.volume_attributes)
+        if self.node_publish_secret:
+            out["nodePublishSecretRef"] = {"name": self.node_publish_secret}
+        return {"csi": out}
+
+
+# the sources the ``volumes`` process mounts (the others are files the sync loop writes)
+MountedSource = ClaimVolume | EphemeralVolume | CSIVolume
+VolumeSource = (EmptyDirVolume | HostPathVolume | DownwardAPIVolume | ApiVolume | ClaimVolume
+                | EphemeralVolume | CSIVolume)
 
 
 @dataclass(frozen=True)
@@ -127,6 +181,11 @@ class Volume:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **self.source.to_dict()}
+
+    @property
+    def mounted(self) -> bool:
+        """Whether the ``volumes`` process mounts it (a claim, an ephemeral or a csi volume)."""
+        return isinstance(self.source, ClaimVolume | EphemeralVolume | CSIVolume)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from podvisor.services.pod.model import (
     Volume,
     VolumeSource,
 )
+from podvisor.services.pod.parse_claims import parse_claim, parse_csi, parse_ephemeral
 from podvisor.services.pod.parse_container import parse_container
 from podvisor.services.pod.parse_security import parse_pod_security
 
@@ -183,8 +184,8 @@ def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str,
         v = as_map(f, item, where)
         if v is None:
             continue
-        known = policy.VOLUME_KNOWN | set(policy.API_VOLUME_KINDS) if f.api_objects \
-            else policy.VOLUME_KNOWN
+        known = policy.VOLUME_KNOWN | set(policy.API_VOLUME_KINDS) \
+            | set(policy.MOUNTED_VOLUME_KINDS) if f.api_objects else policy.VOLUME_KNOWN
         check_fields(f, v, where, known, policy.VOLUME_UNSUPPORTED,
                      reject_unknown=policy.VOLUME_UNKNOWN_REASON)
         name = get_str(f, v, "name", where, required=True)
@@ -202,7 +203,7 @@ def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str,
 def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
                          container_names: frozenset[str]) -> VolumeSource | None:
     kinds = ("emptyDir", "hostPath", "downwardAPI",
-             *(policy.API_VOLUME_KINDS if f.api_objects else ()))
+             *(policy.API_VOLUME_KINDS + policy.MOUNTED_VOLUME_KINDS if f.api_objects else ()))
     present = [k for k in kinds if v.get(k) is not None or k in v]
     if not present and not any(e.field.startswith(where) for e in f.errors):
         return EmptyDirVolume()  # SetDefaults_Volume: no source is an emptyDir
@@ -219,6 +220,12 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
         return _parse_downward_api(f, body, join(where, kind), container_names)
     if kind in policy.API_VOLUME_KINDS:
         return _parse_api_volume(f, kind, body, join(where, kind), container_names)
+    if kind == "persistentVolumeClaim":
+        return parse_claim(f, body, join(where, kind))
+    if kind == "ephemeral":
+        return parse_ephemeral(f, body, join(where, kind))
+    if kind == "csi":
+        return parse_csi(f, body, join(where, kind))
     if kind == "hostPath":
         check_fields(f, body, join(where, kind), policy.HOST_PATH_KNOWN, {})
         host_path = get_str(f, body, "path", join(where, kind), required=True)

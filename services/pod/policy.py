@@ -80,8 +80,8 @@ CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "working
                              "terminationMessagePath", "terminationMessagePolicy"})
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
-    "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
-                             "may not reference"),
+    "volumeDevices": _reject("raw block volumes (volumeDevices) are not supported; mount the "
+                             "claim as a filesystem (volumeMounts)"),
     "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
     "stdin": _warn("attaching a terminal is not supported; ignored"),
@@ -144,15 +144,26 @@ VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})
 VOLUME_UNSUPPORTED = {
     "secret": _reject(f"{_API} (Secret volume)"),
     "configMap": _reject(f"{_API} (ConfigMap volume)"),
-    "persistentVolumeClaim": _reject(f"{_API} (PersistentVolumeClaim volume)"),
+    "persistentVolumeClaim": _reject(f"{_API} (PersistentVolumeClaim volume: as with the "
+                                     "kubelet, the API server refuses the mirror pod of a "
+                                     "static pod that references a claim)"),
     "projected": _reject(f"{_API} (projected volume)"),
-    "ephemeral": _reject(f"{_API} (ephemeral volume claim)"),
-    "csi": _reject("CSI volumes are not supported"),
+    "ephemeral": _reject(f"{_API} (ephemeral volume: its claim is made by the API server's "
+                         "ephemeral-volume controller, for API pods only)"),
+    "csi": _reject(f"{_API} (inline csi volume: it needs its driver's CSIDriver object)"),
 }
 VOLUME_UNKNOWN_REASON = ("unsupported volume type (podvisor supports emptyDir, hostPath and "
-                         "downwardAPI)")
+                         "downwardAPI; API pods also configMap, secret, projected, "
+                         "persistentVolumeClaim, ephemeral and csi)")
 # [issue 15] API pods: the API-backed volume sources and env sources
 API_VOLUME_KINDS = ("configMap", "secret", "projected")
+# [issue 25] API pods: the volumes the ``volumes`` process mounts
+MOUNTED_VOLUME_KINDS = ("persistentVolumeClaim", "ephemeral", "csi")
+CLAIM_KNOWN = frozenset({"claimName", "readOnly"})
+EPHEMERAL_KNOWN = frozenset({"volumeClaimTemplate"})
+CLAIM_TEMPLATE_KNOWN = frozenset({"metadata", "spec"})
+CSI_VOLUME_KNOWN = frozenset({"driver", "readOnly", "fsType", "volumeAttributes",
+                              "nodePublishSecretRef"})
 API_VALUE_FROM = ("configMapKeyRef", "secretKeyRef")
 CONFIG_MAP_VOLUME_KNOWN = frozenset({"name", "items", "defaultMode", "optional"})
 SECRET_VOLUME_KNOWN = frozenset({"secretName", "items", "defaultMode", "optional"})

@@ -49,10 +49,13 @@ from podvisor.services.pod.container import (
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.model import (
     ApiVolume,
+    ClaimVolume,
+    CSIVolume,
     DNSPolicy,
     DownwardAPIFile,
     DownwardAPIVolume,
     EmptyDirVolume,
+    EphemeralVolume,
     HostPathType,
     HostPathVolume,
     ObjectMeta,
@@ -195,6 +198,15 @@ def _volume(v: Mapping[str, Any]) -> Volume:
             items=tuple(DownwardAPIFile(path=i["path"], source=_field_source(i),
                                         mode=i.get("mode")) for i in d["items"]),
             default_mode=d["defaultMode"])
+    elif (c := v.get("persistentVolumeClaim")) is not None:
+        source = ClaimVolume(c["claimName"], c.get("readOnly", False))
+    elif (e := v.get("ephemeral")) is not None:
+        source = EphemeralVolume(dict(e["volumeClaimTemplate"]))
+    elif (c := v.get("csi")) is not None:
+        source = CSIVolume(c["driver"], c.get("readOnly", False), c.get("fsType", ""),
+                           dict(c.get("volumeAttributes", {})),
+                           c["nodePublishSecretRef"]["name"] if "nodePublishSecretRef" in c
+                           else "")
     else:
         kind = _one_of(v, _API_VOLUME_KINDS)
         source = ApiVolume(kind, dict(v[kind]))

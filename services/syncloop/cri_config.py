@@ -10,6 +10,7 @@ downwardAPI under ``.../kubernetes.io~downward-api/<name>`` (always mounted read
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
@@ -57,9 +58,11 @@ def api_volume_path(pods_dir: Path, uid: str, kind: str, volume: str) -> Path:
     return pods_dir / uid / "volumes" / _API_PLUGINS[kind] / volume
 
 
-def volume_paths(pod: Pod, pods_dir: Path) -> dict[str, Path]:
-    """Volume name -> host path."""
-    out: dict[str, Path] = {}
+def volume_paths(pod: Pod, pods_dir: Path,
+                 mounted: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Volume name -> host path. ``mounted``: the volume manager's host paths of the volumes
+    it mounts (claims, ephemeral and csi volumes), by volume name."""
+    out: dict[str, Path] = {name: Path(path) for name, path in (mounted or {}).items()}
     for v in pod.spec.volumes:
         if isinstance(v.source, EmptyDirVolume):
             out[v.name] = empty_dir_path(pods_dir, pod.uid, v.name)
@@ -305,12 +308,14 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                      volumes: dict[str, Path],
                      seccomp_root: Path = Path("/"),
                      env: list[tuple[str, str]] | None = None,
-                     oom_score_adj: int | None = None) -> pb.ContainerConfig:
+                     oom_score_adj: int | None = None,
+                     read_only: Collection[str] = ()) -> pb.ContainerConfig:
     """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
     where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
     environment as ``envvars.container_env`` built it (None: the plain values); command and args
     are expanded against it (``$(VAR)``). ``oom_score_adj``: the kubelet's value for the pod's
-    QoS class (None: unset)."""
+    QoS class (None: unset). ``read_only``: more volumes mounted read-only (a claim the volume
+    manager mounts read-only)."""
     ns = namespace_options(pod)
     if env is None:
         env = [(e.name, e.value) for e in c.env]
@@ -320,7 +325,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
         image=pb.ImageSpec(image=c.image, user_specified_image=c.image),
         command=command, args=args, working_dir=c.working_dir,
         envs=[pb.KeyValue(key=k, value=v) for k, v in env],
-        mounts=_mounts(c, volumes, read_only_volumes(pod)),
+        mounts=_mounts(c, volumes, read_only_volumes(pod) | set(read_only)),
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
                                             pod.spec.termination_grace_period_seconds,

@@ -28,7 +28,15 @@ from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
+from podvisor.ipc.maps import (
+    DESIRED,
+    POD_SET_KEY,
+    PROBES,
+    VOLUMES,
+    PodProbes,
+    PodSetValue,
+    pods_map,
+)
 from podvisor.ipc.messages import (
     AllPodsStopped,
     Message,
@@ -36,6 +44,7 @@ from podvisor.ipc.messages import (
     RelistHint,
     StopAllPods,
 )
+from podvisor.ipc.volumemaps import PodVolumes
 from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_instrumented_client, new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
@@ -78,7 +87,29 @@ def _sources(ctx: ChildContext) -> set[str]:
     return out
 
 
-def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
+class MountedVolumes:
+    """The ``volumes`` map as the sync loop reads it: pod UID -> the volume manager's view of
+    its mounted volumes. Written on the loop's thread, read from pool threads (``get``: one
+    dict lookup)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, PodVolumes] = {}
+
+    def get(self, uid: str) -> PodVolumes | None:
+        return self._pods.get(uid)
+
+    def update(self, uid: str, new: object) -> bool:
+        """Take a new value; True when the pod's volumes became ready (sync it now)."""
+        before = self._pods.get(uid)
+        if not isinstance(new, PodVolumes):
+            self._pods.pop(uid, None)
+            return False
+        self._pods[uid] = new
+        return new.ready and (before is None or not before.ready)
+
+
+def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True,
+                  volumes: MountedVolumes | None = None) -> SyncDeps:
     """What SyncPod needs, from the config (also RunOnce's, with ``shared`` off: no listing
     shared between workers and no image presence cache, every read fresh)."""
     cfg, clock = ctx.config, ctx.clock
@@ -112,7 +143,8 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                         strategy=cfg.config_map_and_secret_change_detection_strategy,
                         watch_timeout=cfg.api_watch_timeout, max_delay=cfg.api_retry_max_delay)
                     if cfg.kubeconfig else None,
-                    started=started.inc, crash=crashpoints.from_env("syncloop"))
+                    started=started.inc, crash=crashpoints.from_env("syncloop"),
+                    volumes=volumes.get if volumes is not None else lambda uid: None)
 
 
 def pull_slots(cfg: Any) -> threading.Semaphore | None:
@@ -214,7 +246,8 @@ class SyncLoopService:
         table = WorkerTable(Timing(resync=cfg.sync_frequency))
         self.events = Recorder(ctx.name, clock.wall, resolve=_resolver(table))
         self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
-        sync = new_sync_deps(ctx, EventingLog(ctx.log, self.events))
+        self.volumes = MountedVolumes()
+        sync = new_sync_deps(ctx, EventingLog(ctx.log, self.events), volumes=self.volumes)
         self.owner = self.service.owner(self.publisher, DESIRED, serving=False)
         self.probes = FailedProbes()
         self.hint = _Flag()  # a work changed containers since the last RelistHint
@@ -236,6 +269,8 @@ class SyncLoopService:
         self.sources = [self.service.replica(pods_map(src), self._feeder(src))
                         for src in sorted(_sources(ctx))]
         self.service.replica(PROBES, self._on_probes)
+        if cfg.kubeconfig:  # the volumes process runs: pods with claims wait for its mounts
+            self.service.replica(VOLUMES, self._on_volumes)
         self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
             PodLifecycleEvent: self._on_pleg_event,
             StopAllPods: self._on_stop_all,
@@ -261,6 +296,11 @@ class SyncLoopService:
         """A new liveness/startup failure syncs the pod at once (its container is killed and
         restarted per policy); syncs read the failed IDs."""
         if self.probes.update(key, old, new):
+            self.loop.handle_pleg_event(key, self.clock.monotonic())
+
+    def _on_volumes(self, key: str, old: object, new: object) -> None:
+        """A pod's volumes became ready: it syncs now (its sandbox waited for them)."""
+        if self.volumes.update(key, new):
             self.loop.handle_pleg_event(key, self.clock.monotonic())
 
     def _on_bus(self) -> None:

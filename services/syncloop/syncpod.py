@@ -26,6 +26,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
+from podvisor.ipc.volumemaps import PodVolumes
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import (
     ApiVolume,
@@ -40,6 +41,7 @@ from podvisor.services.pod import (
     qos_class,
 )
 from podvisor.services.syncloop import cri_config, volumes
+from podvisor.services.syncloop import volumes as volumes_mod
 from podvisor.services.syncloop.actions import (
     PodActions,
     StartAction,
@@ -107,6 +109,9 @@ class SyncDeps:
     pull_slots: threading.Semaphore | None = None
     # called once per container started (kubelet_started_containers_total)
     started: Callable[[], None] = lambda: None
+    # the volume manager's view of a pod's mounted volumes (the ``volumes`` replica; None: no
+    # entry yet). Read from pool threads.
+    volumes: Callable[[str], PodVolumes | None] = lambda uid: None
     # fault-injection tests' crash points ("syncloop:<step>", common/crashpoints.py):
     # sync.after_sandbox, sync.after_create, terminate.after_stop (terminate.py)
     crash: CrashPoints = NEVER
@@ -178,9 +183,33 @@ class _Run:
                               pod_uid=self.pod.uid, container=name, reason=reason,
                               message=message)
 
+    def mounted_volumes(self) -> dict[str, tuple[str, bool]] | None:
+        """The host path and read-only flag of each volume the volume manager mounts for this
+        pod, once all of them are ready (the kubelet's ``WaitForAttachAndMount``); None (and
+        the error recorded, the volume manager's reasons in it) while one is not."""
+        names = [v.name for v in self.pod.spec.volumes if v.mounted]
+        if not names:
+            return {}
+        found = self.deps.volumes(self.pod.uid)
+        ready = {n: v for n, v in (found.volumes if found is not None else {}).items()
+                 if v.ready and v.host_path}
+        waiting = [n for n in names if n not in ready]
+        if not waiting:
+            return {n: (ready[n].host_path, ready[n].read_only) for n in names}
+        why = [f"{n}: {v.message}" for n, v in sorted((found.volumes if found else {}).items())
+               if n in waiting and v.message]
+        message = (f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(waiting)}]"
+                   f": {'; '.join(why) or 'waiting for the volume manager'}")
+        self.errors.append(message)
+        self.deps.log.info("syncloop.volume.waiting", pod=self.pod.full_name,
+                           pod_uid=self.pod.uid, volumes=waiting, message=message)
+        return None
+
     def create_sandbox(self) -> bool:
         """False (and the errors recorded) when a volume could not be set up: no sandbox then,
         and the worker retries after its error delay, as the kubelet's volume manager does."""
+        if self.mounted_volumes() is None:
+            return False
         failed = volumes.setup_volumes(self.pod, self.deps.pods_dir, self.deps.node,
                                        self.deps.wall(), self.deps.objects)
         for name, why in failed.items():
@@ -289,13 +318,22 @@ class _Run:
         if (why := self.non_root_error(spec)) is not None:
             self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, why)
             return False
-        volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
+        mounted = self.mounted_volumes()
+        if mounted is None:
+            self.waiting[spec.name] = Waiting("ContainerCreating", self.errors[-1])
+            return False
+        volumes = cri_config.volume_paths(self.pod, deps.pods_dir,
+                                          {n: p for n, (p, _) in mounted.items()})
+        if (why := volumes_mod.missing_sub_path(spec, volumes, set(mounted))) is not None:
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, why)
+            return False
         try:
             ips = self.pod_ips() if needs_pod_ip(spec) else ()
             env = container_env(self.pod, spec, deps.node, ips, deps.objects)
             oom = oom_score_adj(self.pod, spec, deps.node.memory_bytes, self.qos)
-            config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
-                                                 deps.pods_dir.parent / "seccomp", env, oom)
+            config = cri_config.container_config(
+                self.pod, spec, action.restart_count, volumes, deps.pods_dir.parent / "seccomp",
+                env, oom, read_only={n for n, (_, ro) in mounted.items() if ro})
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
             return False

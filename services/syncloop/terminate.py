@@ -4,11 +4,13 @@ Grace: the caller gives it (deletion grace, else the kill override, else the pod
 ``terminationGracePeriodSeconds``). Per container, in parallel: run the preStop hook (exec
 through ``exec_sync`` or a sleep) within the grace, then ``StopContainer`` with what is left of
 it, never less than 2 s between TERM and KILL. Tearing down then stops and removes the
-sandboxes and containers, and the pod's emptyDir volumes.
+sandboxes and containers, and the pod's folder (emptyDir volumes, ...; never across a
+mount point: ``remove_pod_dir``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
+from podvisor.common.mountinfo import host_mounts, mounts_under
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import ExecAction, Pod, SleepAction
 from podvisor.services.syncloop import labels as L
@@ -127,7 +130,32 @@ def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grac
     if errors:
         raise errors[0]
     if pod_dir is not None:
+        remove_pod_dir(pod_dir)
+
+
+def remove_pod_dir(pod_dir: Path) -> None:
+    """Remove ``pods/<uid>`` without crossing a mount point under it: a volume still mounted
+    there (the volume manager unmounts it once the pod is gone, then removes its folders) is
+    left whole, with the folders that lead to it. A pod with no mount: ``rmtree``."""
+    mounts = mounts_under(pod_dir, host_mounts())
+    if not mounts:
         shutil.rmtree(pod_dir, ignore_errors=True)
+        return
+
+    def remove(path: Path) -> None:
+        if str(path) in mounts:
+            return
+        if path.is_dir() and not path.is_symlink():
+            for child in list(path.iterdir()):
+                remove(child)
+            with contextlib.suppress(OSError):
+                path.rmdir()  # not empty: a mount point is under it
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    with contextlib.suppress(OSError):
+        remove(pod_dir.resolve())
 
 
 def terminate_pod(cri: RuntimeClient, log: Log, uid: str, pod: Pod | None,

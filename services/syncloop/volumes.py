@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from podvisor.common.ownership import set_volume_ownership
 from podvisor.services.pod import (
     ApiVolume,
+    Container,
     DownwardAPIVolume,
     EmptyDirVolume,
     FSGroupChangePolicy,
@@ -73,36 +76,6 @@ def check_host_path(source: HostPathVolume) -> str | None:
         mode = 0  # missing: "is not a ..." as the kubelet says
     test, what = _KINDS[_OR_CREATE.get(kind, kind)]
     return None if test(mode) else f"hostPath type check failed: {path} is not {what}"
-
-
-_RW, _EXEC = 0o660, 0o110
-
-
-def _wanted(mode: int, is_dir: bool) -> int:
-    return mode | _RW | ((_EXEC | stat.S_ISGID) if is_dir else 0)
-
-
-def set_volume_ownership(root: Path, fs_group: int, on_root_mismatch: bool) -> None:
-    """The kubelet's ``SetVolumeOwnership`` (pkg/volume/volume_linux.go) for a writable volume:
-    lchown to group ``fs_group``, mode |= 0660 (directories |= 0770 and setgid; symlinks
-    untouched). ``on_root_mismatch``: skip when the root already has the group and mode."""
-    st = os.lstat(root)
-    if on_root_mismatch and st.st_gid == fs_group and (
-            st.st_mode & 0o7777 == _wanted(st.st_mode & 0o7777, True)):
-        return
-    def change(path: str) -> None:
-        info = os.lstat(path)
-        os.lchown(path, -1, fs_group)
-        if not stat.S_ISLNK(info.st_mode):
-            os.chmod(path, _wanted(info.st_mode & 0o7777, stat.S_ISDIR(info.st_mode)))
-
-    def fail(err: OSError) -> None:
-        raise err
-
-    for base, dirs, files in os.walk(root, onerror=fail):  # symlinks are not followed
-        change(base)
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(base, d))]:
-            change(os.path.join(base, name))
 
 
 def refresh_api_volumes(pod: Pod, pods_dir: Path, node: NodeFacts, now: float,
@@ -178,3 +151,25 @@ def setup_volumes(pod: Pod, pods_dir: Path, node: NodeFacts | None = None,
             if why is not None:
                 errors[v.name] = why
     return errors
+
+
+def missing_sub_path(container: Container, paths: Mapping[str, Path],
+                     mounted: Collection[str]) -> str | None:
+    """The kubelet's subPath handling for the volumes the volume manager mounts (a claim's
+    folder): a ``subPath`` that does not exist is made with the volume root's mode (its
+    ``SafeMakeDir``), and one that leads out of the volume (``..``, a symlink) is refused with
+    the kubelet's message; None when every such mount is fine."""
+    for m in container.volume_mounts:
+        if not m.sub_path or m.name not in mounted or m.name not in paths:
+            continue
+        root = os.path.realpath(paths[m.name])
+        wanted = os.path.realpath(os.path.join(root, m.sub_path))
+        if wanted != root and not wanted.startswith(root + os.sep):
+            return f'subpath "{wanted}" not within volume path "{root}"'
+        try:
+            if not os.path.lexists(os.path.join(root, m.sub_path)):
+                os.makedirs(wanted, stat.S_IMODE(os.stat(root).st_mode), exist_ok=True)
+        except OSError as err:
+            return f"failed to create subPath directory for volumeMount {m.name!r} of " \
+                   f"container {container.name!r}: {err}"
+    return None

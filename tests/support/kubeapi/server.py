@@ -87,7 +87,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "secrets": ("metadata.name", "metadata.namespace", "type"),
     "certificatesigningrequests": ("metadata.name", "spec.signerName"),
 }
-GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1", "rbac.authorization.k8s.io/v1")
+GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1", "rbac.authorization.k8s.io/v1",
+          "storage.k8s.io/v1")
 DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"

@@ -94,6 +94,13 @@ KINDS: dict[str, tuple[str, str, bool, bool, bool]] = {
     "clusterrolebindings": ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False, False,
                             True),
     "clusterroles": ("ClusterRole", "rbac.authorization.k8s.io/v1", False, False, True),
+    # issue 25: volumes (the controllers that act on them: tests/support/kubeapi/volumes.py)
+    "persistentvolumes": ("PersistentVolume", "v1", False, True, True),
+    "persistentvolumeclaims": ("PersistentVolumeClaim", "v1", True, True, True),
+    "storageclasses": ("StorageClass", "storage.k8s.io/v1", False, False, True),
+    "csidrivers": ("CSIDriver", "storage.k8s.io/v1", False, False, True),
+    "csinodes": ("CSINode", "storage.k8s.io/v1", False, False, True),
+    "volumeattachments": ("VolumeAttachment", "storage.k8s.io/v1", False, True, True),
 }
 TERMINAL = ("Succeeded", "Failed")
 
@@ -198,6 +205,21 @@ class Store:
                     if obj.get("status") else {"phase": "Pending"}
             if resource == "namespaces":
                 obj.setdefault("status", {"phase": "Active"})
+            if resource in ("persistentvolumes", "persistentvolumeclaims"):
+                obj["status"] = {"phase": "Pending"}  # the PV controller moves it on
+                if resource == "persistentvolumes":
+                    obj.setdefault("spec", {}).setdefault("persistentVolumeReclaimPolicy",
+                                                          "Retain")
+                else:
+                    obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+            if resource == "csidrivers":  # the API's defaults (storage/v1 SetDefaults_CSIDriver)
+                spec = obj.setdefault("spec", {})
+                spec.setdefault("attachRequired", True)
+                spec.setdefault("podInfoOnMount", False)
+                spec.setdefault("fsGroupPolicy", "ReadWriteOnceWithFSType")
+                spec.setdefault("volumeLifecycleModes", ["Persistent"])
+                spec.setdefault("requiresRepublish", False)
+                spec.setdefault("storageCapacity", False)
             if resource == "secrets" and "stringData" in obj:  # as the registry merges it
                 data = obj.setdefault("data", {})
                 for k, v in (obj.pop("stringData") or {}).items():

@@ -1,0 +1,1 @@
+"""podvisor.services.volumes: the volume manager process (issue 25)."""

@@ -1,0 +1,71 @@
+"""PersistentVolumeClaims end to end (embedded runtime, the stand-in API server with its
+volume controllers, the real agent): a StatefulSet-style pod waits in ContainerCreating with
+the kubelet's FailedMount event while its claim is unbound, runs once the claim is bound to a
+hostPath PV, counts its start in the volume, is deleted and made again under the same name
+(a new UID) and finds what it wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services.volumes.claimpods import (
+    agent_config,
+    claim,
+    counting_pod,
+    events,
+    gone,
+    host_path_pv,
+    phase,
+    read,
+    waiting_reason,
+)
+from tests.support.kubeapi import KubeApi
+from tests.support.kubeapi.volumes import VolumeControllers
+
+NODE = "e2e-claims"
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[KubeApi]:
+    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
+    server.start()
+    controllers = VolumeControllers(server).start()
+    yield server
+    controllers.stop()
+    server.stop()
+
+
+def test_statefulset_style_pod_keeps_its_data(api: KubeApi, agent: Any,
+                                              wait_for: Callable[..., Any],
+                                              tmp_path: Path) -> None:
+    disk, marks, mount = tmp_path / "disk", tmp_path / "marks", tmp_path / "c" / "data"
+    disk.mkdir()
+    marks.mkdir()
+    api.store.create("persistentvolumeclaims", "default", claim("data-web-0"))
+    volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}}
+    api.create_pod("default", counting_pod("web-0", NODE, volume, mount, marks))
+    handle = agent(config=agent_config(api, tmp_path, NODE))
+    # no PV yet: the claim stays Pending and the pod waits, as the kubelet's would
+    wait_for(lambda: waiting_reason(api, "web-0") == "ContainerCreating", timeout=60,
+             message="the pod waiting in ContainerCreating")
+    wait_for(lambda: any("PVC is not bound" in e["message"] for e in events(api, "FailedMount")),
+             timeout=30, message="a FailedMount event saying the claim is not bound")
+    assert not read(marks / "seen")
+    api.store.create("persistentvolumes", "", host_path_pv("pv-web-0", disk))
+    wait_for(lambda: phase(api, "persistentvolumeclaims", "data-web-0") == "Bound", timeout=30)
+    wait_for(lambda: read(marks / "seen") == "0", timeout=60, message="the first start")
+    assert read(disk / "count") == "1"
+    wait_for(lambda: phase(api, "pods", "web-0") == "Running", timeout=30)
+    api.store.delete("pods", "default", "web-0", grace=1)
+    wait_for(gone(api, "pods", "web-0"), timeout=60, message="the pod deleted")
+    (marks / "seen").unlink()
+    api.create_pod("default", counting_pod("web-0", NODE, volume, mount, marks))
+    wait_for(lambda: read(marks / "seen") == "1", timeout=60,
+             message="the new pod reading what the first one wrote")
+    assert read(disk / "count") == "2"
+    # hostPath PVs are used in place: nothing was mounted under the pods' folders
+    assert not list(handle.paths.pods_dir.glob("*/volumes/kubernetes.io~csi"))
