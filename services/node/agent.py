@@ -6,7 +6,9 @@
   ``providerID``; ``409 AlreadyExists`` (a restart, or a node that was there before)
   reconciles, as the kubelet does, only its default labels (hostname, os, arch): nodeLabels,
   taints and providerID are registration-time settings.
-- ``report_status(now)``: the status is computed every ``nodeStatusUpdateFrequency``; it is
+- ``report_status(now)``: the status is computed every ``nodeStatusUpdateFrequency`` (with
+  ``volumesInUse`` and ``volumesAttached`` from the volume manager once its states are synced);
+  it is
   PATCHed (strategic merge on ``nodes/<name>/status``) when it changed (heartbeat times aside)
   or when the last report is ``nodeStatusReportFrequency`` old; up to 5 tries per turn.
 - ``renew_lease(now)``: ``kube-node-lease/<node>`` with ``holderIdentity`` = node,
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339, rfc3339_micro
+from podvisor.ipc.volumemaps import NodeVolumes
 from podvisor.services.apiserver import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -64,6 +67,8 @@ class NodeAgent:
     machine: Callable[[], MachineFacts]  # read once, on first use (after the API answers)
     runtime: Callable[[], RuntimeFacts]
     log: Any
+    # the volume manager's ``_node`` entry (the ``volumes`` replica; None: none yet)
+    volumes: Callable[[], NodeVolumes | None] = lambda: None
     version: VersionChoice | None = None
     _facts: MachineFacts | None = None
     uid: str = ""
@@ -120,6 +125,11 @@ class NodeAgent:
                                max_pods=self.settings.max_pods, port=self.settings.port,
                                kubelet_version=version.kubelet_version,
                                shape=self.settings.shape)
+        volumes = self.volumes()
+        if volumes is not None and volumes.synced:  # the kubelet's VolumesInUse setter
+            computed["volumesInUse"] = list(volumes.in_use)
+            computed["volumesAttached"] = [{"name": a.name, "devicePath": a.device_path}
+                                           for a in volumes.attached]
         before = self.reported or {}
         changed = _strip_times(computed) != _strip_times({k: before.get(k) for k in computed})
         if not changed and now - self.reported_at < self.settings.report_frequency:
@@ -199,6 +209,6 @@ def _strip_times(status: Obj) -> Obj:
                                  if k not in ("lastHeartbeatTime", "lastTransitionTime")}
                                 for c in status.get("conditions") or []),
                                key=lambda c: str(c.get("type")))
-    for key in ("images", "volumesInUse", "volumesAttached", "phase"):
+    for key in ("images", "phase"):
         out.pop(key, None)
     return out

@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import VOLUMES
+from podvisor.ipc.volumemaps import NODE_KEY, NodeVolumes
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
@@ -70,12 +72,18 @@ class NodeService:
                                config.node_status_report_frequency,
                                config.node_lease_duration_seconds, shape),
             lambda: machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
-            lambda: runtime_probe(endpoint), ctx.log)
+            lambda: runtime_probe(endpoint), ctx.log, volumes=self._volumes)
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
+        self.volumes = self.loop.replica(VOLUMES)  # volumesInUse, volumesAttached
         self.loop.worker(self.step, stall=STALL_LIMIT, name="node")
         self.next_lease = self.next_status = self.clock.monotonic()
         self.failing = ""
+
+    def _volumes(self) -> NodeVolumes | None:
+        """The volume manager's ``_node`` entry (read from the worker: one dict lookup)."""
+        value = self.volumes.get(NODE_KEY)
+        return value if isinstance(value, NodeVolumes) else None
 
     def run(self) -> None:
         self.loop.run(lambda now: None)  # the work is the worker's

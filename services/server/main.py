@@ -18,7 +18,7 @@ from podvisor.services.server.replicas import BATCH, ServerReplicas, View
 
 def run(ctx: ChildContext) -> None:
     web = WebService(ctx, View(), batch=BATCH, name="server")
-    replicas = ServerReplicas(web.loop, web.publish)
+    replicas = ServerReplicas(web.loop, web.publish, volumes=bool(ctx.config.kubeconfig))
     try:
         web.run(Ports(ctx), replicas.drain)
     finally:

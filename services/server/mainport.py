@@ -156,11 +156,13 @@ def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: 
     maker = SummaryMaker(node_name, int(psutil.boot_time() * 1e9), root_dir, str(pod_logs),
                          container_stats or _no_runtime, image_fs_info, wall)
 
-    async def make_summary(encode: Callable[[Mapping[str, Any]], tuple[T, str | None]]) -> T:
+    async def make_summary(encode: Callable[[Mapping[str, Any], Mapping[str, Any]],
+                                            tuple[T, str | None]]) -> T:
         """Raises ``CriError`` when the runtime does not answer. One executor job: the CRI
         calls, the node's and the logs' figures, the assembly (and the JSON text)."""
         view = await current()
-        body, why = await asyncio.get_running_loop().run_in_executor(None, encode, view.pleg)
+        body, why = await asyncio.get_running_loop().run_in_executor(None, encode, view.pleg,
+                                                                     view.volumes)
         if why is not None:
             log.warning("mainport.image_fs_info_failed", error=why)
         return body

@@ -24,7 +24,16 @@ from typing import Any
 
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.clone import MapReplica
-from podvisor.ipc.maps import DESIRED, PLEG, STATUSES, DesiredValue, PlegValue, PodStatusValue
+from podvisor.ipc.maps import (
+    DESIRED,
+    PLEG,
+    STATUSES,
+    VOLUMES,
+    DesiredValue,
+    PlegValue,
+    PodStatusValue,
+)
+from podvisor.ipc.volumemaps import VolumesValue
 
 SNAPSHOT_TIMEOUT = 0.5
 BATCH = 0.5  # traffic waits at most this long for a drain when no handler asks for one
@@ -42,19 +51,25 @@ class View:
     statuses_synced: bool = False
     pleg_synced: bool = False
     desired_heard: float | None = None  # monotonic time the desired owner was last heard
+    volumes: Mapping[str, VolumesValue] = field(default_factory=lambda: _EMPTY)
 
 
 class ServerReplicas:
     """The server's three replicas on ``loop``; ``drain`` hands a new ``View`` to ``publish``
     when one moved."""
 
-    def __init__(self, loop: ServiceLoop, publish: Callable[[View], object]) -> None:
+    def __init__(self, loop: ServiceLoop, publish: Callable[[View], object],
+                 volumes: bool = False) -> None:
+        """``volumes``: replicate the volume manager's map too (it runs: ``kubeconfig``)."""
         self.loop = loop
         self.desired = loop.replica(DESIRED, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.statuses = loop.replica(STATUSES, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = loop.replica(PLEG, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.volumes = loop.replica(VOLUMES, snapshot_timeout=SNAPSHOT_TIMEOUT) \
+            if volumes else None
         self.maps: dict[str, MapReplica[Any]] = {
-            r.map_name: r for r in (self.desired, self.statuses, self.pleg)}
+            r.map_name: r for r in (self.desired, self.statuses, self.pleg, self.volumes)
+            if r is not None}
         self._owner = self.desired.socket  # the desired owner's updates and heartbeats
         self._publish = publish
         self.view = View()
@@ -79,5 +94,7 @@ class ServerReplicas:
             MappingProxyType(d.items()) if d.map_name in moved else old.desired,
             MappingProxyType(s.items()) if s.map_name in moved else old.statuses,
             MappingProxyType(p.items()) if p.map_name in moved else old.pleg,
-            d.synced, s.synced, p.synced, heard)
+            d.synced, s.synced, p.synced, heard,
+            old.volumes if self.volumes is None or self.volumes.map_name not in moved
+            else MappingProxyType(self.volumes.items()))
         self._publish(self.view)

@@ -27,6 +27,7 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.labels import POD_NAME, POD_NAMESPACE, POD_UID
 from podvisor.common.timefmt import rfc3339
 from podvisor.ipc.maps import PlegPod
+from podvisor.ipc.volumemaps import PodVolumes
 from podvisor.services.server.logusage import log_usage
 
 __all__ = ["ContainerRef", "NodeSampler", "container_refs", "image_fs_stats", "log_usage",
@@ -173,15 +174,37 @@ def start_times(pleg: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]
     return created, pod_created
 
 
+def volume_entries(mounted: PodVolumes) -> list[dict[str, Any]]:
+    """A pod's ``volume`` list (stats/v1alpha1 ``VolumeStats``) from its mounted volumes'
+    last readings, by name; ``pvcRef`` names the claim of a claim's (or ephemeral) volume."""
+    out = []
+    for name, v in sorted(mounted.volumes.items()):
+        st = v.stats
+        if st is None:
+            continue
+        entry: dict[str, Any] = {
+            "time": rfc3339(int(st.time)), "availableBytes": st.available_bytes,
+            "capacityBytes": st.capacity_bytes, "usedBytes": st.used_bytes,
+            "inodesFree": st.inodes_free, "inodes": st.inodes, "inodesUsed": st.inodes_used,
+            "name": name}
+        if v.claim:
+            entry["pvcRef"] = {"name": v.claim, "namespace": mounted.namespace}
+        out.append(entry)
+    return out
+
+
 def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
             stats: list[pb.ContainerStats], pleg: Mapping[str, Any],
             logs: Mapping[tuple[str, str], tuple[int, int]] | None = None,
             image_fs: dict[str, Any] | None = None, now_ns: int = 0,
             refs: Sequence[ContainerRef | None] | None = None,
-            starts: tuple[dict[str, int], dict[str, int]] | None = None) -> dict[str, Any]:
+            starts: tuple[dict[str, int], dict[str, int]] | None = None,
+            volumes: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``logs``: ``LogUsage``'s answer; ``image_fs``: ``image_fs_stats``'s (``now_ns``
     stamps the logs' figures); ``refs``: ``container_refs(stats)`` and ``starts``:
-    ``start_times(pleg)`` when the caller has them already."""
+    ``start_times(pleg)`` when the caller has them already; ``volumes``: the volume
+    manager's map (a pod's ``volume`` entries: its mounted volumes' usage, ``pvcRef`` for a
+    claim's)."""
     created, pod_created = starts if starts is not None else start_times(pleg)
     pods: dict[str, dict[str, Any]] = {}
     logs = logs or {}
@@ -227,6 +250,9 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
             pod["cpu"] = cpu
         if mem is not None:
             pod["memory"] = mem
+        mounted = (volumes or {}).get(pod["podRef"]["uid"])
+        if isinstance(mounted, PodVolumes) and (entries := volume_entries(mounted)):
+            pod["volume"] = entries
         items.append(pod)
     items.sort(key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
     node_out = {"nodeName": node_name, "startTime": rfc3339(node_start_ns // NS), **node}

@@ -59,8 +59,10 @@ class SummaryMaker:
         self._pleg: Mapping[str, Any] | None = None
         self._starts: tuple[dict[str, int], dict[str, int]] = ({}, {})
 
-    def make(self, pleg: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """(the Summary, why ``imageFs`` is left out or None)."""
+    def make(self, pleg: Mapping[str, Any], volumes: Mapping[str, Any] | None = None,
+             ) -> tuple[dict[str, Any], str | None]:
+        """(the Summary, why ``imageFs`` is left out or None). ``volumes``: the volume
+        manager's map (each pod's ``volume`` entries)."""
         stats = self._container_stats()
         now_ns = int(self._wall() * 1e9)
         node = self._sampler.sample(now_ns, self._root_dir)
@@ -78,10 +80,11 @@ class SummaryMaker:
         logs = self._logs.of(self._pod_logs, (
             (r.namespace, r.pod, r.uid, r.name) for r in refs if r is not None))
         body = summary(self._node_name, self._boot_ns, node, stats, pleg, logs, image_fs,
-                       now_ns, refs, starts)
+                       now_ns, refs, starts, volumes)
         return body, why
 
-    def make_json(self, pleg: Mapping[str, Any]) -> tuple[bytes, str | None]:
+    def make_json(self, pleg: Mapping[str, Any], volumes: Mapping[str, Any] | None = None,
+                  ) -> tuple[bytes, str | None]:
         """``make``'s Summary as compact JSON text (UTF-8)."""
-        body, why = self.make(pleg)
+        body, why = self.make(pleg, volumes)
         return json.dumps(body, separators=(",", ":")).encode(), why

@@ -113,7 +113,8 @@ class VolumeManager:
             self.start()
         if self.registry is not None:
             try:
-                self.registry.scan()
+                if self.registry.scan(now):
+                    self._backoff.clear()  # a driver came or went: retry its volumes now
             except OSError as err:
                 self.log.warning("volumes.registry.failed", error=str(err))
         self._populate(pods)

@@ -140,8 +140,8 @@ class Operations:
 
     @staticmethod
     def _csi_failed(what: str, spec_volume: str, err: CsiError) -> OpFailed:
-        return OpFailed(FAILED_MOUNT, f'{what} failed for volume "{spec_volume}" : '
-                                      f"rpc error: {err}", uncertain=not err.final)
+        return OpFailed(FAILED_MOUNT, f'{what} failed for volume "{spec_volume}" : {err}',
+                        uncertain=not err.final)
 
     def _context(self, spec: VolumeSpec) -> dict[str, str]:
         assert spec.csi is not None
@@ -268,7 +268,7 @@ class Operations:
                     client.unstage(dev.handle, str(staging))
             except CsiError as err:
                 raise OpFailed("", f'UnmountDevice failed for volume "{dev.unique_name}" : '
-                                   f"rpc error: {err}") from None
+                                   f"{err}") from None
         self.log("volumes.unstaged", volume=dev.unique_name, driver=dev.driver,
                  staging_path=str(staging))
         if record is not None and (record.attached or dev.attach_id):
@@ -368,7 +368,7 @@ class Operations:
                 client.unpublish(dev.handle, str(target))
             except CsiError as err:
                 raise OpFailed("", f'UnmountVolume.TearDown failed for volume '
-                                   f'"{key.spec_name}" : rpc error: {err}') from None
+                                   f'"{key.spec_name}" : {err}') from None
             if target.exists() and not is_mount_point(self.mounter, str(target)):
                 _rmdir(target)  # the spec has the plugin remove it; never across a mount
             (folder / VOL_DATA).unlink(missing_ok=True)

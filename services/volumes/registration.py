@@ -35,6 +35,7 @@ CSI_PLUGIN = "CSIPlugin"
 NODE_ID_ANNOTATION = "csi.volume.kubernetes.io/nodeid"
 STORAGE = "/apis/storage.k8s.io/v1"
 DIAL_TIMEOUT = 10.0
+RETRY, RETRY_MAX = 2.0, 30.0
 
 
 class NodeApi(Protocol):
@@ -73,7 +74,8 @@ class Registry:
         self.api = api
         self.log = log
         self.drivers: dict[str, Registered] = {}
-        self._failed: dict[str, str] = {}  # socket -> the error it was told (not retried)
+        # socket -> (the error it was told, when to try again: None = never, a refusal)
+        self._failed: dict[str, tuple[str, float | None, float]] = {}
         self._pruned = False
 
     def client(self, driver: str) -> CsiClient:
@@ -101,9 +103,10 @@ class Registry:
                 continue
         return out
 
-    def scan(self) -> bool:
-        """One pass: register new sockets, deregister gone ones. True when a driver came or
-        went."""
+    def scan(self, now: float) -> bool:
+        """One pass: register new sockets (and retry those whose registration failed for a
+        passing reason: the API server or the driver not answering, 2 s doubling to 30 s),
+        deregister gone ones. True when a driver came or went."""
         present = set(self.sockets())
         changed = False
         for name, found in list(self.drivers.items()):
@@ -111,14 +114,15 @@ class Registry:
                 self._deregister(name)
                 changed = True
         self._failed = {s: e for s, e in self._failed.items() if s in present}
-        known = {f.socket for f in self.drivers.values()} | set(self._failed)
+        known = {f.socket for f in self.drivers.values()} | {
+            s for s, (_, at, _) in self._failed.items() if at is None or now < at}
         for socket in sorted(present - known):
-            changed = self._register(socket) or changed
+            changed = self._register(socket, now) or changed
         if not self._pruned and self.api is not None:
             self._pruned = self._prune()
         return changed
 
-    def _register(self, socket: str) -> bool:
+    def _register(self, socket: str, now: float) -> bool:
         channel = grpc.insecure_channel(f"unix://{socket}")
         try:
             stub = regrpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
@@ -129,6 +133,7 @@ class Registry:
                          if hasattr(err, "details") else err))
                 return False  # asked again at the next pass
             error = self._admit(info)
+            passing = False  # a refusal is for good; a failure to finish is retried
             client: CsiClient | None = None
             node_info: NodeInfo | None = None
             if not error:
@@ -139,6 +144,7 @@ class Registry:
                     self._add_to_node(info.name, node_info)
                 except (CsiError, OSError) as err:
                     error = f"RegisterPlugin error -- plugin registration failed with err: {err}"
+                    passing = True
                     client.close()
                     client = None
             with contextlib.suppress(grpc.RpcError):  # told again at its next registration
@@ -147,8 +153,11 @@ class Registry:
         finally:
             channel.close()
         if error or client is None or node_info is None:
-            self._failed[socket] = error
-            self.log("volumes.plugin.refused", socket=socket, plugin=info.name, error=error)
+            before = self._failed.get(socket)
+            delay = min(before[2] * 2, RETRY_MAX) if before is not None else RETRY
+            self._failed[socket] = (error, now + delay if passing else None, delay)
+            self.log("volumes.plugin.refused", socket=socket, plugin=info.name, error=error,
+                     retry_in=delay if passing else None)
             return False
         self.drivers[info.name] = Registered(info.name, info.endpoint or socket, socket, client,
                                              node_info)

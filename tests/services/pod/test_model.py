@@ -204,7 +204,8 @@ REJECTED = [
      "static pods may not reference API objects (ConfigMap volume)"),
     ("pvc volume", lambda d: d["spec"].update(
         volumes=[{"name": "s", "persistentVolumeClaim": {"claimName": "x"}}]),
-     "(PersistentVolumeClaim volume)"),
+     "(PersistentVolumeClaim volume: as with the kubelet, the API server refuses "
+     "the mirror pod of a static pod that references a claim)"),
     ("projected volume", lambda d: d["spec"].update(volumes=[{"name": "s", "projected": {}}]),
      "(projected volume)"),
     ("nfs volume", lambda d: d["spec"].update(volumes=[{"name": "s", "nfs": {}}]),
