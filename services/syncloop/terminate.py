@@ -26,6 +26,7 @@ from podvisor.services.syncloop.actions import LIVENESS_FAILED, STARTUP_FAILED
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
 MIN_KILL_GRACE = 2
+MANAGED = ("kubernetes.io~csi", "kubernetes.io~local-volume")  # the volume manager's folders
 DEFAULT_GRACE = 30
 
 
@@ -134,22 +135,26 @@ def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grac
 
 
 def remove_pod_dir(pod_dir: Path) -> None:
-    """Remove ``pods/<uid>`` without crossing a mount point under it: a volume still mounted
-    there (the volume manager unmounts it once the pod is gone, then removes its folders) is
-    left whole, with the folders that lead to it. A pod with no mount: ``rmtree``."""
-    mounts = mounts_under(pod_dir, host_mounts())
-    if not mounts:
+    """Remove ``pods/<uid>`` without crossing a mount point under it, and without the volume
+    manager's folders (``volumes/kubernetes.io~csi``, ``.../kubernetes.io~local-volume``: it
+    unmounts them once the pod is gone, then removes them with their ``vol_data.json``, which
+    its reconstruction needs after a crash). A pod with neither: ``rmtree``."""
+    volumes = pod_dir / "volumes"
+    keep = mounts_under(pod_dir, host_mounts()) | {
+        str(p) for p in (volumes / MANAGED[0], volumes / MANAGED[1]) if p.exists()}
+    if not keep:
         shutil.rmtree(pod_dir, ignore_errors=True)
         return
+    keep = {str(Path(k).resolve()) for k in keep}
 
     def remove(path: Path) -> None:
-        if str(path) in mounts:
+        if str(path) in keep:
             return
         if path.is_dir() and not path.is_symlink():
             for child in list(path.iterdir()):
                 remove(child)
             with contextlib.suppress(OSError):
-                path.rmdir()  # not empty: a mount point is under it
+                path.rmdir()  # not empty: what is kept is under it
         else:
             with contextlib.suppress(OSError):
                 path.unlink()

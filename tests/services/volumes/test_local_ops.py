@@ -1,0 +1,77 @@
+"""The operations on local PVs with the fake mounter, and the reconstruction of what a restart
+finds on disk: a local volume bound once (a second pass finds the mount and binds nothing),
+fsGroup applied, the unmount removing the folders; CSI folders with their ``vol_data.json``
+found again as uncertain records, a folder without one left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from podvisor.services.volumes.mounter import FakeMounter
+from podvisor.services.volumes.operations import Operations
+from podvisor.services.volumes.reconstruct import reconstruct
+from podvisor.services.volumes.spec import Plugin, VolumePaths, VolumeSpec
+from podvisor.services.volumes.state import (
+    ActualState,
+    Mounted,
+    MountKey,
+    Op,
+    Step,
+    device_of,
+)
+
+
+class NoDrivers:
+    def client(self, driver: str) -> object:
+        raise LookupError(driver)
+
+
+def local_spec(path: Path, fs_group: int | None = None) -> VolumeSpec:
+    return VolumeSpec("uid1", "p", "default", "data", "pv1", Plugin.LOCAL,
+                      "kubernetes.io/local-volume/pv1", path=str(path), fs_group=fs_group)
+
+
+def test_a_local_volume_is_bound_once_and_unbound(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    paths, mounter = VolumePaths(tmp_path / "root"), FakeMounter()
+    ops = Operations(paths, mounter, NoDrivers(), None, "n1")  # type: ignore[arg-type]
+    spec = local_spec(disk, fs_group=os.getgid())
+    actual = ActualState()
+    step = Step(Op.MOUNT, device_of(spec), MountKey.of(spec), spec)
+    ops.run(step, actual)
+    ops.run(step, actual)  # again (a reconstructed, uncertain mount): nothing bound twice
+    folder = paths.pod_volume("uid1", Plugin.LOCAL, "pv1")
+    assert [c for c in mounter.calls if c[0] == "bind"] == [("bind", str(folder))]
+    assert actual.mounts[MountKey.of(spec)].state is Mounted.YES
+    assert os.stat(folder).st_mode & 0o2070 == 0o2070  # fsGroup: g+rwx, setgid
+    ops.run(Step(Op.UNMOUNT, device_of(spec), MountKey.of(spec)), actual)
+    assert not mounter.mounts() and not actual.mounts
+    assert not (paths.pods / "uid1").exists()
+
+
+def test_reconstruction_finds_what_was_left(tmp_path: Path) -> None:
+    paths = VolumePaths(tmp_path / "root")
+    csi = paths.pod_volume("uid1", Plugin.CSI, "pv-csi")
+    csi.mkdir(parents=True)
+    (csi / "vol_data.json").write_text(json.dumps({"driverName": "d", "volumeHandle": "h",
+                                                   "volumeLifecycleMode": "Persistent"}))
+    paths.pod_volume("uid1", Plugin.CSI, "broken").mkdir(parents=True)
+    paths.pod_volume("uid2", Plugin.LOCAL, "pv-local").mkdir(parents=True)
+    staging = paths.staging("d", "h")
+    staging.mkdir(parents=True)
+    (staging.parent / "vol_data.json").write_text(json.dumps({
+        "driverName": "d", "volumeHandle": "h", "attachmentID": "csi-1"}))
+    skipped: list[str] = []
+    actual = reconstruct(paths, lambda event, **f: skipped.append(f.get("path", ""))
+                         if event == "volumes.reconstruct.skipped" else None)
+    assert {(k.pod_uid, str(k.plugin), k.spec_name): r.state
+            for k, r in actual.mounts.items()} == {
+        ("uid1", "kubernetes.io/csi", "pv-csi"): Mounted.UNCERTAIN,
+        ("uid2", "kubernetes.io/local-volume", "pv-local"): Mounted.UNCERTAIN}
+    [device] = actual.devices.values()
+    assert device.staged is Mounted.UNCERTAIN and device.device.attach_id == "csi-1"
+    assert device.device.unique_name == "kubernetes.io/csi/d^h" and not device.attached
+    assert skipped == [str(paths.pod_volume("uid1", Plugin.CSI, "broken"))]
