@@ -6,9 +6,9 @@ service loop hands it the pods and publishes what it returns.
 Per pass: the plugin folder is scanned (CSI drivers come and go); pods new or changed, and
 pods whose volumes failed to resolve, are resolved; ``state.plan`` gives the steps; each runs
 unless its volume backs off (0.5 s doubling to 2 min 2 s after a failure, as the kubelet's
-pending operations); every ``stats_period`` the mounted volumes' usage is read. What it
-returns: each wanted pod's ``PodVolumes`` (ready, host path, or why not) and the node's
-``NodeVolumes``. Failures are logged and recorded as the kubelet's events (FailedMount,
+pending operations); every ``stats_period`` the mounted volumes' usage is read (a volume just
+mounted at once). What it returns: each wanted pod's ``PodVolumes`` (ready, host path, or why
+not) and the node's ``NodeVolumes``. Failures are logged and recorded as the kubelet's events (FailedMount,
 FailedAttachVolume) on the pod.
 """
 
@@ -121,9 +121,10 @@ class VolumeManager:
         desired = self.desired()
         for step in plan(desired, self.actual, synced):
             self._run(step, now)
-        if now >= self._next_stats:
+        due = now >= self._next_stats
+        if due:
             self._next_stats = now + self.stats_period
-            self._read_stats(desired)
+        self._read_stats(desired, every=due)  # else only volumes mounted since the last
         return self._outcome(now, synced, desired)
 
     def _key(self, step: Step) -> str:
@@ -222,10 +223,14 @@ class VolumeManager:
             if d.device.unique_name not in {s.unique_name for s in desired.values()})
 
     # -- usage --------------------------------------------------------------------------------
-    def _read_stats(self, desired: Mapping[MountKey, VolumeSpec]) -> None:
+    def _read_stats(self, desired: Mapping[MountKey, VolumeSpec], every: bool) -> None:
+        """The usage of every mounted volume (``every``), or of those with no reading yet."""
         stats: dict[tuple[str, str], VolumeStats] = {}
         for key, spec in desired.items():
             if not self.actual.mounted(spec):
+                continue
+            if not every and (known := self._stats.get((spec.pod_uid, spec.volume))):
+                stats[(spec.pod_uid, spec.volume)] = known
                 continue
             try:
                 usage = self._usage(spec)
