@@ -44,7 +44,7 @@ from podvisor.services.runtime import netns
 
 DEFAULT_BIN_DIRS = "/usr/lib/cni:/opt/cni/bin"
 CONFLIST = "10-podvisor.conflist"
-POOL = ipaddress.ip_network("10.208.0.0/13")  # deploy/containerd's instances use 10.200.0.0/13
+POOL = ipaddress.IPv4Network("10.208.0.0/13")  # deploy/containerd's instances use 10.200.0.0/13
 IFNAME = "eth0"
 PLUGIN_TIMEOUT = 60.0
 HOSTPORT_CHAINS = ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-SETMARK")

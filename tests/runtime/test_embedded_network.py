@@ -119,6 +119,9 @@ def net_runtime(env: dict[str, str] | None = None) -> Iterator[NetRuntime]:
             rt.client.close()
             if conf is not None:
                 remove_network(conf)
+                bridge = conf["plugins"][0]["bridge"]
+                assert subprocess.run(["ip", "link", "show", bridge], capture_output=True,
+                                      check=False).returncode != 0, f"{bridge} left behind"
             shutil.rmtree(base, ignore_errors=True)
 
 
