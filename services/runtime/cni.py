@@ -337,7 +337,7 @@ class Cni:
                                      "cniVersion": conf.get("cniVersion", "1.0.0")}
             if result:
                 stdin["prevResult"] = result
-            if (plugin.get("capabilities") or {}).get("portMappings") and att.ports:
+            if _wants_port_mappings(plugin) and att.ports:
                 stdin["runtimeConfig"] = {"portMappings": [p.runtime_config()
                                                            for p in att.ports]}
             out = self._exec(command, str(plugin.get("type", "")), stdin, att)
@@ -372,6 +372,12 @@ class Cni:
             raise CniError(f"plugin type={kind!r} {command}: not JSON: "
                            f"{done.stdout[:200]!r}") from None
         return out if isinstance(out, dict) else {}
+
+
+def _wants_port_mappings(plugin: Mapping[str, Any]) -> bool:
+    """The plugin declares the ``portMappings`` capability (portmap does)."""
+    caps = plugin.get("capabilities")
+    return isinstance(caps, dict) and bool(caps.get("portMappings"))
 
 
 def _error_text(stdout: bytes, stderr: bytes) -> str:
