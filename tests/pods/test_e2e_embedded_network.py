@@ -31,6 +31,7 @@ import yaml
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import new_runtime_client
+from podvisor.services.runtime import netns
 from podvisor.services.runtime.cni import CONFLIST, remove_network
 from tests.mainport.spdy_client import spdy_port_forward
 from tests.pods.lifecycle import agent_config, free_port, get_pods
@@ -166,7 +167,9 @@ def test_replicas_side_by_side_with_their_own_ips(agent: Any, manifests: Path,
         assert http_get(f"http://127.0.0.1:{host_port}/") is None
         assert handle.stop() == 0
     finally:
-        handle.stop()
+        handle.stop()  # stopPodsOnExit: the pods and their networks go first
+        for path in netns.listed(handle.paths.runtime_dir / "netns"):
+            netns.remove(path)  # only after a failure: none is left otherwise
         with contextlib.suppress(OSError, ValueError):
             remove_network(json.loads((conf_dir / CONFLIST).read_text()))
         shutil.rmtree(conf_dir, ignore_errors=True)

@@ -31,6 +31,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.crashpoints import ENV_AT, ENV_ONCE_DIR
 from podvisor.services.cri import CriError
+from podvisor.services.runtime import netns
 from podvisor.services.runtime.cni import CONFLIST, remove_network
 from podvisor.services.runtime.engine import NETWORK_STEPS
 from tests.mainport.spdy_client import spdy_port_forward
@@ -98,6 +99,7 @@ def net_runtime(env: dict[str, str] | None = None) -> Iterator[NetRuntime]:
     base = short_tmp("pvnet")
     rt = NetRuntime(base, env)
     conf: dict[str, Any] | None = None
+    leftover: list[Path] = []
     try:
         rt.start()
         yield rt
@@ -122,7 +124,12 @@ def net_runtime(env: dict[str, str] | None = None) -> Iterator[NetRuntime]:
                 bridge = conf["plugins"][0]["bridge"]
                 assert subprocess.run(["ip", "link", "show", bridge], capture_output=True,
                                       check=False).returncode != 0, f"{bridge} left behind"
+            leftover = list(netns.listed(rt.root / "netns"))
+            for path in leftover:  # only after a failure: a mounted namespace stops rmtree
+                netns.remove(path)
             shutil.rmtree(base, ignore_errors=True)
+        if sys.exc_info()[0] is None:  # never hide the test's own failure
+            assert not leftover, f"namespaces left behind: {leftover}"
 
 
 def sandbox_config(rt: NetRuntime, name: str, *, host_network: bool = False,
