@@ -88,6 +88,22 @@ def test_healthz_ok() -> None:
     assert call(healthy_view(), "GET", "/healthz")[::2] == (200, "ok")
 
 
+def test_healthz_says_pods_share_the_node_network_in_host_mode() -> None:
+    """networkPlugin: host (the embedded runtime's NetworkReady reason ``HostNetwork``):
+    healthy, and the detail says that pods share the node's network."""
+    view = healthy_view()
+    host = View(desired={**view.desired, "_runtime": RuntimeNetwork(
+        True, "HostNetwork", "networkPlugin: host: pods share the node's network",
+        "container runtime network is ready")}, statuses=view.statuses, pleg=PLEG,
+        desired_synced=True, statuses_synced=True, pleg_synced=True, desired_heard=99.0)
+    code, _, text = call(host, "GET", "/healthz")
+    assert code == 200
+    assert text.splitlines() == [
+        "[+]pleg ok", "[+]syncloop ok",
+        "[!]runtime-network host network mode: networkPlugin: host: pods share the node's "
+        "network", "healthz check passed"]
+
+
 def test_healthz_says_the_runtime_network_is_not_ready_but_stays_ok() -> None:
     """The kubelet's /healthz stays ok while its node condition says the network is not
     ready; podvisor's answers 200 too, with the sync loop's ``_runtime`` reading as detail."""

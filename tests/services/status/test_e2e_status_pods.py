@@ -227,7 +227,10 @@ def test_twenty_pods_survive_kill_of_status_server_pleg_syncloop(
         # the embedded runtime runs every pod in the host network: its pod IP is the host's
         assert {(p["status"]["podIP"], p["status"]["podIPs"][0]["ip"], p["status"]["hostIP"])
                 for p in first["items"]} == {("127.0.0.1", "127.0.0.1", "127.0.0.1")}
-        assert wait_for(lambda: get(port, "/healthz") == (200, "ok"), 30.0)
+        # healthy, and saying that pods share the node's network (networkPlugin: host)
+        assert wait_for(lambda: (h := get(port, "/healthz"))[0] == 200
+                        and "[!]runtime-network host network mode: networkPlugin: host" in h[1]
+                        and h[1].endswith("healthz check passed"), 30.0)
         code, running = get(port, "/runningpods/")
         assert code == 200 and len(running["items"]) == N_PODS
         for _ in range(3):
