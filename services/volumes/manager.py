@@ -8,8 +8,8 @@ pods whose volumes failed to resolve, are resolved; ``state.plan`` gives the ste
 unless its volume backs off (0.5 s doubling to 2 min 2 s after a failure, as the kubelet's
 pending operations); every ``stats_period`` the mounted volumes' usage is read (a volume just
 mounted at once). What it returns: each wanted pod's ``PodVolumes`` (ready, host path, or why
-not) and the node's ``NodeVolumes``. Failures are logged and recorded as the kubelet's events (FailedMount,
-FailedAttachVolume) on the pod.
+not) and the node's ``NodeVolumes``. Failures are logged and recorded as the kubelet's events
+(FailedMount, FailedAttachVolume) on the pod.
 """
 
 from __future__ import annotations
