@@ -9,9 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import requests
+import urllib3
+
 from tests.support.kubeapi import ApiError, KubeApi
 from tests.support.lifecycle import free_port
 
+TOKEN = "summary-token"
 COUNT = ("n=$(cat {data}/count 2>/dev/null || echo 0); echo $((n+1)) > {data}/count; "
          "echo $n > {marks}/seen; while true; do sleep 1; done")
 
@@ -122,3 +126,28 @@ def log_lines(handle: Any, process: str = "volumes") -> list[dict[str, Any]]:
             with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
     return out
+
+
+def summary_auth(tmp_path: Path) -> dict[str, Any]:
+    """The main port's ``authentication``: ``TOKEN`` (of a user the authorizer lets in)."""
+    (tmp_path / "tokens.csv").write_text(f'{TOKEN},ops,1001,"ops"\n')
+    return {"tokenFile": str(tmp_path / "tokens.csv"), "anonymous": {"enabled": False}}
+
+
+def summary(port: int) -> dict[str, Any]:
+    """``/stats/summary`` of the main port on ``port`` ({} until it answers)."""
+    urllib3.disable_warnings()
+    try:
+        answer = requests.get(f"https://127.0.0.1:{port}/stats/summary", verify=False,
+                              headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    except requests.RequestException:
+        return {}
+    return dict(answer.json()) if answer.status_code == 200 else {}
+
+
+def pod_volumes(port: int, name: str) -> list[dict[str, Any]]:
+    """The ``volume`` entries of pod ``name`` in ``/stats/summary``."""
+    for pod in summary(port).get("pods", []):
+        if pod["podRef"]["name"] == name:
+            return list(pod.get("volume", []))
+    return []

@@ -2,7 +2,8 @@
 volume controllers, the real agent): a StatefulSet-style pod waits in ContainerCreating with
 the kubelet's FailedMount event while its claim is unbound, runs once the claim is bound to a
 hostPath PV, counts its start in the volume, is deleted and made again under the same name
-(a new UID) and finds what it wrote."""
+(a new UID) and finds what it wrote; ``/stats/summary`` reports the claim's usage (a ``volume``
+entry with ``pvcRef``)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ from tests.services.volumes.claimpods import (
     gone,
     host_path_pv,
     phase,
+    pod_volumes,
     read,
+    summary_auth,
     waiting_reason,
 )
 from tests.support.kubeapi import KubeApi
 from tests.support.kubeapi.volumes import VolumeControllers
+from tests.support.lifecycle import free_port
 
 NODE = "e2e-claims"
 
@@ -48,7 +52,9 @@ def test_statefulset_style_pod_keeps_its_data(api: KubeApi, agent: Any,
     api.store.create("persistentvolumeclaims", "default", claim("data-web-0"))
     volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}}
     api.create_pod("default", counting_pod("web-0", NODE, volume, mount, marks))
-    handle = agent(config=agent_config(api, tmp_path, NODE))
+    port = free_port()
+    handle = agent(config=agent_config(api, tmp_path, NODE, port=port,
+                                       authentication=summary_auth(tmp_path)))
     # no PV yet: the claim stays Pending and the pod waits, as the kubelet's would
     wait_for(lambda: waiting_reason(api, "web-0") == "ContainerCreating", timeout=60,
              message="the pod waiting in ContainerCreating")
@@ -67,5 +73,11 @@ def test_statefulset_style_pod_keeps_its_data(api: KubeApi, agent: Any,
     wait_for(lambda: read(marks / "seen") == "1", timeout=60,
              message="the new pod reading what the first one wrote")
     assert read(disk / "count") == "2"
+    # the claim's usage: the count file in the PV's folder
+    entries = wait_for(lambda: [v for v in pod_volumes(port, "web-0") if v["name"] == "data"
+                                and v["usedBytes"] > 0], timeout=30,
+                       message="the claim's usage in /stats/summary")
+    assert entries[0]["pvcRef"] == {"name": "data-web-0", "namespace": "default"}
+    assert entries[0]["capacityBytes"] > 0 and entries[0]["inodesUsed"] >= 2
     # hostPath PVs are used in place: nothing was mounted under the pods' folders
     assert not list(handle.paths.pods_dir.glob("*/volumes/kubernetes.io~csi"))

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
-import urllib3
 
 from podvisor.common.crashpoints import ENV_AT, ENV_ONCE_DIR
 from tests.services.volumes.claimpods import (
@@ -29,7 +27,9 @@ from tests.services.volumes.claimpods import (
     claim,
     gone,
     mounts_under,
+    pod_volumes,
     read,
+    summary_auth,
 )
 from tests.support.csidriver import CsiDriver
 from tests.support.kubeapi import ApiError, KubeApi
@@ -39,7 +39,6 @@ from tests.support.lifecycle import free_port
 NODE = "e2e-csi"
 DRIVER = "test.csi.podvisor.io"
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^vol-1"
-TOKEN = "summary-token"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 SCRIPT = ("echo hello > {data}/file; echo scratch > {scratch}/file; echo ok > {marks}/ran; "
           "while true; do sleep 1; done")
@@ -73,23 +72,6 @@ def node_status(api: KubeApi) -> dict[str, Any]:
         return dict(api.store.get("nodes", "", NODE).get("status") or {})
     except ApiError:
         return {}
-
-
-def summary(port: int) -> dict[str, Any]:
-    urllib3.disable_warnings()
-    try:
-        answer = requests.get(f"https://127.0.0.1:{port}/stats/summary", verify=False,
-                              headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
-    except requests.RequestException:
-        return {}
-    return dict(answer.json()) if answer.status_code == 200 else {}
-
-
-def pod_volumes(port: int, name: str) -> list[dict[str, Any]]:
-    for pod in summary(port).get("pods", []):
-        if pod["podRef"]["name"] == name:
-            return list(pod.get("volume", []))
-    return []
 
 
 def test_csi_stage_publish_crash_and_teardown(api: tuple[KubeApi, VolumeControllers],
@@ -132,14 +114,12 @@ def _run(server: KubeApi, agent: Any, wait_for: Callable[..., Any], tmp_path: Pa
                              {"name": "scratch", "mountPath": str(scratch)},
                              {"name": "marks", "mountPath": str(marks)}]}]}})
     uid = pod["metadata"]["uid"]
-    (tmp_path / "tokens.csv").write_text(f'{TOKEN},ops,1001,"ops"\n')
     port = free_port()
     monkeypatch.setenv(ENV_AT, "volumes:csi.after_stage")
     monkeypatch.setenv(ENV_ONCE_DIR, str(once))
     handle = agent(config=agent_config(
         server, tmp_path, NODE, rootDir=str(root), port=port,
-        authentication={"tokenFile": str(tmp_path / "tokens.csv"),
-                        "anonymous": {"enabled": False}}))
+        authentication=summary_auth(tmp_path)))
     wait_for(lambda: read(marks / "ran") == "ok", timeout=120, message="the pod running")
     assert (once / "volumes.csi.after_stage").exists(), "the crash point fired"
     assert handle.state("volumes")["restarts"] >= 1
