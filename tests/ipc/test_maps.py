@@ -117,7 +117,7 @@ def test_the_desired_map_has_its_codec_in_its_spec() -> None:
 def test_every_map_is_declared_once_by_name() -> None:
     """``MAPS`` holds one spec per map (its name is its topic and snapshot socket);
     ``declared`` and ``pods_map`` refuse a name nobody declared."""
-    names = {"desired", "pleg", "probes", "statuses", "api-mirrors",
+    names = {"desired", "pleg", "probes", "statuses", "api-mirrors", "volumes",
              *(f"pods-{s}" for s in POD_SOURCES)}
     assert set(MAPS) == names and all(MAPS[n].name == n for n in names)
     assert all(isinstance(spec, MapSpec) and spec.owner for spec in MAPS.values())
