@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.common.logs import Log
 from podvisor.ipc.volumemaps import (
     AttachedVolume,
     MountedVolume,
@@ -60,7 +61,7 @@ Record = Callable[[str, str, Mapping[str, Any]], None]  # reason, message, pod o
 
 class VolumeManager:
     def __init__(self, paths: VolumePaths, resolver: Resolver | None, ops: Operations,
-                 registry: Registry | None, log: Any, record: Record,
+                 registry: Registry | None, log: Log, record: Record,
                  wall: Callable[[], float], stats_period: float = 60.0) -> None:
         self.paths = paths
         self.resolver = resolver
@@ -85,6 +86,8 @@ class VolumeManager:
 
     # -- the desired state -----------------------------------------------------------------
     def _populate(self, pods: Mapping[str, Pod]) -> None:
+        if self.resolver is not None:
+            self.resolver.new_pass()
         for uid in list(self.wants):
             if uid not in pods:
                 del self.wants[uid]
@@ -97,7 +100,6 @@ class VolumeManager:
             if self.resolver is None:
                 continue
             wants = self.resolver.pod(pod)
-            self.resolver._labels = None  # read again at the next pass
             self.wants[uid], self._pods[uid] = wants, pod
             for failure in wants.failures:
                 self._fail(uid, pod, failure.volume, "FailedMount", failure.message)

@@ -67,6 +67,10 @@ class Resolver:
         self.node = node
         self._labels: Mapping[str, str] | None = None
 
+    def new_pass(self) -> None:
+        """Forget the Node's labels: the next pass reads them again."""
+        self._labels = None
+
     def node_labels(self) -> Mapping[str, str]:
         if self._labels is None:
             labels = dig(self.api.get(f"/api/v1/nodes/{self.node}"), "metadata", "labels")
