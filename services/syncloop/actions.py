@@ -25,6 +25,11 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
   instead; podvisor's retry is idempotent, so a crash of the sync loop or of the runtime
   counts no restart and leaves no second container of one attempt (docs/ARCHITECTURE.md,
   "Exactly once").
+- A container whose create or start was cut off half-way (``abandoned``: containerd's
+  CreateContainer or StartContainer interrupted by the sync loop, its caller, going away or by
+  containerd's own crash) never ran: that is no failure of the pod. It is removed and the same
+  attempt created again in its place, under every restart policy, with no back-off and no
+  restart counted (the kubelet kills or leaves it and counts a restart).
 """
 
 from __future__ import annotations
@@ -40,6 +45,37 @@ from podvisor.services.syncloop.spec import container_hash
 
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 POD_INITIALIZING = "PodInitializing"
+
+
+# Failed starts that say the start was cut off, not refused: each entry's parts all appear in
+# the message of a never-started container's StartError (containerd 1.6's wording).
+START_ERROR = "StartError"
+_CUT_OFF: tuple[tuple[str, ...], ...] = (
+    # the CRI call's context ended: its client (the sync loop) went away in the middle of it
+    ("context canceled",),
+    # the shim's start command, run under that context, was killed with it
+    ("failed to start shim", "signal: killed"),
+)
+
+
+def abandoned(c: ContainerInfo) -> bool:
+    """``c`` never ran, and not because it could not: its create or start was cut off half-way
+    (the sync loop or the runtime died in the middle of the call). It can never be started,
+    and the attempt it stands for is not used up. Two shapes (containerd 1.6):
+
+    - exited with a StartError that says its caller went away (``_CUT_OFF``; a start cut off
+      by containerd's own crash leaves the container created, and its resumption is replaced
+      at once if containerd refuses it: syncpod ``start_created``);
+    - unknown, with no creation time: the runtime lost the record of its create (containerd
+      writes it at the end of CreateContainer; a crash before that leaves the container
+      listed in state unknown, created at 0).
+    """
+    if c.started_at > 0:
+        return False
+    if c.state is ContainerState.UNKNOWN:
+        return c.created_at <= 0
+    return (c.state is ContainerState.EXITED and c.reason == START_ERROR
+            and any(all(part in c.message for part in parts) for parts in _CUT_OFF))
 
 
 class BackoffView(Protocol):
@@ -72,6 +108,9 @@ class StartAction:
     # a container of this spec already created in the current sandbox and never started (its
     # StartContainer, or the answer to it, was lost): start that one, create none
     container_id: str = ""
+    # a container whose create or start was cut off (``abandoned``): remove it first, then
+    # create this attempt again in its place (it holds the attempt's name)
+    replaces: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,7 +186,8 @@ def _restarts_on_failure(pod: Pod) -> bool:
 
 def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
     """The kubelet's shouldContainerBeRestarted, for a container that is not running."""
-    if status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+    if (status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)
+            or abandoned(status)):
         return True
     if status.state is ContainerState.RUNNING:
         return False
@@ -158,8 +198,9 @@ def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
 
 
 def _init_failed(status: ContainerInfo) -> bool:
-    return status.state is ContainerState.UNKNOWN or (
-        status.state is ContainerState.EXITED and status.exit_code != 0)
+    return (status.state is ContainerState.UNKNOWN or (
+        status.state is ContainerState.EXITED and status.exit_code != 0)) \
+        and not abandoned(status)
 
 
 def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container | None, bool]:
@@ -181,8 +222,8 @@ def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Containe
             continue
         if status.state is ContainerState.RUNNING:
             return None, None, False
-        if status.state is ContainerState.CREATED:  # created, never started: start it now
-            return None, inits[i], False
+        if status.state is ContainerState.CREATED or abandoned(status):
+            return None, inits[i], False  # created, never started: start it (or again) now
         if status.state is ContainerState.EXITED:
             if i == len(inits) - 1:
                 return None, None, True
@@ -216,6 +257,12 @@ class _Builder:
                 and status.hash == self.hasher(container)):
             self.start.append(StartAction(container.name, init, status.restart_count,
                                           container_id=status.id))
+            return
+        if status is not None and abandoned(status):  # the same attempt, in its place
+            if kill_stale and status.state is ContainerState.UNKNOWN:
+                self.kill.append(KillAction(status.id, container.name, "stale container"))
+            self.start.append(StartAction(container.name, init, status.restart_count,
+                                          replaces=status.id))
             return
         if (kill_stale and status is not None
                 and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):

@@ -31,7 +31,12 @@ from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.states import WorkerState
-from podvisor.services.syncloop.syncpod import SyncDeps, quiet_resync, sync_pod
+from podvisor.services.syncloop.syncpod import (
+    IN_FLIGHT_RETRY,
+    SyncDeps,
+    quiet_resync,
+    sync_pod,
+)
 from podvisor.services.syncloop.terminate import terminate_pod
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
@@ -315,7 +320,9 @@ class SyncLoop:
             else:
                 self.log.warning("syncloop.work.failed", pod_uid=work.uid, kind=str(work.kind),
                                  error=str(err))
-            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err))
+            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err),
+                              retry_after=IN_FLIGHT_RETRY
+                              if isinstance(err, CriError) and err.name_reserved else None)
         self._post(lambda: self._finish(work, outcome))
 
     def _sync(self, work: Work) -> Outcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -162,6 +163,72 @@ def test_created_never_started_container_is_started_as_it_is(policy: str) -> Non
     assert [(s.name, s.restart_count, s.container_id, s.previous_finished_at)
             for s in a.start] == [("a", 2, created.id, 0.0)]
     assert "a" not in a.waiting
+
+
+CANCELLED = ('failed to start containerd task "x": context canceled: unknown',
+             "failed to create containerd task: failed to start shim: start failed: : "
+             "signal: killed: unknown")
+
+
+def cut_off(pod: Pod, name: str, message: str = CANCELLED[0], **kw: Any) -> ContainerInfo:
+    """An exited container whose StartContainer was cut off by its caller going away
+    (containerd 1.6's StartError for a cancelled context)."""
+    return replace(ctr(pod, name, EXIT, exit_code=128, finished=NOW - 1, **kw),
+                   reason="StartError", message=message)
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure", "Never"])
+@pytest.mark.parametrize("message", CANCELLED)
+def test_a_start_cut_off_by_its_callers_death_is_made_again_as_the_same_attempt(
+        policy: str, message: str) -> None:
+    """The sync loop was killed during StartContainer and containerd marked the container
+    exited (StartError): it never ran. It is removed and the same attempt created in its place,
+    under every restart policy, with no back-off and no restart counted."""
+    pod = make_pod(TWO, policy=policy)
+    stale = cut_off(pod, "a", message, restarts=2)
+    backoff = fresh()
+    backoff.record_restart(("u1", "a"), NOW - 1, NOW - 1)  # a back-off running for "a"
+    a = compute_pod_actions(pod, rt(stale, ctr(pod, "b", RUN)), NOW, backoff)
+    assert not a.kill and not a.kill_pod and not a.create_sandbox and "a" not in a.waiting
+    assert [(s.name, s.restart_count, s.replaces, s.container_id, s.previous_finished_at)
+            for s in a.start] == [("a", 2, stale.id, "", 0.0)]
+
+
+def test_a_create_cut_off_by_containerds_crash_is_made_again_as_the_same_attempt() -> None:
+    """containerd died during CreateContainer after recording the container, before its
+    status: the restarted containerd lists it unknown, created at 0, never started. It is
+    killed (stale), removed, and the same attempt created again: no restart counted."""
+    pod = make_pod(TWO)
+    lost = replace(ctr(pod, "a", UNKNOWN, exit_code=255, restarts=1), created_at=0,
+                   reason="Unknown")
+    a = compute_pod_actions(pod, rt(lost, ctr(pod, "b", RUN)), NOW, fresh())
+    assert [k.container_id for k in a.kill] == [lost.id]
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 1, lost.id)]
+
+
+@pytest.mark.parametrize("how", ["refused", "ran before", "unknown, created"])
+def test_a_failed_start_that_was_not_cut_off_counts(how: str) -> None:
+    """The kubelet's behaviour where the runtime does not say the call was cut off: a start
+    the runtime refused (no such executable), a container that ran, an unknown container
+    with a creation time: a new attempt, one restart more."""
+    pod = make_pod(TWO)
+    latest = {"refused": cut_off(pod, "a", 'exec: "nope": executable file not found in $PATH'),
+              "ran before": cut_off(pod, "a", started=NOW - 5),
+              "unknown, created": ctr(pod, "a", UNKNOWN)}[how]
+    a = compute_pod_actions(pod, rt(latest, ctr(pod, "b", RUN)), NOW, fresh())
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 1, "")]
+
+
+def test_an_init_container_whose_start_was_cut_off_is_no_failed_init() -> None:
+    """Under restartPolicy Never a failed init container fails the pod; one whose start was
+    cut off never ran: it is made again, the pod goes on."""
+    pod = make_pod(init=INITS, policy="Never")
+    i1 = ctr(pod, "i1", EXIT, exit_code=0, finished=NOW - 5)
+    i2 = cut_off(pod, "i2")
+    a = compute_pod_actions(pod, rt(i2, i1), NOW, fresh())
+    assert not a.pod_failed and not a.kill_pod
+    assert [(s.name, s.init, s.restart_count, s.replaces) for s in a.start] == \
+        [("i2", True, 0, i2.id)]
 
 
 def test_created_never_started_init_container_is_started_as_it_is() -> None:
