@@ -117,6 +117,28 @@ def test_failures_of_one_outage_double_the_runtime_back_off_once() -> None:
     assert t.runtime_delay == 0.2
 
 
+def test_errors_just_after_the_runtime_came_back_are_retried_soon() -> None:
+    """containerd restarted after a kill -9 fails a create or two on what its crash left
+    (a snapshot directory its rolled-back metadata hands out again): within recovery_window
+    of the runtime answering again such errors retry at recovery_retry, not error_delay (a pod
+    waited 10-15 s after containerd was back); later errors wait error_delay again."""
+    t = table()
+    t.update(pod(uid="a"), "file", 0.0)
+    t.update(pod(uid="b"), "file", 0.0)
+    for work in t.due(0.0):
+        t.finish(work, Outcome(ok=False, runtime_down=True), 0.0)
+    [wa, wb] = t.due(t.runtime_down_until)
+    back = t.runtime_down_until
+    t.finish(wa, Outcome(ok=True), back)  # the runtime answers again
+    t.finish(wb, Outcome(ok=False, error="failed to rename: file exists"), back + 0.01)
+    b = t.get("b")
+    assert b is not None and b.next_at == back + 0.01 + t.timing.recovery_retry
+    [wb] = t.due(b.next_at)
+    late = back + t.timing.recovery_window
+    t.finish(wb, Outcome(ok=False, error="CreateContainerError"), late)
+    assert b.next_at == late + t.timing.error_delay * 1.5  # table(): rand() = 1.0
+
+
 def test_the_loop_deadline_is_one_due_would_act_on() -> None:
     """next_deadline is the poll timeout of the loop: a deadline ``due`` would not act on
     (the runtime is down, the pod was refused admission) used to be 0, a busy spin."""
