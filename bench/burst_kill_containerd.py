@@ -148,6 +148,7 @@ class Round:
     containers: dict[int, int] = field(default_factory=dict)  # containers per pod -> pods
     tasks: dict[int, int] = field(default_factory=dict)       # running containers per pod
     restarted: int = 0  # pods with a restart counted
+    dead: list[str] = field(default_factory=list)  # containers not running: how they ended
     left_processes: int = -1  # after the manifests are removed and the pods are gone
     left_sandboxes: int = -1
     error: str = ""
@@ -245,6 +246,12 @@ class Bench:
                     tasks[pod] += 1
                     if L.parse_int(c.annotations.get(L.RESTART_COUNT)) > 0:
                         restarted.add(pod)
+                    continue
+                with contextlib.suppress(CriError):
+                    st = self.cri.container_status(c.id)
+                    r.dead.append(f"{pod} {pb.ContainerState.Name(st.state)} exit {st.exit_code}"
+                                  f" {st.reason!r} started {st.started_at > 0} "
+                                  f"{st.message[:160]!r}")
         for pod in (_pods(self.port) or {}).get("items", []):
             name = _base(pod["metadata"]["name"])
             if name in self.tags and any(c.get("restartCount", 0) > 0 for c in
@@ -417,7 +424,8 @@ def _row(i: int, r: Round, kill: str) -> str:
             f"  sandboxes/pod {_dist(r.sandboxes)} (ready {_dist(r.ready)})  tasks/pod "
             f"{_dist(r.tasks)}  containers/pod {_dist(r.containers)}  restarted {r.restarted}"
             f"  left after removal: processes {r.left_processes} sandboxes {r.left_sandboxes}")
-    return line + (f"  ERROR {r.error}" if r.error else "")
+    return line + (f"  ERROR {r.error}" if r.error else "") + "".join(
+        f"\n      not running: {d}" for d in r.dead)
 
 
 def main(argv: list[str] | None = None) -> int:
