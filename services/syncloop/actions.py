@@ -66,16 +66,21 @@ def abandoned(c: ContainerInfo) -> bool:
     - exited with a StartError that says its caller went away (``_CUT_OFF``; a start cut off
       by containerd's own crash leaves the container created, and its resumption is replaced
       at once if containerd refuses it: syncpod ``start_created``);
+    - exited without ever starting, and not because a start failed: the runtime ended a task
+      it had made for a start that its own crash cut off (containerd: the restarted one finds
+      that task's shim gone and exits the container "Error", code 1, no message; the embedded
+      runtime: "Unknown", 255, its monitor gone). A start the runtime refused is a
+      StartError, and counts;
     - unknown, with no creation time: the runtime lost the record of its create (containerd
       writes it at the end of CreateContainer; a crash before that leaves the container
       listed in state unknown, created at 0).
     """
-    if c.started_at > 0:
-        return False
     if c.state is ContainerState.UNKNOWN:
-        return c.created_at <= 0
-    return (c.state is ContainerState.EXITED and c.reason == START_ERROR
-            and any(all(part in c.message for part in parts) for parts in _CUT_OFF))
+        return c.created_at <= 0 and c.started_at <= 0
+    if not c.never_started:
+        return False
+    return c.reason != START_ERROR or any(all(part in c.message for part in parts)
+                                          for parts in _CUT_OFF)
 
 
 class BackoffView(Protocol):

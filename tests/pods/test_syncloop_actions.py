@@ -174,7 +174,7 @@ def cut_off(pod: Pod, name: str, message: str = CANCELLED[0], **kw: Any) -> Cont
     """An exited container whose StartContainer was cut off by its caller going away
     (containerd 1.6's StartError for a cancelled context)."""
     return replace(ctr(pod, name, EXIT, exit_code=128, finished=NOW - 1, **kw),
-                   reason="StartError", message=message)
+                   reason="StartError", message=message, never_started="started" not in kw)
 
 
 @pytest.mark.parametrize("policy", ["Always", "OnFailure", "Never"])
@@ -204,6 +204,21 @@ def test_a_create_cut_off_by_containerds_crash_is_made_again_as_the_same_attempt
     a = compute_pod_actions(pod, rt(lost, ctr(pod, "b", RUN)), NOW, fresh())
     assert [k.container_id for k in a.kill] == [lost.id]
     assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 1, lost.id)]
+
+
+@pytest.mark.parametrize(("reason", "code"), [("Error", 1), ("Unknown", 255)])
+def test_a_container_the_runtime_ended_before_it_ever_started_is_made_again(
+        reason: str, code: int) -> None:
+    """containerd restarted after its crash cut a StartContainer off finds the task's shim
+    gone and exits the container (Error, 1, no message) without it ever having started; the
+    embedded runtime says Unknown, 255 when a created container's monitor is gone. Neither is
+    a failure of the pod: the same attempt is made again."""
+    pod = make_pod(TWO)
+    lost = replace(ctr(pod, "a", EXIT, exit_code=code, finished=NOW - 1), reason=reason,
+                   never_started=True)
+    a = compute_pod_actions(pod, rt(lost, ctr(pod, "b", RUN)), NOW, fresh())
+    assert not a.kill
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 0, lost.id)]
 
 
 @pytest.mark.parametrize("how", ["refused", "ran before", "unknown, created"])
