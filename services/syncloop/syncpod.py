@@ -310,7 +310,7 @@ class _Run:
         if action.previous_finished_at > 0:
             deps.backoff.record_restart((self.pod.uid, spec.name), action.previous_finished_at,
                                         deps.mono())
-        if action.replaces and not self.remove_abandoned(action, spec):
+        if action.replaces and not self.remove_lost(action, spec):
             return False
         try:
             cid = deps.cri.create_container(self.sandbox_id, config, self.sandbox_cfg)
@@ -325,9 +325,9 @@ class _Run:
         deps.crash.hit("sync.after_create")
         return self.start_container(action, spec, cid)
 
-    def remove_abandoned(self, action: StartAction, spec: Container) -> bool:
-        """Remove the container whose start was abandoned (actions.py): it holds the name of
-        the attempt created again in its place."""
+    def remove_lost(self, action: StartAction, spec: Container) -> bool:
+        """Remove the container whose attempt was lost (actions.py ``lost_attempt``): it holds
+        the name of the attempt created again in its place."""
         try:
             self.deps.cri.remove_container(action.replaces)
         except CriError as err:
@@ -338,7 +338,7 @@ class _Run:
         self.deps.log.info("syncloop.container.replace", pod=self.pod.full_name,
                            pod_uid=self.pod.uid, container=spec.name,
                            container_id=action.replaces, restart_count=action.restart_count,
-                           reason="its create or start was cut off")
+                           reason="its attempt was lost")
         return True
 
     def retry_soon(self) -> None:

@@ -165,25 +165,34 @@ def test_created_never_started_container_is_started_as_it_is(policy: str) -> Non
     assert "a" not in a.waiting
 
 
-CANCELLED = ('failed to start containerd task "x": context canceled: unknown',
-             "failed to create containerd task: failed to start shim: start failed: : "
-             "signal: killed: unknown")
+NOT_THE_CONTAINERS = (
+    'failed to start containerd task "x": context canceled: unknown',
+    "failed to create containerd task: failed to start shim: start failed: : signal: killed: "
+    "unknown",
+    "failed to create containerd task: failed to create shim task: failed to start io pipe "
+    'copy: unable to copy pipes: containerd-shim: opening w/o fifo "/x/io/1/x-stdout" failed: '
+    "context deadline exceeded: unknown")
+REFUSED = ("failed to create containerd task: failed to create shim task: OCI runtime create "
+           "failed: runc create failed: unable to start container process: exec: \"nope\": "
+           "executable file not found in $PATH: unknown")
 
 
-def cut_off(pod: Pod, name: str, message: str = CANCELLED[0], **kw: Any) -> ContainerInfo:
-    """An exited container whose StartContainer was cut off by its caller going away
-    (containerd 1.6's StartError for a cancelled context)."""
+def cut_off(pod: Pod, name: str, message: str = NOT_THE_CONTAINERS[0],
+            **kw: Any) -> ContainerInfo:
+    """An exited container whose StartContainer failed with ``message`` (containerd 1.6's
+    StartError; by default the one for a call its caller, the sync loop, went away from)."""
     return replace(ctr(pod, name, EXIT, exit_code=128, finished=NOW - 1, **kw),
                    reason="StartError", message=message, never_started="started" not in kw)
 
 
 @pytest.mark.parametrize("policy", ["Always", "OnFailure", "Never"])
-@pytest.mark.parametrize("message", CANCELLED)
-def test_a_start_cut_off_by_its_callers_death_is_made_again_as_the_same_attempt(
+@pytest.mark.parametrize("message", NOT_THE_CONTAINERS)
+def test_a_start_that_failed_by_no_fault_of_the_container_is_made_again_as_the_same_attempt(
         policy: str, message: str) -> None:
-    """The sync loop was killed during StartContainer and containerd marked the container
-    exited (StartError): it never ran. It is removed and the same attempt created in its place,
-    under every restart policy, with no back-off and no restart counted."""
+    """The sync loop was killed during StartContainer (or containerd failed the start itself)
+    and containerd marked the container exited (StartError): it never ran. It is removed and
+    the same attempt created in its place, under every restart policy, with no back-off and
+    no restart counted."""
     pod = make_pod(TWO, policy=policy)
     stale = cut_off(pod, "a", message, restarts=2)
     backoff = fresh()
@@ -222,12 +231,12 @@ def test_a_container_the_runtime_ended_before_it_ever_started_is_made_again(
 
 
 @pytest.mark.parametrize("how", ["refused", "ran before", "unknown, created"])
-def test_a_failed_start_that_was_not_cut_off_counts(how: str) -> None:
-    """The kubelet's behaviour where the runtime does not say the call was cut off: a start
-    the runtime refused (no such executable), a container that ran, an unknown container
-    with a creation time: a new attempt, one restart more."""
+def test_a_failed_start_that_is_the_containers_counts(how: str) -> None:
+    """The kubelet's behaviour where the runtime does not say the attempt was lost: a start
+    runc refused (no such executable), a container that ran, an unknown container with a
+    creation time: a new attempt, one restart more."""
     pod = make_pod(TWO)
-    latest = {"refused": cut_off(pod, "a", 'exec: "nope": executable file not found in $PATH'),
+    latest = {"refused": cut_off(pod, "a", REFUSED),
               "ran before": cut_off(pod, "a", started=NOW - 5),
               "unknown, created": ctr(pod, "a", UNKNOWN)}[how]
     a = compute_pod_actions(pod, rt(latest, ctr(pod, "b", RUN)), NOW, fresh())
