@@ -1,21 +1,22 @@
 """Burst + kill -9 on containerd (issue 22, "On containerd: N rounds, one task per pod"), not a
 test: prints figures.
 
-A real `podvisor run` with `runtimeEndpoint` = containerd, then N rounds of: P hostNetwork pods
-of the busybox test image, each running `sleep <tag>` (a number unique to the pod and round, so
-the kernel's process table can count each pod's processes), dropped into staticPodPath at once;
-once the first K containers run, SIGKILL of
-  - the agent's sync loop (`--kill syncloop`, the default; on the session's containerd:
-    PODVISOR_CONTAINERD_ENDPOINT, else a private one, see tests/runtime/containerd.py), or
-  - containerd itself (`--kill containerd`: a PRIVATE instance this script sets up with
-    deploy/containerd/setup.sh + start.sh (no pod network: the pods are hostNetwork), kills by
-    its pid, starts again with start.sh, and stops with stop.sh --purge at the end; never
-    the session's instance).
+A real `podvisor run` with `runtimeEndpoint` = a PRIVATE containerd this script sets up with
+deploy/containerd/setup.sh + start.sh (no pod network: the pods are hostNetwork) and stops with
+stop.sh --purge at the end (never the session's instance: a kill of containerd needs its own,
+and a call cancelled by the sync loop's death can leave one of containerd's shims behind,
+which would stay on a shared instance). Then N rounds of: P pods of the busybox test image,
+each running `sleep <tag>` (a number unique to the pod and round, so the kernel's process
+table can count each pod's processes), dropped into staticPodPath at once; once the first K
+containers run, SIGKILL of the agent's sync loop (`--kill syncloop`, the default) or of
+containerd itself (`--kill containerd`: by its pid, then start.sh again).
 Per round: all pods Running in /pods (yes/no) and the time from the kill to that (for containerd
 also from its restart's answer), the live processes of each pod's command (must be exactly 1),
 sandboxes / ready sandboxes / containers / running containers (tasks) per pod in containerd's
 CRI list, pods with a restart counted, then the manifests are removed and what is left: live
-processes of the round's commands once the pods are gone (0 expected), and sandboxes.
+processes of the round's commands once the pods are gone (0 expected), sandboxes, and
+containerd-shim processes of the instance (containerd's own leak, reported, not podvisor's:
+an idle shim holds no process of the pod).
 
     .venv/bin/python bench/burst_kill_containerd.py [--rounds 10] [--pods 40] [--after 5]
         [--kill syncloop|containerd|none] [--json]
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import secrets
@@ -129,6 +131,17 @@ class Private:
             with (self.dir.parent / "containerd.logs").open("ab") as out:
                 out.write((self.dir / "containerd.log").read_bytes())
 
+    def shims(self) -> int:
+        """containerd-shim processes serving this instance (matched on their -address)."""
+        sock = self.endpoint.removeprefix("unix://")
+        n = 0
+        for proc in psutil.process_iter(["cmdline"]):
+            argv = proc.info["cmdline"] or []
+            if (argv and "containerd-shim" in argv[0]
+                    and any(pair == ("-address", sock) for pair in itertools.pairwise(argv))):
+                n += 1
+        return n
+
     def stop(self) -> None:
         self.keep_log()
         if (self.dir / "config.toml").exists():
@@ -151,12 +164,15 @@ class Round:
     dead: list[str] = field(default_factory=list)  # containers not running: how they ended
     left_processes: int = -1  # after the manifests are removed and the pods are gone
     left_sandboxes: int = -1
+    left_shims: int = -1  # containerd-shim processes of the instance after removal
     error: str = ""
 
 
 class Bench:
-    def __init__(self, tmp: Path, endpoint: str, pods: int, after: int) -> None:
+    def __init__(self, tmp: Path, endpoint: str, pods: int, after: int,
+                 shims: Callable[[], int]) -> None:
         self.tmp, self.endpoint, self.n, self.after = tmp, endpoint, pods, after
+        self.shims = shims
         self.manifests, self.staging = tmp / "manifests", tmp / "staging"
         self.manifests.mkdir()
         self.staging.mkdir()
@@ -317,6 +333,9 @@ class Bench:
             r.left_sandboxes = sum(1 for s in self.cri.list_pod_sandbox() if self.ours(s.labels))
         except CriError:
             r.left_sandboxes = -1
+        with contextlib.suppress(TimeoutError):  # a shim exits a moment after its sandbox
+            _wait("the shims gone", lambda: not self.shims(), 10.0, 0.05)
+        r.left_shims = self.shims()
         return r
 
     def _sandbox_counts(self) -> Counter[str]:
@@ -348,30 +367,26 @@ def measure(rounds: int, pods: int, after: int, kill: str) -> dict[str, Any]:
     out: dict[str, Any] = {"kill": kill, "pods": pods, "after": after}
     bench: Bench | None = None
     try:
-        if kill == "containerd":
-            private = Private(tmp)
-            t0 = time.monotonic()
+        private = Private(tmp)
+        t0 = time.monotonic()
+        try:
             private.run("setup.sh", "--no-install")
             private.run("start.sh")
-            out["private_setup_start_s"] = round(time.monotonic() - t0, 2)
-            endpoint = private.endpoint
-        else:
-            from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
-            try:
-                endpoint = ctrd.containerd_or_skip().endpoint
-            except BaseException as err:  # pytest's skip outcome is a BaseException
-                return {"error": f"containerd unavailable: {err}"}
-        bench = Bench(tmp, endpoint, pods, after)
+        except RuntimeError as err:
+            return {"error": f"containerd unavailable: {err}"}
+        out["private_setup_start_s"] = round(time.monotonic() - t0, 2)
+        bench = Bench(tmp, private.endpoint, pods, after, private.shims)
+        ctrd = private
         bench.start_agent()
 
         def kill_it() -> float | None:
             if kill == "none":
                 return None
-            if private is None:
-                bench.kill_syncloop()  # type: ignore[union-attr]
+            if kill == "syncloop":
+                bench.kill_syncloop()
                 return None
-            private.kill9()
-            private.run("start.sh")
+            ctrd.kill9()
+            ctrd.run("start.sh")
             return time.monotonic()
 
         results = []
@@ -384,7 +399,7 @@ def measure(rounds: int, pods: int, after: int, kill: str) -> dict[str, Any]:
         if ups:
             out["kill_to_running_p50_s"] = statistics.median(ups)
             out["kill_to_running_max_s"] = max(ups)
-        backs = [r.back_to_running_s for r in results if r.all_running and private]
+        backs = [r.back_to_running_s for r in results if r.all_running and kill == "containerd"]
         if backs:
             out["back_to_running_p50_s"] = statistics.median(backs)
             out["back_to_running_max_s"] = max(backs)
@@ -423,7 +438,8 @@ def _row(i: int, r: Round, kill: str) -> str:
             f"{'yes' if r.all_running else 'NO '} {up}{back}  processes/pod {_dist(r.processes)}"
             f"  sandboxes/pod {_dist(r.sandboxes)} (ready {_dist(r.ready)})  tasks/pod "
             f"{_dist(r.tasks)}  containers/pod {_dist(r.containers)}  restarted {r.restarted}"
-            f"  left after removal: processes {r.left_processes} sandboxes {r.left_sandboxes}")
+            f"  left after removal: processes {r.left_processes} sandboxes {r.left_sandboxes}"
+            f" (containerd's idle shims {r.left_shims})")
     return line + (f"  ERROR {r.error}" if r.error else "") + "".join(
         f"\n      not running: {d}" for d in r.dead)
 

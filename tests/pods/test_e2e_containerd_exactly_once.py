@@ -8,13 +8,16 @@ Running in /pods with restartCount 0, containerd's CRI lists exactly one ready s
 running container (task) per pod, exactly one live ``sleep <tag>`` runs per pod, and once the
 manifests are removed no process and no sandbox of theirs is left.
 
-- The sync loop's kill and the crash points use the session's containerd
-  (tests/runtime/containerd.py ``containerd_or_skip()``; skipped with the reason without one).
-- containerd's own kill uses a PRIVATE instance this test sets up and starts
-  (deploy/containerd/setup.sh + start.sh, no pod network: the pods are hostNetwork), kills
-  and starts again, and stops with stop.sh --purge: the session's instance is never killed.
-  Setting one up and starting it takes about 2 s here, stopping it about 2 s: no `slow` mark.
-Pods go under a per-test ``cgroupRoot``, removed at the end.
+Each test runs on a PRIVATE containerd it sets up and starts (deploy/containerd/setup.sh +
+start.sh, no pod network: the pods are hostNetwork) and stops with stop.sh --purge after the
+agent: containerd's kill needs one (the session's instance is never killed), and a call
+cancelled by the sync loop's death can leave containerd's shim of the pod running after the
+pod is gone (an idle containerd-shim holding no process: containerd's, see docs/ARCHITECTURE.md
+"Exactly once on containerd"), which must not outlive the test on the session's instance (a
+later test counts that instance's shims). Setting one up and starting it takes about 2 s
+here, stopping it about 2 s: no `slow` mark. Skipped with the reason when the session has no
+containerd (tests/runtime/containerd.py ``containerd_or_skip()``) or this test cannot start
+one (not root, tools missing). Pods go under a per-test ``cgroupRoot``, removed at the end.
 """
 
 from __future__ import annotations
@@ -54,6 +57,64 @@ pytestmark = pytest.mark.containerd
 def containerd() -> ContainerdHandle:
     """Module scope: the session's containerd starts before the per-test leak snapshot."""
     return containerd_or_skip()
+
+
+# --- a containerd of the test's own ----------------------------------------------------------
+
+
+class PrivateContainerd:
+    """A containerd instance of this test alone (deploy/containerd), no pod network."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="pvxk", dir="/tmp"))
+        self.env = {**os.environ, "PODVISOR_CONTAINERD_CNI": "off"}
+        self.endpoint = f"unix://{self.dir}/run/containerd.sock"
+
+    def script(self, name: str, *args: str) -> None:
+        done = subprocess.run([str(DEPLOY_DIR / name), *args, str(self.dir)], env=self.env,
+                              capture_output=True, text=True, timeout=180, check=False)
+        if done.returncode != 0:
+            raise AssertionError(f"{name} failed: {done.stderr.strip()[-2000:]}")
+
+    def start(self) -> None:
+        self.script("start.sh")
+
+    def pid(self) -> int:
+        return int((self.dir / "containerd.pid").read_text().strip())
+
+    def kill9(self) -> None:
+        """SIGKILL this instance's containerd (started here, by its pid) and reap it."""
+        proc = psutil.Process(self.pid())
+        proc.send_signal(signal.SIGKILL)
+        try:
+            os.waitpid(proc.pid, 0)  # our child: pytest is a subreaper (tests/conftest.py)
+        except ChildProcessError:
+            proc.wait(30)
+
+    def stop(self) -> None:
+        if (self.dir / "config.toml").exists():
+            subprocess.run([str(DEPLOY_DIR / "stop.sh"), "--purge", str(self.dir)],
+                           env=self.env, capture_output=True, timeout=180, check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def private_containerd(containerd: ContainerdHandle) -> Iterator[PrivateContainerd]:
+    """Skipped (with the reason) where the session's containerd runs but this test cannot
+    start one of its own."""
+    if os.geteuid() != 0:
+        pytest.skip("killing containerd needs a private instance, and starting one needs root")
+    missing = [tool for tool in ("containerd", "ctr", "containerd-shim-runc-v2", "runc")
+               if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"a private containerd needs {', '.join(missing)} here")
+    inst = PrivateContainerd()
+    try:
+        inst.script("setup.sh", "--no-install")
+        inst.start()
+        yield inst
+    finally:
+        inst.stop()
 
 
 # --- the burst -------------------------------------------------------------------------------
@@ -258,11 +319,13 @@ def kill9(handle: Any, name: str, wait_for: Callable[..., Any]) -> None:
 
 
 @pytest.fixture
-def burst_of(containerd: ContainerdHandle) -> Iterator[Callable[..., Burst]]:
+def burst_of(containerd: ContainerdHandle,
+             private_containerd: PrivateContainerd) -> Iterator[Callable[..., Burst]]:
+    """Bursts on the test's own containerd (set up before, and stopped after, the agent)."""
     made: list[Burst] = []
 
-    def make(n: int, endpoint: str | None = None) -> Burst:
-        b = Burst(endpoint or containerd.endpoint, containerd.image, n)
+    def make(n: int) -> Burst:
+        b = Burst(private_containerd.endpoint, containerd.image, n)
         made.append(b)
         return b
 
@@ -292,61 +355,6 @@ def test_kill9_syncloop_during_a_burst_on_containerd(agent: Any, wait_for: Any,
 # --- containerd killed mid-burst -------------------------------------------------------------
 
 
-class PrivateContainerd:
-    """A containerd instance of this test alone (deploy/containerd), no pod network."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="pvxk", dir="/tmp"))
-        self.env = {**os.environ, "PODVISOR_CONTAINERD_CNI": "off"}
-        self.endpoint = f"unix://{self.dir}/run/containerd.sock"
-
-    def script(self, name: str, *args: str) -> None:
-        done = subprocess.run([str(DEPLOY_DIR / name), *args, str(self.dir)], env=self.env,
-                              capture_output=True, text=True, timeout=180, check=False)
-        if done.returncode != 0:
-            raise AssertionError(f"{name} failed: {done.stderr.strip()[-2000:]}")
-
-    def start(self) -> None:
-        self.script("start.sh")
-
-    def pid(self) -> int:
-        return int((self.dir / "containerd.pid").read_text().strip())
-
-    def kill9(self) -> None:
-        """SIGKILL this instance's containerd (started here, by its pid) and reap it."""
-        proc = psutil.Process(self.pid())
-        proc.send_signal(signal.SIGKILL)
-        try:
-            os.waitpid(proc.pid, 0)  # our child: pytest is a subreaper (tests/conftest.py)
-        except ChildProcessError:
-            proc.wait(30)
-
-    def stop(self) -> None:
-        if (self.dir / "config.toml").exists():
-            subprocess.run([str(DEPLOY_DIR / "stop.sh"), "--purge", str(self.dir)],
-                           env=self.env, capture_output=True, timeout=180, check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-@pytest.fixture
-def private_containerd(containerd: ContainerdHandle) -> Iterator[PrivateContainerd]:
-    """Skipped (with the reason) where the session's containerd runs but this test cannot
-    start one of its own."""
-    if os.geteuid() != 0:
-        pytest.skip("killing containerd needs a private instance, and starting one needs root")
-    missing = [tool for tool in ("containerd", "ctr", "containerd-shim-runc-v2", "runc")
-               if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"a private containerd needs {', '.join(missing)} here")
-    inst = PrivateContainerd()
-    try:
-        inst.script("setup.sh", "--no-install")
-        inst.start()
-        yield inst
-    finally:
-        inst.stop()
-
-
 @pytest.mark.timeout(300)
 def test_kill9_containerd_during_a_burst(agent: Any, wait_for: Any,
                                          private_containerd: PrivateContainerd,
@@ -355,8 +363,8 @@ def test_kill9_containerd_during_a_burst(agent: Any, wait_for: Any,
     containers run, then containerd started again (its shims and their tasks live on). The
     calls in flight are cut off half-way: a sandbox or container recorded without its status,
     a task created for a container the restarted containerd lists as created and refuses to
-    start. (The instance is set up before, and stopped after, the agent and its pods.)"""
-    burst = burst_of(12, private_containerd.endpoint)
+    start."""
+    burst = burst_of(12)
     burst.start(agent, wait_for)
     burst.drop()
     wait_for(lambda: burst.running_count() >= 3, 60.0, 0.005, "the first containers running")
