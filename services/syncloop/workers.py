@@ -17,7 +17,8 @@ sandbox, for the sync to check before using it.
 Requeue: after a successful sync at ``resync * (1 + jitter * rand)`` rounded up to a whole
 second (pods due in the same second share one wake-up of the loop), or earlier when a
 back-off ends; after an error at ``error_delay * (1 + jitter * rand)``, or at the runtime
-back-off (100 ms doubling to 5 s) when the runtime itself was unreachable, or at
+back-off (100 ms doubling to 5 s; ended early by ``runtime_answered``, the sync loop's probe)
+when the runtime itself was unreachable, or at
 ``recovery_retry`` (0.5 s) within ``recovery_window`` (10 s) of the runtime answering again
 after such an outage: a runtime restarted after a crash fails a call or two on the debris of
 the calls it lost (containerd 1.6: a snapshot directory its rolled-back metadata reuses, "failed
@@ -267,6 +268,11 @@ class WorkerTable:
         self.runtime_delay = min(t.runtime_backoff_cap,
                                  max(t.runtime_backoff_initial, self.runtime_delay * 2))
         self.runtime_down_until = now + self.runtime_delay
+
+    def runtime_answered(self, now: float) -> None:
+        """The runtime answers again (the sync loop's probe): its back-off ends now. The delay
+        is kept, so that a failure right after doubles it as before."""
+        self.runtime_down_until = min(self.runtime_down_until, now)
 
     def _terminated(self, w: Worker, now: float) -> Worker | None:
         w.set_state(WorkerState.TERMINATED)

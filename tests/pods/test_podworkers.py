@@ -17,7 +17,7 @@ from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
-from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.loop import RUNTIME_PROBE_INTERVAL, LoopDeps, SyncLoop
 from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import IN_FLIGHT_RETRY, SyncDeps
@@ -394,6 +394,33 @@ def test_a_lost_start_is_retried_at_once_on_the_container_created(tmp_path: Path
     assert len(h.cri.method_calls("CreateContainer")) == 1
     assert created.labels[L.CONTAINER_NAME] == "a"
     assert [c.metadata.attempt for c in h.cri.list_containers()] == [0]
+
+
+def test_the_pods_sync_as_soon_as_the_runtime_answers_again(tmp_path: Path) -> None:
+    """containerd is down for seconds (killed, started again): the runtime back-off had grown
+    to 3.2 s when it came back, and every pod waited that out. While the runtime is down the
+    loop asks CRI Version every RUNTIME_PROBE_INTERVAL (one call at a time, no pod work); its
+    first answer ends the back-off and the pods sync at once."""
+    h = Harness(tmp_path)
+    for method in ("ListPodSandbox", "Version"):
+        h.cri.fail(method, grpc.StatusCode.UNAVAILABLE, "connection refused")
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    table = h.loop.deps.table
+    until = h.now + 3.2
+    table.runtime_delay, table.runtime_down_until = 3.2, until  # a long outage
+
+    def pod_reads() -> int:
+        return sum(1 for (f,) in h.cri.method_calls("ListPodSandbox") if f is not None)
+    h.now += RUNTIME_PROBE_INTERVAL
+    h.settle()
+    assert not h.running() and pod_reads() == 1  # still down: probes, no pod work
+    probes = len(h.cri.method_calls("Version"))
+    assert probes >= 1
+    h.cri.clear_failures()  # containerd is back
+    h.now += RUNTIME_PROBE_INTERVAL
+    h.settle()
+    assert set(h.running()) == {"a"} and h.now < until - 2.0
+    assert len(h.cri.method_calls("Version")) == probes + 1
 
 
 class ContainerdLikeCri(FakeRuntimeClient):
