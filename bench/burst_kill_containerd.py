@@ -131,16 +131,16 @@ class Private:
             with (self.dir.parent / "containerd.logs").open("ab") as out:
                 out.write((self.dir / "containerd.log").read_bytes())
 
-    def shims(self) -> int:
+    def shims(self) -> list[psutil.Process]:
         """containerd-shim processes serving this instance (matched on their -address)."""
         sock = self.endpoint.removeprefix("unix://")
-        n = 0
+        out = []
         for proc in psutil.process_iter(["cmdline"]):
             argv = proc.info["cmdline"] or []
             if (argv and "containerd-shim" in argv[0]
                     and any(pair == ("-address", sock) for pair in itertools.pairwise(argv))):
-                n += 1
-        return n
+                out.append(proc)
+        return out
 
     def stop(self) -> None:
         self.keep_log()
@@ -165,12 +165,13 @@ class Round:
     left_processes: int = -1  # after the manifests are removed and the pods are gone
     left_sandboxes: int = -1
     left_shims: int = -1  # containerd-shim processes of the instance after removal
+    left_in_cgroups: list[str] = field(default_factory=list)  # any process of the pods' cgroups
     error: str = ""
 
 
 class Bench:
     def __init__(self, tmp: Path, endpoint: str, pods: int, after: int,
-                 shims: Callable[[], int]) -> None:
+                 shims: Callable[[], list[psutil.Process]]) -> None:
         self.tmp, self.endpoint, self.n, self.after = tmp, endpoint, pods, after
         self.shims = shims
         self.manifests, self.staging = tmp / "manifests", tmp / "staging"
@@ -333,10 +334,28 @@ class Bench:
             r.left_sandboxes = sum(1 for s in self.cri.list_pod_sandbox() if self.ours(s.labels))
         except CriError:
             r.left_sandboxes = -1
+        r.left_in_cgroups = self.cgroup_procs()
         with contextlib.suppress(TimeoutError):  # a shim exits a moment after its sandbox
             _wait("the shims gone", lambda: not self.shims(), 10.0, 0.05)
-        r.left_shims = self.shims()
+        shims = self.shims()
+        r.left_shims = len(shims)
+        for shim in shims:  # an idle shim holds no process; one that does is a leak of ours
+            with contextlib.suppress(psutil.Error):
+                r.left_in_cgroups.extend(f"{c.pid} {' '.join(c.cmdline())} (child of shim "
+                                         f"{shim.pid})" for c in shim.children())
         return r
+
+    def cgroup_procs(self) -> list[str]:
+        """Every process left in the pods' cgroups (pause, runc init, anything) under the
+        agent's cgroupRoot, as "pid cmdline" (the pids hierarchy)."""
+        out = []
+        root = Path("/sys/fs/cgroup/pids") / self.cgroup_root.strip("/")
+        for procs in root.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(psutil.Error):
+                        out.append(f"{pid} {' '.join(psutil.Process(int(pid)).cmdline())}")
+        return out
 
     def _sandbox_counts(self) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -422,7 +441,7 @@ def _clean(r: Round, pods: int) -> bool:
     one = {1: pods}
     return (r.all_running and not r.error and r.processes == one and r.tasks == one
             and r.ready == one and r.sandboxes == one and r.restarted == 0
-            and r.left_processes == 0 and r.left_sandboxes == 0)
+            and r.left_processes == 0 and r.left_sandboxes == 0 and not r.left_in_cgroups)
 
 
 def _dist(d: dict[int, int]) -> str:
@@ -439,9 +458,11 @@ def _row(i: int, r: Round, kill: str) -> str:
             f"  sandboxes/pod {_dist(r.sandboxes)} (ready {_dist(r.ready)})  tasks/pod "
             f"{_dist(r.tasks)}  containers/pod {_dist(r.containers)}  restarted {r.restarted}"
             f"  left after removal: processes {r.left_processes} sandboxes {r.left_sandboxes}"
-            f" (containerd's idle shims {r.left_shims})")
+            f" in their cgroups {len(r.left_in_cgroups)} (containerd's idle shims "
+            f"{r.left_shims})")
     return line + (f"  ERROR {r.error}" if r.error else "") + "".join(
-        f"\n      not running: {d}" for d in r.dead)
+        f"\n      not running: {d}" for d in r.dead) + "".join(
+        f"\n      left in the pods' cgroups: {p}" for p in r.left_in_cgroups)
 
 
 def main(argv: list[str] | None = None) -> int:

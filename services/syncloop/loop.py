@@ -376,7 +376,7 @@ class SyncLoop:
             return Outcome(ok=False, error="containers or sandboxes remain after teardown")
         d.backoff.forget_pod(work.uid)
         if d.cgroups is not None:  # a folder still busy is retried at housekeeping
-            d.cgroups.remove(work.uid)
+            d.cgroups.remove(work.uid, kill_left=True)  # (processes left in it are killed)
         return Outcome(ok=True)
 
     def _finish(self, work: Work, outcome: Outcome) -> None:

@@ -6,7 +6,8 @@ Each pod is a hostNetwork busybox container running ``sleep <tag>`` with a numbe
 the test, so the kernel's process table can count each pod's processes. Afterwards every pod is
 Running in /pods with restartCount 0, containerd's CRI lists exactly one ready sandbox and one
 running container (task) per pod, exactly one live ``sleep <tag>`` runs per pod, and once the
-manifests are removed no process and no sandbox of theirs is left.
+manifests are removed no sandbox or container of theirs is left and no process of any kind in
+their cgroups.
 
 Each test runs on a PRIVATE containerd it sets up and starts (deploy/containerd/setup.sh +
 start.sh, no pod network: the pods are hostNetwork) and stops with stop.sh --purge after the
@@ -22,6 +23,7 @@ one (not root, tools missing). Pods go under a per-test ``cgroupRoot``, removed 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -42,6 +44,8 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.crashpoints import ENV_AT, ENV_ONCE_DIR
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
+from podvisor.services.syncloop.podcgroups import hierarchy_dirs, parse_mountinfo
 from tests.pods.lifecycle import agent_config, free_port, get_pods
 from tests.runtime.containerd import (
     DEPLOY_DIR,
@@ -287,12 +291,27 @@ class Burst:
         except CriError:
             return False
 
+    def in_cgroups(self) -> list[str]:
+        """Every process left in the pods' cgroups under the agent's cgroupRoot (pause, runc
+        init, anything), as "pid cmdline"."""
+        out = []
+        mounts = parse_mountinfo(new_cgroup_fs().mountinfo())
+        for folder in hierarchy_dirs(mounts, self.cgroup_root):
+            for procs in Path(folder).rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    for pid in procs.read_text().split():
+                        with contextlib.suppress(psutil.Error):
+                            out.append(f"{pid} {' '.join(psutil.Process(int(pid)).cmdline())}")
+        return sorted(set(out))
+
     def remove(self, wait_for: Callable[..., Any]) -> None:
         for name in self.tags:
             (self.manifests / f"{name}.yaml").unlink()
         wait_for(lambda: not any(sleepers(self.tags).values()), 60.0, 0.05,
                  "no process left once the manifests are gone")
         wait_for(self.gone, 60.0, 0.05, "no sandbox nor container of the pods left")
+        wait_for(lambda: not self.in_cgroups(), 30.0, 0.05,
+                 "no process of any kind left in the pods' cgroups")
 
     def close(self) -> None:
         """Whatever a failed test left: the agent, then every sandbox of ours, the cgroups."""
