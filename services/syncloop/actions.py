@@ -88,6 +88,15 @@ def lost_attempt(c: ContainerInfo) -> bool:
                                           for parts in _NOT_THE_CONTAINERS)
 
 
+def _died_under(c: ContainerInfo, rt: PodRuntime) -> bool:
+    """``c`` was created, never started, in a sandbox the runtime lists not ready: it can never
+    start there, and its attempt is lost too (containerd killed mid-burst: a sandbox whose
+    container was created just before the crash comes back NOTREADY; a new sandbox replaces
+    it, and the container is made again in that one as the same attempt)."""
+    return c.state is ContainerState.CREATED and any(
+        s.id == c.sandbox_id and not s.ready for s in rt.sandboxes)
+
+
 class BackoffView(Protocol):
     def remaining(self, key: BackoffKey, finished_at: float, now: float) -> float: ...
 
@@ -268,7 +277,8 @@ class _Builder:
             self.start.append(StartAction(container.name, init, status.restart_count,
                                           container_id=status.id))
             return
-        if status is not None and lost_attempt(status):  # the same attempt, in its place
+        if status is not None and (lost_attempt(status) or _died_under(status, self.rt)):
+            # the same attempt, in its place
             if kill_stale and status.state is ContainerState.UNKNOWN:
                 self.kill.append(KillAction(status.id, container.name, "stale container"))
             self.start.append(StartAction(container.name, init, status.restart_count,

@@ -230,6 +230,20 @@ def test_a_container_the_runtime_ended_before_it_ever_started_is_made_again(
     assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 0, lost.id)]
 
 
+def test_a_container_created_in_a_sandbox_that_died_is_made_again_in_the_new_one() -> None:
+    """containerd killed mid-burst: the pod's sandbox comes back NOTREADY with its container
+    created and never started. A new sandbox replaces it; the container cannot start in the
+    dead one, so the same attempt is made in the new one in its place (the dead sandbox, empty
+    then, goes at the next sync): no restart counted, no second container left beside."""
+    pod = make_pod(TWO)
+    dead = (SandboxInfo("s1", False, 0, 1),)
+    a_created = ctr(pod, "a", CREATED)
+    a = compute_pod_actions(pod, rt(a_created, sandboxes=dead), NOW, fresh())
+    assert (a.create_sandbox, a.attempt) == (True, 1)
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == \
+        [("a", 0, a_created.id), ("b", 0, "")]
+
+
 @pytest.mark.parametrize("how", ["refused", "ran before", "unknown, created"])
 def test_a_failed_start_that_is_the_containers_counts(how: str) -> None:
     """The kubelet's behaviour where the runtime does not say the attempt was lost: a start
