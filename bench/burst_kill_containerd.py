@@ -54,11 +54,11 @@ import psutil
 import yaml
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.control import ControlClient
 from podvisor.ipc.paths import RunPaths
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.syncloop import labels as L
-from podvisor.supervisor.client import ControlClient
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -373,11 +373,11 @@ class Bench:
 
 
 def _remove_cgroup(root: str) -> None:
-    from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
+    from tests.support import containerd as ctrd  # type: ignore[import-not-found]
     ctrd.remove_pod_cgroup(root)
 
 
-sys.path.insert(0, str(REPO))  # tests.runtime.containerd: the session's instance, cgroups
+sys.path.insert(0, str(REPO))  # tests.support.containerd: the session's instance, cgroups
 
 
 def measure(rounds: int, pods: int, after: int, kill: str) -> dict[str, Any]:

@@ -27,12 +27,12 @@ import yaml
 import zmq
 
 from podvisor.ipc.bus import Subscriber
+from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.ipc.paths import RunPaths
-from podvisor.supervisor.client import AgentNotRunning, ControlClient
 
 REPO = Path(__file__).resolve().parent.parent
-SERVICES = REPO / "tests" / "supervisor" / "services"
+SERVICES = REPO / "tests" / "support" / "testservices"
 
 
 def _wait_event(sub: Subscriber, name: str, to: str, timeout: float = 10.0) -> tuple[float, int]:

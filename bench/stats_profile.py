@@ -28,6 +28,12 @@ from cri_api.v1 import api_pb2 as pb
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from podvisor.common.labels import (  # noqa: E402
+    CONTAINER_NAME,
+    POD_NAME,
+    POD_NAMESPACE,
+    POD_UID,
+)
 from podvisor.ipc.maps import PlegContainer, PlegPod, PlegSandbox  # noqa: E402
 from podvisor.services.runtime.model import Container, StartInfo  # noqa: E402
 from podvisor.services.runtime.procfs import start_ticks  # noqa: E402
@@ -41,9 +47,8 @@ def _containers(n: int, procs: list[subprocess.Popen[bytes]]) -> list[Container]
         uid = f"uid-{i:03d}"
         cfg = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name="app"),
-            labels={"io.kubernetes.pod.name": f"m{i:03d}", "io.kubernetes.pod.namespace":
-                    "default", "io.kubernetes.pod.uid": uid,
-                    "io.kubernetes.container.name": "app"})
+            labels={POD_NAME: f"m{i:03d}", POD_NAMESPACE: "default", POD_UID: uid,
+                    CONTAINER_NAME: "app"})
         started = StartInfo(monitor_pid=0, monitor_ticks=0, pid=p.pid,
                             pid_ticks=start_ticks(p.pid) or 0, started_at=time.time_ns())
         out.append(Container(f"c{i:03d}", f"s{i:03d}", cfg, time.time_ns(), "", "host",
@@ -55,8 +60,8 @@ def _pleg(containers: list[Container]) -> dict[str, PlegPod]:
     pleg: dict[str, PlegPod] = {}
     for c in containers:
         labels = c.config.labels
-        pleg[labels["io.kubernetes.pod.uid"]] = PlegPod(
-            name=labels["io.kubernetes.pod.name"], namespace="default",
+        pleg[labels[POD_UID]] = PlegPod(
+            name=labels[POD_NAME], namespace="default",
             sandboxes=(PlegSandbox(c.sandbox_id, "SANDBOX_READY", c.created_at),),
             containers=(PlegContainer(c.id, "app", "CONTAINER_RUNNING",
                                       created_at=c.created_at),))
@@ -90,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         containers = _containers(args.n, procs)
         for c in containers:  # a pod log directory each, one log file
             labels = c.config.labels
-            d = tmp / (f"default_{labels['io.kubernetes.pod.name']}_"
-                       f"{labels['io.kubernetes.pod.uid']}") / "app"
+            d = tmp / f"default_{labels[POD_NAME]}_{labels[POD_UID]}" / "app"
             d.mkdir(parents=True)
             (d / "0.log").write_bytes(b"x" * 100)
         collector = StatsCollector()

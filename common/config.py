@@ -12,11 +12,19 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from podvisor.common.nodekeys import (
+    DEFAULT_EVICTION_HARD,
+    parse_eviction_hard,
+    parse_node_ips,
+    parse_node_labels,
+    parse_reserved,
+    parse_taints,
+)
 from podvisor.common.values import (
     ConfigError,
     format_duration,
@@ -39,6 +47,7 @@ __all__ = [
     "Key",
     "Kind",
     "SupervisionConfig",
+    "cert_dir",
     "config_from_mapping",
     "config_to_mapping",
     "keys_not_yet_used",
@@ -79,6 +88,12 @@ LEVEL = Kind(
     lambda k, v: _parse_choice(k, v, ("debug", "info", "warning", "error")), metavar="LEVEL"
 )
 CGROUP = Kind(lambda k, v: _parse_cgroup_path(k, v), metavar="PATH")
+# [issue 26] the Node's settings: maps and lists in the file, the kubelet flag's form in a flag
+NODE_IPS = Kind(parse_node_ips, metavar="IP[,IP]")
+LABELS = Kind(parse_node_labels, dict, metavar="KEY=VALUE,...")
+TAINTS = Kind(parse_taints, list, metavar="KEY[=VALUE]:EFFECT,...")
+RESERVED = Kind(parse_reserved, dict, metavar="RESOURCE=QUANTITY,...")
+EVICTION = Kind(parse_eviction_hard, dict, metavar="SIGNAL<QUANTITY,...")
 
 
 def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
@@ -145,6 +160,14 @@ TOP_KEYS: tuple[Key, ...] = (
         "with serializeImagePulls false: pulls at once (0 = no limit)"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
+    Key("networkPlugin", "network_plugin",
+        Kind(lambda k, v: _parse_choice(k, v, ("cni", "host")), metavar="PLUGIN"),
+        "the embedded runtime's pod network: 'cni' (a network namespace per pod, set up by "
+        "the CNI plugins of cniConfDir) or 'host' (pods share the node's network)"),
+    Key("cniConfDir", "cni_conf_dir", STR,
+        "CNI network config directory ('' = rootDir/cni/net.d; podvisor writes a bridge "
+        "conflist there when it holds none)"),
+    Key("cniBinDir", "cni_bin_dir", STR, "where the CNI plugins are (':'-separated)"),
     Key("cgroupRoot", "cgroup_root", CGROUP,
         "pods' cgroups go under <cgroupRoot>/pod<uid> ('' = the runtime's default place)"),
     Key("podPidsLimit", "pod_pids_limit", LIMIT,
@@ -179,6 +202,31 @@ TOP_KEYS: tuple[Key, ...] = (
         "(apiObjectCacheTTL) or Get"),
     Key("apiObjectCacheTTL", "api_object_cache_ttl", DURATION,
         "with the Cache strategy: ConfigMaps and Secrets read for pods are cached this long"),
+    # [issue 26] TLS bootstrap and certificate rotation (process `certificates`)
+    Key("bootstrapKubeconfig", "bootstrap_kubeconfig", STR,
+        "kubeconfig with a bootstrap token: when `kubeconfig` is missing or its certificate "
+        "expired, a client certificate is requested with it and `kubeconfig` written"),
+    Key("certDir", "cert_dir", STR,
+        "where the certificates TLS bootstrap and rotation get are kept ('' = rootDir/pki)"),
+    Key("rotateCertificates", "rotate_certificates", BOOL,
+        "request a new client certificate before the current one expires"),
+    Key("serverTLSBootstrap", "server_tls_bootstrap", BOOL,
+        "the main port's serving certificate comes from the API server (signer "
+        "kubernetes.io/kubelet-serving), rotated the same way"),
+    # [issue 26] the Node's settings
+    Key("nodeIP", "node_ip", NODE_IPS,
+        "the node's InternalIP (one, or one per family), reported in the Node and served"),
+    Key("nodeLabels", "node_labels", LABELS, "labels the Node is registered with"),
+    Key("registerWithTaints", "register_with_taints", TAINTS,
+        "taints the Node is registered with"),
+    Key("providerID", "provider_id", STR, "the Node's spec.providerID ('' = none)"),
+    Key("kubeReserved", "kube_reserved", RESERVED,
+        "resources held back for Kubernetes' daemons (less allocatable)"),
+    Key("systemReserved", "system_reserved", RESERVED,
+        "resources held back for the system's daemons (less allocatable)"),
+    Key("evictionHard", "eviction_hard", EVICTION,
+        "hard eviction thresholds; memory.available and nodefs.available are held back from "
+        "allocatable (a map given replaces the defaults whole)"),
     # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
     Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
     Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
@@ -392,6 +440,10 @@ class Config:
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     cgroup_root: str = "/podvisor"
+    # [issue 27] the embedded runtime's pod network
+    network_plugin: str = "host"
+    cni_conf_dir: str = ""
+    cni_bin_dir: str = "/usr/lib/cni:/opt/cni/bin"
     pod_pids_limit: int = -1
     run_once: bool = False
     run_once_max_retries: int = 10
@@ -408,6 +460,19 @@ class Config:
     status_sweep_frequency: float = 10.0
     config_map_and_secret_change_detection_strategy: str = "Watch"
     api_object_cache_ttl: float = 10.0
+    # [issue 26] TLS bootstrap and rotation; the Node's settings
+    bootstrap_kubeconfig: str = ""
+    cert_dir: str = ""
+    rotate_certificates: bool = False
+    server_tls_bootstrap: bool = False
+    node_ip: str = ""
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    register_with_taints: Sequence[Mapping[str, str]] = field(default_factory=list)
+    provider_id: str = ""
+    kube_reserved: Mapping[str, str] = field(default_factory=dict)
+    system_reserved: Mapping[str, str] = field(default_factory=dict)
+    eviction_hard: Mapping[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
     # [ops port, issue 14]
     ops_address: str = "127.0.0.1"
     ops_port: int = 9001
@@ -482,6 +547,12 @@ def config_from_mapping(raw: object) -> Config:
             raise ConfigError("authentication.webhook.enabled", f"true {WEBHOOK_NEEDS_API}")
         if config.authorization.mode == "Webhook":
             raise ConfigError("authorization.mode", f"Webhook {WEBHOOK_NEEDS_API}")
+    for key, value in (("bootstrapKubeconfig", config.bootstrap_kubeconfig),
+                       ("rotateCertificates", config.rotate_certificates),
+                       ("serverTLSBootstrap", config.server_tls_bootstrap)):
+        if value and not config.kubeconfig:  # [issue 26] they write or renew kubeconfig's pair
+            raise ConfigError(key, "needs kubeconfig (the file TLS bootstrap writes and "
+                                   "rotation renews)")
     if config.image_gc_low_threshold_percent > config.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent", "must be <= imageGCHighThresholdPercent")
     if not config.root_dir:
@@ -498,6 +569,16 @@ def config_from_mapping(raw: object) -> Config:
     if config.ops_port and not config.ops_username:
         raise ConfigError("opsUsername", "must not be empty")
     return config
+
+
+def cert_dir(config: Config) -> Path:
+    """Where TLS bootstrap and rotation keep their pairs: `certDir`, else `<rootDir>/pki`."""
+    return Path(config.cert_dir or os.path.join(config.root_dir, "pki"))
+
+
+def cni_conf_dir(config: Config) -> Path:
+    """The embedded runtime's CNI config directory: `cniConfDir`, else `<rootDir>/cni/net.d`."""
+    return Path(config.cni_conf_dir or os.path.join(config.root_dir, "cni", "net.d"))
 
 
 def ops_password_path(config: Config) -> Path:
@@ -586,7 +667,8 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 # Keys naming files: relative paths in the config file are relative to the file's folder (as
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
 PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile",
-             "opsPasswordFile", "opsTLSCertFile", "opsTLSPrivateKeyFile")
+             "opsPasswordFile", "opsTLSCertFile", "opsTLSPrivateKeyFile", "bootstrapKubeconfig",
+             "certDir", "cniConfDir")
 NESTED_PATH_KEYS = (("authentication", "tokenFile"), ("authentication", "x509", "clientCAFile"))
 
 

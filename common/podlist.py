@@ -24,38 +24,40 @@ from podvisor.ipc.maps import (
     PlegHealth,
     PlegPod,
     PlegValue,
+    PodRef,
     PodStatusValue,
     RuntimeNetwork,
 )
+from podvisor.ipc.podstatus import PodStatus
+from podvisor.ipc.wire import MapValueError
 
 PLEG_HEALTHY_WITHIN = 180.0  # kubelet: relist threshold 3 min
 SYNCLOOP_HEALTHY_WITHIN = 30.0  # the desired map owner publishes at least every second
 
 
-def _public(status: object) -> dict[str, Any]:
-    """A ``statuses`` value's PodStatus (Pending while there is none)."""
-    return status.status if isinstance(status, PodStatusValue) else {"phase": "Pending"}
+def _public(status: PodStatusValue | None) -> dict[str, Any]:
+    """A ``statuses`` value's PodStatus as the API's JSON (Pending while there is none)."""
+    return status.status.to_dict() if status is not None else {"phase": "Pending"}
 
 
-def _pod_item(entry: DesiredPod, status: Any) -> dict[str, Any]:
-    out = {k: v for k, v in entry.pod.items() if k not in ("podvisor", "status")}
-    out["status"] = _public(status)
-    return out
+def _manifest(entry: DesiredPod) -> dict[str, Any]:
+    """The pod as the API object, without podvisor's own key and the (stale) source status:
+    the item's head, written as the source sent it."""
+    return {k: v for k, v in entry.pod.items() if k not in ("podvisor", "status")}
+
+
+def _sort_key(ref: PodRef) -> tuple[str, str]:
+    return (ref.namespace, ref.name)
 
 
 def pod_list(desired: Mapping[str, DesiredValue],
              statuses: Mapping[str, PodStatusValue]) -> dict[str, Any]:
-    items = []
-    for uid, entry in desired.items():
-        if isinstance(entry, DesiredPod):
-            items.append(_pod_item(entry, statuses.get(uid)))
-    items.sort(key=_sort_key)
+    pods = [(_sort_key(entry.ref), uid, entry) for uid, entry in desired.items()
+            if isinstance(entry, DesiredPod)]
+    pods.sort(key=lambda p: p[0])
+    items = [{**_manifest(entry), "status": _public(statuses.get(uid))}
+             for _key, uid, entry in pods]
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
-
-
-def _sort_key(item: Mapping[str, Any]) -> tuple[str, str]:
-    meta = item.get("metadata", {})
-    return (meta.get("namespace", ""), meta.get("name", ""))
 
 
 class _Pod:
@@ -65,17 +67,17 @@ class _Pod:
 
     __slots__ = ("entry", "head", "pod", "sort_key", "status", "text")
 
-    def __init__(self, entry: Any, pod: Mapping[str, Any]) -> None:
+    def __init__(self, entry: DesiredPod, pod: Mapping[str, Any]) -> None:
         self.entry = entry
         self.pod = pod
-        manifest = {k: v for k, v in pod.items() if k not in ("podvisor", "status")}
+        manifest = _manifest(entry)
         body = json.dumps(manifest, separators=(",", ":"))
         self.head = body[:-1] + (',"status":' if manifest else '"status":')
-        self.sort_key = _sort_key(manifest)
+        self.sort_key = _sort_key(entry.ref)
         self.status: Any = _UNSET
         self.text = b""
 
-    def render(self, status: Any) -> None:
+    def render(self, status: PodStatusValue | None) -> None:
         public = _public(status)
         self.text = (self.head + json.dumps(public, separators=(",", ":")) + "}").encode()
         self.status = status
@@ -167,6 +169,8 @@ class Health:
 
 
 def _runtime_notes(runtime: object) -> tuple[tuple[str, str], ...]:
+    if isinstance(runtime, RuntimeNetwork) and runtime.host_network:
+        return (("runtime-network", f"host network mode: {runtime.message}"),)
     if not isinstance(runtime, RuntimeNetwork) or runtime.ready:
         return ()
     return (("runtime-network", f"{runtime.condition or 'network not ready'} (pods "
@@ -196,35 +200,39 @@ def check_health(pleg_health: PlegValue | None, wall_now: float,
     return Health(all(ok for _n, ok, _w in checks), tuple(checks), _runtime_notes(runtime))
 
 
-def _ready_count(status: Mapping[str, Any]) -> tuple[int, int]:
-    cs = status.get("containerStatuses") or []
-    return sum(1 for c in cs if c.get("ready")), len(cs)
-
-
-def display_status(pod: Mapping[str, Any]) -> str:
+def display_status(status: PodStatus) -> str:
     """kubectl's STATUS column: a waiting/terminated reason of a container, else the phase."""
-    status = pod.get("status") or {}
-    if status.get("reason") and status.get("phase") == "Failed":
-        return str(status["reason"])
-    for group in ("initContainerStatuses", "containerStatuses"):
-        for c in status.get(group) or []:
-            state = c.get("state") or {}
-            reason = (state.get("waiting") or {}).get("reason")
-            if reason and reason not in ("ContainerCreating", "PodInitializing"):
-                return str(reason)
-    return str(status.get("phase", "Pending"))
+    if status.reason and status.phase == "Failed":
+        return status.reason
+    for c in (*status.init_container_statuses, *status.container_statuses):
+        waiting = c.state.waiting
+        if waiting is not None and waiting.reason and waiting.reason not in (
+                "ContainerCreating", "PodInitializing"):
+            return waiting.reason
+    return status.phase
+
+
+def _item(pod: Any) -> tuple[str, PodStatus]:
+    """A PodList item's name and typed status (a malformed status reads as Pending)."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+    try:
+        status = PodStatus.from_dict(pod.get("status") or {})
+    except (MapValueError, AttributeError):
+        status = PodStatus()
+    return name, status
 
 
 def table_rows(podlist: Mapping[str, Any], age_of: Any, wide: bool = False) -> list[list[str]]:
     """Rows NAME, READY, STATUS, RESTARTS, AGE (``wide``: and IP, as ``kubectl get pods -o
-    wide``; ``<none>`` while the pod has none); ``age_of(startTime) -> str``."""
+    wide``; ``<none>`` while the pod has none) of a PodList (``GET /pods``'s JSON);
+    ``age_of(startTime) -> str``."""
     rows = [["NAME", "READY", "STATUS", "RESTARTS", "AGE", *(["IP"] if wide else [])]]
     for pod in podlist.get("items", []):
-        status = pod.get("status") or {}
-        ready, total = _ready_count(status)
-        restarts = sum(int(c.get("restartCount", 0))
-                       for c in status.get("containerStatuses") or [])
-        rows.append([pod.get("metadata", {}).get("name", ""), f"{ready}/{total}",
-                     display_status(pod), str(restarts), age_of(status.get("startTime")),
-                     *([status.get("podIP") or "<none>"] if wide else [])])
+        name, status = _item(pod)
+        regular = status.container_statuses
+        ready = sum(1 for c in regular if c.ready)
+        restarts = sum(c.restart_count for c in regular)
+        rows.append([name, f"{ready}/{len(regular)}", display_status(status), str(restarts),
+                     age_of(status.start_time), *([status.pod_ip or "<none>"] if wide else [])])
     return rows

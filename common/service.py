@@ -4,9 +4,10 @@ A subsystem declares what it consumes and owns, then hands the loop its ``step``
 
     loop = ServiceLoop(ctx)
     pub = loop.publisher()
-    owner = loop.owner(pub, "statuses")                 # served and ticked by the loop
-    desired = loop.replica("desired", on_change)         # pumped by the loop
+    owner = loop.owner(pub, STATUSES)                   # served and ticked by the loop
+    desired = loop.replica(DESIRED, on_change)           # pumped by the loop
     loop.watch(some_fd, handler)                          # any other socket or fd
+    api = loop.worker(writer.step, stall=120.0, name="writer")  # a helper thread, see Worker
     loop.run(step)                                        # step(now) -> next deadline or None
 
 ``ServiceLoop`` owns the process's one ``zmq.Poller`` (the only one a service loop constructs),
@@ -22,6 +23,13 @@ snapshot); then the ready handlers run, the owners serve and the replicas pump. 
 leaves the replicas' traffic queued in ZeroMQ until ``until`` (a service that cannot use new
 input yet, e.g. inside a coalescing window, is not woken by it).
 
+Work that blocks (an HTTP request to the API server, parsing a big manifest, RunOnce's whole
+run) goes to a ``Worker`` the loop owns (``loop.worker(step, stall=...)``): its thread runs
+``step(now)`` on the same clock, and the loop starts it, hands what it ``put``s to
+``deliver`` on the loop's thread, raises its failure (or ``WorkerStalled``) there, so the process
+exits and the supervisor restarts it, and stops it at ``close()``. No service writes a loop of
+its own (tests/shape/test_loops_shape.py counts them).
+
 The bus counters (``common/busmetrics.py``): every publisher, subscriber and replica declared
 here is tallied in ``bus``; each turn ends with ``flush_bus()`` (at most once a second, and once
 more at ``close()``), which adds what they counted to the process's
@@ -35,20 +43,26 @@ import contextlib
 import fcntl
 import math
 import os
+import queue
+import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import zmq
 
 from podvisor.common.busmetrics import FLUSH_EVERY, BusTally
 from podvisor.common.child import ChildContext
 from podvisor.ipc.bus import Publisher, Subscriber
-from podvisor.ipc.clone import Codec, MapOwner, MapReplica, OnChange
+from podvisor.ipc.clock import Clock
+from podvisor.ipc.clone import MapOwner, MapReplica, OnChange
+from podvisor.ipc.maps import MapSpec
 
-__all__ = ["ServiceLoop", "Step", "WakePipe"]
+__all__ = ["ServiceLoop", "Step", "WakePipe", "Worker", "WorkerStalled"]
 
+T = TypeVar("T")
 Step = Callable[[float], float | None]
 REPLICA_RETRY = 0.5  # a replica without its snapshot is pumped again at least this often
+WORKER_JOIN = 2.0  # close() waits this long for a worker's step in flight to end
 
 
 class _Closable(Protocol):
@@ -78,6 +92,128 @@ class WakePipe:
         os.close(self.write_fd)
 
 
+class WorkerStalled(RuntimeError):
+    """A worker's step ran longer than its ``stall`` without a ``tick``."""
+
+
+class Worker(Generic[T]):
+    """A helper thread of a ``ServiceLoop`` (made by ``loop.worker``): it runs ``step(now)``,
+    then again when the monotonic time ``step`` returned comes (None: only once woken), on the
+    loop's clock, until the loop closes. The first step runs at the loop's first turn.
+
+    Thread-safety: ``step``, ``tick`` and ``put`` belong to the worker's thread, ``wake`` to any
+    thread, the rest to the loop's. What ``step`` raises ends the worker and is raised on the
+    loop's thread; so is ``WorkerStalled`` once one step has run ``stall`` seconds (None: no
+    limit) without a ``tick()``; either ends ``loop.run``, so the process exits and the
+    supervisor restarts it (a hung subsystem counts as a dead one). Time spent waiting between
+    steps is not a stall. ``put(item)`` hands ``item`` to ``deliver`` on the loop's thread, in
+    order, before a later failure is raised. A test on a ``FakeClock`` that advances the clock
+    past a step's time calls ``wake()`` (the thread waits for real seconds of the fake clock's).
+    """
+
+    def __init__(self, step: Step, *, clock: Clock, stall: float | None, name: str,
+                 deliver: Callable[[T], object] | None = None,
+                 join_timeout: float = WORKER_JOIN) -> None:
+        self.name = name
+        self._step = step
+        self._clock = clock
+        self._stall = stall
+        self._deliver = deliver
+        self._join_timeout = join_timeout
+        self._results: queue.SimpleQueue[T] = queue.SimpleQueue()
+        self._failure: BaseException | None = None
+        self._busy_since: float | None = None  # when the step in flight began (or ticked)
+        self._stopping = False
+        self._woken = threading.Event()
+        self._pipe = WakePipe()  # wakes the loop: results, or the failure
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @property
+    def wake_fd(self) -> int:
+        """Readable when results or a failure wait for the loop (the loop watches it)."""
+        return self._pipe.read_fd
+
+    # --- the worker's thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        due: float | None = -math.inf
+        try:
+            while not self._stopping:
+                now = self._clock.monotonic()
+                if not self._woken.is_set() and (due is None or now < due):
+                    self._woken.wait(None if due is None
+                                     else min(due - now, threading.TIMEOUT_MAX))
+                    continue  # look again: stopped, woken, or due
+                self._woken.clear()  # a wake() from now on runs another step
+                self._busy_since = now
+                try:
+                    due = self._step(now)
+                finally:
+                    self._busy_since = None
+        except BaseException as exc:  # raised on the loop's thread (check)
+            self._failure = exc
+            self._pipe.wake()
+
+    def tick(self) -> None:
+        """The step in flight is still making progress (a long step: resets the stall)."""
+        if self._busy_since is not None:
+            self._busy_since = self._clock.monotonic()
+
+    def put(self, item: T) -> None:
+        """Hand ``item`` to ``deliver`` on the loop's thread."""
+        self._results.put(item)
+        self._pipe.wake()
+
+    # --- any thread ---------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Run the next step now (new input for it, or a clock moved on)."""
+        self._woken.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # --- the loop's thread --------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread.ident is None:
+            self._thread.start()
+
+    def take(self) -> None:
+        """Deliver what the worker put, then raise its failure, if any."""
+        self._pipe.drain()
+        self._deliver_all()
+        self.check(self._clock.monotonic())
+
+    def _deliver_all(self) -> None:
+        while True:
+            try:
+                item = self._results.get_nowait()
+            except queue.Empty:
+                return
+            if self._deliver is not None:
+                self._deliver(item)
+
+    def check(self, now: float) -> None:
+        """Raise the worker's failure (after delivering what it put before), or
+        ``WorkerStalled``."""
+        if self._failure is not None:
+            self._deliver_all()
+            raise self._failure
+        since = self._busy_since
+        if self._stall is not None and since is not None and now - since > self._stall:
+            raise WorkerStalled(f"{self.name}: a step made no progress for {now - since:.0f} s")
+
+    def stop(self) -> None:
+        """End the worker after its step in flight (waited for up to ``join_timeout``; a daemon
+        thread still blocked in it is left, with its wake pipe)."""
+        self._stopping = True
+        self._woken.set()
+        if self._thread.ident is not None:
+            self._thread.join(self._join_timeout)
+        if not self._thread.is_alive():
+            with contextlib.suppress(OSError):
+                self._pipe.close()
+
+
 class ServiceLoop:
     """One process's event loop (main thread only). See the module docstring."""
 
@@ -87,12 +223,13 @@ class ServiceLoop:
         self.poller = zmq.Poller()
         self.ready: dict[Any, int] = {}  # what the last poll found readable
         self._handlers: dict[Any, Callable[[], object]] = {}
-        self._replicas: list[MapReplica] = []
+        self._replicas: list[MapReplica[Any]] = []
         self._replica_socks: list[Any] = []
-        self._owners: list[MapOwner] = []
-        self._serving: dict[MapOwner, bool] = {}
+        self._owners: list[MapOwner[Any]] = []
+        self._serving: dict[MapOwner[Any], bool] = {}
         self._closables: list[_Closable] = []
         self._alive: list[Callable[[float], bool]] = []
+        self._workers: list[Worker[Any]] = []
         self._held_until = -math.inf
         self._holding = False
         self.last_pump = -math.inf  # when a poll last pumped a replica (monotonic)
@@ -121,14 +258,14 @@ class ServiceLoop:
         self.bus.receiving(sub)
         return sub
 
-    def owner(self, publisher: Publisher, map_name: str, *, serving: bool = True,
-              heartbeat_interval: float | None = None, encode: Codec | None = None
-              ) -> MapOwner:
-        """The map this process owns. ``serving=False``: snapshot requests wait (queued) until
-        ``serve(owner)`` (an owner whose map is not complete yet)."""
+    def owner(self, publisher: Publisher, spec: MapSpec[T], *, serving: bool = True,
+              heartbeat_interval: float | None = None) -> MapOwner[T]:
+        """The map this process owns (``spec``: its declaration in ``ipc/maps.py``).
+        ``serving=False``: snapshot requests wait (queued) until ``serve(owner)`` (an owner
+        whose map is not complete yet)."""
         interval = self.ctx.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
-        owner = MapOwner(self.ctx.zctx, self.ctx.paths, publisher, map_name,
-                         heartbeat_interval=interval, clock=self.clock, encode=encode)
+        owner = MapOwner(self.ctx.zctx, self.ctx.paths, publisher, spec,
+                         heartbeat_interval=interval, clock=self.clock)
         self._owners.append(owner)
         self._serving[owner] = False
         self._closables.append(owner)
@@ -136,20 +273,21 @@ class ServiceLoop:
             self.serve(owner)
         return owner
 
-    def serving(self, owner: MapOwner) -> bool:
+    def serving(self, owner: MapOwner[Any]) -> bool:
         return self._serving[owner]
 
-    def serve(self, owner: MapOwner) -> None:
+    def serve(self, owner: MapOwner[Any]) -> None:
         if not self._serving[owner]:
             self._serving[owner] = True
             self.poller.register(owner.socket, zmq.POLLIN)
 
-    def replica(self, map_name: str, on_change: OnChange | None = None, *,
-                snapshot_timeout: float = 2.0, decode: Codec | None = None) -> MapReplica:
-        """A map this process consumes (``decode``: its declared value type's ``from_wire``),
-        pumped by the loop: both its sockets are watched (updates, snapshot answers)."""
-        replica = MapReplica(self.ctx.zctx, self.ctx.paths, map_name, on_change,
-                             snapshot_timeout, clock=self.clock, decode=decode)
+    def replica(self, spec: MapSpec[T], on_change: OnChange[T] | None = None, *,
+                snapshot_timeout: float = 2.0) -> MapReplica[T]:
+        """A map this process consumes (``spec``: its declaration in ``ipc/maps.py``; its
+        values are read as the spec's type), pumped by the loop: both its sockets are watched
+        (updates, snapshot answers)."""
+        replica = MapReplica(self.ctx.zctx, self.ctx.paths, spec, on_change,
+                             snapshot_timeout, clock=self.clock)
         for sock in replica.sockets:
             self.poller.register(sock, zmq.POLLIN)
         self._replica_socks.extend(replica.sockets)
@@ -168,6 +306,17 @@ class ServiceLoop:
     def unwatch(self, item: Any) -> None:
         self.poller.unregister(item)
         self._handlers.pop(item, None)
+
+    def worker(self, step: Step, *, stall: float | None, name: str,
+               deliver: Callable[[T], object] | None = None,
+               join_timeout: float = WORKER_JOIN) -> Worker[T]:
+        """A helper thread running ``step(now)`` (see ``Worker``), started at the first turn,
+        checked every turn, stopped at ``close()`` before anything declared here closes."""
+        worker: Worker[T] = Worker(step, clock=self.clock, stall=stall, name=name,
+                                   deliver=deliver, join_timeout=join_timeout)
+        self.watch(worker.wake_fd, worker.take)
+        self._workers.append(worker)
+        return worker
 
     def beat_while(self, alive: Callable[[float], bool]) -> None:
         """Heartbeat only while ``alive(now)`` holds (another thread of the process that must
@@ -245,8 +394,12 @@ class ServiceLoop:
             owner.tick(now)
 
     def turn(self, step: Step) -> None:
-        """One turn: heartbeat, ``step(now)``, ticks, one poll until the nearest deadline."""
+        """One turn: the workers' checks, heartbeat, ``step(now)``, ticks, one poll until the
+        nearest deadline."""
         now = self.clock.monotonic()
+        for worker in self._workers:
+            worker.start()
+            worker.check(now)
         if all(alive(now) for alive in self._alive):
             self.ctx.heartbeat()
         wanted = step(now)
@@ -277,6 +430,11 @@ class ServiceLoop:
             self.poller.unregister(self.ctx.stop_fd)
 
     def close(self) -> None:
+        for worker in self._workers:
+            if worker.wake_fd in self._handlers:
+                self.unwatch(worker.wake_fd)
+            worker.stop()
+        self._workers.clear()
         self.flush_bus(force=True)
         for closable in reversed(self._closables):
             closable.close()

@@ -1,5 +1,7 @@
-"""RFC 3339 timestamps as Kubernetes writes them (UTC, ``Z``): second precision for statuses,
-microseconds for ``kubernetes.io/config.seen`` (the one definition of both)."""
+"""RFC 3339 timestamps as Kubernetes writes them (UTC, ``Z``): second precision for statuses
+and events (``metav1.Time``), microseconds for ``kubernetes.io/config.seen`` and leases
+(``metav1.MicroTime``), and the parser of what the API and the CRI write (the one definition of
+each)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,18 @@ def rfc3339_ns(ns: int) -> str | None:
 
 
 def parse_rfc3339(text: str) -> float:
-    """The inverse of ``rfc3339`` (raises ValueError)."""
-    import calendar
-
-    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    """Seconds since the epoch of an RFC 3339 time: the inverse of ``rfc3339``, and of the
+    fractional (nanoseconds cut to microseconds) and offset forms the API and the CRI logs
+    write. Raises ValueError (a time without a zone included)."""
+    raw = text.strip()
+    if raw.endswith(("Z", "z")):
+        raw = raw[:-1] + "+00:00"
+    main, dot, rest = raw.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        rest = rest[:min(digits, 6)] + rest[digits:]
+        raw = main + "." + rest if rest[:1].isdigit() else main + rest
+    when = datetime.fromisoformat(raw)
+    if when.tzinfo is None:
+        raise ValueError("no time zone")
+    return when.timestamp()

@@ -18,10 +18,11 @@ Thread-safety: owner and replica each belong to one thread, like their sockets.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgpack
 import zmq
@@ -29,12 +30,13 @@ import zmq
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.clock import Clock
 from podvisor.ipc.codec import Envelope
-from podvisor.ipc.maps import MAP_CODECS, MapValueError
+from podvisor.ipc.maps import MapSpec, MapValueError, UndeclaredMap
 from podvisor.ipc.messages import MapHeartbeat, MapUpdate
 from podvisor.ipc.paths import RunPaths
 
-OnChange = Callable[[str, Any, Any], None]
-Codec = Callable[[Any], Any]  # a map value to its wire form, or back (ipc/maps.py)
+T = TypeVar("T")
+# on_change(key, old, new): None for a key that was absent, or is now deleted
+OnChange = Callable[[str, T | None, T | None], None]
 SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024
 REPLICA_BUFFER = 100_000
 
@@ -42,25 +44,33 @@ REPLICA_BUFFER = 100_000
 def _topic(map_name: str) -> str:
     return f"clone.{map_name}."
 
+
+def _spec(spec: MapSpec[T]) -> MapSpec[T]:
+    """``spec``, or ``UndeclaredMap`` for anything else (a bare map name: no raw maps)."""
+    if not isinstance(spec, MapSpec):
+        raise UndeclaredMap(f"map {spec!r} has no MapSpec: declare it in ipc/maps.py "
+                            "(a map is read and written only through its declared type)")
+    return spec
+
 IDLE_HEARTBEAT_MAX = 8.0  # seconds between idle heartbeats of a map that stopped changing
 
 
-class MapOwner:
-    """The authoritative copy of one map. Call ``serve()`` whenever ``socket`` is readable and
-    ``tick(now)`` from the owner's loop (it sends the idle heartbeat)."""
+class MapOwner(Generic[T]):
+    """The authoritative copy of one map (its values of the spec's type ``T``, sent in their
+    wire form). Call ``serve()`` whenever ``socket`` is readable and ``tick(now)`` from the
+    owner's loop (it sends the idle heartbeat)."""
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, publisher: Publisher,
-        map_name: str, heartbeat_interval: float = 1.0, *, clock: Clock,
-        idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX, encode: Codec | None = None,
+        spec: MapSpec[T], heartbeat_interval: float = 1.0, *, clock: Clock,
+        idle_heartbeat_max: float = IDLE_HEARTBEAT_MAX,
     ) -> None:
-        self.map_name = map_name
-        # typed values (ipc/maps.py) are sent in their wire form (a declared map's by default)
-        declared = MAP_CODECS.get(map_name)
-        self._encode = encode if encode is not None or declared is None else declared[0]
+        self.spec = _spec(spec)
+        self.map_name = map_name = spec.name
+        self._encode = spec.encode
         self.epoch = os.urandom(8).hex()
         self.seq = 0
-        self._items: dict[str, Any] = {}
+        self._items: dict[str, T] = {}
         self._pub = publisher
         self._clock = clock
         self._hb_interval = heartbeat_interval
@@ -71,13 +81,13 @@ class MapOwner:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.bind(paths.snapshot(map_name))
 
-    def items(self) -> dict[str, Any]:
+    def items(self) -> dict[str, T]:
         return dict(self._items)
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str) -> T | None:
         return self._items.get(key)
 
-    def set(self, key: str, value: Any) -> bool:
+    def set(self, key: str, value: T) -> bool:
         """Store ``value``; publishes only when it differs. Returns whether it changed."""
         if key in self._items and self._items[key] == value:
             return False
@@ -92,9 +102,9 @@ class MapOwner:
         self._send(key, None, deleted=True)
         return True
 
-    def _send(self, key: str, value: Any, deleted: bool) -> None:
+    def _send(self, key: str, value: T | None, deleted: bool) -> None:
         self.seq += 1
-        wire = value if self._encode is None or deleted else self._encode(value)
+        wire = None if value is None else self._encode(value)
         msg = MapUpdate(map=self.map_name, epoch=self.epoch, seq=self.seq, key=key, value=wire,
                         deleted=deleted)
         self._pub.publish(msg, topic=_topic(self.map_name) + "update")
@@ -122,8 +132,7 @@ class MapOwner:
                 return served
             if len(frames) < 2:
                 continue  # malformed request: nothing to answer
-            items = self._items if self._encode is None else {
-                k: self._encode(v) for k, v in self._items.items()}
+            items = {k: self._encode(v) for k, v in self._items.items()}
             snapshot = {"map": self.map_name, "epoch": self.epoch, "seq": self.seq,
                         "items": items}
             self.socket.send_multipart([frames[0], msgpack.packb(snapshot, use_bin_type=True)])
@@ -133,28 +142,28 @@ class MapOwner:
         self.socket.close(linger=0)
 
 
-class MapReplica:
-    """A follower's copy of one map. Poll ``sockets`` (the update SUB and the snapshot DEALER);
-    call ``pump()`` when either is readable and from time to time (it re-asks an owner that did
-    not answer). ``pump`` never blocks longer than its timeout: snapshots are asked for and
-    received asynchronously; ``sync()`` is the blocking variant for one-shot readers."""
+class MapReplica(Generic[T]):
+    """A follower's copy of one map, its values decoded to the spec's type ``T`` (a value the
+    spec does not read is dropped and counted in ``value_drops``). Poll ``sockets`` (the update
+    SUB and the snapshot DEALER); call ``pump()`` when either is readable and from time to time
+    (it re-asks an owner that did not answer). ``pump`` never blocks longer than its timeout:
+    snapshots are asked for and received asynchronously; ``sync()`` is the blocking variant for
+    one-shot readers."""
 
     def __init__(
-        self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, map_name: str,
-        on_change: OnChange | None = None, snapshot_timeout: float = 2.0, *,
-        clock: Clock, decode: Codec | None = None,
+        self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, spec: MapSpec[T],
+        on_change: OnChange[T] | None = None, snapshot_timeout: float = 2.0, *,
+        clock: Clock,
     ) -> None:
-        self.map_name = map_name
-        # wire form -> typed value (a declared map's by default); MapValueError: dropped and
-        # counted
-        declared = MAP_CODECS.get(map_name)
-        self._decode = decode if decode is not None or declared is None else declared[1]
+        self.spec = _spec(spec)
+        self.map_name = map_name = spec.name
+        self._decode = spec.decode
         self.value_drops: Counter[str] = Counter()
         self.epoch: str | None = None
         self.seq = 0
         self.synced = False
         self.resyncs = 0
-        self._items: dict[str, Any] = {}
+        self._items: dict[str, T] = {}
         self._buffer: list[MapUpdate] = []
         self._need_sync = True
         self._asked_at: float | None = None
@@ -185,10 +194,10 @@ class MapReplica:
         """A snapshot request is out and not yet answered."""
         return self._asked_at is not None
 
-    def items(self) -> dict[str, Any]:
+    def items(self) -> dict[str, T]:
         return dict(self._items)
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str) -> T | None:
         return self._items.get(key)
 
     def pump(self, timeout: float = 0.0) -> None:
@@ -225,27 +234,26 @@ class MapReplica:
             return  # already in the snapshot
         self._apply(msg)
 
-    def _value(self, raw: Any) -> tuple[bool, Any]:
-        """(ok, typed value); a value no declared type reads is counted and dropped."""
-        if self._decode is None:
-            return True, raw
+    def _value(self, raw: Any) -> T:
+        """The typed value; ``MapValueError`` (counted in ``value_drops``) for a value the spec
+        does not read: the caller drops it."""
         try:
-            return True, self._decode(raw)
+            return self._decode(raw)
         except MapValueError as err:
             self.value_drops[err.reason] += 1
-            return False, None
+            raise
 
     def _apply(self, msg: MapUpdate) -> None:
         old = self._items.get(msg.key)
         self.seq = msg.seq
-        value = None
+        value: T | None = None
         if msg.deleted:
             self._items.pop(msg.key, None)
         else:
-            ok, value = self._value(msg.value)
-            if not ok:
+            try:
+                value = self._items[msg.key] = self._value(msg.value)
+            except MapValueError:
                 return  # dropped: the key keeps what it had
-            self._items[msg.key] = value
         if self._on_change is not None and old != value:
             self._on_change(msg.key, old, value)
 
@@ -316,11 +324,10 @@ class MapReplica:
             installed = True
 
     def _install(self, snap: dict[str, Any]) -> None:
-        items = {}
+        items: dict[str, T] = {}
         for key, raw in snap["items"].items():
-            ok, value = self._value(raw)
-            if ok:
-                items[key] = value
+            with contextlib.suppress(MapValueError):  # dropped
+                items[key] = self._value(raw)
         old, self._items = self._items, items
         self.epoch, self.seq = snap["epoch"], snap["seq"]
         pending, self._buffer = self._buffer, []
@@ -332,7 +339,7 @@ class MapReplica:
             if msg.epoch == self.epoch and msg.seq > self.seq:
                 self._on_update(msg)
 
-    def _notify_diff(self, old: dict[str, Any]) -> None:
+    def _notify_diff(self, old: dict[str, T]) -> None:
         if self._on_change is None:
             return
         for key in old.keys() | self._items.keys():

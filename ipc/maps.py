@@ -1,49 +1,94 @@
-"""Every replicated map, declared once: its name and the type of its values.
+"""Every replicated map, declared once: its name and the type of its values (``MapSpec``).
 
 A map's values cross the bus (``clone.<map>.update`` and snapshots) in their wire form; a typed
-value is a versioned frozen dataclass with ``to_wire()`` and ``from_wire()``. ``MapOwner`` takes
-the type's ``to_wire`` as ``encode``, ``MapReplica`` its ``from_wire`` as ``decode``: a value
-of an unknown version (or a malformed one) is dropped by the replica and counted in
-``MapReplica.value_drops`` by reason, like a message the codec rejects. The maps with a fixed
-name and a declared type (``MAP_CODECS``: ``desired``, ``statuses``, ``pleg``) get their codec
-by name, so no owner or replica of them can forget it. Nested fields stay dict-shaped only where
-they are the Kubernetes API object itself (a pod's ``Pod.to_dict()``, a PodStatus's JSON).
+value is a versioned frozen dataclass with ``to_wire()`` and ``from_wire()``. A ``MapSpec[T]``
+names a map and carries its value type's codec: ``MapOwner`` encodes with it and
+``MapReplica`` decodes with it, so every reader's ``get()``/``items()`` returns ``T``; there is
+no owner or replica without a spec (``UndeclaredMap``: a bare name is refused). A value of an
+unknown version (or a malformed one) is dropped by the replica and counted in
+``MapReplica.value_drops`` by reason, like a message the codec rejects.
+
+The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS`` and one pod set per
+source (``pods_map("file" | "http" | "api")``); ``MAPS`` holds them by name. Nested fields
+stay dict-shaped only where they are the Kubernetes API object itself (a pod's
+``Pod.to_dict()``, rebuilt into the typed ``Pod`` by its readers); the PodStatus is typed
+(``ipc/podstatus.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-__all__ = ["DESIRED", "HEALTH_KEY", "MAP_CODECS", "PLEG", "POD_SET_KEY", "PROBES", "RUNTIME_KEY",
-           "STATUSES",
-           "ContainerVerdict", "ContainerWaiting", "DesiredPod", "DesiredValue", "MapValueError",
-           "PlegContainer", "PlegHealth", "PlegPod", "PlegSandbox", "PlegValue", "PodProbes",
-           "PodRef", "PodSetValue", "PodStatusValue", "RuntimeNetwork", "decode_desired",
-           "decode_pleg", "pods_map"]
+from podvisor.ipc.podstatus import PodStatus
+from podvisor.ipc.wire import MapValueError, read_float, read_map, read_str
 
-DESIRED = "desired"  # pod UID -> the pod, its worker state, waiting reasons (owner: syncloop)
-PLEG = "pleg"  # pod UID -> sandboxes and containers; "_health" (owner: pleg)
+__all__ = [
+    "API_MIRRORS",
+    "DESIRED",
+    "HEALTH_KEY",
+    "MAPS",
+    "MIRRORS_KEY",
+    "PLEG",
+    "POD_SET_KEY",
+    "POD_SOURCES",
+    "PROBES",
+    "RUNTIME_KEY",
+    "STATUSES",
+    "ContainerVerdict",
+    "ContainerWaiting",
+    "DesiredPod",
+    "DesiredValue",
+    "MapSpec",
+    "MapValueError",
+    "MirrorPod",
+    "MirrorSet",
+    "PlegContainer",
+    "PlegHealth",
+    "PlegPod",
+    "PlegSandbox",
+    "PlegValue",
+    "PodProbes",
+    "PodRef",
+    "PodSetValue",
+    "PodStatus",
+    "PodStatusValue",
+    "RuntimeNetwork",
+    "UndeclaredMap",
+    "declared",
+    "decode_desired",
+    "decode_pleg",
+    "pods_map",
+]
+
+T = TypeVar("T")
+
 HEALTH_KEY = "_health"  # the pleg map's entry for its relist health
-PROBES = "probes"  # pod UID -> probe verdicts per container (owner: prober)
-STATUSES = "statuses"  # pod UID -> PodStatus (owner: status)
 POD_SET_KEY = "set"  # the one key of a pods-<source> map
 RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's network readiness
+MIRRORS_KEY = "mirrors"  # the one key of the api-mirrors map
+POD_SOURCES = ("file", "http", "api")  # the sources that own a pods-<source> map
 
 
-def pods_map(source: str) -> str:
-    """The map of one source's pod set: ``pods-file``, ``pods-http`` (owner: that source)."""
-    return f"pods-{source}"
+class UndeclaredMap(TypeError):
+    """A map owner or replica asked for without a ``MapSpec`` (or a name ``MAPS`` lacks)."""
 
 
-class MapValueError(ValueError):
-    """A map value that is not a declared type's wire form; ``reason`` as the codec's:
-    ``version`` (unknown version) or ``fields`` (malformed)."""
+@dataclass(frozen=True, eq=False)
+class MapSpec(Generic[T]):
+    """A replicated map, declared: its ``name`` (topic ``clone.<name>.``, snapshot socket
+    ``snap-<name>.sock``), ``encode`` (a ``T`` to its wire form) and ``decode`` (a wire form to
+    a ``T``; raises ``MapValueError`` for anything else). ``owner``: the process that owns it
+    (documentation). Specs compare by identity: one object per map."""
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+    name: str
+    encode: Callable[[T], Any]
+    decode: Callable[[Any], T]
+    owner: str = ""
+
+    def __repr__(self) -> str:
+        return f"MapSpec({self.name!r})"
 
 
 @dataclass(frozen=True)
@@ -51,8 +96,8 @@ class PodSetValue:
     """The FULL set of pods one source wants, set on every change and every relist (the sources
     are stateless: a restarted source just sets it again).
 
-    ``source``: "file" | "http". ``pods``: ``Pod.to_dict()`` of each valid, defaulted pod, in
-    file-name order (rebuild with ``podvisor.services.pod.pod_from_dict``). ``errors``: one
+    ``source``: "file" | "http" | "api". ``pods``: ``Pod.to_dict()`` of each valid, defaulted
+    pod, in file-name order (rebuild with ``podvisor.services.pod.pod_from_wire``). ``errors``: one
     ``{"file" or "url": where, "field": path, "reason": text}`` per rejected input. ``ts``:
     the monotonic time the set was read."""
 
@@ -153,21 +198,16 @@ class PodProbes:
 
 
 def _float(raw: Mapping[str, Any], key: str) -> float:
-    value = raw.get(key, 0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MapValueError("fields", f"{key}: not a number")
-    return float(value)
+    return read_float(raw, key)
 
 
 def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
-    value = raw.get(key, default)
-    if not isinstance(value, str):
-        raise MapValueError("fields", f"{what}: {key} not a string")
-    return value
+    return read_str(raw, key, what, default)
 
 
 def _version(raw: Any,
-             cls: type[DesiredPod | RuntimeNetwork | PodStatusValue | PlegPod | PlegHealth],
+             cls: type[DesiredPod | RuntimeNetwork | PodStatusValue | PlegPod | PlegHealth
+                       | MirrorSet],
              what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise MapValueError("fields", f"{what}: not a map")
@@ -249,6 +289,31 @@ class DesiredPod:
         """Admitted and not yet terminated: its containers are wanted (or still stopping)."""
         return self.admitted and self.worker != "terminated"
 
+    @property
+    def ref(self) -> PodRef:
+        """Which pod it is: its API object's ``metadata`` name, namespace and UID (the rest
+        of the pod is read through the typed ``Pod``, ``services.pod.pod_from_wire``)."""
+        meta = self._meta()
+        return PodRef(str(meta.get("name", "")), str(meta.get("namespace", "")),
+                      str(meta.get("uid", "")))
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        """The pod's annotations (its API object's ``metadata.annotations``)."""
+        notes = self._meta().get("annotations")
+        if not isinstance(notes, Mapping):
+            return {}
+        return {str(k): str(v) for k, v in notes.items()}
+
+    def _meta(self) -> Mapping[str, Any]:
+        meta = self.pod.get("metadata")
+        return meta if isinstance(meta, Mapping) else {}
+
+
+# The reason of a true NetworkReady when pods share the node's network (the embedded runtime's
+# ``networkPlugin: host``): /healthz and the Node's Ready condition say so.
+HOST_NETWORK_REASON = "HostNetwork"
+
 
 @dataclass(frozen=True)
 class RuntimeNetwork:
@@ -261,6 +326,11 @@ class RuntimeNetwork:
     reason: str = ""
     message: str = ""
     condition: str = ""
+
+    @property
+    def host_network(self) -> bool:
+        """Ready, with every pod in the node's network (no pod network)."""
+        return self.ready and self.reason == HOST_NETWORK_REASON
 
     def to_wire(self) -> dict[str, Any]:
         return {"v": self.VERSION, "kind": self.KIND, "networkReady": self.ready,
@@ -278,9 +348,6 @@ class RuntimeNetwork:
 DesiredValue = DesiredPod | RuntimeNetwork
 _DESIRED_KINDS: dict[str, Callable[[Any], DesiredValue]] = {
     DesiredPod.KIND: DesiredPod.from_wire, RuntimeNetwork.KIND: RuntimeNetwork.from_wire}
-
-
-T = TypeVar("T")
 
 
 def _by_kind(what: str, kinds: Mapping[str, Callable[[Any], T]], raw: Any) -> T:
@@ -313,20 +380,18 @@ class PodRef:
 class PodStatusValue:
     """A ``statuses`` value: one pod's status as the status process computed it.
 
-    ``status``: the PodStatus as the Kubernetes API's JSON (``phase``, ``conditions``,
-    ``containerStatuses``...; what ``GET /pods`` shows and the API writer patches), kept
-    dict-shaped because it IS the API object. ``version``: bumps whenever ``status`` changes
-    (the API writer patches each version once). ``pod``: the pod it belongs to."""
+    ``status``: the typed PodStatus (``ipc/podstatus.py``; on the wire its API JSON,
+    ``status.to_dict()``: what ``GET /pods`` shows and the API writer patches). ``version``:
+    bumps whenever ``status`` (or ``pod``) changes (the API writer patches each version once).
+    ``pod``: the pod it belongs to."""
 
     VERSION: ClassVar[int] = 1
-    status: dict[str, Any]
+    status: PodStatus
     version: int = 0
     pod: PodRef = PodRef()
 
-    __hash__ = None  # type: ignore[assignment]  # holds dicts
-
     def to_wire(self) -> dict[str, Any]:
-        return {"v": self.VERSION, "status": self.status, "version": self.version,
+        return {"v": self.VERSION, "status": self.status.to_dict(), "version": self.version,
                 "pod": {"name": self.pod.name, "namespace": self.pod.namespace,
                         "uid": self.pod.uid}}
 
@@ -337,9 +402,50 @@ class PodStatusValue:
         if not isinstance(status, dict) or isinstance(version, bool) \
                 or not isinstance(version, int) or not isinstance(pod, Mapping):
             raise MapValueError("fields", "status: wrong field types")
-        return cls(status, version, PodRef(_str(pod, "name", "status pod"),
-                                           _str(pod, "namespace", "status pod"),
-                                           _str(pod, "uid", "status pod")))
+        return cls(PodStatus.from_dict(status), version,
+                   PodRef(_str(pod, "name", "status pod"), _str(pod, "namespace", "status pod"),
+                          _str(pod, "uid", "status pod")))
+
+
+@dataclass(frozen=True)
+class MirrorPod:
+    """A mirror pod the API server holds for one of this node's static pods: its name,
+    namespace and UID, and ``hash``, the static pod's config hash it mirrors (annotation
+    ``kubernetes.io/config.mirror``)."""
+
+    name: str
+    namespace: str
+    uid: str
+    hash: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"name": self.name, "namespace": self.namespace, "uid": self.uid,
+                "hash": self.hash}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> MirrorPod:
+        raw = read_map(raw, "mirror")
+        return cls(*(read_str(raw, k, "mirror") for k in ("name", "namespace", "uid", "hash")))
+
+
+@dataclass(frozen=True)
+class MirrorSet:
+    """The ``api-mirrors`` map's one value (key ``mirrors``): every mirror pod of this node the
+    API source last listed (set with each of its pod sets)."""
+
+    VERSION: ClassVar[int] = 1
+    mirrors: tuple[MirrorPod, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "mirrors": [m.to_wire() for m in self.mirrors]}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> MirrorSet:
+        raw = _version(raw, cls, "mirrors")
+        mirrors = raw.get("mirrors", [])
+        if not isinstance(mirrors, list | tuple):
+            raise MapValueError("fields", "mirrors: not a list")
+        return cls(tuple(MirrorPod.from_wire(m) for m in mirrors))
 
 
 _SCALARS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float)}
@@ -493,14 +599,44 @@ def decode_pleg(raw: Any) -> PlegValue:
     return _by_kind("pleg", _PLEG_KINDS, raw)
 
 
-def _to_wire(value: Any) -> Any:
+def _encode(value: DesiredValue | PlegValue | PodStatusValue | PodProbes | PodSetValue
+            | MirrorSet) -> Any:
     return value.to_wire()
 
 
-# The codecs of the typed maps with a fixed name: ``MapOwner`` and ``MapReplica`` use them
-# when given none (so every reader of these maps sees the declared types).
-MAP_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
-    DESIRED: (_to_wire, decode_desired),
-    STATUSES: (_to_wire, PodStatusValue.from_wire),
-    PLEG: (_to_wire, decode_pleg),
-}
+# --- the maps -------------------------------------------------------------------------------
+DESIRED: MapSpec[DesiredValue] = MapSpec(
+    "desired", _encode, decode_desired, "syncloop")  # pod UID -> DesiredPod; _runtime
+PLEG: MapSpec[PlegValue] = MapSpec(
+    "pleg", _encode, decode_pleg, "pleg")  # pod UID -> PlegPod; _health -> PlegHealth
+PROBES: MapSpec[PodProbes] = MapSpec(
+    "probes", _encode, PodProbes.from_wire, "prober")  # pod UID -> PodProbes
+STATUSES: MapSpec[PodStatusValue] = MapSpec(
+    "statuses", _encode, PodStatusValue.from_wire, "status")  # pod UID -> PodStatusValue
+API_MIRRORS: MapSpec[MirrorSet] = MapSpec(
+    "api-mirrors", _encode, MirrorSet.from_wire, "source-api")  # mirrors -> MirrorSet
+_POD_SETS: dict[str, MapSpec[PodSetValue]] = {
+    source: MapSpec(f"pods-{source}", _encode, PodSetValue.from_wire, f"source-{source}")
+    for source in POD_SOURCES}  # set -> PodSetValue
+
+_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS,
+                                  *_POD_SETS.values())
+MAPS: Mapping[str, MapSpec[Any]] = {spec.name: spec for spec in _ALL}  # every map, by name
+
+
+def pods_map(source: str) -> MapSpec[PodSetValue]:
+    """The map of one source's pod set: ``pods-file``, ``pods-http``, ``pods-api`` (owner:
+    that source; key ``set``)."""
+    spec = _POD_SETS.get(source)
+    if spec is None:
+        raise UndeclaredMap(f"no pod source {source!r} (declared: {', '.join(POD_SOURCES)})")
+    return spec
+
+
+def declared(name: str) -> MapSpec[Any]:
+    """The spec of the map called ``name``; ``UndeclaredMap`` when there is none."""
+    spec = MAPS.get(name)
+    if spec is None:
+        raise UndeclaredMap(f"map {name!r} is not declared in ipc/maps.py "
+                            f"(declared: {', '.join(sorted(MAPS))})")
+    return spec

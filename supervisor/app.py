@@ -104,11 +104,13 @@ def run_agent(
         log.info("supervisor.nofile_raised", soft_was=nofile[0], soft=nofile[1])
     for key, why in keys_not_yet_used(config):
         log.warning("config.key_not_used", key=key, reason=why)
-    if config.ops_port and ensure_ops_password(ops_password_path(config)):
-        log.info("ops.password_written", file=str(ops_password_path(config)))
 
     def resolve(cfg: Config) -> tuple[ProcessSpec, ...]:
-        return resolve_specs(cfg, deps.builtins)
+        specs = resolve_specs(cfg, deps.builtins)
+        # at start and at each reload (one may turn the ops port on): before ops starts
+        if cfg.ops_port and ensure_ops_password(ops_password_path(cfg)):
+            log.info("ops.password_written", file=str(ops_password_path(cfg)))
+        return specs
 
     zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     proxy = BusProxy(zctx, paths)

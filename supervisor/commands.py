@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from podvisor.ipc.control import ControlFault, Fault, ProcessRow, ProcessState
 from podvisor.supervisor.core import Supervisor
-from podvisor.supervisor.faults import ControlFault, Fault
-from podvisor.supervisor.states import ProcessState
 
 __all__ = ["Command", "CommandContext", "Pending", "default_commands", "parse_signal"]
 
@@ -64,7 +63,7 @@ def _need_name(args: Args) -> None:
         raise ControlFault(Fault.BAD_ARGUMENTS, "'name' (a process name) is required")
 
 
-def _proc_row(ctx: CommandContext, name: str) -> dict[str, Any]:
+def _proc_row(ctx: CommandContext, name: str) -> ProcessRow:
     proc = ctx.sup.procs.get(name)
     if proc is None:
         raise ControlFault(Fault.BAD_NAME, f"no process named {name!r}")
@@ -84,11 +83,10 @@ def _not_shutting_down(ctx: CommandContext) -> None:
 def _started_result(ctx: CommandContext, name: str) -> Callable[[], Any]:
     def result() -> Any:
         row = _proc_row(ctx, name)
-        if row["state"] != S.RUNNING.value:
-            last = row["lastExit"] or {}
-            raise ControlFault(Fault.ABNORMAL_TERMINATION,
-                               f"{name} is {row['state']}: {last.get('reason', row['reason'])}")
-        return row
+        if row.state != S.RUNNING:
+            why = row.last_exit.reason if row.last_exit is not None else row.reason
+            raise ControlFault(Fault.ABNORMAL_TERMINATION, f"{name} is {row.state.name}: {why}")
+        return row.to_wire()
     return result
 
 
@@ -101,8 +99,9 @@ def _state_is_not(ctx: CommandContext, name: str, *states: ProcessState) -> Call
 
 class Status(Command):
     """`{"command": "status", "args": {"name"?: str}}` -> `{"agent": {...}, "processes": [row]}`;
-    row: name, state, pid, restarts, uptime, since, module, enabled, reason, lastExit
-    {code, signal, signame, reason, time, ranFor} (see docs/ARCHITECTURE.md)."""
+    row: `ProcessRow.to_wire()` (name, state, pid, restarts, uptime, heartbeatAge,
+    heartbeatLate, since, module, enabled, reason, lastExit {code, signal, signame, reason, time,
+    ranFor}; see docs/ARCHITECTURE.md)."""
 
     name = "status"
 
@@ -112,7 +111,7 @@ class Status(Command):
         if isinstance(args.get("name"), str):
             rows = [_proc_row(ctx, args["name"])]
         agent = {"startedAt": ctx.started_at, "shuttingDown": ctx.sup.shutting_down}
-        return {"agent": agent, "processes": rows}
+        return {"agent": agent, "processes": [row.to_wire() for row in rows]}
 
 
 class Start(Command):
@@ -130,7 +129,7 @@ class Start(Command):
         _not_shutting_down(ctx)
         proc = ctx.sup.procs[name]
         if proc.state not in (S.STOPPED, S.EXITED, S.BACKOFF, S.FATAL):
-            raise ControlFault(Fault.ALREADY_STARTED, f"{name} is {proc.state.value}")
+            raise ControlFault(Fault.ALREADY_STARTED, f"{name} is {proc.state.name}")
         ctx.sup.start(name)
         return Pending(_state_is_not(ctx, name, S.STARTING), _started_result(ctx, name),
                        proc.spec.heartbeat_timeout + 5)
@@ -153,7 +152,7 @@ class Stop(Command):
             raise ControlFault(Fault.NOT_RUNNING, f"{name} is not running")
         ctx.sup.stop(name)
         return Pending(_state_is_not(ctx, name, S.STOPPING, S.STARTING, S.RUNNING),
-                       lambda: _proc_row(ctx, name), proc.spec.stop_timeout + 5)
+                       lambda: _proc_row(ctx, name).to_wire(), proc.spec.stop_timeout + 5)
 
 
 class Restart(Command):
@@ -210,7 +209,7 @@ class Kill(Command):
             ctx.sup.kill(name, parse_signal(args.get("signal", "KILL")))
         except ProcessLookupError as exc:
             raise ControlFault(Fault.NOT_RUNNING, str(exc)) from None
-        return _proc_row(ctx, name)
+        return _proc_row(ctx, name).to_wire()
 
 
 def tail_lines(path: Path, count: int, max_bytes: int = 1 << 20) -> list[str]:

@@ -2,9 +2,10 @@
 
 A request is one frame (after the routing frames a DEALER or REQ adds): a msgpack map
 `{"command": str, "args": map}`; the reply is `{"ok": true, "result": ...}` or
-`{"ok": false, "fault": {"code": int, "name": str, "message": str}}`. `handle()` is the single
-boundary where exceptions become numbered faults; nothing a client sends can crash the agent.
-Runs on the supervisor's loop thread (the socket is polled by the loop).
+`{"ok": false, "fault": {"code": int, "name": str, "message": str}}` (the protocol, its codec
+and its one client: `podvisor.ipc.control`). `handle()` is the single boundary where exceptions
+become numbered faults; nothing a client sends can crash the agent. Runs on the supervisor's
+loop thread (the socket is polled by the loop).
 """
 
 from __future__ import annotations
@@ -13,41 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import zmq
 
 from podvisor.common.logs import EventLog
+from podvisor.ipc.control import ControlFault, Fault, decode_request, encode_reply
 from podvisor.supervisor.commands import Command, CommandContext, Pending
-from podvisor.supervisor.faults import ControlFault, Fault
 
-__all__ = ["MAX_REQUEST_BYTES", "ControlServer", "decode_request", "encode_reply"]
-
-MAX_REQUEST_BYTES = 64 * 1024
+__all__ = ["ControlServer"]
 
 
 def _fault(fault: Fault, message: str) -> dict[str, Any]:
     return {"ok": False, "fault": ControlFault(fault, message).to_wire()}
-
-
-def encode_reply(reply: Mapping[str, Any]) -> bytes:
-    data: bytes = msgpack.packb(reply, default=str)
-    return data
-
-
-def decode_request(data: bytes) -> tuple[str, Mapping[str, Any]]:
-    """(command, args) of a request frame; raises ControlFault INCORRECT_PARAMETERS."""
-    if len(data) > MAX_REQUEST_BYTES:
-        raise ControlFault(Fault.INCORRECT_PARAMETERS, "request too large")
-    try:
-        req = msgpack.unpackb(data)
-    except Exception:
-        raise ControlFault(Fault.INCORRECT_PARAMETERS, "request is not msgpack") from None
-    if not isinstance(req, dict) or not isinstance(req.get("command"), str):
-        raise ControlFault(Fault.INCORRECT_PARAMETERS, "expected a map with a 'command' string")
-    args = req.get("args") or {}
-    if not isinstance(args, dict):
-        raise ControlFault(Fault.INCORRECT_PARAMETERS, "'args' must be a map")
-    return req["command"], args
 
 
 @dataclass

@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from podvisor.common.logs import EventLog
+from podvisor.ipc.control import LastExit, ProcessState
 from podvisor.supervisor.heartbeat import Beat
 from podvisor.supervisor.policy import Action, History, on_crash, on_normal_exit
-from podvisor.supervisor.process import ExitInfo, Intent, SupervisedProcess
+from podvisor.supervisor.process import Intent, SupervisedProcess
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.spawner import ExitStatus, Spawner
-from podvisor.supervisor.states import ProcessState, StateChange, change_state
+from podvisor.supervisor.states import StateChange, change_state
 
 __all__ = ["CoreDeps", "Supervisor"]
 
@@ -78,7 +79,7 @@ class Supervisor:
         except OSError as exc:
             proc.handle = proc.last_pid = None
             self._to(proc, S.STARTING, reason)
-            info = ExitInfo(None, None, f"spawn failed: {exc}", self.d.wall(), 0.0)
+            info = LastExit(None, None, f"spawn failed: {exc}", self.d.wall(), 0.0)
             self.d.log.error("process.spawn_failed", process=proc.name, error=str(exc))
             self._after_crash(proc, info)
             return
@@ -106,7 +107,7 @@ class Supervisor:
         self._signal(proc, signal.SIGTERM)
         self._signal(proc, signal.SIGCONT)
 
-    def _after_crash(self, proc: SupervisedProcess, info: ExitInfo) -> None:
+    def _after_crash(self, proc: SupervisedProcess, info: LastExit) -> None:
         proc.last_exit = info
         now = self.d.clock()
         decision = on_crash(proc.spec, proc.history, now, info.ran_for)
@@ -141,7 +142,7 @@ class Supervisor:
         reason = status.describe()
         if proc.intent == Intent.HUNG:
             reason = f"{proc.reason} ({reason})"
-        info = ExitInfo(status.code, status.signal, reason, self.d.wall(), ran_for)
+        info = LastExit(status.code, status.signal, reason, self.d.wall(), ran_for)
         self.d.log.info("process.exited", process=proc.name, pid=pid, reason=reason,
                         ran_for=round(ran_for, 3))
         intent, proc.intent = proc.intent, Intent.NONE
@@ -250,7 +251,7 @@ class Supervisor:
         """Start a STOPPED/EXITED/BACKOFF/FATAL process now, with a fresh crash history."""
         proc = self.get(name)
         if proc.state not in RESTARTABLE:
-            raise ValueError(f"{name} is {proc.state.value}")
+            raise ValueError(f"{name} is {proc.state.name}")
         proc.history = History()
         self._spawn(proc, "start requested")
         return proc

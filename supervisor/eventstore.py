@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from podvisor.common.timefmt import rfc3339
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.messages import Event
 
@@ -28,10 +28,6 @@ MAX_MESSAGE = 1024  # as the API server's event message limit
 _FIELDS = ("type", "reason", "message", "object", "source", "count", "first_ts", "last_ts")
 
 Record = dict[str, Any]
-
-
-def _rfc3339(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
 
 
 def _key(r: Mapping[str, Any]) -> str:
@@ -156,5 +152,5 @@ class EventStore:
 def render(r: Record) -> dict[str, Any]:
     return {"type": r["type"], "reason": r["reason"], "message": r["message"],
             "involvedObject": dict(r["object"]), "source": {"component": r["source"]},
-            "count": r["count"], "firstTimestamp": _rfc3339(r["first_ts"]),
-            "lastTimestamp": _rfc3339(r["last_ts"])}
+            "count": r["count"], "firstTimestamp": rfc3339(r["first_ts"]),
+            "lastTimestamp": rfc3339(r["last_ts"])}

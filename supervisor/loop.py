@@ -24,6 +24,7 @@ import zmq
 from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
 from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.control import ControlFault, Fault, ProcessState
 from podvisor.ipc.messages import (
     AllPodsStopped,
     Event,
@@ -36,7 +37,6 @@ from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.eventstore import EventStore
-from podvisor.supervisor.faults import ControlFault, Fault
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.process import SupervisedProcess
@@ -49,7 +49,7 @@ from podvisor.supervisor.runonce import (
     read_report,
     results_path,
 )
-from podvisor.supervisor.states import ProcessState, StateChange
+from podvisor.supervisor.states import StateChange
 
 __all__ = ["Agent", "AgentParts"]
 
@@ -147,7 +147,7 @@ class Agent:
             hint = f"stop them with `{stop_pods_command(paths.root)}`"
             self._runonce = read_report(results_path(paths), hint)
         elif proc.state is ProcessState.FATAL:
-            self._runonce = driver_failed(proc.state.value)
+            self._runonce = driver_failed(proc.state.name)
         else:
             return
         self.p.log.info("agent.runonce_done", exit_code=self._runonce.exit_code,
@@ -206,11 +206,11 @@ class Agent:
 
     def publish_change(self, change: StateChange) -> None:
         self.p.publisher.publish(ProcessStateChanged(
-            name=change.name, from_state=change.from_state.value, to_state=change.to_state.value,
+            name=change.name, from_state=change.from_state.name, to_state=change.to_state.name,
             pid=change.pid, restarts=change.restarts, exit_code=change.exit_code,
             exit_signal=change.exit_signal, reason=change.reason, ts=change.ts))
         self.p.log.info("process.state", process=change.name, pid=change.pid,
-                        to=change.to_state.value, **{"from": change.from_state.value},
+                        to=change.to_state.name, **{"from": change.from_state.name},
                         restarts=change.restarts, reason=change.reason)
 
     def publish_late(self, proc: SupervisedProcess, late: bool, age: float) -> None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import enum
-import signal
 from dataclasses import dataclass, field
-from typing import Any
 
+from podvisor.ipc.control import LastExit, ProcessRow, ProcessState
 from podvisor.supervisor.policy import History
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.spawner import ChildHandle
-from podvisor.supervisor.states import ALIVE_STATES, ProcessState
+from podvisor.supervisor.states import ALIVE_STATES
 
-__all__ = ["ExitInfo", "Intent", "SupervisedProcess"]
+__all__ = ["Intent", "SupervisedProcess"]
 
 
 class Intent(enum.Enum):
@@ -26,27 +25,6 @@ class Intent(enum.Enum):
     SHUTDOWN = "SHUTDOWN"  # agent shutdown: stay STOPPED
 
 
-@dataclass(frozen=True)
-class ExitInfo:
-    """The last exit of a process. `time` is wall-clock; `ran_for` in seconds."""
-
-    code: int | None
-    signal: int | None
-    reason: str
-    time: float
-    ran_for: float
-
-    def to_dict(self) -> dict[str, Any]:
-        signame = None
-        if self.signal is not None:
-            try:
-                signame = signal.Signals(self.signal).name
-            except ValueError:
-                signame = str(self.signal)
-        return {"code": self.code, "signal": self.signal, "signame": signame,
-                "reason": self.reason, "time": self.time, "ranFor": round(self.ran_for, 3)}
-
-
 @dataclass
 class SupervisedProcess:
     spec: ProcessSpec
@@ -56,7 +34,7 @@ class SupervisedProcess:
     state_since: float = 0.0
     started_at: float = 0.0
     last_beat: float = 0.0
-    last_exit: ExitInfo | None = None
+    last_exit: LastExit | None = None
     history: History = field(default_factory=History)
     intent: Intent = Intent.NONE
     due_at: float | None = None  # respawn time (EXITED/BACKOFF) or SIGKILL time (STOPPING)
@@ -85,21 +63,20 @@ class SupervisedProcess:
             return None, None, self.reason
         return self.last_exit.code, self.last_exit.signal, self.reason
 
-    def status(self, now: float, wall: float) -> dict[str, Any]:
-        """The `status` row of this process (the stable `podvisorctl status --json` shape)."""
-        uptime = round(now - self.started_at, 3) if self.state == ProcessState.RUNNING else None
-        return {
-            "name": self.name,
-            "state": self.state.value,
-            "pid": self.handle.pid if self.handle is not None else None,
-            "restarts": self.restarts,
-            "uptime": uptime,
-            "heartbeatAge": round(now - self.last_beat, 3)
-            if self.state == ProcessState.RUNNING else None,
-            "heartbeatLate": self.late,
-            "since": round(wall - (now - self.state_since), 3),
-            "module": self.spec.module,
-            "enabled": self.spec.enabled,
-            "reason": self.reason,
-            "lastExit": self.last_exit.to_dict() if self.last_exit else None,
-        }
+    def status(self, now: float, wall: float) -> ProcessRow:
+        """The `status` row of this process (`now` monotonic, `wall` its wall-clock time)."""
+        running = self.state == ProcessState.RUNNING
+        return ProcessRow(
+            name=self.name,
+            state=self.state,
+            pid=self.handle.pid if self.handle is not None else None,
+            restarts=self.restarts,
+            uptime=round(now - self.started_at, 3) if running else None,
+            heartbeat_age=round(now - self.last_beat, 3) if running else None,
+            heartbeat_late=self.late,
+            since=round(wall - (now - self.state_since), 3),
+            module=self.spec.module,
+            enabled=self.spec.enabled,
+            reason=self.reason,
+            last_exit=self.last_exit,
+        )

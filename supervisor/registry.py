@@ -1,6 +1,9 @@
 """Which processes the supervisor runs, and with which restart spec.
 
-`BUILTINS` is the one list of built-in subsystems, in start order (stopped in reverse). To add a
+`BUILTINS` is the one list of built-in subsystems, in start order (stopped in reverse), each with
+when it runs: a built-in the config leaves nothing to do (no port for the server or ops, no
+`kubeconfig`, ...) is not spawned at all, so no phantom process shows in `status`, and a reload
+that changes that starts or stops it. To add a
 subsystem, add one `Builtin(...)` line; it runs only once its module `podvisor.services.<pkg>.main`
 is importable (so the list can name subsystems that land later): at start the agent logs one
 info line naming the built-ins not built yet, and an error for a built-in whose package does not
@@ -24,8 +27,7 @@ from podvisor.common.endpoint import is_embedded
 from podvisor.common.logs import Log
 
 __all__ = ["BUILTINS", "Builtin", "ProcessSpec", "module_exists", "module_problem",
-           "module_problem_isolated",
-           "report_builtins", "resolve_specs", "runtime_module"]
+           "module_problem_isolated", "report_builtins", "resolve_specs"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,25 @@ def _has_kubeconfig(config: Config) -> bool:
     return bool(config.kubeconfig)
 
 
+def _registers_node(config: Config) -> bool:
+    return bool(config.kubeconfig) and config.register_node
+
+
+def _serves_http(config: Config) -> bool:
+    """The server process has a port to serve (``readOnlyPort`` or the main ``port``)."""
+    return config.read_only_port != 0 or config.port != 0
+
+
+def _has_ops_port(config: Config) -> bool:
+    return config.ops_port != 0
+
+
+def _certificates(config: Config) -> bool:  # [issue 26] TLS bootstrap and rotation
+    return bool(config.kubeconfig) and (bool(config.bootstrap_kubeconfig)
+                                        or config.rotate_certificates
+                                        or config.server_tls_bootstrap)
+
+
 def _run_once(config: Config) -> bool:
     return config.run_once
 
@@ -102,15 +123,16 @@ BUILTINS: tuple[Builtin, ...] = (
             runonce=True),
     Builtin("source-http", "podvisor.services.sources.http_main", _has_static_pod_url,
             runonce=True),
+    Builtin("certificates", "podvisor.services.certificates.main", _certificates),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
-    Builtin("node", "podvisor.services.node.main", _has_kubeconfig),
+    Builtin("node", "podvisor.services.node.main", _registers_node),
     Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
     Builtin("events-api", "podvisor.services.events.api_main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
-    Builtin("server", "podvisor.services.server.main"),
-    Builtin("ops", "podvisor.services.ops.main", lambda c: c.ops_port != 0),
+    Builtin("server", "podvisor.services.server.main", _serves_http),
+    Builtin("ops", "podvisor.services.ops.main", _has_ops_port),
 )
 
 
@@ -198,12 +220,6 @@ def report_builtins(config: Config, log: Log, builtins: tuple[Builtin, ...] = BU
                       error=why)
     if absent:
         log.info("supervisor.builtins.not_built", processes=sorted(absent), modules=absent)
-
-
-def runtime_module(builtins: tuple[Builtin, ...] = BUILTINS) -> str:
-    """The embedded runtime built-in's module (``podvisorctl`` runs it in-process to stop pods
-    when no agent runs)."""
-    return next(b.module for b in builtins if b.name == "runtime")
 
 
 def _spec(name: str, module: str, *layers: Mapping[str, Any]) -> ProcessSpec:

@@ -1,8 +1,9 @@
 """Process states of the supervisor (after supervisord's `supervisor/states.py`), as data.
 
-Dependency-free: the enum, the table of allowed transitions, and `change_state()`, the only way
-a supervised process changes state. Every transition is handed to a `notify` callback (the
-composition root publishes it on the bus as `supervisor.process.state`).
+The states are the control protocol's `ProcessState` (`podvisor.ipc.control`); this module
+holds what only the supervisor decides: the table of allowed transitions, and `change_state()`,
+the only way a supervised process changes state. Every transition is handed to a `notify`
+callback (the composition root publishes it on the bus as `supervisor.process.state`).
 
     STOPPED  --start-->  STARTING  --ready-->  RUNNING
     STARTING/RUNNING --return 0--> EXITED   --period-->  STARTING
@@ -13,32 +14,20 @@ composition root publishes it on the bus as `supervisor.process.state`).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from podvisor.ipc.control import ProcessState
 
 __all__ = [
     "ALIVE_STATES",
     "TRANSITIONS",
     "InvalidTransition",
-    "ProcessState",
     "StateChange",
     "Stateful",
     "change_state",
 ]
-
-
-class ProcessState(enum.Enum):
-    STOPPED = "STOPPED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    BACKOFF = "BACKOFF"
-    STOPPING = "STOPPING"
-    EXITED = "EXITED"
-    FATAL = "FATAL"
-    UNKNOWN = "UNKNOWN"
-
 
 S = ProcessState
 
@@ -107,7 +96,7 @@ def change_state(
     """
     frm = proc.state
     if to not in TRANSITIONS[frm]:
-        raise InvalidTransition(f"{proc.name}: {frm.value} -> {to.value} is not allowed")
+        raise InvalidTransition(f"{proc.name}: {frm.name} -> {to.name} is not allowed")
     proc.state = to
     proc.state_since = now
     code, sig, reason = proc.exit_fields()

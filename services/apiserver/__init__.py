@@ -3,6 +3,7 @@
 - ``ApiConnection(kubeconfig)``: the official ``kubernetes`` client's configuration (TLS,
   token, client certificate) with raw JSON requests (``request``) and watches (``watch``);
   ``ApiError`` (an HTTP answer) and ``ApiUnreachable`` (none).
+- ``ApiMeta.of(obj)``: the typed ``metadata`` of an API object held as JSON.
 - ``Reflector``: list + watch of one collection on a thread (bookmarks, 410 relist, back-off).
 - ``WakePipe``: how a helper thread wakes a process's poll loop.
 - ``WebhookAuthenticator`` / ``WebhookAuthorizer`` (``User``, ``Attributes``, ``Decision``,
@@ -21,6 +22,7 @@ from podvisor.services.apiserver.client import (
     Obj,
     WatchStream,
 )
+from podvisor.services.apiserver.meta import ApiMeta, node_addresses
 from podvisor.services.apiserver.objectwatch import (
     NotRegistered,
     NotSynced,
@@ -43,6 +45,7 @@ __all__ = [
     "STRATEGIC_MERGE_PATCH",
     "ApiConnection",
     "ApiError",
+    "ApiMeta",
     "ApiUnreachable",
     "Attributes",
     "Decision",
@@ -59,4 +62,5 @@ __all__ = [
     "WatchStream",
     "WebhookAuthenticator",
     "WebhookAuthorizer",
+    "node_addresses",
 ]

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from podvisor.services.apiserver.client import ApiConnection, Obj
+from podvisor.services.apiserver.meta import ApiMeta
 from podvisor.services.apiserver.reflector import Reflector
 
 ObjectKey = tuple[str, str, str]  # (resource: "configmaps" | "secrets", namespace, name)
@@ -66,7 +67,7 @@ class _Sink:
 
     def listed(self, items: list[Obj], rv: str) -> None:
         name = self.item.key[2]
-        found = [i for i in items if (i.get("metadata") or {}).get("name") == name]
+        found = [i for i in items if ApiMeta.of(i).name == name]
         self.watches._store(self.item, found[0] if found else None)
 
     def event(self, kind: str, obj: Obj) -> None:

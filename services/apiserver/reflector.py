@@ -23,6 +23,7 @@ from podvisor.services.apiserver.client import (
     Obj,
     WatchStream,
 )
+from podvisor.services.apiserver.meta import ApiMeta
 
 INITIAL_DELAY = 0.8
 
@@ -93,7 +94,7 @@ class Reflector:
         answer = self.conn.request("GET", self.path, query=dict(self.query))
         self.lists += 1
         items = [i for i in answer.get("items") or [] if isinstance(i, dict)]
-        rv = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+        rv = ApiMeta.of(answer).resource_version
         for item in items:  # list items carry no kind
             item.setdefault("kind", str(answer.get("kind", "")).removesuffix("List"))
             item.setdefault("apiVersion", answer.get("apiVersion", "v1"))
@@ -125,7 +126,7 @@ class Reflector:
                         raise _Expired()
                     raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")),
                                    str(obj.get("message", "")))
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                rv = ApiMeta.of(obj).resource_version
                 self.sink.event(kind, obj)  # BOOKMARK too: it only moves the version on
                 if rv:
                     self.rv = rv

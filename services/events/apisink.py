@@ -13,19 +13,15 @@ Times come in as parameters; ``send`` raises ``ApiUnreachable`` (the caller retr
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.common.timefmt import rfc3339
 from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError
 
 AGGREGATE_WINDOW = 600.0
 BURST = 25
 REFILL = 300.0  # seconds per token
-
-
-def rfc3339(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

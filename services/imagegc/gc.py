@@ -15,11 +15,10 @@ from typing import Any, Protocol
 
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.labels import CONTAINER_NAME, POD_UID
 from podvisor.ipc.maps import PlegPod, PlegValue
 from podvisor.services.cri import CriError, RuntimeClient
 
-UID_LABEL = "io.kubernetes.pod.uid"
-CONTAINER_LABEL = "io.kubernetes.container.name"
 KEEP_DEAD_PER_CONTAINER = 1
 
 
@@ -161,10 +160,10 @@ def plan_container_gc(containers: list[pb.Container], sandboxes: list[pb.PodSand
     the pods it made)."""
     groups: dict[tuple[str, str], list[pb.Container]] = {}
     for c in containers:
-        uid = c.labels.get(UID_LABEL, "")
+        uid = c.labels.get(POD_UID, "")
         if not uid or c.state != pb.CONTAINER_EXITED or not owned(uid):
             continue
-        groups.setdefault((uid, c.labels.get(CONTAINER_LABEL, c.metadata.name)), []).append(c)
+        groups.setdefault((uid, c.labels.get(CONTAINER_NAME, c.metadata.name)), []).append(c)
     remove: list[pb.Container] = []
     for (uid, _), dead in groups.items():
         dead.sort(key=lambda c: c.created_at, reverse=True)
@@ -174,11 +173,11 @@ def plan_container_gc(containers: list[pb.Container], sandboxes: list[pb.PodSand
     holding = {c.pod_sandbox_id for c in containers if c.id not in gone}
     newest: dict[str, int] = {}
     for s in sandboxes:
-        uid = s.labels.get(UID_LABEL, "") or s.metadata.uid
+        uid = s.labels.get(POD_UID, "") or s.metadata.uid
         newest[uid] = max(newest.get(uid, 0), s.created_at)
     dead_boxes = []
     for s in sandboxes:
-        uid = s.labels.get(UID_LABEL, "") or s.metadata.uid
+        uid = s.labels.get(POD_UID, "") or s.metadata.uid
         if not uid or s.state != pb.SANDBOX_NOTREADY or s.id in holding or not owned(uid):
             continue
         if (desired is not None and uid not in desired) or s.created_at < newest[uid]:
@@ -205,13 +204,13 @@ def container_gc_pass(cri: RuntimeClient, desired: Collection[str] | None, log: 
             cri.remove_container(c.id)
         except CriError as err:
             log.warning("imagegc.container.remove_failed", container_id=c.id,
-                        pod_uid=c.labels.get(UID_LABEL, ""), error=err.message)
+                        pod_uid=c.labels.get(POD_UID, ""), error=err.message)
             continue
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         log.info("imagegc.container.removed", container_id=c.id,
-                 pod_uid=c.labels.get(UID_LABEL, ""), container=c.metadata.name)
+                 pod_uid=c.labels.get(POD_UID, ""), container=c.metadata.name)
     for s in plan.sandboxes:
         try:
             cri.remove_pod_sandbox(s.id)

@@ -1,7 +1,11 @@
 """The Node's life in the API server: registration, status reports and the node Lease.
 
-- ``register()``: POST the Node with its labels; ``409 AlreadyExists`` (a restart, or a node
-  that was there before) reconciles: the labels podvisor owns are merge-PATCHed onto it.
+- ``register()``: reads the API server's ``/version`` first (``version.py``: the kubeletVersion
+  the skew policy allows; an API server too old is refused, ``SkewRefused``), then POSTs the
+  Node with its labels (``nodeLabels`` + the kubelet's own), ``registerWithTaints`` and
+  ``providerID``; ``409 AlreadyExists`` (a restart, or a node that was there before)
+  reconciles, as the kubelet does, only its default labels (hostname, os, arch): nodeLabels,
+  taints and providerID are registration-time settings.
 - ``report_status(now)``: the status is computed every ``nodeStatusUpdateFrequency``; it is
   PATCHed (strategic merge on ``nodes/<name>/status``) when it changed (heartbeat times aside)
   or when the last report is ``nodeStatusReportFrequency`` old; up to 5 tries per turn.
@@ -14,37 +18,33 @@ Times come in as parameters (wall seconds): the caller reads the clock.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podvisor.common.timefmt import rfc3339, rfc3339_micro
 from podvisor.services.apiserver import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     ApiConnection,
     ApiError,
+    ApiMeta,
     ApiUnreachable,
 )
 from podvisor.services.node.status import (
     MachineFacts,
+    NodeShape,
     RuntimeFacts,
-    node_labels,
+    default_labels,
+    new_node,
     node_status,
     with_times,
 )
+from podvisor.services.node.version import VersionChoice, choose
 
 Obj = dict[str, Any]
 STATUS_TRIES = 5
 LEASE_NS = "kube-node-lease"
-
-
-def rfc3339(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -54,15 +54,18 @@ class NodeSettings:
     port: int = 10250
     report_frequency: float = 300.0
     lease_duration: int = 40
+    shape: NodeShape = field(default_factory=NodeShape)
 
 
 @dataclass
 class NodeAgent:
     conn: ApiConnection
     settings: NodeSettings
-    facts: MachineFacts
+    machine: Callable[[], MachineFacts]  # read once, on first use (after the API answers)
     runtime: Callable[[], RuntimeFacts]
     log: Any
+    version: VersionChoice | None = None
+    _facts: MachineFacts | None = None
     uid: str = ""
     registered: bool = False
     reported: Obj | None = None  # the last status PATCHed (with times)
@@ -75,27 +78,48 @@ class NodeAgent:
     def _path(self) -> str:
         return f"/api/v1/nodes/{self.settings.name}"
 
+    @property
+    def facts(self) -> MachineFacts:
+        if self._facts is None:
+            self._facts = self.machine()
+        return self._facts
+
+    def check_version(self) -> VersionChoice:
+        """The kubeletVersion for this API server (raises ``SkewRefused``)."""
+        choice = choose(self.conn.request("GET", "/version"))
+        if self.version is None or choice != self.version:
+            self.log.info("node.version", node=self.settings.name,
+                          kubelet_version=choice.kubelet_version, api_server=choice.server)
+            if choice.warning:
+                self.log.warning("node.version_skew", node=self.settings.name,
+                                 reason=choice.warning)
+        self.version = choice
+        return choice
+
     def register(self) -> None:
-        labels = node_labels(self.settings.name, self.facts)
-        body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.settings.name, "labels": labels}}
+        self.check_version()
+        body = new_node(self.settings.name, self.facts, self.settings.shape)
         try:
             node = self.conn.request("POST", "/api/v1/nodes", body=body)
             self.log.info("node.registered", node=self.settings.name)
         except ApiError as exc:
             if exc.status != 409:
                 raise
+            labels = default_labels(self.settings.name, self.facts)
             node = self.conn.request("PATCH", self._path, body={"metadata": {"labels": labels}},
                                      content_type=MERGE_PATCH)
             self.log.info("node.reconciled", node=self.settings.name)
-        self.uid = str(node.get("metadata", {}).get("uid", ""))
+        self.uid = ApiMeta.of(node).uid
         self.reported = node.get("status") or None
         self.registered = True
 
     def report_status(self, now: float) -> bool:
         """Compute the status; PATCH it when due. True when a PATCH went through."""
+        version = self.version or self.check_version()
         computed = node_status(self.settings.name, self.facts, self.runtime(),
-                               max_pods=self.settings.max_pods, port=self.settings.port)
+                               max_pods=self.settings.max_pods, port=self.settings.port,
+                               kubelet_version=version.kubelet_version,
+                               shape=self.settings.shape)
         before = self.reported or {}
         changed = _strip_times(computed) != _strip_times({k: before.get(k) for k in computed})
         if not changed and now - self.reported_at < self.settings.report_frequency:
@@ -142,7 +166,7 @@ class NodeAgent:
             spec = lease.setdefault("spec", {})
             spec["holderIdentity"] = self.settings.name
             spec["leaseDurationSeconds"] = self.settings.lease_duration
-            spec["renewTime"] = micro_time(now)
+            spec["renewTime"] = rfc3339_micro(now)
             if self.uid:
                 lease.setdefault("metadata", {})["ownerReferences"] = [self._owner()]
             try:
@@ -164,7 +188,7 @@ class NodeAgent:
                              **({"ownerReferences": [self._owner()]} if self.uid else {})},
                 "spec": {"holderIdentity": self.settings.name,
                          "leaseDurationSeconds": self.settings.lease_duration,
-                         "renewTime": micro_time(now)}}
+                         "renewTime": rfc3339_micro(now)}}
         return self.conn.request(
             "POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases", body=body)
 

@@ -1,8 +1,8 @@
 """Process ``node``: the Node and its Lease in the API server (runs when ``kubeconfig`` is set).
 
-A helper thread registers the Node, renews the Lease every ``nodeLeaseRenewInterval`` and
-computes the status every ``nodeStatusUpdateFrequency`` (see ``agent.py``); the main thread
-(the service loop) heartbeats and watches the helper (a helper that makes no progress for
+The service loop's worker registers the Node, renews the Lease every
+``nodeLeaseRenewInterval`` and computes the status every ``nodeStatusUpdateFrequency`` (see
+``agent.py``); the loop's thread heartbeats and watches it (a step that makes no progress for
 ``STALL_LIMIT`` is a hang: the process exits and the supervisor restarts it, which registers
 again: 409 -> reconcile).
 The Lease is renewed first after a (re)start, so a kill -9 costs at most one restart's delay of
@@ -11,16 +11,17 @@ its ``leaseDurationSeconds`` (40 s).
 
 from __future__ import annotations
 
-import threading
 from urllib.parse import urlparse
 
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import HOST_NETWORK_REASON
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
-from podvisor.services.node.status import RuntimeFacts, machine_facts
+from podvisor.services.node.status import RuntimeFacts, machine_facts, node_shape
+from podvisor.services.node.version import SkewRefused
 
 STALL_LIMIT = 60.0
 RETRY = 1.0  # after a failed request, try again this soon (capped by the periods)
@@ -52,7 +53,68 @@ def runtime_probe(endpoint: str) -> RuntimeFacts:
     if network is not None and not network.status:
         return RuntimeFacts(name, "container runtime network not ready: NetworkReady=false "
                                   f"reason:{network.reason} message:{network.message}")
+    if network is not None and network.reason == HOST_NETWORK_REASON:
+        return RuntimeFacts(name, "", f"host network mode: {network.message}")
     return RuntimeFacts(name, "")
+
+
+class NodeService:
+    """The node process: the agent's requests run on the service loop's worker, built once."""
+
+    def __init__(self, ctx: ChildContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.clock = ctx.clock
+        shape = node_shape(config)  # raises when nodeIP is no address of this host
+        self.conn = conn = ApiConnection(config.kubeconfig)
+        endpoint = _endpoint(ctx)
+        self.agent = NodeAgent(
+            conn, NodeSettings(config.node_name, config.max_pods, config.port,
+                               config.node_status_report_frequency,
+                               config.node_lease_duration_seconds, shape),
+            lambda: machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
+            lambda: runtime_probe(endpoint), ctx.log)
+        self.loop = ServiceLoop(ctx)
+        self.loop.closing(self.conn)
+        self.loop.worker(self.step, stall=STALL_LIMIT, name="node")
+        self.next_lease = self.next_status = self.clock.monotonic()
+        self.failing = ""
+
+    def run(self) -> None:
+        self.loop.run(lambda now: None)  # the work is the worker's
+
+    def step(self, now: float) -> float:
+        """One turn of the worker: register, renew the Lease, report the status, as due;
+        returns when the next is due."""
+        config = self.ctx.config
+        try:
+            if not self.agent.registered:
+                self.agent.register()
+            if now >= self.next_lease:
+                self.agent.renew_lease(self.clock.wall())
+                self.next_lease = now + config.node_lease_renew_interval
+            if now >= self.next_status:
+                self.agent.report_status(self.clock.wall())
+                self.next_status = now + config.node_status_update_frequency
+            if self.failing:
+                self.ctx.log.info("node.api_recovered", node=config.node_name)
+                self.failing = ""
+        except (ApiError, ApiUnreachable, SkewRefused) as exc:
+            if str(exc) != self.failing:
+                if isinstance(exc, SkewRefused):
+                    self.ctx.log.error("node.version_refused", node=config.node_name,
+                                       reason=str(exc))
+                else:
+                    self.ctx.log.warning("node.api_failed", node=config.node_name,
+                                         reason=str(exc))
+                self.failing = str(exc)
+            retry = self.clock.monotonic() + RETRY  # what was due and failed goes again soon
+            self.next_lease = max(self.next_lease, retry)
+            self.next_status = max(self.next_status, retry)
+        return min(self.next_lease, self.next_status)
+
+    def close(self) -> None:
+        self.loop.close()
 
 
 def run(ctx: ChildContext) -> None:
@@ -61,69 +123,8 @@ def run(ctx: ChildContext) -> None:
         ctx.log.info("node.disabled", reason="kubeconfig is not set" if not config.kubeconfig
                      else "registerNode is false")
         return
-    conn = ApiConnection(config.kubeconfig)
-    endpoint = _endpoint(ctx)
-    agent = NodeAgent(conn, NodeSettings(config.node_name, config.max_pods, config.port,
-                                         config.node_status_report_frequency,
-                                         config.node_lease_duration_seconds),
-                      machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
-                      lambda: runtime_probe(endpoint), ctx.log)
-    progress = [ctx.clock.monotonic()]
-    failure: list[BaseException] = []
-    stop = threading.Event()
-
-    def helper() -> None:
-        try:
-            _loop(ctx, agent, stop, progress)
-        except BaseException as exc:  # the main thread re-raises it
-            failure.append(exc)
-
-    thread = threading.Thread(target=helper, name="node", daemon=True)
-    loop = ServiceLoop(ctx)
-    loop.closing(conn)
-    thread.start()
-
-    def step(now: float) -> float | None:
-        if failure:
-            raise failure[0]
-        if now - progress[0] > STALL_LIMIT:
-            raise RuntimeError(f"the node helper made no progress for {STALL_LIMIT}s")
-        return None
-
+    service = NodeService(ctx)
     try:
-        loop.run(step)
+        service.run()
     finally:
-        stop.set()
-        thread.join(2)
-        loop.close()
-
-
-def _loop(ctx: ChildContext, agent: NodeAgent, stop: threading.Event,
-          progress: list[float]) -> None:
-    config = ctx.config
-    clock = ctx.clock
-    next_lease = next_status = clock.monotonic()
-    failing = ""
-    while not stop.is_set():
-        progress[0] = now = clock.monotonic()
-        try:
-            if not agent.registered:
-                agent.register()
-            if now >= next_lease:
-                agent.renew_lease(clock.wall())
-                next_lease = now + config.node_lease_renew_interval
-            if now >= next_status:
-                agent.report_status(clock.wall())
-                next_status = now + config.node_status_update_frequency
-            if failing:
-                ctx.log.info("node.api_recovered", node=config.node_name)
-                failing = ""
-        except (ApiError, ApiUnreachable) as exc:
-            if str(exc) != failing:
-                ctx.log.warning("node.api_failed", node=config.node_name, reason=str(exc))
-                failing = str(exc)
-            retry = clock.monotonic() + RETRY  # what was due and failed goes again soon
-            next_lease, next_status = max(next_lease, retry), max(next_status, retry)
-        wait = min(next_lease, next_status) - clock.monotonic()
-        if wait > 0:
-            stop.wait(wait)
+        service.close()

@@ -1,7 +1,10 @@
 """The Node object and its status, as the kubelet builds them (KUBELET.md, "API server
-membership"): labels, addresses, capacity/allocatable, nodeInfo, daemonEndpoints and the four
-conditions. Pure: the machine's facts and the runtime's answers come in as values, the time as
-a parameter, so the status is computed and compared in tests without a machine or a clock.
+membership"): labels, taints and providerID at registration, addresses (``nodeIP`` when set),
+capacity and allocatable (``common/allocatable.py``: less kubeReserved, systemReserved and the
+hard eviction thresholds), nodeInfo (``kubeletVersion`` from ``version.py``), daemonEndpoints
+and the four conditions. Pure: the machine's facts and the runtime's answers come in as values,
+the time as a parameter, so the status is computed and compared in tests without a machine or a
+clock.
 """
 
 from __future__ import annotations
@@ -9,14 +12,17 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from podvisor.common.allocatable import allocatable, formatted
 
 Obj = dict[str, Any]
 ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le",
         "s390x": "s390x", "riscv64": "riscv64"}
-KUBELET_VERSION = "v1.33.0-podvisor"  # the API version whose semantics podvisor follows
 
 
 @dataclass(frozen=True)
@@ -87,34 +93,111 @@ class RuntimeFacts:
 
     version: str  # containerRuntimeVersion, '' when the runtime did not answer
     not_ready: str  # '' or e.g. "container runtime is down" / "network plugin not ready: ..."
+    note: str = ""  # said after the Ready message, as the kubelet's ". AppArmor enabled"
 
 
-def node_labels(node: str, facts: MachineFacts) -> dict[str, str]:
+@dataclass(frozen=True)
+class NodeShape:
+    """What the config says of the Node (KubeletConfiguration names in the comments)."""
+
+    node_ips: tuple[str, ...] = ()  # nodeIP: the InternalIP(s); () = found toward the API
+    labels: Mapping[str, str] = field(default_factory=dict)  # nodeLabels
+    taints: Sequence[Mapping[str, str]] = ()  # registerWithTaints
+    provider_id: str = ""  # providerID
+    kube_reserved: Mapping[str, str] = field(default_factory=dict)
+    system_reserved: Mapping[str, str] = field(default_factory=dict)
+    eviction_hard: Mapping[str, str] = field(default_factory=dict)
+
+
+def local_address(ip: str) -> bool:
+    """Whether ``ip`` is an address of this host (the kubelet's ``validateNodeIP``: it must be
+    on one of the host's interfaces)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
+def node_shape(config: Any) -> NodeShape:
+    """The Node's settings from the agent's config; a ``nodeIP`` that is not this host's is
+    refused with the kubelet's message (``ValueError``)."""
+    ips = tuple(ip for ip in config.node_ip.split(",") if ip)
+    for ip in ips:
+        if not local_address(ip):
+            raise ValueError(f"failed to validate nodeIP: node IP: {ip!r} not found in the "
+                             "host's network interfaces")
+    return NodeShape(node_ips=ips, labels=dict(config.node_labels),
+                     taints=[dict(t) for t in config.register_with_taints],
+                     provider_id=config.provider_id, kube_reserved=dict(config.kube_reserved),
+                     system_reserved=dict(config.system_reserved),
+                     eviction_hard=dict(config.eviction_hard))
+
+
+def default_labels(node: str, facts: MachineFacts) -> dict[str, str]:
+    """The labels the kubelet sets itself and reconciles on an existing Node."""
     return {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux",
             "kubernetes.io/arch": facts.architecture,
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": facts.architecture}
 
 
-def quantities(facts: MachineFacts, max_pods: int) -> dict[str, str]:
-    return {"cpu": str(facts.cpus), "memory": f"{facts.memory_bytes // 1024}Ki",
-            "pods": str(max_pods),
-            "ephemeral-storage": f"{facts.ephemeral_storage_bytes // 1024}Ki"}
+def node_labels(node: str, facts: MachineFacts,
+                extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The labels of a new Node: ``nodeLabels`` first, the kubelet's own ones win."""
+    return {**(extra or {}), **default_labels(node, facts)}
+
+
+def new_node(node: str, facts: MachineFacts, shape: NodeShape) -> Obj:
+    """The Node POSTed at registration (kubelet ``initialNode``): labels, taints,
+    providerID. Only at registration: the kubelet never reconciles these onto an existing
+    Node (only its default labels)."""
+    spec: Obj = {}
+    if shape.taints:
+        spec["taints"] = [dict(t) for t in shape.taints]
+    if shape.provider_id:
+        spec["providerID"] = shape.provider_id
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": node_labels(node, facts, shape.labels)},
+            **({"spec": spec} if spec else {})}
+
+
+def capacity(facts: MachineFacts, max_pods: int) -> dict[str, Decimal]:
+    return {"cpu": Decimal(facts.cpus), "memory": Decimal(facts.memory_bytes),
+            "ephemeral-storage": Decimal(facts.ephemeral_storage_bytes),
+            "pods": Decimal(max_pods)}
+
+
+def quantities(facts: MachineFacts, max_pods: int,
+               shape: NodeShape | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """(capacity, allocatable) in the API's form."""
+    shape = shape or NodeShape()
+    cap = capacity(facts, max_pods)
+    alloc = allocatable(cap, shape.kube_reserved, shape.system_reserved, shape.eviction_hard)
+    return formatted(cap), formatted(alloc)
+
+
+def addresses(node: str, facts: MachineFacts, shape: NodeShape) -> list[Obj]:
+    ips = shape.node_ips or (facts.internal_ip,)
+    return [*({"type": "InternalIP", "address": ip} for ip in ips),
+            {"type": "Hostname", "address": node}]
 
 
 def node_status(node: str, facts: MachineFacts, runtime: RuntimeFacts, *, max_pods: int,
-                port: int) -> Obj:
+                port: int, kubelet_version: str, shape: NodeShape | None = None) -> Obj:
     """The status without times (conditions get them in ``with_times``)."""
-    q = quantities(facts, max_pods)
+    shape = shape or NodeShape()
+    cap, alloc = quantities(facts, max_pods, shape)
     ready = not runtime.not_ready
     return {
-        "addresses": [{"type": "InternalIP", "address": facts.internal_ip},
-                      {"type": "Hostname", "address": node}],
-        "capacity": q, "allocatable": dict(q),
+        "addresses": addresses(node, facts, shape),
+        "capacity": cap, "allocatable": alloc,
         "nodeInfo": {"machineID": facts.machine_id, "systemUUID": facts.system_uuid,
                      "bootID": facts.boot_id, "kernelVersion": facts.kernel_version,
                      "osImage": facts.os_image,
                      "containerRuntimeVersion": runtime.version,
-                     "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "",
+                     "kubeletVersion": kubelet_version, "kubeProxyVersion": "",
                      "operatingSystem": "linux", "architecture": facts.architecture},
         "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
         "conditions": [
@@ -127,9 +210,14 @@ def node_status(node: str, facts: MachineFacts, runtime: RuntimeFacts, *, max_po
              "message": "kubelet has sufficient PID available"},
             {"type": "Ready", "status": "True" if ready else "False",
              "reason": "KubeletReady" if ready else "KubeletNotReady",
-             "message": "kubelet is posting ready status" if ready else runtime.not_ready},
+             "message": _ready_message(runtime) if ready else runtime.not_ready},
         ],
     }
+
+
+def _ready_message(runtime: RuntimeFacts) -> str:
+    text = "kubelet is posting ready status"
+    return f"{text}. {runtime.note}" if runtime.note else text
 
 
 def with_times(status: Obj, previous: Obj | None, now: str) -> Obj:

@@ -11,6 +11,8 @@
   ticks uptimes and the timeline itself). With nothing moving it asks the supervisor again
   every ``recheck`` (a dropped bus message) and otherwise sleeps: no client, no work; idle
   clients, a ping each every 15 s.
+  ``?beat=S``: also a comment line after ``S`` seconds without an event (the fleet's watchdog).
+  Other events go to every page through ``push`` (the charts' ``usage`` samples).
 - ``POST /api/action`` ``{"action": start|stop|restart|kill, "name": "group:name",
   "signal"?}``: the XML-RPC methods' semantics (a container's restart is a stop; its
   restartPolicy brings it back). Faults answer 409 with ``{"faultCode", "faultString"}``.
@@ -30,7 +32,7 @@ import json
 import threading
 import xmlrpc.client
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +41,7 @@ from aiohttp import web
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
+from podvisor.ipc.podstatus import ContainerStatus, PodStatus
 from podvisor.services.ops.feed import (
     FEED_TIMES,
     RETRY_MS,
@@ -111,29 +114,27 @@ def _pods_json(maps: Any) -> list[dict[str, Any]]:
     for uid, entry in maps.desired.items():
         if not isinstance(entry, DesiredPod):
             continue
-        meta = entry.pod.get("metadata") or {}
+        ref = entry.ref
         value = maps.statuses.get(uid)
-        status: Mapping[str, Any] = value.status if isinstance(value, PodStatusValue) else {}
+        status = value.status if isinstance(value, PodStatusValue) else PodStatus()
         out.append({
-            "uid": uid, "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
-            "group": f"{meta.get('namespace') or 'default'}.{meta.get('name', uid)}",
-            "phase": status.get("phase", "Pending"),
-            "conditions": [{"type": c.get("type"), "status": c.get("status")}
-                           for c in status.get("conditions") or []],
-            "containers": [{"name": cs.get("name"), "ready": cs.get("ready"),
-                            "restartCount": cs.get("restartCount", 0),
-                            **_state_of(cs)}
-                           for cs in status.get("containerStatuses") or []],
-            "podIP": status.get("podIP", ""),
+            "uid": uid, "name": ref.name, "namespace": ref.namespace,
+            "group": f"{ref.namespace or 'default'}.{ref.name}",
+            "phase": status.phase,
+            "conditions": [{"type": c.type, "status": c.status} for c in status.conditions],
+            "containers": [{"name": cs.name, "ready": cs.ready,
+                            "restartCount": cs.restart_count, **_state_of(cs)}
+                           for cs in status.container_statuses],
+            "podIP": status.pod_ip or "",
         })
     return sorted(out, key=lambda p: p["group"])
 
 
-def _state_of(cs: Mapping[str, Any]) -> dict[str, str]:
+def _state_of(cs: ContainerStatus) -> dict[str, str]:
     """``{"state": running|waiting|terminated, "reason"}`` of a ContainerStatus."""
-    for kind, detail in (cs.get("state") or {}).items():
-        return {"state": str(kind), "reason": str((detail or {}).get("reason", ""))}
-    return {"state": "unknown", "reason": ""}
+    kind = cs.state.kind
+    return {"state": kind, "reason": cs.state.reason} if kind else {"state": "unknown",
+                                                                      "reason": ""}
 
 
 class Changes(Protocol):
@@ -179,7 +180,7 @@ class Dashboard:
             cached = self._pods_cache
             if cached is None or (pods and (version is None or cached[0] != version)):
                 procs = sorted(pod_procs(maps.desired, maps.statuses, maps.pleg,
-                                         self.rpc.d.runtime_dir),
+                                         self.rpc.d.runtime_dir, getattr(maps, "pods", None)),
                                key=lambda p: (p.group, p.name))
                 cached = (version, procs, _dumps([_proc_json(p, now) for p in procs]),
                           _dumps(_pods_json(maps)))
@@ -204,6 +205,13 @@ class Dashboard:
         for q in list(self.clients):
             if q.qsize() < 4:  # a slow client skips states, never blocks the others
                 q.put_nowait(data)
+
+    def push(self, data: bytes) -> None:
+        """Another event for every open page (web thread; the charts' samples): encoded once
+        by the caller; it counts as the keep-alive."""
+        if self.clients:
+            self._send(data)
+            self.plan.sent(self.clock.monotonic())
 
     async def broadcast(self) -> None:
         """While a client listens: compute, send, ping or sleep as ``FeedPlan`` says."""
@@ -270,9 +278,17 @@ class Dashboard:
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
         q = self.subscribe()
+        beat = _beat(request.query.get("beat"))
         try:
             while True:
-                await resp.write(await q.get())
+                if beat is None:
+                    await resp.write(await q.get())
+                    continue
+                try:  # a comment line every ``beat`` s: the fleet's dead-node watchdog
+                    data = await asyncio.wait_for(q.get(), beat)
+                except TimeoutError:
+                    data = b": beat\n\n"
+                await resp.write(data)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -330,6 +346,15 @@ class Dashboard:
             return web.json_response({"faultCode": fault.faultCode,
                                       "faultString": fault.faultString}, status=404)
         return web.json_response({"text": text, "offset": nxt, "overflow": overflow})
+
+
+def _beat(raw: str | None) -> float | None:
+    """``?beat=S`` on ``/api/events``: a comment line after ``S`` seconds (1-60) without an
+    event, so a client that needs to tell a hung node quickly (the fleet) can."""
+    try:
+        return None if raw is None else min(60.0, max(1.0, float(raw)))
+    except ValueError:
+        return None
 
 
 def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],

@@ -94,8 +94,8 @@ def _old_exit(old_id: str, cur: Proc) -> int:
     """A container restarted between two snapshots: the exit code of the old container
     ``old_id`` (from the runtime's listing, else the status's lastState; the new container's
     own state says nothing of it); a restart counts as unexpected unless it exited 0."""
-    code = (cur.extra.get("exits") or {}).get(old_id, cur.extra.get("last_exit_code"))
-    return int(code) if isinstance(code, int) else 1
+    code = cur.exits.get(old_id, cur.last_exit_code)
+    return code if code is not None else 1
 
 
 def _t(p: Proc, f: str, t: str, expected: int = 1) -> Transition:

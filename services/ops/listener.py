@@ -25,8 +25,9 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import ops_password_path
 from podvisor.common.opspass import read_ops_password
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.control import ControlClient, ControlError
+from podvisor.ipc.maps import DesiredValue, PlegValue, PodStatusValue
 from podvisor.ipc.messages import ProcessStateChanged
-from podvisor.services.ops.control import ControlError, ControlLink
 from podvisor.services.ops.events import (
     Transition,
     agent_transitions,
@@ -38,6 +39,7 @@ from podvisor.services.ops.feeder import EventFeeder
 from podvisor.services.ops.logevents import LogTap, agent_sources, container_sources, wants_logs
 from podvisor.services.ops.procs import AGENT_GROUP, Proc, pod_procs
 from podvisor.services.ops.pump import MapPump, PodMaps
+from podvisor.services.pod import WirePods
 
 TICKS = (("TICK_5", 5), ("TICK_60", 60), ("TICK_3600", 3600))
 LOG_POLL = 0.2  # how often log files are looked at for PROCESS_LOG_* (when subscribed)
@@ -75,7 +77,7 @@ class Listener:
         self.log_specs: Mapping[str, Mapping[str, Any]] = {}
         self.logs_dir = ""
         self.pids: dict[str, int] = {}
-        self.desired: Mapping[str, Any] = {}
+        self.desired: Mapping[str, DesiredValue] = {}
 
     def enable_logs(self, processes: Mapping[str, Mapping[str, Any]], logs_dir: str,
                     pids: Mapping[str, int]) -> None:
@@ -112,9 +114,9 @@ class Listener:
         elif msg.to_state != "BACKOFF":
             self.crashed.discard(msg.name)
 
-    def on_maps(self, desired: Mapping[str, Any], statuses: Mapping[str, Any],
-                pleg: Mapping[str, Any]) -> None:
-        now = {p.namespec: p for p in pod_procs(desired, statuses, pleg, self.runtime_dir)}
+    def on_maps(self, desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodStatusValue],
+                pleg: Mapping[str, PlegValue], pods: WirePods | None = None) -> None:
+        now = {p.namespec: p for p in pod_procs(desired, statuses, pleg, self.runtime_dir, pods)}
         self.desired = desired
         if self.containers is not None:  # the first snapshot is the baseline
             for tr in container_events(self.containers, now):
@@ -141,78 +143,78 @@ def _enable_logs(ctx: ChildContext, listener: Listener, events: list[str]) -> bo
         return False
     pids: dict[str, int] = {}
     with contextlib.suppress(ControlError):
-        rows = ControlLink(ctx.zctx, ctx.paths.control).call("status", timeout=5.0)
-        pids = {str(r["name"]): int(r.get("pid") or 0) for r in rows.get("processes", [])}
+        rows = ControlClient(ctx.paths.control, 5.0, ctx.zctx).processes()
+        pids = {row.name: row.pid or 0 for row in rows}
     listener.enable_logs(ctx.config.supervision.processes, str(ctx.paths.logs_dir), pids)
     return True
 
 
-def run(ctx: ChildContext) -> None:
+class ListenerService:
     """The harness: the command as a child, fed on the process's service loop (its stdout and
     the state messages are watched; the maps, the ticks and the next message are the loop's
-    step)."""
-    wall = ctx.clock.wall
-    spec: Mapping[str, Any] = ctx.config.supervision.processes.get(ctx.name, {})
-    events = [e for e in str(spec.get("events") or "EVENT").split(",") if e]
-    feeder = EventFeeder(ctx.name)
-    runtime_dir = ctx.paths.runtime_dir if ctx.config.runtime_endpoint == "embedded" else None
-    listener = Listener(feeder, events, runtime_dir)
-    loop = ServiceLoop(ctx)
+    step). Built once from the context."""
 
-    def on_maps(maps: PodMaps, changed: bool) -> None:
+    def __init__(self, ctx: ChildContext) -> None:
+        self.ctx = ctx
+        self.wall = ctx.clock.wall
+        spec: Mapping[str, Any] = ctx.config.supervision.processes.get(ctx.name, {})
+        events = [e for e in str(spec.get("events") or "EVENT").split(",") if e]
+        self.feeder = EventFeeder(ctx.name)
+        runtime_dir = ctx.paths.runtime_dir if ctx.config.runtime_endpoint == "embedded" else None
+        self.listener = Listener(self.feeder, events, runtime_dir)
+        self.loop = ServiceLoop(ctx)
+        want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
+        want_maps = _enable_logs(ctx, self.listener, events) or want_maps  # PROCESS_LOG_*
+        self.pump = MapPump(self.loop, self.on_maps) if want_maps else None
+        self.sub = self.loop.subscriber([ProcessStateChanged.TOPIC], self.on_states)
+        self.stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115
+        self.child = subprocess.Popen(shlex.split(str(spec.get("command", ""))),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self.stderr, env=_env(ctx))
+        assert self.child.stdin is not None and self.child.stdout is not None
+        self.stdin = self.child.stdin
+        self.out_fd = self.child.stdout.fileno()
+        os.set_blocking(self.out_fd, False)
+        ctx.log.info("listener.started", command=spec.get("command"), events=events,
+                     pid=self.child.pid)
+        self.loop.watch(self.out_fd, self.on_out)
+        self.next_tick = self.listener.on_time(self.wall())
+
+    def on_maps(self, maps: PodMaps, changed: bool) -> None:
         if changed and maps.synced:
-            listener.on_maps(maps.desired, maps.statuses, maps.pleg)
+            self.listener.on_maps(maps.desired, maps.statuses, maps.pleg, maps.pods)
 
-    want_maps = any(e == "EVENT" or e.startswith("PROCESS_STATE") for e in events)
-    want_maps = _enable_logs(ctx, listener, events) or want_maps  # PROCESS_LOG_* (logevents)
-    pump = MapPump(loop, on_maps) if want_maps else None
-
-    def on_states() -> None:
-        while (env := sub.recv(0)) is not None:
+    def on_states(self) -> None:
+        while (env := self.sub.recv(0)) is not None:
             if isinstance(env.message, ProcessStateChanged):
-                listener.on_state(env.message)
+                self.listener.on_state(env.message)
 
-    sub = loop.subscriber([ProcessStateChanged.TOPIC], on_states)
-    stderr = open(ctx.paths.logs_dir / f"{ctx.name}.listener.log", "ab")  # noqa: SIM115
-    child = subprocess.Popen(shlex.split(str(spec.get("command", ""))), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=stderr, env=_env(ctx))
-    assert child.stdin is not None and child.stdout is not None
-    stdin = child.stdin
-    out_fd = child.stdout.fileno()
-    os.set_blocking(out_fd, False)
-    ctx.log.info("listener.started", command=spec.get("command"), events=events, pid=child.pid)
-
-    def on_out() -> None:
+    def on_out(self) -> None:
         data = b""
         with contextlib.suppress(BlockingIOError):
-            data = os.read(out_fd, 65536)
+            data = os.read(self.out_fd, 65536)
         if not data:
-            raise ListenerExited(f"listener command exited ({child.wait()})")
-        feeder.feed(data)
+            raise ListenerExited(f"listener command exited ({self.child.wait()})")
+        self.feeder.feed(data)
 
-    loop.watch(out_fd, on_out)
-    next_tick = listener.on_time(wall())
-
-    def step(now: float) -> float:
-        nonlocal next_tick
-        if pump is not None:
-            pump.drain(now)
-        if wall() >= next_tick:
-            next_tick = listener.on_time(wall())
-        message = feeder.next_message()
+    def step(self, now: float) -> float:
+        if self.pump is not None:
+            self.pump.drain(now)
+        if self.wall() >= self.next_tick:
+            self.next_tick = self.listener.on_time(self.wall())
+        message = self.feeder.next_message()
         if message is not None:
-            stdin.write(message)
-            stdin.flush()
-        if child.poll() is not None:
-            raise ListenerExited(f"listener command exited ({child.returncode})")
-        return now + max(0.0, next_tick - wall())
+            self.stdin.write(message)
+            self.stdin.flush()
+        if self.child.poll() is not None:
+            raise ListenerExited(f"listener command exited ({self.child.returncode})")
+        return now + max(0.0, self.next_tick - self.wall())
 
-    try:
-        loop.run(step)
-    finally:
-        ctx.log.info("listener.stopping", sent=feeder.sent, failed=feeder.failed,
-                     dropped=feeder.dropped)
-        loop.close()
+    def close(self) -> None:
+        feeder, child = self.feeder, self.child
+        self.ctx.log.info("listener.stopping", sent=feeder.sent, failed=feeder.failed,
+                          dropped=feeder.dropped)
+        self.loop.close()
         if child.poll() is None:
             child.terminate()
             try:
@@ -220,4 +222,12 @@ def run(ctx: ChildContext) -> None:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-        stderr.close()
+        self.stderr.close()
+
+
+def run(ctx: ChildContext) -> None:
+    service = ListenerService(ctx)
+    try:
+        service.loop.run(service.step)
+    finally:
+        service.close()

@@ -89,8 +89,7 @@ def events_enabled(proc: Proc, processes: Mapping[str, Mapping[str, Any]],
         spec = processes.get(proc.name, {})
         return bool(spec.get("stdout_events_enabled")), bool(spec.get("stderr_events_enabled"))
     entry = desired.get(str(proc.extra.get("uid", "")))
-    pod = entry.pod if isinstance(entry, DesiredPod) else {}
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    notes = entry.annotations if isinstance(entry, DesiredPod) else {}
     return (_truthy(notes.get(STDOUT_ANNOTATION, "")), _truthy(notes.get(STDERR_ANNOTATION, "")))
 
 
@@ -107,8 +106,7 @@ def container_sources(desired: Mapping[str, object], procs: Iterable[Proc]) -> l
     """The containers of the pods annotated for events, from their ``Proc``s."""
     channels: dict[str, frozenset[str]] = {}
     for uid, entry in desired.items():
-        pod = entry.pod if isinstance(entry, DesiredPod) else None
-        notes = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        notes = entry.annotations if isinstance(entry, DesiredPod) else {}
         on = frozenset(c for c, key in ((STDOUT, STDOUT_ANNOTATION), (STDERR, STDERR_ANNOTATION))
                        if _truthy(notes.get(key, "")))
         if on:

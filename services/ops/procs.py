@@ -1,11 +1,11 @@
 """The processes the ops port shows, as supervisord's ``getProcessInfo`` structs (pure).
 
 Two kinds: the agent's subsystems (group ``agent``, from the supervisor's ``status`` rows) and
-the pods' containers (group ``<namespace>.<pod name>``, from the ``desired``, ``statuses`` and
-``pleg`` maps). ``Proc`` keeps what the actions need beside the public ``info`` struct, whose keys
-are exactly supervisord's (``name``, ``group``, ``start``, ``stop``, ``now``, ``state``,
-``statename``, ``spawnerr``, ``exitstatus``, ``logfile``, ``stdout_logfile``, ``stderr_logfile``,
-``pid``, ``description``).
+the pods' containers (group ``<namespace>.<pod name>``, from the ``desired`` map's typed pods
+and the ``statuses`` and ``pleg`` maps). ``Proc`` keeps what the actions need beside the public
+``info`` struct, whose keys are exactly supervisord's (``name``, ``group``, ``start``, ``stop``,
+``now``, ``state``, ``statename``, ``spawnerr``, ``exitstatus``, ``logfile``, ``stdout_logfile``,
+``stderr_logfile``, ``pid``, ``description``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import datetime
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from podvisor.ipc.control import ProcessRow, ProcessState
 from podvisor.ipc.maps import (
     DesiredPod,
     DesiredValue,
@@ -26,7 +27,9 @@ from podvisor.ipc.maps import (
     PlegValue,
     PodStatusValue,
 )
-from podvisor.services.ops.states import AGENT_STATES, ProcState, container_state
+from podvisor.ipc.podstatus import ContainerState, ContainerStatus, Running, Terminated, Waiting
+from podvisor.services.ops.states import container_state
+from podvisor.services.pod import PodValidationError, WirePods
 
 __all__ = ["AGENT_GROUP", "Proc", "agent_procs", "describe", "pod_group", "pod_procs",
            "split_namespec"]
@@ -61,7 +64,7 @@ class Proc:
     group: str
     name: str
     kind: str  # "agent" | "container"
-    state: ProcState
+    state: ProcessState
     pid: int
     start: float  # wall seconds (0: never started)
     stop: float
@@ -70,6 +73,11 @@ class Proc:
     logfile: str
     restarts: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)  # container id, pod uid, ...
+    # a container's: the exit code of each exited runtime container of its name by ID (a
+    # restart's old container is found here while the status may not speak of it yet), and
+    # the status's lastState exit code
+    exits: Mapping[str, int] = field(default_factory=dict)
+    last_exit_code: int | None = None
 
     @property
     def namespec(self) -> str:
@@ -91,15 +99,15 @@ class Proc:
 def describe(info: Mapping[str, Any]) -> str:
     """supervisord's ``_interpretProcessInfo``."""
     state = info["state"]
-    if state == ProcState.RUNNING:
+    if state == ProcessState.RUNNING:
         uptime = datetime.datetime(*time.gmtime(info["now"])[:6]) - datetime.datetime(
             *time.gmtime(info["start"])[:6])
         if uptime.total_seconds() < 0:
             uptime = datetime.timedelta(0)
         return f"pid {info['pid']}, uptime {uptime}"
-    if state in (ProcState.FATAL, ProcState.BACKOFF):
+    if state in (ProcessState.FATAL, ProcessState.BACKOFF):
         return str(info["spawnerr"]) or f'unknown error (try "tail {info["name"]}")'
-    if state in (ProcState.STOPPED, ProcState.EXITED):
+    if state in (ProcessState.STOPPED, ProcessState.EXITED):
         if info["start"]:
             stop = datetime.datetime(*time.localtime(info["stop"])[:7])
             return stop.strftime("%b %d %I:%M %p")
@@ -107,26 +115,24 @@ def describe(info: Mapping[str, Any]) -> str:
     return ""
 
 
-def agent_procs(rows: Iterable[Mapping[str, Any]], now: float, logs_dir: Path) -> list[Proc]:
+def agent_procs(rows: Iterable[ProcessRow], now: float, logs_dir: Path) -> list[Proc]:
     """The ``agent`` group from the supervisor's ``status`` rows (``now``: wall seconds)."""
     out = []
     for row in rows:
-        state = AGENT_STATES.get(str(row.get("state")), ProcState.UNKNOWN)
-        last = row.get("lastExit") or {}
-        uptime = row.get("uptime")
-        start = now - float(uptime) if uptime is not None else float(
-            (last.get("time") or 0) - (last.get("ranFor") or 0))
-        spawnerr = str(row.get("reason") or "") if state in (
-            ProcState.BACKOFF, ProcState.FATAL) else ""
+        last = row.last_exit
+        start = now - row.uptime if row.uptime is not None else (
+            last.time - last.ran_for if last is not None else 0.0)
+        spawnerr = row.reason if row.state in (ProcessState.BACKOFF, ProcessState.FATAL) else ""
         out.append(Proc(
-            group=AGENT_GROUP, name=str(row["name"]), kind="agent", state=state,
-            pid=int(row.get("pid") or 0), start=max(0.0, start),
-            stop=float(last.get("time") or 0), exitstatus=int(last.get("code") or 0),
-            spawnerr=spawnerr, logfile=str(logs_dir / f"{row['name']}.log"),
-            restarts=int(row.get("restarts") or 0),
-            extra={"module": row.get("module", ""), "reason": row.get("reason", ""),
-                   "lastExit": last or None, "heartbeatLate": bool(row.get("heartbeatLate")),
-                   "heartbeatAge": row.get("heartbeatAge")}))
+            group=AGENT_GROUP, name=row.name, kind="agent", state=row.state,
+            pid=row.pid or 0, start=max(0.0, start),
+            stop=last.time if last is not None else 0.0,
+            exitstatus=(last.code or 0) if last is not None else 0,
+            spawnerr=spawnerr, logfile=str(logs_dir / f"{row.name}.log"),
+            restarts=row.restarts,
+            extra={"module": row.module, "reason": row.reason,
+                   "lastExit": last.to_wire() if last is not None else None,
+                   "heartbeatLate": row.heartbeat_late, "heartbeatAge": row.heartbeat_age}))
     return out
 
 
@@ -152,7 +158,7 @@ def _embedded_pid(runtime_dir: Path | None, container_id: str) -> int:
         return 0
 
 
-_LIVE = (ProcState.STARTING, ProcState.RUNNING, ProcState.STOPPING)
+_LIVE = (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.STOPPING)
 
 
 def _exits(containers: Iterable[PlegContainer]) -> dict[str, dict[str, int]]:
@@ -165,79 +171,80 @@ def _exits(containers: Iterable[PlegContainer]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _consistent(cs: Mapping[str, Any] | None,
-                rc: PlegContainer | None) -> Mapping[str, Any] | None:
+def _consistent(cs: ContainerStatus | None,
+                rc: PlegContainer | None) -> ContainerStatus | None:
     """The container's status, or (when it speaks of an older container than the newest one
     PLEG lists, or says running of one PLEG saw exit: the two maps move separately) a status
     read from that newest runtime record, so a process's state, pid and restart count always
     belong to one and the same container, as the runtime last saw it."""
     if rc is None or not rc.id or cs is None:
         return cs
-    if str(cs.get("containerID", "")).rpartition("://")[2] == rc.id:
-        if rc.state != "CONTAINER_EXITED" or "running" not in (cs.get("state") or {}):
+    exited = ContainerState(terminated=Terminated(exit_code=rc.exit_code))
+    if cs.runtime_id == rc.id:
+        if rc.state != "CONTAINER_EXITED" or cs.state.running is None:
             return cs
-        return {**cs, "state": {"terminated": {"exitCode": rc.exit_code}}}
-    state: dict[str, Any]
+        return replace(cs, state=exited)
     if rc.state == "CONTAINER_RUNNING":
-        state = {"running": {}}
+        state = ContainerState(running=Running())
     elif rc.state == "CONTAINER_EXITED":
-        state = {"terminated": {"exitCode": rc.exit_code}}
+        state = exited
     else:
-        state = {"waiting": {"reason": "ContainerCreating"}}
-    return {**cs, "state": state, "restartCount": rc.restart_count}
+        state = ContainerState(waiting=Waiting("ContainerCreating"))
+    return replace(cs, state=state, restart_count=rc.restart_count)
 
 
 def pod_procs(desired: Mapping[str, DesiredValue], statuses: Mapping[str, PodStatusValue],
-              pleg: Mapping[str, PlegValue], runtime_dir: Path | None = None) -> list[Proc]:
-    """One process per container of every desired pod (init containers included, first)."""
+              pleg: Mapping[str, PlegValue], runtime_dir: Path | None = None,
+              pods: WirePods | None = None) -> list[Proc]:
+    """One process per container of every desired pod (init containers included, first).
+    ``pods``: the typed pods of ``desired``, kept between calls (a pod that is not a validated
+    wire form, a bug upstream, shows no processes)."""
+    pods = WirePods() if pods is None else pods
     out = []
     for uid, entry in desired.items():
         if not isinstance(entry, DesiredPod):
             continue
-        pod = entry.pod
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        group = pod_group(str(meta.get("namespace") or "default"), str(meta.get("name", uid)))
+        try:
+            pod = pods.get(uid, entry.pod)
+        except PodValidationError:
+            continue
+        group = pod_group(pod.namespace or "default", pod.name)
         value = statuses.get(uid)
-        status: Mapping[str, Any] = value.status if isinstance(value, PodStatusValue) else {}
-        by_name = {str(cs.get("name")): cs for key in ("initContainerStatuses",
-                                                        "containerStatuses")
-                   for cs in (status.get(key) or []) if isinstance(cs, Mapping)}
+        by_name = {cs.name: cs for cs in (*value.status.init_container_statuses,
+                                          *value.status.container_statuses)} if value else {}
         record = pleg.get(uid)
         listed = record.containers if isinstance(record, PlegPod) else ()
         runtime, exits = _latest(listed), _exits(listed)
-        policy = str(spec.get("restartPolicy") or "Always")
-        grace = spec.get("terminationGracePeriodSeconds")
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-            name = str(container.get("name", ""))
+        policy = str(pod.spec.restart_policy)
+        for container in pod.all_containers():
+            name = container.name
             rc = runtime.get(name)
             cs = _consistent(by_name.get(name), rc)
             code = rc.exit_code if rc is not None else 0
             terminal = policy == "Never" or (policy == "OnFailure" and code == 0)
             state = container_state(cs, terminal)
             cid = rc.id if rc is not None else ""
-            waiting = ((cs or {}).get("state") or {}).get("waiting") or {}
-            spawnerr = " ".join(str(x) for x in (waiting.get("reason"), waiting.get("message"))
-                                if x)
+            waiting = cs.state.waiting if cs is not None else None
+            spawnerr = " ".join(x for x in (waiting.reason, waiting.message) if x) \
+                if waiting is not None else ""
             # supervisord gives a pid while the process lives (STARTING, RUNNING, STOPPING):
             # the runtime's record says so before the status catches up, and the status
             # before PLEG's record reached this process (the two maps move separately)
             live = rc.id if rc is not None and rc.state == "CONTAINER_RUNNING" else (
-                str((cs or {}).get("containerID", "")).rpartition("://")[2]
-                if state is ProcState.RUNNING else "")
+                cs.runtime_id if cs is not None and state is ProcessState.RUNNING else "")
+            last = cs.last_state.terminated if cs is not None else None
             out.append(Proc(
                 group=group, name=name, kind="container", state=state,
                 pid=_embedded_pid(runtime_dir, live) if state in _LIVE and live else 0,
                 start=rc.started_at / 1e9 if rc is not None else 0.0,
                 stop=rc.finished_at / 1e9 if rc is not None else 0.0, exitstatus=code,
                 spawnerr=spawnerr, logfile=rc.log_path if rc is not None else "",
-                restarts=int((cs or {}).get("restartCount",
-                                            rc.restart_count if rc is not None else 0) or 0),
+                restarts=cs.restart_count if cs is not None else (
+                    rc.restart_count if rc is not None else 0),
                 extra={"uid": uid, "container_id": cid, "restartPolicy": policy,
-                       "exits": exits.get(name, {}),
-                       "last_exit_code": (((cs or {}).get("lastState") or {})
-                                          .get("terminated") or {}).get("exitCode"),
-                       "grace": int(grace) if isinstance(grace, int) else 30,
-                       "image": str(container.get("image", "")),
-                       "command": [*(container.get("command") or []),
-                                   *(container.get("args") or [])]}))
+                       "grace": pod.spec.termination_grace_period_seconds,
+                       "image": container.image,
+                       "command": [*container.command, *container.args]},
+                exits=exits.get(name, {}),
+                last_exit_code=last.exit_code if last is not None else None))
     return out

@@ -13,11 +13,17 @@ from typing import Any
 from xmlrpc.client import Fault as XmlFault
 
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
+from podvisor.ipc.control import (
+    AGENT_FAULTS,
+    ControlClient,
+    ControlError,
+    ControlFault,
+    Fault,
+    status_rows,
+)
 from podvisor.services.cri import RuntimeClient
-from podvisor.services.ops.control import ControlError, ControlLink
 from podvisor.services.ops.procs import AGENT_GROUP, Proc, agent_procs, pod_procs, split_namespec
 from podvisor.services.ops.pump import PodMaps
-from podvisor.services.ops.states import Fault
 
 __all__ = ["RpcBase", "RpcDeps", "parse_signal", "rpc_fault"]
 
@@ -30,7 +36,7 @@ def rpc_fault(code: Fault, detail: str = "") -> XmlFault:
 class RpcDeps:
     """What the methods use; tests replace the parts."""
 
-    control: ControlLink
+    control: ControlClient
     maps: Callable[[], PodMaps]
     changed: threading.Condition  # notified when the maps move
     cri: Callable[[], RuntimeClient]
@@ -61,12 +67,12 @@ class RpcBase:
 
     # -- model --------------------------------------------------------------------------
     def _agent(self) -> list[Proc]:
-        rows = self._control("status").get("processes", [])
+        rows = status_rows(self._control("status"))
         return agent_procs(rows, self.d.clock.wall(), self.d.logs_dir)
 
     def _pods(self) -> list[Proc]:
         m = self.d.maps()
-        return pod_procs(m.desired, m.statuses, m.pleg, self.d.runtime_dir)
+        return pod_procs(m.desired, m.statuses, m.pleg, self.d.runtime_dir, m.pods)
 
     def _all(self) -> list[Proc]:
         pods = sorted(self._pods(), key=lambda p: (p.group, p.name))
@@ -93,12 +99,11 @@ class RpcBase:
     def _control(self, command: str, **args: Any) -> Any:
         try:
             return self.d.control.call(command, **args)
-        except ControlError as err:
-            try:
-                code = Fault(err.code)
-            except ValueError:
-                code = Fault.FAILED
+        except ControlFault as err:  # podvisor's own codes are not supervisord's: FAILED
+            code = Fault.FAILED if err.fault in AGENT_FAULTS else err.fault
             raise rpc_fault(code, err.message) from None
+        except ControlError as err:  # nothing answered
+            raise rpc_fault(Fault.FAILED, str(err)) from None
 
     def find_proc(self, namespec: str) -> Proc:
         """The one process ``namespec`` names (BAD_NAME fault otherwise); public for the other

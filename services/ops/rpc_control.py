@@ -8,10 +8,11 @@ import os
 import signal
 from typing import Any
 
+from podvisor.ipc.control import Fault, ProcessState
 from podvisor.services.cri import CriError
 from podvisor.services.ops.procs import Proc
 from podvisor.services.ops.rpc_base import RpcBase, parse_signal, rpc_fault
-from podvisor.services.ops.states import RUNNING_STATES, Fault, ProcState
+from podvisor.services.ops.states import RUNNING_STATES
 
 __all__ = ["START_WAIT", "ControlMethods"]
 
@@ -40,11 +41,11 @@ class ControlMethods(RpcBase):
         return self._start_container(proc, wait)
 
     def _start_container(self, proc: Proc, wait: bool) -> bool:
-        if proc.state == ProcState.RUNNING:
+        if proc.state == ProcessState.RUNNING:
             raise rpc_fault(Fault.ALREADY_STARTED, proc.namespec)
         policy = str(proc.extra.get("restartPolicy"))
         if policy == "Never" or (policy == "OnFailure" and proc.exitstatus == 0
-                                 and proc.state == ProcState.EXITED):
+                                 and proc.state == ProcessState.EXITED):
             raise rpc_fault(Fault.FAILED, f"{proc.namespec}: restartPolicy {policy}: the "
                             "kubelet does not start this container again")
         if not wait:
@@ -53,7 +54,7 @@ class ControlMethods(RpcBase):
         with self.d.changed:
             while True:
                 now = self._find_quiet(proc)
-                if now is not None and now.state == ProcState.RUNNING:
+                if now is not None and now.state == ProcessState.RUNNING:
                     return True
                 left = deadline - self.d.clock.monotonic()
                 if left <= 0:
@@ -105,7 +106,7 @@ class ControlMethods(RpcBase):
                                 "it with podvisorctl or set opsPort: 0")
             self._control("stop", name=proc.name)
             return True
-        if proc.state not in (ProcState.RUNNING, ProcState.STARTING):
+        if proc.state not in (ProcessState.RUNNING, ProcessState.STARTING):
             raise rpc_fault(Fault.NOT_RUNNING, proc.namespec)
         self._cri_stop(proc, int(proc.extra.get("grace", 30)))
         return True
@@ -139,7 +140,7 @@ class ControlMethods(RpcBase):
 
     def _stoppable(self, group: str | None) -> list[Proc]:
         return [p for p in self._all() if (group is None or p.group == group)
-                and p.state in (*RUNNING_STATES, ProcState.STOPPING)
+                and p.state in (*RUNNING_STATES, ProcessState.STOPPING)
                 and not (p.kind == "agent" and p.name == self.d.self_name)]
 
     def signalProcess(self, name: str, signal: str) -> bool:
@@ -157,7 +158,7 @@ class ControlMethods(RpcBase):
         if proc.kind == "agent":
             self._control("kill", name=proc.name, signal=int(sig))
             return True
-        if proc.state != ProcState.RUNNING:
+        if proc.state != ProcessState.RUNNING:
             raise rpc_fault(Fault.NOT_RUNNING, proc.namespec)
         if proc.pid:
             try:
@@ -185,7 +186,7 @@ class ControlMethods(RpcBase):
         self._find(f"{name}:*")
         parse_signal(signal)
         return self._each([p for p in self._all() if p.group == name
-                           and p.state == ProcState.RUNNING],
+                           and p.state == ProcessState.RUNNING],
                           lambda p: self.signalProcess(p.namespec, signal))
 
     def signalAllProcesses(self, signal: str) -> list[dict[str, Any]]:
@@ -195,5 +196,5 @@ class ControlMethods(RpcBase):
         @return array         An array of process status info structs
         """
         parse_signal(signal)
-        return self._each([p for p in self._all() if p.state == ProcState.RUNNING],
+        return self._each([p for p in self._all() if p.state == ProcessState.RUNNING],
                           lambda p: self.signalProcess(p.namespec, signal))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from podvisor.ipc.control import Fault
 from podvisor.services.ops.logfiles import BadRead, read_file, tail_file, truncate
 from podvisor.services.ops.rpc_base import RpcBase, rpc_fault
-from podvisor.services.ops.states import Fault
 
 __all__ = ["LogMethods"]
 

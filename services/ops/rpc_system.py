@@ -12,8 +12,8 @@ from typing import Any
 from xmlrpc.client import Fault as XmlFault
 from xmlrpc.server import SimpleXMLRPCDispatcher
 
+from podvisor.ipc.control import Fault
 from podvisor.services.ops.rpc_base import rpc_fault
-from podvisor.services.ops.states import Fault
 
 __all__ = ["METHODS", "new_dispatcher", "signature"]
 

@@ -60,7 +60,7 @@ from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
-from podvisor.ipc.maps import HEALTH_KEY, PLEG, PlegHealth
+from podvisor.ipc.maps import HEALTH_KEY, PLEG, PlegHealth, PlegValue
 from podvisor.ipc.messages import PodLifecycleEvent, RelistHint
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.events import container_died
@@ -116,7 +116,8 @@ class PlegLoop:
     """One relist step and its publishing; the I/O edges are injected (owner, publisher)."""
 
     def __init__(
-        self, relister: Relister, owner: MapOwner, publisher: Publisher, log: EventLog,
+        self, relister: Relister, owner: MapOwner[PlegValue], publisher: Publisher,
+        log: EventLog,
         clock: Clock = SYSTEM_CLOCK.monotonic, wall: Clock = SYSTEM_CLOCK.wall,
     ) -> None:
         self._relister = relister

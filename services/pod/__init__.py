@@ -5,7 +5,8 @@
   manifest (a source does this, once per pod).
 - ``pod_from_wire(wire, where) -> Pod``: the trusted, unchecked rebuild of a validated pod
   from its wire form ``Pod.to_dict()`` (what bus consumers use; ``pod_from_dict`` reads it
-  too, at full validation cost).
+  too, at full validation cost); ``WirePods``: the same, kept per map key and rebuilt only
+  when a pod's wire form changed.
 - ``PodValidationError(where, errors)``: every rejection, each ``FieldIssue(field, reason)``.
 - ``apply_static_defaults``: the kubelet's defaults for file/HTTP pods (UID, name, annotations).
 - ``container_hash``: the spec hash that triggers a restart when a container's spec changes.
@@ -97,7 +98,7 @@ from podvisor.services.pod.static import (
     apply_static_defaults,
     static_pod_uid,
 )
-from podvisor.services.pod.wire import pod_from_wire
+from podvisor.services.pod.wire import WirePods, pod_from_wire
 
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
@@ -155,6 +156,7 @@ __all__ = [
     "URIScheme",
     "Volume",
     "VolumeMount",
+    "WirePods",
     "apply_static_defaults",
     "canonical_json",
     "container_env",

@@ -5,7 +5,7 @@ after that is its wire form. A consumer of the bus (the sync loop, the prober) r
 model with ``pod_from_wire``: the exact inverse of ``Pod.to_dict()``, which reads each field
 where ``to_dict`` wrote it and checks nothing (no name rules, no policy, no defaults: they
 were applied by the source). ``pod_from_wire(p.to_dict()) == p`` for every validated ``p``
-(tests/pods/test_pod_wire.py), at a fraction of the cost (bench/pod_wire.py).
+(tests/services/pod/test_pod_wire.py), at a fraction of the cost (bench/pod_wire.py).
 
 Something that is not such a wire form (a bug upstream: the map codecs only carry values a
 source built) raises ``PodValidationError`` naming ``where`` and the broken part, so callers
@@ -14,7 +14,8 @@ that already drop a rejected pod drop it the same way; it never raises anything 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 from podvisor.common.quantity import cpu_millis
@@ -91,6 +92,39 @@ def pod_from_wire(wire: Any, where: str = "") -> Pod:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         reason = f"not a validated pod wire form ({type(exc).__name__}: {exc})"
         raise PodValidationError(where, [FieldIssue("", reason)]) from None
+
+
+class WirePods:
+    """The typed ``Pod`` of each pod of a map (by key, e.g. the ``desired`` map's pod UIDs),
+    rebuilt with ``pod_from_wire`` only when that pod's wire form changed (a replica replaces a
+    value when it changes, so the same dict object is a hit at once; an equal new one after a
+    comparison). A reader that looks at every pod whenever any entry moves (ops' process list,
+    the status engine's sweep, the API writer's turn) pays one rebuild per change of a pod.
+
+    ``get`` raises ``PodValidationError`` as ``pod_from_wire`` does (not cached). Safe to share
+    between threads (ops' XML-RPC and dashboard threads read, its loop retains): a race costs
+    a second rebuild, never a wrong pod."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[Mapping[str, Any], Pod]] = {}
+        self._lock = threading.Lock()
+        self.rebuilds = 0
+
+    def get(self, key: str, wire: Mapping[str, Any]) -> Pod:
+        hit = self._pods.get(key)
+        if hit is not None and (hit[0] is wire or hit[0] == wire):
+            return hit[1]
+        pod = pod_from_wire(wire, where=key)
+        with self._lock:
+            self.rebuilds += 1
+            self._pods[key] = (wire, pod)
+        return pod
+
+    def retain(self, keys: Collection[str]) -> None:
+        """Forget the pods of keys not in ``keys`` (pods that left the map)."""
+        with self._lock:
+            for key in [k for k in self._pods if k not in keys]:
+                del self._pods[key]
 
 
 def _pod(w: Mapping[str, Any]) -> Pod:

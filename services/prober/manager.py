@@ -144,9 +144,13 @@ class ProbeManager:
         self._probe: dict[WorkerKey, Probe] = {}
         self._keys: dict[str, set[WorkerKey]] = {}  # each pod's workers
         self._on_invalid = on_invalid
-        self._seeds = {uid: dict(v) for uid, v in (seeds or {}).items() if isinstance(v, Mapping)}
+        # (pod uid, container name) -> a saved verdict, until its container is seen (or the grace
+        # ends), and the verdicts last handed out (what ``entries`` keeps ``ts`` against)
+        self._seeds: dict[tuple[str, str], Mapping[str, Any]] = {
+            (uid, str(name)): item for uid, v in (seeds or {}).items() if isinstance(v, Mapping)
+            for name, item in v.items()}
         self._seed_until: float | None = None
-        self._entries: dict[str, dict[str, Any]] = {u: dict(v) for u, v in self._seeds.items()}
+        self._verdicts: dict[tuple[str, str], Mapping[str, Any]] = dict(self._seeds)
 
     # --- inputs ---
     def update(self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float,
@@ -199,7 +203,7 @@ class ProbeManager:
             if obs is not None:
                 ports = {p.name: p.container_port for p in c.ports if p.name}
                 self._targets[(uid, c.name)] = Target(ip, ports, obs.container_id)
-            seeds = seeds_from(self._seeds.get(uid, {}).get(c.name) or {})
+            seeds = seeds_from(self._seeds.get((uid, c.name)) or {})
             for kind, probe in probes.items():
                 key = (uid, c.name, kind)
                 keys.add(key)
@@ -211,9 +215,8 @@ class ProbeManager:
                     self._probe[key] = probe
                 w.observe(obs, now)
                 self._obs[key] = obs
-            if obs is not None and self._seeds.get(uid, {}).pop(c.name, None) is not None \
-                    and not self._seeds[uid]:
-                del self._seeds[uid]
+            if obs is not None:
+                self._seeds.pop((uid, c.name), None)
         return keys
 
     def concerns(self, uid: str, entry: Any = None) -> bool:
@@ -265,15 +268,16 @@ class ProbeManager:
     def entries(self, now: float) -> dict[str, dict[str, Any]]:
         """The ``probes`` map as it should be now (``ts`` kept while a verdict holds)."""
         out: dict[str, dict[str, Any]] = {}
+        verdicts: dict[tuple[str, str], Mapping[str, Any]] = {}
         for (uid, name), target in self._targets.items():
             value = self._verdict(uid, name, target.container_id)
             if value is None:
                 continue
-            old = self._entries.get(uid, {}).get(name)
+            old = self._verdicts.get((uid, name))
             same = old is not None and {k: v for k, v in old.items() if k != "ts"} == value
             value["ts"] = old["ts"] if same and old is not None else now
-            out.setdefault(uid, {})[name] = value
-        self._entries = out
+            out.setdefault(uid, {})[name] = verdicts[(uid, name)] = value
+        self._verdicts = verdicts
         return out
 
     def _verdict(self, uid: str, name: str, cid: str) -> dict[str, Any] | None:

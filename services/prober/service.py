@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 from podvisor.common.child import ChildContext
 from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.maps import DESIRED, HEALTH_KEY, PLEG, PROBES, DesiredPod, PodProbes
+from podvisor.ipc.maps import DESIRED, HEALTH_KEY, PLEG, PROBES, DesiredPod, PodProbes, PodRef
 from podvisor.services.pod import PodValidationError
 from podvisor.services.prober.handlers import ProbeRunner
 from podvisor.services.prober.manager import ProbeManager, ProbeTask
@@ -50,7 +50,7 @@ class ProberService:
         saved = self.store.load()
         self.loop = ServiceLoop(ctx)  # the poller, stop, heartbeats, the maps below, the clock
         self.pub = self.loop.publisher()
-        self.owner = self.loop.owner(self.pub, MAP_NAME, encode=PodProbes.to_wire)
+        self.owner = self.loop.owner(self.pub, MAP_NAME)
         for uid, value in saved.items():
             self.owner.set(uid, PodProbes.from_entry(value))
         self.manager = ProbeManager(rand, clock.monotonic(), saved, self._invalid_pod)
@@ -165,10 +165,10 @@ class ProberService:
 
     def _count(self, uid: str, container: str, kind: str, result: Result) -> None:
         entry = self.desired.get(uid)
-        meta = entry.pod.get("metadata", {}) if isinstance(entry, DesiredPod) else {}
+        ref = entry.ref if isinstance(entry, DesiredPod) else PodRef()
         self.probe_total.labels(
             probe_type=kind.capitalize(), result=_PROBE_RESULTS[result], container=container,
-            pod=str(meta.get("name", "")), namespace=str(meta.get("namespace", ""))).inc()
+            pod=ref.name, namespace=ref.namespace).inc()
 
     def commit(self) -> None:
         """Durable before visible: save the entries, then publish them. So a prober killed at

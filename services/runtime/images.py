@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 from cri_api.v1 import api_pb2 as pb
@@ -125,6 +125,14 @@ class Images:
         return self.store.used_bytes()
 
 
+class _Layer(TypedDict):
+    """A layer's line of a progress file."""
+
+    phase: str
+    done: int
+    total: int
+
+
 def progress_file(directory: Path, ref: str) -> Path:
     """Where a pull of ``ref`` publishes its per-layer progress (``podvisorctl images pull``
     reads it: CRI PullImage has no progress stream)."""
@@ -140,14 +148,15 @@ class ProgressBoard:
         self.path = progress_file(directory, ref)
         self._mono = mono
         self.ref = ref
-        self.layers: dict[str, dict[str, Any]] = {}
+        self.layers: dict[str, _Layer] = {}
         self._last = 0.0
         self._lock = threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
 
     def update(self, digest: str, phase: str, done: int, total: int) -> None:
         with self._lock:
-            old = self.layers.get(digest, {}).get("phase")
+            before = self.layers.get(digest)
+            old = before["phase"] if before is not None else None
             self.layers[digest] = {"phase": phase, "done": done, "total": total}
             now = self._mono()
             if phase == old and now - self._last < 0.1:

@@ -176,7 +176,7 @@ class ImageStore:
             config_bytes = self._fetch_blob(client, str(cdesc["digest"]), None)
             layer_descs = [d for d in manifest["layers"] if isinstance(d, dict)]
             config = json.loads(config_bytes)
-            diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+            diff_ids = _diff_ids(config)
             if len(diff_ids) != len(layer_descs):
                 raise ImageError(f"{ref}: the config names {len(diff_ids)} layers, the "
                                  f"manifest {len(layer_descs)}")
@@ -379,7 +379,7 @@ class ImageStore:
         config_bytes = config_path.read_bytes()
         image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
         config = json.loads(config_bytes)
-        diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+        diff_ids = _diff_ids(config)
         if layers and len(diff_ids) != len(layers):
             raise ImageError(f"{name or image_id}: the config names {len(diff_ids)} layers, "
                              f"the archive {len(layers)}")
@@ -465,6 +465,13 @@ class _HashingReader:
         data = self.inner.read(n)
         self.h.update(data)
         return data
+
+
+def _diff_ids(config: Any) -> list[Any]:
+    """An OCI image config's ``rootfs.diff_ids`` (empty when it has none)."""
+    rootfs = config.get("rootfs") if isinstance(config, dict) else None
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    return list(diff_ids) if isinstance(diff_ids, list) else []
 
 
 def _decompressor(raw: IO[bytes], media: str) -> IO[bytes]:

@@ -18,7 +18,6 @@ this instance is over). An instance's lines are read across its rotated files
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from aiohttp import web
 
 from podvisor.common.crilog import MAX_READ, read_tail, rotated_files
+from podvisor.common.timefmt import parse_rfc3339
 
 __all__ = [
     "Decoder",
@@ -35,7 +35,6 @@ __all__ = [
     "LogRequestError",
     "find_container_files",
     "parse_options",
-    "parse_rfc3339",
     "serve_logs",
 ]
 
@@ -47,22 +46,6 @@ class LogRequestError(Exception):
         super().__init__(message)
         self.code = code
         self.reason = reason
-
-
-def parse_rfc3339(text: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time (nanoseconds cut to microseconds)."""
-    raw = text.strip()
-    if raw.endswith(("Z", "z")):
-        raw = raw[:-1] + "+00:00"
-    main, dot, rest = raw.partition(".")
-    if dot:
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        rest = rest[:min(digits, 6)] + rest[digits:]
-        raw = main + "." + rest if rest[:1].isdigit() else main + rest
-    when = datetime.datetime.fromisoformat(raw)
-    if when.tzinfo is None:
-        raise ValueError("no time zone")
-    return when.timestamp()
 
 
 @dataclass(frozen=True)

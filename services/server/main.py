@@ -5,7 +5,7 @@
 Threads: the main thread runs the ``ServiceLoop`` (every zmq socket, the heartbeat, ``ctx.stop``);
 the web thread runs the asyncio loop (aiohttp). If the web thread dies the process exits with an
 error so the supervisor restarts it. With both ports off (``readOnlyPort: 0``, ``port: 0``) the
-process only heartbeats until it is stopped.
+supervisor does not spawn it (supervisor/registry.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ from podvisor.services.server.replicas import BATCH, ServerReplicas, View
 
 
 def run(ctx: ChildContext) -> None:
-    if ctx.config.read_only_port == 0 and ctx.config.port == 0:
-        ctx.log.info("server.disabled", reason="readOnlyPort and port are 0")
-        while not ctx.sleep(3600):
-            pass
-        return
     web = WebService(ctx, View(), batch=BATCH, name="server")
     replicas = ServerReplicas(web.loop, web.publish)
     try:

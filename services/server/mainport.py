@@ -21,6 +21,7 @@ import psutil
 from aiohttp import web
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.ipc.control import ProcessRow
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.server.app import Clock, Handler, make_app, status_error
 from podvisor.services.server.auth import (
@@ -102,7 +103,7 @@ def _no_runtime() -> list[pb.ContainerStats]:
 def make_main_app(get_view: Callable[[], View], *, authn: Authenticator, authz: Authorizer,
                   node_name: str, root_dir: str, config: Mapping[str, Any], log: Any,
                   stopping: Callable[[], bool],
-                  processes: Callable[[], list[dict[str, Any]] | None] = lambda: None,
+                  processes: Callable[[], list[ProcessRow] | None] = lambda: None,
                   container_stats: Callable[[], list[pb.ContainerStats]] | None = None,
                   image_fs_info: Callable[[], pb.ImageFsInfoResponse] | None = None,
                   clock: Clock = time.monotonic,

@@ -9,7 +9,7 @@ from its ``_health`` entry as ``podvisor_pleg_relists_total`` and
 ``podvisor_pleg_relist_errors_total`` (they restart from 0 when PLEG restarts: a counter reset,
 which ``rate()`` handles).
 
-The supervised processes, from the supervisor's ``status`` rows (``processes.py``):
+The supervised processes, from the supervisor's ``status`` rows (``ports.py``):
 ``podvisor_process_restarts_total{process}`` (the supervisor's restart count: monotonic while
 the agent runs, a reset when the agent restarts), ``podvisor_process_state{process,state}`` (1
 for the current state, 0 for the others) and ``podvisor_heartbeat_age_seconds{process}`` (RUNNING
@@ -41,6 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from podvisor.ipc.control import ProcessRow, ProcessState
 from podvisor.ipc.maps import PlegHealth, PlegPod
 from podvisor.services.server.replicas import View
 
@@ -51,11 +52,11 @@ _STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running",
            "CONTAINER_EXITED": "exited"}
 
 
-STATES = ("STOPPED", "STARTING", "RUNNING", "BACKOFF", "STOPPING", "EXITED", "FATAL", "UNKNOWN")
+STATES = tuple(s.name for s in ProcessState)
 
 
 class _ViewCollector(Collector):
-    def __init__(self, view: View, processes: list[dict[str, Any]] | None) -> None:
+    def __init__(self, view: View, processes: list[ProcessRow] | None) -> None:
         self._view = view
         self._processes = processes
 
@@ -64,7 +65,7 @@ class _ViewCollector(Collector):
         if self._processes is not None:
             yield from self._process_metrics(self._processes)
 
-    def _process_metrics(self, rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    def _process_metrics(self, rows: list[ProcessRow]) -> Iterator[Metric]:
         restarts = CounterMetricFamily("podvisor_process_restarts",
                                        "Restarts of each supervised process", labels=["process"])
         state = GaugeMetricFamily("podvisor_process_state",
@@ -73,13 +74,12 @@ class _ViewCollector(Collector):
         age = GaugeMetricFamily("podvisor_heartbeat_age_seconds",
                                 "Seconds since the running process's last heartbeat",
                                 labels=["process"])
-        for row in sorted(rows, key=lambda r: str(r.get("name"))):
-            name = str(row.get("name", ""))
-            restarts.add_metric([name], int(row.get("restarts") or 0))
+        for row in sorted(rows, key=lambda r: r.name):
+            restarts.add_metric([row.name], row.restarts)
             for s in STATES:
-                state.add_metric([name, s], 1.0 if row.get("state") == s else 0.0)
-            if isinstance(row.get("heartbeatAge"), int | float):
-                age.add_metric([name], float(row["heartbeatAge"]))
+                state.add_metric([row.name, s], 1.0 if row.state.name == s else 0.0)
+            if row.heartbeat_age is not None:
+                age.add_metric([row.name], row.heartbeat_age)
         yield restarts
         yield state
         yield age
@@ -117,7 +117,7 @@ class _ViewCollector(Collector):
                                       value=health.relist_errors)
 
 
-def render_metrics(view: View, processes: list[dict[str, Any]] | None = None,
+def render_metrics(view: View, processes: list[ProcessRow] | None = None,
                    multiprocess_dir: str = "") -> bytes:
     """``multiprocess_dir``: prometheus-client's multiprocess directory (the agent's
     ``run/metrics``), whose files every child writes; summed in (dead processes' counters and
@@ -150,6 +150,16 @@ def render_probe_metrics(multiprocess_dir: str) -> bytes:
     return generate_latest(registry)
 
 
+def _usage(part: Any) -> tuple[float, float]:
+    """(CPU core-seconds, working set bytes) of a ``/stats/summary`` node, pod or container
+    (``cpu.usageCoreNanoSeconds``, ``memory.workingSetBytes``; 0 when not reported)."""
+    cpu = part.get("cpu") if isinstance(part, Mapping) else None
+    memory = part.get("memory") if isinstance(part, Mapping) else None
+    nanos = cpu.get("usageCoreNanoSeconds", 0) if isinstance(cpu, Mapping) else 0
+    working = memory.get("workingSetBytes", 0) if isinstance(memory, Mapping) else 0
+    return nanos / 1e9, working
+
+
 class _ResourceCollector(Collector):
     """``/metrics/resource`` from a ``/stats/summary`` body (the kubelet's names)."""
 
@@ -162,13 +172,12 @@ class _ResourceCollector(Collector):
                                 "0 otherwise", value=0 if self._summary is not None else 1)
         if self._summary is None:
             return
-        node = self._summary.get("node", {})
+        node_cpu, node_memory = _usage(self._summary.get("node", {}))
         yield CounterMetricFamily("node_cpu_usage_seconds",
                                   "Cumulative cpu time consumed by the node in core-seconds",
-                                  value=node.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
+                                  value=node_cpu)
         yield GaugeMetricFamily("node_memory_working_set_bytes",
-                                "Current working set of the node in bytes",
-                                value=node.get("memory", {}).get("workingSetBytes", 0))
+                                "Current working set of the node in bytes", value=node_memory)
         labels = ["container", "pod", "namespace"]
         c_cpu = CounterMetricFamily("container_cpu_usage_seconds",
                                     "Cumulative cpu time consumed by the container in "
@@ -186,10 +195,12 @@ class _ResourceCollector(Collector):
             name, ns = str(ref.get("name", "")), str(ref.get("namespace", ""))
             for c in pod.get("containers", []):
                 values = [str(c.get("name", "")), name, ns]
-                c_cpu.add_metric(values, c.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
-                c_mem.add_metric(values, c.get("memory", {}).get("workingSetBytes", 0))
-            p_cpu.add_metric([name, ns], pod.get("cpu", {}).get("usageCoreNanoSeconds", 0) / 1e9)
-            p_mem.add_metric([name, ns], pod.get("memory", {}).get("workingSetBytes", 0))
+                cpu, memory = _usage(c)
+                c_cpu.add_metric(values, cpu)
+                c_mem.add_metric(values, memory)
+            cpu, memory = _usage(pod)
+            p_cpu.add_metric([name, ns], cpu)
+            p_mem.add_metric([name, ns], memory)
         yield from (c_cpu, c_mem, p_cpu, p_mem)
 
 

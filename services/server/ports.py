@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Callable
 from typing import Any
+
+import zmq
 
 from podvisor.common.child import ChildContext
 from podvisor.common.config import config_to_mapping
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.web import WebService
+from podvisor.ipc.control import ControlClient, ControlError, ProcessRow
+from podvisor.services.certificates import serving_pair_path
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.server.app import make_app
 from podvisor.services.server.auth import AuthConfigError, build_auth
+from podvisor.services.server.dyntls import DynamicServing
 from podvisor.services.server.mainport import make_main_app
-from podvisor.services.server.processes import process_rows
 from podvisor.services.server.replicas import View
 from podvisor.services.server.tls import TlsError, serving_context, serving_pair
 
@@ -32,6 +37,20 @@ __all__ = ["MAIN_RETRY", "Ports"]
 MAIN_RETRY = 5.0
 STATS_TIMEOUT = 10.0  # ListContainerStats for /stats/summary
 SHUTDOWN_TIMEOUT = 2.0  # open connections (a followed log) get this long at stop
+PROCESSES_TIMEOUT = 1.0  # the supervisor's `status`, for /metrics
+
+
+def process_rows(control: ControlClient) -> Callable[[], list[ProcessRow] | None]:
+    """The supervised processes for ``/metrics``: one ``status`` call at scrape time (on a worker
+    thread, a socket of its own), so the figures are the supervisor's own, never a copy that a
+    restarted server would have to rebuild. None when the agent does not answer (it is
+    stopping): the scrape then leaves the process metrics out."""
+    def rows() -> list[ProcessRow] | None:
+        try:
+            return control.processes()
+        except (ControlError, zmq.ZMQError):
+            return None
+    return rows
 
 
 class Ports:
@@ -71,13 +90,21 @@ class Ports:
         authn_cfg = cfg.authentication
         # on a thread: a webhook mode imports the kubernetes client (~0.7 s) and reads kubeconfig
         authn, authz = await asyncio.to_thread(build_auth, cfg, ctx.clock.monotonic)
-        now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the cert's
-        pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
-                            cfg.node_name, cfg.address, now)
-        if pair.generated:
-            ctx.log.info("mainport.certificate_generated", cert=str(pair.cert),
-                         key=str(pair.key))
-        ssl_ctx = serving_context(pair, authn_cfg.client_ca_file)
+        if cfg.server_tls_bootstrap:  # [issue 26] the pair the API server signs, rotated
+            fallback = serving_context(serving_pair(
+                cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file, cfg.node_name,
+                cfg.address, datetime.datetime.now(datetime.UTC)), authn_cfg.client_ca_file) \
+                if cfg.tls_cert_file else None
+            ssl_ctx = DynamicServing(serving_pair_path(cfg), authn_cfg.client_ca_file,
+                                     fallback, ctx.log).context
+        else:
+            now = datetime.datetime.fromtimestamp(ctx.clock.wall(), datetime.UTC)  # the cert's
+            pair = serving_pair(cfg.root_dir, cfg.tls_cert_file, cfg.tls_private_key_file,
+                                cfg.node_name, cfg.address, now)
+            if pair.generated:
+                ctx.log.info("mainport.certificate_generated", cert=str(pair.cert),
+                             key=str(pair.key))
+            ssl_ctx = serving_context(pair, authn_cfg.client_ca_file)
         clients: list[RuntimeClient] = []
 
         def client() -> RuntimeClient:
@@ -93,7 +120,8 @@ class Ports:
                             config=config_to_mapping(cfg), log=ctx.log,
                             stopping=web.stopping, clock=ctx.clock.monotonic,
                             wall=ctx.clock.wall,
-                            processes=lambda: process_rows(ctx.zctx, ctx.paths.control),
+                            processes=process_rows(ControlClient(
+                                ctx.paths.control, PROCESSES_TIMEOUT, ctx.zctx)),
                             container_stats=lambda: client().list_container_stats(),
                             image_fs_info=lambda: client().image_fs_info(),
                             runtime=client)

@@ -23,7 +23,8 @@ from types import MappingProxyType
 from typing import Any
 
 from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import DESIRED, PLEG, STATUSES
+from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import DESIRED, PLEG, STATUSES, DesiredValue, PlegValue, PodStatusValue
 
 SNAPSHOT_TIMEOUT = 0.5
 BATCH = 0.5  # traffic waits at most this long for a drain when no handler asks for one
@@ -34,9 +35,9 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 class View:
     """What the handlers see. Never mutated after publication."""
 
-    desired: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    statuses: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    pleg: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    desired: Mapping[str, DesiredValue] = field(default_factory=lambda: _EMPTY)
+    statuses: Mapping[str, PodStatusValue] = field(default_factory=lambda: _EMPTY)
+    pleg: Mapping[str, PlegValue] = field(default_factory=lambda: _EMPTY)
     desired_synced: bool = False
     statuses_synced: bool = False
     pleg_synced: bool = False
@@ -49,9 +50,12 @@ class ServerReplicas:
 
     def __init__(self, loop: ServiceLoop, publish: Callable[[View], object]) -> None:
         self.loop = loop
-        self.maps = {name: loop.replica(name, snapshot_timeout=SNAPSHOT_TIMEOUT)
-                     for name in (DESIRED, STATUSES, PLEG)}
-        self._owner = self.maps[DESIRED].socket  # the desired owner's updates and heartbeats
+        self.desired = loop.replica(DESIRED, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.statuses = loop.replica(STATUSES, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.pleg = loop.replica(PLEG, snapshot_timeout=SNAPSHOT_TIMEOUT)
+        self.maps: dict[str, MapReplica[Any]] = {
+            r.map_name: r for r in (self.desired, self.statuses, self.pleg)}
+        self._owner = self.desired.socket  # the desired owner's updates and heartbeats
         self._publish = publish
         self.view = View()
         self.drains = 0
@@ -63,15 +67,17 @@ class ServerReplicas:
         self.drains += 1
         if self._owner in self.loop.ready:
             self._heard = self.loop.last_pump
-        maps, heard = self.maps, self._heard
-        keys = {name: (r.epoch, r.seq, r.synced) for name, r in maps.items()}
+        heard = self._heard
+        keys = {name: (r.epoch, r.seq, r.synced) for name, r in self.maps.items()}
         if keys == self._keys and self.view.desired_heard == heard:
             return  # nothing moved: keep the current view
         old = self.view
-        fresh = {name: MappingProxyType(maps[name].items()) for name in keys
-                 if keys[name] != self._keys.get(name)}
+        moved = {name for name in keys if keys[name] != self._keys.get(name)}
         self._keys = keys
-        d, s, p = maps[DESIRED], maps[STATUSES], maps[PLEG]
-        self.view = View(fresh.get(DESIRED, old.desired), fresh.get(STATUSES, old.statuses),
-                         fresh.get(PLEG, old.pleg), d.synced, s.synced, p.synced, heard)
+        d, s, p = self.desired, self.statuses, self.pleg
+        self.view = View(
+            MappingProxyType(d.items()) if d.map_name in moved else old.desired,
+            MappingProxyType(s.items()) if s.map_name in moved else old.statuses,
+            MappingProxyType(p.items()) if p.map_name in moved else old.pleg,
+            d.synced, s.synced, p.synced, heard)
         self._publish(self.view)

@@ -16,7 +16,6 @@ every restart's files and rotated ones (gzipped included) counted (``logusage.py
 
 from __future__ import annotations
 
-import datetime
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,30 +24,15 @@ from typing import Any, NamedTuple
 import psutil
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common.labels import POD_NAME, POD_NAMESPACE, POD_UID
+from podvisor.common.timefmt import rfc3339
 from podvisor.ipc.maps import PlegPod
 from podvisor.services.server.logusage import log_usage
 
 __all__ = ["ContainerRef", "NodeSampler", "container_refs", "image_fs_stats", "log_usage",
-           "rfc3339", "start_times", "summary"]
+           "start_times", "summary"]
 
-POD_NAME, POD_NS, POD_UID = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace",
-                             "io.kubernetes.pod.uid")
-
-
-_STAMPS: dict[int, str] = {}  # whole second -> its RFC 3339 text (a scrape's stamps share few)
-
-
-def rfc3339(epoch_ns: int) -> str:
-    """To the second, as the kubelet's ``metav1.Time``; memoised per second (a scrape of 110
-    pods formats some 600 stamps, nearly all of the same few seconds)."""
-    sec = epoch_ns // 1_000_000_000
-    text = _STAMPS.get(sec)
-    if text is None:
-        if len(_STAMPS) >= 4096:  # start times and sample times: bounded all the same
-            _STAMPS.clear()
-        when = datetime.datetime.fromtimestamp(sec, datetime.UTC)
-        text = _STAMPS[sec] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return text
+NS = 1_000_000_000  # CRI timestamps are nanoseconds; metav1.Time is to the second
 
 
 class NodeSampler:
@@ -67,7 +51,7 @@ class NodeSampler:
         if prev is not None and now_ns > prev[0]:
             rate = max(busy_ns - prev[1], 0) * 1_000_000_000 // (now_ns - prev[0])
         mem = psutil.virtual_memory()
-        stamp = rfc3339(now_ns)
+        stamp = rfc3339(now_ns // NS)
         node: dict[str, Any] = {
             "cpu": {"time": stamp, "usageNanoCores": rate, "usageCoreNanoSeconds": busy_ns},
             "memory": {"time": stamp, "availableBytes": mem.available,
@@ -91,7 +75,7 @@ class NodeSampler:
 def _cpu(stats: pb.ContainerStats) -> dict[str, Any] | None:
     if not stats.HasField("cpu"):
         return None
-    return {"time": rfc3339(stats.cpu.timestamp),
+    return {"time": rfc3339(stats.cpu.timestamp // NS),
             "usageNanoCores": stats.cpu.usage_nano_cores.value,
             "usageCoreNanoSeconds": stats.cpu.usage_core_nano_seconds.value}
 
@@ -100,7 +84,7 @@ def _memory(stats: pb.ContainerStats) -> dict[str, Any] | None:
     if not stats.HasField("memory"):
         return None
     m = stats.memory
-    return {"time": rfc3339(m.timestamp), "usageBytes": m.usage_bytes.value,
+    return {"time": rfc3339(m.timestamp // NS), "usageBytes": m.usage_bytes.value,
             "workingSetBytes": m.working_set_bytes.value, "rssBytes": m.rss_bytes.value}
 
 
@@ -120,7 +104,7 @@ def image_fs_stats(info: pb.ImageFsInfoResponse) -> dict[str, Any] | None:
     if not info.image_filesystems:
         return None
     fs = info.image_filesystems[0]
-    out: dict[str, Any] = {"time": rfc3339(fs.timestamp), "usedBytes": fs.used_bytes.value,
+    out: dict[str, Any] = {"time": rfc3339(fs.timestamp // NS), "usedBytes": fs.used_bytes.value,
                            "inodesUsed": fs.inodes_used.value}
     mount = fs.fs_id.mountpoint
     if mount:
@@ -164,7 +148,7 @@ def container_refs(stats: Sequence[pb.ContainerStats],
         else:
             labels = attrs.labels
             uid = labels.get(POD_UID, "")
-            ref = ContainerRef(uid, labels.get(POD_NS, ""), labels.get(POD_NAME, ""),
+            ref = ContainerRef(uid, labels.get(POD_NAMESPACE, ""), labels.get(POD_NAME, ""),
                                attrs.metadata.name) if uid else None
         new[cid] = ref
         out.append(ref)
@@ -201,7 +185,7 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
     created, pod_created = starts if starts is not None else start_times(pleg)
     pods: dict[str, dict[str, Any]] = {}
     logs = logs or {}
-    logs_time = rfc3339(now_ns)
+    logs_time = rfc3339(now_ns // NS)
     for st, ref in zip(stats, refs if refs is not None else container_refs(stats), strict=True):
         if ref is None:
             continue  # not a pod's, or not running
@@ -210,11 +194,11 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
         if pod is None:
             pod = pods[uid] = {
                 "podRef": {"name": ref.pod, "namespace": ref.namespace, "uid": uid},
-                "startTime": rfc3339(pod_created[uid]) if uid in pod_created else None,
+                "startTime": rfc3339(pod_created[uid] // NS) if uid in pod_created else None,
                 "containers": []}
         cid = st.attributes.id
         container: dict[str, Any] = {
-            "name": ref.name, "startTime": rfc3339(created[cid]) if cid in created else None}
+            "name": ref.name, "startTime": rfc3339(created[cid] // NS) if cid in created else None}
         cpu = _cpu(st)
         if cpu is not None:
             container["cpu"] = cpu
@@ -223,7 +207,7 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
             container["memory"] = memory
         if st.HasField("writable_layer"):
             layer = st.writable_layer
-            container["rootfs"] = {"time": rfc3339(layer.timestamp),
+            container["rootfs"] = {"time": rfc3339(layer.timestamp // NS),
                                    "usedBytes": layer.used_bytes.value}
         used = logs.get((uid, ref.name))
         if used is not None:
@@ -245,7 +229,7 @@ def summary(node_name: str, node_start_ns: int, node: dict[str, Any],
             pod["memory"] = mem
         items.append(pod)
     items.sort(key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))
-    node_out = {"nodeName": node_name, "startTime": rfc3339(node_start_ns), **node}
+    node_out = {"nodeName": node_name, "startTime": rfc3339(node_start_ns // NS), **node}
     if image_fs is not None:
         node_out["runtime"] = {**node_out.get("runtime", {}), "imageFs": image_fs}
     return {"node": node_out, "pods": items}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import API_MIRRORS, MIRRORS_KEY, MirrorSet
 from podvisor.services import events as ev
 from podvisor.services.apiserver import ApiConnection, Reflector, WakePipe
 from podvisor.services.events import EventPublisher, Recorder
@@ -25,87 +26,97 @@ from podvisor.services.sources.api_source import ApiPodState, SetBuilder
 from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 
-MIRRORS_MAP = "api-mirrors"
-MIRRORS_KEY = "mirrors"
 
+class ApiSourceService:
+    """The source-api process, built once from the context: the reflector's thread fills
+    ``state`` and wakes the loop; ``step`` publishes what changed and saves the resume point."""
 
-def run(ctx: ChildContext) -> None:
-    config = ctx.config
-    if not config.kubeconfig:
-        ctx.log.info("source.disabled", reason="kubeconfig is not set")
-        return
-    loop = ServiceLoop(ctx)
-    publisher = SetPublisher(ctx, "api", loop)
-    mirrors = loop.owner(loop.publisher(), MIRRORS_MAP)
-    wake = WakePipe()
-    loop.closing(wake)
-    state = ApiPodState(wake.wake)
-    conn = ApiConnection(config.kubeconfig)
-    loop.closing(conn)
-    selector = f"spec.nodeName={config.node_name}"
-    reflector = Reflector(conn, "/api/v1/pods", {"fieldSelector": selector},
-                          state, watch_timeout=config.api_watch_timeout,
-                          max_delay=config.api_retry_max_delay)
-    store = ResumeStore(ctx.paths.state_dir / FILE_NAME, ctx.log, server=conn.host,
-                        selector=selector)
-    resume = store.load()
-    if resume is not None:
-        state.resumed(resume.items, resume.rv)
-        reflector.rv = resume.rv
-        ctx.log.info("source.api.resumed", version=resume.rv, pods=len(resume.items))
-    saved = state.snapshot()[0]
-    next_save = 0.0
+    def __init__(self, ctx: ChildContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.loop = ServiceLoop(ctx)
+        self.publisher = SetPublisher(ctx, "api", self.loop)
+        self.mirrors = self.loop.owner(self.loop.publisher(), API_MIRRORS)
+        self.wake = WakePipe()
+        self.loop.closing(self.wake)
+        self.state = ApiPodState(self.wake.wake)
+        self.conn = ApiConnection(config.kubeconfig)
+        self.loop.closing(self.conn)
+        selector = f"spec.nodeName={config.node_name}"
+        self.reflector = Reflector(self.conn, "/api/v1/pods", {"fieldSelector": selector},
+                                   self.state, watch_timeout=config.api_watch_timeout,
+                                   max_delay=config.api_retry_max_delay)
+        self.store = ResumeStore(ctx.paths.state_dir / FILE_NAME, ctx.log, server=self.conn.host,
+                                 selector=selector)
+        resume = self.store.load()
+        if resume is not None:
+            self.state.resumed(resume.items, resume.rv)
+            self.reflector.rv = resume.rv
+            ctx.log.info("source.api.resumed", version=resume.rv, pods=len(resume.items))
+        self.saved = self.state.snapshot()[0]
+        self.next_save = 0.0
+        self.events = Recorder(ctx.name, ctx.clock.wall)
+        self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
+        self.loop.closing(self.event_pub)
+        self.loop.watch(self.event_pub.socket)
+        self.loop.watch(self.wake.read_fd, self.wake.drain)
+        self.reporter = Reporter(ctx.log, key="url", events=self.events)
+        self.builder = SetBuilder()
+        self.last_error = ""
 
-    def save(now: float) -> None:
-        nonlocal saved, next_save
-        changes, rv, items = state.snapshot()
-        if changes == saved or not rv:
+    def run(self) -> None:
+        self.ctx.log.info("source.started", server=self.conn.host, node=self.ctx.config.node_name)
+        self.reflector.start()
+        self.loop.run(self.step)
+
+    def save(self, now: float) -> None:
+        changes, rv, items = self.state.snapshot()
+        if changes == self.saved or not rv:
             return
         try:
-            store.save(rv, items)
+            self.store.save(rv, items)
         except OSError as err:
-            ctx.log.error("source.api.resume_save_failed", path=str(store.path), error=str(err))
+            self.ctx.log.error("source.api.resume_save_failed", path=str(self.store.path),
+                               error=str(err))
         else:
-            saved = changes
-        next_save = now + SAVE_INTERVAL
+            self.saved = changes
+        self.next_save = now + SAVE_INTERVAL
 
-    events = Recorder(ctx.name, ctx.clock.wall)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
-    loop.closing(event_pub)
-    loop.watch(event_pub.socket)
-    loop.watch(wake.read_fd, wake.drain)
-    reporter = Reporter(ctx.log, key="url", events=events)
-    builder = SetBuilder()
-    ctx.log.info("source.started", server=conn.host, node=config.node_name)
-    reflector.start()
-    last_error = ""
-
-    def step(now: float) -> float | None:
-        nonlocal last_error
-        if now >= next_save:
-            save(now)
-        raw = state.take()
+    def step(self, now: float) -> float | None:
+        ctx, conn, events = self.ctx, self.conn, self.events
+        if now >= self.next_save:
+            self.save(now)
+        raw = self.state.take()
         if raw is not None:
-            result = builder.build(raw)
-            reporter.report(result.pods)
-            publisher.publish(result.pods)
-            mirrors.set(MIRRORS_KEY, [m.to_dict() for m in result.mirrors])
+            result = self.builder.build(raw)
+            self.reporter.report(result.pods)
+            self.publisher.publish(result.pods)
+            self.mirrors.set(MIRRORS_KEY, MirrorSet(result.mirrors))
             ctx.log.debug("source.api.set", pods=len(result.pods.pods),
-                          mirrors=len(result.mirrors), version=reflector.rv)
-        if state.last_error != last_error:
-            last_error = state.last_error
-            if last_error:
-                ctx.log.warning("source.api.failed", server=conn.host, reason=last_error)
-                events.record(ev.WARNING, ev.FAILED_FETCH, f"{conn.host}: {last_error}",
+                          mirrors=len(result.mirrors), version=self.reflector.rv)
+        if self.state.last_error != self.last_error:
+            self.last_error = self.state.last_error
+            if self.last_error:
+                ctx.log.warning("source.api.failed", server=conn.host, reason=self.last_error)
+                events.record(ev.WARNING, ev.FAILED_FETCH, f"{conn.host}: {self.last_error}",
                               ev.manifest_object("url", conn.host))
             else:
                 ctx.log.info("source.api.recovered", server=conn.host)
-        events.flush(event_pub)
-        return next_save if state.snapshot()[0] != saved else None
+        events.flush(self.event_pub)
+        return self.next_save if self.state.snapshot()[0] != self.saved else None
 
+    def close(self) -> None:
+        self.reflector.stop()
+        self.save(self.ctx.clock.monotonic())
+        self.loop.close()
+
+
+def run(ctx: ChildContext) -> None:
+    if not ctx.config.kubeconfig:
+        ctx.log.info("source.disabled", reason="kubeconfig is not set")
+        return
+    service = ApiSourceService(ctx)
     try:
-        loop.run(step)
+        service.run()
     finally:
-        reflector.stop()
-        save(ctx.clock.monotonic())
-        loop.close()
+        service.close()

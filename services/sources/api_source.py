@@ -8,7 +8,8 @@ set made of them for the merge.
   bad pod is an error of the set naming ``api:<namespace>/<name>``, the others go on), its
   ``status`` dropped (the agent's own status is the truth; status writes from this node would
   otherwise come back as merge updates), origin ``api``. Mirror pods (annotation
-  ``kubernetes.io/config.mirror``) are recognised, listed apart in ``mirrors`` and never run.
+  ``kubernetes.io/config.mirror``) are recognised, listed apart in ``mirrors`` (the
+  ``api-mirrors`` map's ``MirrorPod``s) and never run.
 Parsed pods are cached by (UID, resourceVersion), so a relist of 110 pods parses none again.
 """
 
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from podvisor.ipc.maps import MirrorPod
+from podvisor.services.apiserver import ApiMeta
 from podvisor.services.pod import Origin, Pod, PodValidationError, pod_from_dict
 from podvisor.services.sources.common import SourceError, SourceSet
 
@@ -31,23 +34,9 @@ Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class MirrorRef:
-    """A mirror pod the API holds for one of this node's static pods."""
-
-    name: str
-    namespace: str
-    uid: str
-    hash: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "namespace": self.namespace, "uid": self.uid,
-                "hash": self.hash}
-
-
-@dataclass(frozen=True)
 class ApiSet:
     pods: SourceSet
-    mirrors: tuple[MirrorRef, ...]
+    mirrors: tuple[MirrorPod, ...]
 
 
 class ApiPodState:
@@ -78,7 +67,7 @@ class ApiPodState:
         self._wake()
 
     def event(self, kind: str, obj: Obj) -> None:
-        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        rv = ApiMeta.of(obj).resource_version
         if kind == "BOOKMARK":  # the version moves on, the set does not change
             if rv:
                 with self._lock:
@@ -128,17 +117,14 @@ class SetBuilder:
     def build(self, raw: list[Obj]) -> ApiSet:
         pods: list[Pod] = []
         errors: list[SourceError] = []
-        mirrors: list[MirrorRef] = []
+        mirrors: list[MirrorPod] = []
         cache: dict[str, tuple[str, Pod | SourceError]] = {}
-        for obj in sorted(raw, key=lambda o: str(o.get("metadata", {}).get(
-                "creationTimestamp", ""))):
-            meta = obj.get("metadata") or {}
-            uid, rv = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
-            annotations = meta.get("annotations") or {}
-            if MIRROR_ANNOTATION in annotations:
-                mirrors.append(MirrorRef(str(meta.get("name", "")),
-                                         str(meta.get("namespace", "")), uid,
-                                         str(annotations[MIRROR_ANNOTATION])))
+        for meta, obj in sorted(((ApiMeta.of(o), o) for o in raw),
+                                key=lambda m: m[0].creation_timestamp):
+            uid, rv = meta.uid, meta.resource_version
+            if MIRROR_ANNOTATION in meta.annotations:
+                mirrors.append(MirrorPod(meta.name, meta.namespace, uid,
+                                         meta.annotations[MIRROR_ANNOTATION]))
                 continue
             hit = self._cache.get(uid)
             result = hit[1] if hit is not None and hit[0] == rv else _parse(obj)
@@ -171,4 +157,4 @@ def _parse(obj: Obj) -> Pod | SourceError:
 
 
 def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
+    return ApiMeta.of(obj).uid

@@ -3,15 +3,18 @@
 Stateless: every change and every relist (``fileCheckFrequency``) publishes the FULL set.
 Invalid manifests are logged (``source.pod.invalid`` with file, field and reason) when first
 seen or changed, and travel in ``PodSetValue.errors`` every time.
+
+Reads run on the service loop's worker (a big manifest parses for seconds); the loop's thread
+heartbeats, publishes (zmq sockets stay on it) and sends events. A read that makes no progress
+for ``STALL_LIMIT`` is a hang: the process exits and the supervisor restarts it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 from podvisor.common.child import ChildContext
-from podvisor.common.service import ServiceLoop
+from podvisor.common.service import ServiceLoop, Worker
 from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.sources.common import SourceSet
 from podvisor.services.sources.file_source import FileSource
@@ -19,91 +22,82 @@ from podvisor.services.sources.files import SourceReadError
 from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
 from podvisor.services.sources.watcher import new_inotify_watcher
-from podvisor.services.sources.worker import LoopWorker, Progress
 
-# The read thread blocks on inotify until a change or the next relist, at most this long (it
-# must tick its progress well within the worker's stall limit).
+# The read step blocks on inotify until a change or the next relist, at most this long (well
+# within the worker's stall limit).
 READ_WAIT = 30.0
+STALL_LIMIT = 120.0
 
 
-class _Publish(Protocol):
-    def __call__(self, result: SourceSet | None) -> None: ...
+class FileSourceService:
+    """The source-file process: built once from the context, run by ``run()``. Without
+    ``staticPodPath`` it publishes an empty set now and every ``fileCheckFrequency`` (the
+    source counts as seen)."""
+
+    def __init__(self, ctx: ChildContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.loop = ServiceLoop(ctx)
+        self.publisher = SetPublisher(ctx, "file", self.loop)
+        self.events = Recorder(ctx.name, ctx.clock.wall)
+        self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
+        self.loop.closing(self.event_pub)
+        self.loop.watch(self.event_pub.socket)  # held events go out once someone subscribes
+        self.reporter = Reporter(ctx.log, key="file", events=self.events)
+        self._period = config.file_check_frequency
+        self._due = 0.0
+        self.source: FileSource | None = None
+        self.reader: Worker[SourceSet] | None = None
+        if config.static_pod_path:
+            path = Path(config.static_pod_path)
+            self.reader = self.loop.worker(self._read, stall=STALL_LIMIT,
+                                           name="source-file-read", deliver=self._publish)
+            self.source = FileSource(path, config.node_name, config.file_check_frequency,
+                                     new_inotify_watcher(path), tick=self.reader.tick,
+                                     clock=ctx.clock.monotonic, wall=ctx.clock.wall)
+            self.loop.closing(self.source)  # after the reader has stopped
+
+    def run(self) -> None:
+        if self.source is None:
+            self.ctx.log.info("source.disabled", reason="staticPodPath is not set")
+        else:
+            self.ctx.log.info("source.started", path=str(self.source.path),
+                              period=self._period)
+        self.loop.run(self.step)
+
+    def step(self, now: float) -> float | None:
+        if self.source is None and now >= self._due:
+            self._publish(SourceSet("file"))
+            self._due = now + self._period
+        self.events.flush(self.event_pub)
+        return self._due if self.source is None else None
+
+    def _read(self, now: float) -> float:
+        """The reader's step (worker thread): one wait for a change or the relist, then a read
+        when one is due; at once again."""
+        assert self.source is not None and self.reader is not None
+        try:
+            result = self.source.poll(READ_WAIT)
+        except SourceReadError as exc:
+            self.ctx.log.error("source.read_failed", path=str(self.source.path), reason=str(exc))
+            result = None
+        if result is not None:
+            self.reader.put(result)
+        return now
+
+    def _publish(self, result: SourceSet) -> None:
+        """Publish ``result`` and send held events (loop thread)."""
+        self.reporter.report(result)
+        self.publisher.publish(result)
+        self.events.flush(self.event_pub)
+
+    def close(self) -> None:
+        self.loop.close()
 
 
 def run(ctx: ChildContext) -> None:
-    config = ctx.config
-    loop = ServiceLoop(ctx)
-    publisher = SetPublisher(ctx, "file", loop)
-    events = Recorder(ctx.name, ctx.clock.wall)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
-    loop.closing(event_pub)
-    loop.watch(event_pub.socket)  # held events go out once someone subscribes
-    reporter = Reporter(ctx.log, key="file", events=events)
-
-    def publish(result: SourceSet | None) -> None:
-        """Publish ``result`` (when there is one) and send held events."""
-        if result is not None:
-            reporter.report(result)
-            publisher.publish(result)
-        events.flush(event_pub)
-
+    service = FileSourceService(ctx)
     try:
-        if not config.static_pod_path:
-            ctx.log.info("source.disabled", reason="staticPodPath is not set")
-            _idle(loop, publish, config.file_check_frequency)
-            return
-        path = Path(config.static_pod_path)
-        ctx.log.info("source.started", path=str(path), period=config.file_check_frequency)
-        progress = Progress(ctx.clock.monotonic)
-        source = FileSource(path, config.node_name, config.file_check_frequency,
-                            new_inotify_watcher(path), tick=progress.tick,
-                            clock=ctx.clock.monotonic, wall=ctx.clock.wall)
-        try:
-            _loop(ctx, loop, source, progress, publish)
-        finally:
-            source.close()
+        service.run()
     finally:
-        loop.close()
-
-
-def _loop(ctx: ChildContext, loop: ServiceLoop, source: FileSource, progress: Progress,
-          publish: _Publish) -> None:
-    """Reads run on a helper thread (a big manifest parses for seconds); this thread
-    heartbeats and publishes, blocking on the snapshot socket, the read thread's results, the
-    event socket and stop."""
-
-    def read() -> SourceSet | None:
-        try:
-            return source.poll(READ_WAIT)
-        except SourceReadError as exc:
-            ctx.log.error("source.read_failed", path=str(source.path), reason=str(exc))
-            return None
-
-    worker = LoopWorker(read, ctx.stop, progress, name="source-file-read")
-    worker.start()
-    loop.watch(worker.wake_fd)
-
-    def step(now: float) -> None:
-        results = worker.take()
-        for result in results:
-            publish(result)
-        if not results:
-            publish(None)
-
-    try:
-        loop.run(step)
-    finally:
-        worker.join(1.0)
-
-
-def _idle(loop: ServiceLoop, publish: _Publish, period: float) -> None:
-    """No path configured: an empty set now and every period (the source counts as seen)."""
-    due = 0.0
-
-    def step(now: float) -> float:
-        nonlocal due
-        publish(SourceSet("file") if now >= due else None)
-        due = now + period if now >= due else due
-        return due
-
-    loop.run(step)
+        service.close()

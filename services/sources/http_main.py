@@ -1,7 +1,9 @@
 """Process ``source-http``: GET ``staticPodURL`` every ``httpCheckFrequency`` and publish the
 FULL set of its pods as a ``PodSetValue`` (see ``HttpSource`` for what each answer changes).
 
-The GET runs on a helper thread so the main loop keeps heartbeating through a slow server.
+The GET runs on the service loop's worker, so the loop keeps heartbeating and answering
+snapshot requests through a slow server; a GET still running after ``STALL_LIMIT`` is a hang
+(the process exits and the supervisor restarts it).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from functools import partial
 import requests
 
 from podvisor.common.child import ChildContext
-from podvisor.common.service import ServiceLoop
+from podvisor.common.service import ServiceLoop, Worker
 from podvisor.services import events as ev
 from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.sources.common import SourceSet
@@ -20,83 +22,93 @@ from podvisor.services.sources.http_source import HttpSource
 from podvisor.services.sources.httpfetch import fetch, flatten_headers
 from podvisor.services.sources.publish import SetPublisher
 from podvisor.services.sources.report import Reporter
-from podvisor.services.sources.worker import run_in_thread
 
-POLL = 0.25  # heartbeat and snapshot answers while a GET runs on its thread
+STALL_LIMIT = 120.0
 
 
 @dataclass(frozen=True)
-class _Events:
-    recorder: Recorder
-    sink: EventPublisher
+class _Fetched:
+    """One GET's outcome, from the fetcher to the loop's thread."""
+
+    result: SourceSet | None
+    error: str
+
+
+class HttpSourceService:
+    """The source-http process: built once from the context, run by ``run()``. Without
+    ``staticPodURL`` it publishes an empty set now and every ``httpCheckFrequency``."""
+
+    def __init__(self, ctx: ChildContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.url = config.static_pod_url
+        self.loop = ServiceLoop(ctx)
+        self.publisher = SetPublisher(ctx, "http", self.loop)
+        self.events = Recorder(ctx.name, ctx.clock.wall)
+        self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
+        self.loop.closing(self.event_pub)
+        self.loop.watch(self.event_pub.socket)  # held events go out once someone subscribes
+        self.reporter = Reporter(ctx.log, key="url", events=self.events)
+        self._period = config.http_check_frequency
+        self._due = 0.0
+        self._last_error = ""
+        self.source: HttpSource | None = None
+        self.fetcher: Worker[_Fetched] | None = None
+        if self.url:
+            session = requests.Session()
+            self.loop.closing(session)
+            self.source = HttpSource(self.url, config.node_name, config.http_check_frequency,
+                                     partial(fetch, session, self.url,
+                                             flatten_headers(config.static_pod_url_header)),
+                                     clock=ctx.clock.monotonic, wall=ctx.clock.wall)
+            self.fetcher = self.loop.worker(self._fetch, stall=STALL_LIMIT,
+                                            name="source-http-fetch", deliver=self._fetched)
+
+    def run(self) -> None:
+        if self.source is None:
+            self.ctx.log.info("source.disabled", reason="staticPodURL is not set")
+        else:
+            self.ctx.log.info("source.started", url=self.url, period=self._period)
+        self.loop.run(self.step)
+
+    def step(self, now: float) -> float | None:
+        if self.source is None:
+            if now >= self._due:
+                self.publisher.publish(SourceSet("http"))
+                self._due = now + self._period
+            return self._due
+        self.events.flush(self.event_pub)
+        return None
+
+    def _fetch(self, now: float) -> float:
+        """The fetcher's step (worker thread): a GET when one is due."""
+        assert self.source is not None and self.fetcher is not None
+        wait = self.source.due_in()
+        if wait > 0:
+            return now + wait
+        result = self.source.refresh()
+        self.fetcher.put(_Fetched(result, self.source.last_error))
+        return self.ctx.clock.monotonic()  # the next step looks at the next GET's time
+
+    def _fetched(self, got: _Fetched) -> None:
+        """Log a new failure, publish the set (loop thread)."""
+        if got.error and got.error != self._last_error:
+            self.ctx.log.warning("source.fetch_failed", url=self.url, reason=got.error)
+            self.events.record(ev.WARNING, ev.FAILED_FETCH, f"{self.url}: {got.error}",
+                               ev.manifest_object("url", self.url))
+        self._last_error = got.error
+        if got.result is not None:
+            self.reporter.report(got.result)
+            self.publisher.publish(got.result)
+        self.events.flush(self.event_pub)
+
+    def close(self) -> None:
+        self.loop.close()
 
 
 def run(ctx: ChildContext) -> None:
-    config = ctx.config
-    loop = ServiceLoop(ctx)
-    publisher = SetPublisher(ctx, "http", loop)
+    service = HttpSourceService(ctx)
     try:
-        if not config.static_pod_url:
-            ctx.log.info("source.disabled", reason="staticPodURL is not set")
-            due = 0.0
-
-            def idle(now: float) -> float:
-                nonlocal due
-                if now >= due:
-                    publisher.publish(SourceSet("http"))
-                    due = ctx.clock.monotonic() + config.http_check_frequency
-                return due
-
-            loop.run(idle)
-            return
-        with requests.Session() as session:
-            fetcher = partial(fetch, session, config.static_pod_url,
-                              flatten_headers(config.static_pod_url_header))
-            source = HttpSource(config.static_pod_url, config.node_name,
-                                config.http_check_frequency, fetcher,
-                                clock=ctx.clock.monotonic, wall=ctx.clock.wall)
-            ctx.log.info("source.started", url=config.static_pod_url,
-                         period=config.http_check_frequency)
-            events = Recorder(ctx.name, ctx.clock.wall)
-            event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=ctx.clock)
-            loop.closing(event_pub)
-            loop.watch(event_pub.socket)  # held events go out once someone subscribes
-            _loop(ctx, loop, source, publisher, Reporter(ctx.log, key="url", events=events),
-                  _Events(events, event_pub))
+        service.run()
     finally:
-        loop.close()
-
-
-def _loop(ctx: ChildContext, loop: ServiceLoop, source: HttpSource, publisher: SetPublisher,
-          reporter: Reporter, events: _Events) -> None:
-    last_error = ""
-    finished = False
-
-    def beat() -> None:  # while a fetch runs on its thread
-        ctx.heartbeat()
-        publisher.service()
-
-    def step(now: float) -> float | None:
-        nonlocal last_error, finished
-        events.recorder.flush(events.sink)
-        wait = source.due_in()
-        if wait > 0:
-            return now + wait
-        done, result = run_in_thread(source.refresh, beat, ctx.stop, POLL)
-        if not done:
-            finished = True
-            return None
-        if source.last_error and source.last_error != last_error:
-            ctx.log.warning("source.fetch_failed", url=ctx.config.static_pod_url,
-                            reason=source.last_error)
-            events.recorder.record(ev.WARNING, ev.FAILED_FETCH,
-                          f"{ctx.config.static_pod_url}: {source.last_error}",
-                          ev.manifest_object("url", ctx.config.static_pod_url))
-        last_error = source.last_error
-        if result is not None:
-            reporter.report(result)
-            publisher.publish(result)
-        events.recorder.flush(events.sink)
-        return ctx.clock.monotonic()  # the next turn looks at the next fetch's time
-
-    loop.run(step, done=lambda: finished or ctx.stop.is_set())
+        service.close()

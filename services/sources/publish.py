@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from podvisor.common.child import ChildContext
 from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import POD_SET_KEY, PodSetValue, pods_map
+from podvisor.ipc.maps import POD_SET_KEY, pods_map
 from podvisor.services.sources.common import SourceSet
 
 
@@ -20,13 +20,7 @@ class SetPublisher:
 
     def __init__(self, ctx: ChildContext, source: str, loop: ServiceLoop) -> None:
         self._clock = ctx.clock
-        self._owner = loop.owner(loop.publisher(), pods_map(source), encode=PodSetValue.to_wire)
+        self._owner = loop.owner(loop.publisher(), pods_map(source))
 
     def publish(self, result: SourceSet) -> None:
         self._owner.set(POD_SET_KEY, result.to_value(self._clock.monotonic()))
-
-    def service(self) -> None:
-        """Answer pending snapshot requests and send a due idle heartbeat now (from inside a
-        long step, e.g. while a fetch runs on its thread)."""
-        self._owner.serve()
-        self._owner.tick(self._clock.monotonic())

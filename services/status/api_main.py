@@ -1,7 +1,7 @@
 """Process ``status-api``: the status subsystem's API writer (runs when ``kubeconfig`` is set).
 
-The main thread (the service loop) replicates ``desired``, ``statuses`` and the API source's
-``pods-api`` map and hands a snapshot of them to a writer thread after every change; the
+The service loop's thread replicates ``desired``, ``statuses`` and the API source's
+``pods-api`` map and hands a snapshot of them to the loop's worker after every change; the
 writer (``apiwriter.py``) PATCHes statuses whose version advanced, keeps mirror pods and
 deletes terminated API pods, and does a turn every ``statusSweepFrequency`` anyway (what
 failed is retried then). When the API server is unreachable the writer backs off (0.8 s
@@ -16,11 +16,12 @@ after a restart every status is written once more (a PATCH of an equal status ch
 
 from __future__ import annotations
 
+import math
 import threading
-from typing import Any
 
 from podvisor.common.child import ChildContext
-from podvisor.common.service import ServiceLoop
+from podvisor.common.service import ServiceLoop, Worker
+from podvisor.ipc.maps import API_MIRRORS, DESIRED, MIRRORS_KEY, POD_SET_KEY, STATUSES, pods_map
 from podvisor.services.apiserver import ApiConnection, ApiUnreachable
 from podvisor.services.status.apiwriter import Snapshot, StatusWriter
 
@@ -29,107 +30,100 @@ STALL_LIMIT = 120.0
 
 
 class _Handoff:
-    """The latest snapshot from the main thread to the writer (newest wins)."""
+    """The latest snapshot from the loop's thread to the writer (newest wins)."""
 
-    def __init__(self, now: float) -> None:
-        self.cond = threading.Condition()
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.snapshot: Snapshot | None = None
-        self.fresh = False
-        self.progress = now
 
     def put(self, snap: Snapshot) -> None:
-        with self.cond:
-            self.snapshot, self.fresh = snap, True
-            self.cond.notify()
+        with self.lock:
+            self.snapshot = snap
 
-    def take(self, timeout: float) -> Snapshot | None:
-        with self.cond:
-            if not self.fresh:
-                self.cond.wait(timeout)
-            self.fresh = False
+    def take(self) -> Snapshot | None:
+        with self.lock:
             return self.snapshot
 
 
-def run(ctx: ChildContext) -> None:
-    config = ctx.config
-    if not config.kubeconfig:
-        ctx.log.info("status.api.disabled", reason="kubeconfig is not set")
-        return
-    conn = ApiConnection(config.kubeconfig)
-    writer = StatusWriter(conn, config.node_name, ctx.log)
-    handoff = _Handoff(ctx.clock.monotonic())
-    stop = threading.Event()
-    failure: list[BaseException] = []
+class StatusApiService:
+    """The status-api process, built once: the loop's thread replicates the maps and hands a
+    snapshot to the writer (the loop's worker, ``write``) after every change."""
 
-    def helper() -> None:
-        try:
-            _write_loop(ctx, writer, handoff, stop)
-        except BaseException as exc:  # re-raised on the main thread
-            failure.append(exc)
+    def __init__(self, ctx: ChildContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.conn = ApiConnection(config.kubeconfig)
+        self.writer = StatusWriter(self.conn, config.node_name, ctx.log)
+        self.handoff = _Handoff()
+        self.changed = True
+        self.delay = INITIAL_DELAY
+        self.failing = ""
+        self.retry_at = -math.inf  # backing off: no turn before this, new snapshots or not
+        self.loop = ServiceLoop(ctx)
+        self.loop.closing(self.conn)
+        self.desired = self.loop.replica(DESIRED, self.on_change, snapshot_timeout=0.5)
+        self.statuses = self.loop.replica(STATUSES, self.on_change, snapshot_timeout=0.5)
+        self.api = self.loop.replica(pods_map("api"), self.on_change, snapshot_timeout=0.5)
+        self.api_mirrors = self.loop.replica(API_MIRRORS, self.on_change, snapshot_timeout=0.5)
+        self.worker: Worker[None] = self.loop.worker(self.write, stall=STALL_LIMIT,
+                                                     name="status-api")
 
-    changed = [True]
+    def run(self) -> None:
+        self.loop.run(self.step)
 
-    def on_change(key: str, old: Any, new: Any) -> None:
-        changed[0] = True
+    def on_change(self, key: str, old: object, new: object) -> None:
+        self.changed = True
 
-    loop = ServiceLoop(ctx)
-    loop.closing(conn)
-    replicas = [loop.replica(name, on_change, snapshot_timeout=0.5)
-                for name in ("desired", "statuses", "pods-api", "api-mirrors")]
-    desired, statuses, api, api_mirrors = replicas
-    thread = threading.Thread(target=helper, name="status-api", daemon=True)
-    thread.start()
-
-    def step(now: float) -> float | None:
-        if failure:
-            raise failure[0]
-        if now - handoff.progress > STALL_LIMIT:
-            raise RuntimeError(f"the API writer made no progress for {STALL_LIMIT}s")
-        if changed[0] and desired.synced and statuses.synced:
-            changed[0] = False
-            mirrors = api_mirrors.get("mirrors") if api_mirrors.synced else None
-            api_set = api.get("set") if api.synced else None
-            handoff.put(Snapshot(desired.items(), statuses.items(),
-                                 list(mirrors) if isinstance(mirrors, list) else None,
-                                 list(api_set.get("pods") or [])
-                                 if isinstance(api_set, dict) else None))
+    def step(self, now: float) -> float | None:
+        """A new snapshot for the writer after a change (loop thread)."""
+        desired, statuses, api, api_mirrors = (self.desired, self.statuses, self.api,
+                                               self.api_mirrors)
+        if self.changed and desired.synced and statuses.synced:
+            self.changed = False
+            mirrors = api_mirrors.get(MIRRORS_KEY) if api_mirrors.synced else None
+            api_set = api.get(POD_SET_KEY) if api.synced else None
+            self.handoff.put(Snapshot(desired.items(), statuses.items(),
+                                      mirrors.mirrors if mirrors is not None else None,
+                                      api_set.pods if api_set is not None else None))
+            self.worker.wake()
         return None
 
-    try:
-        loop.run(step)
-    finally:
-        stop.set()
-        with handoff.cond:
-            handoff.cond.notify()
-        thread.join(2)
-        loop.close()
-
-
-def _write_loop(ctx: ChildContext, writer: StatusWriter, handoff: _Handoff,
-                stop: threading.Event) -> None:
-    config = ctx.config
-    delay = INITIAL_DELAY
-    failing = ""
-    snap: Snapshot | None = None
-    while not stop.is_set():
-        handoff.progress = ctx.clock.monotonic()
-        newer = handoff.take(config.status_sweep_frequency if not failing else delay)
-        snap = newer or snap
-        if stop.is_set() or snap is None:
-            continue
+    def write(self, now: float) -> float | None:
+        """One turn of the writer on the newest snapshot (worker thread); the next when a new
+        snapshot comes, or after ``statusSweepFrequency`` (a back-off while the server is
+        unreachable)."""
+        config = self.ctx.config
+        if now < self.retry_at:
+            return self.retry_at
+        snap = self.handoff.take()
+        if snap is None:
+            return None
         try:
-            writer.turn(snap)
+            self.writer.turn(snap)
         except ApiUnreachable as exc:
-            if not failing:
-                ctx.log.warning("status.api.unreachable", server=writer.conn.host,
-                                reason=str(exc), pending=writer.pending(snap))
-            failing = str(exc)
-            stop.wait(delay)
-            delay = min(delay * 2, config.api_retry_max_delay)
-            with handoff.cond:
-                handoff.fresh = True  # try again with the newest snapshot
-            continue
-        if failing:
-            ctx.log.info("status.api.recovered", server=writer.conn.host)
-            failing = ""
-        delay = INITIAL_DELAY
+            if not self.failing:
+                self.ctx.log.warning("status.api.unreachable", server=self.writer.conn.host,
+                                     reason=str(exc), pending=self.writer.pending(snap))
+            self.failing = str(exc)
+            wait, self.delay = self.delay, min(self.delay * 2, config.api_retry_max_delay)
+            self.retry_at = self.ctx.clock.monotonic() + wait
+            return self.retry_at  # then again with the newest snapshot
+        if self.failing:
+            self.ctx.log.info("status.api.recovered", server=self.writer.conn.host)
+            self.failing = ""
+        self.delay = INITIAL_DELAY
+        return self.ctx.clock.monotonic() + config.status_sweep_frequency
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+def run(ctx: ChildContext) -> None:
+    if not ctx.config.kubeconfig:
+        ctx.log.info("status.api.disabled", reason="kubeconfig is not set")
+        return
+    service = StatusApiService(ctx)
+    try:
+        service.run()
+    finally:
+        service.close()

@@ -6,7 +6,7 @@ agent's maps (``desired``, ``statuses``, and the API source's ``mirrors``):
    spec, annotation ``kubernetes.io/config.mirror: <config hash>`` and the Node as controller
    owner; a mirror whose hash differs is DELETEd (grace 0, UID precondition) and created again;
    a mirror without a static pod is DELETEd.
-2. Statuses: a pod whose local ``_version`` advanced past the version last written is
+2. Statuses: a pod whose status ``version`` advanced past the version last written is
    merge-PATCHed on ``pods/<name>/status`` with ``metadata.uid`` as a precondition (an API pod:
    its own UID; a static pod: its mirror's). ``404`` (gone) and ``409`` (a different pod now
    has the name) drop that target for good; an unreachable server leaves everything pending,
@@ -20,16 +20,23 @@ pod and never stops the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from podvisor.ipc.maps import DesiredPod, DesiredValue, PodStatusValue
-from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError
+from podvisor.ipc.maps import DesiredPod, DesiredValue, MirrorPod, PodStatusValue
+from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError, ApiMeta
+from podvisor.services.pod import (
+    CONFIG_HASH_ANNOTATION,
+    CONFIG_MIRROR_ANNOTATION,
+    Pod,
+    PodValidationError,
+    WirePods,
+)
 
 Obj = dict[str, Any]
-MIRROR = "kubernetes.io/config.mirror"
-HASH = "kubernetes.io/config.hash"
+MIRROR = CONFIG_MIRROR_ANNOTATION
+HASH = CONFIG_HASH_ANNOTATION
 STATIC_SOURCES = ("file", "http")
 
 
@@ -37,8 +44,8 @@ STATIC_SOURCES = ("file", "http")
 class Snapshot:
     desired: Mapping[str, DesiredValue]
     statuses: Mapping[str, PodStatusValue]
-    mirrors: list[Obj] | None  # None until the API source published its first set
-    api_pods: list[Obj] | None = None  # the API source's set (wire forms), None before it
+    mirrors: Sequence[MirrorPod] | None  # None until the API source published its first set
+    api_pods: Sequence[Mapping[str, Any]] | None = None  # the API source's set (wire forms)
 
 
 @dataclass
@@ -53,6 +60,15 @@ class StatusWriter:
     node_uid: str = ""
     counters: dict[str, int] = field(default_factory=lambda: {
         "patches": 0, "mirror_creates": 0, "mirror_deletes": 0, "deletes": 0})
+    pods: WirePods = field(default_factory=WirePods)  # the typed pod of each desired entry
+
+    def _pod(self, uid: str, entry: DesiredPod) -> Pod | None:
+        """``entry``'s typed pod (None for one that is not a validated wire form: the status
+        process logs it)."""
+        try:
+            return self.pods.get(uid, entry.pod)
+        except PodValidationError:
+            return None
 
     def pending(self, snap: Snapshot) -> int:
         """Statuses not yet in the API (for logs and tests)."""
@@ -60,6 +76,7 @@ class StatusWriter:
                    if target and self.written.get(target[2]) != version)
 
     def turn(self, snap: Snapshot) -> None:
+        self.pods.retain(snap.desired.keys())
         if snap.mirrors is not None:
             self._mirrors(snap)
         for uid, target, version in self._targets(snap):
@@ -71,31 +88,28 @@ class StatusWriter:
 
     # -- statuses -------------------------------------------------------------------------------
     def _targets(self, snap: Snapshot) -> list[tuple[str, tuple[str, str, str] | None, int]]:
-        mirrors = {(m["namespace"], m["name"]): m for m in snap.mirrors or []}
+        mirrors = {(m.namespace, m.name): m for m in snap.mirrors or ()}
         out = []
         for uid, status in snap.statuses.items():
             entry = snap.desired.get(uid)
-            if not isinstance(entry, DesiredPod) or not isinstance(status, PodStatusValue):
+            if not isinstance(entry, DesiredPod) or (pod := self._pod(uid, entry)) is None:
                 continue
-            meta = entry.pod.get("metadata") or {}
-            ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-            version = status.version
+            ns, name = pod.namespace, pod.name
             target: tuple[str, str, str] | None = None
             if entry.source == "api":
                 target = (ns, name, uid)
             elif entry.source in STATIC_SOURCES:
                 mirror = mirrors.get((ns, name))
-                if mirror is not None and mirror.get("hash") == (meta.get("annotations") or {}
-                                                                 ).get(HASH):
-                    target = (ns, name, str(mirror["uid"]))
-            out.append((uid, target, version))
+                if mirror is not None and mirror.hash == pod.metadata.annotations.get(HASH):
+                    target = (ns, name, mirror.uid)
+            out.append((uid, target, status.version))
         return out
 
     def _patch(self, uid: str, target: tuple[str, str, str], status: PodStatusValue,
                version: int) -> None:
         ns, name, target_uid = target
         body = {"metadata": {"uid": target_uid},
-                "status": status.status}
+                "status": status.status.to_dict()}
         try:
             self.conn.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
                               body=body, content_type=MERGE_PATCH)
@@ -113,23 +127,23 @@ class StatusWriter:
 
     # -- deletion -------------------------------------------------------------------------------
     def _deletions(self, snap: Snapshot) -> None:
-        for pod in snap.api_pods or []:
-            meta = pod.get("metadata") or {}
-            uid = str(meta.get("uid", ""))
-            if not meta.get("deletionTimestamp") or not uid or uid in self.deleted:
+        for api_pod in snap.api_pods or ():
+            meta = ApiMeta.of(api_pod)
+            uid = meta.uid
+            if not meta.deletion_timestamp or not uid or uid in self.deleted:
                 continue
             entry = snap.desired.get(uid)
             status = snap.statuses.get(uid)
             if isinstance(entry, DesiredPod):
                 if entry.worker != "terminated":
                     continue  # still being killed
-            elif isinstance(status, PodStatusValue) and "running" in str(
-                    status.status.get("containerStatuses")):
+            elif status is not None and any(
+                    cs.state.running is not None for cs in status.status.container_statuses):
                 continue  # not (yet) in ``desired`` but known to run: wait
-            if isinstance(status, PodStatusValue) and uid not in self.dropped and \
+            if status is not None and uid not in self.dropped and \
                     self.written.get(uid) != status.version:
                 continue  # the final status goes first
-            ns, name = meta.get("namespace", ""), meta.get("name", "")
+            ns, name = meta.namespace, meta.name
             try:
                 self.conn.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
                                   body={"apiVersion": "v1", "kind": "DeleteOptions",
@@ -146,27 +160,24 @@ class StatusWriter:
 
     # -- mirror pods ----------------------------------------------------------------------------
     def _mirrors(self, snap: Snapshot) -> None:
-        wanted: dict[tuple[str, str], Obj] = {}
-        for entry in snap.desired.values():
+        wanted: dict[tuple[str, str], tuple[Pod, str]] = {}  # -> (pod, its config hash)
+        for uid, entry in snap.desired.items():
             if not isinstance(entry, DesiredPod) or entry.source not in STATIC_SOURCES or \
-                    entry.worker == "terminated":
+                    entry.worker == "terminated" or (pod := self._pod(uid, entry)) is None:
                 continue
-            meta = entry.pod.get("metadata") or {}
-            if (meta.get("annotations") or {}).get(HASH):
-                wanted[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = entry.pod
-        existing = {(m["namespace"], m["name"]): m for m in snap.mirrors or []}
+            if want := pod.metadata.annotations.get(HASH):
+                wanted[(pod.namespace, pod.name)] = (pod, want)
+        existing = {(m.namespace, m.name): m for m in snap.mirrors or ()}
         for key, mirror in existing.items():
-            pod = wanted.get(key)
-            want_hash = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(HASH)
-            if want_hash != mirror.get("hash"):
-                self._delete_mirror(key, str(mirror["uid"]))
+            hit = wanted.get(key)
+            if (hit[1] if hit is not None else None) != mirror.hash:
+                self._delete_mirror(key, mirror.uid)
         for key in [k for k in self.creating if k in existing and
-                    existing[k].get("hash") == self.creating[k]]:
+                    existing[k].hash == self.creating[k]]:
             del self.creating[key]  # the API source saw it
-        for key, pod in wanted.items():
-            want_hash = pod["metadata"]["annotations"][HASH]
+        for key, (pod, want_hash) in wanted.items():
             current = existing.get(key)
-            if (current is not None and current.get("hash") == want_hash) or \
+            if (current is not None and current.hash == want_hash) or \
                     self.creating.get(key) == want_hash:
                 continue
             self._create_mirror(key, pod, want_hash)
@@ -186,7 +197,7 @@ class StatusWriter:
         self.counters["mirror_deletes"] += 1
         self.log.info("status.mirror.deleted", pod=f"{name}_{ns}", mirror_uid=uid)
 
-    def _create_mirror(self, key: tuple[str, str], pod: Obj, config_hash: str) -> None:
+    def _create_mirror(self, key: tuple[str, str], pod: Pod, config_hash: str) -> None:
         ns, name = key
         if not self.node_uid:
             try:
@@ -195,14 +206,14 @@ class StatusWriter:
                 self.log.info("status.mirror.waiting_for_node", pod=f"{name}_{ns}",
                               reason=str(exc))
                 return
-            self.node_uid = str(node.get("metadata", {}).get("uid", ""))
-        meta = pod.get("metadata") or {}
+            self.node_uid = ApiMeta.of(node).uid
+        meta = pod.metadata
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": ns, "labels": dict(meta.get("labels") or {}),
-            "annotations": {**(meta.get("annotations") or {}), MIRROR: config_hash},
+            "name": name, "namespace": ns, "labels": dict(meta.labels),
+            "annotations": {**meta.annotations, MIRROR: config_hash},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.node,
                                  "uid": self.node_uid, "controller": True}]},
-            "spec": {**(pod.get("spec") or {}), "nodeName": self.node}}
+            "spec": {**pod.spec.to_dict(), "nodeName": self.node}}
         try:
             self.conn.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
         except ApiError as exc:

@@ -3,7 +3,9 @@
 Follows the kubelet's ``generateAPIPodStatus`` / ``getPhase`` and the condition generators
 (``pkg/kubelet/status/generate.go``): see docs/ARCHITECTURE.md "Status" for where podvisor
 differs. A terminal phase (Succeeded, Failed) never goes back; ``lastTransitionTime`` is kept
-while a condition's status is unchanged; ``_version`` bumps only when something changed.
+while a condition's status is unchanged; the value's ``version`` bumps only when something
+changed. Reads the typed pod (``services.pod.Pod``) and returns the typed status
+(``PodStatusValue``: ``ipc/podstatus.py``'s ``PodStatus``, its version and its pod).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from podvisor.ipc.maps import (
     PodRef,
     PodStatusValue,
 )
+from podvisor.ipc.podstatus import ContainerStatus, PodCondition, PodStatus
+from podvisor.services.pod import Container, Pod
 from podvisor.services.status.containers import EXITED, by_name, container_status
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -28,6 +32,7 @@ CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "Contain
                    "PodScheduled")
 # The fields of a ``DesiredPod`` that ``compute_pod_status`` reads: a change of any other
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
+# (``pod`` is read through the typed ``Pod`` rebuilt from it.)
 DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class")
 
 
@@ -38,46 +43,45 @@ def desired_inputs(entry: Any) -> Any:
     return tuple(getattr(entry, key) for key in DESIRED_KEYS)
 
 
-def _init_done(init_specs: Sequence[Mapping[str, Any]],
+def _init_done(init_specs: Sequence[Container],
                records: Mapping[str, list[PlegContainer]]) -> list[str]:
     """Names of init containers that have not yet exited 0 (newest run)."""
     pending = []
     for spec in init_specs:
-        runs = sorted(records.get(spec.get("name", ""), []), key=lambda c: (c.created_at, c.id))
+        runs = sorted(records.get(spec.name, []), key=lambda c: (c.created_at, c.id))
         if not runs or runs[-1].state != EXITED or runs[-1].exit_code:
-            pending.append(str(spec.get("name", "")))
+            pending.append(spec.name)
     return pending
 
 
-def get_phase(spec: Mapping[str, Any], init: Sequence[Mapping[str, Any]],
-              regular: Sequence[Mapping[str, Any]]) -> str:
-    """The kubelet's ``getPhase`` over API container statuses (static pods: never terminal by
-    deletion)."""
+def get_phase(policy: str, init: Sequence[ContainerStatus],
+              regular: Sequence[ContainerStatus]) -> str:
+    """The kubelet's ``getPhase`` over API container statuses (``policy``: the pod's
+    restartPolicy; static pods: never terminal by deletion)."""
     pending_init = failed_init = 0
     for cs in init:
-        st, last = cs["state"], cs.get("lastState") or {}
-        if "running" in st:
+        st, last = cs.state, cs.last_state
+        if st.running is not None:
             pending_init += 1
-        elif "terminated" in st:
-            failed_init += int(st["terminated"]["exitCode"] != 0)
-        elif "terminated" in last:
-            failed_init += int(last["terminated"]["exitCode"] != 0)
+        elif st.terminated is not None:
+            failed_init += int(st.terminated.exit_code != 0)
+        elif last.terminated is not None:
+            failed_init += int(last.terminated.exit_code != 0)
         else:
             pending_init += 1
     running = waiting = stopped = succeeded = 0
     for cs in regular:
-        st = cs["state"]
-        if "running" in st:
+        st = cs.state
+        if st.running is not None:
             running += 1
-        elif "terminated" in st:
+        elif st.terminated is not None:
             stopped += 1
-            succeeded += int(st["terminated"]["exitCode"] == 0)
-        elif "terminated" in (cs.get("lastState") or {}):
+            succeeded += int(st.terminated.exit_code == 0)
+        elif cs.last_state.terminated is not None:
             stopped += 1
         else:
             waiting += 1
-    policy = spec.get("restartPolicy", "Always")
-    any_started = any(cs.get("containerID") for cs in regular)
+    any_started = any(cs.container_id for cs in regular)
     if failed_init and policy == "Never":
         return FAILED
     if (pending_init and not any_started) or waiting:
@@ -93,43 +97,35 @@ def get_phase(spec: Mapping[str, Any], init: Sequence[Mapping[str, Any]],
     return PENDING
 
 
-def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
-    # lastProbeTime: null, as the kubelet's conditions (it probes nothing for them)
-    cond: dict[str, Any] = {"type": ctype, "status": "True" if ok else "False",
-                            "lastProbeTime": None}
-    if reason:
-        cond["reason"] = reason
-    if message:
-        cond["message"] = message
-    return cond
-
-
-def _stamp(conds: list[dict[str, Any]], previous: Mapping[str, Any] | None,
-           now: float) -> list[dict[str, Any]]:
-    prev = {c.get("type"): c for c in (previous or {}).get("conditions", [])}
+def _stamp(conds: list[PodCondition], previous: PodStatus | None,
+           now: float) -> tuple[PodCondition, ...]:
+    """Each condition with its ``lastTransitionTime``: the previous one's while its status is
+    unchanged, else ``now``."""
+    prev = {c.type: c for c in previous.conditions} if previous is not None else {}
+    out = []
     for cond in conds:
-        old = prev.get(cond["type"])
-        if old is not None and old.get("status") == cond["status"] and old.get(
-                "lastTransitionTime"):
-            cond["lastTransitionTime"] = old["lastTransitionTime"]
+        old = prev.get(cond.type)
+        if old is not None and old.status == cond.status and old.last_transition_time:
+            at = old.last_transition_time
         else:
-            cond["lastTransitionTime"] = rfc3339(now)
-    return conds
+            at = rfc3339(now)
+        out.append(PodCondition(cond.type, cond.status, cond.reason, cond.message, at))
+    return tuple(out)
 
 
-def _not_ready(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [str(cs["name"]) for cs in statuses if not cs.get("ready")]
+def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> PodCondition:
+    return PodCondition(ctype, "True" if ok else "False", reason, message)
 
 
 def _conditions(phase: str, sandbox_ready: bool, init_pending: list[str],
-                regular: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+                regular: Sequence[ContainerStatus]) -> list[PodCondition]:
     conds = [_condition("PodReadyToStartContainers", sandbox_ready)]
     if init_pending:
         conds.append(_condition("Initialized", False, "ContainersNotInitialized",
                                 f"containers with incomplete status: [{' '.join(init_pending)}]"))
     else:
         conds.append(_condition("Initialized", True))
-    unready = _not_ready(regular)
+    unready = [cs.name for cs in regular if not cs.ready]
     if phase == SUCCEEDED:
         ready = [_condition("ContainersReady", False, "PodCompleted"),
                  _condition("Ready", False, "PodCompleted")]
@@ -142,18 +138,11 @@ def _conditions(phase: str, sandbox_ready: bool, init_pending: list[str],
     return [*conds, *ready, _condition("PodScheduled", True)]
 
 
-def _meta(pod: Mapping[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata", {})
-    return {"name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
-            "uid": meta.get("uid", "")}
-
-
-def pod_ips(spec: Mapping[str, Any], sandboxes: Sequence[PlegSandbox],
-             host_ip: str) -> list[str]:
+def pod_ips(host_network: bool, sandboxes: Sequence[PlegSandbox], host_ip: str) -> list[str]:
     """The kubelet's pod IPs: a hostNetwork pod has the host's; another pod those its newest
     sandbox reports (PodSandboxStatus ``network.ip`` then ``additional_ips``; none yet while
     it has no sandbox or no network)."""
-    if spec.get("hostNetwork"):
+    if host_network:
         return [host_ip]
     first = sandboxes[-1].ip if sandboxes else ""
     if not first:
@@ -163,78 +152,65 @@ def pod_ips(spec: Mapping[str, Any], sandboxes: Sequence[PlegSandbox],
 
 def compute_pod_status(
     desired: DesiredPod,
+    pod: Pod,
     pleg: PlegPod | None,
-    previous: Mapping[str, Any] | None,
+    previous: PodStatusValue | None,
     now: float,
     runtime: str = "embedded",
     host_ip: str = "127.0.0.1",
     readiness: Mapping[str, bool] | None = None,
     started: Mapping[str, bool] | None = None,
-) -> dict[str, Any]:
-    """The PodStatus of one pod. ``desired`` is the ``desired`` map entry, ``pleg`` the pod's
-    ``pleg`` map record (None: no runtime objects), ``previous`` the last status computed (or
-    None), ``now`` wall-clock seconds, ``readiness`` / ``started`` the prober's verdicts by
-    container name."""
-    pod = desired.pod
-    spec = pod.get("spec") or {}
-    prev_phase = (previous or {}).get("phase")
-    start = (previous or {}).get("startTime") or rfc3339(now)
-    status: dict[str, Any] = {"hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
-                              "startTime": start, "_pod": _meta(pod)}
-    if desired.qos_class:  # the sync loop's QoS class of the pod (services/pod/qos.py)
-        status["qosClass"] = desired.qos_class
+) -> PodStatusValue:
+    """The status of one pod. ``desired`` is the ``desired`` map entry and ``pod`` its typed
+    pod (``pod_from_wire(desired.pod)``), ``pleg`` the pod's ``pleg`` map record (None: no
+    runtime objects), ``previous`` the last status computed (or None), ``now`` wall-clock
+    seconds, ``readiness`` / ``started`` the prober's verdicts by container name."""
+    before = previous.status if previous is not None else None
+    prev_phase = before.phase if before is not None else None
+    start = (before.start_time if before is not None else None) or rfc3339(now)
+    ref = PodRef(pod.name, pod.namespace, pod.uid)
     if not desired.admitted:
-        status.update(phase=FAILED, reason=desired.reason or "Rejected",
-                      message=desired.message, containerStatuses=[],
-                      initContainerStatuses=[])
-        status["conditions"] = _stamp([_condition("PodScheduled", True)], previous, now)
-        return with_version(status, previous)
+        rejected = PodStatus(
+            phase=FAILED, host_ip=host_ip, host_ips=(host_ip,), start_time=start,
+            qos_class=desired.qos_class, reason=desired.reason or "Rejected",
+            message=desired.message,
+            conditions=_stamp([_condition("PodScheduled", True)], before, now))
+        return with_version(rejected, ref, previous)
+    spec = pod.spec
     records = by_name(pleg.containers if pleg is not None else ())
     sandboxes = pleg.sandboxes if pleg is not None else ()
     ready_sb = [s for s in sandboxes if s.state == "SANDBOX_READY"]
     waiting = desired.waiting
-    init_specs = spec.get("initContainers") or []
-    init_pending = _init_done(init_specs, records)
-    any_regular = any(records.get(c.get("name", "")) for c in spec.get("containers") or [])
-    if any_regular:
+    init_pending = _init_done(spec.init_containers, records)
+    if any(records.get(c.name) for c in spec.containers):
         init_pending = []  # the kubelet: regular containers ran, so the pod was initialized
-    init = [container_status(c, records.get(c.get("name", ""), []), waiting.get(c.get("name")),
-                             "PodInitializing", runtime) for c in init_specs]
+    init = [container_status(c, records.get(c.name, []), waiting.get(c.name), "PodInitializing",
+                             runtime) for c in spec.init_containers]
     default = "PodInitializing" if init_pending else "ContainerCreating"
-    regular = [container_status(c, records.get(c.get("name", ""), []), waiting.get(c.get("name")),
-                                default, runtime, (readiness or {}).get(c.get("name", "")),
-                                (started or {}).get(c.get("name", "")))
-               for c in spec.get("containers") or []]
-    phase = get_phase(spec, init, regular)
+    regular = [container_status(c, records.get(c.name, []), waiting.get(c.name), default,
+                                runtime, (readiness or {}).get(c.name), (started or {}).get(c.name))
+               for c in spec.containers]
+    phase = get_phase(str(spec.restart_policy), init, regular)
     if prev_phase in TERMINAL:
-        phase = prev_phase
-    ips = pod_ips(spec, ready_sb or sandboxes, host_ip)
-    status.update(phase=phase, podIP=ips[0] if ips else "", containerStatuses=regular,
-                  initContainerStatuses=init)
-    if ips:
-        status["podIPs"] = [{"ip": ip} for ip in ips]
-    if desired.reason:
-        status.update(reason=desired.reason, message=desired.message)
-    status["conditions"] = _stamp(_conditions(phase, bool(ready_sb), init_pending, regular),
-                                  previous, now)
-    return with_version(status, previous)
+        phase = str(prev_phase)
+    ips = pod_ips(spec.host_network, ready_sb or sandboxes, host_ip)
+    status = PodStatus(
+        phase=phase, host_ip=host_ip, host_ips=(host_ip,), start_time=start,
+        qos_class=desired.qos_class,  # the sync loop's QoS class of the pod (pod/qos.py)
+        reason=desired.reason if desired.reason else None,
+        message=desired.message if desired.reason else None,
+        pod_ip=ips[0] if ips else "", pod_ips=tuple(ips), container_statuses=tuple(regular),
+        init_container_statuses=tuple(init),
+        conditions=_stamp(_conditions(phase, bool(ready_sb), init_pending, regular), before,
+                          now))
+    return with_version(status, ref, previous)
 
 
-def status_value(status: Mapping[str, Any]) -> PodStatusValue:
-    """The ``statuses`` map's value of a computed status: the API's PodStatus (no internal
-    ``_`` keys), its ``_version`` and its ``_pod``."""
-    meta = status.get("_pod") or {}
-    return PodStatusValue({k: v for k, v in status.items() if not k.startswith("_")},
-                          int(status.get("_version", 0)),
-                          PodRef(str(meta.get("name", "")), str(meta.get("namespace", "")),
-                                 str(meta.get("uid", ""))))
-
-
-def with_version(status: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Set ``_version``: the previous one when nothing changed, else one more."""
-    prev_version = int((previous or {}).get("_version", 0))
-    if previous is not None and {k: v for k, v in previous.items() if k != "_version"} == status:
-        status["_version"] = prev_version
-    else:
-        status["_version"] = prev_version + 1
-    return status
+def with_version(status: PodStatus, pod: PodRef,
+                 previous: PodStatusValue | None) -> PodStatusValue:
+    """The value of ``status``: the previous version when nothing changed, else one more."""
+    if previous is None:
+        return PodStatusValue(status, 1, pod)
+    if previous.status == status and previous.pod == pod:
+        return previous
+    return PodStatusValue(status, previous.version + 1, pod)

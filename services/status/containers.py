@@ -8,11 +8,12 @@ container it replaces becomes ``lastState``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from podvisor.common.timefmt import rfc3339_ns
 from podvisor.ipc.maps import ContainerWaiting, PlegContainer
+from podvisor.ipc.podstatus import ContainerState, ContainerStatus, Running, Terminated, Waiting
+from podvisor.services.pod import Container
 
 RUNNING = "CONTAINER_RUNNING"
 EXITED = "CONTAINER_EXITED"
@@ -22,76 +23,62 @@ def container_id(runtime: str, cid: str) -> str:
     return f"{runtime}://{cid}"
 
 
-def terminated_state(c: PlegContainer, runtime: str) -> dict[str, Any]:
+def terminated_state(c: PlegContainer, runtime: str) -> Terminated:
     code = c.exit_code
-    out: dict[str, Any] = {
-        "exitCode": code,
-        "reason": c.reason or ("Completed" if code == 0 else "Error"),
-        "startedAt": rfc3339_ns(c.started_at),
-        "finishedAt": rfc3339_ns(c.finished_at),
-        "containerID": container_id(runtime, c.id),
-    }
-    if c.message:
-        out["message"] = c.message
-    return out
+    return Terminated(exit_code=code, reason=c.reason or ("Completed" if code == 0 else "Error"),
+                      started_at=rfc3339_ns(c.started_at), finished_at=rfc3339_ns(c.finished_at),
+                      container_id=container_id(runtime, c.id), message=c.message)
 
 
-def runtime_state(c: PlegContainer, runtime: str) -> dict[str, Any]:
+def runtime_state(c: PlegContainer, runtime: str) -> ContainerState:
     state = c.state
     if state == RUNNING:
-        return {"running": {"startedAt": rfc3339_ns(c.started_at)}}
+        return ContainerState(running=Running(rfc3339_ns(c.started_at)))
     if state == EXITED:
-        return {"terminated": terminated_state(c, runtime)}
-    return {"waiting": {"reason": "ContainerCreating"}}
-
-
-def _has_probe(spec: Mapping[str, Any], key: str) -> bool:
-    return bool(spec.get(key))
+        return ContainerState(terminated=terminated_state(c, runtime))
+    return ContainerState(waiting=Waiting("ContainerCreating"))
 
 
 def container_status(
-    spec: Mapping[str, Any],
+    spec: Container,
     runtime_containers: Sequence[PlegContainer],
     waiting: ContainerWaiting | None,
     default_reason: str,
     runtime: str,
     ready_override: bool | None = None,
     started_override: bool | None = None,
-) -> dict[str, Any]:
-    """One ``ContainerStatus`` dict. ``runtime_containers`` are this name's records in any order;
+) -> ContainerStatus:
+    """One ``ContainerStatus``. ``runtime_containers`` are this name's records in any order;
     ``ready_override`` / ``started_override`` are the prober's readiness / startup verdicts
     when it reports them."""
     history = sorted(runtime_containers, key=lambda c: (c.created_at, c.id), reverse=True)
-    out: dict[str, Any] = {"name": spec.get("name", ""), "image": spec.get("image", ""),
-                           "imageID": "", "restartCount": 0, "ready": False, "started": False}
-    last: dict[str, Any] = {}
+    last = ContainerState()
+    cid = image_id = ""
+    restarts = 0
     if history:
         cur = history[0]
         state = runtime_state(cur, runtime)
-        out["containerID"] = container_id(runtime, cur.id)
-        out["imageID"] = cur.image_ref
-        out["restartCount"] = cur.restart_count
+        cid, image_id, restarts = container_id(runtime, cur.id), cur.image_ref, cur.restart_count
         if len(history) > 1 and history[1].state == EXITED:
-            last = {"terminated": terminated_state(history[1], runtime)}
+            last = ContainerState(terminated=terminated_state(history[1], runtime))
     else:
-        state = {"waiting": {"reason": default_reason}}
-    if waiting and "running" not in state:
-        if "terminated" in state:
+        state = ContainerState(waiting=Waiting(default_reason))
+    if waiting and state.running is None:
+        if state.terminated is not None:
             last = state
-        state = {"waiting": {k: v for k, v in (("reason", waiting.reason),
-                                               ("message", waiting.message)) if v}}
-    running = "running" in state
-    out["state"] = state
-    out["lastState"] = last
+        state = ContainerState(waiting=Waiting(waiting.reason, waiting.message))
+    running = state.running is not None
     if started_override is not None:
-        out["started"] = running and started_override
+        started = running and started_override
     else:
-        out["started"] = running and not _has_probe(spec, "startupProbe")
+        started = running and spec.startup_probe is None
     if ready_override is not None:
-        out["ready"] = running and ready_override
+        ready = running and ready_override
     else:
-        out["ready"] = running and not _has_probe(spec, "readinessProbe")
-    return out
+        ready = running and spec.readiness_probe is None
+    return ContainerStatus(name=spec.name, image=spec.image, image_id=image_id,
+                           restart_count=restarts, ready=ready, started=started,
+                           container_id=cid, state=state, last_state=last)
 
 
 def by_name(records: Sequence[PlegContainer]) -> dict[str, list[PlegContainer]]:

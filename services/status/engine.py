@@ -20,13 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from podvisor.common.timefmt import parse_rfc3339, rfc3339
-from podvisor.ipc.maps import HEALTH_KEY, DesiredPod, PlegHealth, PlegPod, PodProbes
+from podvisor.ipc.maps import (
+    HEALTH_KEY,
+    DesiredPod,
+    DesiredValue,
+    PlegHealth,
+    PlegPod,
+    PlegValue,
+    PodProbes,
+    PodStatusValue,
+)
+from podvisor.ipc.podstatus import PodCondition, PodStatus
+from podvisor.services.pod import PodValidationError, WirePods
 from podvisor.services.prober import probe_verdicts
 from podvisor.services.status.compute import compute_pod_status
-from podvisor.services.status.store import Saved
+from podvisor.services.status.store import Retired, Saved
 
 RETIRE_AFTER = 600.0
 
@@ -44,32 +53,32 @@ class Transition:
 
 @dataclass(frozen=True)
 class Changes:
-    set: dict[str, dict[str, Any]] = field(default_factory=dict)
+    set: dict[str, PodStatusValue] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
+    invalid: dict[str, str] = field(default_factory=dict)  # pod UID -> why it has no status
 
     def __bool__(self) -> bool:
         return bool(self.set or self.deleted)
 
 
-def _conditions(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
-    return {str(c.get("type")): c for c in (status or {}).get("conditions", [])}
+def _conditions(status: PodStatus | None) -> dict[str, PodCondition]:
+    return {c.type: c for c in status.conditions} if status is not None else {}
 
 
-def transitions(uid: str, old: Mapping[str, Any] | None,
-                new: Mapping[str, Any]) -> list[Transition]:
+def transitions(uid: str, old: PodStatus | None, new: PodStatus) -> list[Transition]:
     before = _conditions(old)
     out = []
     for ctype, cond in _conditions(new).items():
         prev = before.get(ctype)
-        if prev is None or prev.get("status") != cond.get("status") or prev.get(
-                "lastTransitionTime") != cond.get("lastTransitionTime"):
-            out.append(Transition(uid, ctype, prev.get("status") if prev else None,
-                                  str(cond.get("status")), str(cond.get("lastTransitionTime"))))
+        if prev is None or prev.status != cond.status or \
+                prev.last_transition_time != cond.last_transition_time:
+            out.append(Transition(uid, ctype, prev.status if prev else None, cond.status,
+                                  str(cond.last_transition_time)))
     return out
 
 
-def pleg_ts(pleg: Mapping[str, Any]) -> float | None:
+def pleg_ts(pleg: Mapping[str, PlegValue]) -> float | None:
     """The cache's freshness (``_health.ts``), None when PLEG has not relisted."""
     health = pleg.get(HEALTH_KEY)
     return health.ts if isinstance(health, PlegHealth) else None
@@ -78,9 +87,10 @@ def pleg_ts(pleg: Mapping[str, Any]) -> float | None:
 class StatusEngine:
     def __init__(self, saved: Saved, runtime: str = "embedded", host_ip: str = "127.0.0.1",
                  log_transitions: bool = True) -> None:
-        self.statuses: dict[str, dict[str, Any]] = dict(saved.statuses)
-        self.retired: dict[str, dict[str, Any]] = dict(saved.retired)
+        self.statuses: dict[str, PodStatusValue] = dict(saved.statuses)
+        self.retired: dict[str, Retired] = dict(saved.retired)
         self.pleg_ts = saved.pleg_ts
+        self.pods = WirePods()  # the typed pod of each ``desired`` entry
         self._runtime = runtime
         self._host_ip = host_ip
         self.log_transitions = log_transitions  # fill ``Changes.transitions`` (for a debug log)
@@ -88,7 +98,7 @@ class StatusEngine:
     def saved(self) -> Saved:
         return Saved(dict(self.statuses), dict(self.retired), self.pleg_ts)
 
-    def usable(self, pleg: Mapping[str, Any], mono: float) -> bool:
+    def usable(self, pleg: Mapping[str, PlegValue], mono: float) -> bool:
         """Whether ``pleg`` may be computed from (see the module docstring)."""
         if self.pleg_ts > mono:
             self.pleg_ts = 0.0  # persisted before a reboot: meaningless now
@@ -96,13 +106,16 @@ class StatusEngine:
         return ts is not None and ts >= self.pleg_ts
 
     def reconcile(
-        self, desired: Mapping[str, Any], pleg: Mapping[str, Any], now: float, mono: float,
-        probes: Mapping[str, PodProbes] | None = None, only: Collection[str] | None = None,
+        self, desired: Mapping[str, DesiredValue], pleg: Mapping[str, PlegValue], now: float,
+        mono: float, probes: Mapping[str, PodProbes] | None = None,
+        only: Collection[str] | None = None,
     ) -> Changes | None:
         """``now``: wall seconds (written into statuses); ``mono``: CLOCK_MONOTONIC seconds;
         ``probes``: the prober's ``probes`` map (readiness and startup verdicts); ``only``: the
         pods whose inputs changed (None: every pod; a pod's status depends only on its own
-        ``desired``, ``pleg`` and ``probes`` entries, so the others cannot change)."""
+        ``desired``, ``pleg`` and ``probes`` entries, so the others cannot change). A
+        ``desired`` pod that is not a validated wire form (a bug upstream) gets no status and
+        is named in ``Changes.invalid``."""
         if not self.usable(pleg, mono):
             return None
         changes = Changes()
@@ -111,24 +124,31 @@ class StatusEngine:
             entry = desired[uid]
             if not isinstance(entry, DesiredPod):
                 continue
+            try:
+                pod = self.pods.get(uid, entry.pod)
+            except PodValidationError as err:
+                changes.invalid[uid] = err.summary()
+                continue
             previous = self.statuses.get(uid)
             if previous is None and uid in self.retired:
-                previous = {k: v for k, v in self.retired.pop(uid).items() if k != "_retiredAt"}
+                previous = self.retired.pop(uid).value
             record = pleg.get(uid)
             record = record if isinstance(record, PlegPod) else None
             ready, started = probe_verdicts((probes or {}).get(uid), record)
-            status = compute_pod_status(entry, record, previous, now, self._runtime,
-                                        self._host_ip, ready, started)
-            if status != previous or uid not in self.statuses:
-                self.statuses[uid] = status
-                changes.set[uid] = status
+            value = compute_pod_status(entry, pod, record, previous, now, self._runtime,
+                                       self._host_ip, ready, started)
+            if value != previous or uid not in self.statuses:
+                self.statuses[uid] = value
+                changes.set[uid] = value
                 if self.log_transitions:
-                    changes.transitions.extend(transitions(uid, previous, status))
+                    changes.transitions.extend(transitions(
+                        uid, previous.status if previous is not None else None, value.status))
         for uid in sorted(self.statuses.keys() - desired.keys()):
-            self.retired[uid] = {**self.statuses.pop(uid), "_retiredAt": rfc3339(now)}
+            self.retired[uid] = Retired(self.statuses.pop(uid), now)
             changes.deleted.append(uid)
         if only is None:
             self.expire(now)
+            self.pods.retain(desired.keys())
         if changes:
             self.pleg_ts = max(self.pleg_ts, pleg_ts(pleg) or 0.0)
         return changes
@@ -137,12 +157,8 @@ class StatusEngine:
         """Forget retired statuses older than ``RETIRE_AFTER`` (``now``: wall seconds).
         Returns whether any was forgotten."""
         expired = False
-        for uid, status in list(self.retired.items()):
-            try:
-                when = parse_rfc3339(str(status.get("_retiredAt", "")))
-            except ValueError:
-                when = 0.0
-            if now - when > RETIRE_AFTER:
+        for uid, retired in list(self.retired.items()):
+            if now - retired.at > RETIRE_AFTER:
                 del self.retired[uid]
                 expired = True
         return expired

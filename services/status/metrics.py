@@ -13,9 +13,10 @@ in ``<rootDir>/run/metrics`` for the server's ``/metrics``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
+
+from podvisor.ipc.maps import PodStatusValue
 
 __all__ = ["POD_START_BUCKETS", "PodStartTimer"]
 
@@ -44,14 +45,14 @@ class PodStartTimer:
         """The pod left ``desired``."""
         self._seen.pop(uid, None)
 
-    def computed(self, statuses: Mapping[str, Mapping[str, Any]], deleted: list[str],
+    def computed(self, statuses: Mapping[str, PodStatusValue], deleted: list[str],
                  mono: float) -> None:
         """New statuses (pod UID -> status) and retired pods, computed at ``mono``."""
         for uid, status in statuses.items():
             first = self._seen.get(uid)
             if first is None:
                 continue
-            phase = status.get("phase")
+            phase = status.status.phase
             if phase == "Running":
                 self.histogram.observe(max(0.0, mono - first))
                 del self._seen[uid]

@@ -31,8 +31,8 @@ from typing import Any
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import runtime_name
 from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, PodProbes
-from podvisor.services.status.compute import desired_inputs, status_value
+from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, DesiredValue, PodStatusValue
+from podvisor.services.status.compute import desired_inputs
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
 from podvisor.services.status.metrics import PodStartTimer
 from podvisor.services.status.store import StatusStore
@@ -62,11 +62,11 @@ class StatusService:
         self.loop = ServiceLoop(ctx)  # the poller, stop, heartbeats, the maps below, the clock
         self.pub = self.loop.publisher()
         self.owner = self.loop.owner(self.pub, MAP_NAME, heartbeat_interval=1.0)
-        for uid, status in self.engine.statuses.items():
-            self.owner.set(uid, status_value(status))
+        for uid, value in self.engine.statuses.items():
+            self.owner.set(uid, value)
         self.pod_start = PodStartTimer()  # multiprocess directory in the agent
         self._dirty = False
-        self._pending_set: dict[str, dict[str, Any]] = {}
+        self._pending_set: dict[str, PodStatusValue] = {}
         self._pending_deleted: set[str] = set()
         self._changed = True
         self._dirty_uids: set[str] = set()  # pods whose inputs changed since the last compute
@@ -75,20 +75,19 @@ class StatusService:
                                          snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.pleg = self.loop.replica(PLEG, self._on_change, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.probes = self.loop.replica(PROBES, self._on_change,
-                                        snapshot_timeout=SNAPSHOT_TIMEOUT,
-                                        decode=PodProbes.from_wire)
+                                        snapshot_timeout=SNAPSHOT_TIMEOUT)
         self._started = clock.monotonic()
         self._last_save = -RETRY_SAVE
         self._last_sweep = self._last_full = clock.monotonic()
         self._last_compute = -math.inf
         self._inputs: tuple[str | None, str | None] | None = None
 
-    def _on_change(self, key: str, old: Any, new: Any) -> None:
+    def _on_change(self, key: str, old: object, new: object) -> None:
         self._changed = True
         if not key.startswith("_"):
             self._dirty_uids.add(key)
 
-    def _on_desired(self, key: str, old: Any, new: Any) -> None:
+    def _on_desired(self, key: str, old: DesiredValue | None, new: DesiredValue | None) -> None:
         """A ``desired`` change that touches nothing a status reads (the sync loop's
         ``sandbox_id``, ``updated_at``, ``worker``) recomputes nothing."""
         if not key.startswith("_"):
@@ -126,6 +125,9 @@ class StatusService:
                 self._dirty_uids = set()
                 self._queue(result)
                 self._log_inputs(result)
+                for uid, why in result.invalid.items():
+                    self.ctx.log.error("status.pod.invalid", pod_uid=uid, error=why,
+                                       reason="not a validated pod (a bug upstream); no status")
                 self.pod_start.computed(result.set, result.deleted, now)
         if self._pending_set or self._pending_deleted or (
                 self._dirty and now - self._last_save >= RETRY_SAVE):
@@ -188,8 +190,8 @@ class StatusService:
         self.save()
         pending, self._pending_set = self._pending_set, {}
         deleted, self._pending_deleted = self._pending_deleted, set()
-        for uid, status in pending.items():
-            self.owner.set(uid, status_value(status))
+        for uid, value in pending.items():
+            self.owner.set(uid, value)
         for uid in sorted(deleted):
             self.owner.delete(uid)
 

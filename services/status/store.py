@@ -1,13 +1,14 @@
 """Statuses on disk under ``<rootDir>/state/statuses/``, read back at start so a restarted status
 process keeps versions and ``lastTransitionTime`` (readiness does not flip across a restart).
 
-Layout: ``meta.json`` = ``{"version": 2, "pleg_ts": float}`` (the ``_health.ts`` of the PLEG
-cache the newest statuses were computed from; CLOCK_MONOTONIC: a restarted status process waits
-for a cache at least that new), ``pod-<uid>.json`` = ``{"uid": uid, "status": PodStatus}`` per
-pod (a retired status, i.e. of a pod that recently left ``desired``, carries ``_retiredAt``), and
-``journal.jsonl``: one line per save since the files were last written,
-``{"pleg_ts": float, "set": {uid: status}, "del": [uid]}``. Load = the files, then the journal's
-lines in order.
+Layout (format 3): ``meta.json`` = ``{"version": 3, "pleg_ts": float}`` (the ``_health.ts`` of
+the PLEG cache the newest statuses were computed from; CLOCK_MONOTONIC: a restarted status
+process waits for a cache at least that new), ``pod-<uid>.json`` = ``{"uid": uid, "record":
+record}`` per pod, and ``journal.jsonl``: one line per save since the files were last written,
+``{"pleg_ts": float, "records": {uid: record}, "del": [uid]}``. A record is the typed value as
+it goes on the bus, ``{"value": PodStatusValue.to_wire()}`` (its PodStatus, version and pod),
+plus ``"retiredAt"`` (wall seconds) for a retired status, i.e. of a pod that recently left
+``desired``. Load = the files, then the journal's lines in order.
 
 A save appends one line holding what changed (the caller's status objects are compared by
 identity: the engine replaces a status only when it changes) with ONE ``write`` (~50 us for a
@@ -25,9 +26,14 @@ statuses are recomputed; a torn journal line ends the replay (logged) and the ne
 (so nothing is appended after it), and a torn file is set aside (below). A failed append also
 makes the next save compact.
 
-A corrupt file is logged, moved aside to ``<name>.corrupt`` and ignored: never fatal. The
-previous single-file format (``state/statuses.json``) is read when the directory does not exist
-yet and removed after the first save.
+A corrupt file is logged, moved aside to ``<name>.corrupt`` and ignored: never fatal.
+
+Upgrades: what the agent before wrote is read once and rewritten in format 3 by the first save
+(a compaction). Format 2 (``meta.json`` version 2; ``{"uid", "status"}`` files and ``{"set"}``
+journal lines holding the PodStatus dict with the internal keys ``_version``, ``_pod`` and
+``_retiredAt`` inside) is told apart per file and per line, so a compaction killed halfway
+through an upgrade loads as well; format 1 (the single file ``state/statuses.json``) is read when
+the directory does not exist yet and removed after the first save.
 """
 
 from __future__ import annotations
@@ -37,13 +43,18 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from podvisor.common.logs import EventLog
+from podvisor.common.timefmt import parse_rfc3339
+from podvisor.ipc.maps import MapValueError, PodRef, PodStatusValue
+from podvisor.ipc.podstatus import PodStatus
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # meta.json versions whose pleg_ts means the same
 LEGACY_VERSION = 1
 META = "meta.json"
 JOURNAL = "journal.jsonl"
@@ -51,11 +62,75 @@ JOURNAL_MAX = 4 * 1024 * 1024  # bytes of journal before a save compacts it into
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,150}")
 
 
+@dataclass(frozen=True)
+class Retired:
+    """A status kept after its pod left ``desired`` (``at``: when, wall seconds), so a pod that
+    comes back resumes its versions and transition times."""
+
+    value: PodStatusValue
+    at: float
+
+
+Entry = PodStatusValue | Retired  # what the store keeps per pod UID
+
+
 @dataclass
 class Saved:
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
-    retired: dict[str, dict[str, Any]] = field(default_factory=dict)
+    statuses: dict[str, PodStatusValue] = field(default_factory=dict)
+    retired: dict[str, Retired] = field(default_factory=dict)
     pleg_ts: float = 0.0
+
+    def put(self, uid: str, entry: Entry) -> None:
+        self.statuses.pop(uid, None)
+        self.retired.pop(uid, None)
+        if isinstance(entry, Retired):
+            self.retired[uid] = entry
+        else:
+            self.statuses[uid] = entry
+
+
+def record(entry: Entry) -> dict[str, Any]:
+    """An entry's record on disk (format 3)."""
+    if isinstance(entry, Retired):
+        return {"value": entry.value.to_wire(), "retiredAt": entry.at}
+    return {"value": entry.to_wire()}
+
+
+def from_record(raw: Any) -> Entry:
+    """A format 3 record back (``MapValueError`` if it is not one)."""
+    if not isinstance(raw, Mapping):
+        raise MapValueError("fields", "status record: not a map")
+    value = PodStatusValue.from_wire(raw.get("value"))
+    at = raw.get("retiredAt")
+    if at is None:
+        return value
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        raise MapValueError("fields", "status record: retiredAt not a number")
+    return Retired(value, float(at))
+
+
+def from_v2(status: Any) -> Entry:
+    """A format 2 (and 1) status: the PodStatus dict with ``_version``, ``_pod`` and
+    ``_retiredAt`` (RFC 3339) inside (``MapValueError`` if it is not one)."""
+    if not isinstance(status, Mapping):
+        raise MapValueError("fields", "status: not a map")
+    version, meta = status.get("_version", 0), status.get("_pod")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise MapValueError("fields", "status: _version not an int")
+    ref = PodRef()
+    if isinstance(meta, Mapping):
+        ref = PodRef(str(meta.get("name", "")), str(meta.get("namespace", "")),
+                     str(meta.get("uid", "")))
+    value = PodStatusValue(
+        PodStatus.from_dict({k: v for k, v in status.items() if not k.startswith("_")}),
+        version, ref)
+    if "_retiredAt" not in status:
+        return value
+    try:
+        at = parse_rfc3339(str(status["_retiredAt"]))
+    except ValueError:
+        at = 0.0  # unreadable: expires at the next sweep, as before
+    return Retired(value, at)
 
 
 def pod_file(uid: str) -> str:
@@ -65,16 +140,19 @@ def pod_file(uid: str) -> str:
     return f"pod-x{hashlib.sha256(uid.encode()).hexdigest()[:40]}.json"
 
 
+_STALE = object()  # an upgraded file: never ``is`` an entry, so the next compaction rewrites it
+
+
 class StatusStore:
     def __init__(self, path: Path, log: EventLog, journal_max: int = JOURNAL_MAX) -> None:
         self.path = path  # the directory
         self.legacy = path.with_name(path.name + ".json")
         self.journal_max = journal_max
         self._log = log
-        self._written: dict[str, Any] = {}  # uid -> the status object last saved
+        self._written: Mapping[str, Entry] = {}  # uid -> the entry last saved
         self._pleg_ts: float | None = None  # last saved
-        self._in_files: dict[str, Any] = {}  # uid -> the status object in its pod file
-        self._file_ts: float | None = None  # in meta.json
+        self._in_files: dict[str, object] = {}  # uid -> the entry in its pod file
+        self._file_ts: float | None = None  # in meta.json (None: rewrite it)
         self._fd: int | None = None  # the journal, O_APPEND
         self._journal_size = 0
         self._compact_next = False  # the journal may end in a torn line: never append to it
@@ -83,28 +161,46 @@ class StatusStore:
         self.writes = 0  # saves that wrote something
         self.files = 0  # files written
         self.appends = 0  # journal lines written
+        self.upgraded = 0  # entries read in an older format (rewritten by the next save)
+        self._upgrade_pending = False
 
     def load(self) -> Saved:
         self._written, self._pleg_ts, self._in_files, self._file_ts = {}, None, {}, None
+        self.upgraded = 0
         if not self.path.is_dir():
             saved = self._load_legacy()
             self._legacy_pending = self.legacy.exists()
+            self._upgrade_pending = False
             return saved
         saved = Saved(pleg_ts=self._load_meta())
-        self._file_ts = saved.pleg_ts
         for entry in sorted(self.path.glob("pod-*.json")):
             item = self._read(entry)
-            uid, status = (item or {}).get("uid"), (item or {}).get("status")
-            if not isinstance(uid, str) or not isinstance(status, dict):
-                if item is not None:
-                    self._bad(entry, "not a pod status file")
+            if item is None:
                 continue
-            (saved.retired if "_retiredAt" in status else saved.statuses)[uid] = status
-            self._in_files[uid] = status
+            uid = item.get("uid")
+            try:
+                if not isinstance(uid, str):
+                    raise MapValueError("fields", "no uid")
+                value, old = self._entry(item, "record", "status")
+            except MapValueError as err:
+                self._bad(entry, f"not a pod status file ({err})")
+                continue
+            saved.put(uid, value)
+            self._in_files[uid] = _STALE if old else value
         self._replay(saved)
         self._written = {**saved.retired, **saved.statuses}
         self._pleg_ts = saved.pleg_ts
+        self._upgrade_pending = self.upgraded > 0  # the next save rewrites it all in format 3
         return saved
+
+    def _entry(self, item: Mapping[str, Any], new: str, old: str) -> tuple[Entry, bool]:
+        """The entry of a file or journal item: format 3 under ``new``, else format 2 under
+        ``old`` (then counted in ``upgraded``). Returns (entry, whether it was format 2)."""
+        if new in item:
+            return from_record(item[new]), False
+        entry = from_v2(item.get(old))
+        self.upgraded += 1
+        return entry, True
 
     def _replay(self, saved: Saved) -> None:
         """Apply the journal's lines in order; a bad line (torn by a power loss) ends it."""
@@ -125,7 +221,8 @@ class StatusStore:
                 continue
             try:
                 entry = json.loads(raw)
-                ts, changed, gone = entry["pleg_ts"], entry["set"], entry["del"]
+                ts, gone = entry["pleg_ts"], entry["del"]
+                changed = entry["records"] if "records" in entry else entry["set"]
                 if not (isinstance(ts, (int, float)) and isinstance(changed, dict)
                         and isinstance(gone, list)):
                     raise ValueError("bad format")
@@ -137,11 +234,14 @@ class StatusStore:
             for uid in gone:
                 saved.statuses.pop(uid, None)
                 saved.retired.pop(uid, None)
-            for uid, status in changed.items():
-                if isinstance(status, dict):
-                    saved.statuses.pop(uid, None)
-                    saved.retired.pop(uid, None)
-                    (saved.retired if "_retiredAt" in status else saved.statuses)[uid] = status
+            current = "records" in entry  # else a format 2 line
+            for uid, item in changed.items():
+                try:
+                    value = from_record(item) if current else from_v2(item)
+                except MapValueError:
+                    continue  # as before: an entry that is not a status is skipped
+                saved.put(uid, value)
+                self.upgraded += 0 if current else 1
             saved.pleg_ts = float(ts)
 
     def _read(self, path: Path) -> dict[str, Any] | None:
@@ -159,9 +259,11 @@ class StatusStore:
         if raw is None:
             return 0.0
         ts = raw.get("pleg_ts")
-        if raw.get("version") != FORMAT_VERSION or not isinstance(ts, (int, float)):
+        if raw.get("version") not in READABLE_VERSIONS or not isinstance(ts, (int, float)):
             self._bad(self.path / META, "bad format")
             return 0.0
+        if raw.get("version") == FORMAT_VERSION:
+            self._file_ts = float(ts)
         return float(ts)
 
     def _bad(self, path: Path, error: str) -> None:
@@ -178,12 +280,13 @@ class StatusStore:
             self._bad(self.legacy, "bad format")
             return Saved()
         statuses, retired, ts = raw.get("statuses"), raw.get("retired"), raw.get("pleg_ts")
-        return Saved(
-            {k: v for k, v in statuses.items() if isinstance(v, dict)}
-            if isinstance(statuses, dict) else {},
-            {k: v for k, v in retired.items() if isinstance(v, dict)}
-            if isinstance(retired, dict) else {},
-            float(ts) if isinstance(ts, (int, float)) else 0.0)
+        saved = Saved(pleg_ts=float(ts) if isinstance(ts, (int, float)) else 0.0)
+        for part in (statuses, retired):
+            for uid, status in (part.items() if isinstance(part, dict) else ()):
+                with contextlib.suppress(MapValueError):
+                    saved.put(uid, from_v2(status))
+                    self.upgraded += 1
+        return saved
 
     def _write(self, name: str, data: dict[str, Any]) -> None:
         tmp = self.path / f".{name}.tmp"
@@ -203,16 +306,17 @@ class StatusStore:
         if not self._dir_ok:  # once (a syscall per save was ~10 % of status' CPU in a burst)
             self.path.mkdir(parents=True, exist_ok=True)
             self._dir_ok = True
-        current = {**saved.retired, **saved.statuses}
+        current: dict[str, Entry] = {**saved.retired, **saved.statuses}
         changed = {uid: st for uid, st in current.items() if self._written.get(uid) is not st}
         gone = [uid for uid in self._written if uid not in current]
-        if not changed and not gone and saved.pleg_ts == self._pleg_ts \
-                and not self._legacy_pending:
+        rewrite = self._legacy_pending or self._upgrade_pending
+        if not changed and not gone and saved.pleg_ts == self._pleg_ts and not rewrite:
             return
         line = None
-        if self.journal_max > 0 and not self._compact_next and not self._legacy_pending:
-            line = (json.dumps({"pleg_ts": saved.pleg_ts, "set": changed, "del": gone},
-                               separators=(",", ":")) + "\n").encode()
+        if self.journal_max > 0 and not self._compact_next and not rewrite:
+            line = (json.dumps({"pleg_ts": saved.pleg_ts,
+                                "records": {uid: record(e) for uid, e in changed.items()},
+                                "del": gone}, separators=(",", ":")) + "\n").encode()
             if self._journal_size + len(line) > self.journal_max:
                 line = None
         try:
@@ -224,6 +328,7 @@ class StatusStore:
             self._dir_ok = False
             raise
         self._written, self._pleg_ts = current, saved.pleg_ts
+        self._upgrade_pending = False
         if self._legacy_pending:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.legacy)
@@ -249,16 +354,16 @@ class StatusStore:
         self._journal_size += len(line)
         self.appends += 1
 
-    def _compact(self, current: dict[str, Any], pleg_ts: float) -> None:
+    def _compact(self, current: Mapping[str, Entry], pleg_ts: float) -> None:
         """Write what the files lack (meta first), remove the files of pods gone, then empty
         the journal."""
         if pleg_ts != self._file_ts:
             self._write(META, {"version": FORMAT_VERSION, "pleg_ts": pleg_ts})
             self._file_ts = pleg_ts
-        for uid, status in current.items():
-            if self._in_files.get(uid) is not status:
-                self._write(pod_file(uid), {"uid": uid, "status": status})
-                self._in_files[uid] = status
+        for uid, entry in current.items():
+            if self._in_files.get(uid) is not entry:
+                self._write(pod_file(uid), {"uid": uid, "record": record(entry)})
+                self._in_files[uid] = entry
         for uid in [u for u in self._in_files if u not in current]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path / pod_file(uid))

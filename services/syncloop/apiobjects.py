@@ -173,9 +173,11 @@ class ApiObjects:
             if hit is not None:
                 return hit[1]  # an expiring token beats none while the server is away
             raise OSError(f"requesting a token for {namespace}/{account}: {err}") from None
-        token = str(answer.get("status", {}).get("token", ""))
-        expires = _parse_time(str(answer.get("status", {}).get("expirationTimestamp", "")),
-                              now + seconds)
+        status = answer.get("status")  # the TokenRequest's status
+        if not isinstance(status, Mapping):
+            status = {}
+        token = str(status.get("token", ""))
+        expires = _parse_time(str(status.get("expirationTimestamp", "")), now + seconds)
         with self._lock:
             self._tokens[key] = (now + TOKEN_REFRESH * (expires - now), token)
         return token

@@ -1,13 +1,14 @@
-"""The syncloop process: ``run(ctx)`` wires the bus, CRI and the ``desired`` map to ``SyncLoop``.
+"""The syncloop process: ``SyncLoopService`` wires the bus, CRI and the ``desired`` map to
+``SyncLoop`` (its ``__init__`` is the composition root: every part built once) and runs it.
 
-One poll loop over: pod sets (the replicated maps ``pods-file`` / ``pods-http`` that the source
+One service loop over: pod sets (the replicated maps ``pods-file`` / ``pods-http`` that the source
 processes own, so a restarted sync loop has every set from a snapshot at once), PLEG events
 (``pleg.pod.event``, which trigger the pod's worker at once), the sync loop's own container
 event stream (``runtime_events``: a stop syncs the pod at once, from the event's state when
 safe; the step runs right after, before the other inputs), stop-all requests
-(``syncloop.pods.stopall``), snapshot requests on the ``desired`` map's ROUTER, and a wake pipe
-the worker threads write when work finishes; the poll timeout is the next due pod, housekeeping
-(2 s) or at most 1 s (the tick).
+(``syncloop.pods.stopall``; bus messages go to their handler by type), snapshot requests on the
+``desired`` map's ROUTER, and a wake pipe the worker threads write when work finishes; the poll
+timeout is the next due pod, housekeeping (2 s) or at most 1 s (the tick).
 
 SIGTERM: with ``stopPodsOnExit`` every pod is terminated (within its grace) before exiting;
 otherwise the process exits at once and pods keep running (a restarted sync loop adopts them).
@@ -17,8 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -28,23 +28,25 @@ from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.bus import Publisher
-from podvisor.ipc.clone import MapOwner, MapReplica
-from podvisor.ipc.codec import Envelope
 from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
-from podvisor.ipc.messages import AllPodsStopped, RelistHint
+from podvisor.ipc.messages import (
+    AllPodsStopped,
+    Message,
+    PodLifecycleEvent,
+    RelistHint,
+    StopAllPods,
+)
 from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_instrumented_client, new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.prober import failed_probes, liveness_failed
-from podvisor.services.syncloop.admission import Capacity
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.metrics import WorkerMetrics
 from podvisor.services.syncloop.network import NetworkState
-from podvisor.services.syncloop.node import discover_node_facts
+from podvisor.services.syncloop.node import admission_capacity, discover_node_facts
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
@@ -59,7 +61,6 @@ from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.terminate import Log
 from podvisor.services.syncloop.workers import Timing, WorkerTable
 
-TOPICS = ("pleg.pod.event", "syncloop.pods.stopall")
 TICK = 1.0
 SOURCES_WAIT = 10.0  # serve `desired` without a source's set after this long (source down)
 POOL_THREADS = 128
@@ -123,34 +124,11 @@ def pull_slots(cfg: Any) -> threading.Semaphore | None:
     return threading.Semaphore(n) if n > 0 else None
 
 
-def build(ctx: ChildContext, service: ServiceLoop, publisher: Publisher,
-          pool: Executor, wake: WakePipe, events: Recorder | None = None
-          ) -> tuple[SyncLoop, MapOwner]:
-    """The composition root: every part of the sync loop, from the config."""
-    cfg = ctx.config
-    log = EventingLog(ctx.log, events) if events is not None else ctx.log
-    sync = new_sync_deps(ctx, log)
-    owner = service.owner(publisher, DESIRED, serving=False)
-
-    def submit(fn: Callable[[], None]) -> None:
-        pool.submit(fn)
-
-    table = WorkerTable(Timing(resync=cfg.sync_frequency))
-    metrics = WorkerMetrics()  # multiprocess directory in the agent
-    loop = SyncLoop(LoopDeps(sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
-                             desired=owner, submit=submit,
-                             wake=wake.wake, node_name=cfg.node_name,
-                             capacity=Capacity(sync.node.cpu_millis, sync.node.memory_bytes,
-                                               cfg.max_pods) if cfg.kubeconfig else None,
-                             observe_work=metrics.observe_work, restarted=metrics.restarted))
-    return loop, owner
-
-
-def _resolver(loop: SyncLoop) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _resolver(table: WorkerTable) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Fill an event's pod name, namespace and manifest file from the worker table."""
 
     def resolve(obj: dict[str, Any]) -> dict[str, Any]:
-        w = loop.deps.table.get(str(obj.get("uid", "")))
+        w = table.get(str(obj.get("uid", "")))
         if w is not None and w.pod is not None:
             obj.setdefault("name", w.pod.metadata.name)
             obj.setdefault("namespace", w.pod.metadata.namespace)
@@ -176,51 +154,39 @@ def _worthy(kind: str, container_id: str, seen: SeenStops, streaming: bool) -> b
     return not (streaming and kind == "ContainerChanged")
 
 
-def _dispatch(loop: SyncLoop, env: Envelope, now: float, seen: SeenStops,
-              streaming: bool) -> bool:
-    """Handle one bus message; True when it asks to stop every pod."""
-    msg = env.message
-    if env.type == "pleg.pod.event":
-        if _worthy(str(getattr(msg, "type", "")), str(getattr(msg, "container_id", "")), seen,
-                   streaming):
-            ts = getattr(msg, "ts", None)
-            loop.handle_pleg_event(str(getattr(msg, "pod_uid", "")), now,
-                                   float(ts) if isinstance(ts, (int, float)) else None)
-    elif env.type == "syncloop.pods.stopall":
-        return True
-    return False
+class FailedProbes:
+    """The prober's ``probes`` map as the sync loop reads it: pod UID -> container ID -> the
+    liveness/startup probe that failed. Written on the loop's thread, read from pool threads
+    (``get``: one dict lookup)."""
 
+    def __init__(self) -> None:
+        self._failed: dict[str, dict[str, str]] = {}
 
-def _source_replicas(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop
-                     ) -> list[MapReplica]:
-    """One replica per configured source; each new set of a source goes to the merge."""
+    def get(self, uid: str) -> Mapping[str, str]:
+        return self._failed.get(uid, {})
 
-    def feeder(source: str) -> Callable[[str, object, object], None]:
-        def on_change(key: str, old: object, new: object) -> None:
-            if key == POD_SET_KEY and isinstance(new, PodSetValue):
-                loop.handle_pod_set(source, list(new.pods), ctx.clock.monotonic())
-        return on_change
-
-    return [service.replica(pods_map(src), feeder(src), decode=PodSetValue.from_wire)
-            for src in sorted(_sources(ctx))]
-
-
-def _probes_replica(ctx: ChildContext, service: ServiceLoop, loop: SyncLoop) -> MapReplica:
-    """The prober's ``probes`` map: a new liveness/startup failure syncs the pod at once (its
-    container is killed and restarted per policy); syncs read the failed IDs."""
-    failed: dict[str, dict[str, str]] = {}  # pod UID -> container ID -> the failed probe
-
-    def on_change(key: str, old: PodProbes | None, new: PodProbes | None) -> None:
+    def update(self, uid: str, old: PodProbes | None, new: PodProbes | None) -> bool:
+        """Take a new verdict; True when a container's probe newly failed (sync it now)."""
         probes = failed_probes(new)
         if probes:
-            failed[key] = probes
+            self._failed[uid] = probes
         else:
-            failed.pop(key, None)
-        if set(probes) - liveness_failed(old):
-            loop.handle_pleg_event(key, ctx.clock.monotonic())
+            self._failed.pop(uid, None)
+        return bool(set(probes) - liveness_failed(old))
 
-    loop.deps.liveness_failed = lambda uid: failed.get(uid, {})
-    return service.replica(PROBES, on_change, decode=PodProbes.from_wire)
+
+class _Flag:
+    """Set by the loop's works (``changed_runtime``), taken once per turn."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def take(self) -> bool:
+        was, self._set = self._set, False
+        return was
 
 
 class _Stopping:
@@ -232,53 +198,106 @@ class _Stopping:
         self.done = False  # the process may exit
 
 
-def run(ctx: ChildContext) -> None:
-    """Composition: build every part, declare what the loop watches, run it."""
-    clock = ctx.clock
-    service = ServiceLoop(ctx)
-    publisher = service.publisher()
-    pool = ElasticPool(max_workers=POOL_THREADS, thread_name_prefix="podworker")
-    wake = WakePipe()
-    events = Recorder(ctx.name, clock.wall)
-    event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
-    loop, owner = build(ctx, service, publisher, pool, wake, events)
-    events.resolve = _resolver(loop)
-    replicas = _source_replicas(ctx, service, loop)
-    _probes_replica(ctx, service, loop)
-    stops, seen = new_stop_watcher(loop.deps.sync.cri, ctx.log), SeenStops()
-    cache = loop.deps.sync.cache
-    stopping = _Stopping()
+class SyncLoopService:
+    """The syncloop process. ``__init__`` is its composition root: every part is built once,
+    from the config, in the order its dependencies need (nothing is patched in afterwards);
+    then ``run`` turns the service loop with ``step``. Bus messages go to their handler by type
+    (``handlers``)."""
 
-    def stop_all(now: float) -> None:
-        if not stopping.active:
-            stopping.active, stopping.count = True, len(loop.deps.table.workers)
-            loop.stop_all(now)
+    def __init__(self, ctx: ChildContext) -> None:
+        cfg, clock = ctx.config, ctx.clock
+        self.ctx, self.clock = ctx, clock
+        self.service = ServiceLoop(ctx)
+        self.publisher = self.service.publisher()
+        self.pool = ElasticPool(max_workers=POOL_THREADS, thread_name_prefix="podworker")
+        self.wake = WakePipe()
+        table = WorkerTable(Timing(resync=cfg.sync_frequency))
+        self.events = Recorder(ctx.name, clock.wall, resolve=_resolver(table))
+        self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
+        sync = new_sync_deps(ctx, EventingLog(ctx.log, self.events))
+        self.owner = self.service.owner(self.publisher, DESIRED, serving=False)
+        self.probes = FailedProbes()
+        self.hint = _Flag()  # a work changed containers since the last RelistHint
+        metrics = WorkerMetrics()  # multiprocess directory in the agent
+        self.loop = SyncLoop(LoopDeps(
+            sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
+            desired=self.owner, submit=self._submit, wake=self.wake.wake,
+            node_name=cfg.node_name, liveness_failed=self.probes.get,
+            changed_runtime=self.hint.set,
+            capacity=admission_capacity(sync.node, cfg) if cfg.kubeconfig else None,
+            observe_work=metrics.observe_work, restarted=metrics.restarted))
+        self.cache = sync.cache
+        self.stops, self.seen = new_stop_watcher(sync.cri, ctx.log), SeenStops()
+        self.stopping = _Stopping()
+        # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is
+        # in, so a restarted sync loop never hands status/server an empty or partial map
+        # (they would retire every pod's status and list no pods).
+        self.started = clock.monotonic()
+        self.sources = [self.service.replica(pods_map(src), self._feeder(src))
+                        for src in sorted(_sources(ctx))]
+        self.service.replica(PROBES, self._on_probes)
+        self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
+            PodLifecycleEvent: self._on_pleg_event,
+            StopAllPods: self._on_stop_all,
+        }
+        self.subscriber = self.service.subscriber([m.TOPIC for m in self.handlers],
+                                                  self._on_bus)
+        self.service.watch(self.wake.read_fd, self.wake.drain)
+        self.service.watch(self.stops.wake_fd, self._on_runtime_events)
 
-    def on_bus() -> None:
-        while (env := subscriber.recv(0)) is not None:
-            if _dispatch(loop, env, clock.monotonic(), seen, stops.streaming):
-                stop_all(clock.monotonic())
+    def _submit(self, fn: Callable[[], None]) -> None:
+        self.pool.submit(fn)
 
-    def on_runtime_events() -> None:
-        now = clock.monotonic()
-        items = stops.drain()
-        if cache is not None:
-            cache.changed()  # an event, a lost one or a stream mode change
-            cache.watched(stops.streaming)
+    # --- inputs (the loop's thread) -----------------------------------------------------------
+    def _feeder(self, source: str) -> Callable[[str, object, object], None]:
+        """Each new set of ``source`` goes to the merge."""
+
+        def on_change(key: str, old: object, new: object) -> None:
+            if key == POD_SET_KEY and isinstance(new, PodSetValue):
+                self.loop.handle_pod_set(source, list(new.pods), self.clock.monotonic())
+        return on_change
+
+    def _on_probes(self, key: str, old: PodProbes | None, new: PodProbes | None) -> None:
+        """A new liveness/startup failure syncs the pod at once (its container is killed and
+        restarted per policy); syncs read the failed IDs."""
+        if self.probes.update(key, old, new):
+            self.loop.handle_pleg_event(key, self.clock.monotonic())
+
+    def _on_bus(self) -> None:
+        while (env := self.subscriber.recv(0)) is not None:
+            handler = self.handlers.get(type(env.message))
+            if handler is not None:
+                handler(env.message, self.clock.monotonic())
+
+    def _on_pleg_event(self, event: PodLifecycleEvent, now: float) -> None:
+        if _worthy(event.type, event.container_id, self.seen, self.stops.streaming):
+            self.loop.handle_pleg_event(event.pod_uid, now, float(event.ts))
+
+    def _on_stop_all(self, request: StopAllPods, now: float) -> None:
+        if not self.stopping.active:
+            self.stopping.active, self.stopping.count = True, len(self.loop.deps.table.workers)
+            self.loop.stop_all(now)
+
+    def _on_runtime_events(self) -> None:
+        now = self.clock.monotonic()
+        items = self.stops.drain()
+        if self.cache is not None:
+            self.cache.changed()  # an event, a lost one or a stream mode change
+            self.cache.watched(self.stops.streaming)
         for uid, event in pod_events(items):
             if is_stop(event):
-                seen.add(event.container_id)
-            loop.handle_container_event(uid, event, now, event_mono(event, now, clock.wall()))
-        loop.step(now)  # hand a restart out before reading the other inputs
+                self.seen.add(event.container_id)
+            self.loop.handle_container_event(uid, event, now,
+                                             event_mono(event, now, self.clock.wall()))
+        self.loop.step(now)  # hand a restart out before reading the other inputs
 
-    # Like PLEG's relist-before-serve: no `desired` snapshot until every source's set is in, so
-    # a restarted sync loop never hands status/server an empty or partial map (they would
-    # retire every pod's status and list no pods).
-    started = clock.monotonic()
-    hint = [False]  # a work changed containers since the last RelistHint
-    loop.deps.changed_runtime = lambda: hint.__setitem__(0, True)
+    # --- the loop -----------------------------------------------------------------------------
+    def run(self) -> None:
+        self.ctx.log.info("syncloop.started", sources=sorted(_sources(self.ctx)))
+        self.service.run(self.step, done=lambda: self.stopping.done)
 
-    def step(now: float) -> float | None:
+    def step(self, now: float) -> float | None:
+        ctx, stopping = self.ctx, self.stopping
         if ctx.stop.is_set():
             # A stop never stops pods by itself: with stopPodsOnExit the supervisor asks first
             # (StopAllPods) and stops this process once they are gone. A SIGTERM without that
@@ -287,34 +306,36 @@ def run(ctx: ChildContext) -> None:
             if not stopping.active:
                 stopping.done = True
                 return None
-            service.ignore_stop()  # stopping the pods the supervisor asked for goes on
-        timeout = loop.step(now)
-        if stopping.active and loop.all_stopped():
-            publisher.publish(AllPodsStopped(pods=stopping.count, ts=clock.monotonic()))
+            self.service.ignore_stop()  # stopping the pods the supervisor asked for goes on
+        timeout = self.loop.step(now)
+        if stopping.active and self.loop.all_stopped():
+            self.publisher.publish(AllPodsStopped(pods=stopping.count,
+                                                  ts=self.clock.monotonic()))
             ctx.log.info("syncloop.pods.stopped", pods=stopping.count)
             if ctx.stop.is_set():
                 stopping.done = True
                 return None
             stopping.active = False
-        if hint[0]:
-            hint[0] = False
-            if not stops.streaming:  # with events, PLEG hears of the change by itself
-                publisher.publish(RelistHint(ts=clock.monotonic()))
-        if not service.serving(owner) and (all(r.synced for r in replicas)
-                                           or now - started >= SOURCES_WAIT):
-            service.serve(owner)  # polled only once served
-        events.flush(event_pub)
+        if self.hint.take() and not self.stops.streaming:
+            # with events, PLEG hears of the change by itself
+            self.publisher.publish(RelistHint(ts=self.clock.monotonic()))
+        if not self.service.serving(self.owner) and (
+                all(r.synced for r in self.sources) or now - self.started >= SOURCES_WAIT):
+            self.service.serve(self.owner)  # polled only once served
+        self.events.flush(self.event_pub)
         return now + (TICK if timeout is None else min(TICK, timeout))
 
-    subscriber = service.subscriber(TOPICS, on_bus)
-    service.watch(wake.read_fd, wake.drain)
-    service.watch(stops.wake_fd, on_runtime_events)
-    ctx.log.info("syncloop.started", sources=sorted(_sources(ctx)))
+    def close(self) -> None:
+        self.stops.stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)  # running works are not waited for
+        self.service.close()
+        self.event_pub.close()
+        self.wake.close()
+
+
+def run(ctx: ChildContext) -> None:
+    service = SyncLoopService(ctx)
     try:
-        service.run(step, done=lambda: stopping.done)
+        service.run()
     finally:
-        stops.stop()
-        pool.shutdown(wait=False, cancel_futures=True)
         service.close()
-        event_pub.close()
-        wake.close()

@@ -15,9 +15,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from decimal import Decimal
 from pathlib import Path
 
+from podvisor.common.allocatable import allocatable
+from podvisor.common.config import Config
 from podvisor.services.pod import NodeFacts
+from podvisor.services.syncloop.admission import Capacity
 
 _FALLBACK_MEMORY = 1 << 30
 
@@ -70,3 +74,13 @@ def discover_node_facts(address: str = "127.0.0.1", node_name: str = "") -> Node
         memory = 0
     return NodeFacts(cpu_millis=cpus * 1000, memory_bytes=memory or _FALLBACK_MEMORY,
                      host_ips=host_ips(address, node_name or socket.gethostname()))
+
+
+def admission_capacity(node: NodeFacts, config: Config) -> Capacity:
+    """The Node's allocatable CPU and memory (the node process reports the same arithmetic,
+    ``common/allocatable.py``: less kubeReserved, systemReserved and evictionHard), and
+    ``maxPods``: what a pod is admitted against."""
+    left = allocatable({"cpu": Decimal(node.cpu_millis) / 1000,
+                        "memory": Decimal(node.memory_bytes)},
+                       config.kube_reserved, config.system_reserved, config.eviction_hard)
+    return Capacity(int(left["cpu"] * 1000), int(left["memory"]), config.max_pods)

@@ -16,12 +16,11 @@ import zmq
 
 from podvisor.common import FakeClock
 from podvisor.common.busmetrics import BusTally, bus_counters, new_bus_counters
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
-from podvisor.common.logs import MemoryLogger
+from podvisor.common.child import FakeChildContext
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.codec import REASONS
+from podvisor.ipc.maps import MapSpec, MapValueError
 from podvisor.ipc.messages import RelistHint
 from tests.conftest import MapBus
 
@@ -29,7 +28,7 @@ from tests.conftest import MapBus
 @pytest.fixture
 def mapbus() -> Iterator[MapBus]:
     root = Path(tempfile.mkdtemp(prefix="pvbm", dir="/tmp"))
-    b = MapBus(root, ("m",))
+    b = MapBus(root, (INTS,))
     yield b
     b.close()
     shutil.rmtree(root, ignore_errors=True)
@@ -84,13 +83,12 @@ def test_tally_adds_only_the_growth_and_every_reason_shows(mapbus: MapBus) -> No
 def test_the_service_loop_tallies_its_publishers_subscribers_and_replicas(
         mapbus: MapBus) -> None:
     clock = FakeClock(1000.0, 1_700_000_000.0)
-    ctx = ChildContext("t", Config(root_dir=str(mapbus.root)), mapbus.paths, MemoryLogger(),
-                       mapbus.zctx, clock=clock)  # type: ignore[arg-type]
+    ctx = FakeChildContext(mapbus.paths, "t", zctx=mapbus.zctx, clock=clock)
     loop = ServiceLoop(ctx)
     counters = bus_counters()  # the process's pair
     before = _value(counters, "podvisor_bus_messages_total")
     drops_before = _value(counters, "podvisor_bus_dropped_total", reason="fields")
-    replica = loop.replica("m", decode=_only_ints)
+    replica = loop.replica(INTS)
     mapbus.maps["m"].set("good", 1)
     mapbus.maps["m"].set("bad", "not an int")
     try:
@@ -108,8 +106,13 @@ def test_the_service_loop_tallies_its_publishers_subscribers_and_replicas(
 
 
 def _only_ints(raw: Any) -> int:
-    from podvisor.ipc.maps import MapValueError
-
     if not isinstance(raw, int):
         raise MapValueError("fields", "not an int")
     return raw
+
+
+def _plain(value: Any) -> Any:
+    return value
+
+
+INTS: MapSpec[int] = MapSpec("m", _plain, _only_ints)  # a test map of ints

@@ -8,6 +8,7 @@ import threading
 from typing import Any, ClassVar
 
 import msgpack
+import pytest
 import zmq
 
 from podvisor.ipc.bus import Publisher
@@ -17,14 +18,25 @@ from podvisor.ipc.maps import (
     DESIRED,
     PLEG,
     DesiredPod,
+    MapSpec,
     PlegContainer,
     PlegHealth,
     PlegPod,
     PodSetValue,
+    UndeclaredMap,
 )
 from podvisor.ipc.paths import RunPaths
 
 Bus = tuple["zmq.Context[Any]", RunPaths]
+
+
+def _plain(value: Any) -> Any:
+    return value
+
+
+def raw(name: str) -> MapSpec[Any]:
+    """A test map of plain msgpack values (or an old process's untyped form of a map)."""
+    return MapSpec(name, _plain, _plain)
 
 
 def _owner_seq(owner: Any, cmd: str) -> int:
@@ -79,10 +91,10 @@ def test_replica_follows_a_restarted_owner(procs: Any) -> None:
 def test_sequence_gap_triggers_a_resync(bus: Bus) -> None:
     zctx, paths = bus
     pub = Publisher(zctx, paths, "gap-owner")
-    owner = MapOwner(zctx, paths, pub, "gap", clock=SYSTEM_CLOCK)
+    owner = MapOwner(zctx, paths, pub, raw("gap"), clock=SYSTEM_CLOCK)
     changes: list[tuple[str, Any, Any]] = []
-    replica = MapReplica(zctx, paths, "gap", on_change=lambda k, o, n: changes.append((k, o, n)),
-                         clock=SYSTEM_CLOCK)
+    replica = MapReplica(zctx, paths, raw("gap"),
+                         on_change=lambda k, o, n: changes.append((k, o, n)), clock=SYSTEM_CLOCK)
     _wait_subscribed(replica, owner)
     _sync_with_owner(replica, owner)
     owner.set("x", 1)
@@ -188,9 +200,9 @@ def test_garbage_wrong_types_and_a_100mb_frame_are_dropped_and_counted(
 def test_one_shot_sync_right_after_construction(bus: Bus) -> None:
     zctx, paths = bus
     pub = Publisher(zctx, paths, "oneshot-owner")
-    owner = MapOwner(zctx, paths, pub, "oneshot", clock=SYSTEM_CLOCK)
+    owner = MapOwner(zctx, paths, pub, raw("oneshot"), clock=SYSTEM_CLOCK)
     owner.set("a", 1)
-    replica = MapReplica(zctx, paths, "oneshot", clock=SYSTEM_CLOCK)
+    replica = MapReplica(zctx, paths, raw("oneshot"), clock=SYSTEM_CLOCK)
     _sync_with_owner(replica, owner)
     assert replica.items() == {"a": 1}
     replica.close()
@@ -206,9 +218,9 @@ def test_unanswered_requests_keep_the_same_sockets_and_late_answers_are_dropped(
     zctx, paths = bus
     pub = Publisher(zctx, paths, "slow-owner")
     clock = FakeClock(0.0)  # one clock for the owner and the replica
-    owner = MapOwner(zctx, paths, pub, "slow", clock=clock)
+    owner = MapOwner(zctx, paths, pub, raw("slow"), clock=clock)
     owner.set("v", "old")
-    replica = MapReplica(zctx, paths, "slow", snapshot_timeout=1.0, clock=clock)
+    replica = MapReplica(zctx, paths, raw("slow"), snapshot_timeout=1.0, clock=clock)
     sockets = replica.sockets
     _until(lambda: replica.pump(0.01) or replica.waiting_for_snapshot)  # request 1 is out
     clock.advance(5.0)  # request 1 timed out: the next pump sends request 2 on the same socket
@@ -259,8 +271,9 @@ def test_typed_values_cross_in_wire_form_and_an_unknown_version_is_dropped(bus: 
     zctx, paths = bus
     pub = Publisher(zctx, paths, "typed-owner")
     clock = FakeClock()
-    owner = MapOwner(zctx, paths, pub, "pods-typed", clock=clock, encode=PodSetValue.to_wire)
-    replica = MapReplica(zctx, paths, "pods-typed", clock=clock, decode=PodSetValue.from_wire)
+    spec = MapSpec("pods-typed", PodSetValue.to_wire, PodSetValue.from_wire)
+    owner = MapOwner(zctx, paths, pub, spec, clock=clock)
+    replica = MapReplica(zctx, paths, spec, clock=clock)
     value = PodSetValue("file", [{"metadata": {"name": "a"}}], [], 1.0)
     owner.set("set", value)
     owner.set("new", _FutureSet("file", [], [], 2.0))  # from a newer producer
@@ -279,8 +292,8 @@ def test_a_desired_replica_drops_and_counts_an_old_owners_values(bus: Bus) -> No
     zctx, paths = bus
     pub = Publisher(zctx, paths, "old-owner")
     clock = FakeClock()
-    old = MapOwner(zctx, paths, pub, DESIRED, clock=clock, encode=lambda v: v)  # no types
-    replica = MapReplica(zctx, paths, DESIRED, clock=clock)  # the declared codec, by name
+    old = MapOwner(zctx, paths, pub, raw(DESIRED.name), clock=clock)  # no types
+    replica = MapReplica(zctx, paths, DESIRED, clock=clock)  # the declared spec
     typed = DesiredPod(pod={"metadata": {"uid": "u2"}}, source="file")
     old.set("u1", {"pod": {"metadata": {"uid": "u1"}}, "worker": "syncing", "admitted": True})
     old.set("_runtime", {"networkReady": True, "condition": "ok"})
@@ -294,10 +307,10 @@ def test_a_desired_replica_drops_and_counts_an_old_owners_values(bus: Bus) -> No
     _until(lambda: (replica.pump(0.01), replica.seq == old.seq)[1])
     assert replica.get("u2") == typed and replica.value_drops["version"] == 3
     # an old reader (no decode) of a typed owner sees wire dicts it can tell apart by "v"
-    raw = MapReplica(zctx, paths, DESIRED, clock=clock, decode=lambda v: v)
-    _sync_with_owner(raw, old)
-    assert raw.get("u2") == {"pod": {}, "worker": "terminated", "admitted": True}
-    raw.close()
+    untyped = MapReplica(zctx, paths, raw(DESIRED.name), clock=clock)
+    _sync_with_owner(untyped, old)
+    assert untyped.get("u2") == {"pod": {}, "worker": "terminated", "admitted": True}
+    untyped.close()
     replica.close()
     old.close()
     pub.close()
@@ -309,8 +322,8 @@ def test_a_pleg_replica_drops_and_counts_an_old_owners_untyped_records(bus: Bus)
     zctx, paths = bus
     pub = Publisher(zctx, paths, "old-pleg")
     clock = FakeClock()
-    old = MapOwner(zctx, paths, pub, PLEG, clock=clock, encode=lambda v: v)  # no types
-    replica = MapReplica(zctx, paths, PLEG, clock=clock)  # the declared codec, by name
+    old = MapOwner(zctx, paths, pub, raw(PLEG.name), clock=clock)  # no types
+    replica = MapReplica(zctx, paths, PLEG, clock=clock)  # the declared spec
     typed = PlegPod(ts=2.0, name="web", containers=(PlegContainer("c1", "app", "RUNNING"),))
     old.set("u1", {"ts": 1.0, "name": "web", "namespace": "", "sandboxes": [],
                    "containers": []})
@@ -325,4 +338,16 @@ def test_a_pleg_replica_drops_and_counts_an_old_owners_untyped_records(bus: Bus)
     assert replica.get("_health") == PlegHealth(ts=3.0, relists=2)
     replica.close()
     old.close()
+    pub.close()
+
+
+def test_a_map_without_its_spec_is_refused(bus: Bus) -> None:
+    """No owner or replica of a bare map name: every map is read and written through its
+    declared type (ipc/maps.py), never as raw values."""
+    zctx, paths = bus
+    pub = Publisher(zctx, paths, "nameless")
+    with pytest.raises(UndeclaredMap, match="'desired' has no MapSpec"):
+        MapReplica(zctx, paths, "desired", clock=SYSTEM_CLOCK)  # type: ignore[arg-type]
+    with pytest.raises(UndeclaredMap, match="'api-mirrors' has no MapSpec"):
+        MapOwner(zctx, paths, pub, "api-mirrors", clock=SYSTEM_CLOCK)  # type: ignore[arg-type]
     pub.close()

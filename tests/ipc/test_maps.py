@@ -1,4 +1,5 @@
-"""The declared map values (ipc/maps.py): wire round trips, and what a replica drops."""
+"""The declared maps and their values (ipc/maps.py): every map's spec, wire round trips, and what
+a replica drops."""
 
 from __future__ import annotations
 
@@ -7,14 +8,20 @@ from typing import Any
 import pytest
 
 from podvisor.ipc.maps import (
+    API_MIRRORS,
     DESIRED,
-    MAP_CODECS,
+    MAPS,
     PLEG,
+    POD_SOURCES,
+    PROBES,
     STATUSES,
     ContainerVerdict,
     ContainerWaiting,
     DesiredPod,
+    MapSpec,
     MapValueError,
+    MirrorPod,
+    MirrorSet,
     PlegContainer,
     PlegHealth,
     PlegPod,
@@ -24,9 +31,13 @@ from podvisor.ipc.maps import (
     PodSetValue,
     PodStatusValue,
     RuntimeNetwork,
+    UndeclaredMap,
+    declared,
     decode_desired,
     decode_pleg,
+    pods_map,
 )
+from podvisor.ipc.podstatus import PodStatus
 
 
 def test_pod_probes_round_trip_and_reject_what_they_do_not_declare() -> None:
@@ -96,16 +107,51 @@ def test_desired_values_that_are_not_declared_are_rejected(raw: Any, reason: str
     assert err.value.reason == reason
 
 
-def test_the_desired_map_has_its_codec_by_name() -> None:
-    encode, decode = MAP_CODECS[DESIRED]
-    assert decode(encode(_desired_pod())) == _desired_pod()
+def test_the_desired_map_has_its_codec_in_its_spec() -> None:
+    assert DESIRED.decode(DESIRED.encode(_desired_pod())) == _desired_pod()
+    assert _desired_pod().ref == PodRef("web", "default", "u1")
+    assert DesiredPod(pod={"metadata": {"annotations": {"a": "b"}}}).annotations == {"a": "b"}
+    assert DesiredPod(pod={"metadata": []}).ref == PodRef() and DesiredPod(pod={}).annotations == {}
+
+
+def test_every_map_is_declared_once_by_name() -> None:
+    """``MAPS`` holds one spec per map (its name is its topic and snapshot socket);
+    ``declared`` and ``pods_map`` refuse a name nobody declared."""
+    names = {"desired", "pleg", "probes", "statuses", "api-mirrors",
+             *(f"pods-{s}" for s in POD_SOURCES)}
+    assert set(MAPS) == names and all(MAPS[n].name == n for n in names)
+    assert all(isinstance(spec, MapSpec) and spec.owner for spec in MAPS.values())
+    assert declared("pleg") is PLEG and declared("probes") is PROBES
+    assert pods_map("api") is MAPS["pods-api"] and pods_map("file").owner == "source-file"
+    with pytest.raises(UndeclaredMap, match="not declared"):
+        declared("mystery")
+    with pytest.raises(UndeclaredMap, match="no pod source"):
+        pods_map("ftp")
+
+
+def test_mirror_set_round_trip_and_what_it_rejects() -> None:
+    value = MirrorSet((MirrorPod("web", "default", "m1", "h1"),))
+    assert API_MIRRORS.decode(API_MIRRORS.encode(value)) == value
+    assert MirrorSet.from_wire({"v": 1}) == MirrorSet()
+    bad: list[tuple[Any, str]] = [
+        ([{"name": "web"}], "fields"),  # the untyped v0 form: a bare list
+        ({"v": 2, "mirrors": []}, "version"),
+        ({"v": 1, "mirrors": {}}, "fields"),
+        ({"v": 1, "mirrors": [{"name": "web", "uid": 3}]}, "fields"),
+    ]
+    for raw, reason in bad:
+        with pytest.raises(MapValueError) as err:
+            MirrorSet.from_wire(raw)
+        assert err.value.reason == reason
 
 
 def test_pod_status_value_round_trip_and_what_it_rejects() -> None:
-    value = PodStatusValue({"phase": "Running", "conditions": [{"type": "Ready"}]}, 4,
+    value = PodStatusValue(PodStatus.from_dict({"phase": "Running",
+                                                "conditions": [{"type": "Ready"}]}), 4,
                            PodRef("web", "default", "u1"))
     assert PodStatusValue.from_wire(value.to_wire()) == value
-    assert MAP_CODECS[STATUSES][1](MAP_CODECS[STATUSES][0](value)) == value
+    assert STATUSES.decode(STATUSES.encode(value)) == value
+    assert value.status.condition("Ready") is not None
     bad: list[tuple[Any, str]] = [
         ({**value.to_wire(), "v": 2}, "version"),  # a newer status process
         ({"phase": "Running", "_version": 4}, "version"),  # the untyped v0 form
@@ -113,6 +159,10 @@ def test_pod_status_value_round_trip_and_what_it_rejects() -> None:
         ({"v": 1, "status": {}, "version": "1"}, "fields"),
         ({"v": 1, "status": {}, "version": True}, "fields"),
         ({"v": 1, "status": {}, "pod": {"name": 3}}, "fields"),
+        ({"v": 1, "status": {"phase": 3}}, "fields"),
+        ({"v": 1, "status": {"containerStatuses": [{"name": "a", "restartCount": "1"}]}},
+         "fields"),
+        ({"v": 1, "status": {"conditions": {}}}, "fields"),
         ("Running", "fields"),
     ]
     for raw, reason in bad:
@@ -136,7 +186,7 @@ def test_pleg_values_round_trip_by_kind() -> None:
                         stream_drops=0)
     assert decode_pleg(pod.to_wire()) == pod and decode_pleg(health.to_wire()) == health
     assert pod.container("c1") is pod.containers[0] and pod.container("c2") is None
-    assert MAP_CODECS[PLEG][1](MAP_CODECS[PLEG][0](pod)) == pod  # its codec by name
+    assert PLEG.decode(PLEG.encode(pod)) == pod  # its spec's codec
     assert decode_pleg({"v": 1, "kind": "pod", "ts": 1}) == PlegPod(ts=1.0)  # defaults
 
 

@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from podvisor.common import FakeClock
 from podvisor.common.logs import MemoryLogger
+from podvisor.ipc.control import ProcessState
 from podvisor.supervisor.core import CoreDeps, Supervisor
 from podvisor.supervisor.heartbeat import BEAT, READY, Beat
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
 from podvisor.supervisor.spawner import ExitStatus, FakeSpawner
-from podvisor.supervisor.states import ProcessState, StateChange
+from podvisor.supervisor.states import StateChange
 
 S = ProcessState
 
 
-@dataclass
-class Clock:
-    now: float = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(*specs: ProcessSpec) -> tuple[Supervisor, Clock, FakeSpawner, list[StateChange]]:
-    clock, spawner, changes = Clock(), FakeSpawner(), []
+def make(*specs: ProcessSpec) -> tuple[Supervisor, FakeClock, FakeSpawner, list[StateChange]]:
+    clock, spawner, changes = FakeClock(100.0), FakeSpawner(), []
     deps = CoreDeps(clock, lambda: 1e9 + clock.now, spawner, changes.append, MemoryLogger(),
                     lambda: 0.0, {"PODVISOR_ROOT_DIR": "/x"})
     return Supervisor(specs, deps), clock, spawner, changes
@@ -94,7 +88,7 @@ def test_a_late_heartbeat_is_said_once_each_way_before_the_timeout() -> None:
     clock.now += 3.5
     sup.tick()
     sup.tick()
-    assert said == [("p", True, 3.5)] and sup.procs["p"].status(clock.now, 0.0)["heartbeatLate"]
+    assert said == [("p", True, 3.5)] and sup.procs["p"].status(clock.now, 0.0).heartbeat_late
     assert sup.next_deadline() == clock.now - 3.5 + 10.0 + 0.001  # now only the timeout
     sup.on_beat(Beat(BEAT, "p", spawner.last("p").pid, 0.0))
     assert said[-1] == ("p", False, 0.0) and not sup.procs["p"].late

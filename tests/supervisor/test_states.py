@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from podvisor.ipc.control import ProcessState
 from podvisor.supervisor.states import (
     TRANSITIONS,
     InvalidTransition,
-    ProcessState,
     StateChange,
     change_state,
 )

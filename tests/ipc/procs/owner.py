@@ -9,20 +9,28 @@ import selectors
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import zmq
 
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapOwner
+from podvisor.ipc.maps import MapSpec
 from podvisor.ipc.paths import RunPaths
 
+
+def _plain(value: Any) -> Any:
+    return value
+
+
+TEST: MapSpec[Any] = MapSpec("test", _plain, _plain)  # a map of plain msgpack values
 
 def main() -> None:
     paths = RunPaths(Path(sys.argv[1]))
     zctx = zmq.Context()
     pub = Publisher(zctx, paths, "test-owner")
-    owner = MapOwner(zctx, paths, pub, "test", heartbeat_interval=0.2, clock=SYSTEM_CLOCK)
+    owner = MapOwner(zctx, paths, pub, TEST, heartbeat_interval=0.2, clock=SYSTEM_CLOCK)
     sel = selectors.DefaultSelector()
     stdin = sys.stdin.fileno()
     sel.register(stdin, selectors.EVENT_READ)

@@ -6,18 +6,26 @@ stdout: one JSON line ``{"seq", "epoch", "items", "drops", "synced"}`` whenever 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import zmq
 
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.clone import MapReplica
+from podvisor.ipc.maps import MapSpec
 from podvisor.ipc.paths import RunPaths
 
+
+def _plain(value: Any) -> Any:
+    return value
+
+
+TEST: MapSpec[Any] = MapSpec("test", _plain, _plain)  # a map of plain msgpack values
 
 def main() -> None:
     paths = RunPaths(Path(sys.argv[1]))
     zctx = zmq.Context()
-    replica = MapReplica(zctx, paths, "test", snapshot_timeout=0.5, clock=SYSTEM_CLOCK)
+    replica = MapReplica(zctx, paths, TEST, snapshot_timeout=0.5, clock=SYSTEM_CLOCK)
     last = None
     while True:
         replica.pump(timeout=0.1)
