@@ -153,6 +153,8 @@ class VolumeManager:
                 self._fail(step.spec.pod_uid, pod, step.spec.volume, reason, message)
             return
         self._backoff.pop(key, None)
+        if step.spec is not None:  # past what failed: its reason no longer holds
+            self._errors.pop((step.spec.pod_uid, step.spec.volume), None)
         self.log.info(f"volumes.{step.op}", **self._fields(step))
 
     @staticmethod
