@@ -109,6 +109,7 @@ class Request:
     at: float  # when it was answered (a watch: when it ended)
     started: float = 0.0  # when it came in
     serial: str = ""  # the client certificate's serial (hex), when one authenticated it
+    agent: str = ""  # its User-Agent
 
 
 @dataclass
@@ -385,7 +386,8 @@ class KubeApi:
         serial = str(cert.get("serialNumber", "")).lower() if cert and who and \
             not request.headers.get("Authorization") else ""
         self.requests.append(Request(request.method, request.path, request.query_string,
-                                     user, response.status, time.monotonic(), started, serial))
+                                     user, response.status, time.monotonic(), started, serial,
+                                     request.headers.get("User-Agent", "")))
         return response
 
     async def _dispatch(self, request: web.Request, who: tuple[str, list[str]],
