@@ -249,11 +249,14 @@ def test_the_sweep_corrects_another_clients_write(api: KubeApi, tmp_path: Path,
         svc.desired.set(uid, entry(obj))
         svc.statuses.set(uid, value(obj, ours(), 1))
         wait_for(lambda: ready(api, "s2") == "True", timeout=30, pump=svc.bus.serve)
-        for _ in range(2):  # twice: each write of another client is corrected
+        for turn in range(2):  # twice: each write of another client is corrected
             assert mark_pods_not_ready(api.store, NODE, api.wall) == ["s2"]
             wait_for(lambda: ready(api, "s2") == "True", timeout=30, pump=svc.bus.serve,
                      message="Ready written again by a sweep")
-        set_condition(api.store, "default", "s2", gate() | {"status": "False"}, api.wall)
+            if turn == 0:  # a condition not the kubelet's, before the second correction
+                set_condition(api.store, "default", "s2", gate(), api.wall)
+        assert [c["status"] for c in api_status(api, "s2")["conditions"]
+                if c["type"] == "example.com/gate"] == ["True"]  # kept by the second write
         assert [e["differed"] for e in svc.log.named("status.api.reconciled")] == [
             ["conditions.Ready"]] * 2
     finally:
