@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from podvisor.common.child import ChildContext
+from podvisor.common import FakeChildContext
 from podvisor.common.config import Config
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.maps import (
@@ -31,8 +31,8 @@ from podvisor.services.pod import pod_from_dict
 from podvisor.services.status.api_main import StatusApiService
 from podvisor.services.status.apicopy import ApiCopies
 from podvisor.services.status.apiwriter import Snapshot, StatusWriter
-from tests.services.status.test_status_reconcile import gate, ours
 from tests.conftest import MapBus
+from tests.services.status.test_status_reconcile import gate, ours
 from tests.support.kubeapi import KubeApi
 from tests.support.kubeapi.others import mark_pods_not_ready, set_condition
 
@@ -193,10 +193,9 @@ class _Service:
             self.bus.maps[m] for m in ("desired", "statuses", "pods-api", "api-mirrors"))
         pods.set(POD_SET_KEY, PodSetValue("api", [], []))
         mirrors.set(MIRRORS_KEY, MirrorSet())
-        self.log = MemoryLogger()
         cfg = Config(root_dir=str(root), node_name=NODE, kubeconfig=str(kubeconfig), **config)
-        self.ctx = ChildContext("status-api", cfg, self.bus.paths, self.log,  # type: ignore[arg-type]
-                                self.bus.zctx)
+        self.ctx = FakeChildContext(self.bus.paths, "status-api", config=cfg, zctx=self.bus.zctx)
+        self.log = self.ctx.log
         self.svc = StatusApiService(self.ctx, initial_delay=initial_delay)
         self.thread = threading.Thread(target=self.svc.run, name="status-api", daemon=True)
         self.thread.start()
