@@ -8,7 +8,16 @@ The time of a pod: from the manifest's rename into staticPodPath to its containe
 GET /pods (polled every 5 ms; the first pod is a warm-up). Then N manifests at once.
 The kubelet 1.24 on the same containerd took 0.93-1.08 s for one pod (issue 16).
 
-    .venv/bin/python bench/containerd_pods.py [-n 10] [--many 20] [--json]
+Then, measured from outside (bench/outside.py: utime+stime+cutime+cstime of every process of a
+tree, PSS from smaps_rollup; `--windows` windows of `--window-seconds`, each figure the median
+with its range):
+- idle with K pods: the agent's process tree, and containerd (daemon + the shims of its socket);
+- the floor, no agent: the same N pods made by direct CRI calls (RunPodSandbox, CreateContainer,
+  StartContainer from 16 client threads, bench/runtime.py's Target) until the last started,
+  and K such pods idle: containerd's own CPU and PSS when nobody relists it.
+
+    .venv/bin/python bench/containerd_pods.py [-n 10] [--many 20] [--idle-pods 110]
+        [--windows 5] [--window-seconds 60] [--settle 15] [--json]
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +42,30 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import outside  # noqa: E402
+
+from podvisor.services.cri import new_runtime_client  # noqa: E402
+
+
+def daemon_pid(socket_path: str) -> int | None:
+    """The containerd serving `socket_path`: DIR/containerd.pid of the instance dir that holds
+    DIR/run/containerd.sock (deploy/containerd/start.sh writes it), if that PID is a
+    containerd."""
+    path = Path(socket_path).parent.parent / "containerd.pid"
+    try:
+        pid = int(path.read_text().strip())
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return pid if comm == "containerd" else None
+
+
+def runtime_group(socket_path: str) -> outside.Group:
+    pid = daemon_pid(socket_path)
+    return outside.Group("containerd (daemon + shims)",
+                         outside.containerd_selector(socket_path, lambda: pid))
 
 
 def _port() -> int:
@@ -74,7 +108,8 @@ def _wait(what: str, pred: Any, timeout: float, interval: float) -> Any:
         time.sleep(interval)
 
 
-def measure(n: int, many: int) -> dict[str, Any]:
+def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float = 0.0,
+            settle: float = 0.0) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
     from tests.support import containerd as ctrd  # type: ignore[import-not-found]
 
@@ -138,6 +173,13 @@ def measure(n: int, many: int) -> dict[str, Any]:
         for path in manifests.glob("*.yaml"):
             path.unlink()
         _wait("no pods", gone, 300.0, 0.1)
+        if idle and windows:
+            out.update(_idle_agent(proc.pid, handle.socket_path, port, manifests,
+                                   [stage(f"idle{i}") for i in range(idle)], windows, window_s,
+                                   settle))
+            for path in manifests.glob("*.yaml"):
+                path.unlink()
+            _wait("no pods", gone, 300.0, 0.1)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -152,6 +194,64 @@ def measure(n: int, many: int) -> dict[str, Any]:
             print(f"(kept {tmp})")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    if "error" not in out and idle and windows:
+        out.update(_floor(handle, ctrd.remove_pod_cgroup, many, idle, windows, window_s, settle))
+    return out
+
+
+def _idle_agent(agent_pid: int, socket_path: str, port: int, manifests: Path,
+                staged: list[Path], windows: int, window_s: float,
+                settle: float) -> dict[str, Any]:
+    """K pods running under the agent, then the windows: the agent's tree and containerd's."""
+    for path in staged:
+        path.rename(manifests / path.name)
+    _wait(f"{len(staged)} idle pods running", lambda: len(_running(_pods(port))) >= len(staged),
+          600.0, 0.5)
+    time.sleep(settle)  # nobody polls the agent from here: its idle is its own
+    groups = [outside.Group("podvisor agent (its whole tree)",
+                            outside.tree_selector(lambda: [agent_pid])),
+              runtime_group(socket_path)]
+    print(f"idle, {len(staged)} pods on containerd, {outside.load()}", flush=True)
+    figures = outside.measure(groups, windows, window_s)
+    print("\n".join(outside.report(figures)), flush=True)
+    agent, runtime = (figures[g.label] for g in groups)
+    return {"idle": len(staged), "idle_load": list(os.getloadavg()),
+            "agent_cpu_pct": agent.cpu_pct, "agent_pss_mb": agent.pss_mb,
+            "agent_by_process": agent.as_json()["by_process"],
+            "runtime_cpu_pct": runtime.cpu_pct, "runtime_pss_mb": runtime.pss_mb,
+            "runtime_by_process": runtime.as_json()["by_process"],
+            "agent_gone": agent.gone, "runtime_gone": runtime.gone}
+
+
+def _floor(handle: Any, remove_cgroup: Any, many: int, idle: int, windows: int,
+           window_s: float, settle: float) -> dict[str, Any]:
+    """No agent: `many` pods by direct CRI calls from 16 threads (the floor of a burst), then
+    `idle` pods and containerd's windows alone."""
+    from runtime import Target  # type: ignore[import-not-found]
+
+    client = new_runtime_client(handle.endpoint, timeout=120.0)
+    target = Target("containerd", client, handle.image, handle.cgroup_parent, remove_cgroup)
+    out: dict[str, Any] = {}
+    try:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda _: target.container(target.sandbox(), "main"), range(many)))
+        out["floor_many_s"] = time.monotonic() - t0
+        target.clean()
+        for _ in range(idle):
+            target.container(target.sandbox(), "main")
+        time.sleep(settle)
+        group = runtime_group(handle.socket_path)
+        print(f"idle, {idle} pods on containerd, no agent, {outside.load()}", flush=True)
+        figures = outside.measure([group], windows, window_s)
+        print("\n".join(outside.report(figures)), flush=True)
+        fig = figures[group.label]
+        out.update(floor_runtime_cpu_pct=fig.cpu_pct, floor_runtime_pss_mb=fig.pss_mb,
+                   floor_load=list(os.getloadavg()))
+    finally:
+        target.clean()
+        shutil.rmtree(target.tmp, ignore_errors=True)
+        client.close()
     return out
 
 
@@ -159,10 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=10, help="single pods, one at a time")
     ap.add_argument("--many", type=int, default=20, help="pods dropped at once")
+    ap.add_argument("--idle-pods", type=int, default=110, help="pods of the idle windows")
+    ap.add_argument("--windows", type=int, default=5, help="idle windows (0: no idle stage)")
+    ap.add_argument("--window-seconds", type=float, default=60.0)
+    ap.add_argument("--settle", type=float, default=15.0,
+                    help="seconds after all are running before the first window")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     load = os.getloadavg()
-    figures = measure(args.n, args.many)
+    figures = measure(args.n, args.many, args.idle_pods, args.windows, args.window_seconds,
+                      args.settle)
     figures["load"] = [round(x, 2) for x in load]
     if args.json:
         print(json.dumps(figures, sort_keys=True))
