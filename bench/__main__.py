@@ -9,9 +9,15 @@ of its samples (repeats of the stage, or the samples one run takes) with min and
 
 Peers in the same run: raw pyzmq+msgpack for the bus, supervisord and circus (each in its own
 virtualenv under ~/.cache/podvisor/bench-peers, from PyPI: bench/supervisord_peer.py,
-bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set, and `podman kube
+bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set (with the same CRI
+calls made directly to it, no agent, as the floor), the kubelet on a private containerd of its
+own when PODVISOR_BENCH_KUBELET names a kubelet binary (bench/kubelet_peer.py), and `podman kube
 play` on the same Pod YAML (bench/podman_peer.py: Debian's podman, as root, in a private temp root
-removed afterwards; its rows say why when it cannot run). Scripts without `--json` (runtime,
+removed afterwards; its rows say why when it cannot run). Idle CPU and memory are measured as
+from outside (bench/outside.py): utime+stime+cutime+cstime of every process of a tree from /proc
+(children the agent reaps count) and PSS from smaps_rollup, over several windows, each window a
+sample; compare the ratio to a peer of the same run, not the bare percentages (they move 4-5x
+with the host's load). Scripts without `--json` (runtime,
 limits, images, mainport, ops, api) are listed by `--list` and run on their own.
 """
 
@@ -191,6 +197,56 @@ def _containerd_fill(rows: list[Row], out: dict[str, Any]) -> None:
     rows[7].ours.extend(_sums(out["agent_pss_mb"], out["runtime_pss_mb"]))
 
 
+def _kubelet_rows() -> list[Row]:
+    peer = "kubelet + containerd (its own)"
+    return [Row("kubelet peer: 1 manifest -> Running in /pods", "ms", "-", peer,
+                ours_from="ctr_one"),
+            Row("kubelet peer: N manifests at once -> all Running", "ms", "-", peer,
+                ours_from="ctr_many"),
+            Row("kubelet peer, K pods idle: agent CPU (podvisor on containerd)", "% of a core",
+                "<= 0.5x kubelet", f"{peer}: the kubelet", ours_from="ctr_agent_cpu"),
+            Row("kubelet peer, K pods idle: agent PSS (podvisor on containerd)", "MB",
+                "<= 1x kubelet", f"{peer}: the kubelet", ours_from="ctr_agent_pss"),
+            Row("kubelet peer, K pods idle: containerd + shims CPU", "% of a core", "-",
+                f"{peer}: its containerd", ours_from="ctr_runtime_cpu"),
+            Row("kubelet peer, K pods idle: agent + containerd CPU", "% of a core", "-",
+                peer, ours_from="ctr_total_cpu"),
+            Row("kubelet peer, K pods idle: agent + containerd PSS", "MB", "-", peer,
+                ours_from="ctr_total_pss"),
+            Row("kubelet peer, K pods idle: embedded runtime CPU (agent + monitors)",
+                "% of a core", "<= 0.5x kubelet + containerd", peer, ours_from="emb_total_cpu"),
+            Row("kubelet peer, K pods idle: embedded runtime PSS (agent + monitors)", "MB",
+                "-", peer, ours_from="emb_total_pss")]
+
+
+def _kubelet_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    if "error" in out:
+        raise RuntimeError(str(out["error"]))
+    for row in rows:
+        row.peer = row.peer.replace("kubelet +", f"kubelet {out['version']} +", 1)
+        for letter, key in (("N ", "many"), ("K ", "idle")):
+            if key in out:
+                row.figure = row.figure.replace(letter, f"{out[key]} ", 1)
+    rows[0].theirs.extend(s * 1e3 for s in out["one_s"])
+    rows[1].theirs.append(out["many_s"] * 1e3)
+    if "agent_cpu_pct" not in out:
+        return
+    total_cpu = _sums(out["agent_cpu_pct"], out["runtime_cpu_pct"])
+    total_pss = _sums(out["agent_pss_mb"], out["runtime_pss_mb"])
+    for row, samples in zip(rows[2:], (out["agent_cpu_pct"], out["agent_pss_mb"],
+                                       out["runtime_cpu_pct"], total_cpu, total_pss,
+                                       total_cpu, total_pss), strict=True):
+        row.theirs.extend(samples)
+
+
+def _kubelet_needs() -> str:
+    sys.path.insert(0, str(BENCH))
+    from kubelet_peer import needs  # type: ignore[import-not-found]
+
+    why: str = needs()
+    return why
+
+
 def _idle_rows() -> list[Row]:
     peer = "supervisord (daemon, same windows)"
     return [Row(f"idle, K pods, embedded: agent CPU ({OUTSIDE})", "% of a core",
@@ -273,6 +329,14 @@ STAGES: tuple[Stage, ...] = (
           ("-n", "10", "--many", "110", "--idle-pods", "110", "--windows", "5",
            "--window-seconds", "60", "--settle", "15"), 240, 1800, 1, 1, _containerd_rows,
           _containerd_fill, _containerd_needs, grace=120.0),
+    # its rows' podvisor figures are the containerd and idle stages' (ours_from, joined after
+    # every stage ran); in --quick the embedded idle has 40 pods, the kubelet's 10
+    Stage("kubelet", "kubelet_peer.py",
+          ("-n", "4", "--many", "10", "--idle-pods", "10", "--windows", "3",
+           "--window-seconds", "5", "--settle", "2"),
+          ("-n", "10", "--many", "110", "--idle-pods", "110", "--windows", "5",
+           "--window-seconds", "60", "--settle", "15"), 300, 1800, 1, 1, _kubelet_rows,
+          _kubelet_fill, _kubelet_needs, grace=120.0),
     # the idle window without --quick's 30 pods: 40 (quick) as the podman stage keeps
     Stage("idle", "pods.py", ("--stages", "3", "--idle-pods", "40", "--idle-seconds", "5",
                               "--windows", "3", "--settle", "3"), ("--stages", "3"), 120, 900,
