@@ -17,12 +17,16 @@ with its range):
   and K such pods idle: containerd's own CPU and PSS when nobody relists it.
 
     .venv/bin/python bench/containerd_pods.py [-n 10] [--many 20] [--idle-pods 110]
-        [--windows 5] [--window-seconds 60] [--settle 15] [--json]
+        [--windows 5] [--window-seconds 60] [--settle 15] [--detail] [--no-floor] [--json]
+
+PVBENCH_AGENT_CONFIG='{"opsPort": 0}' merges those keys into the agent's config (e.g. to
+measure it without an optional subsystem).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -125,7 +129,8 @@ def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float 
     cgroup_root = f"/podvisor-bench-{os.getpid()}"
     config = {"rootDir": str(tmp / "root"), "nodeName": "bench", "staticPodPath": str(manifests),
               "readOnlyPort": port, "stopPodsOnExit": True, "runtimeEndpoint": handle.endpoint,
-              "cgroupRoot": cgroup_root, "supervision": {"shutdownTimeout": "120s"}}
+              "cgroupRoot": cgroup_root, "supervision": {"shutdownTimeout": "120s"},
+              **json.loads(os.environ.get("PVBENCH_AGENT_CONFIG", "{}"))}
     (tmp / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     log = (tmp / "agent.log").open("wb")
     proc = subprocess.Popen([str(BIN / "podvisor"), "run", "--config", str(tmp / "config.yaml")],
@@ -194,9 +199,13 @@ def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float 
             print(f"(kept {tmp})")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    if "error" not in out and idle and windows:
+    if "error" not in out and idle and windows and FLOOR:
         out.update(_floor(handle, ctrd.remove_pod_cgroup, many, idle, windows, window_s, settle))
     return out
+
+
+FLOOR = True  # --no-floor: no agent-less pods and windows after the agent's
+DETAIL = False  # --detail: per thread, PSS parts and system calls of each agent process
 
 
 def _idle_agent(agent_pid: int, socket_path: str, port: int, manifests: Path,
@@ -215,12 +224,78 @@ def _idle_agent(agent_pid: int, socket_path: str, port: int, manifests: Path,
     figures = outside.measure(groups, windows, window_s)
     print("\n".join(outside.report(figures)), flush=True)
     agent, runtime = (figures[g.label] for g in groups)
-    return {"idle": len(staged), "idle_load": list(os.getloadavg()),
+    extra: dict[str, Any] = {}
+    if DETAIL:
+        extra["detail"] = detail(agent_pid, window_s)
+        print(json.dumps(extra["detail"], indent=1), flush=True)
+    return {**extra, "idle": len(staged), "idle_load": list(os.getloadavg()),
             "agent_cpu_pct": agent.cpu_pct, "agent_pss_mb": agent.pss_mb,
             "agent_by_process": agent.as_json()["by_process"],
             "runtime_cpu_pct": runtime.cpu_pct, "runtime_pss_mb": runtime.pss_mb,
             "runtime_by_process": runtime.as_json()["by_process"],
             "agent_gone": agent.gone, "runtime_gone": runtime.gone}
+
+
+def _strace_counts(text: str) -> dict[str, int]:
+    """syscall -> calls, from `strace -c` output."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0].replace(".", "").isdigit() and parts[-1] != "total":
+            with contextlib.suppress(ValueError):
+                out[parts[-1]] = int(parts[3])
+    return out
+
+
+def detail(agent_pid: int, seconds: float) -> dict[str, Any]:
+    """Where each of the agent's processes spends its idle CPU and what its PSS is made of:
+    per thread name (one window, /proc/PID/task), Pss_Anon / Pss_File (smaps_rollup), and, in
+    a second window with `strace -c -f` attached to the three busiest (it slows them: their CPU
+    is not read in that window), their system calls per second."""
+    proc = outside.Proc()
+    stats = proc.stats()
+    pids = sorted(outside.tree(stats, [agent_pid]))
+    names = {pid: outside.name_of(proc, stats[pid]) for pid in pids}
+    before = {pid: proc.threads(pid) for pid in pids}
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    after = {pid: proc.threads(pid) for pid in pids}
+    wall = time.monotonic() - t0
+    out: dict[str, Any] = {}
+    for pid in pids:
+        threads = {}
+        for tname, (count, ticks) in after[pid].items():
+            spent = ticks - before[pid].get(tname, (0, 0))[1]
+            if spent > 0:
+                threads[f"{tname} x{count}" if count > 1 else tname] = round(
+                    100.0 * spent / outside.CLK_TCK / wall, 3)
+        out[f"{names[pid]} ({pid})"] = {
+            "cpu_pct": round(sum(threads.values()), 3), "threads": threads,
+            "pss_kb": proc.pss_parts(pid)}
+    busiest = sorted(out, key=lambda k: -out[k]["cpu_pct"])[:3]
+    if shutil.which("strace") is not None:
+        tracers = []
+        for key in busiest:
+            pid = int(key.rsplit("(", 1)[1].rstrip(")"))
+            path = Path(tempfile.mkstemp(prefix="pvbstrace")[1])
+            tracers.append((key, path, subprocess.Popen(
+                ["strace", "-c", "-f", "-o", str(path), "-p", str(pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - t0
+        for key, path, tracer in tracers:
+            tracer.send_signal(signal.SIGINT)  # strace -c prints its table as it detaches
+            try:
+                tracer.wait(30)
+            except subprocess.TimeoutExpired:
+                tracer.kill()
+                tracer.wait()
+            counts = _strace_counts(path.read_text(errors="replace"))
+            path.unlink()
+            out[key]["syscalls_per_s"] = {name: round(calls / wall, 1) for name, calls in
+                                          sorted(counts.items(), key=lambda kv: -kv[1])[:8]}
+    return out
 
 
 def _floor(handle: Any, remove_cgroup: Any, many: int, idle: int, windows: int,
@@ -264,8 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window-seconds", type=float, default=60.0)
     ap.add_argument("--settle", type=float, default=15.0,
                     help="seconds after all are running before the first window")
+    ap.add_argument("--detail", action="store_true",
+                    help="after the idle windows: each agent process's CPU per thread, its "
+                         "PSS parts, and (strace -c) the system calls of the busiest three")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the floor (pods by direct CRI calls, no agent)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    global DETAIL, FLOOR
+    DETAIL, FLOOR = args.detail, not args.no_floor
     load = os.getloadavg()
     figures = measure(args.n, args.many, args.idle_pods, args.windows, args.window_seconds,
                       args.settle)

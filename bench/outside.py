@@ -46,6 +46,7 @@ class Stat:
     state: str
     ticks: int  # utime + stime + cutime + cstime, in clock ticks
     start: int  # starttime (ticks after boot): with the PID, a process's identity
+    own: int = 0  # utime + stime alone (a thread's figure: cutime/cstime are its process's)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -60,7 +61,7 @@ def parse_stat(text: str) -> Stat:
     rest = text[right + 2:].split()  # rest[0] is field 3 (state)
     utime, stime, cutime, cstime = (int(x) for x in rest[11:15])
     return Stat(pid, int(rest[1]), text[left + 1:right], rest[0],
-                utime + stime + cutime + cstime, int(rest[19]))
+                utime + stime + cutime + cstime, int(rest[19]), utime + stime)
 
 
 class Proc:
@@ -91,6 +92,36 @@ class Proc:
         except (OSError, ValueError, IndexError):
             pass
         return 0
+
+    def pss_parts(self, pid: int) -> dict[str, int]:
+        """Every Pss* line of /proc/PID/smaps_rollup in kB (Pss, Pss_Anon, Pss_File,
+        Pss_Shmem, ...): what of a process's share is its own heap and what mapped files."""
+        out: dict[str, int] = {}
+        try:
+            for line in (self.root / str(pid) / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss"):
+                    name, value = line.split(":", 1)
+                    out[name] = int(value.split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+        return out
+
+    def threads(self, pid: int) -> dict[str, tuple[int, int]]:
+        """Thread name -> (threads of that name, their utime + stime ticks summed), from
+        /proc/PID/task/*/stat."""
+        out: dict[str, tuple[int, int]] = {}
+        try:
+            tids = os.listdir(self.root / str(pid) / "task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                stat = parse_stat((self.root / str(pid) / "task" / tid / "stat").read_text())
+            except (OSError, ValueError, IndexError):
+                continue
+            count, ticks = out.get(stat.comm, (0, 0))
+            out[stat.comm] = (count + 1, ticks + stat.own)
+        return out
 
     def cmdline(self, pid: int) -> list[str]:
         try:

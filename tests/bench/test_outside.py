@@ -163,3 +163,17 @@ def test_a_containerd_instance_is_its_daemon_and_the_shims_of_its_socket(tmp_pat
     proc = outside.Proc(tmp_path)
     select = outside.containerd_selector("/a/run/containerd.sock", lambda: 30, proc)
     assert select(proc.stats()) == {30, 31}
+
+
+def test_threads_are_summed_by_name_with_their_own_ticks_and_pss_is_split(
+        tmp_path: Path) -> None:
+    write_proc(tmp_path, 10, 1, "pv-pleg", (0, 0, 0, 0), pss_kb=3000)
+    for tid, comm, ticks in ((10, "pv-pleg", (5, 1, 70, 70)),
+                             (11, "grpc_global_tim", (2, 2, 70, 70)),
+                             (12, "grpc_global_tim", (1, 0, 70, 70))):
+        (tmp_path / "10" / "task" / str(tid)).mkdir(parents=True)
+        write_proc(tmp_path / "10" / "task", tid, 1, comm, ticks)
+    proc = outside.Proc(tmp_path)
+    # cutime/cstime of a thread are its process's: not a thread's own
+    assert proc.threads(10) == {"pv-pleg": (1, 6), "grpc_global_tim": (2, 5)}
+    assert proc.pss_parts(10) == {"Pss": 3000, "Pss_Anon": 1}
