@@ -67,8 +67,8 @@ NODE = "bench"
 SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 POD_LOGS = Path("/var/log/pods")  # where a kubelet before 1.29 writes the containers' logs
-ABSENT = ("no kubelet binary on this machine (Debian packages only kubectl, as "
-          "kubernetes-client)")
+ABSENT = ("no kubelet binary on this machine: Debian packages only kubectl, as "
+          "kubernetes-client")
 
 
 def needs(env: dict[str, str] | None = None) -> str:
