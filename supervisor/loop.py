@@ -37,6 +37,7 @@ from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.eventstore import EventStore
+from podvisor.supervisor.faults import FaultTable
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.process import SupervisedProcess
@@ -96,6 +97,8 @@ class Agent:
         self.started_at = parts.wall()
         self.control: ControlServer | None = None
         self.events = parts.events
+        self.faults = FaultTable(parts.sup, RunPaths(Path(parts.config.root_dir)).faults_file,
+                                 parts.events, parts.log, parts.clock, parts.wall)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
@@ -119,6 +122,7 @@ class Agent:
             return
         syncloop = self.sup.procs.get("syncloop")
         self.p.log.info("agent.shutdown", stop_pods=pods)
+        self.faults.clear()  # a stopped process resumes (to stop), a cut bus heals
         if pods and syncloop is not None and syncloop.alive:
             self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
             self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
@@ -301,8 +305,10 @@ class Agent:
         self._drain_heartbeats()  # before tick: staleness is judged on every beat received
         persist = self.events.next_deadline() if self.events is not None else None
         quiet = None if self._events_polled() else self._events_quiet_until
+        self.faults.expire()
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
-                                 persist, self._beats_due(), quiet) if d is not None]
+                                 persist, self._beats_due(), quiet, self.faults.next_expiry())
+                     if d is not None]
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
@@ -368,6 +374,7 @@ class Agent:
         return report.exit_code
 
     def close(self) -> None:
+        self.faults.close()
         signal.set_wakeup_fd(-1)
         if self._beat_files is not None:
             self._beat_files.close()

@@ -30,6 +30,7 @@ class RuntimeService:
                                  fresh=(PROBE_EVERY + DEADLINE) * interval,
                                  deadline=DEADLINE * interval)
         self.loop.beat_while(self.probe.answering)
+        self.loop.on_faults(server.faults.set)  # injected cri faults (faultgate.py)
         self._answering: bool | None = None  # what was last logged (None: no answer yet)
 
     def run(self) -> None:

@@ -19,6 +19,7 @@ from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import MAX_SOCKET_PATH
 from podvisor.ipc.rlimits import raise_nofile_limit
 from podvisor.services.runtime.engine import Engine
+from podvisor.services.runtime.faultgate import CriFaults, FaultInterceptor
 from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer, exec_command_of
 from podvisor.services.runtime.streaming import StreamingServer
 
@@ -67,8 +68,10 @@ def _add_passing_bytes(server: Any, add: Callable[[Any, Any], None], servicer: A
 class RuntimeServer:
     def __init__(self, root: Path, socket_path: Path, log: Logger,
                  registries: Mapping[str, Any] | None = None,
-                 crash: CrashPoints = NEVER) -> None:
-        """``crash``: fault-injection tests' crash points (engine.py ``STEPS``)."""
+                 crash: CrashPoints = NEVER, faults: CriFaults | None = None) -> None:
+        """``crash``: fault-injection tests' crash points (engine.py ``STEPS``); ``faults``:
+        the injected ``cri`` faults its servicer applies (``faultgate.py``)."""
+        self.faults = faults or CriFaults()
         self.root = root
         self.socket_path = socket_path
         self.log = log
@@ -93,6 +96,7 @@ class RuntimeServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
+            interceptors=[FaultInterceptor(self.faults)],
         )
         stubs: Any = pb_grpc
         self.streaming = StreamingServer(self.engine_exec_command, self.log,
@@ -126,6 +130,7 @@ class RuntimeServer:
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving. Containers and their monitors keep running."""
         self.engine.events.close_all()
+        self.faults.close()
         if self.streaming is not None:
             self.streaming.stop()
             self.streaming = None

@@ -1,0 +1,248 @@
+"""Injected faults (issue 28): the request `fault-inject` carries, its validation, the fault in
+force with its id, and the file that tells every process which faults are in force.
+
+The one definition, below every speaker: ``podvisorctl fault``, the ``podvisor.testing`` plugin,
+chaos and the ops dashboard build a ``FaultSpec`` (or its wire map) and send it as the
+``fault-inject`` control request (``ipc/control.py``); the supervisor validates it here
+(``spec_from_args``), gives it an id and keeps it (``ActiveFault``) until it is cleared or its
+duration runs out, and writes the faults in force to ``run/faults/faults.json``
+(``write_faults``). Each process reads that file at start and whenever it changes
+(``common/faultwatch.py``, inotify) and applies the faults aimed at it through its own seams:
+its bus sockets (``ipc/busgate.py``), the embedded runtime's gRPC servicer. So a restarted
+process gets its fault again until it is cleared or expires, and the faults never travel on
+the bus they may be cutting.
+
+Kinds (``KINDS``), what ``target`` names and the fields each reads:
+
+- ``bus``, target a subsystem: ``action`` drop / delay / duplicate, ``direction`` send / recv /
+  both, ``delay`` (s), ``topics`` (prefixes; none: every message), ``rate``;
+- ``cri``, target ``runtime`` (the embedded runtime): ``action`` latency / error / hang,
+  ``methods`` (CRI method names; none: all), ``delay`` (s), ``code`` (a gRPC status name, for
+  error), ``rate``;
+- ``kill``, target a subsystem: ``signal`` (default KILL); instant: no duration;
+- ``stop``, target a subsystem: SIGSTOP now, SIGCONT when cleared or expired.
+
+Wire form of a request's args: ``{"kind", "target", "action"?, "direction"?, "methods"?,
+"topics"?, "delay"?, "code"?, "rate"?, "signal"?, "for"?}`` (``for``: seconds; absent or 0:
+until cleared). A fault in force: ``{"id", "started", "expires", "spec": {...the same...}}``
+(wall-clock epoch seconds; ``expires`` null: until cleared).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BUS_ACTIONS",
+    "CRI_ACTIONS",
+    "DIRECTIONS",
+    "GRPC_CODES",
+    "KINDS",
+    "ActiveFault",
+    "FaultSpec",
+    "FaultSpecError",
+    "read_faults",
+    "spec_from_args",
+    "write_faults",
+]
+
+KINDS = ("bus", "cri", "kill", "stop")
+BUS_ACTIONS = ("drop", "delay", "duplicate")
+DIRECTIONS = ("send", "recv", "both")
+CRI_ACTIONS = ("latency", "error", "hang")
+# grpc.StatusCode's names (ipc imports no gRPC); OK is no fault
+GRPC_CODES = ("CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+              "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+              "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+              "UNAUTHENTICATED")
+MAX_DURATION = 24 * 3600.0
+MAX_DELAY = 600.0
+FILE_VERSION = 1
+
+
+class FaultSpecError(ValueError):
+    """A fault request that does not say a fault podvisor can inject (the message says why)."""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """What to inject, where, and for how long (``duration`` seconds; 0: until cleared)."""
+
+    kind: str
+    target: str
+    action: str = ""
+    direction: str = "both"
+    methods: tuple[str, ...] = ()
+    topics: tuple[str, ...] = ()
+    delay: float = 0.0
+    code: str = ""
+    rate: float = 1.0
+    signal: str = ""
+    duration: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"kind": self.kind, "target": self.target}
+        if self.kind in ("bus", "cri"):
+            wire.update(action=self.action, delay=self.delay, rate=self.rate)
+        if self.kind == "bus":
+            wire.update(direction=self.direction, topics=list(self.topics))
+        if self.kind == "cri":
+            wire.update(methods=list(self.methods), code=self.code)
+        if self.kind == "kill":
+            wire["signal"] = self.signal
+        if self.duration:
+            wire["for"] = self.duration
+        return wire
+
+    def describe(self) -> str:
+        """One line for events, logs and `fault list`."""
+        what = {
+            "bus": lambda: f"{self.action} {self.direction}"
+                           + (f" {self.delay:g}s" if self.action == "delay" else "")
+                           + (f" topics {','.join(self.topics)}" if self.topics else ""),
+            "cri": lambda: self.action
+                           + (f" {self.delay:g}s" if self.action == "latency" else "")
+                           + (f" {self.code}" if self.action == "error" else "")
+                           + (f" on {','.join(self.methods)}" if self.methods
+                              else " on every call"),
+            "kill": lambda: f"SIG{self.signal}",
+            "stop": lambda: "SIGSTOP",
+        }[self.kind]()
+        rate = f" ({self.rate:.0%})" if self.kind in ("bus", "cri") and self.rate < 1 else ""
+        return f"{self.kind} {self.target}: {what}{rate}"
+
+
+@dataclass(frozen=True)
+class ActiveFault:
+    """A fault in force: its id (``f<n>``), when it started and when it ends (wall clock;
+    ``expires`` None: until cleared)."""
+
+    id: str
+    spec: FaultSpec
+    started: float
+    expires: float | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "spec": self.spec.to_wire(), "started": self.started,
+                "expires": self.expires}
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> ActiveFault:
+        """Raises FaultSpecError for a map that is not one."""
+        spec = raw.get("spec")
+        if not isinstance(raw.get("id"), str) or not isinstance(spec, Mapping):
+            raise FaultSpecError("a fault needs an 'id' and a 'spec'")
+        started, expires = raw.get("started"), raw.get("expires")
+        if not _number(started) or not (expires is None or _number(expires)):
+            raise FaultSpecError("a fault's 'started'/'expires' must be numbers")
+        return cls(raw["id"], spec_from_args(spec), float(started),
+                   None if expires is None else float(expires))
+
+
+def _number(raw: object) -> bool:
+    return isinstance(raw, int | float) and not isinstance(raw, bool)
+
+
+def _seconds(args: Mapping[str, Any], key: str, limit: float) -> float:
+    raw = args.get(key, 0)
+    if not _number(raw) or not 0 <= float(raw) <= limit:
+        raise FaultSpecError(f"'{key}' must be seconds between 0 and {limit:g}")
+    return float(raw)
+
+
+def _choice(args: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = args.get(key) or default
+    if raw not in allowed:
+        raise FaultSpecError(f"'{key}' must be one of {', '.join(allowed)} (not {raw!r})")
+    return str(raw)
+
+
+def _names(args: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    raw = args.get(key) or ()
+    if isinstance(raw, str):
+        raw = [part for part in raw.split(",") if part]
+    if not isinstance(raw, list | tuple) or not all(isinstance(x, str) and x for x in raw):
+        raise FaultSpecError(f"'{key}' must be a list of names")
+    return tuple(raw)
+
+
+_KEYS = {
+    "bus": {"action", "direction", "topics", "delay", "rate", "for"},
+    "cri": {"action", "methods", "delay", "code", "rate", "for"},
+    "kill": {"signal"},
+    "stop": {"for"},
+}
+
+
+def spec_from_args(args: Mapping[str, Any]) -> FaultSpec:
+    """The ``FaultSpec`` a ``fault-inject`` request's args say; FaultSpecError naming the first
+    thing wrong. Which targets exist is the supervisor's to check (BAD_NAME)."""
+    kind = args.get("kind")
+    if kind not in KINDS:
+        raise FaultSpecError(f"'kind' must be one of {', '.join(KINDS)} (not {kind!r})")
+    target = args.get("target")
+    if not isinstance(target, str) or not target:
+        raise FaultSpecError("'target' (what the fault hits) is required")
+    unknown = sorted(set(args) - _KEYS[kind] - {"kind", "target"})
+    if unknown:
+        raise FaultSpecError(f"a {kind} fault takes no {', '.join(map(repr, unknown))}")
+    spec = FaultSpec(kind=kind, target=target, duration=_seconds(args, "for", MAX_DURATION))
+    rate = args.get("rate", 1.0)
+    if kind in ("bus", "cri") and (not _number(rate) or not 0 < float(rate) <= 1):
+        raise FaultSpecError("'rate' must be a share of the traffic, above 0 and at most 1")
+    if kind == "bus":
+        action = _choice(args, "action", BUS_ACTIONS, "drop")
+        delay = _seconds(args, "delay", MAX_DELAY)
+        if action == "delay" and not delay:
+            raise FaultSpecError("a delay fault needs 'delay' (seconds, above 0)")
+        return replace(spec, action=action, direction=_choice(args, "direction", DIRECTIONS,
+                                                                "both"),
+                       topics=_names(args, "topics"), delay=delay, rate=float(rate))
+    if kind == "cri":
+        action = _choice(args, "action", CRI_ACTIONS, "latency")
+        delay = _seconds(args, "delay", MAX_DELAY)
+        if action == "latency" and not delay:
+            raise FaultSpecError("a latency fault needs 'delay' (seconds, above 0)")
+        code = str(args.get("code") or ("UNAVAILABLE" if action == "error" else ""))
+        if action == "error" and code not in GRPC_CODES:
+            raise FaultSpecError(f"'code' must be a gRPC status name ({', '.join(GRPC_CODES)})")
+        return replace(spec, action=action, methods=_names(args, "methods"), delay=delay,
+                       code=code if action == "error" else "", rate=float(rate))
+    if kind == "kill":
+        sig = args.get("signal") or "KILL"
+        if not isinstance(sig, str | int) or isinstance(sig, bool):
+            raise FaultSpecError("'signal' must be a signal name or number")
+        return replace(spec, signal=str(sig).upper().removeprefix("SIG"))
+    return spec
+
+
+def read_faults(path: Path) -> tuple[ActiveFault, ...]:
+    """The faults in force as ``path`` says (none when it is missing or unreadable: a process
+    never fails for want of a fault)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(doc, dict) or doc.get("v") != FILE_VERSION:
+        return ()
+    out = []
+    for raw in doc.get("faults") or ():
+        if isinstance(raw, Mapping):
+            with contextlib.suppress(FaultSpecError):
+                out.append(ActiveFault.from_wire(raw))
+    return tuple(out)
+
+
+def write_faults(path: Path, faults: tuple[ActiveFault, ...] | list[ActiveFault]) -> None:
+    """Replace ``path`` atomically (write, then rename: a reader sees the old set or the new)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"v": FILE_VERSION, "faults": [f.to_wire() for f in faults]}),
+                   encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,140 @@
+"""The faults in force (issue 28): the supervisor's table of injected faults.
+
+``inject`` gives a validated ``FaultSpec`` (``ipc/faults.py``) an id (``f1``, ``f2``, ...),
+applies what the supervisor applies itself (``kill``: the signal, at once and once; ``stop``:
+SIGSTOP now, SIGCONT at the end), records an event, and rewrites ``run/faults/faults.json``, from
+which every process takes the faults aimed at it (``common/faultwatch.py``) and applies them
+through its own seams. ``expire(now)`` ends the faults whose duration ran out (the loop calls it
+and wakes for ``next_expiry()``); ``clear`` ends one or all at once. Each end is an event too
+(``FaultCleared``, with how long it lasted and why it ended), so ``podvisorctl events`` shows
+every fault's start and end. The file is emptied when the agent starts and when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from podvisor.common.logs import EventLog
+from podvisor.ipc.faults import ActiveFault, FaultSpec, write_faults
+from podvisor.ipc.messages import Event
+from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.eventstore import EventStore
+
+__all__ = ["FaultTable"]
+
+INSTANT = ("kill",)  # applied once, at once: in force for no time
+
+
+@dataclass
+class _Entry:
+    fault: ActiveFault
+    ends_at: float | None  # monotonic
+    pid: int | None = None  # stop: the incarnation that was stopped
+
+
+class FaultTable:
+    """One thread (the supervisor's loop)."""
+
+    def __init__(self, sup: Supervisor, path: Path, events: EventStore | None, log: EventLog,
+                 clock: Callable[[], float], wall: Callable[[], float]) -> None:
+        self._sup = sup
+        self._path = path
+        self._events = events
+        self._log = log
+        self._clock = clock
+        self._wall = wall
+        self._entries: dict[str, _Entry] = {}
+        self._next = 1
+        self._write()
+
+    def active(self) -> list[ActiveFault]:
+        return [e.fault for e in self._entries.values()]
+
+    def inject(self, spec: FaultSpec) -> ActiveFault:
+        """Apply ``spec`` (its target known to be a process). Raises ProcessLookupError when a
+        signal cannot be delivered (the process is not running)."""
+        fid = f"f{self._next}"
+        wall = self._wall()
+        timed = spec.duration and spec.kind not in INSTANT
+        fault = ActiveFault(fid, spec, wall, wall + spec.duration if timed else None)
+        entry = _Entry(fault, self._clock() + spec.duration if timed else None)
+        if spec.kind == "kill":
+            self._sup.kill(spec.target, signal.Signals[f"SIG{spec.signal}"])
+        elif spec.kind == "stop":
+            entry.pid = self._sup.kill(spec.target, signal.SIGSTOP).pid
+        self._next += 1
+        self._record("Warning", "FaultInjected", fault,
+                     f"{fid} {spec.describe()}"
+                     + (f" for {spec.duration:g}s" if timed else
+                        "" if spec.kind in INSTANT else " until cleared"))
+        self._log.warning("fault.injected", fault=fid, kind=spec.kind, target=spec.target,
+                          what=spec.describe(), duration=spec.duration)
+        if spec.kind in INSTANT:
+            self._record("Normal", "FaultCleared", fault, f"{fid} {spec.describe()}: done")
+            return fault
+        self._entries[fid] = entry
+        self._write()
+        return fault
+
+    def clear(self, fid: str | None = None) -> list[ActiveFault]:
+        """End fault ``fid`` (None: every fault); the faults ended."""
+        ids = list(self._entries) if fid is None else [fid] if fid in self._entries else []
+        return self._end(ids, "cleared")
+
+    def expire(self) -> list[ActiveFault]:
+        now = self._clock()
+        return self._end([fid for fid, e in self._entries.items()
+                          if e.ends_at is not None and e.ends_at <= now], "expired")
+
+    def next_expiry(self) -> float | None:
+        return min((e.ends_at for e in self._entries.values() if e.ends_at is not None),
+                   default=None)
+
+    def _end(self, ids: list[str], why: str) -> list[ActiveFault]:
+        ended = []
+        for fid in ids:
+            entry = self._entries.pop(fid)
+            spec = entry.fault.spec
+            if spec.kind == "stop":
+                self._resume(spec.target, entry.pid)
+            lasted = self._wall() - entry.fault.started
+            self._record("Normal", "FaultCleared", entry.fault,
+                         f"{fid} {spec.describe()}: {why} after {lasted:.1f}s")
+            self._log.info("fault.cleared", fault=fid, kind=spec.kind, target=spec.target,
+                           why=why, lasted=round(lasted, 3))
+            ended.append(entry.fault)
+        if ended:
+            self._write()
+        return ended
+
+    def _resume(self, name: str, pid: int | None) -> None:
+        """SIGCONT the incarnation that was stopped, if it still runs (a replacement never was
+        stopped)."""
+        proc = self._sup.procs.get(name)
+        if proc is None or pid is None or proc.pid != pid or not proc.alive:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self._sup.kill(name, signal.SIGCONT)
+
+    def _record(self, kind: str, reason: str, fault: ActiveFault, message: str) -> None:
+        if self._events is None:
+            return
+        wall = self._wall()
+        self._events.add(Event(type=kind, reason=reason, message=message,
+                               object={"kind": "Fault", "name": fault.id,
+                                       "fieldPath": fault.spec.target},
+                               source="supervisor", first_ts=wall, last_ts=wall))
+
+    def _write(self) -> None:
+        try:
+            write_faults(self._path, self.active())
+        except OSError as exc:
+            self._log.error("fault.file_failed", file=str(self._path), error=str(exc))
+
+    def close(self) -> None:
+        """The agent stops: resume what was stopped, and leave no fault in force on disk."""
+        self.clear()
