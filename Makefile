@@ -20,10 +20,10 @@ run: venv
 	$(VENV)/bin/podvisor run --config $(CONFIG)
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of
-# symlinks that spells the installed layout (podvisor/{cli,supervisor,ipc,common,services}).
+# symlinks that spells the installed layout (podvisor/{cli,supervisor,ipc,common,services,testing}).
 typecheck: venv
 	rm -rf .typecheck && mkdir -p .typecheck/podvisor
-	for d in cli supervisor ipc common services; do ln -s ../../$$d .typecheck/podvisor/$$d; done
+	for d in cli supervisor ipc common services testing; do ln -s ../../$$d .typecheck/podvisor/$$d; done
 	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p podvisor
 
 # lint-imports: the layering contracts in pyproject.toml ([tool.importlinter]).
