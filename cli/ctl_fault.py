@@ -75,14 +75,23 @@ def fault_args(ns: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return "fault-inject", args
 
 
+def _detail(spec: dict[str, Any]) -> str:
+    parts = []
+    for key, value in sorted(spec.items()):
+        if key in ("kind", "target", "for") or value in ("", [], None, 0, 0.0) or (
+                key == "rate" and value == 1):
+            continue
+        parts.append(f"{key}={','.join(value) if isinstance(value, list) else value}")
+    return " ".join(parts)
+
+
 def _row(fault: dict[str, Any]) -> tuple[str, ...]:
     spec = fault.get("spec") or {}
     expires = fault.get("expires")
-    detail = " ".join(f"{k}={v}" for k, v in sorted(spec.items())
-                      if k not in ("kind", "target", "for") and v not in ("", [], None))
+    ends = ("instant" if spec.get("kind") == "kill" else
+            "until cleared" if expires is None else rfc3339(float(expires)))
     return (str(fault.get("id", "")), str(spec.get("kind", "")), str(spec.get("target", "")),
-            rfc3339(float(fault.get("started") or 0)),
-            "until cleared" if expires is None else rfc3339(float(expires)), detail)
+            rfc3339(float(fault.get("started") or 0)), ends, _detail(spec))
 
 
 def format_faults(cmd: str, result: dict[str, Any]) -> str:

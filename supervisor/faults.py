@@ -128,6 +128,9 @@ class FaultTable:
                                object={"kind": "Fault", "name": fault.id,
                                        "fieldPath": fault.spec.target},
                                source="supervisor", first_ts=wall, last_ts=wall))
+        # kept now, not at the loop's next drain of bus events (the store's next deadline is
+        # the interval after its last write: there must be one)
+        self._events.persist()
 
     def _write(self) -> None:
         try:
