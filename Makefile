@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONFIG ?= deploy/podvisor.yaml
 
-.PHONY: venv run test test-deps lint typecheck soak bench clean
+.PHONY: venv run test test-deps lint typecheck soak bench clean example
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test-deps:
 
 test: test-deps lint
 	$(VENV)/bin/pytest -q
+
+# issue 28: docs/examples/test_workload.py with podvisor installed in a fresh venv (.ci/run too)
+example:
+	bash .ci/example.sh
 
 soak: venv
 	$(VENV)/bin/pytest -q -m slow

@@ -17,7 +17,12 @@ seconds, one fault at a time at random (seeded) moments, each followed by waitin
 - ``burst-kill``: ``--burst`` new pods written at once, and kill -9 of the runtime or the sync
   loop (``--burst-target``, else either, seeded) once the first of them run (``--burst-after``,
   else 1 to half the burst); then every burst pod must run exactly once with no restart
-  counted, and once its manifests are removed no process of theirs may be left (issue 22).
+  counted, and once its manifests are removed no process of theirs may be left (issue 22);
+- ``bus`` and ``cri`` (issue 28, ``chaos_faults.py``): injected through the agent's control
+  endpoint as ``podvisorctl fault inject`` does, each ending by itself: a subsystem's bus
+  traffic dropped (a partition), delayed or duplicated, with a container killed behind a
+  partition of PLEG; the embedded runtime slowed, failing chosen methods, or hung (then it must
+  be found hung and replaced).
 
 ``--faults KIND,...`` draws only from those kinds; ``--rounds N`` stops after N faults (before
 ``--duration`` is over): ``--faults burst-kill --rounds 20 --burst 40 --burst-after 5
@@ -51,7 +56,10 @@ must be 0 (exit status 1 otherwise):
   `podvisorctl shutdown --pods` returned and the agent exited (they are then killed by PID);
 - ``orphans_after_removal``: processes of burst pods still alive once their manifests were
   removed and the pods left /pods (then killed by PID). A burst pod's extra processes count in
-  ``duplicate_containers``, its restarts in ``restarts_without_cause``.
+  ``duplicate_containers``, its restarts in ``restarts_without_cause``;
+- ``partition_death_missed``: a container killed while PLEG was partitioned and not started
+  again within ``syncFrequency`` + 30 s (the sync loop must notice it without PLEG);
+- ``cri_hang_not_replaced``: a hung runtime the supervisor did not replace.
 
 Figures: recovery seconds per fault kind and subsystem (p50/max; ``kill``: from the kill to the
 subsystem RUNNING again under a new PID; ``stop``: from SIGSTOP to RUNNING and not stopped;
@@ -84,9 +92,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 import zmq
 
+from podvisor.cli.chaos_faults import fault_bus, fault_cri
 from podvisor.cli.ctl_pods import get_podlist
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
@@ -95,6 +103,7 @@ from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.maps import MapValueError, PodStatus
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.registry import resolve_specs
+from podvisor.testing.agent import AgentProcess, processes_of_root
 
 __all__ = ["ChaosOptions", "main_chaos", "run_chaos"]
 
@@ -102,11 +111,14 @@ NODE = "chaos"
 MARKER = "PODVISOR_CHAOS"
 CAUSE_WINDOW = 20.0  # seconds after a container kill in which its pod may go NotReady
 HEARTBEAT_TIMEOUT = 3.0  # the private agent's supervision.defaults.heartbeatTimeout
+SYNC_FREQUENCY = 10.0  # the private agent's syncFrequency: a partitioned PLEG's death is found
 RECOVERY_TIMEOUT = 60.0
 CONVERGE_TIMEOUT = 90.0
 INVARIANTS = ("pods_lost", "restarts_without_cause", "restarts_missed", "duplicate_containers",
-              "ready_lost_without_cause", "processes_left", "orphans_after_removal")
-FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2))
+              "ready_lost_without_cause", "processes_left", "orphans_after_removal",
+              "partition_death_missed", "cri_hang_not_replaced")
+FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2),
+          ("bus", 2), ("cri", 2))
 BURST_TARGETS = ("runtime", "syncloop")
 MANIFEST = """apiVersion: v1
 kind: Pod
@@ -200,11 +212,6 @@ def _free_port() -> int:
         return port
 
 
-def _agent_argv(config: Path) -> list[str]:
-    return [sys.executable, "-c", "import sys; from podvisor.cli.agent import main; "
-            "sys.exit(main())", "run", "--config", str(config)]
-
-
 class BusCounter:
     """Counts the messages a subscriber receives and the sequence numbers it never saw.
 
@@ -256,6 +263,21 @@ class BusCounter:
         self.zctx.destroy(linger=0)
 
 
+class Deck:
+    """Draws ``cards`` in a seeded shuffled order, reshuffling when it runs out."""
+
+    def __init__(self, rng: random.Random, cards: list[str]) -> None:
+        self._rng = rng
+        self._cards = list(cards)
+        self._left: list[str] = []
+
+    def draw(self) -> str:
+        if not self._left:
+            self._left = list(self._cards)
+            self._rng.shuffle(self._left)
+        return self._left.pop()
+
+
 @dataclass(frozen=True)
 class Limits:
     """A subsystem's supervision limits that bound the faults chaos may inject into it."""
@@ -278,6 +300,7 @@ class Chaos:
         self.limits: dict[str, Limits] = {}  # by subsystem; default Limits() when absent
         self.faulted: dict[str, list[float]] = defaultdict(list)  # subsystem -> fault times
         self.written: list[Path] = []  # manifests chaos wrote (removed at the end)
+        self.attached_sync_frequency = SYNC_FREQUENCY
         if opts.root_dir is not None:
             try:
                 self._attach(opts.root_dir)
@@ -291,15 +314,15 @@ class Chaos:
             self.port = _free_port()
             self.address = "127.0.0.1"
             self.node = NODE
-            self.config.write_text(yaml.safe_dump({
+        # the agent: the plugin's core (podvisor.testing), started by run(); None attached
+        self.agent: AgentProcess | None = None if self.attached else AgentProcess(
+            self.tmp, {
                 "rootDir": str(self.paths.root), "nodeName": NODE,
                 "staticPodPath": str(self.manifests), "readOnlyPort": self.port,
-                "stopPodsOnExit": False,
+                "stopPodsOnExit": False, "syncFrequency": f"{SYNC_FREQUENCY:g}s",
                 "supervision": {"defaults": {"heartbeatTimeout": f"{HEARTBEAT_TIMEOUT:g}s",
                                              "intensity": 10000, "intensityPeriod": "60s"}},
-            }), encoding="utf-8")
-        self.log = (self.tmp / "agent.log").open("ab")
-        self.proc: subprocess.Popen[bytes] | None = None
+            }, env=dict(os.environ), start=False, new_session=False)
         self.control = ControlClient(self.paths.control, timeout=5.0)
         prefix = f"chaos-{os.getpid()}-" if self.attached else "chaos"
         self.names = [f"{prefix}{i}" for i in range(opts.pods)]
@@ -314,6 +337,8 @@ class Chaos:
         self.stop_sampling = threading.Event()
         self.sampler: threading.Thread | None = None
         self.bus: BusCounter | None = None
+        self.bus_deck = Deck(self.rng, ["partition-pleg", "drop", "delay", "duplicate"])
+        self.cri_deck = Deck(self.rng, ["hang", "latency", "error"])
 
     # --- the agent -------------------------------------------------------------------------
 
@@ -333,6 +358,7 @@ class Chaos:
         self.port = config.read_only_port
         self.address = "127.0.0.1" if config.address in ("", "0.0.0.0", "::") else config.address
         self.node = config.node_name
+        self.attached_sync_frequency = config.sync_frequency
         self.limits = {spec.name: Limits(spec.heartbeat_timeout, spec.intensity,
                                          spec.intensity_period, spec.backoff_reset_after)
                        for spec in resolve_specs(config)}
@@ -343,8 +369,8 @@ class Chaos:
             "pods were removed)")
 
     def start_agent(self) -> None:
-        self.proc = subprocess.Popen(_agent_argv(self.config), stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=self.log, cwd=str(self.tmp))
+        assert self.agent is not None
+        self.agent.start()
 
     def rows(self) -> dict[str, dict[str, Any]]:
         try:
@@ -389,9 +415,10 @@ class Chaos:
     def wait(self, what: str, predicate: Any, timeout: float, interval: float = 0.05) -> bool:
         deadline = _monotonic() + timeout
         while _monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"the agent exited {self.proc.returncode} while waiting for "
-                                   f"{what} (see {self.tmp / 'agent.log'})")
+            proc = None if self.agent is None else self.agent.proc
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"the agent exited {proc.returncode} while waiting for "
+                                   f"{what} (see {self.tmp / 'agent.stderr'})")
             if predicate():
                 return True
             time.sleep(interval)
@@ -420,22 +447,15 @@ class Chaos:
         """Every live process of this run: containers (marker) and, of a private agent, the
         agent's own processes (supervisor, subsystems, zygote, monitors: PODVISOR_ROOT_DIR or
         the config path). Attached to a user's agent: chaos's containers only."""
-        out = []
-        root = str(self.paths.root)
-        for proc in psutil.process_iter(["name", "cmdline"]):
-            if proc.pid == os.getpid():
-                continue
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                env = proc.environ()
-                cmd = " ".join(proc.info["cmdline"] or [])
-            except psutil.Error:
-                continue
-            if env.get(MARKER, "").startswith(f"{self.token}/") or (not self.attached and (
-                    env.get("PODVISOR_ROOT_DIR") == root or str(self.config) in cmd)):
-                out.append(proc)
-        return out
+        config = str(self.config)
+
+        def launched_here(proc: psutil.Process) -> bool:
+            with contextlib.suppress(psutil.Error):
+                return config in " ".join(proc.cmdline())
+            return False
+        return processes_of_root(None if self.attached else self.paths.root,
+                                 (MARKER, f"{self.token}/"),
+                                 None if self.attached else launched_here)
 
     def _sample(self) -> None:
         tick = 0
@@ -547,10 +567,9 @@ class Chaos:
             self.report.recovery["container"].append(_monotonic() - t0)
 
     def fault_supervisor(self) -> None:
-        assert self.proc is not None
+        assert self.agent is not None
         t0 = _monotonic()
-        self.proc.kill()
-        self.proc.wait()
+        self.agent.kill()
         if self.bus is not None:
             self.bus.forget()
         self.report.faults["supervisor"] += 1
@@ -617,6 +636,28 @@ class Chaos:
                                            f"{RECOVERY_TIMEOUT:g} s after kill -9 {name}")
         self._check_burst(burst)
         self._remove_burst(burst, paths)
+
+    # --- what the control-endpoint faults (chaos_faults.py) use ---------------------------
+
+    def fault_bus(self) -> None:
+        fault_bus(self)
+
+    def fault_cri(self) -> None:
+        fault_cri(self)
+
+    @staticmethod
+    def now() -> float:
+        return _monotonic()
+
+    @property
+    def sync_frequency(self) -> float:
+        return SYNC_FREQUENCY if self.agent is not None else self.attached_sync_frequency
+
+    def limits_of(self, name: str) -> Limits:
+        return self.limits.get(name, Limits())
+
+    def may_fault(self, name: str) -> bool:
+        return self._may_fault(name)
 
     def _may_fault(self, name: str) -> bool:
         """Fewer than ``intensity - 1`` faults of ``name`` within its ``intensityPeriod``."""
@@ -716,13 +757,14 @@ class Chaos:
         self.sampler.start()
         faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")
                   and (not self.opts.faults or f[0] in self.opts.faults)]
-        kinds = [k for k, _ in faults]
-        weights = [w for _, w in faults]
+        # drawn from a shuffled deck holding each kind as many times as its weight: seeded
+        # random, and every kind within each deck (a 60 s run goes through more than one)
+        deck = Deck(self.rng, [k for k, w in faults for _ in range(w)])
         end = _monotonic() + self.opts.duration
-        while _monotonic() < end and kinds and not (
+        while _monotonic() < end and faults and not (
                 self.opts.rounds and sum(self.report.faults.values()) >= self.opts.rounds):
             time.sleep(self.rng.uniform(0.2, 1.5))
-            kind = self.rng.choices(kinds, weights)[0]
+            kind = deck.draw()
             getattr(self, f"fault_{kind.replace('-', '_')}")()
         self.wait("the pods to converge", self.converged, CONVERGE_TIMEOUT, 0.2)
         self.stop_sampling.set()
@@ -775,14 +817,9 @@ class Chaos:
         if self.attached:
             self.detach()
             return
-        if self.proc is not None and self.proc.poll() is None:
-            ctl = [sys.executable, "-c", "import sys; from podvisor.cli.ctl import main; "
-                   "sys.exit(main())", "--root-dir", str(self.paths.root), "shutdown", "--pods"]
-            subprocess.run(ctl, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-                           timeout=180, check=False)
-            try:
-                self.proc.wait(180)
-            except subprocess.TimeoutExpired:
+        if self.agent is not None and self.agent.running:
+            self.agent.shutdown_pods()
+            if self.agent.running:
                 self.report.details.append("the agent did not exit within 180 s of shutdown")
         left = self.run_processes()
         self.report.invariants["processes_left"] = len(left)
@@ -797,15 +834,14 @@ class Chaos:
         if self.bus is not None:
             self.report.bus_drops, self.report.bus_messages = self.bus.drops, self.bus.messages
             self.bus.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.agent is not None:
+            self.agent.kill()
+            self.agent.stop()
         if self.attached:
             self.remove_manifests()  # the user's agent keeps running, without chaos's pods
         for proc in self.run_processes():  # never leave anything behind, whatever happened
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        self.log.close()
         if not self.opts.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -235,15 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     timeout = ns.timeout if ns.timeout is not None else (
         120.0 if ns.cmd in WAITING_COMMANDS else 5.0)
     client = ControlClient(endpoint, timeout=timeout)
-    command, args = ns.cmd, _args_for(ns)
+    name, call_args = ns.cmd, _args_for(ns)
     if ns.cmd == "fault":
         try:
-            command, args = fault_args(ns)
+            name, call_args = fault_args(ns)
         except ValueError as exc:
             print(f"podvisorctl: {exc}", file=sys.stderr)
             return 2
     try:
-        result = client.call(command, **args)
+        result = client.call(name, **call_args)
     except AgentNotRunning as exc:
         if ns.cmd == "shutdown" and ns.pods and ns.endpoint is None:
             from podvisor.cli.ctl_stoppods import main_stop_pods

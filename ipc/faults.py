@@ -102,18 +102,17 @@ class FaultSpec:
 
     def describe(self) -> str:
         """One line for events, logs and `fault list`."""
-        what = {
-            "bus": lambda: f"{self.action} {self.direction}"
-                           + (f" {self.delay:g}s" if self.action == "delay" else "")
-                           + (f" topics {','.join(self.topics)}" if self.topics else ""),
-            "cri": lambda: self.action
-                           + (f" {self.delay:g}s" if self.action == "latency" else "")
-                           + (f" {self.code}" if self.action == "error" else "")
-                           + (f" on {','.join(self.methods)}" if self.methods
-                              else " on every call"),
-            "kill": lambda: f"SIG{self.signal}",
-            "stop": lambda: "SIGSTOP",
-        }[self.kind]()
+        if self.kind == "bus":
+            what = f"{self.action} {self.direction}"
+            what += f" {self.delay:g}s" if self.action == "delay" else ""
+            what += f" topics {','.join(self.topics)}" if self.topics else ""
+        elif self.kind == "cri":
+            what = self.action
+            what += f" {self.delay:g}s" if self.action == "latency" else ""
+            what += f" {self.code}" if self.action == "error" else ""
+            what += f" on {','.join(self.methods)}" if self.methods else " on every call"
+        else:
+            what = f"SIG{self.signal}" if self.kind == "kill" else "SIGSTOP"
         rate = f" ({self.rate:.0%})" if self.kind in ("bus", "cri") and self.rate < 1 else ""
         return f"{self.kind} {self.target}: {what}{rate}"
 
@@ -139,7 +138,8 @@ class ActiveFault:
         if not isinstance(raw.get("id"), str) or not isinstance(spec, Mapping):
             raise FaultSpecError("a fault needs an 'id' and a 'spec'")
         started, expires = raw.get("started"), raw.get("expires")
-        if not _number(started) or not (expires is None or _number(expires)):
+        if not isinstance(started, int | float) or not (
+                expires is None or isinstance(expires, int | float)):
             raise FaultSpecError("a fault's 'started'/'expires' must be numbers")
         return cls(raw["id"], spec_from_args(spec), float(started),
                    None if expires is None else float(expires))

@@ -135,7 +135,9 @@ class AgentProcess:
             if row and row["state"] == state and (where is None or where(row)):
                 return row
             return None
-        return wait_until(check, timeout, 0.02, f"{name} to be {state}")
+        row = wait_until(check, timeout, 0.02, f"{name} to be {state}")
+        assert row is not None
+        return row
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         def up() -> bool:
@@ -195,15 +197,15 @@ class AgentProcess:
         return done
 
 
-def processes_of_root(root: Path, marker: tuple[str, str] | None = None,
+def processes_of_root(root: Path | None, marker: tuple[str, str] | None = None,
                       also: Callable[[psutil.Process], bool] | None = None
                       ) -> list[psutil.Process]:
     """Live processes of an agent's run, from the kernel's process table: those whose
     environment says ``PODVISOR_ROOT_DIR=<root>`` (supervisor children, the runtime's zygote and
     monitors), those carrying ``marker`` (an env name and a value prefix: containers a harness
-    marked), and those ``also`` accepts."""
+    marked), and those ``also`` accepts. ``root`` None: the marked and accepted ones only."""
     out = []
-    root_s = str(root)
+    root_s = None if root is None else str(root)
     for proc in psutil.process_iter(["name", "cmdline"]):
         if proc.pid == os.getpid():
             continue
@@ -213,7 +215,7 @@ def processes_of_root(root: Path, marker: tuple[str, str] | None = None,
             env = proc.environ()
         except psutil.Error:
             continue
-        if env.get("PODVISOR_ROOT_DIR") == root_s or (
+        if (root_s is not None and env.get("PODVISOR_ROOT_DIR") == root_s) or (
                 marker is not None and env.get(marker[0], "").startswith(marker[1])) or (
                 also is not None and also(proc)):
             out.append(proc)

@@ -11,9 +11,11 @@
 
 The agent is ``podvisor run`` on a temp rootDir with a static pod directory (the manifests
 ``apply`` writes), the embedded runtime (or ``NodeOptions.runtime``, e.g. containerd's socket),
-a read-only port on 127.0.0.1 for ``/pods`` and a 3 s heartbeat timeout (a hung subsystem is
-replaced within seconds). Every container ``apply`` writes carries ``PODVISOR_TESTING=<run>/<pod>/
-<container>`` in its environment, so the node finds its processes in the kernel's process
+a read-only port on 127.0.0.1 for ``/pods``, a 3 s heartbeat timeout (a hung subsystem is
+replaced within seconds) and a 10 s pod resync (``syncFrequency``; the kubelet's 1 m would make
+a test of a partitioned PLEG wait a minute for the sync loop to notice a death by itself).
+Every container ``apply`` writes carries ``PODVISOR_TESTING=<run>/<pod>/<container>`` in its
+environment, so the node finds its processes in the kernel's process
 table (not through the agent it is testing): that is how it counts duplicates and orphans and
 kills a container. Faults go through the agent's control endpoint, as ``podvisorctl fault``
 sends them, and are recorded as its events.
@@ -113,7 +115,7 @@ class Node:
         config: dict[str, Any] = {
             "nodeName": opts.node_name, "staticPodPath": str(self.manifests),
             "fileCheckFrequency": "1s", "readOnlyPort": self.port, "address": "127.0.0.1",
-            "port": 0, "opsPort": 0, "runtimeEndpoint": opts.runtime,
+            "port": 0, "opsPort": 0, "runtimeEndpoint": opts.runtime, "syncFrequency": "10s",
             "supervision": {"heartbeatInterval": "500ms",
                             "defaults": {"heartbeatTimeout": "3s", "intensity": 1000}},
         }
@@ -297,7 +299,8 @@ class Node:
     def clear(self, fault: ActiveFault | str | None = None) -> list[ActiveFault]:
         """End one fault (or its id), or every fault."""
         fid = fault.id if isinstance(fault, ActiveFault) else fault
-        result = self.agent.call("fault-clear", **({"id": fid} if fid else {}))
+        result = (self.agent.call("fault-clear", id=fid) if fid else
+                  self.agent.call("fault-clear"))
         return [ActiveFault.from_wire(f) for f in result["cleared"]]
 
     def faults(self) -> list[ActiveFault]:
@@ -350,8 +353,8 @@ class Node:
                 report.add("restarts_without_cause", f"{name}: {restarts} restarts, "
                            f"{self.kills[name]} kills", restarts - self.kills[name])
         for key, pids in sorted(self._marked().items()):
-            pod = key.split("/")[0]
-            if pod not in self.applied:
+            owner = key.split("/")[0]
+            if owner not in self.applied:
                 report.add("orphans", f"{key}: processes {pids} of a removed pod", len(pids))
             elif len(pids) > 1:
                 report.add("duplicate_containers", f"{key}: {len(pids)} processes {pids}",
