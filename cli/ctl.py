@@ -15,7 +15,8 @@
                                   rootDir/pod-logs; works while the agent is down)
       ops-password                the ops port's HTTP Basic password (user opsUsername)
       fault inject KIND TARGET [...] [--for DURATION] | fault list | fault clear [ID]
-                                  inject and clear faults: bus, cri, kill, stop (ctl_fault.py)
+                                  inject and clear faults: bus, cri, api, kill, stop
+                                  (ctl_fault.py)
       images [--json]             the runtime's images (ctl_images.py); `images pull REF
                                   [--creds USER:PASSWORD]`, `images rm REF...`,
                                   `images load FILE` (OCI archive or docker-archive)

@@ -47,7 +47,7 @@ class FaultWatch:
         return None if self._inotify is None else self._inotify.fileno()
 
     def _read(self) -> tuple[ActiveFault, ...]:
-        return tuple(f for f in read_faults(self._file) if f.spec.target == self.name)
+        return tuple(f for f in read_faults(self._file) if f.spec.aimed_at(self.name))
 
     def changed(self) -> bool:
         """Drain the watch; True when the faults aimed at this process changed."""

@@ -19,6 +19,10 @@ Kinds (``KINDS``), what ``target`` names and the fields each reads:
 - ``cri``, target ``runtime`` (the embedded runtime): ``action`` latency / error / hang,
   ``methods`` (CRI method names; none: all), ``delay`` (s), ``code`` (a gRPC status name, for
   error), ``rate``;
+- ``api``, target a process that talks to the API server, or ``apiserver`` (all of them):
+  ``action`` latency (``delay``) / error (``status``: 429 or a 5xx, default 503, instead of
+  an answer) / disconnect (watches are cut, open ones at once, new ones as they open) / gone
+  (each watch path gets one ``410 Gone`` ERROR event, the reflector relists), ``rate``;
 - ``kill``, target a subsystem: ``signal`` (default KILL); instant: no duration;
 - ``stop``, target a subsystem: SIGSTOP now, SIGCONT when cleared or expired.
 
@@ -39,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "API_ACTIONS",
+    "API_STATUSES",
+    "API_TARGET",
     "BUS_ACTIONS",
     "CRI_ACTIONS",
     "DIRECTIONS",
@@ -52,10 +59,13 @@ __all__ = [
     "write_faults",
 ]
 
-KINDS = ("bus", "cri", "kill", "stop")
+KINDS = ("bus", "cri", "api", "kill", "stop")
 BUS_ACTIONS = ("drop", "delay", "duplicate")
 DIRECTIONS = ("send", "recv", "both")
 CRI_ACTIONS = ("latency", "error", "hang")
+API_ACTIONS = ("latency", "error", "disconnect", "gone")
+API_TARGET = "apiserver"  # an api fault aimed at every process's API connection
+API_STATUSES = (429, 500, 502, 503, 504)
 # grpc.StatusCode's names (ipc imports no gRPC); OK is no fault
 GRPC_CODES = ("CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
               "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
@@ -82,14 +92,22 @@ class FaultSpec:
     topics: tuple[str, ...] = ()
     delay: float = 0.0
     code: str = ""
+    status: int = 0
     rate: float = 1.0
     signal: str = ""
     duration: float = 0.0
 
+    def aimed_at(self, process: str) -> bool:
+        """Whether ``process`` applies this fault (its target, or every API-facing process
+        for an ``api`` fault aimed at ``apiserver``)."""
+        return self.target == process or (self.kind == "api" and self.target == API_TARGET)
+
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"kind": self.kind, "target": self.target}
-        if self.kind in ("bus", "cri"):
+        if self.kind in ("bus", "cri", "api"):
             wire.update(action=self.action, delay=self.delay, rate=self.rate)
+        if self.kind == "api":
+            wire["status"] = self.status
         if self.kind == "bus":
             wire.update(direction=self.direction, topics=list(self.topics))
         if self.kind == "cri":
@@ -111,9 +129,14 @@ class FaultSpec:
             what += f" {self.delay:g}s" if self.action == "latency" else ""
             what += f" {self.code}" if self.action == "error" else ""
             what += f" on {','.join(self.methods)}" if self.methods else " on every call"
+        elif self.kind == "api":
+            what = self.action
+            what += f" {self.delay:g}s" if self.action == "latency" else ""
+            what += f" {self.status}" if self.action == "error" else ""
         else:
             what = f"SIG{self.signal}" if self.kind == "kill" else "SIGSTOP"
-        rate = f" ({self.rate:.0%})" if self.kind in ("bus", "cri") and self.rate < 1 else ""
+        rate = (f" ({self.rate:.0%})" if self.kind in ("bus", "cri", "api") and self.rate < 1
+                else "")
         return f"{self.kind} {self.target}: {what}{rate}"
 
 
@@ -175,6 +198,7 @@ def _names(args: Mapping[str, Any], key: str) -> tuple[str, ...]:
 _KEYS = {
     "bus": {"action", "direction", "topics", "delay", "rate", "for"},
     "cri": {"action", "methods", "delay", "code", "rate", "for"},
+    "api": {"action", "delay", "status", "rate", "for"},
     "kill": {"signal"},
     "stop": {"for"},
 }
@@ -194,7 +218,7 @@ def spec_from_args(args: Mapping[str, Any]) -> FaultSpec:
         raise FaultSpecError(f"a {kind} fault takes no {', '.join(map(repr, unknown))}")
     spec = FaultSpec(kind=kind, target=target, duration=_seconds(args, "for", MAX_DURATION))
     rate = args.get("rate", 1.0)
-    if kind in ("bus", "cri") and (not _number(rate) or not 0 < float(rate) <= 1):
+    if kind in ("bus", "cri", "api") and (not _number(rate) or not 0 < float(rate) <= 1):
         raise FaultSpecError("'rate' must be a share of the traffic, above 0 and at most 1")
     if kind == "bus":
         action = _choice(args, "action", BUS_ACTIONS, "drop")
@@ -214,6 +238,16 @@ def spec_from_args(args: Mapping[str, Any]) -> FaultSpec:
             raise FaultSpecError(f"'code' must be a gRPC status name ({', '.join(GRPC_CODES)})")
         return replace(spec, action=action, methods=_names(args, "methods"), delay=delay,
                        code=code if action == "error" else "", rate=float(rate))
+    if kind == "api":
+        action = _choice(args, "action", API_ACTIONS, "error")
+        delay = _seconds(args, "delay", MAX_DELAY)
+        if action == "latency" and not delay:
+            raise FaultSpecError("a latency fault needs 'delay' (seconds, above 0)")
+        status = args.get("status") or (503 if action == "error" else 0)
+        if action == "error" and status not in API_STATUSES:
+            raise FaultSpecError(f"'status' must be one of {', '.join(map(str, API_STATUSES))}")
+        return replace(spec, action=action, delay=delay, rate=float(rate),
+                       status=int(status) if action == "error" else 0)
     if kind == "kill":
         sig = args.get("signal") or "KILL"
         if not isinstance(sig, str | int) or isinstance(sig, bool):

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from podvisor.ipc.control import ControlFault, Fault
-from podvisor.ipc.faults import FaultSpec, FaultSpecError, spec_from_args
+from podvisor.ipc.faults import API_TARGET, FaultSpec, FaultSpecError, spec_from_args
 from podvisor.supervisor.commands import Args, Command, CommandContext, parse_signal
 from podvisor.supervisor.faults import FaultTable
 
@@ -52,7 +52,8 @@ class FaultInject(Command):
         spec = _spec(args)
         if ctx.sup.shutting_down:
             raise ControlFault(Fault.SHUTDOWN_STATE, "the agent is shutting down")
-        if spec.target not in ctx.sup.procs:
+        if spec.target not in ctx.sup.procs and not (spec.kind == "api"
+                                                     and spec.target == API_TARGET):
             known = ", ".join(sorted(ctx.sup.procs))
             raise ControlFault(Fault.BAD_NAME, f"no process named {spec.target!r} (the "
                                                f"agent runs {known})")

@@ -109,6 +109,7 @@ class Node:
         self.port = _free_port()
         self.token = f"{os.getpid()}-{next(_runs)}"
         self.applied: dict[str, Path] = {}  # pod name -> its manifest
+        self.expected: set[str] = set()  # the pods that must run: applied, or marked for an API
         self.removed: set[str] = set()
         self.kills: Counter[str] = Counter()  # pod name -> container kills through the node
         self.left_behind: list[str] = []  # what close() found alive and killed
@@ -135,11 +136,24 @@ class Node:
     def apply(self, manifest: str | Mapping[str, Any] | Path) -> str:
         """Run a Pod (YAML text, a dict or a file); returns its name. Applying a name again
         replaces that pod's manifest (the agent then runs the new spec)."""
+        doc = self.marked(manifest)
+        name = str(doc["metadata"]["name"])
+        path = self.manifests / f"{name}.yaml"
+        tmp = self.manifests / f".{name}.yaml.tmp"  # the file source skips dot names
+        tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        tmp.replace(path)
+        self.applied[name] = path
+        return name
+
+    def marked(self, manifest: str | Mapping[str, Any] | Path) -> dict[str, Any]:
+        """The Pod manifest with the node's marker in each container's environment: what
+        ``apply`` writes, and what a test creates in its API server (``kubeconfig``) so that
+        the node counts that pod's processes too (``container_pids``, ``check``)."""
         if isinstance(manifest, Path):
             manifest = manifest.read_text(encoding="utf-8")
         doc = yaml.safe_load(manifest) if isinstance(manifest, str) else dict(manifest)
-        if not isinstance(doc, dict) or doc.get("kind") != "Pod":
-            raise ValueError("apply takes one Pod manifest")
+        if not isinstance(doc, dict) or doc.get("kind", "Pod") != "Pod":
+            raise ValueError("takes one Pod manifest")
         meta = doc.get("metadata") or {}
         name = str(meta.get("name") or "")
         if not name:
@@ -148,18 +162,17 @@ class Node:
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             env = [e for e in c.get("env") or [] if e.get("name") != MARKER]
             c["env"] = [*env, {"name": MARKER, "value": f"{self.token}/{name}/{c.get('name')}"}]
-        path = self.manifests / f"{name}.yaml"
-        tmp = self.manifests / f".{name}.yaml.tmp"  # the file source skips dot names
-        tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        tmp.replace(path)
-        self.applied[name] = path
+        self.expected.add(name)
         self.removed.discard(name)
-        return name
+        return doc
 
     def remove(self, name: str, wait: bool = True, timeout: float = 60.0) -> None:
-        """Remove the pod; with ``wait``, until it left /pods and no process of it runs."""
-        path = self.applied.pop(name)
-        path.unlink(missing_ok=True)
+        """Remove the pod (a pod from an API server: the test deleted it there); with
+        ``wait``, until it left /pods and no process of it runs."""
+        path = self.applied.pop(name, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+        self.expected.discard(name)
         self.removed.add(name)
         if wait:
             self.wait_pod(name, "Gone", timeout)
@@ -338,12 +351,12 @@ class Node:
                    restarts_allowed: tuple[str, ...] = ()) -> InvariantReport:
         def settled() -> bool:
             pods = self.pods()
-            return all(_in_state(pods.get(n), "Running") for n in self.applied)
+            return all(_in_state(pods.get(n), "Running") for n in self.expected)
         with contextlib.suppress(AssertionError):
             wait_until(settled, converge, 0.2, "the applied pods running")
         report = InvariantReport()
         pods = self.pods()
-        for name in sorted(self.applied):
+        for name in sorted(self.expected):
             pod = pods.get(name)
             if not _in_state(pod, "Running"):
                 report.add("pods_lost", f"{name} {'missing' if pod is None else 'not running'}")
@@ -354,7 +367,7 @@ class Node:
                            f"{self.kills[name]} kills", restarts - self.kills[name])
         for key, pids in sorted(self._marked().items()):
             owner = key.split("/")[0]
-            if owner not in self.applied:
+            if owner not in self.expected:
                 report.add("orphans", f"{key}: processes {pids} of a removed pod", len(pids))
             elif len(pids) > 1:
                 report.add("duplicate_containers", f"{key}: {len(pids)} processes {pids}",

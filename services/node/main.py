@@ -73,6 +73,7 @@ class NodeService:
             lambda: runtime_probe(endpoint), ctx.log)
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
+        self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         self.loop.worker(self.step, stall=STALL_LIMIT, name="node")
         self.next_lease = self.next_status = self.clock.monotonic()
         self.failing = ""

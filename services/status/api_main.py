@@ -61,6 +61,7 @@ class StatusApiService:
         self.retry_at = -math.inf  # backing off: no turn before this, new snapshots or not
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
+        self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         self.desired = self.loop.replica(DESIRED, self.on_change, snapshot_timeout=0.5)
         self.statuses = self.loop.replica(STATUSES, self.on_change, snapshot_timeout=0.5)
         self.api = self.loop.replica(pods_map("api"), self.on_change, snapshot_timeout=0.5)
