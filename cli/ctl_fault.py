@@ -2,7 +2,7 @@
 
     podvisorctl fault inject KIND TARGET [--action A] [--direction send|recv|both]
                              [--delay DURATION] [--topics T,...] [--methods M,...] [--code CODE]
-                             [--status HTTP] [--rate R] [--signal SIG] [--for DURATION]
+                             [--status HTTP] [--amount N] [--rate R] [--signal SIG] [--for DURATION]
                              [--json]
     podvisorctl fault list [--json]
     podvisorctl fault clear [ID] [--json]          (no ID: every fault)
@@ -11,7 +11,8 @@ KIND and what TARGET names (docs/ARCHITECTURE.md, "Faults"): ``bus`` a subsystem
 or duplicate what it sends or receives), ``cri`` ``runtime`` (latency, a gRPC status code or a
 hang on chosen methods of the embedded runtime), ``api`` a process that talks to the API
 server, or ``apiserver`` for all (latency, a 429/5xx answer, watch disconnects, 410 Gone),
-``kill`` a subsystem (a signal, default KILL),
+``resource`` a subsystem or ``pod/NAME`` (CPU or memory pressure from a stress child in its
+cgroups), ``kill`` a subsystem (a signal, default KILL),
 ``stop`` a subsystem (SIGSTOP, SIGCONT at the end). ``--for`` ends the fault by itself
 (``30s``, ``2m``); without it, it lasts until ``fault clear``. Exit codes as every podvisorctl
 command: 0, 1 a fault answer (bad request, unknown process), 2 no agent.
@@ -30,16 +31,17 @@ __all__ = ["add_fault_parser", "fault_args", "format_faults"]
 
 
 def add_fault_parser(sub: Any) -> None:
-    f = sub.add_parser("fault", help="inject, list and clear faults (bus, cri, api, kill, "
-                                     "stop)")
+    f = sub.add_parser("fault", help="inject, list and clear faults (bus, cri, api, "
+                                     "resource, kill, stop)")
     fsub = f.add_subparsers(dest="fault_cmd", required=True)
     inj = fsub.add_parser("inject", help="inject a fault")
-    inj.add_argument("kind", choices=("bus", "cri", "api", "kill", "stop"))
+    inj.add_argument("kind", choices=("bus", "cri", "api", "resource", "kill", "stop"))
     inj.add_argument("target", help="the subsystem it hits (cri: runtime; api: a process "
-                                    "or apiserver, every one)")
+                                    "or apiserver, every one; resource: a subsystem or "
+                                    "pod/NAME)")
     inj.add_argument("--action", default=None,
                      help="bus: drop|delay|duplicate; cri: latency|error|hang; "
-                          "api: latency|error|disconnect|gone")
+                          "api: latency|error|disconnect|gone; resource: cpu|memory")
     inj.add_argument("--direction", default=None, help="bus: send|recv|both (default both)")
     inj.add_argument("--delay", default=None, metavar="DURATION",
                      help="bus delay, cri latency (e.g. 200ms)")
@@ -49,6 +51,8 @@ def add_fault_parser(sub: Any) -> None:
     inj.add_argument("--code", default=None, help="cri error: a gRPC status (UNAVAILABLE)")
     inj.add_argument("--status", type=int, default=None,
                      help="api error: the HTTP status answered (429, 500, 502, 503, 504)")
+    inj.add_argument("--amount", type=int, default=None,
+                     help="resource: busy processes (cpu, default 1) or MiB (memory, 64)")
     inj.add_argument("--rate", type=float, default=None,
                      help="the share of messages or calls hit (default 1)")
     inj.add_argument("--signal", default=None, help="kill: the signal (default KILL)")
@@ -76,7 +80,7 @@ def fault_args(ns: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             args["delay"] = parse_duration("--delay", ns.delay)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
-    for key in ("action", "direction", "code", "status", "rate", "signal", "topics",
+    for key in ("action", "direction", "code", "status", "amount", "rate", "signal", "topics",
                 "methods"):
         value = getattr(ns, key)
         if value is not None:

@@ -23,6 +23,9 @@ Kinds (``KINDS``), what ``target`` names and the fields each reads:
   ``action`` latency (``delay``) / error (``status``: 429 or a 5xx, default 503, instead of
   an answer) / disconnect (watches are cut, open ones at once, new ones as they open) / gone
   (each watch path gets one ``410 Gone`` ERROR event, the reflector relists), ``rate``;
+- ``resource``, target a subsystem or ``pod/NAME`` (``pod/NAMESPACE/NAME``): ``action`` cpu
+  (``amount`` busy processes, default 1) / memory (``amount`` MiB held, default 64), from a
+  stress child in the target's cgroups (``supervisor/stress.py``);
 - ``kill``, target a subsystem: ``signal`` (default KILL); instant: no duration;
 - ``stop``, target a subsystem: SIGSTOP now, SIGCONT when cleared or expired.
 
@@ -51,6 +54,8 @@ __all__ = [
     "DIRECTIONS",
     "GRPC_CODES",
     "KINDS",
+    "POD_PREFIX",
+    "RESOURCE_ACTIONS",
     "ActiveFault",
     "FaultSpec",
     "FaultSpecError",
@@ -59,13 +64,15 @@ __all__ = [
     "write_faults",
 ]
 
-KINDS = ("bus", "cri", "api", "kill", "stop")
+KINDS = ("bus", "cri", "api", "resource", "kill", "stop")
 BUS_ACTIONS = ("drop", "delay", "duplicate")
 DIRECTIONS = ("send", "recv", "both")
 CRI_ACTIONS = ("latency", "error", "hang")
 API_ACTIONS = ("latency", "error", "disconnect", "gone")
 API_TARGET = "apiserver"  # an api fault aimed at every process's API connection
 API_STATUSES = (429, 500, 502, 503, 504)
+RESOURCE_ACTIONS = ("cpu", "memory")
+POD_PREFIX = "pod/"  # a resource fault's target: a pod (pod/NAME, pod/NAMESPACE/NAME)
 # grpc.StatusCode's names (ipc imports no gRPC); OK is no fault
 GRPC_CODES = ("CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
               "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
@@ -93,6 +100,7 @@ class FaultSpec:
     delay: float = 0.0
     code: str = ""
     status: int = 0
+    amount: int = 0
     rate: float = 1.0
     signal: str = ""
     duration: float = 0.0
@@ -112,6 +120,8 @@ class FaultSpec:
             wire.update(direction=self.direction, topics=list(self.topics))
         if self.kind == "cri":
             wire.update(methods=list(self.methods), code=self.code)
+        if self.kind == "resource":
+            wire.update(action=self.action, amount=self.amount)
         if self.kind == "kill":
             wire["signal"] = self.signal
         if self.duration:
@@ -129,6 +139,9 @@ class FaultSpec:
             what += f" {self.delay:g}s" if self.action == "latency" else ""
             what += f" {self.code}" if self.action == "error" else ""
             what += f" on {','.join(self.methods)}" if self.methods else " on every call"
+        elif self.kind == "resource":
+            what = f"{self.action} {self.amount}" + (" MiB" if self.action == "memory" else
+                                                      " busy")
         elif self.kind == "api":
             what = self.action
             what += f" {self.delay:g}s" if self.action == "latency" else ""
@@ -199,6 +212,7 @@ _KEYS = {
     "bus": {"action", "direction", "topics", "delay", "rate", "for"},
     "cri": {"action", "methods", "delay", "code", "rate", "for"},
     "api": {"action", "delay", "status", "rate", "for"},
+    "resource": {"action", "amount", "for"},
     "kill": {"signal"},
     "stop": {"for"},
 }
@@ -248,6 +262,14 @@ def spec_from_args(args: Mapping[str, Any]) -> FaultSpec:
             raise FaultSpecError(f"'status' must be one of {', '.join(map(str, API_STATUSES))}")
         return replace(spec, action=action, delay=delay, rate=float(rate),
                        status=int(status) if action == "error" else 0)
+    if kind == "resource":
+        action = _choice(args, "action", RESOURCE_ACTIONS, "cpu")
+        amount = args.get("amount") or (1 if action == "cpu" else 64)
+        limit = 16 if action == "cpu" else 65536
+        if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= limit:
+            raise FaultSpecError(f"'amount' must be 1 to {limit} "
+                                 + ("busy processes" if action == "cpu" else "MiB"))
+        return replace(spec, action=action, amount=amount)
     if kind == "kill":
         sig = args.get("signal") or "KILL"
         if not isinstance(sig, str | int) or isinstance(sig, bool):

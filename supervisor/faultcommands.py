@@ -10,7 +10,13 @@ from dataclasses import replace
 from typing import Any
 
 from podvisor.ipc.control import ControlFault, Fault
-from podvisor.ipc.faults import API_TARGET, FaultSpec, FaultSpecError, spec_from_args
+from podvisor.ipc.faults import (
+    API_TARGET,
+    POD_PREFIX,
+    FaultSpec,
+    FaultSpecError,
+    spec_from_args,
+)
 from podvisor.supervisor.commands import Args, Command, CommandContext, parse_signal
 from podvisor.supervisor.faults import FaultTable
 
@@ -52,8 +58,9 @@ class FaultInject(Command):
         spec = _spec(args)
         if ctx.sup.shutting_down:
             raise ControlFault(Fault.SHUTDOWN_STATE, "the agent is shutting down")
-        if spec.target not in ctx.sup.procs and not (spec.kind == "api"
-                                                     and spec.target == API_TARGET):
+        if spec.target not in ctx.sup.procs and not (
+                spec.kind == "api" and spec.target == API_TARGET) and not (
+                spec.kind == "resource" and spec.target.startswith(POD_PREFIX)):
             known = ", ".join(sorted(ctx.sup.procs))
             raise ControlFault(Fault.BAD_NAME, f"no process named {spec.target!r} (the "
                                                f"agent runs {known})")
@@ -61,6 +68,10 @@ class FaultInject(Command):
             return _table(ctx).inject(spec).to_wire()
         except ProcessLookupError as exc:
             raise ControlFault(Fault.NOT_RUNNING, str(exc)) from None
+        except LookupError as exc:  # a pod without a cgroup, or not running
+            raise ControlFault(Fault.BAD_NAME, str(exc.args[0])) from None
+        except OSError as exc:  # a stress child that could not start or join its cgroups
+            raise ControlFault(Fault.FAILED, f"cannot start the stress child: {exc}") from None
 
 
 class FaultList(Command):

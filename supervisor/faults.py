@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podvisor.common.logs import EventLog
-from podvisor.ipc.faults import ActiveFault, FaultSpec, write_faults
+from podvisor.ipc.faults import POD_PREFIX, ActiveFault, FaultSpec, write_faults
 from podvisor.ipc.messages import Event
 from podvisor.supervisor.core import Supervisor
 from podvisor.supervisor.eventstore import EventStore
+from podvisor.supervisor.stress import StressChild, cgroups_of
 
 __all__ = ["FaultTable"]
 
@@ -34,14 +35,19 @@ class _Entry:
     fault: ActiveFault
     ends_at: float | None  # monotonic
     pid: int | None = None  # stop: the incarnation that was stopped
+    stress: StressChild | None = None  # resource: the child pressing
 
 
 class FaultTable:
     """One thread (the supervisor's loop)."""
 
     def __init__(self, sup: Supervisor, path: Path, events: EventStore | None, log: EventLog,
-                 clock: Callable[[], float], wall: Callable[[], float]) -> None:
+                 clock: Callable[[], float], wall: Callable[[], float],
+                 pod_cgroups: Callable[[str], list[Path]] = lambda pod: []) -> None:
+        """``pod_cgroups(name)``: the cgroups of a running pod's container (resource faults
+        on ``pod/NAME``); [] when it has none."""
         self._sup = sup
+        self._pod_cgroups = pod_cgroups
         self._path = path
         self._events = events
         self._log = log
@@ -66,6 +72,8 @@ class FaultTable:
             self._sup.kill(spec.target, signal.Signals[f"SIG{spec.signal}"])
         elif spec.kind == "stop":
             entry.pid = self._sup.kill(spec.target, signal.SIGSTOP).pid
+        elif spec.kind == "resource":
+            entry.stress = StressChild(spec.action, spec.amount, self._cgroups(spec.target))
         self._next += 1
         self._record("Warning", "FaultInjected", fault,
                      f"{fid} {spec.describe()}"
@@ -101,6 +109,8 @@ class FaultTable:
             spec = entry.fault.spec
             if spec.kind == "stop":
                 self._resume(spec.target, entry.pid)
+            if entry.stress is not None:
+                entry.stress.stop()
             lasted = self._wall() - entry.fault.started
             self._record("Normal", "FaultCleared", entry.fault,
                          f"{fid} {spec.describe()}: {why} after {lasted:.1f}s")
@@ -110,6 +120,20 @@ class FaultTable:
         if ended:
             self._write()
         return ended
+
+    def _cgroups(self, target: str) -> list[Path]:
+        """Where a stress child goes: a subsystem's cgroups (none of its own: the agent's,
+        where the child already is), or a pod's (LookupError when it has none)."""
+        if target.startswith(POD_PREFIX):
+            found = self._pod_cgroups(target.removeprefix(POD_PREFIX))
+            if not found:
+                raise LookupError(f"no cgroup of pod {target.removeprefix(POD_PREFIX)!r} (not "
+                                  "running, or its runtime runs it without cgroups)")
+            return found
+        proc = self._sup.procs[target]
+        if proc.pid is None or not proc.alive:
+            raise ProcessLookupError(f"{target} is not running")
+        return cgroups_of(proc.pid)
 
     def _resume(self, name: str, pid: int | None) -> None:
         """SIGCONT the incarnation that was stopped, if it still runs (a replacement never was

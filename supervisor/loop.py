@@ -22,6 +22,7 @@ from types import FrameType
 import zmq
 
 from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.control import ControlFault, Fault, ProcessState
@@ -51,6 +52,7 @@ from podvisor.supervisor.runonce import (
     results_path,
 )
 from podvisor.supervisor.states import StateChange
+from podvisor.supervisor.stress import pod_cgroups, pod_uid
 
 __all__ = ["Agent", "AgentParts"]
 
@@ -97,8 +99,9 @@ class Agent:
         self.started_at = parts.wall()
         self.control: ControlServer | None = None
         self.events = parts.events
-        self.faults = FaultTable(parts.sup, RunPaths(Path(parts.config.root_dir)).faults_file,
-                                 parts.events, parts.log, parts.clock, parts.wall)
+        paths = RunPaths(Path(parts.config.root_dir))
+        self.faults = FaultTable(parts.sup, paths.faults_file, parts.events, parts.log,
+                                 parts.clock, parts.wall, self._pod_cgroups)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
@@ -138,6 +141,14 @@ class Agent:
         count = count_running_pods(self.p.config, paths)
         self._left_pods = left_message(count, paths.root)
         self.p.log.info("agent.pods_left", pods=count)
+
+    def _pod_cgroups(self, name: str) -> list[Path]:
+        """The cgroups of a running pod's container (a resource fault's ``pod/NAME``)."""
+        config = self.p.config
+        paths = RunPaths(Path(config.root_dir))
+        uid = pod_uid(cri_endpoint(config.runtime_endpoint, paths.cri_socket), name,
+                      config.node_name)
+        return pod_cgroups(uid) if uid else []
 
     def _check_runonce(self) -> None:
         """RunOnce: once the driver returned (or went FATAL), take its report and stop."""
