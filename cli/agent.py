@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                             "removed after; the agent is neither killed nor stopped)")
     chaos.add_argument("--faults", default="", metavar="KIND,...",
                        help="draw only from these kinds (kill, stop, container, supervisor, "
-                            "burst-kill, bus, cri; default all)")
+                            "burst-kill, bus, cri, resource; default all)")
     chaos.add_argument("--rounds", type=int, default=0,
                        help="stop after this many faults (default: when --duration is over)")
     chaos.add_argument("--burst", type=int, default=10,

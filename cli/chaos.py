@@ -22,7 +22,7 @@ seconds, one fault at a time at random (seeded) moments, each followed by waitin
   endpoint as ``podvisorctl fault inject`` does, each ending by itself: a subsystem's bus
   traffic dropped (a partition), delayed or duplicated, with a container killed behind a
   partition of PLEG; the embedded runtime slowed, failing chosen methods, or hung (then it must
-  be found hung and replaced).
+  be found hung and replaced); CPU pressure in a subsystem's cgroup (``resource``).
 
 ``--faults KIND,...`` draws only from those kinds; ``--rounds N`` stops after N faults (before
 ``--duration`` is over): ``--faults burst-kill --rounds 20 --burst 40 --burst-after 5
@@ -94,7 +94,7 @@ from typing import Any
 import psutil
 import zmq
 
-from podvisor.cli.chaos_faults import fault_bus, fault_cri
+from podvisor.cli.chaos_faults import fault_bus, fault_cri, fault_resource
 from podvisor.cli.ctl_pods import get_podlist
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
@@ -118,7 +118,7 @@ INVARIANTS = ("pods_lost", "restarts_without_cause", "restarts_missed", "duplica
               "ready_lost_without_cause", "processes_left", "orphans_after_removal",
               "partition_death_missed", "cri_hang_not_replaced")
 FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2),
-          ("bus", 2), ("cri", 2))
+          ("bus", 2), ("cri", 2), ("resource", 1))
 BURST_TARGETS = ("runtime", "syncloop")
 MANIFEST = """apiVersion: v1
 kind: Pod
@@ -644,6 +644,9 @@ class Chaos:
 
     def fault_cri(self) -> None:
         fault_cri(self)
+
+    def fault_resource(self) -> None:
+        fault_resource(self)
 
     @staticmethod
     def now() -> float:

@@ -11,6 +11,9 @@ recorded by the agent as events with its start and end, each ending by itself (`
   runtime replaced (``cri_hang_not_replaced`` otherwise). A hang stops exec probes too, so a
   probed pod going NotReady during it has a cause.
 
+- ``resource``: CPU pressure (1 or 2 busy processes) in a subsystem's cgroup for 2 to 4 s:
+  slower, never wrong (every invariant holds through it).
+
 Each waits for the fault to end and the agent to be whole again; its recovery is that wait.
 """
 
@@ -26,7 +29,7 @@ from podvisor.ipc.control import ControlError
 if TYPE_CHECKING:
     from podvisor.cli.chaos import Chaos
 
-__all__ = ["fault_bus", "fault_cri"]
+__all__ = ["fault_bus", "fault_cri", "fault_resource"]
 
 # methods an error may hit: not ExecSync (a failing exec readiness probe makes a pod NotReady,
 # which the ready_lost_without_cause invariant would then blame on nothing)
@@ -106,6 +109,20 @@ def _kill_behind_partition(chaos: Chaos) -> None:
         chaos.report.invariants["partition_death_missed"] += 1
         chaos.report.details.append(f"{pod}: killed while PLEG was partitioned, not started "
                                     f"again within {limit:g} s")
+
+
+def fault_resource(chaos: Chaos) -> None:
+    rows = chaos.rows()
+    names = sorted(n for n, r in rows.items() if r["state"] == "RUNNING" and r["pid"])
+    if not names:
+        return
+    hold = chaos.rng.uniform(2.0, 4.0)
+    fid = _inject(chaos, kind="resource", target=chaos.rng.choice(names), action="cpu",
+                  amount=chaos.rng.randint(1, 2), **{"for": hold})
+    if fid is None:
+        return
+    chaos.report.faults["resource"] += 1
+    _wait_over(chaos, fid, hold, "resource cpu")
 
 
 def fault_cri(chaos: Chaos) -> None:

@@ -8,7 +8,8 @@ chaos and the ops dashboard build a ``FaultSpec`` (or its wire map) and send it 
 duration runs out, and writes the faults in force to ``run/faults/faults.json``
 (``write_faults``). Each process reads that file at start and whenever it changes
 (``common/faultwatch.py``, inotify) and applies the faults aimed at it through its own seams:
-its bus sockets (``ipc/busgate.py``), the embedded runtime's gRPC servicer. So a restarted
+its bus sockets (``ipc/busgate.py``), the embedded runtime's gRPC servicer, its API
+connection; the supervisor applies ``kill``, ``stop`` and ``resource`` itself. So a restarted
 process gets its fault again until it is cleared or expires, and the faults never travel on
 the bus they may be cutting.
 

@@ -37,7 +37,7 @@ def test_chaos_20_pods_60_seconds_every_invariant_zero() -> None:
     assert report["ok"] is True
     # every kind of fault happened, and each recovered
     assert set(report["faults"]) == {"kill", "stop", "container", "supervisor", "burst-kill",
-                                     "bus", "cri"}, report
+                                     "bus", "cri", "resource"}, report
     assert report["recovery"]["container"]["n"] == report["faults"]["container"]
     assert report["recovery"]["supervisor"]["n"] == report["faults"]["supervisor"]
     assert sum(v["n"] for k, v in report["recovery"].items() if k.startswith("burst-kill")) \
