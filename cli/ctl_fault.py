@@ -12,7 +12,8 @@ or duplicate what it sends or receives), ``cri`` ``runtime`` (latency, a gRPC st
 hang on chosen methods of the embedded runtime), ``api`` a process that talks to the API
 server, or ``apiserver`` for all (latency, a 429/5xx answer, watch disconnects, 410 Gone),
 ``resource`` a subsystem or ``pod/NAME`` (CPU or memory pressure from a stress child in its
-cgroups), ``kill`` a subsystem (a signal, default KILL),
+cgroups), ``disk`` ``pod/NAME/VOLUME`` (an emptyDir full or read-only in the pod's
+containers), ``kill`` a subsystem (a signal, default KILL),
 ``stop`` a subsystem (SIGSTOP, SIGCONT at the end). ``--for`` ends the fault by itself
 (``30s``, ``2m``); without it, it lasts until ``fault clear``. Exit codes as every podvisorctl
 command: 0, 1 a fault answer (bad request, unknown process), 2 no agent.
@@ -31,17 +32,18 @@ __all__ = ["add_fault_parser", "fault_args", "format_faults"]
 
 
 def add_fault_parser(sub: Any) -> None:
-    f = sub.add_parser("fault", help="inject, list and clear faults (bus, cri, api, "
+    f = sub.add_parser("fault", help="inject, list and clear faults (bus, cri, api, disk, "
                                      "resource, kill, stop)")
     fsub = f.add_subparsers(dest="fault_cmd", required=True)
     inj = fsub.add_parser("inject", help="inject a fault")
-    inj.add_argument("kind", choices=("bus", "cri", "api", "resource", "kill", "stop"))
+    inj.add_argument("kind", choices=("bus", "cri", "api", "disk", "resource", "kill", "stop"))
     inj.add_argument("target", help="the subsystem it hits (cri: runtime; api: a process "
                                     "or apiserver, every one; resource: a subsystem or "
-                                    "pod/NAME)")
+                                    "pod/NAME; disk: pod/NAME/VOLUME)")
     inj.add_argument("--action", default=None,
                      help="bus: drop|delay|duplicate; cri: latency|error|hang; "
-                          "api: latency|error|disconnect|gone; resource: cpu|memory")
+                          "api: latency|error|disconnect|gone; resource: cpu|memory; "
+                          "disk: full|readonly")
     inj.add_argument("--direction", default=None, help="bus: send|recv|both (default both)")
     inj.add_argument("--delay", default=None, metavar="DURATION",
                      help="bus delay, cri latency (e.g. 200ms)")
@@ -52,7 +54,8 @@ def add_fault_parser(sub: Any) -> None:
     inj.add_argument("--status", type=int, default=None,
                      help="api error: the HTTP status answered (429, 500, 502, 503, 504)")
     inj.add_argument("--amount", type=int, default=None,
-                     help="resource: busy processes (cpu, default 1) or MiB (memory, 64)")
+                     help="resource: busy processes (cpu, default 1) or MiB (memory, 64); "
+                          "disk full: KiB left free (0)")
     inj.add_argument("--rate", type=float, default=None,
                      help="the share of messages or calls hit (default 1)")
     inj.add_argument("--signal", default=None, help="kill: the signal (default KILL)")

@@ -24,6 +24,9 @@ Kinds (``KINDS``), what ``target`` names and the fields each reads:
   ``action`` latency (``delay``) / error (``status``: 429 or a 5xx, default 503, instead of
   an answer) / disconnect (watches are cut, open ones at once, new ones as they open) / gone
   (each watch path gets one ``410 Gone`` ERROR event, the reflector relists), ``rate``;
+- ``disk``, target ``pod/NAME/VOLUME`` (an emptyDir; ``pod/NAMESPACE/NAME/VOLUME``):
+  ``action`` full (``amount`` KiB left free, default 0) / readonly, from a small filesystem
+  mounted over it in the pod's containers (``supervisor/diskfault.py``);
 - ``resource``, target a subsystem or ``pod/NAME`` (``pod/NAMESPACE/NAME``): ``action`` cpu
   (``amount`` busy processes, default 1) / memory (``amount`` MiB held, default 64), from a
   stress child in the target's cgroups (``supervisor/stress.py``);
@@ -53,6 +56,7 @@ __all__ = [
     "BUS_ACTIONS",
     "CRI_ACTIONS",
     "DIRECTIONS",
+    "DISK_ACTIONS",
     "GRPC_CODES",
     "KINDS",
     "POD_PREFIX",
@@ -65,7 +69,7 @@ __all__ = [
     "write_faults",
 ]
 
-KINDS = ("bus", "cri", "api", "resource", "kill", "stop")
+KINDS = ("bus", "cri", "api", "disk", "resource", "kill", "stop")
 BUS_ACTIONS = ("drop", "delay", "duplicate")
 DIRECTIONS = ("send", "recv", "both")
 CRI_ACTIONS = ("latency", "error", "hang")
@@ -73,6 +77,7 @@ API_ACTIONS = ("latency", "error", "disconnect", "gone")
 API_TARGET = "apiserver"  # an api fault aimed at every process's API connection
 API_STATUSES = (429, 500, 502, 503, 504)
 RESOURCE_ACTIONS = ("cpu", "memory")
+DISK_ACTIONS = ("full", "readonly")
 POD_PREFIX = "pod/"  # a resource fault's target: a pod (pod/NAME, pod/NAMESPACE/NAME)
 # grpc.StatusCode's names (ipc imports no gRPC); OK is no fault
 GRPC_CODES = ("CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
@@ -121,7 +126,7 @@ class FaultSpec:
             wire.update(direction=self.direction, topics=list(self.topics))
         if self.kind == "cri":
             wire.update(methods=list(self.methods), code=self.code)
-        if self.kind == "resource":
+        if self.kind in ("resource", "disk"):
             wire.update(action=self.action, amount=self.amount)
         if self.kind == "kill":
             wire["signal"] = self.signal
@@ -143,6 +148,8 @@ class FaultSpec:
         elif self.kind == "resource":
             what = f"{self.action} {self.amount}" + (" MiB" if self.action == "memory" else
                                                       " busy")
+        elif self.kind == "disk":
+            what = self.action + (f", {self.amount} KiB free" if self.amount else "")
         elif self.kind == "api":
             what = self.action
             what += f" {self.delay:g}s" if self.action == "latency" else ""
@@ -214,6 +221,7 @@ _KEYS = {
     "cri": {"action", "methods", "delay", "code", "rate", "for"},
     "api": {"action", "delay", "status", "rate", "for"},
     "resource": {"action", "amount", "for"},
+    "disk": {"action", "amount", "for"},
     "kill": {"signal"},
     "stop": {"for"},
 }
@@ -263,6 +271,14 @@ def spec_from_args(args: Mapping[str, Any]) -> FaultSpec:
             raise FaultSpecError(f"'status' must be one of {', '.join(map(str, API_STATUSES))}")
         return replace(spec, action=action, delay=delay, rate=float(rate),
                        status=int(status) if action == "error" else 0)
+    if kind == "disk":
+        if not target.startswith(POD_PREFIX) or target.count("/") not in (2, 3):
+            raise FaultSpecError("a disk fault's target is pod/NAME/VOLUME (an emptyDir)")
+        action = _choice(args, "action", DISK_ACTIONS, "full")
+        amount = args.get("amount") or 0
+        if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= 1 << 20:
+            raise FaultSpecError("'amount' must be 0 to 1048576 KiB left free")
+        return replace(spec, action=action, amount=amount)
     if kind == "resource":
         action = _choice(args, "action", RESOURCE_ACTIONS, "cpu")
         amount = args.get("amount") or (1 if action == "cpu" else 64)

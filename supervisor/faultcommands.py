@@ -7,6 +7,7 @@ faults in force is the supervisor's (``supervisor/faults.py``, ``Agent.faults``)
 from __future__ import annotations
 
 from dataclasses import replace
+from subprocess import SubprocessError
 from typing import Any
 
 from podvisor.ipc.control import ControlFault, Fault
@@ -60,7 +61,7 @@ class FaultInject(Command):
             raise ControlFault(Fault.SHUTDOWN_STATE, "the agent is shutting down")
         if spec.target not in ctx.sup.procs and not (
                 spec.kind == "api" and spec.target == API_TARGET) and not (
-                spec.kind == "resource" and spec.target.startswith(POD_PREFIX)):
+                spec.kind in ("resource", "disk") and spec.target.startswith(POD_PREFIX)):
             known = ", ".join(sorted(ctx.sup.procs))
             raise ControlFault(Fault.BAD_NAME, f"no process named {spec.target!r} (the "
                                                f"agent runs {known})")
@@ -70,8 +71,8 @@ class FaultInject(Command):
             raise ControlFault(Fault.NOT_RUNNING, str(exc)) from None
         except LookupError as exc:  # a pod without a cgroup, or not running
             raise ControlFault(Fault.BAD_NAME, str(exc.args[0])) from None
-        except OSError as exc:  # a stress child that could not start or join its cgroups
-            raise ControlFault(Fault.FAILED, f"cannot start the stress child: {exc}") from None
+        except (OSError, SubprocessError) as exc:  # a stress child, a mount that failed
+            raise ControlFault(Fault.FAILED, f"cannot apply {spec.kind} fault: {exc}") from None
 
 
 class FaultList(Command):

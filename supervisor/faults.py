@@ -22,12 +22,15 @@ from podvisor.common.logs import EventLog
 from podvisor.ipc.faults import POD_PREFIX, ActiveFault, FaultSpec, write_faults
 from podvisor.ipc.messages import Event
 from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.diskfault import DiskFault, VolumeMount
 from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.stress import StressChild, cgroups_of
 
 __all__ = ["FaultTable"]
 
 INSTANT = ("kill",)  # applied once, at once: in force for no time
+# a pod's emptyDir (NAME, VOLUME) -> its host path and its mounts in the pod's containers
+PodVolume = Callable[[str, str], "tuple[Path, list[VolumeMount]] | None"]
 
 
 @dataclass
@@ -36,6 +39,7 @@ class _Entry:
     ends_at: float | None  # monotonic
     pid: int | None = None  # stop: the incarnation that was stopped
     stress: StressChild | None = None  # resource: the child pressing
+    disk: DiskFault | None = None  # disk: the filesystems mounted
 
 
 class FaultTable:
@@ -43,11 +47,14 @@ class FaultTable:
 
     def __init__(self, sup: Supervisor, path: Path, events: EventStore | None, log: EventLog,
                  clock: Callable[[], float], wall: Callable[[], float],
-                 pod_cgroups: Callable[[str], list[Path]] = lambda pod: []) -> None:
+                 pod_cgroups: Callable[[str], list[Path]] = lambda pod: [],
+                 pod_volume: PodVolume | None = None) -> None:
         """``pod_cgroups(name)``: the cgroups of a running pod's container (resource faults
-        on ``pod/NAME``); [] when it has none."""
+        on ``pod/NAME``); [] when it has none. ``pod_volume(name, volume)``: an emptyDir's
+        host path and its mounts in the pod's containers (disk faults)."""
         self._sup = sup
         self._pod_cgroups = pod_cgroups
+        self._pod_volume = pod_volume
         self._path = path
         self._events = events
         self._log = log
@@ -74,6 +81,8 @@ class FaultTable:
             entry.pid = self._sup.kill(spec.target, signal.SIGSTOP).pid
         elif spec.kind == "resource":
             entry.stress = StressChild(spec.action, spec.amount, self._cgroups(spec.target))
+        elif spec.kind == "disk":
+            entry.disk = self._disk(spec)
         self._next += 1
         self._record("Warning", "FaultInjected", fault,
                      f"{fid} {spec.describe()}"
@@ -111,6 +120,8 @@ class FaultTable:
                 self._resume(spec.target, entry.pid)
             if entry.stress is not None:
                 entry.stress.stop()
+            if entry.disk is not None:
+                entry.disk.end()
             lasted = self._wall() - entry.fault.started
             self._record("Normal", "FaultCleared", entry.fault,
                          f"{fid} {spec.describe()}: {why} after {lasted:.1f}s")
@@ -134,6 +145,14 @@ class FaultTable:
         if proc.pid is None or not proc.alive:
             raise ProcessLookupError(f"{target} is not running")
         return cgroups_of(proc.pid)
+
+    def _disk(self, spec: FaultSpec) -> DiskFault:
+        pod, _, volume = spec.target.removeprefix(POD_PREFIX).rpartition("/")
+        found = None if self._pod_volume is None else self._pod_volume(pod, volume)
+        if found is None or not found[1]:
+            raise LookupError(f"no emptyDir {volume!r} mounted in a running container of pod "
+                              f"{pod!r}")
+        return DiskFault(found[0], found[1], spec.action, spec.amount)
 
     def _resume(self, name: str, pid: int | None) -> None:
         """SIGCONT the incarnation that was stopped, if it still runs (a replacement never was

@@ -37,6 +37,7 @@ from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.diskfault import VolumeMount, volume_mounts
 from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import FaultTable
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
@@ -101,7 +102,7 @@ class Agent:
         self.events = parts.events
         paths = RunPaths(Path(parts.config.root_dir))
         self.faults = FaultTable(parts.sup, paths.faults_file, parts.events, parts.log,
-                                 parts.clock, parts.wall, self._pod_cgroups)
+                                 parts.clock, parts.wall, self._pod_cgroups, self._pod_volume)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
@@ -149,6 +150,18 @@ class Agent:
         uid = pod_uid(cri_endpoint(config.runtime_endpoint, paths.cri_socket), name,
                       config.node_name)
         return pod_cgroups(uid) if uid else []
+
+    def _pod_volume(self, name: str, volume: str) -> tuple[Path, list[VolumeMount]] | None:
+        """A pod's emptyDir (the kubelet's layout under rootDir/pods) and its mounts in the
+        pod's containers (a disk fault's ``pod/NAME/VOLUME``)."""
+        config = self.p.config
+        paths = RunPaths(Path(config.root_dir))
+        uid = pod_uid(cri_endpoint(config.runtime_endpoint, paths.cri_socket), name,
+                      config.node_name)
+        if not uid:
+            return None
+        host = paths.pods_dir / uid / "volumes" / "kubernetes.io~empty-dir" / volume
+        return (host, volume_mounts(uid, volume)) if host.is_dir() else None
 
     def _check_runonce(self) -> None:
         """RunOnce: once the driver returned (or went FATAL), take its report and stop."""

@@ -32,7 +32,7 @@ from tests.conftest import short_tmp_dir, wait_for_impl
 
 @pytest.mark.parametrize("args, says", [
     ({"kind": "flood", "target": "pleg"},
-     "'kind' must be one of bus, cri, api, resource, kill, stop"),
+     "'kind' must be one of bus, cri, api, disk, resource, kill, stop"),
     ({"kind": "bus"}, "'target' (what the fault hits) is required"),
     ({"kind": "bus", "target": "pleg", "action": "scramble"}, "'action' must be one of drop"),
     ({"kind": "bus", "target": "pleg", "action": "delay"}, "a delay fault needs 'delay'"),
