@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from podvisor.testing import Node, NodeOptions, wait_until
-from tests.ops.webdriver import Browser
+from tests.services.ops.webdriver import Browser
 
 CHROMEDRIVER, CHROMIUM = shutil.which("chromedriver"), shutil.which("chromium")
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from podvisor.testing import Node, NodeOptions, wait_until
-from tests.kubeapi import KubeApi
+from tests.support.kubeapi import KubeApi
 
 NODE = "testnode"
 
