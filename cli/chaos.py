@@ -94,7 +94,7 @@ from typing import Any
 import psutil
 import zmq
 
-from podvisor.cli.chaos_faults import fault_bus, fault_cri, fault_resource
+from podvisor.cli.chaos_faults import fault_api, fault_bus, fault_cri, fault_disk, fault_resource
 from podvisor.cli.ctl_pods import get_podlist
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
@@ -116,9 +116,10 @@ RECOVERY_TIMEOUT = 60.0
 CONVERGE_TIMEOUT = 90.0
 INVARIANTS = ("pods_lost", "restarts_without_cause", "restarts_missed", "duplicate_containers",
               "ready_lost_without_cause", "processes_left", "orphans_after_removal",
-              "partition_death_missed", "cri_hang_not_replaced")
+              "partition_death_missed", "cri_hang_not_replaced", "api_fault_restarts",
+              "disk_fault_damage")
 FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2),
-          ("bus", 2), ("cri", 2), ("resource", 1))
+          ("bus", 2), ("cri", 2), ("resource", 1), ("api", 2), ("disk", 1))
 BURST_TARGETS = ("runtime", "syncloop")
 MANIFEST = """apiVersion: v1
 kind: Pod
@@ -135,11 +136,16 @@ spec:
     env:
     - name: {marker}
       value: "{token}/{name}/app"
-{probe}"""
+{probe}{volume}"""
 PROBE = """    readinessProbe:
       exec:
         command: ["true"]
       periodSeconds: 1
+"""
+SCRATCH = """    volumeMounts:
+    - {name: scratch, mountPath: /pvchaos-scratch}
+  volumes:
+  - {name: scratch, emptyDir: {}}
 """
 
 _monotonic = SYSTEM_CLOCK.monotonic  # the one clock (the tool's own timing: an edge)
@@ -157,6 +163,7 @@ class ChaosOptions:
     burst: int = 10  # burst-kill: pods written at once
     burst_after: int = 0  # burst-kill: kill once this many run (0: 1 to burst / 2, seeded)
     burst_target: str = ""  # burst-kill: "runtime" or "syncloop" ("": either, seeded)
+    kubeconfig: str = ""  # the private agent joins this API server (the api faults need one)
 
 
 @dataclass
@@ -264,12 +271,15 @@ class BusCounter:
 
 
 class Deck:
-    """Draws ``cards`` in a seeded shuffled order, reshuffling when it runs out."""
+    """Draws ``cards`` in a seeded shuffled order, reshuffling when it runs out; ``first``, if
+    given, is the first deck instead (chaos's: each kind once, so a short run sees them all)."""
 
-    def __init__(self, rng: random.Random, cards: list[str]) -> None:
+    def __init__(self, rng: random.Random, cards: list[str],
+                 first: list[str] | None = None) -> None:
         self._rng = rng
         self._cards = list(cards)
-        self._left: list[str] = []
+        self._left: list[str] = list(first or [])
+        rng.shuffle(self._left)
 
     def draw(self) -> str:
         if not self._left:
@@ -301,6 +311,7 @@ class Chaos:
         self.faulted: dict[str, list[float]] = defaultdict(list)  # subsystem -> fault times
         self.written: list[Path] = []  # manifests chaos wrote (removed at the end)
         self.attached_sync_frequency = SYNC_FREQUENCY
+        self.api = bool(opts.kubeconfig)  # the agent talks to an API server: api faults
         if opts.root_dir is not None:
             try:
                 self._attach(opts.root_dir)
@@ -322,11 +333,13 @@ class Chaos:
                 "stopPodsOnExit": False, "syncFrequency": f"{SYNC_FREQUENCY:g}s",
                 "supervision": {"defaults": {"heartbeatTimeout": f"{HEARTBEAT_TIMEOUT:g}s",
                                              "intensity": 10000, "intensityPeriod": "60s"}},
+                **({"kubeconfig": opts.kubeconfig} if opts.kubeconfig else {}),
             }, env=dict(os.environ), start=False, new_session=False)
         self.control = ControlClient(self.paths.control, timeout=5.0)
         prefix = f"chaos-{os.getpid()}-" if self.attached else "chaos"
         self.names = [f"{prefix}{i}" for i in range(opts.pods)]
         self.probed = {n for i, n in enumerate(self.names) if i % 2 == 0}
+        self.scratch = set(self.names) - self.probed  # pods with an emptyDir (disk faults)
         self.prefix = prefix
         self.bursts = 0  # burst-kill rounds so far (their pods' names)
         self.kills: Counter[str] = Counter()  # pod name -> container kills
@@ -339,6 +352,8 @@ class Chaos:
         self.bus: BusCounter | None = None
         self.bus_deck = Deck(self.rng, ["partition-pleg", "drop", "delay", "duplicate"])
         self.cri_deck = Deck(self.rng, ["hang", "latency", "error"])
+        self.api_deck = Deck(self.rng, ["outage", "error", "latency", "disconnect", "gone"])
+        self.disk_deck = Deck(self.rng, ["full", "readonly"])
 
     # --- the agent -------------------------------------------------------------------------
 
@@ -359,6 +374,7 @@ class Chaos:
         self.address = "127.0.0.1" if config.address in ("", "0.0.0.0", "::") else config.address
         self.node = config.node_name
         self.attached_sync_frequency = config.sync_frequency
+        self.api = bool(config.kubeconfig)
         self.limits = {spec.name: Limits(spec.heartbeat_timeout, spec.intensity,
                                          spec.intensity_period, spec.backoff_reset_after)
                        for spec in resolve_specs(config)}
@@ -648,6 +664,12 @@ class Chaos:
     def fault_resource(self) -> None:
         fault_resource(self)
 
+    def fault_api(self) -> None:
+        fault_api(self)
+
+    def fault_disk(self) -> None:
+        fault_disk(self)
+
     @staticmethod
     def now() -> float:
         return _monotonic()
@@ -733,7 +755,8 @@ class Chaos:
             tmp = self.manifests / f".{name}.yaml.tmp"
             tmp.write_text(MANIFEST.format(
                 name=name, marker=MARKER, token=self.token,
-                probe=PROBE if name in probed else ""), encoding="utf-8")
+                probe=PROBE if name in probed else "",
+            volume=SCRATCH if name in self.scratch else ""), encoding="utf-8")
             self.written.append(path)
             staged.append((tmp, path))
         for tmp, path in staged:
@@ -759,10 +782,15 @@ class Chaos:
         self.sampler = threading.Thread(target=self._sample, name="chaos-sample", daemon=True)
         self.sampler.start()
         faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")
+                  and not (f[0] == "api" and not self.api)
                   and (not self.opts.faults or f[0] in self.opts.faults)]
-        # drawn from a shuffled deck holding each kind as many times as its weight: seeded
-        # random, and every kind within each deck (a 60 s run goes through more than one)
-        deck = Deck(self.rng, [k for k, w in faults for _ in range(w)])
+        if not self.api and (not self.opts.faults or "api" in self.opts.faults):
+            self.report.notes.append("no api faults: the agent has no API server (chaos "
+                                     "--kubeconfig FILE, or an attached agent's kubeconfig)")
+        # drawn from a shuffled deck holding each kind as many times as its weight, the first
+        # deck each kind once: seeded random, every kind within the first len(faults) faults
+        # and within each deck after
+        deck = Deck(self.rng, [k for k, w in faults for _ in range(w)], [k for k, _ in faults])
         end = _monotonic() + self.opts.duration
         while _monotonic() < end and faults and not (
                 self.opts.rounds and sum(self.report.faults.values()) >= self.opts.rounds):
@@ -906,7 +934,7 @@ def main_chaos(args: Any) -> int:
         return 2
     report = run_chaos(ChaosOptions(args.pods, args.duration, args.seed, args.keep, root,
                                     faults, args.rounds, args.burst, args.burst_after,
-                                    args.burst_target or ""))
+                                    args.burst_target or "", args.kubeconfig or ""))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

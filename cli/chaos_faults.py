@@ -13,6 +13,14 @@ recorded by the agent as events with its start and end, each ending by itself (`
 
 - ``resource``: CPU pressure (1 or 2 busy processes) in a subsystem's cgroup for 2 to 4 s:
   slower, never wrong (every invariant holds through it).
+- ``api`` (when the agent has an API server: ``--kubeconfig``): for 2 to 5 s, an outage (every
+  request answered 503 and every watch cut, of every API-facing process), 429/5xx answers,
+  latency, watch disconnects or ``410 Gone`` of one of them (or all): no container may be
+  restarted or replaced meanwhile (``api_fault_restarts`` otherwise: an API outage must never
+  restart a pod).
+- ``disk``: an unprobed pod's emptyDir (``scratch``) full or read-only inside its container for
+  1.5 to 3 s; a file chaos wrote in the volume before must be there after, and the container
+  must be the same process (``disk_fault_damage`` otherwise).
 
 Each waits for the fault to end and the agent to be whole again; its recovery is that wait.
 """
@@ -22,20 +30,26 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podvisor.ipc.control import ControlError
+from podvisor.ipc.faults import API_TARGET
 
 if TYPE_CHECKING:
     from podvisor.cli.chaos import Chaos
 
-__all__ = ["fault_bus", "fault_cri", "fault_resource"]
+VOLUME = "scratch"  # chaos.py's SCRATCH: the emptyDir of its unprobed pods
+
+__all__ = ["fault_api", "fault_bus", "fault_cri", "fault_disk", "fault_resource"]
 
 # methods an error may hit: not ExecSync (a failing exec readiness probe makes a pod NotReady,
 # which the ready_lost_without_cause invariant would then blame on nothing)
 ERROR_METHODS = ("ListContainers", "ListPodSandbox", "ContainerStatus", "PodSandboxStatus",
                  "Status", "ImageFsInfo", "ListImages")
 ERROR_CODES = ("UNAVAILABLE", "INTERNAL", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED")
+API_PROCESSES = ("source-api", "status-api", "node", "events-api")  # what an api fault hits
+API_STATUSES = (429, 500, 502, 503, 504)
 
 
 def _inject(chaos: Chaos, **args: Any) -> str | None:
@@ -168,3 +182,92 @@ def fault_cri(chaos: Chaos) -> None:
             chaos.report.details.append(f"the runtime hung for {hold:.1f} s and was not "
                                         "replaced")
     _wait_over(chaos, fid, hold, f"cri {action}")
+
+
+def _unkilled_pids(chaos: Chaos) -> dict[str, list[int]]:
+    """Chaos's pods' container PIDs, with the kills of each so far (a snapshot to compare)."""
+    procs = chaos.marker_processes()
+    return {n: sorted(procs.get(f"{n}/app", [])) for n in chaos.names}
+
+
+def _replaced(chaos: Chaos, before: dict[str, list[int]], kills: dict[str, int]) -> list[str]:
+    """Pods whose container process changed since ``before`` without a kill of ours."""
+    now = _unkilled_pids(chaos)
+    return [n for n, pids in before.items()
+            if pids and chaos.kills[n] == kills.get(n, 0) and now.get(n) != pids]
+
+
+def fault_api(chaos: Chaos) -> None:
+    if not chaos.api:
+        return
+    rows = chaos.rows()
+    facing = sorted(n for n in API_PROCESSES
+                    if (r := rows.get(n)) is not None and r["state"] == "RUNNING")
+    if not facing:
+        return
+    what = chaos.api_deck.draw()
+    hold = chaos.rng.uniform(2.0, 5.0)
+    target = API_TARGET if what == "outage" else chaos.rng.choice([*facing, API_TARGET])
+    base: dict[str, Any] = {"kind": "api", "target": target, "for": hold}
+    specs: list[dict[str, Any]]
+    if what == "outage":
+        specs = [{"action": "error", "status": 503}, {"action": "disconnect"}]
+    elif what == "error":
+        specs = [{"action": "error", "status": chaos.rng.choice(API_STATUSES)}]
+    elif what == "latency":
+        specs = [{"action": "latency", "delay": round(chaos.rng.uniform(0.1, 1.0), 3)}]
+    else:
+        specs = [{"action": what}]
+    before, kills = _unkilled_pids(chaos), dict(chaos.kills)
+    fids = [fid for spec in specs if (fid := _inject(chaos, **base, **spec)) is not None]
+    if not fids:
+        return
+    chaos.report.faults["api"] += 1
+    for fid in fids:
+        _wait_over(chaos, fid, hold, f"api {what}")
+    for name in _replaced(chaos, before, kills):
+        chaos.report.invariants["api_fault_restarts"] += 1
+        chaos.report.details.append(f"{name}: its container replaced during api {what} of "
+                                    f"{target}")
+
+
+def fault_disk(chaos: Chaos) -> None:
+    pods = chaos.pods() or {}
+    procs = chaos.marker_processes()
+    candidates = sorted(n for n in chaos.scratch
+                        if n in pods and len(procs.get(f"{n}/app", [])) == 1)
+    if not candidates:
+        return
+    name = chaos.rng.choice(candidates)
+    uid = str(pods[name]["metadata"].get("uid", ""))
+    host = chaos.paths.pods_dir / uid / "volumes" / "kubernetes.io~empty-dir" / VOLUME
+    if not uid or not host.is_dir():
+        chaos.report.details.append(f"disk: {name}'s emptyDir not found at {host}")
+        return
+    action = chaos.disk_deck.draw()
+    hold = chaos.rng.uniform(1.5, 3.0)
+    token = f"{chaos.token}-{chaos.report.faults['disk']}"
+    mark = host / f"chaos-{token}"
+    mark.write_text(token, encoding="utf-8")
+    before, kills = _unkilled_pids(chaos), dict(chaos.kills)
+    fid = _inject(chaos, kind="disk", target=f"pod/{name}/{VOLUME}", action=action,
+                  **{"for": hold})
+    if fid is None:
+        return
+    chaos.report.faults["disk"] += 1
+    _wait_over(chaos, fid, hold, f"disk {action}")
+    lost = not _holds(mark, token)
+    replaced = name in _replaced(chaos, {name: before[name]}, kills)
+    if lost or replaced:
+        chaos.report.invariants["disk_fault_damage"] += 1
+        chaos.report.details.append(
+            f"{name}: after its emptyDir was {action}: "
+            + ", ".join(w for w, bad in (("the file written before is gone", lost),
+                                         ("its container was replaced", replaced)) if bad))
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except OSError:
+        return False
