@@ -58,11 +58,13 @@ _runs = itertools.count(1)
 @dataclass(frozen=True)
 class NodeOptions:
     """How the node's agent runs. ``runtime``: ``embedded`` or a CRI endpoint
-    (``unix:///run/containerd/containerd.sock``); ``kubeconfig``: an API server to join (pods
-    then also come from it); ``config``: more config keys (KubeletConfiguration names),
-    merged over the node's own."""
+    (``unix:///run/containerd/containerd.sock``), reached through the agent's CRI proxy
+    (``criProxy``, so that ``cri`` faults apply to it) unless ``cri_proxy`` is False;
+    ``kubeconfig``: an API server to join (pods then also come from it); ``config``: more
+    config keys (KubeletConfiguration names), merged over the node's own."""
 
     runtime: str = "embedded"
+    cri_proxy: bool = True
     kubeconfig: str | None = None
     node_name: str = "testnode"
     config: Mapping[str, Any] = field(default_factory=dict)
@@ -122,6 +124,8 @@ class Node:
         }
         if opts.kubeconfig:
             config["kubeconfig"] = opts.kubeconfig
+        if opts.runtime != "embedded" and opts.cri_proxy:
+            config["criProxy"] = True
         config.update(opts.config)
         self.agent = AgentProcess(self.workdir, config, env=dict(os.environ))
         self.paths = self.agent.paths

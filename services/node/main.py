@@ -28,7 +28,8 @@ RETRY = 1.0  # after a failed request, try again this soon (capped by the period
 
 
 def _endpoint(ctx: ChildContext) -> str:
-    return cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket)
+    return cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket,
+                        ctx.config.cri_proxy)
 
 
 def runtime_probe(endpoint: str) -> RuntimeFacts:
