@@ -1,6 +1,7 @@
 """`podvisor chaos`: fault injection against a private agent, with invariants (issue 16).
 
     podvisor chaos --pods P --duration S [--seed N] [--json] [--keep] [--root-dir DIR]
+                   [--kubeconfig FILE]
 
 Starts a private agent (`podvisor run`, temp rootDir, static pods from a temp staticPodPath,
 embedded runtime, readOnlyPort on 127.0.0.1), writes P pods (`sleep`; every second one with an
@@ -22,7 +23,10 @@ seconds, one fault at a time at random (seeded) moments, each followed by waitin
   endpoint as ``podvisorctl fault inject`` does, each ending by itself: a subsystem's bus
   traffic dropped (a partition), delayed or duplicated, with a container killed behind a
   partition of PLEG; the embedded runtime slowed, failing chosen methods, or hung (then it must
-  be found hung and replaced); CPU pressure in a subsystem's cgroup (``resource``).
+  be found hung and replaced); CPU pressure in a subsystem's cgroup (``resource``); with an API
+  server (``--kubeconfig``: the private agent joins it as ``system:node:chaos``) an API outage,
+  429/5xx answers, latency, cut watches or 410 Gone (``api``); a pod's emptyDir full or
+  read-only inside its container (``disk``; the unprobed pods have one).
 
 ``--faults KIND,...`` draws only from those kinds; ``--rounds N`` stops after N faults (before
 ``--duration`` is over): ``--faults burst-kill --rounds 20 --burst 40 --burst-after 5
@@ -59,7 +63,11 @@ must be 0 (exit status 1 otherwise):
   ``duplicate_containers``, its restarts in ``restarts_without_cause``;
 - ``partition_death_missed``: a container killed while PLEG was partitioned and not started
   again within ``syncFrequency`` + 30 s (the sync loop must notice it without PLEG);
-- ``cri_hang_not_replaced``: a hung runtime the supervisor did not replace.
+- ``cri_hang_not_replaced``: a hung runtime the supervisor did not replace;
+- ``api_fault_restarts``: containers replaced during an api fault (an API outage must never
+  restart a pod);
+- ``disk_fault_damage``: a disk fault after which a file written into the emptyDir before it is
+  gone, or the container was replaced.
 
 Figures: recovery seconds per fault kind and subsystem (p50/max; ``kill``: from the kill to the
 subsystem RUNNING again under a new PID; ``stop``: from SIGSTOP to RUNNING and not stopped;
