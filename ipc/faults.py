@@ -26,7 +26,10 @@ Kinds (``KINDS``), what ``target`` names and the fields each reads:
   (each watch path gets one ``410 Gone`` ERROR event, the reflector relists), ``rate``;
 - ``disk``, target ``pod/NAME/VOLUME`` (an emptyDir; ``pod/NAMESPACE/NAME/VOLUME``):
   ``action`` full (``amount`` KiB left free, default 0) / readonly, from a small filesystem
-  mounted over it in the pod's containers (``supervisor/diskfault.py``);
+  mounted over it in the pod's containers; or target ``rootDir``: the node's own state
+  (``rootDir/state``) full (an overlay whose upper layer is a full tmpfs) or read-only (a
+  read-only bind of itself), every process told so that it reopens what it keeps open
+  (``supervisor/diskfault.py``);
 - ``resource``, target a subsystem or ``pod/NAME`` (``pod/NAMESPACE/NAME``): ``action`` cpu
   (``amount`` busy processes, default 1) / memory (``amount`` MiB held, default 64), from a
   stress child in the target's cgroups (``supervisor/stress.py``);
@@ -61,6 +64,7 @@ __all__ = [
     "KINDS",
     "POD_PREFIX",
     "RESOURCE_ACTIONS",
+    "ROOT_DIR_TARGET",
     "ActiveFault",
     "FaultSpec",
     "FaultSpecError",
@@ -75,6 +79,7 @@ DIRECTIONS = ("send", "recv", "both")
 CRI_ACTIONS = ("latency", "error", "hang")
 API_ACTIONS = ("latency", "error", "disconnect", "gone")
 API_TARGET = "apiserver"  # an api fault aimed at every process's API connection
+ROOT_DIR_TARGET = "rootDir"  # a disk fault on the node's own state (every process is told)
 API_STATUSES = (429, 500, 502, 503, 504)
 RESOURCE_ACTIONS = ("cpu", "memory")
 DISK_ACTIONS = ("full", "readonly")
@@ -113,8 +118,10 @@ class FaultSpec:
 
     def aimed_at(self, process: str) -> bool:
         """Whether ``process`` applies this fault (its target, or every API-facing process
-        for an ``api`` fault aimed at ``apiserver``)."""
-        return self.target == process or (self.kind == "api" and self.target == API_TARGET)
+        for an ``api`` fault aimed at ``apiserver``, or every process for a ``disk`` fault on
+        ``rootDir``: each reopens what it keeps open there)."""
+        return self.target == process or (self.kind == "api" and self.target == API_TARGET) \
+            or (self.kind == "disk" and self.target == ROOT_DIR_TARGET)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"kind": self.kind, "target": self.target}
@@ -272,8 +279,10 @@ def spec_from_args(args: Mapping[str, Any]) -> FaultSpec:
         return replace(spec, action=action, delay=delay, rate=float(rate),
                        status=int(status) if action == "error" else 0)
     if kind == "disk":
-        if not target.startswith(POD_PREFIX) or target.count("/") not in (2, 3):
-            raise FaultSpecError("a disk fault's target is pod/NAME/VOLUME (an emptyDir)")
+        if target != ROOT_DIR_TARGET and (not target.startswith(POD_PREFIX)
+                                          or target.count("/") not in (2, 3)):
+            raise FaultSpecError("a disk fault's target is pod/NAME/VOLUME (an emptyDir) or "
+                                 f"{ROOT_DIR_TARGET}")
         action = _choice(args, "action", DISK_ACTIONS, "full")
         amount = args.get("amount") or 0
         if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= 1 << 20:

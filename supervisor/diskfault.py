@@ -12,6 +12,21 @@ left with a ballast file (writes fail with ENOSPC) and ``readonly`` remounts it 
 (EROFS). When it ends: read-write again, the ballast removed, the files copied back to the
 host path (what the container managed to write meanwhile is kept), the tmpfs unmounted. The
 host path itself is never mounted over: the node's own view of the pod does not change.
+
+``StateFault``: the node's own state (``rootDir/state``: statuses, probes, the events, the API
+source's resume point, image GC's metrics) full or read-only, in the supervisor's (and its
+children's) mount namespace. ``readonly``: ``state`` bound over itself read-only (EROFS on every
+new open for writing; nothing to copy: it is the same directory). ``full``: ``state`` bound to
+``run/faults/disk-<n>/lower``, a small tmpfs mounted beside it and filled with a ballast file
+(``amount`` KiB left free), and an overlay (``lowerdir`` the bind, ``upperdir`` on that tmpfs)
+mounted over ``state``: every file reads as before, and any write (a new file, or the copy-up
+of an old one) needs room the tmpfs lacks (ENOSPC). A process that keeps a file there open
+(the status store's journal) is told through the faults file (``rootDir`` faults are aimed at
+every process) and reopens it, at the start and at the end. At the end the overlay is unmounted
+and what did get written to its upper layer goes back into ``state`` (files not written since
+by the node, whiteouts as removals), then the tmpfs and the bind are unmounted. ``logs/``,
+``runtime/`` (the embedded runtime's own journal, its network namespaces' bind mounts) and
+``pods/`` are left alone: the fault is the node's persisted state, not its containers'.
 """
 
 from __future__ import annotations
@@ -19,11 +34,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DiskFault", "volume_mounts"]
+__all__ = ["DiskFault", "StateFault", "volume_mounts"]
 
 BALLAST = ".podvisor-fault-ballast"
 PAGE = 4096
@@ -120,3 +136,104 @@ class DiskFault:
                 shutil.copytree(view, self.host_path, symlinks=True, dirs_exist_ok=True)
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 _nsenter(m.pid, "umount", "-l", m.path)
+
+
+def _mount(*argv: str) -> None:
+    subprocess.run(["mount", *argv], check=True, capture_output=True, timeout=30)
+
+
+def _umount(path: Path) -> None:
+    """Unmount ``path`` (lazily when it is busy); never raises."""
+    try:
+        subprocess.run(["umount", str(path)], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["umount", "-l", str(path)], check=True, capture_output=True,
+                           timeout=30)
+
+
+def _is_whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+class StateFault:
+    """``rootDir/state`` full or read-only (module docstring). Applied at construction
+    (OSError or CalledProcessError when it cannot be: then nothing is left mounted); ``end()``
+    undoes it, idempotent."""
+
+    def __init__(self, state: Path, work: Path, action: str, headroom_kib: int) -> None:
+        self.state = state
+        self.work = work
+        self.action = action
+        self.mounted: list[Path] = []  # unmounted last first
+        self._overlay = False
+        try:
+            if action == "readonly":
+                _mount("--bind", str(state), str(state))
+                self.mounted.append(state)
+                _mount("-o", "remount,bind,ro", str(state))
+            else:
+                self._full(headroom_kib)
+        except (OSError, subprocess.SubprocessError):
+            self.end()
+            raise
+
+    def _full(self, headroom_kib: int) -> None:
+        lower, tmp = self.work / "lower", self.work / "tmp"
+        lower.mkdir(parents=True)
+        tmp.mkdir()
+        _mount("--bind", str(self.state), str(lower))
+        self.mounted.append(lower)
+        size = headroom_kib * 1024 + 64 * PAGE
+        _mount("-t", "tmpfs", "-o", f"size={size},mode=700", "podvisor-fault", str(tmp))
+        self.mounted.append(tmp)
+        upper = tmp / "upper"
+        upper.mkdir(mode=os.stat(self.state).st_mode & 0o7777)
+        (tmp / "work").mkdir()
+        _mount("-t", "overlay", "-o",
+               f"lowerdir={lower},upperdir={upper},workdir={tmp / 'work'}",
+               "podvisor-fault", str(self.state))
+        self.mounted.append(self.state)
+        self._overlay = True
+        ballast = tmp / BALLAST
+        DiskFault._fill(ballast)
+        if headroom_kib:
+            with ballast.open("r+b") as out:
+                out.truncate(max(0, ballast.stat().st_size - headroom_kib * 1024))
+
+    def end(self) -> None:
+        while self.mounted:
+            path = self.mounted.pop()
+            _umount(path)
+            if path == self.state and self._overlay:
+                self._overlay = False
+                with contextlib.suppress(OSError):
+                    self._copy_back(self.work / "tmp" / "upper", self.state)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    @staticmethod
+    def _copy_back(upper: Path, state: Path) -> None:
+        """What the overlay's upper layer holds, into ``state``: files (unless the node wrote
+        that file again since, directly), directories, and whiteouts as removals."""
+        for root, dirs, files in os.walk(upper):
+            rel = Path(root).relative_to(upper)
+            for name in dirs:
+                (state / rel / name).mkdir(exist_ok=True)
+            for name in files:
+                src, dst = Path(root) / name, state / rel / name
+                if name == BALLAST and not rel.parts:
+                    continue
+                with contextlib.suppress(OSError):
+                    st = os.lstat(src)
+                    if _is_whiteout(st):
+                        if dst.is_dir() and not dst.is_symlink():
+                            shutil.rmtree(dst, ignore_errors=True)
+                        else:
+                            dst.unlink(missing_ok=True)
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        if os.lstat(dst).st_mtime_ns > st.st_mtime_ns:
+                            continue  # written again after the overlay went: newer
+                    tmp = dst.with_name(f".{name}.podvisor-fault")
+                    shutil.copy2(src, tmp, follow_symlinks=False)
+                    os.replace(tmp, dst)

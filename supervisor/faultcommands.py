@@ -14,6 +14,7 @@ from podvisor.ipc.control import ControlFault, Fault
 from podvisor.ipc.faults import (
     API_TARGET,
     POD_PREFIX,
+    ROOT_DIR_TARGET,
     FaultSpec,
     FaultSpecError,
     spec_from_args,
@@ -61,7 +62,8 @@ class FaultInject(Command):
             raise ControlFault(Fault.SHUTDOWN_STATE, "the agent is shutting down")
         if spec.target not in ctx.sup.procs and not (
                 spec.kind == "api" and spec.target == API_TARGET) and not (
-                spec.kind in ("resource", "disk") and spec.target.startswith(POD_PREFIX)):
+                spec.kind in ("resource", "disk") and spec.target.startswith(POD_PREFIX)) and not (
+                spec.kind == "disk" and spec.target == ROOT_DIR_TARGET):
             known = ", ".join(sorted(ctx.sup.procs))
             raise ControlFault(Fault.BAD_NAME, f"no process named {spec.target!r} (the "
                                                f"agent runs {known})")

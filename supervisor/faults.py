@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podvisor.common.logs import EventLog
-from podvisor.ipc.faults import POD_PREFIX, ActiveFault, FaultSpec, write_faults
+from podvisor.ipc.faults import POD_PREFIX, ROOT_DIR_TARGET, ActiveFault, FaultSpec, write_faults
 from podvisor.ipc.messages import Event
 from podvisor.supervisor.core import Supervisor
-from podvisor.supervisor.diskfault import DiskFault, VolumeMount
+from podvisor.supervisor.diskfault import DiskFault, StateFault, VolumeMount
 from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.stress import StressChild, cgroups_of
 
@@ -39,7 +39,7 @@ class _Entry:
     ends_at: float | None  # monotonic
     pid: int | None = None  # stop: the incarnation that was stopped
     stress: StressChild | None = None  # resource: the child pressing
-    disk: DiskFault | None = None  # disk: the filesystems mounted
+    disk: DiskFault | StateFault | None = None  # disk: the filesystems mounted
 
 
 class FaultTable:
@@ -48,10 +48,12 @@ class FaultTable:
     def __init__(self, sup: Supervisor, path: Path, events: EventStore | None, log: EventLog,
                  clock: Callable[[], float], wall: Callable[[], float],
                  pod_cgroups: Callable[[str], list[Path]] = lambda pod: [],
-                 pod_volume: PodVolume | None = None) -> None:
+                 pod_volume: PodVolume | None = None, state_dir: Path | None = None) -> None:
         """``pod_cgroups(name)``: the cgroups of a running pod's container (resource faults
         on ``pod/NAME``); [] when it has none. ``pod_volume(name, volume)``: an emptyDir's
-        host path and its mounts in the pod's containers (disk faults)."""
+        host path and its mounts in the pod's containers (disk faults). ``state_dir``: the
+        node's state (disk faults on ``rootDir``; their mounts are made beside ``path``)."""
+        self._state_dir = state_dir
         self._sup = sup
         self._pod_cgroups = pod_cgroups
         self._pod_volume = pod_volume
@@ -82,7 +84,7 @@ class FaultTable:
         elif spec.kind == "resource":
             entry.stress = StressChild(spec.action, spec.amount, self._cgroups(spec.target))
         elif spec.kind == "disk":
-            entry.disk = self._disk(spec)
+            entry.disk = self._disk(spec, fid)
         self._next += 1
         self._record("Warning", "FaultInjected", fault,
                      f"{fid} {spec.describe()}"
@@ -146,7 +148,15 @@ class FaultTable:
             raise ProcessLookupError(f"{target} is not running")
         return cgroups_of(proc.pid)
 
-    def _disk(self, spec: FaultSpec) -> DiskFault:
+    def _disk(self, spec: FaultSpec, fid: str) -> DiskFault | StateFault:
+        if spec.target == ROOT_DIR_TARGET:
+            if self._state_dir is None:
+                raise LookupError("this agent has no state directory to fault")
+            if any(e.fault.spec.kind == "disk" and e.fault.spec.target == ROOT_DIR_TARGET
+                   for e in self._entries.values()):
+                raise LookupError(f"a disk fault on {ROOT_DIR_TARGET} is in force already")
+            return StateFault(self._state_dir, self._path.parent / f"disk-{fid}", spec.action,
+                              spec.amount)
         pod, _, volume = spec.target.removeprefix(POD_PREFIX).rpartition("/")
         found = None if self._pod_volume is None else self._pod_volume(pod, volume)
         if found is None or not found[1]:

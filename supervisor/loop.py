@@ -102,7 +102,8 @@ class Agent:
         self.events = parts.events
         paths = RunPaths(Path(parts.config.root_dir))
         self.faults = FaultTable(parts.sup, paths.faults_file, parts.events, parts.log,
-                                 parts.clock, parts.wall, self._pod_cgroups, self._pod_volume)
+                                 parts.clock, parts.wall, self._pod_cgroups, self._pod_volume,
+                                 paths.state_dir)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done

@@ -34,6 +34,10 @@ from podvisor.ipc.faults import (
     ({"kind": "cri", "target": "runtime", "action": "hang", "methods": "a,,b,3"}, ""),
     ({"kind": "kill", "target": "pleg", "for": 3}, "a kill fault takes no 'for'"),
     ({"kind": "stop", "target": "pleg", "signal": "KILL"}, "a stop fault takes no 'signal'"),
+    ({"kind": "disk", "target": "pleg"}, "a disk fault's target is pod/NAME/VOLUME (an "
+     "emptyDir) or rootDir"),
+    ({"kind": "disk", "target": "pod/web"}, "a disk fault's target is pod/NAME/VOLUME"),
+    ({"kind": "disk", "target": "rootDir", "action": "wet"}, "'action' must be one of full"),
 ])
 def test_a_request_is_refused_with_the_reason(args: dict[str, Any], says: str) -> None:
     if not says:
@@ -42,6 +46,14 @@ def test_a_request_is_refused_with_the_reason(args: dict[str, Any], says: str) -
     with pytest.raises(FaultSpecError) as err:
         spec_from_args(args)
     assert says in str(err.value)
+
+
+def test_a_disk_fault_on_rootdir_is_aimed_at_every_process() -> None:
+    spec = spec_from_args({"kind": "disk", "target": "rootDir", "action": "full", "amount": 4})
+    assert (spec.action, spec.amount) == ("full", 4)
+    assert spec.aimed_at("status") and spec.aimed_at("prober")  # each reopens its files
+    volume = spec_from_args({"kind": "disk", "target": "pod/web/data"})
+    assert not volume.aimed_at("status")
 
 
 def test_specs_and_faults_in_force_round_trip_through_the_file(tmp_path: Path) -> None:

@@ -5,13 +5,14 @@ of the node never saw it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from podvisor.testing import Node
+from podvisor.testing import Node, wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
 
@@ -62,4 +63,69 @@ def test_an_emptydir_full_then_read_only_then_whole(podvisor_node: Node) -> None
     assert "podvisor-fault" not in mounts  # unmounted
     bad = node.agent.ctl("fault", "inject", "disk", "pod/web/nosuch")
     assert bad.returncode == 1 and "no emptyDir 'nosuch' mounted" in bad.stderr
+    node.check()
+
+
+SLEEPER = """apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - {name: app, image: host, command: ["sleep", "100000"]}
+"""
+
+
+def _persisted(node: Node, restarts: int) -> bool:
+    """The status store's files under rootDir/state hold web's restartCount ``restarts``."""
+    text = "".join(p.read_text(errors="replace")
+                   for p in (node.paths.state_dir / "statuses").glob("*") if p.is_file())
+    return f'"restartCount":{restarts}' in text
+
+
+def _save_failures(node: Node, says: str) -> int:
+    log = node.paths.logs_dir / "status.log"
+    return sum(1 for line in log.read_text(errors="replace").splitlines()
+               if "status.save_failed" in line and says in line) if log.exists() else 0
+
+
+def test_rootdir_read_only_then_full_then_whole(podvisor_node: Node) -> None:
+    """A disk fault on rootDir: the node's state cannot be written (EROFS, then ENOSPC), the
+    node runs on (a killed container is restarted, /pods says so, no subsystem restarts), its
+    state reads as before, and once the fault ends what it could not save is saved."""
+    node = podvisor_node
+    node.apply(SLEEPER)
+    node.wait_pod("web", "Running")
+    state = node.paths.state_dir
+    before = {n: r["restarts"] for n, r in node.processes().items()}
+    files = sorted(p.name for p in state.iterdir())
+    with node.fault("disk", "rootDir", action="readonly") as fault:
+        assert fault.spec.describe() == "disk rootDir: readonly"
+        with pytest.raises(OSError) as err:
+            (state / "written-by-the-test").write_text("x")
+        assert err.value.errno == errno.EROFS
+        node.kill_container("web")
+        node.wait_pod("web", "Running", restarts=1)  # the node runs on
+        wait_until(lambda: _save_failures(node, "Read-only file system"), 30, 0.1,
+                   "the status store's save to fail")
+        assert not _persisted(node, 1)  # /pods says it, the disk does not
+        assert sorted(p.name for p in state.iterdir()) == files  # what was there reads
+    wait_until(lambda: _persisted(node, 1), 60, 0.1, "the restart saved once writable")
+    with node.fault("disk", "rootDir", action="full"):
+        with pytest.raises(OSError) as err:
+            (state / "written-by-the-test").write_bytes(b"x" * 65536)
+        assert err.value.errno == errno.ENOSPC
+        assert _persisted(node, 1)  # the state reads as before
+        node.kill_container("web")
+        node.wait_pod("web", "Running", restarts=2)
+        wait_until(lambda: _save_failures(node, "No space left"), 30, 0.1,
+                   "the status store's save to fail")
+        assert not _persisted(node, 2)
+    wait_until(lambda: _persisted(node, 2), 60, 0.1, "the restart saved once there is room")
+    assert "podvisor-fault" not in Path("/proc/self/mountinfo").read_text()  # all unmounted
+    assert not list(node.paths.faults_dir.glob("disk-*"))
+    # what the fault let through came back: the test's file, created but empty (a full disk
+    # has inodes left; the read-only one let nothing through)
+    assert (state / "written-by-the-test").read_bytes() == b""
+    assert {n: r["restarts"] for n, r in node.processes().items()} == before
     node.check()
