@@ -339,6 +339,9 @@ class Chaos:
                 "rootDir": str(self.paths.root), "nodeName": NODE,
                 "staticPodPath": str(self.manifests), "readOnlyPort": self.port,
                 "stopPodsOnExit": False, "syncFrequency": f"{SYNC_FREQUENCY:g}s",
+                # the ops port on a free port: the default (9001) may be another agent's, and
+                # ops would crash-loop on it (then every fault's wait for the agent whole fails)
+                "opsAddress": "127.0.0.1", "opsPort": _free_port(),
                 "supervision": {"defaults": {"heartbeatTimeout": f"{HEARTBEAT_TIMEOUT:g}s",
                                              "intensity": 10000, "intensityPeriod": "60s"}},
                 **({"kubeconfig": opts.kubeconfig} if opts.kubeconfig else {}),
@@ -361,7 +364,7 @@ class Chaos:
         self.bus_deck = Deck(self.rng, ["partition-pleg", "drop", "delay", "duplicate"])
         self.cri_deck = Deck(self.rng, ["hang", "latency", "error"])
         self.api_deck = Deck(self.rng, ["outage", "error", "latency", "disconnect", "gone"])
-        self.disk_deck = Deck(self.rng, ["full", "readonly"])
+        self.disk_deck = Deck(self.rng, ["full", "readonly", "rootDir full", "rootDir readonly"])
 
     # --- the agent -------------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ recorded by the agent as events with its start and end, each ending by itself (`
   restart a pod).
 - ``disk``: an unprobed pod's emptyDir (``scratch``) full or read-only inside its container for
   1.5 to 3 s; a file chaos wrote in the volume before must be there after, and the container
-  must be the same process (``disk_fault_damage`` otherwise).
+  must be the same process (``disk_fault_damage`` otherwise). Or the node's state (``rootDir``)
+  full or read-only: no container replaced, no subsystem restarted, a file chaos put there
+  before still there after.
 
 Each waits for the fault to end and the agent to be whole again; its recovery is that wait.
 """
@@ -232,6 +234,10 @@ def fault_api(chaos: Chaos) -> None:
 
 
 def fault_disk(chaos: Chaos) -> None:
+    action = chaos.disk_deck.draw()
+    if action.startswith("rootDir "):
+        _fault_root_dir(chaos, action.removeprefix("rootDir "))
+        return
     pods = chaos.pods() or {}
     procs = chaos.marker_processes()
     candidates = sorted(n for n in chaos.scratch
@@ -244,7 +250,6 @@ def fault_disk(chaos: Chaos) -> None:
     if not uid or not host.is_dir():
         chaos.report.details.append(f"disk: {name}'s emptyDir not found at {host}")
         return
-    action = chaos.disk_deck.draw()
     hold = chaos.rng.uniform(1.5, 3.0)
     token = f"{chaos.token}-{chaos.report.faults['disk']}"
     mark = host / f"chaos-{token}"
@@ -264,6 +269,33 @@ def fault_disk(chaos: Chaos) -> None:
             f"{name}: after its emptyDir was {action}: "
             + ", ".join(w for w, bad in (("the file written before is gone", lost),
                                          ("its container was replaced", replaced)) if bad))
+
+
+def _fault_root_dir(chaos: Chaos, action: str) -> None:
+    """The node's state full or read-only: it runs on (no container replaced, no subsystem
+    restarted) and reads its state as before (a file chaos put there is there after)."""
+    hold = chaos.rng.uniform(1.5, 3.0)
+    token = f"{chaos.token}-{chaos.report.faults['disk']}"
+    mark = chaos.paths.state_dir / f".chaos-{token}"
+    mark.write_text(token, encoding="utf-8")
+    try:
+        before, kills = _unkilled_pids(chaos), dict(chaos.kills)
+        rows = {n: int(r["restarts"]) for n, r in chaos.rows().items()}
+        fid = _inject(chaos, kind="disk", target="rootDir", action=action, **{"for": hold})
+        if fid is None:
+            return
+        chaos.report.faults["disk"] += 1
+        _wait_over(chaos, fid, hold, f"disk rootDir {action}")
+        after = {n: int(r["restarts"]) for n, r in chaos.rows().items()}
+        bad = [f"{n} restarted" for n, k in after.items() if k > rows.get(n, k)]
+        bad += [f"{n}'s container replaced" for n in _replaced(chaos, before, kills)]
+        if not _holds(mark, token):
+            bad.append("a file of its state is gone")
+        if bad:
+            chaos.report.invariants["disk_fault_damage"] += 1
+            chaos.report.details.append(f"rootDir {action}: " + ", ".join(bad))
+    finally:
+        mark.unlink(missing_ok=True)
 
 
 def _holds(path: Path, text: str) -> bool:
