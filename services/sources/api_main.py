@@ -40,7 +40,7 @@ class ApiSourceService:
         self.wake = WakePipe()
         self.loop.closing(self.wake)
         self.state = ApiPodState(self.wake.wake)
-        self.conn = ApiConnection(config.kubeconfig)
+        self.conn = ApiConnection(config.kubeconfig, "source-api")
         self.loop.closing(self.conn)
         self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         selector = f"spec.nodeName={config.node_name}"
