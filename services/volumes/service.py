@@ -42,7 +42,11 @@ class VolumeService:
         self.owner = self.loop.owner(self.publisher, VOLUMES)
         self.events = Recorder(ctx.name, clock.wall)
         self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
-        self.api = VolumeApi(ApiConnection(cfg.kubeconfig)) if cfg.kubeconfig else None
+        self.api: VolumeApi | None = None
+        if cfg.kubeconfig:
+            conn = ApiConnection(cfg.kubeconfig, "volumes")
+            self.loop.on_faults(conn.faults.set)  # injected api faults (issue 28)
+            self.api = VolumeApi(conn)
         paths = VolumePaths(ctx.paths.root)
         paths.registry.mkdir(parents=True, exist_ok=True)
         node = cfg.node_name
