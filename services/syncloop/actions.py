@@ -13,10 +13,19 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
   sandbox garbage collection, done by the pod's own sync.
 - Kill running containers whose spec hash changed, whose liveness probe failed, or that no
   longer appear in the spec.
+- Ephemeral containers (``kubectl debug``) that have no runtime container yet are started
+  first (SyncPod step 5), even before initialization is done; they are never restarted and
+  never disturb the others.
 - Init containers run one at a time in order; the next starts only after the previous exited 0.
-  A failed init container restarts unless restartPolicy is Never, which fails the pod.
+  A failed init container restarts unless restartPolicy is Never, which fails the pod. A pod
+  with sidecars (init containers with ``restartPolicy: Always``) takes the kubelet's sidecar
+  path instead (``initactions.sidecar_actions``): sidecars start in order and stay running,
+  restarted whatever the pod's policy.
 - Then every regular container; a stopped one restarts by policy (Always: yes; OnFailure: if the
-  exit code != 0; Never: no).
+  exit code != 0; Never: no). When no regular container runs or is to start, the pod is
+  killed (sidecars too).
+- Past ``activeDeadlineSeconds`` (the sync loop tells): every container is stopped and nothing
+  starts again.
 - A restart waits out the crash back-off of its (pod uid, container name); meanwhile the
   container is reported waiting with reason ``CrashLoopBackOff``.
 - A container created in the current sandbox with the current spec and never started (the
@@ -35,6 +44,13 @@ from typing import Protocol
 
 from podvisor.services.pod import Container, Pod, RestartPolicy
 from podvisor.services.syncloop.backoff import BackoffKey
+from podvisor.services.syncloop.initactions import (
+    LIVENESS_FAILED,
+    SPEC_CHANGED,
+    STARTUP_FAILED,
+    next_init,
+    sidecar_actions,
+)
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
 from podvisor.services.syncloop.spec import container_hash
 
@@ -50,10 +66,6 @@ class BackoffView(Protocol):
 class Waiting:
     reason: str
     message: str = ""
-
-
-LIVENESS_FAILED = "liveness probe failed"
-STARTUP_FAILED = "startup probe failed"
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class StartAction:
     # a container of this spec already created in the current sandbox and never started (its
     # StartContainer, or the answer to it, was lost): start that one, create none
     container_id: str = ""
+    ephemeral: bool = False  # an ephemeral container (started first, never restarted)
+    sidecar: bool = False  # a restartable init container: a failed start does not stop the rest
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,7 @@ class PodActions:
     pod_failed: bool = False        # an init container failed under restartPolicy Never
     retry_after: float | None = None  # seconds until the earliest back-off ends
     remove_sandboxes: tuple[str, ...] = ()  # not-ready sandboxes without containers: stop+remove
+    deadline_exceeded: bool = False  # activeDeadlineSeconds passed: the pod is Failed for good
 
     @property
     def noop(self) -> bool:
@@ -157,43 +172,13 @@ def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
     return not (policy is RestartPolicy.ON_FAILURE and status.exit_code == 0)
 
 
-def _init_failed(status: ContainerInfo) -> bool:
-    return status.state is ContainerState.UNKNOWN or (
-        status.state is ContainerState.EXITED and status.exit_code != 0)
-
-
-def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container | None, bool]:
-    """(last failed init status, next init container to run, all init containers done)."""
-    inits = pod.spec.init_containers
-    if not inits:
-        return None, None, True
-    for c in pod.spec.containers:
-        status = rt.latest(c.name)
-        if status is not None and status.state is ContainerState.RUNNING:
-            return None, None, True
-    for c in reversed(inits):
-        status = rt.latest(c.name)
-        if status is not None and _init_failed(status):
-            return status, c, False
-    for i in range(len(inits) - 1, -1, -1):
-        status = rt.latest(inits[i].name)
-        if status is None:
-            continue
-        if status.state is ContainerState.RUNNING:
-            return None, None, False
-        if status.state is ContainerState.CREATED:  # created, never started: start it now
-            return None, inits[i], False
-        if status.state is ContainerState.EXITED:
-            if i == len(inits) - 1:
-                return None, None, True
-            return None, inits[i + 1], False
-    return None, inits[0], False
-
-
-def _start(name: str, init: bool, status: ContainerInfo | None) -> StartAction:
+def _start(container: Container, init: bool, status: ContainerInfo | None,
+           ephemeral: bool = False) -> StartAction:
+    sidecar = init and container.sidecar
     if status is None:
-        return StartAction(name, init, 0)
-    return StartAction(name, init, status.restart_count + 1, status.finished_at)
+        return StartAction(container.name, init, 0, ephemeral=ephemeral, sidecar=sidecar)
+    return StartAction(container.name, init, status.restart_count + 1, status.finished_at,
+                       ephemeral=ephemeral, sidecar=sidecar)
 
 
 class _Builder:
@@ -209,18 +194,20 @@ class _Builder:
         self.waiting: dict[str, Waiting] = {}
         self.retry_after: float | None = None
 
-    def want_start(self, container: Container, init: bool, kill_stale: bool = True) -> None:
+    def want_start(self, container: Container, init: bool, kill_stale: bool = True,
+                   ephemeral: bool = False) -> None:
         status = self.rt.latest(container.name)
         if (status is not None and status.state is ContainerState.CREATED and self.sandbox_id
                 and status.sandbox_id == self.sandbox_id
                 and status.hash == self.hasher(container)):
-            self.start.append(StartAction(container.name, init, status.restart_count,
-                                          container_id=status.id))
+            self.start.append(replace(_start(container, init, None, ephemeral),
+                                      restart_count=status.restart_count,
+                                      container_id=status.id))
             return
         if (kill_stale and status is not None
                 and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):
             self.kill.append(KillAction(status.id, container.name, "stale container"))
-        action = _start(container.name, init, status)
+        action = _start(container, init, status, ephemeral)
         if status is not None and status.finished_at > 0:
             left = self.backoff.remaining((self.pod.uid, container.name), status.finished_at,
                                           self.now)
@@ -234,9 +221,18 @@ class _Builder:
                 return
         self.start.append(action)
 
+    def actions(self, sandbox_id: str, attempt: int, kill_pod: bool = False,
+                pod_failed: bool = False) -> PodActions:
+        """The collected kills, starts, waiting reasons and back-off."""
+        return PodActions(kill_pod=kill_pod, sandbox_id=sandbox_id, attempt=attempt,
+                          kill=tuple(self.kill), start=tuple(self.start),
+                          waiting=dict(self.waiting), pod_failed=pod_failed,
+                          retry_after=self.retry_after)
+
 
 def _kill_unknown(b: _Builder, pod: Pod, rt: PodRuntime) -> None:
     names = {c.name for c in pod.all_containers()}
+    names |= {e.name for e in pod.spec.ephemeral_containers}
     for c in rt.containers:
         if c.name not in names and c.state in (ContainerState.RUNNING, ContainerState.CREATED):
             b.kill.append(KillAction(c.id, c.name, "not in the pod spec"))
@@ -250,7 +246,7 @@ def _new_sandbox_actions(pod: Pod, rt: PodRuntime, b: _Builder, attempt: int,
     regular = [c for c in pod.spec.containers
                if not (pod.spec.restart_policy is RestartPolicy.ON_FAILURE
                        and _succeeded(rt.latest(c.name)))]
-    if not regular:
+    if not regular and not (pod.spec.sidecars and not _any_regular_created(pod, rt)):
         return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
     if pod.spec.init_containers:
         b.want_start(pod.spec.init_containers[0], init=True, kill_stale=False)
@@ -263,6 +259,14 @@ def _new_sandbox_actions(pod: Pod, rt: PodRuntime, b: _Builder, attempt: int,
                       retry_after=b.retry_after)
 
 
+def _any_regular_created(pod: Pod, rt: PodRuntime) -> bool:
+    """``hasAnyRegularContainerCreated``: a regular container was created, so the pod was
+    initialized before (its init containers are not run again)."""
+    return any((s := rt.latest(c.name)) is not None and s.state in (
+        ContainerState.CREATED, ContainerState.RUNNING, ContainerState.EXITED)
+        for c in pod.spec.containers)
+
+
 def _succeeded(status: ContainerInfo | None) -> bool:
     return (status is not None and status.state is ContainerState.EXITED
             and status.exit_code == 0)
@@ -271,56 +275,104 @@ def _succeeded(status: ContainerInfo | None) -> bool:
 def compute_pod_actions(
     pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
     liveness_failed: Collection[str] = (), hasher: Hasher = container_hash,
-    sandbox_wait: SandboxWait = _no_wait,
+    sandbox_wait: SandboxWait = _no_wait, started: Collection[str] = (),
+    deadline_exceeded: bool = False,
 ) -> PodActions:
     """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
 
     ``liveness_failed``: IDs of running containers whose liveness or startup probe failed
     (a mapping ID -> "liveness"/"startup" tells which: the kill's reason, and so its grace).
     ``sandbox_wait``: seconds a sandbox's stop still backs off after it failed (0: due).
+    ``started``: IDs of running containers whose startup probe succeeded (a sidecar with a
+    startup probe lets the next init container start only then).
+    ``deadline_exceeded``: the pod ran past ``activeDeadlineSeconds``: it is Failed for good,
+    every container is stopped (sidecars last) and nothing is started again.
     """
-    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher), rt,
+    if deadline_exceeded:
+        live = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
+        return _with_dead(PodActions(kill_pod=live, pod_failed=True, deadline_exceeded=True,
+                                     sandbox_id=rt.sandboxes[0].id if rt.sandboxes else ""),
+                          rt, sandbox_wait)
+    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher, started), rt,
                       sandbox_wait)
 
 
+def _regular_done(pod: Pod, rt: PodRuntime) -> bool:
+    """Every regular container ran and exited for good (restartPolicy Never or OnFailure
+    with exit 0): the pod is terminal."""
+    statuses = [rt.latest(c.name) for c in pod.spec.containers]
+    return all(s is not None and s.state is ContainerState.EXITED and not _should_restart(pod, s)
+               for s in statuses)
+
+
+def _failed_map(liveness_failed: Collection[str]) -> Mapping[str, str]:
+    if isinstance(liveness_failed, Mapping):
+        return liveness_failed
+    return dict.fromkeys(liveness_failed, "liveness")
+
+
 def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
-             liveness_failed: Collection[str], hasher: Hasher) -> PodActions:
+             liveness_failed: Collection[str], hasher: Hasher,
+             started: Collection[str]) -> PodActions:
     b = _Builder(pod, rt, now, backoff, hasher)
     create, attempt, sandbox_id = _sandbox_changed(rt)
     if create:
         return _new_sandbox_actions(pod, rt, b, attempt, sandbox_id)
     b.sandbox_id = sandbox_id
     _kill_unknown(b, pod, rt)
-    last_failed, next_init, done = _next_init(pod, rt)
-    if not done:
-        b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
-        failed_never = last_failed is not None and not _restarts_on_failure(pod)
-        if next_init is not None and not failed_never:
-            b.want_start(next_init, init=True)
-        return PodActions(kill_pod=failed_never, sandbox_id=sandbox_id, attempt=attempt,
-                          kill=tuple(b.kill), start=tuple(b.start), waiting=dict(b.waiting),
-                          pod_failed=failed_never, retry_after=b.retry_after)
-    keep = 0
+    for e in pod.spec.ephemeral_containers:  # SyncPod step 5: never restarted
+        if rt.latest(e.name) is None:
+            b.want_start(e.container, init=False, kill_stale=False, ephemeral=True)
+    failed = _failed_map(liveness_failed)
+    if pod.spec.sidecars and _regular_done(pod, rt):
+        # the pod is over (the kubelet's worker stops syncing a terminal pod): its sidecars
+        # are stopped and not started again
+        b.start = [a for a in b.start if not a.ephemeral]
+        return b.actions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    if pod.spec.sidecars:
+        plan = sidecar_actions(pod, rt, failed, started, hasher)
+        b.kill.extend(KillAction(cid, name, why) for cid, (name, why) in plan.kills.items())
+        if not plan.kill_pod:
+            for c in plan.starts:
+                b.want_start(c, init=True, kill_stale=False)
+        if plan.kill_pod or not plan.initialized:
+            b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
+            return b.actions(kill_pod=plan.kill_pod, sandbox_id=sandbox_id, attempt=attempt,
+                             pod_failed=plan.kill_pod)
+    else:
+        last_failed, next_container, done = next_init(pod, rt)
+        if not done:
+            b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
+            failed_never = last_failed is not None and not _restarts_on_failure(pod)
+            if next_container is not None and not failed_never:
+                b.want_start(next_container, init=True)
+            return b.actions(kill_pod=failed_never, sandbox_id=sandbox_id, attempt=attempt,
+                             pod_failed=failed_never)
+    keep = wanted = 0
     for c in pod.spec.containers:
         status = rt.latest(c.name)
         if status is None or status.state is not ContainerState.RUNNING:
             if _should_restart(pod, status):
+                wanted += 1
                 b.want_start(c, init=False)
             continue
         if status.hash != hasher(c):
-            reason, restart = "container spec changed", True
-        elif status.id in liveness_failed:
-            probe = liveness_failed.get(status.id) if isinstance(liveness_failed, Mapping) \
-                else "liveness"
-            reason = STARTUP_FAILED if probe == "startup" else LIVENESS_FAILED
+            reason, restart = SPEC_CHANGED, True
+        elif status.id in failed:
+            reason = STARTUP_FAILED if failed[status.id] == "startup" else LIVENESS_FAILED
             restart = _restarts_on_failure(pod)
         else:
             keep += 1
             continue
         b.kill.append(KillAction(status.id, c.name, reason))
         if restart:
+            wanted += 1
             b.want_start(c, init=False)
-    kill_pod = keep == 0 and not b.start and not b.waiting
-    return PodActions(kill_pod=kill_pod, sandbox_id=sandbox_id, attempt=attempt,
-                      kill=tuple(b.kill), start=tuple(b.start), waiting=dict(b.waiting),
-                      retry_after=b.retry_after)
+    if keep == 0 and wanted == 0:
+        # every regular container is done: the pod ends, sidecars and ephemeral containers
+        # are not started again (the kubelet drops InitContainersToStart)
+        b.start = [a for a in b.start if not (a.sidecar or a.ephemeral)]
+        for a in pod.spec.sidecars:
+            b.waiting.pop(a.name, None)
+        return b.actions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    return b.actions(sandbox_id=sandbox_id, attempt=attempt)

@@ -31,7 +31,13 @@ from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.states import WorkerState
-from podvisor.services.syncloop.syncpod import SyncDeps, quiet_resync, sync_pod
+from podvisor.services.syncloop.syncpod import (
+    DEADLINE_EXCEEDED,
+    DEADLINE_MESSAGE,
+    SyncDeps,
+    quiet_resync,
+    sync_pod,
+)
 from podvisor.services.syncloop.terminate import terminate_pod
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
@@ -71,6 +77,9 @@ class LoopDeps:
     # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
+    # IDs of a pod's containers whose startup probe succeeded (a sidecar's gates the next init
+    # container); called from pool threads
+    started: Callable[[str], Collection[str]] = _no_failures
     node_name: str = ""  # the object of node-level events
     # called on the loop thread when a work changed containers in the runtime (PLEG's hint)
     changed_runtime: Callable[[], None] = lambda: None
@@ -91,7 +100,7 @@ def desired_value(w: Worker, updated_at: float,
         pod=pod, source=w.source, worker=str(w.state), admitted=w.admitted,
         reason=w.reason, message=w.message or w.last_error,
         waiting={n: ContainerWaiting(x.reason, x.message) for n, x in w.waiting.items()},
-        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos,
+        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos, failed=w.failed,
     )
 
 
@@ -291,14 +300,15 @@ class SyncLoop:
             return False
         try:
             r = quiet_resync(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
-                             work.newer_than)
+                             work.newer_than, self.deps.started(work.uid), work.active_since)
         except Exception:  # a bug here must not take the loop down: the pool path decides
             self.log.exception("syncloop.quiet_resync.crashed", pod_uid=work.uid)
             return False
         if r is None:
             return False
         self._finish(work, Outcome(ok=True, retry_after=r.retry_after, waiting=r.waiting,
-                                   sandbox_id=r.sandbox_id, pod_failed=r.pod_failed))
+                                   sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
+                                   deadline_exceeded=r.deadline_exceeded))
         return True
 
     def _post(self, fn: Callable[[], None]) -> None:
@@ -321,11 +331,12 @@ class SyncLoop:
     def _sync(self, work: Work) -> Outcome:
         assert work.pod is not None
         r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
-                     work.newer_than, work.snapshot)
+                     work.newer_than, work.snapshot, self.deps.started(work.uid),
+                     work.active_since)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
                        effects=r.effects, acted=r.acted, network=bool(r.network_error),
-                       runtime_down=r.runtime_down)
+                       runtime_down=r.runtime_down, deadline_exceeded=r.deadline_exceeded)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
@@ -353,6 +364,8 @@ class SyncLoop:
             self.deps.observe_work(handed[0], now - handed[1])
         if work.kind is WorkKind.SYNC:
             self._note_held(work, outcome)
+            if outcome.deadline_exceeded and w is not None:
+                self._deadline_exceeded(w)
         if work.kind is WorkKind.TERMINATE and outcome.ok:
             self._created.discard(work.uid)  # a restarted pod's next sync is a create again
             self._updated.discard(work.uid)
@@ -366,6 +379,15 @@ class SyncLoop:
                 self.deps.sync.objects.unregister_pod(work.uid)
             self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
         self._publish(work.uid)
+
+    def _deadline_exceeded(self, w: Worker) -> None:
+        """The pod ran past ``activeDeadlineSeconds``: Failed for good (the kubelet's
+        activeDeadlineHandler; its containers were stopped by the sync), said once."""
+        if w.failed:
+            return
+        w.failed, w.reason, w.message = True, DEADLINE_EXCEEDED, DEADLINE_MESSAGE
+        self.log.info("syncloop.pod.deadline_exceeded", pod=w.pod.full_name if w.pod else "",
+                      pod_uid=w.uid, reason=DEADLINE_EXCEEDED, message=DEADLINE_MESSAGE)
 
     def _note_held(self, work: Work, outcome: Outcome) -> None:
         """Say once per pod that it waits for the network; forget it once it synced."""

@@ -226,7 +226,11 @@ def test_pod_runs_with_sandbox_config_labels_and_volumes(tmp_path: Path) -> None
     assert cfg.annotations[L.RESTART_COUNT] == "0" and cfg.log_path == "a/0.log"
     assert [(e.key, e.value) for e in cfg.envs] == [("X", "1")] and cfg.working_dir == "/tmp"
     vol = tmp_path / "pods/u1/volumes/kubernetes.io~empty-dir/scratch"
-    assert vol.is_dir() and [m.host_path for m in cfg.mounts] == [str(vol)]
+    # the volume, then (the kubelet's makeMounts) the container's termination-log file
+    assert vol.is_dir() and [m.host_path for m in cfg.mounts][:1] == [str(vol)]
+    log = cfg.mounts[1]
+    assert (log.container_path, log.readonly) == ("/dev/termination-log", False)
+    assert log.host_path.startswith(str(tmp_path / "pods/u1/containers/a/"))
     entry = h.desired.items["u1"]
     assert entry.worker == "syncing" and entry.admitted and entry.sandbox_id
 
