@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import labels
 from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
@@ -301,6 +302,23 @@ class Engine:
         self.crash.hit("remove_sandbox.after_record")
 
     # --- containers ---
+    def _mountable(self, config: pb.ContainerConfig) -> list[pb.Mount]:
+        """The config's mounts, less the kubelet's termination-log file when this runtime
+        cannot make a mount namespace (not root): every container gets that mount, and
+        without root a pod with no volumes must still run (the message is then not collected;
+        said in the log, once per container)."""
+        if self._host.root:
+            return list(config.mounts)
+        path = config.annotations.get(labels.TERMINATION_MESSAGE_PATH, "")
+        keep = [m for m in config.mounts if not path or m.container_path != path]
+        if len(keep) != len(config.mounts):
+            self.log.warning("runtime.container.termination_log_skipped",
+                             container=config.metadata.name, path=path,
+                             reason="the embedded runtime runs without root: no mount "
+                                    "namespace for the termination-log file; the container's "
+                                    "termination message is not collected")
+        return keep
+
     def create_container(self, sandbox_id: str, config: pb.ContainerConfig) -> str:
         sb = self.sandbox(sandbox_id)
         if sb.state is not SandboxState.READY:
@@ -337,7 +355,7 @@ class Engine:
         log_path = _log_path(sb.config.log_directory, config.log_path)
         doc: dict[str, Any] = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
                                "cwd": cwd, "log_path": log_path}
-        mounts = _mounts(md.name, config.mounts)
+        mounts = _mounts(md.name, self._mountable(config))
         if mounts:
             doc["mounts"] = mounts
         if (config.linux.security_context.privileged
