@@ -16,7 +16,7 @@ delay; when it becomes ready they all sync at once.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import Capacity, admit
 from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
+from podvisor.services.syncloop.refusals import Refusals, refusals
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import (
@@ -132,12 +133,16 @@ class SyncLoop:
         self._updated: set[str] = set()
         if deps.sync.objects is not None:  # a watched ConfigMap/Secret changed: sync its pods
             deps.sync.objects.on_pods_changed = self._objects_changed
+        self._refusals = Refusals(deps.table, self.log)
 
     # --- inputs (loop thread) ---
-    def handle_pod_set(self, source: str, pods: Sequence[Any], now: float) -> None:
+    def handle_pod_set(self, source: str, pods: Sequence[Any], now: float,
+                       errors: Sequence[Mapping[str, Any]] = ()) -> None:
         """A source's full set, as the source published it: wire forms of pods it validated
         (``Pod.to_dict()``), rebuilt without a second validation. Anything else is a bug
-        upstream: that pod is dropped with an error logged, the others go on."""
+        upstream: that pod is dropped with an error logged, the others go on. ``errors``: the
+        set's refused inputs; those naming a pod (API pods) are refused as the kubelet does
+        (``refusals``): rejected if not running, else the update is refused and it runs on."""
         parsed: list[Pod] = []
         for raw in pods:
             try:
@@ -145,8 +150,12 @@ class SyncLoop:
             except PodValidationError as err:
                 self.log.error("syncloop.pod.invalid", source=source, error=err.summary(),
                                reason="not a validated pod (a bug upstream); dropped")
-        for update in self.deps.pod_config.apply(source, parsed):
+        refused = refusals(errors)
+        for update in self.deps.pod_config.apply(source, parsed, keep=refused.keys()):
             self._apply(update, now)
+        wanted = {p.uid: p for p in self.deps.pod_config.pods()}
+        for uid in sorted(self._refusals.apply(source, refused, wanted)):
+            self._publish(uid)
 
     def _apply(self, update: PodUpdate, now: float) -> None:
         table = self.deps.table
@@ -167,6 +176,8 @@ class SyncLoop:
                 grace = (pod.metadata.deletion_grace_period_seconds
                          if update.op is PodOp.DELETE else None)
                 self._kill(pod.uid, grace, now)
+            elif update.op is PodOp.RECONCILE:
+                table.reconcile(pod)  # only its status changed (a readiness gate's condition)
             self._publish(pod.uid)
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:

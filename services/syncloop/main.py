@@ -279,7 +279,8 @@ class SyncLoopService:
 
         def on_change(key: str, old: object, new: object) -> None:
             if key == POD_SET_KEY and isinstance(new, PodSetValue):
-                self.loop.handle_pod_set(source, list(new.pods), self.clock.monotonic())
+                self.loop.handle_pod_set(source, list(new.pods), self.clock.monotonic(),
+                                         new.errors)
         return on_change
 
     def _on_probes(self, key: str, old: PodProbes | None, new: PodProbes | None) -> None:

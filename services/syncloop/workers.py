@@ -141,6 +141,15 @@ class WorkerTable:
         w.event, w.not_event = None, True
         return w
 
+    def reconcile(self, pod: Pod) -> None:
+        """Only ``pod``'s status changed (a condition another controller owns): the worker
+        holds the new version, nothing is synced for it (the kubelet's HandlePodReconcile)."""
+        w = self.workers.get(pod.uid)
+        if w is not None and w.state is WorkerState.SYNCING and w.pod is not None:
+            w.pod = pod
+        elif w is not None and w.wanted_again is not None:
+            w.wanted_again = pod
+
     def reject(self, pod: Pod, source: str, reason: str, message: str) -> Worker:
         """Admission refused ``pod``: keep it (for reporting) but never run it."""
         w = Worker(pod.uid, pod, source, admitted=False, reason=reason, message=message,

@@ -392,3 +392,72 @@ def test_work_that_changed_the_runtime_calls_changed_runtime(tmp_path: Path) -> 
     assert not hints
     h.set()
     assert hints and not h.cri.containers
+
+
+# --- [issue 24] refusals: rejected as the kubelet rejects, a refused update never stops a pod --
+
+def refused(uid: str = "u1", name: str = "p", reason: str = "spec.volumes[0].iscsi: "
+            "unsupported volume type") -> dict[str, Any]:
+    """An error of a set that names its pod, as the API source reports one."""
+    return {"url": f"api:default/{name}", "field": "spec.volumes[0].iscsi", "reason": reason,
+            "uid": uid, "name": name, "namespace": "default"}
+
+
+def test_a_refused_pod_is_rejected_with_a_reason_and_an_event(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sources=("api",))
+    h.loop.handle_pod_set("api", [], h.now, [refused()])
+    h.settle()
+    entry = h.desired.items["u1"]
+    assert not entry.admitted and entry.reason == "UnsupportedPodSpec"
+    assert entry.message == "spec.volumes[0].iscsi: unsupported volume type"
+    assert entry.ref.name == "p" and h.cri.method_calls("RunPodSandbox") == []
+    [event] = [r for r in h.log.events if r["event"] == "syncloop.pod.rejected"]
+    assert event["reason"] == "UnsupportedPodSpec" and event["pod_uid"] == "u1"
+    h.loop.handle_pod_set("api", [], h.now, [refused()])  # said once, not per set
+    assert len([r for r in h.log.events if r["event"] == "syncloop.pod.rejected"]) == 1
+    # valid at last: admitted and run; a pod the source dropped is forgotten
+    h.loop.handle_pod_set("api", [manifest()], h.now, [])
+    h.settle()
+    assert h.desired.items["u1"].admitted and set(h.running()) == {"a", "b"}
+    h.loop.handle_pod_set("api", [], h.now, [refused(uid="u2", name="q")])
+    h.loop.handle_pod_set("api", [], h.now, [])
+    h.settle()
+    assert "u2" not in h.desired.items
+
+
+def test_a_refused_update_leaves_the_running_pod_alone_and_says_so(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sources=("api",))
+    h.loop.handle_pod_set("api", [manifest()], h.now, [])
+    h.settle()
+    before = h.running()
+    h.loop.handle_pod_set("api", [], h.now, [refused(reason="spec.ephemeralContainers[0]."
+                                                            "volumeDevices: not supported")])
+    h.settle()
+    assert h.running() == before and h.cri.method_calls("StopContainer") == []
+    entry = h.desired.items["u1"]
+    assert entry.admitted and entry.worker == "syncing"
+    assert entry.reason == "UnsupportedPodUpdate"
+    assert entry.message == ("the update was refused and the pod runs on as it was: "
+                             "spec.ephemeralContainers[0].volumeDevices: not supported")
+    assert [r["reason"] for r in h.log.events if r["event"] == "syncloop.pod.update_refused"
+            ] == ["UnsupportedPodUpdate"]
+    h.now += 100  # resyncs change nothing
+    h.settle()
+    assert h.running() == before
+    h.loop.handle_pod_set("api", [manifest()], h.now, [])  # the source takes it back
+    h.settle()
+    assert h.desired.items["u1"].reason == "" and h.running() == before
+
+
+def test_a_status_only_change_reaches_desired_without_a_sync(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sources=("api",))
+    h.loop.handle_pod_set("api", [manifest(readinessGates=[{"conditionType": "x/lb"}])],
+                          h.now, [])
+    h.settle()
+    calls = len(h.cri.calls)
+    gated = manifest(readinessGates=[{"conditionType": "x/lb"}])
+    gated["status"] = {"conditions": [{"type": "x/lb", "status": "True"}]}
+    h.loop.handle_pod_set("api", [gated], h.now, [])
+    assert h.desired.items["u1"].pod["status"]["conditions"][0]["type"] == "x/lb"
+    h.loop.step(h.now)
+    assert len(h.cri.calls) == calls  # RECONCILE: no sync
