@@ -55,7 +55,7 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
     if kind == EPHEMERAL:
         known = known | {policy.EPHEMERAL_TARGET}
         for key in policy.EPHEMERAL_FORBIDDEN:
-            if m.get(key) is not None:
+            if m.get(key):  # an empty value sets nothing (kubectl debug sends resources: {})
                 f.error(join(path, key), "Forbidden: cannot be set for an Ephemeral Container")
     check_fields(f, {k: v for k, v in m.items() if k != policy.CONTAINER_RESTART_POLICY},
                  path, known, policy.CONTAINER_UNSUPPORTED)

@@ -814,6 +814,7 @@ class KubeApi:
     def _admit_pod(self, ns: str, pod: Obj) -> Obj:
         pod = copy.deepcopy(pod)
         spec = pod.setdefault("spec", {})
+        spec.setdefault("securityContext", {})  # SetDefaults_PodSpec (kubectl debug reads it)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if MIRROR in annotations:
             if spec.get("serviceAccountName"):
@@ -992,7 +993,7 @@ def _check_ephemeral(name: str, old: Obj, wanted: Any) -> None:
         if cname in taken or [x.get("name") for x in wanted].count(cname) > 1:
             raise ApiError(422, "Invalid", f'{where}[{i}].name: Duplicate value: "{cname}"')
         for key in EPHEMERAL_FORBIDDEN:
-            if key in c:
+            if c.get(key):  # an empty value sets nothing (kubectl sends resources: {})
                 raise ApiError(422, "Invalid", f"{where}[{i}].{key}: Forbidden: cannot be set "
                                                "for an Ephemeral Container")
 

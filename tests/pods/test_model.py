@@ -324,7 +324,8 @@ def test_pod_lifecycle_fields_are_kept() -> None:
         initContainers=[{"name": "side", "image": "host", "restartPolicy": "Always",
                          "readinessProbe": {"exec": {"command": ["true"]}}}],
         ephemeralContainers=[{"name": "dbg", "image": "host", "targetContainerName": "c",
-                              "command": ["sh"]}])
+                              "command": ["sh"], "resources": {},  # as kubectl debug sends
+                              "terminationMessagePolicy": "File"}])
     doc["spec"]["containers"][0].update(
         lifecycle={"postStart": {"exec": {"command": ["touch", "/x"]}},
                    "preStop": {"sleep": {"seconds": 1}}},
