@@ -13,9 +13,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from podvisor.services.pod import Container, Pod, RestartPolicy
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
@@ -26,8 +25,7 @@ SPEC_CHANGED = "container spec changed"
 UNKNOWN_STATE = "unknown state, killed before restart"
 
 
-class Hasher(Protocol):
-    def __call__(self, container: Container) -> str: ...
+Hasher = Callable[[Container], str]
 
 
 def init_failed(status: ContainerInfo) -> bool:
