@@ -1,5 +1,5 @@
-"""ExecSync: run a command in a running container's context (its env, working dir, mount
-namespace, user, groups, capabilities and no_new_privs)."""
+"""ExecSync: run a command in a running container's context (its env, working dir, network
+and mount namespaces, user, groups, capabilities and no_new_privs)."""
 
 from __future__ import annotations
 
@@ -56,13 +56,20 @@ def exec_command(spec: dict[str, Any], cmd: Sequence[str],
         raise invalid("exec: empty command")
     env = dict(item.split("=", 1) for item in spec["env"])
     argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
-    if spec.get("mounts") or has_private_mounts(spec.get("security")):
+    mounts = bool(spec.get("mounts") or has_private_mounts(spec.get("security")))
+    netns = str(spec.get("netns") or "")
+    if mounts or netns:
         nsenter = shutil.which("nsenter")
         if nsenter is None:
-            raise precondition("exec in a container with mounts needs nsenter (util-linux) "
-                               "on the runtime's PATH")
-        argv = [nsenter, f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}", "--", *argv]
-        cwd = "/"
+            raise precondition("exec in a container with mounts or a pod network needs "
+                               "nsenter (util-linux) on the runtime's PATH")
+        # the sandbox's network namespace (its file, as the container's monitor joined it),
+        # then the container's mounts, as the container's process sees both
+        enter = [f"--net={netns}"] if netns else []
+        if mounts:
+            enter += [f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}"]
+            cwd = "/"
+        argv = [nsenter, *enter, "--", *argv]
     return argv, env, cwd
 
 
