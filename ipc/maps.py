@@ -245,8 +245,9 @@ class DesiredPod:
     rejected; otherwise ``reason``/``message`` is the last sync error. ``waiting``: per
     container name, why it is not running yet. ``sandbox_id``: its sandbox ("" before one).
     ``updated_at``: wall time of the change. ``qos_class``: the pod's QoS class. ``failed``:
-    the sync loop ended the pod as Failed (past its ``activeDeadlineSeconds``), with
-    ``reason``/``message`` saying why (an older sync loop's value reads as False)."""
+    the pod was failed for good (``SyncLoop.fail_pod``: past its ``activeDeadlineSeconds``, or
+    a ``FailPod``), with ``reason``/``message`` saying why (an older sync loop's value reads as
+    False)."""
 
     VERSION: ClassVar[int] = 1
     KIND: ClassVar[str] = "pod"

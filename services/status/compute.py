@@ -180,7 +180,7 @@ def compute_pod_status(
                  for e in spec.ephemeral_containers]
     phase = get_phase(str(spec.restart_policy), init, regular,
                       {c.name for c in spec.sidecars})
-    if desired.failed:  # the sync loop ended it (activeDeadlineSeconds)
+    if desired.failed:  # failed for good (SyncLoop.fail_pod: activeDeadlineSeconds, FailPod)
         phase = FAILED
     if prev_phase in TERMINAL:
         phase = str(prev_phase)

@@ -24,8 +24,8 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
 - Then every regular container; a stopped one restarts by policy (Always: yes; OnFailure: if the
   exit code != 0; Never: no). When no regular container runs or is to start, the pod is
   killed (sidecars too).
-- Past ``activeDeadlineSeconds`` (the sync loop tells): every container is stopped and nothing
-  starts again.
+- A failed pod (the sync loop tells: past ``activeDeadlineSeconds``, or failed by another
+  subsystem through ``SyncLoop.fail_pod``): every container is stopped and nothing starts again.
 - A restart waits out the crash back-off of its (pod uid, container name); meanwhile the
   container is reported waiting with reason ``CrashLoopBackOff``.
 - A container created in the current sandbox with the current spec and never started (the
@@ -100,7 +100,9 @@ class PodActions:
     pod_failed: bool = False        # an init container failed under restartPolicy Never
     retry_after: float | None = None  # seconds until the earliest back-off ends
     remove_sandboxes: tuple[str, ...] = ()  # not-ready sandboxes without containers: stop+remove
-    deadline_exceeded: bool = False  # activeDeadlineSeconds passed: the pod is Failed for good
+    failed: bool = False  # the pod is Failed for good: everything stopped, nothing started
+    deadline_exceeded: bool = False  # ... because activeDeadlineSeconds passed (this sync saw)
+    kill_grace: int | None = None  # ``kill_pod``'s grace (None: terminationGracePeriodSeconds)
 
     @property
     def noop(self) -> bool:
@@ -276,7 +278,7 @@ def compute_pod_actions(
     pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
     liveness_failed: Collection[str] = (), hasher: Hasher = container_hash,
     sandbox_wait: SandboxWait = _no_wait, started: Collection[str] = (),
-    deadline_exceeded: bool = False,
+    failed: bool = False,
 ) -> PodActions:
     """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
 
@@ -285,12 +287,13 @@ def compute_pod_actions(
     ``sandbox_wait``: seconds a sandbox's stop still backs off after it failed (0: due).
     ``started``: IDs of running containers whose startup probe succeeded (a sidecar with a
     startup probe lets the next init container start only then).
-    ``deadline_exceeded``: the pod ran past ``activeDeadlineSeconds``: it is Failed for good,
-    every container is stopped (sidecars last) and nothing is started again.
+    ``failed``: the pod is Failed for good (past ``activeDeadlineSeconds``, or failed through
+    ``SyncLoop.fail_pod``): every container is stopped (sidecars last) and nothing is started
+    again.
     """
-    if deadline_exceeded:
+    if failed:
         live = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
-        return _with_dead(PodActions(kill_pod=live, pod_failed=True, deadline_exceeded=True,
+        return _with_dead(PodActions(kill_pod=live, pod_failed=True, failed=True,
                                      sandbox_id=rt.sandboxes[0].id if rt.sandboxes else ""),
                           rt, sandbox_wait)
     return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher, started), rt,

@@ -311,7 +311,8 @@ class SyncLoop:
             return False
         try:
             r = quiet_resync(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
-                             work.newer_than, self.deps.started(work.uid), work.active_since)
+                             work.newer_than, self.deps.started(work.uid), work.active_since,
+                             work.failed, work.fail_grace)
         except Exception:  # a bug here must not take the loop down: the pool path decides
             self.log.exception("syncloop.quiet_resync.crashed", pod_uid=work.uid)
             return False
@@ -343,7 +344,7 @@ class SyncLoop:
         assert work.pod is not None
         r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
                      work.newer_than, work.snapshot, self.deps.started(work.uid),
-                     work.active_since)
+                     work.active_since, work.failed, work.fail_grace)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
                        effects=r.effects, acted=r.acted, network=bool(r.network_error),
@@ -392,13 +393,32 @@ class SyncLoop:
         self._publish(work.uid)
 
     def _deadline_exceeded(self, w: Worker) -> None:
-        """The pod ran past ``activeDeadlineSeconds``: Failed for good (the kubelet's
-        activeDeadlineHandler; its containers were stopped by the sync), said once."""
-        if w.failed:
-            return
-        w.failed, w.reason, w.message = True, DEADLINE_EXCEEDED, DEADLINE_MESSAGE
-        self.log.info("syncloop.pod.deadline_exceeded", pod=w.pod.full_name if w.pod else "",
-                      pod_uid=w.uid, reason=DEADLINE_EXCEEDED, message=DEADLINE_MESSAGE)
+        """The pod ran past ``activeDeadlineSeconds`` (the kubelet's activeDeadlineHandler; the
+        sync that saw it stopped its containers already)."""
+        self.fail_pod(w.uid, DEADLINE_EXCEEDED, DEADLINE_MESSAGE, event_type="Normal")
+
+    def fail_pod(self, uid: str, reason: str, message: str, grace: int | None = None,
+                 event_type: str = "Warning") -> bool:
+        """Fail the pod for good: the one way a pod ends Failed with a reason, whoever decides
+        it (the deadline above; another process with a ``FailPod`` on the bus, as the kubelet's
+        eviction manager kills a pod with a status of phase Failed). Its next syncs stop every
+        container (within ``grace`` seconds; None: the pod's own) and start none; ``desired``
+        says ``failed`` with ``reason`` and ``message``, so its status is phase Failed with them
+        (``status/compute.py``), in /pods and the API; a ``syncloop.pod.failed`` line carries
+        them and ``event_type`` to an Event. The pod stays until its source deletes it. False
+        (nothing done) for a pod the loop does not run, is terminating, or failed already."""
+        w = self.deps.table.get(uid)
+        if (w is None or w.pod is None or not w.admitted or w.failed
+                or w.state is not WorkerState.SYNCING):
+            return False
+        w.failed, w.fail_grace, w.reason, w.message = True, grace, reason, message
+        self.deps.table.trigger(uid, self.deps.sync.mono())  # its containers: stopped now
+        say = self.log.warning if event_type == "Warning" else self.log.info
+        say("syncloop.pod.failed", pod=w.pod.full_name, pod_uid=uid, reason=reason,
+            message=message, event_type=event_type)
+        self._publish(uid)
+        self.deps.wake()
+        return True
 
     def _note_held(self, work: Work, outcome: Outcome) -> None:
         """Say once per pod that it waits for the network; forget it once it synced."""

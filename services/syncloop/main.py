@@ -33,6 +33,7 @@ from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
 from podvisor.ipc.messages import (
     AllPodsStopped,
+    FailPod,
     Message,
     PodLifecycleEvent,
     RelistHint,
@@ -264,6 +265,7 @@ class SyncLoopService:
         self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
             PodLifecycleEvent: self._on_pleg_event,
             StopAllPods: self._on_stop_all,
+            FailPod: self._on_fail_pod,
         }
         self.subscriber = self.service.subscriber([m.TOPIC for m in self.handlers],
                                                   self._on_bus)
@@ -298,6 +300,11 @@ class SyncLoopService:
     def _on_pleg_event(self, event: PodLifecycleEvent, now: float) -> None:
         if _worthy(event.type, event.container_id, self.seen, self.stops.streaming):
             self.loop.handle_pleg_event(event.pod_uid, now, float(event.ts))
+
+    def _on_fail_pod(self, request: FailPod, now: float) -> None:
+        """Another process fails a pod for good (eviction's reason Evicted, say)."""
+        self.loop.fail_pod(request.uid, request.reason, request.message, request.grace,
+                           request.event_type)
 
     def _on_stop_all(self, request: StopAllPods, now: float) -> None:
         if not self.stopping.active:

@@ -136,7 +136,7 @@ class SyncResult:
     # a call failed because the runtime was unreachable or went away meanwhile: the errors are
     # the runtime's, not the pod's (retried at the runtime back-off, not after error_delay)
     runtime_down: bool = False
-    deadline_exceeded: bool = False  # past activeDeadlineSeconds: the pod is Failed for good
+    deadline_exceeded: bool = False  # past activeDeadlineSeconds: the loop fails the pod
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -552,7 +552,8 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             from_event: bool = False) -> SyncResult:
     run = _Run(deps, pod, actions, rt)
     run.from_event = from_event
-    grace = pod.spec.termination_grace_period_seconds
+    grace = (actions.kill_grace if actions.kill_grace is not None
+             else pod.spec.termination_grace_period_seconds)
     if actions.kill:  # first: a container killed after a failed probe gets the probe's grace
         reasons = {k.container_id: k for k in actions.kill}
         by_grace: dict[int, list[ContainerInfo]] = {}
@@ -637,7 +638,8 @@ _NO_CALLS: RuntimeClient = cast(RuntimeClient, _NoCalls())
 
 def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                  newer_than: float, started: Collection[str] = (),
-                 active_since: float | None = None) -> SyncResult | None:
+                 active_since: float | None = None, failed: bool = False,
+                 fail_grace: int | None = None) -> SyncResult | None:
     """A SyncPod that needs no CRI call, on the caller's (the loop's) thread: the shared listing
     is usable for ``newer_than`` as it is, no ContainerStatus is needed and the actions are
     none. The kubelet's periodic resync of a running pod, without two thread hand-offs. None:
@@ -657,7 +659,8 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                          running_status)
     except _WouldCall:
         return None
-    actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since)
+    actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
+                           fail_grace)
     if not actions.noop:
         return None
     return SyncResult(ok=True, waiting=actions.waiting,
@@ -683,13 +686,20 @@ def deadline_left(pod: Pod, rt: PodRuntime, active_since: float | None, now: flo
 
 
 def _pod_actions(deps: SyncDeps, pod: Pod, rt: PodRuntime, liveness_failed: Collection[str],
-                 started: Collection[str], active_since: float | None) -> PodActions:
+                 started: Collection[str], active_since: float | None, failed: bool = False,
+                 fail_grace: int | None = None) -> PodActions:
+    """``failed``: the pod was failed for good (``SyncLoop.fail_pod``), its containers stopped
+    within ``fail_grace`` (None: the pod's own); past its ``activeDeadlineSeconds`` it is too,
+    and the actions say so (``deadline_exceeded``) so the loop fails it."""
     now = deps.mono()
     left = deadline_left(pod, rt, active_since, now, deps.wall())
+    deadline = not failed and left is not None and left <= 0
     actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
                                   sandbox_wait=sandbox_wait(deps, pod.uid, now),
-                                  started=started,
-                                  deadline_exceeded=left is not None and left <= 0)
+                                  started=started, failed=failed or deadline)
+    if failed or deadline:
+        return replace(actions, deadline_exceeded=deadline,
+                       kill_grace=fail_grace if failed else None)
     if left is not None and left > 0 and (actions.retry_after is None
                                           or left < actions.retry_after):
         actions = replace(actions, retry_after=left)  # sync again when the deadline comes
@@ -699,21 +709,24 @@ def _pod_actions(deps: SyncDeps, pod: Pod, rt: PodRuntime, liveness_failed: Coll
 def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
              newer_than: float | None = None,
              snapshot: EventSnapshot | None = None, started: Collection[str] = (),
-             active_since: float | None = None) -> SyncResult:
+             active_since: float | None = None, failed: bool = False,
+             fail_grace: int | None = None) -> SyncResult:
     """One SyncPod. Raises CriError when the runtime cannot be read or a pod-level call fails.
     ``newer_than``: see ``read_runtime``; ``snapshot``: the triggering event, used as the
     runtime state when ``runtime_from_event`` allows it; ``started``: IDs of containers whose
     startup probe succeeded; ``active_since``: when the worker first saw the pod (monotonic;
-    the start of ``activeDeadlineSeconds``)."""
+    the start of ``activeDeadlineSeconds``); ``failed``: the pod was failed for good
+    (``SyncLoop.fail_pod``): stop everything within ``fail_grace`` (None: the pod's own)."""
     rt = _event_runtime(deps, pod, snapshot) if snapshot is not None else None
     from_event = rt is not None
     if rt is None:
         rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
-    actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since)
+    actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
+                           fail_grace)
     if actions.noop:
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
-        if sandbox is not None and not actions.deadline_exceeded:
+        if sandbox is not None and not actions.failed:
             _refresh_api_volumes(deps, pod)
         return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
                           retry_after=actions.retry_after, pod_failed=actions.pod_failed,

@@ -55,6 +55,8 @@ class Work:
     # The stream event that triggered this sync, to use as the pod's runtime state when safe.
     snapshot: EventSnapshot | None = None
     active_since: float | None = None  # when the worker first saw the pod (activeDeadline)
+    failed: bool = False  # the pod was failed for good (``SyncLoop.fail_pod``): stop everything
+    fail_grace: int | None = None  # ... within this grace (None: the pod's own)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ class Worker:
     not_event: bool = False  # something else asked for the pending sync: read the runtime
     effects: Effects | None = None  # what the last syncs did (None: unknown, after an error)
     active_since: float = 0.0  # when this worker first saw the pod (monotonic)
-    failed: bool = False     # the sync loop ended the pod as Failed (activeDeadlineSeconds)
+    failed: bool = False     # the pod was failed for good (``SyncLoop.fail_pod``: past its
+    fail_grace: int | None = None  # activeDeadlineSeconds, or a FailPod), reason/message say why
 
     def set_state(self, new: WorkerState) -> None:
         check_transition(self.state, new)
@@ -216,7 +219,7 @@ class WorkerTable:
                     and w.effects is not None):
                 snap = EventSnapshot(w.event, w.sandbox_id, w.effects, frozenset(w.stops_seen))
             out.append(Work(w.uid, kind, w.pod, w.grace, None if w.fresh else w.synced_at,
-                            snap, w.active_since))
+                            snap, w.active_since, w.failed, w.fail_grace))
             if snap is None:  # (an event's state is as of some time before it was published)
                 w.read_after = now if w.fresh or kind is WorkKind.TERMINATE else w.synced_at
             w.fresh, w.event, w.not_event = False, None, False

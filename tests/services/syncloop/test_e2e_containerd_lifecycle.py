@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from podvisor.services.cri import new_runtime_client
-from tests.support.lifecycle import agent_config, free_port, get_pods
 from tests.services.syncloop.test_e2e_containerd_pods import clean
 from tests.support.containerd import ContainerdHandle, containerd_or_skip
+from tests.support.lifecycle import agent_config, free_port, get_pods
 
 pytestmark = pytest.mark.containerd
 SLEEP = "trap 'exit 0' TERM; sleep 3600 & wait"

@@ -461,3 +461,37 @@ def test_a_status_only_change_reaches_desired_without_a_sync(tmp_path: Path) -> 
     assert h.desired.items["u1"].pod["status"]["conditions"][0]["type"] == "x/lb"
     h.loop.step(h.now)
     assert len(h.cri.calls) == calls  # RECONCILE: no sync
+
+
+def test_fail_pod_stops_it_for_good_with_its_reason(tmp_path: Path) -> None:
+    """[issue 24] ``fail_pod``: the one way a pod ends Failed with a reason (the sync loop's
+    activeDeadlineSeconds uses it; another process sends a ``FailPod``, as eviction will): its
+    containers stop within the given grace, none restarts, ``desired`` says failed with the
+    reason and message, and a ``syncloop.pod.failed`` line carries them to an Event. The pod's
+    neighbours are untouched."""
+    h = Harness(tmp_path)
+    h.set(manifest(terminationGracePeriodSeconds=30), manifest("two", "u2"))
+
+    def running(uid: str) -> set[str]:
+        return {c.labels[L.CONTAINER_NAME] for c in h.cri.list_containers()
+                if c.labels[L.POD_UID] == uid and c.state == pb.CONTAINER_RUNNING}
+
+    assert running("u1") == running("u2") == {"a", "b"}
+    message = "The node was low on resource: memory."
+    assert h.loop.fail_pod("u1", "Evicted", message, grace=5)
+    h.settle()
+    assert running("u1") == set() and running("u2") == {"a", "b"}
+    assert {args[1] for args in h.cri.method_calls("StopContainer")} == {5}  # its grace
+    entry = h.desired.items["u1"]
+    assert entry.failed and entry.admitted and (entry.reason, entry.message) == (
+        "Evicted", message)
+    [line] = [r for r in h.log.events if r["event"] == "syncloop.pod.failed"]
+    assert (line["reason"], line["message"], line["event_type"], line["pod_uid"]) == (
+        "Evicted", message, "Warning", "u1")
+    assert not h.loop.fail_pod("u1", "Other", "x")  # failed already: said once, kept
+    assert not h.loop.fail_pod("nope", "Evicted", "x")  # not a pod it runs
+    h.now += 100  # resyncs and an update of the pod restart nothing
+    h.set(manifest(terminationGracePeriodSeconds=20), manifest("two", "u2"))
+    h.settle()
+    assert running("u1") == set() and h.desired.items["u1"].reason == "Evicted"
+    assert not h.desired.items["u2"].failed

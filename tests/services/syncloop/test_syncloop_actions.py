@@ -331,9 +331,9 @@ def test_an_ephemeral_container_is_started_once_and_never_disturbs_the_others() 
 def test_past_the_active_deadline_everything_stops_and_nothing_starts() -> None:
     pod = make_pod(APP, init=[SIDECAR], activeDeadlineSeconds=5)
     state = rt(ctr(pod, "app", RUN), ctr(pod, "side", RUN))
-    a = compute_pod_actions(pod, state, NOW, fresh(), deadline_exceeded=True)
-    assert a.kill_pod and a.pod_failed and a.deadline_exceeded and names(a) == []
+    a = compute_pod_actions(pod, state, NOW, fresh(), failed=True)
+    assert a.kill_pod and a.pod_failed and a.failed and names(a) == []
     over = rt(ctr(pod, "app", EXIT, exit_code=137),
               sandboxes=(SandboxInfo("s1", False, 0, 1),))
-    b = compute_pod_actions(pod, over, NOW, fresh(), deadline_exceeded=True)
+    b = compute_pod_actions(pod, over, NOW, fresh(), failed=True)
     assert b.noop and not b.create_sandbox  # stopped: no new sandbox, no restart
