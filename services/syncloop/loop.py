@@ -178,12 +178,24 @@ class SyncLoop:
                 self._kill(pod.uid, grace, now)
             elif update.op is PodOp.RECONCILE:
                 table.reconcile(pod)  # only its status changed (a readiness gate's condition)
+            if update.op in (PodOp.ADD, PodOp.UPDATE, PodOp.RECONCILE):
+                self._failed_in_api(pod, update.source)
             self._publish(pod.uid)
+
+    def _failed_in_api(self, pod: Pod, source: str) -> None:
+        """An API pod whose status in the API is Failed already (failed through ``fail_pod``
+        by this or an earlier sync loop: evicted, past its deadline; or rejected) is terminal:
+        it never runs again, with the reason and message the API holds, as the kubelet's pod
+        worker treats a pod whose API phase is terminal. A restarted sync loop so never
+        restarts an evicted pod's containers. No new Event: one was recorded when it failed."""
+        if source == "api" and pod.status.get("phase") == "Failed":
+            self.fail_pod(pod.uid, str(pod.status.get("reason") or ""),
+                          str(pod.status.get("message") or ""), announce=False)
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:
         admitted = (w.pod for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
-                    and w.state is WorkerState.SYNCING)
+                    and w.state is WorkerState.SYNCING and not w.failed)  # (filterOutInactivePods)
         rejection = admit(pod, admitted, self.deps.capacity)
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
@@ -398,24 +410,30 @@ class SyncLoop:
         self.fail_pod(w.uid, DEADLINE_EXCEEDED, DEADLINE_MESSAGE, event_type="Normal")
 
     def fail_pod(self, uid: str, reason: str, message: str, grace: int | None = None,
-                 event_type: str = "Warning") -> bool:
+                 event_type: str = "Warning", announce: bool = True) -> bool:
         """Fail the pod for good: the one way a pod ends Failed with a reason, whoever decides
         it (the deadline above; another process with a ``FailPod`` on the bus, as the kubelet's
         eviction manager kills a pod with a status of phase Failed). Its next syncs stop every
         container (within ``grace`` seconds; None: the pod's own) and start none; ``desired``
         says ``failed`` with ``reason`` and ``message``, so its status is phase Failed with them
         (``status/compute.py``), in /pods and the API; a ``syncloop.pod.failed`` line carries
-        them and ``event_type`` to an Event. The pod stays until its source deletes it. False
-        (nothing done) for a pod the loop does not run, is terminating, or failed already."""
+        them and ``event_type`` to an Event (``announce`` False: a pod the API says is Failed
+        already, ``_failed_in_api``: no second Event). The pod stays until its source deletes
+        it; its resources no longer count at admission. False (nothing done) for a pod the loop
+        does not run, is terminating, or failed already."""
         w = self.deps.table.get(uid)
         if (w is None or w.pod is None or not w.admitted or w.failed
                 or w.state is not WorkerState.SYNCING):
             return False
         w.failed, w.fail_grace, w.reason, w.message = True, grace, reason, message
         self.deps.table.trigger(uid, self.deps.sync.mono())  # its containers: stopped now
-        say = self.log.warning if event_type == "Warning" else self.log.info
-        say("syncloop.pod.failed", pod=w.pod.full_name, pod_uid=uid, reason=reason,
-            message=message, event_type=event_type)
+        if announce:
+            say = self.log.warning if event_type == "Warning" else self.log.info
+            say("syncloop.pod.failed", pod=w.pod.full_name, pod_uid=uid, reason=reason,
+                message=message, event_type=event_type)
+        else:
+            self.log.info("syncloop.pod.failed_in_api", pod=w.pod.full_name, pod_uid=uid,
+                          reason=reason, message=message)
         self._publish(uid)
         self.deps.wake()
         return True

@@ -495,3 +495,25 @@ def test_fail_pod_stops_it_for_good_with_its_reason(tmp_path: Path) -> None:
     h.settle()
     assert running("u1") == set() and h.desired.items["u1"].reason == "Evicted"
     assert not h.desired.items["u2"].failed
+
+
+def test_an_api_pod_failed_in_the_api_never_runs_again(tmp_path: Path) -> None:
+    """[issue 24] A pod the API says is Failed (evicted, past its deadline) is terminal: a
+    restarted sync loop (a fresh one here) starts none of its containers and keeps its reason,
+    with no second Event; the pod beside it runs. A running API pod whose API status turns
+    Failed (a status-only change) is stopped the same way."""
+    h = Harness(tmp_path, sources=("api",))
+    gone = manifest("evicted", "u1")
+    gone["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    h.loop.handle_pod_set("api", [gone, manifest("web", "u2")], h.now, [])
+    h.settle()
+    entry = h.desired.items["u1"]
+    assert entry.failed and (entry.reason, entry.message) == ("Evicted", "low on memory")
+    sandboxes = {s.metadata.uid for s in h.cri.list_pod_sandbox()}
+    assert sandboxes == {"u2"} and not h.desired.items["u2"].failed
+    assert not [r for r in h.log.events if r["event"] == "syncloop.pod.failed"]
+    web = manifest("web", "u2")
+    web["status"] = {"phase": "Failed", "reason": "DeadlineExceeded", "message": "late"}
+    h.loop.handle_pod_set("api", [gone, web], h.now, [])
+    h.settle()
+    assert h.running() == {} and h.desired.items["u2"].reason == "DeadlineExceeded"
