@@ -73,6 +73,28 @@ NETWORK_STEPS = (
 )
 
 
+TERMINATION_LOG_NOT_MOUNTED = (
+    "termination message not collected: the embedded runtime runs without root, so "
+    "terminationMessagePath was not mounted")
+
+
+def without_termination_log(st: pb.ContainerStatus) -> pb.ContainerStatus:
+    """The status of a container whose termination-log file this runtime did not mount (it
+    runs without root: ``Engine._mountable``): that mount is not listed (it was not made), and
+    once exited its message says why there is no file's text (the kubelet then shows the
+    runtime's message, or with FallbackToLogsOnError the log's tail after it), never silently."""
+    path = st.annotations.get(labels.TERMINATION_MESSAGE_PATH, "")
+    if not path or not any(m.container_path == path for m in st.mounts):
+        return st
+    out = pb.ContainerStatus()
+    out.CopyFrom(st)
+    del out.mounts[:]
+    out.mounts.extend(m for m in st.mounts if m.container_path != path)
+    if out.state == pb.CONTAINER_EXITED:
+        out.message = "; ".join(x for x in (st.message, TERMINATION_LOG_NOT_MOUNTED) if x)
+    return out
+
+
 class Engine:
     def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
                  cgroups: Cgroups | None = None,
@@ -418,7 +440,7 @@ class Engine:
         """The config's mounts, less the kubelet's termination-log file when this runtime
         cannot make a mount namespace (not root): every container gets that mount, and
         without root a pod with no volumes must still run (the message is then not collected;
-        said in the log, once per container)."""
+        said in the log, once per container, and in its status: ``without_termination_log``)."""
         if self._host.root:
             return list(config.mounts)
         path = config.annotations.get(labels.TERMINATION_MESSAGE_PATH, "")
@@ -842,7 +864,8 @@ class Engine:
         ContainerStatus calls after a change share it. Callers must not modify it."""
         hit = self._statuses.get(c.id)
         if hit is None or hit[0] is not c:
-            hit = (c, convert.container_status(c))
+            st = convert.container_status(c)
+            hit = (c, st if self._host.root else without_termination_log(st))
             with self._lock:
                 if c.id in self._containers:  # not for a record already removed
                     self._statuses[c.id] = hit
