@@ -66,7 +66,7 @@ STEPS = (
     "remove_sandbox.after_containers", "remove_sandbox.after_record",
 )
 # The pod network's steps (``networkPlugin: cni``; cni.py), tested apart from ``STEPS`` in
-# tests/runtime/test_embedded_network.py.
+# tests/services/runtime/test_embedded_network.py.
 NETWORK_STEPS = (
     "network.after_record", "network.after_setup",
     "network.before_teardown", "network.after_teardown",

@@ -34,6 +34,12 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
   instead; podvisor's retry is idempotent, so a crash of the sync loop or of the runtime
   counts no restart and leaves no second container of one attempt (docs/ARCHITECTURE.md,
   "Exactly once").
+- A container whose attempt was lost (``lost_attempt``: containerd's CreateContainer or
+  StartContainer interrupted by the sync loop, its caller, going away or by containerd's own
+  crash, or failed by containerd itself) never ran, and not by its own doing: that is no
+  failure of the pod. It is removed and the same attempt created again in its place, under
+  every restart policy, with no back-off and no restart counted (the kubelet kills or leaves
+  it and counts a restart).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from podvisor.services.pod import Container, Pod, RestartPolicy
+from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.backoff import BackoffKey
 from podvisor.services.syncloop.initactions import (
     LIVENESS_FAILED,
@@ -56,6 +63,15 @@ from podvisor.services.syncloop.spec import container_hash
 
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 POD_INITIALIZING = "PodInitializing"
+
+
+def _died_under(c: ContainerInfo, rt: PodRuntime) -> bool:
+    """``c`` was created, never started, in a sandbox the runtime lists not ready: it can never
+    start there, and its attempt is lost too (containerd killed mid-burst: a sandbox whose
+    container was created just before the crash comes back NOTREADY; a new sandbox replaces
+    it, and the container is made again in that one as the same attempt)."""
+    return c.state is ContainerState.CREATED and any(
+        s.id == c.sandbox_id and not s.ready for s in rt.sandboxes)
 
 
 class BackoffView(Protocol):
@@ -86,6 +102,9 @@ class StartAction:
     container_id: str = ""
     ephemeral: bool = False  # an ephemeral container (started first, never restarted)
     sidecar: bool = False  # a restartable init container: a failed start does not stop the rest
+    # a container whose attempt was lost (``lost_attempt``): remove it first, then
+    # create this attempt again in its place (it holds the attempt's name)
+    replaces: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,7 +183,8 @@ def _restarts_on_failure(pod: Pod) -> bool:
 
 def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
     """The kubelet's shouldContainerBeRestarted, for a container that is not running."""
-    if status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+    if (status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)
+            or lost_attempt(status)):
         return True
     if status.state is ContainerState.RUNNING:
         return False
@@ -205,6 +225,14 @@ class _Builder:
             self.start.append(replace(_start(container, init, None, ephemeral),
                                       restart_count=status.restart_count,
                                       container_id=status.id))
+            return
+        if status is not None and (lost_attempt(status) or _died_under(status, self.rt)):
+            # the same attempt, in its place
+            if kill_stale and status.state is ContainerState.UNKNOWN:
+                self.kill.append(KillAction(status.id, container.name, "stale container"))
+            self.start.append(replace(_start(container, init, None, ephemeral),
+                                      restart_count=status.restart_count,
+                                      replaces=status.id))
             return
         if (kill_stale and status is not None
                 and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):

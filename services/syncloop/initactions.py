@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from podvisor.services.pod import Container, Pod, RestartPolicy
+from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
 
 LIVENESS_FAILED = "liveness probe failed"
@@ -29,8 +30,9 @@ Hasher = Callable[[Container], str]
 
 
 def init_failed(status: ContainerInfo) -> bool:
-    return status.state is ContainerState.UNKNOWN or (
-        status.state is ContainerState.EXITED and status.exit_code != 0)
+    return (status.state is ContainerState.UNKNOWN or (
+        status.state is ContainerState.EXITED and status.exit_code != 0)) \
+        and not lost_attempt(status)
 
 
 def next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container | None, bool]:
@@ -52,8 +54,8 @@ def next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container
             continue
         if status.state is ContainerState.RUNNING:
             return None, None, False
-        if status.state is ContainerState.CREATED:  # created, never started: start it now
-            return None, inits[i], False
+        if status.state is ContainerState.CREATED or lost_attempt(status):
+            return None, inits[i], False  # created, never started: start it (or again) now
         if status.state is ContainerState.EXITED:
             if i == len(inits) - 1:
                 return None, None, True
@@ -113,8 +115,8 @@ def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
             continue
         if previously and not c.sidecar:
             continue  # after initialization only sidecars are kept running
-        if status.state is ContainerState.CREATED:
-            starts.append(i)
+        if status.state is ContainerState.CREATED or lost_attempt(status):
+            starts.append(i)  # never started, or its attempt was lost: start it (again)
         elif status.state is ContainerState.RUNNING:
             if c.sidecar:
                 _running_sidecar(plan, starts, i, last, previously, c, status, failed, started,

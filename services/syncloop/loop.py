@@ -35,6 +35,7 @@ from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import (
     DEADLINE_EXCEEDED,
     DEADLINE_MESSAGE,
+    IN_FLIGHT_RETRY,
     SyncDeps,
     quiet_resync,
     sync_pod,
@@ -50,6 +51,11 @@ HOUSEKEEPING_INTERVAL = 2.0
 # Folders of pods this agent terminated are retried at every housekeeping (``pending``).
 RUNTIME_CHECK_INTERVAL = 5.0
 LEFTOVER_SCAN_INTERVAL = 30.0
+# While the runtime is down (a work found it UNAVAILABLE: no pod work is handed out until the
+# runtime back-off, 100 ms doubling to 5 s, ends), CRI Version asks it this often whether it
+# is back, one call at a time; its first answer ends the back-off, so the pods sync as soon as
+# the runtime answers, not up to 5 s later (a restarted containerd waited out 1.6-3.2 s).
+RUNTIME_PROBE_INTERVAL = 0.1
 
 
 def _no_failures(uid: str) -> Collection[str]:
@@ -75,6 +81,7 @@ class LoopDeps:
     housekeeping_interval: float = HOUSEKEEPING_INTERVAL
     runtime_check_interval: float = RUNTIME_CHECK_INTERVAL
     leftover_scan_interval: float = LEFTOVER_SCAN_INTERVAL
+    runtime_probe_interval: float = RUNTIME_PROBE_INTERVAL
     # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
@@ -122,6 +129,8 @@ class SyncLoop:
         self._next_runtime_check = 0.0
         self._next_leftover_scan = 0.0  # moved on only by a scan that ran
         self._housekeeping_busy = False
+        self._probing = False  # a runtime probe is in flight (while the runtime is down)
+        self._next_probe = 0.0
         self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
         self.stopping = False
         self._network: Network | None = None  # as last published under RUNTIME_KEY
@@ -275,6 +284,11 @@ class SyncLoop:
                 self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
         for work in works:
             self._publish(work.uid)
+        down = now < self.deps.table.runtime_down_until
+        if down and not self._probing and now >= self._next_probe:
+            self._probing = True
+            self._next_probe = now + self.deps.runtime_probe_interval
+            self.deps.submit(self._probe_runtime)
         if now >= self._next_housekeeping and not self._housekeeping_busy:
             self._next_housekeeping = now + self.deps.housekeeping_interval
             self._housekeeping_busy = True
@@ -290,6 +304,8 @@ class SyncLoop:
         waits = [] if self._housekeeping_busy else [self._next_housekeeping - now]
         if deadline is not None:
             waits.append(deadline - now)
+        if down and not self._probing:
+            waits.append(self._next_probe - now)
         return max(0.0, min(waits)) if waits else None
 
     def _operation(self, work: Work) -> str:
@@ -335,6 +351,25 @@ class SyncLoop:
                                    deadline_exceeded=r.deadline_exceeded))
         return True
 
+    def _probe_runtime(self) -> None:
+        """Pool thread: does the runtime answer again?"""
+        try:
+            self.deps.sync.cri.version()
+            back = True
+        except CriError:
+            back = False
+        except Exception:  # a bug here must not keep the probe from ever running again
+            self.log.exception("syncloop.runtime.probe_crashed")
+            back = False
+        self._post(lambda: self._probe_done(back))
+
+    def _probe_done(self, back: bool) -> None:
+        self._probing = False
+        now = self.deps.sync.mono()
+        if back and now < self.deps.table.runtime_down_until:
+            self.deps.table.runtime_answered(now)
+            self.log.info("syncloop.runtime.back", reason="the runtime answers again")
+
     def _post(self, fn: Callable[[], None]) -> None:
         self._results.put(fn)
         self.deps.wake()
@@ -349,7 +384,9 @@ class SyncLoop:
             else:
                 self.log.warning("syncloop.work.failed", pod_uid=work.uid, kind=str(work.kind),
                                  error=str(err))
-            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err))
+            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err),
+                              retry_after=IN_FLIGHT_RETRY
+                              if isinstance(err, CriError) and err.name_reserved else None)
         self._post(lambda: self._finish(work, outcome))
 
     def _sync(self, work: Work) -> Outcome:
@@ -370,7 +407,7 @@ class SyncLoop:
             return Outcome(ok=False, error="containers or sandboxes remain after teardown")
         d.backoff.forget_pod(work.uid)
         if d.cgroups is not None:  # a folder still busy is retried at housekeeping
-            d.cgroups.remove(work.uid)
+            d.cgroups.remove(work.uid, kill_left=True)  # (processes left in it are killed)
         return Outcome(ok=True)
 
     def _finish(self, work: Work, outcome: Outcome) -> None:

@@ -1,7 +1,7 @@
 """The pod network's pure parts (issue 27 part 3): the CNI results and config podvisor reads and
 writes, the attachment's round trip, the monitor request's NETNS section, the config keys, and
 what the Node's Ready condition says in host network mode. No plugin runs here
-(tests/runtime/test_embedded_network.py runs them)."""
+(tests/services/runtime/test_embedded_network.py runs them)."""
 
 from __future__ import annotations
 
