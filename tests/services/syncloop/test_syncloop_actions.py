@@ -379,6 +379,20 @@ def test_sidecar_starts_first_and_gates_the_next_init_container_on_its_startup_p
     assert names(done) == ["app"] and done.kill == ()
 
 
+def test_on_the_sidecar_path_a_cut_off_init_container_is_made_again_not_done() -> None:
+    """A pod with sidecars takes the kubelet's sidecar path (initactions.py): there too an init
+    container whose start was cut off (a lost attempt: exit 0 or not, it never ran) is made
+    again as the same attempt in its place under restartPolicy Never, never counted done (the
+    app would start before it ran) nor failed (the pod would end)."""
+    pod = make_pod(APP, init=[SIDECAR, SETUP], policy="Never")
+    side = ctr(pod, "side", RUN)
+    setup = cut_off(pod, "setup")
+    a = compute_pod_actions(pod, rt(setup, side), NOW, fresh(), started={side.id})
+    assert not a.pod_failed and not a.kill_pod
+    assert [(s.name, s.init, s.restart_count, s.replaces) for s in a.start] == \
+        [("setup", True, 0, setup.id)]
+
+
 @pytest.mark.parametrize("policy", ["Always", "Never"])
 def test_a_sidecar_that_exits_is_restarted_whatever_the_pod_policy(policy: str) -> None:
     pod = make_pod(APP, init=[SIDECAR, SETUP], policy=policy)
