@@ -7,9 +7,9 @@ set made of them for the merge.
 - ``build_set`` turns them into a ``SourceSet``: each pod validated with ``pod_from_dict`` (a
   bad pod is an error of the set naming ``api:<namespace>/<name>`` and the pod's UID, name
   and namespace, so the sync loop refuses it in its status; the others go on), its
-  ``status`` dropped but for the conditions other controllers own (a readiness gate's: the
-  agent's own status is the truth; its own writes would otherwise come back as merge
-  updates), origin ``api``. Mirror pods (annotation
+  ``status`` dropped but for the conditions other controllers own (a readiness gate's) and a
+  Failed phase with its reason and message (the agent's own status is the truth; its own
+  writes would otherwise come back as merge updates), origin ``api``. Mirror pods (annotation
   ``kubernetes.io/config.mirror``) are recognised, listed apart in ``mirrors`` (the
   ``api-mirrors`` map's ``MirrorPod``s) and never run.
 Parsed pods are cached by (UID, resourceVersion), so a relist of 110 pods parses none again.
@@ -168,13 +168,20 @@ _KUBELET_CONDITIONS = frozenset({"PodScheduled", "PodReadyToStartContainers", "I
 
 def _foreign_status(status: Any) -> dict[str, Any]:
     """The part of an API pod's status the agent keeps: the conditions other controllers own
-    (a readiness gate's), as the kubelet's status manager keeps them; the rest is the agent's
-    own, so its writes never come back as changes."""
+    (a readiness gate's), as the kubelet's status manager keeps them, and a Failed phase with
+    its reason and message (terminal: the sync loop never runs such a pod again, as the
+    kubelet's pod worker; syncloop ``_failed_in_api``); the rest is the agent's own, so its
+    writes never come back as changes (a pod's turn to Failed comes back once)."""
     if not isinstance(status, dict):
         return {}
+    out: dict[str, Any] = {}
     kept = [c for c in status.get("conditions") or [] if isinstance(c, dict)
             and c.get("type") not in _KUBELET_CONDITIONS]
-    return {"conditions": kept} if kept else {}
+    if kept:
+        out["conditions"] = kept
+    if status.get("phase") == "Failed":
+        out.update((k, str(status.get(k) or "")) for k in ("phase", "reason", "message"))
+    return out
 
 
 def _uid(obj: Obj) -> str:

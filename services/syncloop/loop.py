@@ -181,6 +181,9 @@ class SyncLoop:
                 self._register_objects(pod)
                 self.log.info("syncloop.pod.update", op=str(update.op), pod=pod.full_name,
                               pod_uid=pod.uid, source=update.source)
+                if pod.metadata.deletion_timestamp:  # first seen being deleted (a relist after
+                    # an outage): terminating at once, never started (the kubelet's pod worker)
+                    self._kill(pod.uid, pod.metadata.deletion_grace_period_seconds, now)
             elif update.op in (PodOp.DELETE, PodOp.REMOVE):
                 grace = (pod.metadata.deletion_grace_period_seconds
                          if update.op is PodOp.DELETE else None)

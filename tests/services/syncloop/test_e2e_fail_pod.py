@@ -15,11 +15,21 @@ from typing import Any
 
 import pytest
 import zmq
+from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.bus import Publisher
 from podvisor.ipc.messages import FailPod
+from podvisor.services.syncloop import labels as L
 from tests.cli.test_e2e_logs_events import has_event
-from tests.support.lifecycle import agent_config, free_port, get_pods, marked, pod_yaml
+from tests.support.kubeapi import KubeApi
+from tests.support.lifecycle import (
+    agent_config,
+    cri_for,
+    free_port,
+    get_pods,
+    marked,
+    pod_yaml,
+)
 
 MESSAGE = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 90Mi."
 
@@ -88,3 +98,77 @@ def test_a_fail_pod_on_the_bus_fails_the_pod_for_good(agent: Any, wait_for: Any,
     assert now["victim-e2e"]["status"]["containerStatuses"][0]["restartCount"] == 0
     assert running("bystander")
     assert now["bystander-e2e"]["status"]["containerStatuses"][0]["containerID"] == by_id
+
+
+@pytest.mark.timeout(240)
+def test_an_evicted_api_pod_stays_down_across_a_sync_loop_restart(
+        agent: Any, wait_for: Any, tmp_path: Path) -> None:
+    """An API pod failed through ``FailPod`` (reason Evicted) is Failed in the API with the
+    reason and an Event; after kill -9 of the sync loop, the new one learns from the API (the
+    API source keeps a Failed phase) that the pod is terminal and never starts its container
+    again under restartPolicy Always, while a pod created after the restart runs."""
+    api = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
+    api.start()
+    try:
+        node = "e2e-evict"
+        for name in ("victim", "bystander"):
+            api.create_pod("default", {"metadata": {"name": name}, "spec": {
+                "nodeName": node, "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": 2,
+                "containers": [{"name": "c", "image": "host", "command": [
+                    "sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]}]}})
+        kubeconfig = api.kubeconfig(tmp_path / "node.kubeconfig", user=f"system:node:{node}",
+                                    groups=("system:nodes",))
+        handle = agent(config={
+            "nodeName": node, "kubeconfig": str(kubeconfig), "readOnlyPort": free_port(),
+            "apiWatchTimeout": "5s", "statusSweepFrequency": "1s", "apiRetryMaxDelay": "1s",
+            "stopPodsOnExit": True,
+            "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}})
+
+        def phase(name: str) -> str:
+            return str(((api.store.get("pods", "default", name) or {}).get("status")
+                        or {}).get("phase", ""))
+
+        wait_for(lambda: phase("victim") == phase("bystander") == "Running", 90.0, 0.2,
+                 "both Running in the API")
+        uid = api.store.get("pods", "default", "victim")["metadata"]["uid"]
+        zctx = zmq.Context()
+        pub = Publisher(zctx, handle.paths, "test-evictor")
+        try:
+            def failed() -> bool:
+                if phase("victim") == "Failed":
+                    return True
+                pub.publish(FailPod(uid=uid, reason="Evicted", message=MESSAGE))
+                return False
+
+            wait_for(failed, 60.0, 0.2, "victim Failed in the API")
+        finally:
+            pub.socket.close()
+            zctx.term()
+        st = api.store.get("pods", "default", "victim")["status"]
+        assert (st["reason"], st["message"]) == ("Evicted", MESSAGE)
+        wait_for(lambda: any(e.get("reason") == "Evicted" for e in
+                             api.store.list("events", "default")[0]), 30.0, 0.2,
+                 "the Evicted Event in the API")
+        cri = cri_for(handle)
+
+        def running(pod_uid: str) -> list[str]:
+            return [c.id for c in cri.list_containers()
+                    if c.labels.get(L.POD_UID) == pod_uid and c.state == pb.CONTAINER_RUNNING]
+
+        wait_for(lambda: not running(uid), 30.0, 0.2, "the victim's container stopped")
+        log = handle.paths.logs_dir / "syncloop.log"
+        old = handle.state("syncloop")
+        handle.call("kill", name="syncloop", signal="KILL")
+        wait_for(lambda: handle.state("syncloop")["state"] == "RUNNING"
+                 and handle.state("syncloop")["pid"] != old["pid"], 30.0)
+        wait_for(lambda: log.exists() and "syncloop.pod.failed_in_api" in log.read_text(),
+                 60.0, 0.2, "the new sync loop took the victim as Failed from the API")
+        api.create_pod("default", {"metadata": {"name": "later"}, "spec": {
+            "nodeName": node, "automountServiceAccountToken": False,
+            "containers": [{"name": "c", "image": "host", "command": ["sleep", "3600"]}]}})
+        wait_for(lambda: phase("later") == "Running", 90.0, 0.2, "a new pod runs")
+        assert running(uid) == [] and phase("victim") == "Failed"
+        assert api.store.get("pods", "default", "victim")["status"]["reason"] == "Evicted"
+    finally:
+        api.stop()

@@ -291,6 +291,20 @@ def test_removed_pod_terminates_in_order(tmp_path: Path) -> None:
     assert not h.cri.containers and not h.cri.sandboxes and "u1" not in h.desired.items
 
 
+def test_a_pod_first_seen_being_deleted_never_starts(tmp_path: Path) -> None:
+    """A pod created and deleted while its source could not see it (the API server away) comes
+    in a relist with ``deletionTimestamp``: it is terminated at once, nothing of it is started,
+    and its worker ends (status-api then deletes it from the API). Before, it was started and
+    never killed."""
+    h = Harness(tmp_path)
+    m = manifest()
+    m["metadata"].update(deletionTimestamp="2024-01-01T00:00:05Z",
+                         deletionGracePeriodSeconds=5)
+    h.set(published(m))
+    assert not h.cri.method_calls("RunPodSandbox") and not h.cri.method_calls("CreateContainer")
+    assert "u1" not in h.desired.items and h.loop.deps.table.get("u1") is None
+
+
 def test_crash_loop_backoff_reported_and_restart_after_delay(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.set(manifest(containers=[{"name": "a", "image": "host"}]))
