@@ -66,18 +66,24 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
     if m is None:
         return Lifecycle()
     check_fields(f, m, path, policy.LIFECYCLE_KNOWN, policy.LIFECYCLE_UNSUPPORTED)
-    if m.get("preStop") is None:
-        return Lifecycle()
-    where = join(path, "preStop")
-    pre_stop = as_map(f, m["preStop"], where)
-    if pre_stop is None:
-        return Lifecycle()
-    check_fields(f, pre_stop, where, policy.PRE_STOP_KNOWN, policy.PRE_STOP_UNSUPPORTED)
-    handler = _parse_handler(f, pre_stop, where, PRE_STOP_HANDLERS, port_names)
+    return Lifecycle(pre_stop=_lifecycle_handler(f, m, "preStop", path, port_names),
+                     post_start=_lifecycle_handler(f, m, "postStart", path, port_names))
+
+
+def _lifecycle_handler(f: Findings, m: Mapping[str, Any], key: str, path: str,
+                       port_names: Collection[str]) -> LifecycleHandler | None:
+    """``preStop`` or ``postStart``: exec, httpGet or sleep (tcpSocket is refused)."""
+    if m.get(key) is None:
+        return None
+    where = join(path, key)
+    body = as_map(f, m[key], where)
+    if body is None:
+        return None
+    check_fields(f, body, where, policy.PRE_STOP_KNOWN, policy.PRE_STOP_UNSUPPORTED)
+    handler = _parse_handler(f, body, where, PRE_STOP_HANDLERS, port_names)
     if handler is None or isinstance(handler, (TCPSocketAction, GRPCAction)):
-        return Lifecycle()
-    lifecycle_handler: LifecycleHandler = handler
-    return Lifecycle(pre_stop=lifecycle_handler)
+        return None
+    return handler
 
 
 def _parse_handler(f: Findings, m: Mapping[str, Any], path: str, kinds: tuple[str, ...],

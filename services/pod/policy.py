@@ -2,7 +2,7 @@
 
 docs/ARCHITECTURE.md ("Pods and sources") renders these tables; keep the two in step.
 Rule of thumb: a field whose absence would change what the workload sees or can reach
-(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod, and so does
+(API objects a static pod names, devices, unknown volume types) rejects the pod, and so does
 a security setting podvisor cannot enforce (user namespaces, SELinux relabelling); a field
 that only tunes scheduling or terminal handling is ignored with a warning. Security contexts
 are supported (parse_security.py); what a runtime cannot enforce, it refuses at create.
@@ -47,11 +47,12 @@ SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
                         "priority", "serviceAccountName", "serviceAccount", "securityContext",
                         "hostUsers", "dnsPolicy", "schedulerName", "enableServiceLinks",
-                        "tolerations", "hostPID", "hostIPC", "shareProcessNamespace"})
+                        "tolerations", "hostPID", "hostIPC", "shareProcessNamespace",
+                        # [issue 24] the pod lifecycle fields (the sync loop and status)
+                        "imagePullSecrets", "ephemeralContainers", "activeDeadlineSeconds",
+                        "readinessGates"})
 SPEC_UNSUPPORTED = {
-    "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
-    "ephemeralContainers": _reject("ephemeral containers are not supported"),
     "affinity": _SCHEDULING,
     "nodeSelector": _SCHEDULING,
     "schedulingGates": _SCHEDULING,
@@ -63,14 +64,12 @@ SPEC_UNSUPPORTED = {
     "overhead": _NOT_ENFORCED,
     "resources": _reject("pod-level resources (spec.resources) are not supported; set "
                          "resources on each container (they are enforced)"),
-    "activeDeadlineSeconds": _NOT_ENFORCED,
     "dnsConfig": _DNS,
     "hostname": _DNS,
     "subdomain": _DNS,
     "setHostnameAsFQDN": _DNS,
     "hostAliases": _DNS,
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
-    "readinessGates": _warn("readiness gates are not supported; ignored"),
     "os": _warn("the pod runs on this node's OS; ignored"),
 }
 
@@ -78,11 +77,17 @@ CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "working
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
                              "terminationMessagePath", "terminationMessagePolicy"})
+# an init container's restartPolicy (sidecars); regular and ephemeral containers may not set it
+CONTAINER_RESTART_POLICY = "restartPolicy"
+# what the API server forbids on an ephemeral container ("cannot be set for an Ephemeral
+# Container"), and the one field it adds
+EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+                       "resources", "resizePolicy", "restartPolicy")
+EPHEMERAL_TARGET = "targetContainerName"
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
                              "may not reference"),
-    "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
     "stdin": _warn("attaching a terminal is not supported; ignored"),
     "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
@@ -103,9 +108,8 @@ SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabili
                             "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
 SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 
-LIFECYCLE_KNOWN = frozenset({"preStop"})
+LIFECYCLE_KNOWN = frozenset({"preStop", "postStart"})
 LIFECYCLE_UNSUPPORTED = {
-    "postStart": _reject("postStart hooks are not supported; do the work in the command"),
     "stopSignal": _warn("custom stop signals are not supported; SIGTERM is sent; ignored"),
 }
 
@@ -163,7 +167,6 @@ SA_TOKEN_KNOWN = frozenset({"audience", "expirationSeconds", "path"})
 DOWNWARD_API_KNOWN = frozenset({"items", "defaultMode"})
 DOWNWARD_API_ITEM_KNOWN = frozenset({"path", "fieldRef", "resourceFieldRef", "mode"})
 TOLERATION_KNOWN = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
-TERMINATION_MESSAGES = "termination messages are not collected; ignored"
 
 HANDLER_KNOWN = {
     "exec": frozenset({"command"}),

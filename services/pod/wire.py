@@ -23,9 +23,11 @@ from podvisor.services.pod.container import (
     ApiKeyRef,
     Container,
     ContainerPort,
+    ContainerRestartPolicy,
     EnvFromSource,
     EnvVar,
     EnvVarSource,
+    EphemeralContainer,
     ExecAction,
     GRPCAction,
     HTTPGetAction,
@@ -174,6 +176,12 @@ def _spec(s: Mapping[str, Any]) -> PodSpec:
         scheduler_name=s["schedulerName"],
         enable_service_links=s["enableServiceLinks"],
         tolerations=tuple(_toleration(t) for t in s.get("tolerations", ())),
+        ephemeral_containers=tuple(
+            EphemeralContainer(_container(c), c.get("targetContainerName", ""))
+            for c in s.get("ephemeralContainers", ())),
+        image_pull_secrets=tuple(r.get("name", "") for r in s.get("imagePullSecrets", ())),
+        active_deadline_seconds=s.get("activeDeadlineSeconds"),
+        readiness_gates=tuple(g["conditionType"] for g in s.get("readinessGates", ())),
     )
 
 
@@ -278,15 +286,18 @@ def _probe(p: Mapping[str, Any] | None) -> Probe | None:
                  termination_grace_period_seconds=p.get("terminationGracePeriodSeconds"))
 
 
-def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
-    pre_stop = w.get("preStop")
-    if pre_stop is None:
-        return Lifecycle()
-    handler = _handler(pre_stop)
+def _lifecycle_handler(w: Mapping[str, Any] | None) -> LifecycleHandler | None:
+    if w is None:
+        return None
+    handler = _handler(w)
     if isinstance(handler, (TCPSocketAction, GRPCAction)):
-        raise ValueError("preStop cannot be tcpSocket or grpc")
-    stop: LifecycleHandler = handler
-    return Lifecycle(pre_stop=stop)
+        raise ValueError("a lifecycle handler cannot be tcpSocket or grpc")
+    return handler
+
+
+def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
+    return Lifecycle(pre_stop=_lifecycle_handler(w.get("preStop")),
+                     post_start=_lifecycle_handler(w.get("postStart")))
 
 
 def _profile(w: Mapping[str, Any] | None) -> Profile | None:
@@ -374,4 +385,6 @@ def _container(c: Mapping[str, Any]) -> Container:
         termination_message_path=c["terminationMessagePath"],
         termination_message_policy=TerminationMessagePolicy(c["terminationMessagePolicy"]),
         env_from=tuple(_env_from(e) for e in c.get("envFrom", ())),
+        restart_policy=(ContainerRestartPolicy(c["restartPolicy"]) if "restartPolicy" in c
+                        else None),
     )
