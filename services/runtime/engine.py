@@ -42,7 +42,13 @@ from podvisor.services.runtime.model import (
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.native import monitor_binary
 from podvisor.services.runtime.procfs import group_members, is_alive, signal_group
-from podvisor.services.runtime.security import container_security, read_host, sandbox_security
+from podvisor.services.runtime.seccomp import SeccompSupport, python_seccomp
+from podvisor.services.runtime.security import (
+    NO_SECCOMP,
+    container_security,
+    read_host,
+    sandbox_security,
+)
 from podvisor.services.runtime.store import Loaded, Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
 from podvisor.services.runtime.zygote import Spawner, SpawnError, wait_readable
@@ -91,6 +97,7 @@ class Engine:
         self._exit_socket = root / "exits.sock"
         self._spawner = Spawner(crash=crash)
         self._host = read_host()  # the ids and capabilities containers can be given
+        self._seccomp = NO_SECCOMP  # whether the monitors load seccomp filters (start())
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
     # --- lifecycle ---
@@ -111,6 +118,11 @@ class Engine:
         self._watcher.start()
         native = monitor_binary()
         self._spawner.monitor_exe = str(native.path or "")
+        self._seccomp = (SeccompSupport(native.seccomp, native.seccomp_why) if native.path
+                         else python_seccomp())
+        if not self._seccomp.ok:
+            self.log.warning("runtime.seccomp.unavailable", reason=self._seccomp.why,
+                             detail="containers that ask for a seccomp profile are refused")
         # monitors outlive the agent: they must not hold its stdout/stderr (a pipe to `tee` or
         # a caller reading `podvisor run --runonce` would stay open while any pod runs)
         self._spawner.stderr_path = str(self._exit_socket.with_name("monitors.log"))
@@ -344,7 +356,7 @@ class Engine:
                 and not sb.config.linux.security_context.privileged):
             raise invalid(f"container {md.name!r}: no privileged container allowed in sandbox "
                           "(the sandbox is not privileged; containerd's rule)")
-        doc["security"] = container_security(config, self._host)
+        doc["security"] = container_security(config, self._host, self._seccomp)
         if rec is not None:
             sc = config.linux.security_context
             if not sc.HasField("run_as_user") and not sc.run_as_username:

@@ -15,7 +15,8 @@
  * write_oom_score_adj before the mounts and the ids change) and "ROOTFS" MERGED UPPER WORK
  * NLOWER LOWER... NETC (NAME SRC)... (parse_rootfs: an image's overlay root, set up by
  * rootfs_prepare before the volume mounts, entered by rootfs_pivot after them, before the
- * security step). The spare becomes the
+ * security step) and "SECCOMP" (parse_seccomp: a seccomp filter, built with libseccomp when
+ * compiled with PV_SECCOMP, loaded right before exec). The spare becomes the
  * container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
@@ -61,6 +62,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef PV_SECCOMP
+#include <seccomp.h> /* Debian libseccomp-dev; native.py builds with it when present */
+#endif
 
 #define MAX_LINE (16 * 1024)
 #define DRAIN_AFTER_EXIT_MS 2000
@@ -669,6 +673,141 @@ static int apply_security(int *failed) {
     return 0;
 }
 
+/* --- seccomp (seccomp.py) ------------------------------------------------------------------- */
+
+/* The "SECCOMP" section: DEFAULT NARCH ARCH... NATTR (ATTR VALUE)... NRULES then per rule NAME
+ * ACTION NCOND (INDEX OP VALUE VALUE_TWO)...: runc's InitSeccomp made data by the runtime
+ * (action and operator numbers are libseccomp's, architectures its names). The filter is built
+ * in the monitor before the fork (build_seccomp: a bad rule fails the start with its reason)
+ * and loaded by the container's child right before exec (load_seccomp). */
+#define MAX_SCMP_ARGS 6
+struct scmp_rule {
+    const char *name;
+    unsigned int action;
+    int nargs;
+    unsigned int index[MAX_SCMP_ARGS], op[MAX_SCMP_ARGS];
+    unsigned long long value[MAX_SCMP_ARGS], value_two[MAX_SCMP_ARGS];
+};
+static int seccomp_present;
+static unsigned int seccomp_default;
+static char **seccomp_arches, **seccomp_attrs;
+static struct scmp_rule *seccomp_rules;
+static long nseccomp_rules;
+
+static int parse_seccomp(char **at, const char *end) {
+    char *def = field(at, end), *count;
+    if (def == NULL || (seccomp_arches = field_list(at, end)) == NULL ||
+        (seccomp_attrs = field_list(at, end)) == NULL || (count = field(at, end)) == NULL)
+        return -1;
+    seccomp_default = (unsigned int)strtoul(def, NULL, 10);
+    nseccomp_rules = strtol(count, NULL, 10);
+    if (nseccomp_rules < 0 || nseccomp_rules > (end - *at) / 3)
+        return -1;
+    seccomp_rules = calloc((size_t)nseccomp_rules + 1, sizeof *seccomp_rules);
+    if (seccomp_rules == NULL)
+        return -1;
+    for (long i = 0; i < nseccomp_rules; i++) {
+        struct scmp_rule *r = &seccomp_rules[i];
+        char *action, *nargs;
+        if ((r->name = field(at, end)) == NULL || (action = field(at, end)) == NULL ||
+            (nargs = field(at, end)) == NULL)
+            return -1;
+        r->action = (unsigned int)strtoul(action, NULL, 10);
+        r->nargs = atoi(nargs);
+        if (r->nargs < 0 || r->nargs > MAX_SCMP_ARGS)
+            return -1;
+        for (int j = 0; j < r->nargs; j++) {
+            char *index = field(at, end), *op = field(at, end), *v = field(at, end);
+            char *v2 = field(at, end);
+            if (index == NULL || op == NULL || v == NULL || v2 == NULL)
+                return -1;
+            r->index[j] = (unsigned int)strtoul(index, NULL, 10);
+            r->op[j] = (unsigned int)strtoul(op, NULL, 10);
+            r->value[j] = strtoull(v, NULL, 10);
+            r->value_two[j] = strtoull(v2, NULL, 10);
+        }
+    }
+    seccomp_present = 1;
+    return 0;
+}
+
+#ifdef PV_SECCOMP
+static scmp_filter_ctx seccomp_ctx;
+
+/* Build the filter (in the monitor, before the fork); -1 with errno and WHAT the failing step. */
+static int build_seccomp(char *what, size_t cap) {
+    snprintf(what, cap, "seccomp_init");
+    seccomp_ctx = seccomp_init(seccomp_default);
+    if (seccomp_ctx == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (char **a = seccomp_arches; *a != NULL; a++) {
+        snprintf(what, cap, "architecture %s", *a);
+        uint32_t arch = seccomp_arch_resolve_name(*a);
+        if (arch == 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        int rc = seccomp_arch_add(seccomp_ctx, arch);
+        if (rc != 0 && rc != -EEXIST) {
+            errno = -rc;
+            return -1;
+        }
+    }
+    for (char **a = seccomp_attrs; a[0] != NULL && a[1] != NULL; a += 2) {
+        snprintf(what, cap, "filter attribute %s", a[0]);
+        int rc = seccomp_attr_set(seccomp_ctx, (enum scmp_filter_attr)atoi(a[0]),
+                                  (uint32_t)strtoul(a[1], NULL, 10));
+        if (rc != 0) {
+            errno = -rc;
+            return -1;
+        }
+    }
+    for (long i = 0; i < nseccomp_rules; i++) {
+        const struct scmp_rule *r = &seccomp_rules[i];
+        int nr = seccomp_syscall_resolve_name(r->name);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* a syscall this kernel does not know: skipped, as runc does */
+        struct scmp_arg_cmp cmp[MAX_SCMP_ARGS];
+        for (int j = 0; j < r->nargs; j++) {
+            cmp[j].arg = r->index[j];
+            cmp[j].op = (enum scmp_compare)r->op[j];
+            cmp[j].datum_a = r->value[j];
+            cmp[j].datum_b = r->value_two[j];
+        }
+        snprintf(what, cap, "the rule for %s", r->name);
+        int rc = seccomp_rule_add_array(seccomp_ctx, r->action, nr, (unsigned int)r->nargs, cmp);
+        if (rc != 0) {
+            errno = -rc;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* In the container's child: load the filter built before the fork. */
+static int load_seccomp(void) {
+    int rc = seccomp_load(seccomp_ctx);
+    if (rc != 0) {
+        errno = -rc;
+        return -1;
+    }
+    return 0;
+}
+#else
+static int build_seccomp(char *what, size_t cap) {
+    snprintf(what, cap, "this monitor was built without libseccomp");
+    errno = ENOSYS;
+    return -1;
+}
+
+static int load_seccomp(void) {
+    errno = ENOSYS;
+    return -1;
+}
+#endif
+
 /* --- cgroups (cgroups.py) ------------------------------------------------------------------- */
 
 /* The files the container's process writes itself into (cgroups.py join_files: v1 <dir>/tasks,
@@ -780,6 +919,14 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
     }
+    /* Seccomp as runc orders it: without no_new_privs loading a filter needs CAP_SYS_ADMIN, so
+     * before the ids and capabilities change; with it, as late as possible. */
+    if (seccomp_present && !sec.nnp && load_seccomp() != 0) {
+        report[0] = 9;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (apply_security(&report[2]) != 0) {
         report[0] = 5;
         report[1] = errno;
@@ -792,6 +939,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
      * the window of a monitor that died before the prctl. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != monitor)
         _exit(127);
+    if (seccomp_present && sec.nnp && load_seccomp() != 0) {
+        report[0] = 9;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     execvp(argv[0], argv); /* PATH from environ: the container's environment */
     report[0] = 2;
     report[1] = errno;
@@ -816,6 +969,12 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
     int out[2], err[2], rep[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(rep, O_CLOEXEC)) {
         reply_error(reply_fd, "pipe: %s (errno %d)", strerror(errno), errno);
+        return -1;
+    }
+    char what[300];
+    if (seccomp_present && build_seccomp(what, sizeof what) != 0) {
+        reply_error(reply_fd, "security context: seccomp filter: %s: %s (errno %d %s)", what,
+                    strerror(errno), errno, errno_name(errno));
         return -1;
     }
     pid_t monitor = getpid();
@@ -866,6 +1025,9 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         } else if (report[0] == 5) {
             reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
                         security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 9) {
+            reply_error(reply_fd, "security context: seccomp: %s (errno %d %s)",
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 8) {
             reply_error(reply_fd, "oom_score_adj %s: %s (errno %d %s)", oom_score_adj,
@@ -1181,6 +1343,9 @@ static int spare_main(int conn) {
                 return 70;
         } else if (strcmp(key, "ROOTFS") == 0) {
             if (parse_rootfs(&at, end) != 0)
+                return 70;
+        } else if (strcmp(key, "SECCOMP") == 0) {
+            if (parse_seccomp(&at, end) != 0)
                 return 70;
         } else {
             return 70;

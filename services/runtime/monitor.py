@@ -428,6 +428,50 @@ def apply_security(sec: dict[str, Any]) -> None:
         raise fail()
 
 
+def build_seccomp(filt: dict[str, Any]) -> Any:
+    """monitor.c's ``build_seccomp``, in the monitor before it forks the container: the filter
+    of seccomp.py built with libseccomp's Python binding (``pyseccomp``: ctypes over the
+    system's libseccomp.so.2); the container's child only loads it (``load_seccomp``). A
+    syscall this kernel does not know is skipped, as runc does. Raises OSError naming the
+    step."""
+    what = "libseccomp's Python binding (pyseccomp)"
+    try:
+        import pyseccomp as scmp
+
+        what = "seccomp_init"
+        f = scmp.SyscallFilter(filt["default"])
+        for arch in filt["arches"]:
+            what = f"architecture {arch}"
+            try:
+                f.add_arch(getattr(scmp.Arch, arch.upper()))
+            except OSError as err:
+                if err.errno != errno.EEXIST:
+                    raise
+        for attr, value in filt["attrs"]:
+            what = f"filter attribute {attr}"
+            f.set_attr(attr, value)
+        for name, action, conditions in filt["rules"]:
+            nr = scmp.resolve_syscall(scmp.Arch.NATIVE, name)
+            if nr < 0:
+                continue
+            what = f"the rule for {name}"
+            f.add_rule(action, nr, *(scmp.Arg(*cond) for cond in conditions))
+    except (ImportError, RuntimeError, AttributeError) as err:
+        raise OSError(f"security context: seccomp filter: {what}: {err}") from None
+    except OSError as err:
+        raise OSError(_errno_text(f"security context: seccomp filter: {what}",
+                                  err.errno or 0)) from None
+    return f
+
+
+def load_seccomp(f: Any) -> None:
+    """In the container's child (monitor.c ``load_seccomp``)."""
+    try:
+        f.load()
+    except OSError as err:
+        raise OSError(_errno_text("security context: seccomp", err.errno or 0)) from None
+
+
 def join_cgroups(files: list[str]) -> None:
     """In a container's forked child, before anything else: write "0" (itself) into each of
     the container's cgroup files (cgroups.py ``join_files``), as monitor.c ``join_cgroups``
@@ -469,6 +513,8 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     argv: list[str] = spec["argv"]
     env = dict(item.split("=", 1) for item in spec["env"])
     cwd = spec.get("cwd") or "/"
+    sec = spec["security"]
+    filt = build_seccomp(sec["seccomp"]) if sec.get("seccomp") else None
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     monitor = os.getpid()
     pid = os.fork()
@@ -493,8 +539,13 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
                 os.chdir(cwd)
             except OSError as err:
                 raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
-            apply_security(spec["security"])
+            # seccomp as runc orders it (monitor.c exec_container)
+            if filt is not None and not sec["nnp"]:
+                load_seccomp(filt)
+            apply_security(sec)
             die_with_monitor(monitor)
+            if filt is not None and sec["nnp"]:
+                load_seccomp(filt)
             try:
                 os.execvpe(argv[0], argv, env)
             except OSError as err:

@@ -198,10 +198,6 @@ def test_embedded_refuses_what_it_cannot_enforce(cri_runtime: RuntimeUnderTest) 
     only_embedded(cri_runtime, "containerd enforces these")
     rt = cri_runtime
 
-    def seccomp(sc: pb.LinuxContainerSecurityContext) -> None:
-        sc.seccomp.profile_type = pb.SecurityProfile.RuntimeDefault
-    assert "seccomp profile RuntimeDefault is not supported" in _refused(rt, seccomp)
-
     def apparmor(sc: pb.LinuxContainerSecurityContext) -> None:
         sc.apparmor.profile_type = pb.SecurityProfile.Localhost
         sc.apparmor.localhost_ref = "k8s-deny-write"

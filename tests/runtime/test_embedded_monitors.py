@@ -22,6 +22,11 @@ from tests.conftest import process_gone
 from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.runtime.test_contract_io import parse_log
 from tests.runtime.test_contract_mounts import check_bind_mounts
+from tests.runtime.test_contract_seccomp import (
+    check_localhost,
+    check_runtime_default,
+    write_profile,
+)
 from tests.runtime.test_contract_security import (
     check_identity,
     check_masked_paths,
@@ -121,6 +126,34 @@ def test_security_context(monitored: RuntimeUnderTest) -> None:
     check_read_only_root(monitored)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a filter without no_new_privs needs root")
+def test_seccomp(monitored: RuntimeUnderTest) -> None:
+    """The default profile and a Localhost one, loaded by the monitor in the container's child
+    (after no_new_privs, or before the ids change without it): a denied syscall fails EPERM."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    check_runtime_default(monitored)
+    check_localhost(monitored)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a filter without no_new_privs needs root")
+def test_a_profile_that_denies_the_setup_fails_the_start(monitored: RuntimeUnderTest) -> None:
+    """Without no_new_privs the filter is loaded before the ids change (runc's order), so a
+    profile denying setresuid fails the start at that step, as with runc."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    path = write_profile(monitored.tmp, {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["setresuid"], "action": "SCMP_ACT_ERRNO"}]})
+    sid, sconfig = monitored.run("denysetuid")
+    config = monitored.container_config("c", ["true"])
+    config.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
+    config.linux.security_context.seccomp.localhost_ref = path
+    config.linux.security_context.run_as_user.value = 65534
+    cid = monitored.client.create_container(sid, config, sconfig)
+    with pytest.raises(CriError) as err:
+        monitored.client.start_container(cid)
+    assert "security context: setuid: Operation not permitted (errno 1 EPERM)" \
+        in err.value.message
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 def test_mount_errors_are_reported(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
@@ -171,7 +204,8 @@ def test_no_compiler_means_the_python_monitor(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     got = monitor_binary(tmp_path / "cache")
-    assert got == MonitorBinary(None, got.why) and "no-such-cc" in got.why
+    assert got == MonitorBinary(None, got.why, seccomp_why=got.seccomp_why)
+    assert "no-such-cc" in got.why
     monkeypatch.setenv("PODVISOR_MONITOR", "python")
     assert monitor_binary().path is None
 
