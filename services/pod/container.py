@@ -140,11 +140,15 @@ class Probe:
 @dataclass(frozen=True)
 class Lifecycle:
     pre_stop: LifecycleHandler | None = None
+    stop_signal: str = ""  # the API's name (SIGTERM, SIGRTMIN+1, ...); "" = the runtime's
 
     def to_dict(self) -> dict[str, Any]:
-        if self.pre_stop is None:
-            return {}
-        return {"preStop": {self.pre_stop.KIND: self.pre_stop.to_dict()}}
+        out: dict[str, Any] = {}
+        if self.pre_stop is not None:
+            out["preStop"] = {self.pre_stop.KIND: self.pre_stop.to_dict()}
+        if self.stop_signal:
+            out["stopSignal"] = self.stop_signal
+        return out
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,9 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
     if m is None:
         return Lifecycle()
     check_fields(f, m, path, policy.LIFECYCLE_KNOWN, policy.LIFECYCLE_UNSUPPORTED)
+    stop_signal = parse_stop_signal(f, m, path)
     if m.get("preStop") is None:
-        return Lifecycle()
+        return Lifecycle(stop_signal=stop_signal)
     where = join(path, "preStop")
     pre_stop = as_map(f, m["preStop"], where)
     if pre_stop is None:
@@ -77,7 +78,28 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
     if handler is None or isinstance(handler, (TCPSocketAction, GRPCAction)):
         return Lifecycle()
     lifecycle_handler: LifecycleHandler = handler
-    return Lifecycle(pre_stop=lifecycle_handler)
+    return Lifecycle(pre_stop=lifecycle_handler, stop_signal=stop_signal)
+
+
+# The API server's supportedStopSignalsLinux: the Linux signals by name, and the real-time
+# ones as SIGRTMIN+n / SIGRTMAX-n.
+STOP_SIGNALS = frozenset((
+    "SIGABRT", "SIGALRM", "SIGBUS", "SIGCHLD", "SIGCLD", "SIGCONT", "SIGFPE", "SIGHUP",
+    "SIGILL", "SIGINT", "SIGIO", "SIGIOT", "SIGKILL", "SIGPIPE", "SIGPOLL", "SIGPROF", "SIGPWR",
+    "SIGQUIT", "SIGSEGV", "SIGSTKFLT", "SIGSTOP", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGTSTP",
+    "SIGTTIN", "SIGTTOU", "SIGURG", "SIGUSR1", "SIGUSR2", "SIGVTALRM", "SIGWINCH", "SIGXCPU",
+    "SIGXFSZ", "SIGRTMIN", "SIGRTMAX",
+    *(f"SIGRTMIN+{n}" for n in range(1, 16)), *(f"SIGRTMAX-{n}" for n in range(1, 15))))
+
+
+def parse_stop_signal(f: Findings, m: Mapping[str, Any], path: str) -> str:
+    """``lifecycle.stopSignal``: one of the Linux signals the API server accepts."""
+    value = get_str(f, m, "stopSignal", path)
+    if value and value not in STOP_SIGNALS:
+        f.error(join(path, "stopSignal"), f"Unsupported value: {value!r}: supported values: "
+                                          "the Linux signal names (SIGTERM, SIGRTMIN+1, ...)")
+        return ""
+    return value
 
 
 def _parse_handler(f: Findings, m: Mapping[str, Any], path: str, kinds: tuple[str, ...],

@@ -103,10 +103,9 @@ SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabili
                             "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
 SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 
-LIFECYCLE_KNOWN = frozenset({"preStop"})
+LIFECYCLE_KNOWN = frozenset({"preStop", "stopSignal"})
 LIFECYCLE_UNSUPPORTED = {
     "postStart": _reject("postStart hooks are not supported; do the work in the command"),
-    "stopSignal": _warn("custom stop signals are not supported; SIGTERM is sent; ignored"),
 }
 
 PROBE_KNOWN = frozenset({"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds",

@@ -280,13 +280,14 @@ def _probe(p: Mapping[str, Any] | None) -> Probe | None:
 
 def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
     pre_stop = w.get("preStop")
+    stop_signal = str(w.get("stopSignal", ""))
     if pre_stop is None:
-        return Lifecycle()
+        return Lifecycle(stop_signal=stop_signal)
     handler = _handler(pre_stop)
     if isinstance(handler, (TCPSocketAction, GRPCAction)):
         raise ValueError("preStop cannot be tcpSocket or grpc")
     stop: LifecycleHandler = handler
-    return Lifecycle(pre_stop=stop)
+    return Lifecycle(pre_stop=stop, stop_signal=stop_signal)
 
 
 def _profile(w: Mapping[str, Any] | None) -> Profile | None:

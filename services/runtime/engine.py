@@ -800,9 +800,17 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
 
 
 def _stop_signal(value: int) -> int:
-    if value == pb.RUNTIME_DEFAULT:
+    """CRI's ``stop_signal`` as a number (RUNTIME_DEFAULT: SIGTERM, the ``host`` image's);
+    the real-time ones count from SIGRTMIN / SIGRTMAX (SIGRTMINPLUS1, SIGRTMAXMINUS2)."""
+    if value == pb.RUNTIME_DEFAULT or value not in pb.Signal.values():
         return int(signal.SIGTERM)
-    return int(getattr(signal, pb.Signal.Name(value), signal.SIGTERM))
+    name = pb.Signal.Name(value)
+    for base in ("SIGRTMIN", "SIGRTMAX"):
+        if name.startswith(base):
+            offset = name.removeprefix(base)
+            n = int(offset.removeprefix("PLUS").removeprefix("MINUS") or 0)
+            return int(getattr(signal, base)) + (-n if "MINUS" in offset else n)
+    return int(getattr(signal, name, signal.SIGTERM))
 
 
 def image_argv(config: Mapping[str, Any], command: list[str], args: list[str]) -> list[str]:

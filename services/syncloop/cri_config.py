@@ -301,6 +301,15 @@ def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str]) -> list
     return out
 
 
+def stop_signal(name: str) -> pb.Signal.ValueType:
+    """``lifecycle.stopSignal`` as CRI's enum (SIGRTMIN+1 -> SIGRTMINPLUS1); unset: the
+    runtime's default (the image's, else SIGTERM)."""
+    if not name:
+        return pb.RUNTIME_DEFAULT
+    value: pb.Signal.ValueType = pb.Signal.Value(name.replace("+", "PLUS").replace("-", "MINUS"))
+    return value
+
+
 def container_config(pod: Pod, c: Container, restart_count: int,
                      volumes: dict[str, Path],
                      seccomp_root: Path = Path("/"),
@@ -326,6 +335,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                                             pod.spec.termination_grace_period_seconds,
                                             c.lifecycle.pre_stop),
         log_path=L.container_log_path(c.name, restart_count),
+        stop_signal=stop_signal(c.lifecycle.stop_signal),
         linux=pb.LinuxContainerConfig(
             resources=_resources(c, oom_score_adj),
             security_context=container_security(pod, c, ns, seccomp_root)),

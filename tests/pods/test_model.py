@@ -414,3 +414,26 @@ def test_several_unnamed_ports_are_allowed_and_named_ones_must_differ() -> None:
     with pytest.raises(PodValidationError, match="duplicate port name 'web'"):
         pod_from_dict(pod([{"containerPort": 80, "name": "web"},
                            {"containerPort": 81, "name": "web"}]), "p.yaml")
+
+
+def test_stop_signal() -> None:
+    """``lifecycle.stopSignal``: the API's signal names, kept in the wire form, sent as CRI's
+    ``stop_signal`` (SIGRTMIN+1 -> SIGRTMINPLUS1); an unknown name is refused."""
+    from cri_api.v1 import api_pb2 as pb
+
+    from podvisor.services.syncloop import cri_config
+
+    doc = manifest(containers=[{"name": "c", "image": "host",
+                                "lifecycle": {"stopSignal": "SIGRTMIN+1"}}])
+    pod = pod_from_dict(doc).pod
+    c = pod.spec.containers[0]
+    assert c.lifecycle.stop_signal == "SIGRTMIN+1"
+    assert pod.to_dict()["spec"]["containers"][0]["lifecycle"] == {"stopSignal": "SIGRTMIN+1"}
+    config = cri_config.container_config(pod, c, 0, {})
+    assert config.stop_signal == pb.SIGRTMINPLUS1
+    plain = pod_from_dict(manifest()).pod
+    assert cri_config.container_config(plain, plain.spec.containers[0], 0, {}).stop_signal \
+        == pb.RUNTIME_DEFAULT
+    bad = manifest(containers=[{"name": "c", "image": "host",
+                                "lifecycle": {"stopSignal": "SIGFLY"}}])
+    assert any("stopSignal: Unsupported value: 'SIGFLY'" in e for e in errors_of(bad))

@@ -78,7 +78,7 @@ def kitchen_sink() -> dict[str, Any]:
                                                 {"name": "X", "value": "y"}]}, **probe},
                  readinessProbe={"tcpSocket": {"port": 80, "host": "localhost"}},
                  startupProbe={"exec": {"command": ["true"]}},
-                 lifecycle={"preStop": {"sleep": {"seconds": 2}}},
+                 lifecycle={"preStop": {"sleep": {"seconds": 2}}, "stopSignal": "SIGRTMIN+1"},
                  volumeMounts=[{"name": "scratch", "mountPath": "/s", "readOnly": True,
                                 "subPath": "a"}, {"name": "info", "mountPath": "/info"}],
                  securityContext={"runAsUser": 0, "privileged": False,
