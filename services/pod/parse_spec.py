@@ -13,6 +13,7 @@ from podvisor.services.pod.container import (
     ObjectFieldSelector,
     ResourceFieldSelector,
 )
+from podvisor.services.pod.dns import parse_pod_dns
 from podvisor.services.pod.fields import (
     Findings,
     as_map,
@@ -66,9 +67,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     # serviceAccountName.
     account = accounts["serviceAccountName"] or accounts["serviceAccount"]
     dns_policy = get_enum(f, m, "dnsPolicy", path, DNSPolicy, DNSPolicy.CLUSTER_FIRST)
-    if dns_policy is DNSPolicy.NONE:
-        f.warn(join(path, "dnsPolicy"), "podvisor does not configure pod DNS: containers get "
-                                        "the node's resolv.conf; ignored")
+    dns = parse_pod_dns(f, m, path, dns_policy is DNSPolicy.NONE)
     container_names = _raw_container_names(m)
     volumes = _parse_volumes(f, m, path, container_names)
     volume_names = {v.name for v in volumes}
@@ -114,6 +113,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         enable_service_links=(D.ENABLE_SERVICE_LINKS if m.get("enableServiceLinks") is None
                               else get_bool(f, m, "enableServiceLinks", path)),
         tolerations=_parse_tolerations(f, m, path),
+        dns=dns,
     )
 
 

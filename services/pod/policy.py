@@ -26,7 +26,6 @@ def _warn(reason: str) -> Unsupported:
 _SERVER_SET = _warn("set by the API server; ignored")
 _SCHEDULING = _warn("scheduling field; a static pod is already bound to this node; ignored")
 _NOT_ENFORCED = _warn("not enforced by podvisor; ignored")
-_DNS = _warn("podvisor does not configure pod DNS or hostnames; ignored")
 
 POD_KNOWN = frozenset({"apiVersion", "kind", "metadata", "spec", "status", "podvisor"})
 
@@ -47,7 +46,10 @@ SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "terminationGracePeriodSeconds", "hostNetwork", "volumes", "nodeName",
                         "priority", "serviceAccountName", "serviceAccount", "securityContext",
                         "hostUsers", "dnsPolicy", "schedulerName", "enableServiceLinks",
-                        "tolerations", "hostPID", "hostIPC", "shareProcessNamespace"})
+                        "tolerations", "hostPID", "hostIPC", "shareProcessNamespace",
+                        # [issue 24] pod DNS (pod/dns.py; the sync loop's syncloop/dns.py)
+                        "dnsConfig", "hostname", "subdomain", "setHostnameAsFQDN",
+                        "hostAliases"})
 SPEC_UNSUPPORTED = {
     "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
@@ -64,11 +66,6 @@ SPEC_UNSUPPORTED = {
     "resources": _reject("pod-level resources (spec.resources) are not supported; set "
                          "resources on each container (they are enforced)"),
     "activeDeadlineSeconds": _NOT_ENFORCED,
-    "dnsConfig": _DNS,
-    "hostname": _DNS,
-    "subdomain": _DNS,
-    "setHostnameAsFQDN": _DNS,
-    "hostAliases": _DNS,
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
     "readinessGates": _warn("readiness gates are not supported; ignored"),
     "os": _warn("the pod runs on this node's OS; ignored"),

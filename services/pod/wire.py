@@ -46,6 +46,7 @@ from podvisor.services.pod.container import (
     URIScheme,
     VolumeMount,
 )
+from podvisor.services.pod.dns import pod_dns_from_wire
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.model import (
     ApiVolume,
@@ -174,6 +175,7 @@ def _spec(s: Mapping[str, Any]) -> PodSpec:
         scheduler_name=s["schedulerName"],
         enable_service_links=s["enableServiceLinks"],
         tolerations=tuple(_toleration(t) for t in s.get("tolerations", ())),
+        dns=pod_dns_from_wire(s),
     )
 
 

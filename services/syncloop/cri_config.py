@@ -101,8 +101,11 @@ def namespace_options(pod: Pod) -> pb.NamespaceOption:
 
 
 def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
-                   cgroup_parent: str = "") -> pb.PodSandboxConfig:
-    """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's."""
+                   cgroup_parent: str = "", hostname: str | None = None,
+                   dns: pb.DNSConfig | None = None) -> pb.PodSandboxConfig:
+    """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's.
+    ``hostname``: the pod's (syncloop/dns.py ``kernel_hostname``; None: its name), none on the
+    host network; ``dns``: its resolver configuration (``pod_dns``; None: the runtime's)."""
     host_net = pod.spec.host_network
     psc = pod.spec.security_context
     ns = namespace_options(pod)
@@ -115,7 +118,8 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace,
                                        attempt=attempt),
-        hostname="" if host_net else pod.name[:63],
+        hostname="" if host_net else (pod.name[:63] if hostname is None else hostname),
+        dns_config=dns,
         log_directory=str(L.pod_log_dir(pod_logs_dir, pod.name, pod.namespace, pod.uid)),
         port_mappings=mappings,
         labels={**pod.metadata.labels, **L.pod_labels(pod.name, pod.namespace, pod.uid)},

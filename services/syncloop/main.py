@@ -43,6 +43,7 @@ from podvisor.services.prober import failed_probes, liveness_failed
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
+from podvisor.services.syncloop.dns import DnsSettings
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.metrics import WorkerMetrics
 from podvisor.services.syncloop.network import NetworkState
@@ -112,7 +113,9 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                         strategy=cfg.config_map_and_secret_change_detection_strategy,
                         watch_timeout=cfg.api_watch_timeout, max_delay=cfg.api_retry_max_delay)
                     if cfg.kubeconfig else None,
-                    started=started.inc, crash=crashpoints.from_env("syncloop"))
+                    started=started.inc, crash=crashpoints.from_env("syncloop"),
+                    dns=DnsSettings(tuple(cfg.cluster_dns), cfg.cluster_domain,
+                                    cfg.resolv_conf))
 
 
 def pull_slots(cfg: Any) -> threading.Semaphore | None:

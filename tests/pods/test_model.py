@@ -308,8 +308,6 @@ WARNED = [
     ("windowsOptions", lambda d: d["spec"]["containers"][0].update(
         securityContext={"windowsOptions": {"runAsUserName": "x"}}),
      "spec.containers[0].securityContext.windowsOptions"),
-    ("dnsConfig", lambda d: d["spec"].update(dnsConfig={"nameservers": ["1.1.1.1"]}),
-     "spec.dnsConfig"),
     ("unknown spec field", lambda d: d["spec"].update(frobnicate=1), "spec.frobnicate"),
     ("unknown container field", lambda d: d["spec"]["containers"][0].update(colour="red"),
      "spec.containers[0].colour"),
@@ -437,3 +435,28 @@ def test_stop_signal() -> None:
     bad = manifest(containers=[{"name": "c", "image": "host",
                                 "lifecycle": {"stopSignal": "SIGFLY"}}])
     assert any("stopSignal: Unsupported value: 'SIGFLY'" in e for e in errors_of(bad))
+
+
+def test_pod_dns_fields() -> None:
+    """hostname, subdomain, setHostnameAsFQDN, hostAliases and dnsConfig: validated as the API
+    server, kept in the wire form (the sync loop applies them: syncloop/dns.py)."""
+    dns = {"hostname": "web-0", "subdomain": "web", "setHostnameAsFQDN": True,
+           "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar"]}],
+           "dnsPolicy": "None",
+           "dnsConfig": {"nameservers": ["10.96.0.10"], "searches": ["ns1.svc.example."],
+                         "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}}
+    parsed = pod_from_dict(manifest(**dns))
+    assert parsed.warnings == ()
+    spec = parsed.pod.to_dict()["spec"]
+    assert {k: spec[k] for k in dns} == dns
+    again = pod_from_dict(parsed.pod.to_dict()).pod
+    assert again == parsed.pod and again.spec.dns.config is not None
+    assert again.spec.dns.config.options[1].value is None
+    errors = errors_of(manifest(hostname="Web_0", dnsPolicy="None",
+                                hostAliases=[{"ip": "nope", "hostnames": ["x"]}]))
+    assert any(e.startswith("spec.hostname:") for e in errors), errors
+    assert any("spec.hostAliases[0].ip: Invalid value: 'nope'" in e for e in errors), errors
+    assert any("spec.dnsConfig: Required value" in e for e in errors), errors
+    errors = errors_of(manifest(dnsConfig={"nameservers": ["1.1.1.1", "1.0.0.1", "8.8.8.8",
+                                                           "9.9.9.9"]}))
+    assert any("must not have more than 3 nameservers" in e for e in errors), errors
