@@ -372,6 +372,14 @@ class Engine:
                     doc["security"]["groups"] = [ids[1]]
             doc["rootfs"] = {"layers": rec.layers, "lower": [
                 str(self.images.store.layer_dir(d)) for d in reversed(rec.layers)]}
+        hostname = _pod_hostname(sb.config)
+        if hostname:  # the pod's own hostname: a UTS namespace of the container's own
+            if not self._host.root:
+                raise precondition(
+                    f"container {md.name!r}: the pod's hostname {hostname!r} needs a UTS "
+                    f"namespace of its own, which needs root; the embedded runtime runs as "
+                    f"uid {self._host.euid} (use hostNetwork: true, or run podvisor as root)")
+            doc["hostname"] = hostname
         if config.linux.HasField("resources"):
             current, lowering_allowed = oom.own_state()
             doc["oom_score_adj"] = oom.effective(config.linux.resources.oom_score_adj, current,
@@ -390,6 +398,8 @@ class Engine:
         try:
             if rec is not None:
                 doc["rootfs"].update(self._make_rootfs(c.id, sb.config))
+            else:
+                self._host_etc(c.id, sb.config, doc)
             dirs = self._make_cgroup(sb, c, config.linux.resources)
             if dirs:
                 doc["cgroups"] = dirs
@@ -530,10 +540,7 @@ class Engine:
                                    f"ip6-loopback\n127.0.1.1\t{hostname}\n")
         dns = sandbox.dns_config
         if dns.servers or dns.searches or dns.options:
-            lines = [f"nameserver {s}" for s in dns.servers]
-            lines += [f"search {' '.join(dns.searches)}"] if dns.searches else []
-            lines += [f"options {' '.join(dns.options)}"] if dns.options else []
-            (etc / "resolv.conf").write_text("\n".join(lines) + "\n")
+            (etc / "resolv.conf").write_text(_resolv_text(dns))
         else:
             try:
                 (etc / "resolv.conf").write_bytes(Path("/etc/resolv.conf").read_bytes())
@@ -542,6 +549,28 @@ class Engine:
         return {"upper": str(top / "upper"), "work": str(top / "work"),
                 "merged": str(top / "merged"),
                 "etc": {n: str(etc / n) for n in ("hostname", "hosts", "resolv.conf")}}
+
+    def _host_etc(self, container_id: str, sandbox: pb.PodSandboxConfig,
+                  doc: dict[str, Any]) -> None:
+        """The ``host`` image: the pod's resolv.conf over the node's (a bind mount of
+        ``rootfs/<id>/etc/resolv.conf``) when its DNS config says something else than the
+        node's file, so a pod with the node's DNS needs no mount namespace."""
+        dns = sandbox.dns_config
+        if not (dns.servers or dns.searches or dns.options):
+            return
+        try:
+            node = Path("/etc/resolv.conf").read_text(errors="replace")
+        except OSError:
+            node = ""
+        if _resolv_parts(node) == (list(dns.servers), list(dns.searches), list(dns.options)):
+            return
+        path = self._rootfs_root / container_id / "etc" / "resolv.conf"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_resolv_text(dns))
+        if not any(m["container"] == "/etc/resolv.conf" for m in doc.get("mounts", ())):
+            doc.setdefault("mounts", []).append({"host": str(path),
+                                                 "container": "/etc/resolv.conf", "ro": False,
+                                                 "propagation": "private"})
 
     def _sweep_rootfs(self) -> None:
         """Writable layers of containers that no longer exist (a crash between steps)."""
@@ -787,6 +816,12 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
             raise invalid(f"{where}: both paths must be absolute")
         if "\0" in m.host_path + m.container_path:
             raise invalid(f"{where}: a NUL byte in a path")
+        if m.propagation == pb.PROPAGATION_BIDIRECTIONAL:  # mountPropagation: Bidirectional
+            raise invalid(f"{where}: propagation PROPAGATION_BIDIRECTIONAL is not supported by "
+                          "the embedded runtime: its containers' mounts are made on the node's "
+                          "own root filesystem in a namespace that is a slave of the node's, so "
+                          "it cannot give a mount the node's peer group as runc does (use "
+                          "containerd for mountPropagation: Bidirectional)")
         if m.propagation not in _PROPAGATION:
             known = m.propagation in pb.MountPropagation.values()
             prop = pb.MountPropagation.Name(m.propagation) if known else m.propagation
@@ -797,6 +832,37 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
                     "container": os.path.normpath(m.container_path),
                     "ro": bool(m.readonly), "propagation": _PROPAGATION[m.propagation]})
     return out
+
+
+def _pod_hostname(sandbox: pb.PodSandboxConfig) -> str:
+    """The hostname a pod with a network of its own asked for ("" on the node's network)."""
+    ns = sandbox.linux.security_context.namespace_options
+    return "" if ns.network == pb.NODE else sandbox.hostname
+
+
+def _resolv_text(dns: pb.DNSConfig) -> str:
+    lines = [f"nameserver {s}" for s in dns.servers]
+    lines += [f"search {' '.join(dns.searches)}"] if dns.searches else []
+    lines += [f"options {' '.join(dns.options)}"] if dns.options else []
+    return "\n".join(lines) + "\n"
+
+
+def _resolv_parts(text: str) -> tuple[list[str], list[str], list[str]]:
+    """(nameservers, searches, options) of a resolv.conf, as the kubelet parses it."""
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "nameserver" and len(words) > 1:
+            servers.append(words[1])
+        elif words[0] == "search":
+            searches = [w.removesuffix(".") for w in words[1:]]
+        elif words[0] == "options":
+            options = words[1:]
+    return servers, searches, options
 
 
 def _stop_signal(value: int) -> int:

@@ -56,12 +56,13 @@ def exec_command(spec: dict[str, Any], cmd: Sequence[str],
         raise invalid("exec: empty command")
     env = dict(item.split("=", 1) for item in spec["env"])
     argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
-    if spec.get("mounts") or has_private_mounts(spec.get("security")):
+    uts = [f"--uts=/proc/{pid}/ns/uts"] if spec.get("hostname") else []
+    if spec.get("mounts") or has_private_mounts(spec.get("security")) or uts:
         nsenter = shutil.which("nsenter")
         if nsenter is None:
             raise precondition("exec in a container with mounts needs nsenter (util-linux) "
                                "on the runtime's PATH")
-        argv = [nsenter, f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}", "--", *argv]
+        argv = [nsenter, f"--mount=/proc/{pid}/ns/mnt", *uts, f"--wd={cwd}", "--", *argv]
         cwd = "/"
     return argv, env, cwd
 

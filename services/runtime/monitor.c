@@ -673,6 +673,18 @@ static int apply_security(int *failed) {
     return 0;
 }
 
+/* --- the pod's hostname (engine.py _pod_hostname) ------------------------------------------- */
+
+/* The "HOSTNAME" NAME section: a pod with a network of its own has its own hostname; the child
+ * makes a UTS namespace and sets it, first (runc sets it in the container's namespaces). */
+static const char *uts_hostname;
+
+static int apply_hostname(void) {
+    if (unshare(CLONE_NEWUTS) != 0)
+        return -1;
+    return sethostname(uts_hostname, strlen(uts_hostname));
+}
+
 /* --- seccomp (seccomp.py) ------------------------------------------------------------------- */
 
 /* The "SECCOMP" section: DEFAULT NARCH ARCH... NATTR (ATTR VALUE)... NRULES then per rule NAME
@@ -889,6 +901,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
     }
+    if (uts_hostname != NULL && apply_hostname() != 0) {
+        report[0] = 10;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (rootfs_merged != NULL && rootfs_prepare(&report[2]) != 0) {
         report[0] = 6;
         report[1] = errno;
@@ -1026,6 +1044,10 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
             reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
                         security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
                         strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 10) {
+            reply_error(reply_fd, "the pod's hostname \"%s\" (a UTS namespace of its own): %s "
+                        "(errno %d %s)", uts_hostname, strerror(report[1]), report[1],
+                        errno_name(report[1]));
         } else if (report[0] == 9) {
             reply_error(reply_fd, "security context: seccomp: %s (errno %d %s)",
                         strerror(report[1]), report[1], errno_name(report[1]));
@@ -1343,6 +1365,9 @@ static int spare_main(int conn) {
                 return 70;
         } else if (strcmp(key, "ROOTFS") == 0) {
             if (parse_rootfs(&at, end) != 0)
+                return 70;
+        } else if (strcmp(key, "HOSTNAME") == 0) {
+            if ((uts_hostname = field(&at, end)) == NULL)
                 return 70;
         } else if (strcmp(key, "SECCOMP") == 0) {
             if (parse_seccomp(&at, end) != 0)

@@ -472,6 +472,23 @@ def load_seccomp(f: Any) -> None:
         raise OSError(_errno_text("security context: seccomp", err.errno or 0)) from None
 
 
+_CLONE_NEWUTS = 0x04000000
+
+
+def apply_hostname(name: str) -> None:
+    """monitor.c's ``apply_hostname``: a UTS namespace of the container's own with the pod's
+    hostname, in the container's child."""
+    if _libc().unshare(_CLONE_NEWUTS) != 0:
+        import ctypes
+        raise OSError(_errno_text(f'the pod\'s hostname "{name}" (a UTS namespace of its own)',
+                                  ctypes.get_errno()))
+    try:
+        socket.sethostname(name)
+    except OSError as err:
+        raise OSError(_errno_text(f'the pod\'s hostname "{name}" (a UTS namespace of its own)',
+                                  err.errno or 0)) from None
+
+
 def join_cgroups(files: list[str]) -> None:
     """In a container's forked child, before anything else: write "0" (itself) into each of
     the container's cgroup files (cgroups.py ``join_files``), as monitor.c ``join_cgroups``
@@ -522,6 +539,8 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
         try:
             join_cgroups(spec.get("cgroup_join") or [])
             write_oom_score_adj(spec.get("oom_score_adj"))
+            if spec.get("hostname"):
+                apply_hostname(spec["hostname"])
             os.setsid()
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)

@@ -347,6 +347,8 @@ class Spawner:
                        str(len(rootfs["lower"])), *rootfs["lower"], str(len(etc)), *etc]
         if sec and sec.get("seccomp"):
             fields += seccomp_fields(sec["seccomp"])
+        if doc.get("hostname"):  # the pod's hostname, in a UTS namespace of its own
+            fields += ["HOSTNAME", doc["hostname"]]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

@@ -154,6 +154,32 @@ def test_a_profile_that_denies_the_setup_fails_the_start(monitored: RuntimeUnder
         in err.value.message
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a UTS namespace needs root")
+def test_the_pods_hostname_and_resolv_conf(monitored: RuntimeUnderTest) -> None:
+    """A sandbox with a network of its own asks for a hostname: the container gets it in a UTS
+    namespace of its own (and ExecSync joins it); a DNS config other than the node's is bound
+    over the host image's /etc/resolv.conf; the host's own hostname is untouched."""
+    import socket
+
+    sconfig = monitored.sandbox_config("named")
+    sconfig.hostname = "pv-named-host"
+    sconfig.linux.security_context.namespace_options.network = pb.POD
+    sconfig.dns_config.servers.append("192.0.2.53")
+    sconfig.dns_config.searches.append("pv.example")
+    sid = monitored.client.run_pod_sandbox(sconfig)
+    config = monitored.container_config("c", ["sh", "-c", "hostname; cat /etc/resolv.conf; "
+                                                          "exec sleep 1000"])
+    cid = monitored.client.create_container(sid, config, sconfig)
+    monitored.client.start_container(cid)
+    path = monitored.client.container_status(cid).log_path
+    poll(lambda: len(parse_log(path)) >= 3, message="the container's report")
+    lines = [text for _s, _t, text in parse_log(path)]
+    assert lines == ["pv-named-host", "nameserver 192.0.2.53", "search pv.example"], lines
+    result = monitored.client.exec_sync(cid, ["hostname"], 10)
+    assert result.stdout.decode().strip() == "pv-named-host"
+    assert socket.gethostname() != "pv-named-host"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 def test_mount_errors_are_reported(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
