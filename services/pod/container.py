@@ -298,6 +298,8 @@ class VolumeMount:
     mount_path: str
     read_only: bool = False
     sub_path: str = ""
+    sub_path_expr: str = ""  # expanded from the container's environment at start ($(VAR))
+    mount_propagation: str = ""  # "", None, HostToContainer, Bidirectional (MOUNT_PROPAGATIONS)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
@@ -305,7 +307,14 @@ class VolumeMount:
             out["readOnly"] = True
         if self.sub_path:
             out["subPath"] = self.sub_path
+        if self.sub_path_expr:
+            out["subPathExpr"] = self.sub_path_expr
+        if self.mount_propagation:
+            out["mountPropagation"] = self.mount_propagation
         return out
+
+
+MOUNT_PROPAGATIONS = ("None", "HostToContainer", "Bidirectional")
 
 
 @dataclass(frozen=True)

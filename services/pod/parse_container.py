@@ -9,6 +9,7 @@ from podvisor.common.quantity import QuantityError, cpu_millis, memory_bytes
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
+    MOUNT_PROPAGATIONS,
     ApiKeyRef,
     Container,
     ContainerPort,
@@ -66,7 +67,7 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         f.warn(join(path, "terminationMessagePath"), policy.TERMINATION_MESSAGES)
     if message_policy is not TerminationMessagePolicy.FILE:
         f.warn(join(path, "terminationMessagePolicy"), policy.TERMINATION_MESSAGES)
-    return Container(
+    container = Container(
         name=name,
         image=image,
         command=get_str_list(f, m, "command", path),
@@ -88,6 +89,8 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         termination_message_path=message_path,
         termination_message_policy=message_policy,
     )
+    check_bidirectional(f, container, path)
+    return container
 
 
 def default_pull_policy(image: str) -> PullPolicy:
@@ -283,5 +286,26 @@ def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,
         sub_path = get_str(f, v, "subPath", where)
         if sub_path.startswith("/") or ".." in sub_path.split("/"):
             f.error(join(where, "subPath"), "must be a relative path without '..'")
-        out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path))
+        expr = get_str(f, v, "subPathExpr", where)
+        if expr and sub_path:
+            f.error(join(where, "subPathExpr"), "subPathExpr and subPath are mutually exclusive")
+        elif expr.startswith("/") or ".." in expr.split("/"):
+            f.error(join(where, "subPathExpr"), "must be a relative path without '..'")
+        propagation = get_str(f, v, "mountPropagation", where)
+        if propagation and propagation not in MOUNT_PROPAGATIONS:
+            f.error(join(where, "mountPropagation"),
+                    f"Unsupported value: {propagation!r}: supported values: "
+                    f"{', '.join(repr(p) for p in MOUNT_PROPAGATIONS)}")
+            propagation = ""
+        out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path,
+                               expr, propagation))
     return tuple(out)
+
+
+def check_bidirectional(f: Findings, c: Container, path: str) -> None:
+    """The API server's ``validateMountPropagation``."""
+    privileged = c.security_context is not None and bool(c.security_context.privileged)
+    for i, m in enumerate(c.volume_mounts):
+        if m.mount_propagation == "Bidirectional" and not privileged:
+            f.error(f"{path}.volumeMounts[{i}].mountPropagation", "Bidirectional mount "
+                    "propagation is available only to privileged containers")

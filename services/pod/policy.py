@@ -116,10 +116,9 @@ PRE_STOP_UNSUPPORTED = {
 PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name"})
 PORT_UNSUPPORTED = {"hostIP": _warn("host ports bind all addresses; hostIP ignored")}
 
-MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath"})
+MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath",
+                         "subPathExpr", "mountPropagation"})  # [issue 24]
 MOUNT_UNSUPPORTED = {
-    "subPathExpr": _reject("subPathExpr is not supported (use subPath)"),
-    "mountPropagation": _warn("mount propagation is not supported; ignored"),
     "recursiveReadOnly": _warn("recursive read-only mounts are not supported; ignored"),
 }
 

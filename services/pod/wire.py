@@ -371,7 +371,9 @@ def _container(c: Mapping[str, Any]) -> Container:
         image_pull_policy=PullPolicy(c["imagePullPolicy"]),
         volume_mounts=tuple(VolumeMount(name=m["name"], mount_path=m["mountPath"],
                                         read_only=m.get("readOnly", False),
-                                        sub_path=m.get("subPath", ""))
+                                        sub_path=m.get("subPath", ""),
+                                        sub_path_expr=m.get("subPathExpr", ""),
+                                        mount_propagation=m.get("mountPropagation", ""))
                             for m in c.get("volumeMounts", ())),
         security_context=_security(c.get("securityContext")),
         termination_message_path=c["terminationMessagePath"],

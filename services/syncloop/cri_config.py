@@ -10,6 +10,7 @@ downwardAPI under ``.../kubernetes.io~downward-api/<name>`` (always mounted read
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
@@ -29,6 +30,7 @@ from podvisor.services.pod import (
     SELinuxOptions,
     SupplementalGroupsPolicy,
     effective_security_context,
+    expand,
     expand_command,
     masked_paths,
     no_new_privs,
@@ -294,14 +296,51 @@ def hugepage_size_name(size: int) -> str:
     return f"{value:g}{units[unit]}"
 
 
-def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str]) -> list[pb.Mount]:
+_PROPAGATION = {"": pb.PROPAGATION_PRIVATE, "None": pb.PROPAGATION_PRIVATE,
+                "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
+                "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL}
+
+
+class SubPathError(ValueError):
+    """A ``subPathExpr`` that does not expand to a usable path (the kubelet's
+    CreateContainerConfigError)."""
+
+
+def expand_sub_path(expr: str, env: Mapping[str, str]) -> str:
+    """The kubelet's ``ExpandContainerVolumeMounts`` and makeMounts' checks: ``$(VAR)`` from
+    the container's environment, every variable named must have a non-empty value, and the
+    result must be a relative path without ``..``."""
+    missing: set[str] = set()
+
+    def lookup(name: str) -> str:
+        value = env.get(name, "")
+        if not value:
+            missing.add(name)
+        return value
+
+    sub = expand(expr, lookup)
+    if missing:
+        raise SubPathError(f"missing value for {', '.join(sorted(missing))}")
+    if sub.startswith("/"):
+        raise SubPathError(f"error SubPath `{sub}` must not be an absolute path")
+    if ".." in sub.split("/"):
+        raise SubPathError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+    return sub
+
+
+def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
+            env: Mapping[str, str]) -> list[pb.Mount]:
+    """``makeMounts``: subPath (or subPathExpr expanded from ``env``) under the volume, the
+    propagation as the kubelet's ``translateMountPropagation``."""
     out = []
     for m in c.volume_mounts:
         host = volumes[m.name]
-        if m.sub_path:
-            host = host / m.sub_path
+        sub = expand_sub_path(m.sub_path_expr, env) if m.sub_path_expr else m.sub_path
+        if sub:
+            host = host / sub
         out.append(pb.Mount(container_path=m.mount_path, host_path=str(host),
-                            readonly=m.read_only or m.name in read_only))
+                            readonly=m.read_only or m.name in read_only,
+                            propagation=_PROPAGATION[m.mount_propagation]))
     return out
 
 
@@ -333,7 +372,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
         image=pb.ImageSpec(image=c.image, user_specified_image=c.image),
         command=command, args=args, working_dir=c.working_dir,
         envs=[pb.KeyValue(key=k, value=v) for k, v in env],
-        mounts=_mounts(c, volumes, read_only_volumes(pod)),
+        mounts=_mounts(c, volumes, read_only_volumes(pod), dict(env)),
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
                                             pod.spec.termination_grace_period_seconds,

@@ -372,6 +372,9 @@ class _Run:
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
             return False
+        except cri_config.SubPathError as err:  # the kubelet's makeMounts: a config error
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, str(err))
+            return False
         except ValueError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"environment: {err}")
             return False

@@ -460,3 +460,42 @@ def test_pod_dns_fields() -> None:
     errors = errors_of(manifest(dnsConfig={"nameservers": ["1.1.1.1", "1.0.0.1", "8.8.8.8",
                                                            "9.9.9.9"]}))
     assert any("must not have more than 3 nameservers" in e for e in errors), errors
+
+
+def test_sub_path_expr_and_mount_propagation() -> None:
+    """subPathExpr (expanded from the container's environment when it starts) and
+    mountPropagation: validated as the API server, kept in the wire form, sent as the kubelet
+    sends them (CRI propagation; the expanded path under the volume)."""
+    from cri_api.v1 import api_pb2 as pb
+
+    from podvisor.services.syncloop import cri_config
+
+    mounts = [{"name": "v", "mountPath": "/a", "subPathExpr": "logs/$(POD)"},
+              {"name": "v", "mountPath": "/b", "mountPropagation": "HostToContainer"},
+              {"name": "v", "mountPath": "/c", "mountPropagation": "Bidirectional"}]
+    doc = manifest(volumes=[{"name": "v", "emptyDir": {}}],
+                   containers=[{"name": "c", "image": "host", "volumeMounts": mounts,
+                                "securityContext": {"privileged": True}}])
+    pod = pod_from_dict(doc).pod
+    assert pod.to_dict()["spec"]["containers"][0]["volumeMounts"] == mounts
+    assert pod_from_dict(pod.to_dict()).pod == pod
+    c = pod.spec.containers[0]
+    config = cri_config.container_config(pod, c, 0, {"v": cri_config.Path("/vol")},
+                                         env=[("POD", "web-0")])
+    assert [(m.host_path, m.propagation) for m in config.mounts] == [
+        ("/vol/logs/web-0", pb.PROPAGATION_PRIVATE),
+        ("/vol", pb.PROPAGATION_HOST_TO_CONTAINER), ("/vol", pb.PROPAGATION_BIDIRECTIONAL)]
+    with pytest.raises(cri_config.SubPathError, match="missing value for POD"):
+        cri_config.container_config(pod, c, 0, {"v": cri_config.Path("/vol")}, env=[])
+    with pytest.raises(cri_config.SubPathError, match=r"must not contain '\.\.'"):
+        cri_config.expand_sub_path("$(X)/a", {"X": ".."})
+    unprivileged = manifest(volumes=[{"name": "v", "emptyDir": {}}],
+                            containers=[{"name": "c", "image": "host", "volumeMounts": [
+                                {"name": "v", "mountPath": "/c",
+                                 "mountPropagation": "Bidirectional"},
+                                {"name": "v", "mountPath": "/d", "subPath": "x",
+                                 "subPathExpr": "y"}]}])
+    errors = errors_of(unprivileged)
+    assert any("Bidirectional mount propagation is available only to privileged containers"
+               in e for e in errors), errors
+    assert any("subPathExpr and subPath are mutually exclusive" in e for e in errors), errors
