@@ -245,6 +245,7 @@ class ContainerPort:
     host_port: int = 0
     protocol: PortProtocol = PortProtocol.TCP
     name: str = ""
+    host_ip: str = ""  # the address the host port is bound on ("": every address)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containerPort": self.container_port,
@@ -253,6 +254,8 @@ class ContainerPort:
             out["hostPort"] = self.host_port
         if self.name:
             out["name"] = self.name
+        if self.host_ip:
+            out["hostIP"] = self.host_ip
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -126,7 +127,13 @@ def _parse_ports(f: Findings, m: Mapping[str, Any], path: str,
         if name:
             seen_names.add(name)
         protocol = get_enum(f, p, "protocol", where, PortProtocol, PortProtocol.TCP)
-        out.append(ContainerPort(port, host_port, protocol, name))
+        host_ip = get_str(f, p, "hostIP", where)
+        try:
+            host_ip = str(ipaddress.ip_address(host_ip)) if host_ip else ""
+        except ValueError:
+            f.error(join(where, "hostIP"), f"Invalid value: {host_ip!r}: must be a valid IP "
+                                           "address")
+        out.append(ContainerPort(port, host_port, protocol, name, host_ip))
     return tuple(out)
 
 

@@ -113,8 +113,8 @@ PRE_STOP_UNSUPPORTED = {
     "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler"),
 }
 
-PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name"})
-PORT_UNSUPPORTED = {"hostIP": _warn("host ports bind all addresses; hostIP ignored")}
+PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name", "hostIP"})
+PORT_UNSUPPORTED: dict[str, Unsupported] = {}
 
 MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath",
                          "subPathExpr", "mountPropagation"})  # [issue 24]

@@ -361,7 +361,8 @@ def _container(c: Mapping[str, Any]) -> Container:
         ports=tuple(ContainerPort(container_port=p["containerPort"],
                                   host_port=p.get("hostPort", 0),
                                   protocol=PortProtocol(p["protocol"]),
-                                  name=p.get("name", "")) for p in c.get("ports", ())),
+                                  name=p.get("name", ""), host_ip=p.get("hostIP", ""))
+                      for p in c.get("ports", ())),
         resources=Resources(limits=_resource_list(res.get("limits", {})),
                             requests=_resource_list(res.get("requests", {}))),
         liveness_probe=_probe(c.get("livenessProbe")),

@@ -265,6 +265,14 @@ def sandbox_security(config: pb.PodSandboxConfig) -> None:
     se = linux.security_context.selinux_options
     if se.user or se.role or se.type or se.level:
         raise invalid("SELinux labels are not supported by the embedded runtime")
+    for m in config.port_mappings:
+        if m.host_ip not in ("", "0.0.0.0", "::") or (m.host_port and
+                                                      m.host_port != m.container_port):
+            where = (f"port mapping {m.host_ip or '*'}:{m.host_port} -> {m.container_port}")
+            raise invalid(f"{where}: the embedded runtime maps no ports: its pods use the node's "
+                          "network, so a container's port is the node's port on every address "
+                          "(hostPort must equal containerPort, without hostIP; use containerd "
+                          "for a port mapped or bound to one address)")
     if _own_userns(linux.security_context.namespace_options):
         raise invalid("user namespaces are not supported by the embedded runtime")
 

@@ -80,14 +80,15 @@ def read_only_volumes(pod: Pod) -> set[str]:
             if isinstance(v.source, DownwardAPIVolume | ApiVolume)}
 
 
-def host_ports(pod: Pod) -> list[tuple[str, int]]:
-    """(protocol, host port) pairs the pod claims on the node."""
-    out: list[tuple[str, int]] = []
+def host_ports(pod: Pod) -> list[tuple[str, int, str]]:
+    """(protocol, host port, host IP) the pod claims on the node ("0.0.0.0": every address,
+    as the scheduler's HostPortInfo keys them)."""
+    out: list[tuple[str, int, str]] = []
     for c in pod.all_containers():
         for p in c.ports:
             port = p.host_port or (p.container_port if pod.spec.host_network else 0)
             if port:
-                out.append((str(p.protocol), port))
+                out.append((str(p.protocol), port, p.host_ip or "0.0.0.0"))
     return out
 
 
@@ -113,7 +114,8 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
     ns = namespace_options(pod)
     mappings = [
         pb.PortMapping(protocol=_PROTOCOLS[p.protocol], container_port=p.container_port,
-                       host_port=p.host_port or (p.container_port if host_net else 0))
+                       host_port=p.host_port or (p.container_port if host_net else 0),
+                       host_ip=p.host_ip)
         for c in pod.all_containers() for p in c.ports
         if p.host_port or host_net
     ]

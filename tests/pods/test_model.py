@@ -314,8 +314,6 @@ WARNED = [
     ("creationTimestamp", lambda d: d["metadata"].update(creationTimestamp="2024-01-01T00:00Z"),
      "metadata.creationTimestamp"),
     ("affinity", lambda d: d["spec"].update(affinity={"nodeAffinity": {}}), "spec.affinity"),
-    ("hostIP", lambda d: d["spec"]["containers"][0].update(
-        ports=[{"containerPort": 1, "hostIP": "1.2.3.4"}]), "ports[0].hostIP"),
     ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(
         resources={"limits": {"ephemeral-storage": "1Gi"}}), "limits.ephemeral-storage"),
     ("unknown top-level", lambda d: d.update(extra=1), "extra"),
@@ -499,3 +497,32 @@ def test_sub_path_expr_and_mount_propagation() -> None:
     assert any("Bidirectional mount propagation is available only to privileged containers"
                in e for e in errors), errors
     assert any("subPathExpr and subPath are mutually exclusive" in e for e in errors), errors
+
+
+def test_host_ip() -> None:
+    """``ports[].hostIP``: a valid address, kept, sent as the CRI port mapping's host_ip; two
+    pods may take one host port on two addresses, not on one (or on every address)."""
+    from podvisor.services.syncloop import cri_config
+    from podvisor.services.syncloop.admission import _duplicate_ports, _port_conflicts
+
+    def mapped(name: str, *ports: dict[str, Any]) -> Any:
+        doc = manifest(containers=[{"name": "c", "image": "host", "ports": list(ports)}])
+        doc["metadata"].update(name=name, uid=f"uid-{name}")
+        return pod_from_dict(doc).pod
+
+    a = mapped("a", {"containerPort": 80, "hostPort": 8080, "hostIP": "127.0.0.1"})
+    assert a.to_dict()["spec"]["containers"][0]["ports"][0]["hostIP"] == "127.0.0.1"
+    assert pod_from_dict(a.to_dict()).pod == a
+    config = cri_config.sandbox_config(a, 0, cri_config.Path("/logs"))
+    assert (config.port_mappings[0].host_ip, config.port_mappings[0].host_port) == (
+        "127.0.0.1", 8080)
+    b = mapped("b", {"containerPort": 80, "hostPort": 8080, "hostIP": "127.0.0.2"})
+    every = mapped("e", {"containerPort": 80, "hostPort": 8080})
+    assert _port_conflicts(b, [a]) == []
+    assert _port_conflicts(every, [a]) == [f"8080/TCP (used by {a.full_name})"]
+    assert _duplicate_ports(mapped("d", {"containerPort": 80, "hostPort": 8080},
+                                   {"containerPort": 81, "hostPort": 8080,
+                                    "hostIP": "127.0.0.1"})) == ["8080/TCP on 127.0.0.1"]
+    bad = manifest(containers=[{"name": "c", "image": "host", "ports": [
+        {"containerPort": 80, "hostIP": "localhost"}]}])
+    assert any("hostIP: Invalid value: 'localhost'" in e for e in errors_of(bad))

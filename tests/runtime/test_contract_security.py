@@ -227,3 +227,21 @@ def test_embedded_refuses_sysctls(cri_runtime: RuntimeUnderTest) -> None:
     assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "sysctls (kernel.shm_rmid_forced) are not supported by the embedded runtime" in (
         info.value.message)
+
+
+def test_embedded_refuses_port_mappings_it_cannot_make(cri_runtime: RuntimeUnderTest) -> None:
+    """The embedded runtime's pods use the node's network: a port is the node's port on every
+    address, so a hostPort other than the containerPort, or a hostIP, is refused with the
+    reason (containerd maps them with CNI portmap)."""
+    only_embedded(cri_runtime, "containerd maps ports (CNI portmap)")
+    for mapping in (pb.PortMapping(container_port=80, host_port=8080),
+                    pb.PortMapping(container_port=80, host_port=80, host_ip="127.0.0.1")):
+        config = cri_runtime.sandbox_config(f"ports-{uuid.uuid4().hex[:6]}")
+        config.port_mappings.append(mapping)
+        with pytest.raises(CriError) as info:
+            cri_runtime.client.run_pod_sandbox(config)
+        assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "the embedded runtime maps no ports" in info.value.message
+    same = cri_runtime.sandbox_config("ports-same")
+    same.port_mappings.append(pb.PortMapping(container_port=80, host_port=80))
+    cri_runtime.client.run_pod_sandbox(same)
