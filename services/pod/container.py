@@ -340,6 +340,11 @@ class Container:
     termination_message_path: str = TERMINATION_MESSAGE_PATH
     termination_message_policy: TerminationMessagePolicy = TerminationMessagePolicy.FILE
     env_from: tuple[EnvFromSource, ...] = ()  # API pods only
+    # [issue 24] kubectl run -it / attach -it: a stdin kept open (closed after the first
+    # attach with stdin_once) and a terminal (CRI's stdin, stdin_once, tty)
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "image": self.image,
@@ -361,6 +366,9 @@ class Container:
             "lifecycle": self.lifecycle.to_dict(),
             "volumeMounts": [m.to_dict() for m in self.volume_mounts],
             "securityContext": self.security_context and self.security_context.to_dict(),
+            "stdin": self.stdin,
+            "stdinOnce": self.stdin_once,
+            "tty": self.tty,
         }
         out.update((key, value) for key, value in optional.items() if value)
         return out

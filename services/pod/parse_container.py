@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 from podvisor.common.quantity import QuantityError, cpu_millis, memory_bytes
@@ -91,7 +92,8 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         termination_message_policy=message_policy,
     )
     check_bidirectional(f, container, path)
-    return container
+    return replace(container, stdin=get_bool(f, m, "stdin", path),
+                   stdin_once=get_bool(f, m, "stdinOnce", path), tty=get_bool(f, m, "tty", path))
 
 
 def default_pull_policy(image: str) -> PullPolicy:

@@ -74,16 +74,14 @@ SPEC_UNSUPPORTED = {
 CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
-                             "terminationMessagePath", "terminationMessagePolicy"})
+                             "terminationMessagePath", "terminationMessagePolicy",
+                             "stdin", "stdinOnce", "tty"})  # [issue 24]
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
                              "may not reference"),
     "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
-    "stdin": _warn("attaching a terminal is not supported; ignored"),
-    "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
-    "tty": _warn("attaching a terminal is not supported; ignored"),
 }
 
 _WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")

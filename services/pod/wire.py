@@ -379,5 +379,7 @@ def _container(c: Mapping[str, Any]) -> Container:
         security_context=_security(c.get("securityContext")),
         termination_message_path=c["terminationMessagePath"],
         termination_message_policy=TerminationMessagePolicy(c["terminationMessagePolicy"]),
+        stdin=c.get("stdin", False), stdin_once=c.get("stdinOnce", False),
+        tty=c.get("tty", False),
         env_from=tuple(_env_from(e) for e in c.get("envFrom", ())),
     )

@@ -320,6 +320,11 @@ class Engine:
         md = config.metadata
         if not md.name:
             raise invalid("container config needs metadata.name")
+        if config.stdin or config.tty:  # [issue 24] kubectl run -it, attach -it
+            raise invalid(f"container {md.name!r}: stdin and tty are not supported by the "
+                          "embedded runtime yet: its containers' stdin is /dev/null and they "
+                          "have no terminal, so `kubectl run -it` / `kubectl attach -it` could "
+                          "not reach them (use containerd for interactive containers)")
         image = self.images.require(config.image.image)
         rec = self.images.record(config.image.image)
         if rec is None:

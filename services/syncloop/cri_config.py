@@ -381,6 +381,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                                             c.lifecycle.pre_stop),
         log_path=L.container_log_path(c.name, restart_count),
         stop_signal=stop_signal(c.lifecycle.stop_signal),
+        stdin=c.stdin, stdin_once=c.stdin_once, tty=c.tty,
         linux=pb.LinuxContainerConfig(
             resources=_resources(c, oom_score_adj),
             security_context=container_security(pod, c, ns, seccomp_root)),

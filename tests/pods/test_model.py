@@ -526,3 +526,19 @@ def test_host_ip() -> None:
     bad = manifest(containers=[{"name": "c", "image": "host", "ports": [
         {"containerPort": 80, "hostIP": "localhost"}]}])
     assert any("hostIP: Invalid value: 'localhost'" in e for e in errors_of(bad))
+
+
+def test_stdin_stdin_once_and_tty() -> None:
+    from podvisor.services.syncloop import cri_config
+
+    doc = manifest(containers=[{"name": "c", "image": "host", "stdin": True,
+                                "stdinOnce": True, "tty": True}])
+    parsed = pod_from_dict(doc)
+    assert parsed.warnings == ()
+    c = parsed.pod.spec.containers[0]
+    assert (c.stdin, c.stdin_once, c.tty) == (True, True, True)
+    assert pod_from_dict(parsed.pod.to_dict()).pod == parsed.pod
+    config = cri_config.container_config(parsed.pod, c, 0, {})
+    assert (config.stdin, config.stdin_once, config.tty) == (True, True, True)
+    plain = pod_from_dict(manifest()).pod
+    assert "stdin" not in plain.to_dict()["spec"]["containers"][0]

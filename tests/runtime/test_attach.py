@@ -43,3 +43,35 @@ def test_attach_refusals(cri_runtime: Any) -> None:
     with pytest.raises(CriError) as info:
         cri_runtime.client.attach(pb.AttachRequest(container_id=cid, stdin=True, stdout=True))
     assert "no stdin" in str(info.value)
+
+
+def test_stdin_and_tty(cri_runtime: Any, poll: Any) -> None:
+    """CRI's stdin / stdin_once / tty (``kubectl run -it``, ``kubectl attach -it``): an attach
+    with stdin reaches the container's stdin, and stdin_once closes it after that attach (cat
+    ends); a tty container has a terminal. The embedded runtime refuses both at create with the
+    reason (its containers' stdin is /dev/null, they have no terminal)."""
+    runs_processes(cri_runtime, "attach")
+    sid, sconfig = cri_runtime.run("interactive")
+    config = cri_runtime.container_config("cat", ["cat"])
+    config.stdin, config.stdin_once = True, True
+    if cri_runtime.name == "embedded":
+        with pytest.raises(CriError, match="stdin and tty are not supported by the embedded "
+                                           "runtime yet"):
+            cri_runtime.client.create_container(sid, config, sconfig)
+        return
+    cid = cri_runtime.client.create_container(sid, config, sconfig)
+    cri_runtime.client.start_container(cid)
+    url = str(cri_runtime.client.attach(pb.AttachRequest(container_id=cid, stdin=True,
+                                                         stdout=True, stderr=True)))
+    got = asyncio.run(spdy_exec(url, stdin=b"hello over stdin\n"))
+    assert got.stdout == b"hello over stdin\n", got
+    status = cri_runtime.wait_exited(cid, 30.0)  # stdin_once: EOF after the attach, cat ends
+    assert status.exit_code == 0
+
+    config = cri_runtime.container_config("term", ["sh", "-c", "[ -t 0 ] && [ -t 1 ] && "
+                                                               "echo tty-yes; exec sleep 1000"])
+    config.stdin, config.tty = True, True
+    cid = cri_runtime.client.create_container(sid, config, sconfig)
+    cri_runtime.client.start_container(cid)
+    path = cri_runtime.client.container_status(cid).log_path
+    poll(lambda: Path(path).exists() and "tty-yes" in Path(path).read_text(), message="tty")
