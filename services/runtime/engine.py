@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -51,7 +52,12 @@ from podvisor.services.runtime.security import (
 )
 from podvisor.services.runtime.store import Loaded, Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
-from podvisor.services.runtime.zygote import Spawner, SpawnError, wait_readable
+from podvisor.services.runtime.zygote import (
+    Spawner,
+    SpawnError,
+    seccomp_fields,
+    wait_readable,
+)
 
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
 SETTLE_TIMEOUT = 10.0  # seconds a restarted runtime waits for a start in flight (``_settle``)
@@ -409,6 +415,9 @@ class Engine:
             if dirs:
                 doc["cgroups"] = dirs
                 doc["cgroup_join"] = self.cgroups.join_files(dirs)  # before the exec
+            if doc["security"].get("seccomp"):  # exec'd commands load it too (seccomp_exec)
+                doc["security"]["seccomp_exec"] = self._seccomp_loader(c.id,
+                                                                       doc["security"]["seccomp"])
             spec = json.dumps(doc).encode()
             self.crash.hit("create.before_record")
             self.store.save_container(c, spec)
@@ -554,6 +563,20 @@ class Engine:
         return {"upper": str(top / "upper"), "work": str(top / "work"),
                 "merged": str(top / "merged"),
                 "etc": {n: str(etc / n) for n in ("hostname", "hosts", "resolv.conf")}}
+
+    def _seccomp_loader(self, container_id: str, filt: dict[str, Any]) -> list[str]:
+        """The argv prefix that runs a command under the container's filter (ExecSync and
+        Exec, as runc applies a container's filter to its exec'd processes): the C monitor's
+        ``--seccomp-exec FILE --`` when it loads filters, else the Python loader; FILE holds the
+        filter as monitor.c's SECCOMP fields."""
+        path = self.store.seccomp_path(container_id)
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(b"\0".join(x.encode() for x in seccomp_fields(filt)) + b"\0")
+        os.rename(tmp, path)
+        if self._spawner.monitor_exe:
+            return [self._spawner.monitor_exe, "--seccomp-exec", path, "--"]
+        return [sys.executable, "-m", "podvisor.services.runtime.seccomp_exec", path, "--"]
 
     def _host_etc(self, container_id: str, sandbox: pb.PodSandboxConfig,
                   doc: dict[str, Any]) -> None:

@@ -55,7 +55,14 @@ def exec_command(spec: dict[str, Any], cmd: Sequence[str],
     if not cmd:
         raise invalid("exec: empty command")
     env = dict(item.split("=", 1) for item in spec["env"])
-    argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
+    sec = spec.get("security")
+    loader = list(sec.get("seccomp_exec") or []) if sec else []
+    # the container's seccomp filter, in runc's order: after no_new_privs when it is set, else
+    # before the ids and capabilities change (a filter without no_new_privs needs
+    # CAP_SYS_ADMIN)
+    prefix = (security_prefix(sec) + loader if sec and sec["nnp"]
+              else loader + security_prefix(sec))
+    argv, cwd = prefix + list(cmd), spec.get("cwd") or "/"
     uts = [f"--uts=/proc/{pid}/ns/uts"] if spec.get("hostname") else []
     if spec.get("mounts") or has_private_mounts(spec.get("security")) or uts:
         nsenter = shutil.which("nsenter")

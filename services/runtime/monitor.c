@@ -1482,9 +1482,42 @@ static int zygote_main(int sock) {
     }
 }
 
+/* pv-monitor --seccomp-exec FILE -- CMD...: run CMD under a container's seccomp filter (FILE:
+ * the SECCOMP fields, engine.py _seccomp_loader), for ExecSync and Exec, as runc applies a
+ * container's filter to its exec'd processes. Errors to stderr, exit 127. */
+static int seccomp_exec(const char *file, char **cmd) {
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (off_t)MAX_REQUEST) {
+        fprintf(stderr, "seccomp-exec: %s: %s\n", file, strerror(errno));
+        return 127;
+    }
+    char *body = malloc((size_t)st.st_size);
+    if (body == NULL || read_exact(fd, body, (size_t)st.st_size) != 0) {
+        fprintf(stderr, "seccomp-exec: reading %s failed\n", file);
+        return 127;
+    }
+    close(fd);
+    char *at = body, *end = body + st.st_size, what[300];
+    const char *key = field(&at, end);
+    if (key == NULL || strcmp(key, "SECCOMP") != 0 || parse_seccomp(&at, end) != 0) {
+        fprintf(stderr, "seccomp-exec: %s is not a seccomp filter\n", file);
+        return 127;
+    }
+    if (build_seccomp(what, sizeof what) != 0 || load_seccomp() != 0) {
+        fprintf(stderr, "seccomp-exec: seccomp: %s\n", strerror(errno));
+        return 127;
+    }
+    execvp(cmd[0], cmd);
+    fprintf(stderr, "seccomp-exec: exec \"%s\": %s\n", cmd[0], strerror(errno));
+    return 127;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "--seccomp-exec") == 0 && strcmp(argv[3], "--") == 0)
+        return seccomp_exec(argv[2], argv + 4);
     if (argc != 3 || strcmp(argv[1], "--zygote") != 0) {
-        fprintf(stderr, "usage: pv-monitor --zygote FD\n");
+        fprintf(stderr, "usage: pv-monitor --zygote FD | --seccomp-exec FILE -- CMD...\n");
         return 2;
     }
     hold_fifo = getenv("PODVISOR_MONITOR_HOLD");

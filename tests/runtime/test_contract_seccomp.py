@@ -82,6 +82,27 @@ def test_runtime_default_denies_with_eperm(cri_runtime: RuntimeUnderTest) -> Non
     check_runtime_default(cri_runtime)
 
 
+def check_exec_is_filtered(rt: RuntimeUnderTest) -> None:
+    """ExecSync (exec probes, preStop hooks, kubectl exec) runs under the container's filter,
+    as runc applies it to exec'd processes: with and without no_new_privs."""
+    for nnp in (False, True):
+        sid, sconfig = rt.run(f"scmp-exec-{uuid.uuid4().hex[:6]}")
+        config = rt.container_config("c", ["sleep", "1000"])
+        runtime_default(config.linux.security_context)
+        config.linux.security_context.no_new_privs = nnp
+        cid = rt.client.create_container(sid, config, sconfig)
+        rt.client.start_container(cid)
+        got = rt.client.exec_sync(cid, ["unshare", "-U", "true"], 10)
+        assert got.exit_code != 0 and DENIED in got.stderr.decode(), (nnp, got)
+        ok = rt.client.exec_sync(cid, ["sh", "-c", "echo fine"], 10)
+        assert (ok.exit_code, ok.stdout) == (0, b"fine\n"), (nnp, ok)
+
+
+def test_exec_runs_under_the_containers_filter(cri_runtime: RuntimeUnderTest) -> None:
+    runs_processes(cri_runtime, "a syscall's result")
+    check_exec_is_filtered(cri_runtime)
+
+
 def test_runtime_default_allows_namespaces_with_sys_admin(cri_runtime: RuntimeUnderTest
                                                           ) -> None:
     """The profile follows the bounding set: CAP_SYS_ADMIN allows unshare (containerd's

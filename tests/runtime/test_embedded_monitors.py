@@ -23,6 +23,7 @@ from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.runtime.test_contract_io import parse_log
 from tests.runtime.test_contract_mounts import check_bind_mounts
 from tests.runtime.test_contract_seccomp import (
+    check_exec_is_filtered,
     check_localhost,
     check_runtime_default,
     write_profile,
@@ -133,6 +134,7 @@ def test_seccomp(monitored: RuntimeUnderTest) -> None:
     monitored.tmp.mkdir(parents=True, exist_ok=True)
     check_runtime_default(monitored)
     check_localhost(monitored)
+    check_exec_is_filtered(monitored)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a filter without no_new_privs needs root")

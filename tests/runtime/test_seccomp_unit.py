@@ -119,3 +119,14 @@ def test_python_monitor_support_needs_the_binding(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "pyseccomp", None)
     got = python_seccomp()
     assert not got.ok and "pyseccomp" in got.why
+
+
+def test_the_exec_loaders_file_round_trips() -> None:
+    """engine.py writes the filter as monitor.c's SECCOMP fields; the Python loader reads the
+    same filter back (the C one parses them with parse_seccomp)."""
+    from podvisor.services.runtime.seccomp_exec import read_filter
+    from podvisor.services.runtime.zygote import seccomp_fields
+
+    filt = compile_profile(default_profile({"CHOWN"}, "x86_64"), "p")
+    data = b"\0".join(f.encode() for f in seccomp_fields(filt)) + b"\0"
+    assert read_filter(data) == filt
