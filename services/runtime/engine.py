@@ -60,6 +60,7 @@ from podvisor.services.runtime.zygote import (
 )
 
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
+MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path, less its terminating NUL
 SETTLE_TIMEOUT = 10.0  # seconds a restarted runtime waits for a start in flight (``_settle``)
 
 # The crash points of the engine (common/crashpoints.py; "runtime:<step>"), in the order of the
@@ -87,6 +88,7 @@ class Engine:
         self.store = Store(root)
         self.images = images.Images(root / "images", registries, wall)
         self._rootfs_root = root / "rootfs"
+        self._attach_dir = root / "a"  # attach sockets of containers with stdin (monitor.c)
         self.cgroups = cgroups if cgroups is not None else Cgroups(host_layout())
         self.log = log
         self.wall = wall
@@ -109,6 +111,7 @@ class Engine:
     # --- lifecycle ---
     def start(self) -> None:
         """Load state from disk and re-adopt running containers (same IDs, pids, start times)."""
+        self._attach_dir.mkdir(mode=0o700, exist_ok=True)
         loaded = self.store.load()
         for problem in loaded.problems:
             self.log.warning("runtime.store.problem", detail=problem)
@@ -326,11 +329,6 @@ class Engine:
         md = config.metadata
         if not md.name:
             raise invalid("container config needs metadata.name")
-        if config.stdin or config.tty:  # [issue 24] kubectl run -it, attach -it
-            raise invalid(f"container {md.name!r}: stdin and tty are not supported by the "
-                          "embedded runtime yet: its containers' stdin is /dev/null and they "
-                          "have no terminal, so `kubectl run -it` / `kubectl attach -it` could "
-                          "not reach them (use containerd for interactive containers)")
         image = self.images.require(config.image.image)
         rec = self.images.record(config.image.image)
         if rec is None:
@@ -405,6 +403,15 @@ class Engine:
             c = Container(secrets.token_hex(32), sandbox_id, config, self.wall(), log_path,
                           image.id)
             self._index.container_names[name] = c.id
+        if config.stdin or config.tty:  # kubectl run -it, kubectl attach -it
+            if len(self.attach_path(c.id).encode()) > MAX_SOCKET_PATH:
+                with self._lock:
+                    del self._index.container_names[name]
+                raise invalid(f"container {md.name!r}: stdin: the attach socket "
+                              f"{self.attach_path(c.id)!r} is longer than a unix socket's path "
+                              "may be (use a shorter rootDir)")
+            doc["stdio"] = {"stdin": bool(config.stdin), "stdin_once": bool(config.stdin_once),
+                            "tty": bool(config.tty), "attach": self.attach_path(c.id)}
         dirs: dict[str, str] = {}
         try:
             if rec is not None:
@@ -577,6 +584,11 @@ class Engine:
         if self._spawner.monitor_exe:
             return [self._spawner.monitor_exe, "--seccomp-exec", path, "--"]
         return [sys.executable, "-m", "podvisor.services.runtime.seccomp_exec", path, "--"]
+
+    def attach_path(self, container_id: str) -> str:
+        """The unix socket a container's monitor feeds its stdin from (``<root>/a/<16 hex of
+        the id>``: short, since a socket's path has at most 107 bytes)."""
+        return str(self._attach_dir / container_id[:16])
 
     def _host_etc(self, container_id: str, sandbox: pb.PodSandboxConfig,
                   doc: dict[str, Any]) -> None:

@@ -349,6 +349,10 @@ class Spawner:
             fields += seccomp_fields(sec["seccomp"])
         if doc.get("hostname"):  # the pod's hostname, in a UTS namespace of its own
             fields += ["HOSTNAME", doc["hostname"]]
+        if doc.get("stdio"):  # stdin, a terminal, the attach socket (monitor.c parse_stdio)
+            io = doc["stdio"]
+            fields += ["STDIO", *("1" if io[k] else "0" for k in ("stdin", "stdin_once", "tty")),
+                       io["attach"]]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"

@@ -20,6 +20,7 @@ from podvisor.services.runtime.monitor import MAX_LINE
 from podvisor.services.runtime.native import MonitorBinary, monitor_binary
 from tests.conftest import process_gone
 from tests.runtime.conftest import RuntimeUnderTest, poll, running_embedded
+from tests.runtime.test_attach import check_interactive
 from tests.runtime.test_contract_io import parse_log
 from tests.runtime.test_contract_mounts import check_bind_mounts
 from tests.runtime.test_contract_seccomp import (
@@ -154,6 +155,13 @@ def test_a_profile_that_denies_the_setup_fails_the_start(monitored: RuntimeUnder
         monitored.client.start_container(cid)
     assert "security context: setuid: Operation not permitted (errno 1 EPERM)" \
         in err.value.message
+
+
+def test_stdin_and_a_terminal(monitored: RuntimeUnderTest) -> None:
+    """``kubectl run -it``: stdin (stdin_once) and a terminal through the monitor's attach
+    socket (monitor.c STDIO, monitor_stdio.py)."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    check_interactive(monitored, poll)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a UTS namespace needs root")
