@@ -136,9 +136,12 @@ def _fit(conf: ResolvConf, warnings: list[tuple[str, str]]
     searches = searches[:MAX_SEARCHES]
     kept = [s for s in searches if len(s) <= MAX_SEARCH_LEN]
     exceeded = exceeded or len(kept) < len(searches)
-    while kept and len(" ".join(kept)) > MAX_SEARCH_CHARS:
-        kept.pop()
-        exceeded = True
+    length = 0
+    for i, search in enumerate(kept):  # the longest head that fits (the kubelet cuts the tail)
+        length += len(search) + (1 if i else 0)
+        if length > MAX_SEARCH_CHARS:
+            kept, exceeded = kept[:i], True
+            break
     if exceeded:
         warnings.append(("DNSConfigForming", "Search Line limits were exceeded, some search "
                          "paths have been omitted, the applied search line is: "

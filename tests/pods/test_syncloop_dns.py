@@ -115,3 +115,15 @@ def test_hosts_file() -> None:
                       "127.0.0.1 localhost\n")
     assert host.startswith("# Kubernetes-managed hosts file (host network).\n"
                            "127.0.0.1 localhost\n\n# Entries added by HostAliases.\n")
+
+
+def test_the_search_line_is_cut_to_2048_characters() -> None:
+    """The cluster's 3 and the node's 2 search paths, then the pod's 8 of 251 characters: the
+    tail that does not fit in 2048 characters is cut (valid alone, too long together)."""
+    long = [".".join([c * 60] * 4) + ".example" for c in "abcdefgh"]
+    got = pod_dns(pod(dnsConfig={"searches": long}), CLUSTER, NODE)
+    assert got.conf.searches[:5] == ("shop.svc.cluster.local", "svc.cluster.local",
+                                     "cluster.local", "corp.example", "lab")
+    assert got.conf.searches[5:] == tuple(long[:7])
+    assert len(" ".join(got.conf.searches)) <= 2048
+    assert got.warnings[0][0] == "DNSConfigForming"
