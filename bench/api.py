@@ -1,5 +1,5 @@
 """API server membership figures (issue 15): a real `podvisor run` agent (embedded runtime)
-joined to the stand-in API server of the tests (tests/kubeapi, HTTPS + client certificate).
+joined to the stand-in API server of the tests (tests/support/kubeapi, HTTPS + client certificate).
 
 Prints:
 - pod created in the API -> Running in the API's status (phase Running, every container
@@ -34,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.kubeapi import ApiError, KubeApi  # noqa: E402
+from tests.support.kubeapi import ApiError, KubeApi  # noqa: E402
 
 NODE = "bench-api"
 BIN = Path(sys.executable).parent

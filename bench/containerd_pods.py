@@ -1,7 +1,7 @@
 """Manifest -> Running in /pods on containerd (issue 16, item 3), not a test: prints figures.
 
 A real `podvisor run` with `runtimeEndpoint` = containerd (the session's shared instance from
-tests/runtime/containerd.py, e.g. PODVISOR_CONTAINERD_ENDPOINT=unix:///tmp/pvctr/run/
+tests/support/containerd.py, e.g. PODVISOR_CONTAINERD_ENDPOINT=unix:///tmp/pvctr/run/
 containerd.sock), hostNetwork pods of the test image (`sh -c 'sleep'`). containerd 1.6 has no
 event stream, so PLEG relists: every 1 s, and at once on the sync loop's hint (RelistHint).
 The time of a pod: from the manifest's rename into staticPodPath to its container running in
@@ -76,7 +76,7 @@ def _wait(what: str, pred: Any, timeout: float, interval: float) -> Any:
 
 def measure(n: int, many: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
-    from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
+    from tests.support import containerd as ctrd  # type: ignore[import-not-found]
 
     try:
         handle = ctrd.containerd_or_skip()

@@ -32,7 +32,7 @@ from mainport import free_port, pct  # noqa: E402
 from pods_agent import Agent, kill_descendants, poll  # noqa: E402
 
 from podvisor.services.cri import RuntimeClient, new_runtime_client  # noqa: E402
-from tests.mainport.spdy_client import spdy_exec  # noqa: E402
+from tests.support.spdy_client import spdy_exec  # noqa: E402
 
 TOKEN = "bench-token"
 
@@ -109,7 +109,7 @@ def agent_node() -> str:
 
 async def run_containerd(k: int, endpoint: str) -> None:
     """A sandbox and a `sleep` container of the bench's own on containerd, removed after."""
-    sys.path.insert(0, str(HERE.parent / "tests" / "runtime"))
+    sys.path.insert(0, str(HERE.parent / "tests" / "support"))
     from containerd import containerd_or_skip  # type: ignore[import-not-found]
 
     handle = containerd_or_skip()

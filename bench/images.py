@@ -8,7 +8,7 @@
   - GC pass over 200 images: one image GC pass (ListContainers, ListImages, plan, RemoveImage
     of the planned ones) over 200 images and 200 containers, the CRI being the in-process fake
     (the planner's own cost), wall time and CPU time.
-containerd is measured when tests/runtime/containerd.py can provide one; otherwise its column
+containerd is measured when tests/support/containerd.py can provide one; otherwise its column
 says why not. containerd keeps a removed image's layers in its content store until its own GC
 runs, so its repeated pulls may download less than the embedded runtime's.
 
@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     import runtime as rtb  # bench/runtime.py: its targets and embedded runtime starter
 
-    from tests.runtime.registry import registries  # type: ignore[import-not-found]
+    from tests.support.registry import registries  # type: ignore[import-not-found]
 
     base = Path(tempfile.mkdtemp(prefix="pvbimg", dir="/tmp"))
     with registries(base / "reg") as (anon, _):

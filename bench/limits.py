@@ -37,7 +37,7 @@ from cri_api.v1 import api_pb2 as pb
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from tests.runtime.containerd import remove_pod_cgroup  # noqa: E402
+from tests.support.containerd import remove_pod_cgroup  # noqa: E402
 
 GUARANTEED = pb.LinuxContainerResources(memory_limit_in_bytes=256 * 1024 * 1024,
                                         cpu_shares=512, cpu_period=100_000, cpu_quota=50_000)

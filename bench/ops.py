@@ -11,8 +11,15 @@ each (`sleep`, embedded runtime) beside supervisord with the same number of prog
    subscribed, beside no dashboard, R rounds of both windows in turn: medians, each round and
    the load average printed. Target < 0.5 % of a core.
 
+   With ``--fleet`` (the default; ``--no-fleet`` to leave it out), a ``podvisor fleet``
+   follows the agent during the 5-dashboard windows too (the fleet feed on: one more
+   subscriber of the node's feed, with its 2 s beat). The charts' sampling (every 5 s) runs
+   in both windows: it is always on.
+
     .venv/bin/python bench/ops.py [--quick] [--pods 110] [--calls 50] [--idle-seconds 30]
-                                  [--rounds 3]
+                                  [--rounds 3] [--no-fleet] [--idle-only]
+
+``--idle-only``: only item 3 (no supervisord, no kill rounds).
 """
 
 from __future__ import annotations
@@ -209,6 +216,61 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0) * 100
 
 
+class Fleet:
+    """``podvisor fleet`` over the agent (its own config and password under the agent's tmp)."""
+
+    def __init__(self, agent: Agent) -> None:
+        d = agent.tmp / "fleet"
+        d.mkdir(exist_ok=True)
+        (d / "node.cred").write_text(f"admin:{agent.password}\n")
+        (d / "fleet.yaml").write_text(yaml.safe_dump({"port": free_port(), "nodes": [
+            {"name": "bench", "url": f"http://127.0.0.1:{agent.port}",
+             "credentialsFile": "node.cred"}]}))
+        self.log = (d / "fleet.log").open("wb")
+        self.proc = subprocess.Popen([str(BIN / "podvisor"), "fleet", "--config",
+                                      str(d / "fleet.yaml")], stdout=self.log, stderr=self.log,
+                                     stdin=subprocess.DEVNULL)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+def subscribers(ops: int) -> int:
+    """The ops process's established connections (the dashboards', the fleet's)."""
+    return sum(1 for c in psutil.Process(ops).net_connections() if c.status == "ESTABLISHED")
+
+
+def idle_rounds(agent: Agent, a: Any) -> None:
+    ops = agent.ops_pid()
+    time.sleep(5)  # pleg's last restart settles
+    bases: list[float] = []
+    fives: list[float] = []
+    loads = [os.getloadavg()[0]]
+    for _ in range(a.rounds):
+        bases.append(idle_cpu(ops, a.idle_seconds))
+        boards = [SSE(agent.port, agent.password) for _ in range(5)]
+        wait(lambda bs=boards: all(b.states for b in bs), 10, "dashboards subscribed", 0.01)
+        fleet = Fleet(agent) if a.fleet else None
+        if fleet is not None:
+            wait(lambda: subscribers(ops) >= 6, 20, "the fleet subscribed", 0.05)
+            time.sleep(1)  # its first state sent
+        fives.append(idle_cpu(ops, a.idle_seconds))
+        if fleet is not None:
+            fleet.close()
+        for b in boards:
+            b.close()
+        loads.append(os.getloadavg()[0])
+    each = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in zip(bases, fives, strict=True))
+    print(f"ops process CPU, {a.rounds} x {a.idle_seconds:g} s (load average "
+          f"{min(loads):.1f}-{max(loads):.1f}): no dashboard "
+          f"{statistics.median(bases):.2f} % of a core, 5 idle dashboards"
+          f"{' + the fleet feed' if a.fleet else ''} "
+          f"{statistics.median(fives):.2f} % (medians; target < 0.5 %; each round "
+          f"none/five: {each})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -216,6 +278,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--fleet", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--idle-only", action="store_true")
     a = ap.parse_args()
     if a.quick:
         a.pods, a.calls, a.idle_seconds, a.rounds = 20, 20, 5.0, 1
@@ -224,6 +288,9 @@ def main() -> None:
     sd = Supervisord()
     try:
         agent.start(n)
+        if a.idle_only:
+            idle_rounds(agent, a)
+            return
         sd.write_programs([f"p{i}" for i in range(n)])
         sd.start()
         sd.wait_rpc()
@@ -240,26 +307,7 @@ def main() -> None:
         ktp = kill_to_page(agent, 3 if a.quick else 10)
         print(f"kill -9 pleg -> dashboard state shows it: p50 {statistics.median(ktp):.0f} ms, "
               f"max {max(ktp):.0f} ms (target < 500 ms)")
-        ops = agent.ops_pid()
-        time.sleep(5)  # pleg's last restart settles
-        bases: list[float] = []
-        fives: list[float] = []
-        loads = [os.getloadavg()[0]]
-        for _ in range(a.rounds):
-            bases.append(idle_cpu(ops, a.idle_seconds))
-            boards = [SSE(agent.port, agent.password) for _ in range(5)]
-            wait(lambda bs=boards: all(b.states for b in bs), 10, "dashboards subscribed",
-                 0.01)
-            fives.append(idle_cpu(ops, a.idle_seconds))
-            for b in boards:
-                b.close()
-            loads.append(os.getloadavg()[0])
-        each = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in zip(bases, fives, strict=True))
-        print(f"ops process CPU, {a.rounds} x {a.idle_seconds:g} s (load average "
-              f"{min(loads):.1f}-{max(loads):.1f}): no dashboard "
-              f"{statistics.median(bases):.2f} % of a core, 5 idle dashboards "
-              f"{statistics.median(fives):.2f} % (medians; target < 0.5 %; each round "
-              f"none/five: {each})")
+        idle_rounds(agent, a)
     finally:
         sd.stop()
         agent.stop()

@@ -2,9 +2,9 @@
 ``pod_from_dict`` (what the sync loop and the prober did before) against the trusted
 ``pod_from_wire`` (what they do now; the source validated the pod once).
 
-The pods are the corpus of tests/pods/test_pod_wire.py (the shipped examples, as parsed and as
-a file source publishes them, a pod using every field, an API pod), each as it arrives off the
-bus (``Pod.to_dict()`` through msgpack). Prints microseconds per pod (median of rounds) and
+The pods are the corpus of tests/services/pod/test_pod_wire.py (the shipped examples, as parsed
+and as a file source publishes them, a pod using every field, an API pod), each as it arrives
+off the bus (``Pod.to_dict()`` through msgpack). Prints microseconds per pod (median of rounds) and
 the ratio, and what the raw-dict caches the consumers had (removed with the trusted rebuild)
 paid per unchanged pod: one deep compare of the new dict with the last one. A source's set
 reaches the sync loop only when it changed (the map owner publishes no equal value), and the
@@ -28,7 +28,7 @@ import msgpack
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from podvisor.services.pod import pod_from_dict, pod_from_wire  # noqa: E402
-from tests.pods.test_pod_wire import CORPUS  # noqa: E402
+from tests.services.pod.test_pod_wire import CORPUS  # noqa: E402
 
 
 def per_pod_us(fn: Callable[[Any], object], wires: list[Any], n: int, rounds: int) -> float:

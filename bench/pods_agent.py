@@ -1,9 +1,9 @@
 """A real `podvisor run` agent for bench/pods.py (not a test).
 
-Same config shape as the e2e tests (tests/pods/test_e2e_*.py): a temp rootDir, `staticPodPath`
-(a manifest dir watched by the built-in file source), `readOnlyPort` on 127.0.0.1, the embedded
-runtime, `stopPodsOnExit: true`. Unlike the tests, heartbeats and log level keep their defaults
-(1 s, info): this is what a user runs.
+Same config shape as the e2e tests (tests/services/syncloop/test_e2e_*.py): a temp rootDir,
+`staticPodPath` (a manifest dir watched by the built-in file source), `readOnlyPort` on 127.0.0.1,
+the embedded runtime, `stopPodsOnExit: true`. Unlike the tests, heartbeats and log level keep their
+defaults (1 s, info): this is what a user runs.
 
 Process classification (idle figures): the agent's process tree (psutil children of the
 `podvisor run` PID, recursive) minus every container process and every container monitor, both

@@ -32,7 +32,7 @@ from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.ipc.paths import RunPaths
 
 REPO = Path(__file__).resolve().parent.parent
-SERVICES = REPO / "tests" / "supervisor" / "services"
+SERVICES = REPO / "tests" / "support" / "testservices"
 
 
 def _wait_event(sub: Subscriber, name: str, to: str, timeout: float = 10.0) -> tuple[float, int]:

@@ -9,7 +9,7 @@
     and 1,000 containers (10 per sandbox), p50/p99;
   - embedded only: a container's death (SIGKILL of its process) -> CONTAINER_STOPPED_EVENT on a
     GetContainerEvents stream, p50/p99.
-containerd is measured when tests/runtime/containerd.py can provide one (root, containerd
+containerd is measured when tests/support/containerd.py can provide one (root, containerd
 installed); otherwise its column says why not.
 
     .venv/bin/python bench/runtime.py [-n 50] [--sizes 50,200,1000] [--no-containerd]
@@ -238,9 +238,9 @@ def start_embedded(base: Path) -> tuple[subprocess.Popen[bytes], RuntimeClient]:
 def containerd_target() -> Target | str:
     sys.path.insert(0, str(REPO))
     try:
-        from tests.runtime import containerd as ctrd  # type: ignore[import-not-found]
+        from tests.support import containerd as ctrd  # type: ignore[import-not-found]
     except ImportError as err:
-        return f"tests/runtime/containerd.py not importable: {err}"
+        return f"tests/support/containerd.py not importable: {err}"
     try:
         handle = ctrd.containerd_or_skip()
     except BaseException as err:  # pytest's skip/fail outcomes are BaseExceptions

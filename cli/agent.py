@@ -7,6 +7,7 @@
                    [--faults KIND,...] [--rounds N] [--burst N] [--burst-after N]
                    [--burst-target runtime|syncloop]
                                                                       fault injection, invariants
+    podvisor fleet --config FLEET.yaml                                one page over many nodes
 
 Exit codes: 0 after a clean shutdown, 2 for a bad config (the message names the key), 1 when
 another agent already runs on the same rootDir. RunOnce: 0 when every pod started, 1 otherwise
@@ -61,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="burst-kill: kill once N of them run (default 1 to half, seeded)")
     chaos.add_argument("--burst-target", choices=("runtime", "syncloop"), default=None,
                        help="burst-kill: the subsystem killed (default either, seeded)")
+    fleet = sub.add_parser("fleet", help="one page, feed and XML-RPC over many nodes' ops "
+                                         "ports", description="serve the fleet page "
+                                         "(podvisor.services.fleet) until SIGTERM/SIGINT")
+    fleet.add_argument("--config", type=Path, required=True, metavar="FLEET.yaml",
+                       help="the nodes (ops URL, credentials file) and/or a kubeconfig")
     return parser
 
 
@@ -77,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         from podvisor.cli.chaos import main_chaos  # (psutil, zmq: not for `run`)
 
         return main_chaos(args)
+    if args.cmd == "fleet":
+        from podvisor.services.fleet import main_fleet  # (aiohttp: not for `run`)
+
+        return main_fleet(args.config)
     try:
         config, overrides = _load(args)
     except ConfigError as exc:

@@ -20,20 +20,12 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
+from podvisor.common.opspass import read_credentials
 from podvisor.ipc.control import ProcessState
 
 __all__ = ["main_remote", "read_credentials"]
 
 REMOTE_COMMANDS = {"status", "start", "stop", "restart", "kill", "tail", "reload", "shutdown"}
-
-
-def read_credentials(path: Path) -> tuple[str, str]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    line = lines[0].strip() if lines else ""
-    if not line:
-        raise ValueError(f"{path} is empty")
-    user, sep, password = line.partition(":")
-    return (user, password) if sep else ("admin", line)
 
 
 def _proxy(endpoint: str, creds: tuple[str, str], cacert: str | None,

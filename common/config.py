@@ -162,6 +162,14 @@ TOP_KEYS: tuple[Key, ...] = (
         "with serializeImagePulls false: pulls at once (0 = no limit)"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
+    Key("networkPlugin", "network_plugin",
+        Kind(lambda k, v: _parse_choice(k, v, ("cni", "host")), metavar="PLUGIN"),
+        "the embedded runtime's pod network: 'cni' (a network namespace per pod, set up by "
+        "the CNI plugins of cniConfDir) or 'host' (pods share the node's network)"),
+    Key("cniConfDir", "cni_conf_dir", STR,
+        "CNI network config directory ('' = rootDir/cni/net.d; podvisor writes a bridge "
+        "conflist there when it holds none)"),
+    Key("cniBinDir", "cni_bin_dir", STR, "where the CNI plugins are (':'-separated)"),
     Key("cgroupRoot", "cgroup_root", CGROUP,
         "pods' cgroups go under <cgroupRoot>/pod<uid> ('' = the runtime's default place)"),
     Key("podPidsLimit", "pod_pids_limit", LIMIT,
@@ -441,6 +449,10 @@ class Config:
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
     cgroup_root: str = "/podvisor"
+    # [issue 27] the embedded runtime's pod network
+    network_plugin: str = "host"
+    cni_conf_dir: str = ""
+    cni_bin_dir: str = "/usr/lib/cni:/opt/cni/bin"
     pod_pids_limit: int = -1
     run_once: bool = False
     run_once_max_retries: int = 10
@@ -577,6 +589,11 @@ def cert_dir(config: Config) -> Path:
     return Path(config.cert_dir or os.path.join(config.root_dir, "pki"))
 
 
+def cni_conf_dir(config: Config) -> Path:
+    """The embedded runtime's CNI config directory: `cniConfDir`, else `<rootDir>/cni/net.d`."""
+    return Path(config.cni_conf_dir or os.path.join(config.root_dir, "cni", "net.d"))
+
+
 def ops_password_path(config: Config) -> Path:
     """The ops port's password file: `opsPasswordFile`, else `<rootDir>/ops-password`."""
     return Path(config.ops_password_file or os.path.join(config.root_dir, "ops-password"))
@@ -664,7 +681,7 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
 PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile",
              "opsPasswordFile", "opsTLSCertFile", "opsTLSPrivateKeyFile", "bootstrapKubeconfig",
-             "certDir", "resolvConf")
+             "certDir", "cniConfDir", "resolvConf")
 NESTED_PATH_KEYS = (("authentication", "tokenFile"), ("authentication", "x509", "clientCAFile"))
 
 

@@ -3,7 +3,9 @@
 `ensure_ops_password(path)` creates `path` (mode 0600, `O_EXCL`: an existing file, the operator's
 or an earlier agent's, is never rewritten) holding a random URL-safe password and a newline.
 `read_ops_password(path)` returns its first line (what `podvisorctl ops-password` prints and the
-`ops` process checks HTTP Basic credentials against).
+`ops` process checks HTTP Basic credentials against). `read_credentials(path)`: a credentials
+file as `podvisorctl --credentials` and the fleet read it: one line `user:password`, or a bare
+password (user `admin`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["ensure_ops_password", "read_ops_password"]
+__all__ = ["ensure_ops_password", "read_credentials", "read_ops_password"]
 
 
 def ensure_ops_password(path: Path) -> bool:
@@ -34,3 +36,13 @@ def read_ops_password(path: Path) -> str:
     if not password:
         raise ValueError(f"{path} holds no password")
     return password
+
+
+def read_credentials(path: Path) -> tuple[str, str]:
+    """(user, password) from a credentials file; ValueError when it is empty."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    line = lines[0].strip() if lines else ""
+    if not line:
+        raise ValueError(f"{path} is empty")
+    user, sep, password = line.partition(":")
+    return (user, password) if sep else ("admin", line)

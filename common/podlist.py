@@ -169,6 +169,8 @@ class Health:
 
 
 def _runtime_notes(runtime: object) -> tuple[tuple[str, str], ...]:
+    if isinstance(runtime, RuntimeNetwork) and runtime.host_network:
+        return (("runtime-network", f"host network mode: {runtime.message}"),)
     if not isinstance(runtime, RuntimeNetwork) or runtime.ready:
         return ()
     return (("runtime-network", f"{runtime.condition or 'network not ready'} (pods "

@@ -58,15 +58,31 @@ SYSTEM_CLOCK = SystemClock()
 
 
 class FakeClock:
-    """A clock a test moves by hand: ``now`` (monotonic) and ``wall_now``; ``advance(s)`` moves
-    both. Also callable (returns ``now``) for code that takes a monotonic function."""
+    """A clock a test moves by hand (the one fake clock: tests build no clock of their own).
+
+    ``now`` is the monotonic reading and ``wall_now`` the wall one. ``advance(s)`` moves both by
+    ``s``; assigning ``now`` (``clock.now = 101.0``, ``clock.now += 2``) moves the monotonic
+    reading alone, to a point in time. Either way it never goes back: a step backwards raises
+    ``ValueError``, as a monotonic clock cannot show it. ``wall_now`` may be set to anything (a
+    wall clock may jump). Also callable (returns ``now``) for code that takes a monotonic
+    function; pass ``clock.wall`` for one that takes a wall-clock function."""
 
     def __init__(self, now: float = 1000.0, wall: float = 1_700_000_000.0) -> None:
-        self.now = now
+        self._now = now
         self.wall_now = wall
 
+    @property
+    def now(self) -> float:
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        if value < self._now:
+            raise ValueError(f"a monotonic clock never goes back: {value} < {self._now}")
+        self._now = value
+
     def monotonic(self) -> float:
-        return self.now
+        return self._now
 
     def wall(self) -> float:
         return self.wall_now
@@ -75,11 +91,13 @@ class FakeClock:
         return int(self.wall_now * 1_000_000_000)
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        if seconds < 0:
+            raise ValueError(f"a monotonic clock never goes back: advance({seconds})")
+        self._now += seconds
         self.wall_now += seconds
 
     def __call__(self) -> float:
-        return self.now
+        return self._now
 
     def __repr__(self) -> str:
-        return f"FakeClock(now={self.now}, wall={self.wall_now})"
+        return f"FakeClock(now={self._now}, wall={self.wall_now})"

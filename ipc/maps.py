@@ -310,6 +310,11 @@ class DesiredPod:
         return meta if isinstance(meta, Mapping) else {}
 
 
+# The reason of a true NetworkReady when pods share the node's network (the embedded runtime's
+# ``networkPlugin: host``): /healthz and the Node's Ready condition say so.
+HOST_NETWORK_REASON = "HostNetwork"
+
+
 @dataclass(frozen=True)
 class RuntimeNetwork:
     """The ``desired`` map's ``_runtime`` value: the runtime's NetworkReady condition as the
@@ -321,6 +326,11 @@ class RuntimeNetwork:
     reason: str = ""
     message: str = ""
     condition: str = ""
+
+    @property
+    def host_network(self) -> bool:
+        """Ready, with every pod in the node's network (no pod network)."""
+        return self.ready and self.reason == HOST_NETWORK_REASON
 
     def to_wire(self) -> dict[str, Any]:
         return {"v": self.VERSION, "kind": self.KIND, "networkReady": self.ready,

@@ -9,7 +9,7 @@
 `podvisorctl` is named as a shell finds it: the bare name when PATH leads to the one installed
 beside this Python, else its full path (a venv that is not on PATH), else `python -m`. Every
 command here is run by a test exactly as printed (tests/supervisor/test_advice.py,
-tests/pods/test_e2e_lifecycle_restart.py, tests/pods/test_e2e_runonce.py).
+tests/supervisor/test_e2e_lifecycle_restart.py, tests/services/syncloop/test_e2e_runonce.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,38 @@
-"""Shared test plumbing for every area (owned by the supervisor engineer).
+"""The suite: its layout, and the plumbing every test shares (owned by the supervisor engineer).
+
+Layout (issue 23; checked by tests/shape/test_tests_shape.py):
+
+- A test lives in the mirror of the folder of the code whose behaviour it asserts: `tests/F/`
+  for folder `F` of the repository. `tests/services/pleg/` tests `services/pleg/`,
+  `tests/supervisor/` `supervisor/`, `tests/cli/` `cli/` (podvisorctl, chaos), `tests/ipc/`,
+  `tests/common/`, `tests/bench/`, `tests/deploy/containerd/` likewise. File names stay
+  `test_<what>.py`.
+- End-to-end tests (a whole agent: the `agent` fixture, `podvisor run`) follow the same rule,
+  named `test_e2e_<what>.py`: they go to the folder of the code that owns the behaviour they
+  assert, not of the tool they observe it with. A restart policy, a pod's containers, volumes,
+  images or resources -> `services/syncloop/`; statuses (in /pods or in the API) ->
+  `services/status/`; manifests and API pods coming in -> `services/sources/`; the read-only and
+  main ports -> `services/server/`; the ops port -> `services/ops/`; the pod model's fields
+  (downward API, defaults) -> `services/pod/`; starting, stopping, reloading and supervising
+  the agent -> `supervisor/`; what podvisorctl prints and does -> `cli/`. One that asserts
+  several owners' behaviour goes with the one its name and docstring lead with.
+- The CRI contract suite (`test_contract_*.py`, every runtime through `cri_runtime`) tests the
+  interface `services/cri/` declares: `tests/services/cri/`. Its fixtures (the runtimes under
+  test) are in `tests/services/conftest.py`, so the runtime's own tests reach them too.
+- A helper (a module that is not a test) used by one folder's tests sits beside them
+  (`tests/services/ops/opsagent.py`). One used by several folders' tests is in
+  `tests/support/`: `lifecycle.py` (agent configs and pod manifests), `kubeapi/` (the stand-in
+  API server), `containerd.py` (import it as `tests.support.containerd` only), `registry.py`,
+  `spdy_client.py`, `mapvalues.py`, `plegs.py`, `testservices/` (the agent's test services, on
+  its PYTHONPATH). The tests of those helpers and of this file sit in `tests/support/` too.
+- `tests/shape/` holds checks over the whole repository (its shape, its packaging).
+- `tests/` itself holds this file only. Every module is imported by its path
+  (`from tests.support.lifecycle import ...`): pytest runs with `--import-mode=importlib`.
+- One fake clock, `podvisor.common.FakeClock`; one fake child context,
+  `podvisor.common.FakeChildContext`. A test defines no clock class and builds no
+  `ChildContext` by hand (the shape check says where one does).
+
+Plumbing:
 
 - The pytest process is a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants orphaned by
   a test re-parent to it and can be found.
@@ -16,7 +50,7 @@
   `--uptime` seconds (default 3) at the session's start, as on a machine booted moments ago, so
   a test that works only where the machine has been up long enough (a fake monotonic clock at
   1000.0 mixed with a real one) fails on every machine, in `make test` and CI alike.
-  `--uptime real` turns it off. tests/test_clock_guard.py proves it is on. Child processes
+  `--uptime real` turns it off. tests/support/test_clock_guard.py proves it is on. Child processes
   (agents, services under test) keep the real clock: they have their own object graphs.
 """
 
@@ -49,7 +83,7 @@ from podvisor.ipc.paths import RunPaths
 PR_SET_CHILD_SUBREAPER = 36
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-TEST_SERVICES = REPO / "tests" / "supervisor" / "services"
+TEST_SERVICES = REPO / "tests" / "support" / "testservices"
 T = TypeVar("T")
 
 

@@ -22,7 +22,7 @@ from podvisor.services.apiserver.client import (
     Obj,
     WatchStream,
 )
-from podvisor.services.apiserver.meta import ApiMeta
+from podvisor.services.apiserver.meta import ApiMeta, node_addresses
 from podvisor.services.apiserver.objectwatch import (
     NotRegistered,
     NotSynced,
@@ -62,4 +62,5 @@ __all__ = [
     "WatchStream",
     "WebhookAuthenticator",
     "WebhookAuthorizer",
+    "node_addresses",
 ]

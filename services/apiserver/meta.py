@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ApiMeta"]
+__all__ = ["ApiMeta", "node_addresses"]
 
 
 def _text(meta: Mapping[str, Any], key: str) -> str:
@@ -51,3 +51,14 @@ class ApiMeta:
                    _text(meta, "resourceVersion"), _text(meta, "creationTimestamp"),
                    _text(meta, "deletionTimestamp"), _strings(meta, "labels"),
                    _strings(meta, "annotations"))
+
+
+def node_addresses(node: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A Node's ``status.addresses`` as (type, address) pairs, in the API's order; anything
+    missing or of the wrong type reads as none."""
+    status = node.get("status")
+    listed = status.get("addresses") if isinstance(status, Mapping) else None
+    if not isinstance(listed, list):
+        return []
+    return [(str(a.get("type") or ""), str(a.get("address") or ""))
+            for a in listed if isinstance(a, Mapping)]

@@ -27,7 +27,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import cert_dir
 from podvisor.common.crashpoints import from_env
 from podvisor.common.service import ServiceLoop
-from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable, Obj
+from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable, node_addresses
 from podvisor.services.certificates import csr, wanted
 from podvisor.services.certificates.kubeconfig import (
     client_pair,
@@ -122,8 +122,7 @@ def _server_manager(ctx: ChildContext, store: PairStore, conns: Connections) -> 
             return seen[0]
         dns: set[str] = set()
         ips: set[str] = set()
-        for addr in _addresses(node):
-            kind, value = addr.get("type"), str(addr.get("address") or "")
+        for kind, value in node_addresses(node):
             if not value:
                 continue
             if kind in ("InternalIP", "ExternalIP") or (kind == "Hostname" and _is_ip(value)):
@@ -136,13 +135,6 @@ def _server_manager(ctx: ChildContext, store: PairStore, conns: Connections) -> 
 
     return Manager("server", store, template, lambda pair: conns.get(config.kubeconfig),
                    ctx.clock, ctx.log, rotate=True, crash=from_env("certificates").hit)
-
-
-def _addresses(node: Obj) -> list[Obj]:
-    """The Node's ``status.addresses`` (JSON from the API server: anything else is none)."""
-    status = node.get("status")
-    listed = status.get("addresses") if isinstance(status, dict) else None
-    return [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else []
 
 
 def _is_ip(text: str) -> bool:

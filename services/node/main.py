@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.maps import HOST_NETWORK_REASON
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
@@ -52,6 +53,8 @@ def runtime_probe(endpoint: str) -> RuntimeFacts:
     if network is not None and not network.status:
         return RuntimeFacts(name, "container runtime network not ready: NetworkReady=false "
                                   f"reason:{network.reason} message:{network.message}")
+    if network is not None and network.reason == HOST_NETWORK_REASON:
+        return RuntimeFacts(name, "", f"host network mode: {network.message}")
     return RuntimeFacts(name, "")
 
 

@@ -93,6 +93,7 @@ class RuntimeFacts:
 
     version: str  # containerRuntimeVersion, '' when the runtime did not answer
     not_ready: str  # '' or e.g. "container runtime is down" / "network plugin not ready: ..."
+    note: str = ""  # said after the Ready message, as the kubelet's ". AppArmor enabled"
 
 
 @dataclass(frozen=True)
@@ -209,9 +210,14 @@ def node_status(node: str, facts: MachineFacts, runtime: RuntimeFacts, *, max_po
              "message": "kubelet has sufficient PID available"},
             {"type": "Ready", "status": "True" if ready else "False",
              "reason": "KubeletReady" if ready else "KubeletNotReady",
-             "message": "kubelet is posting ready status" if ready else runtime.not_ready},
+             "message": _ready_message(runtime) if ready else runtime.not_ready},
         ],
     }
+
+
+def _ready_message(runtime: RuntimeFacts) -> str:
+    text = "kubelet is posting ready status"
+    return f"{text}. {runtime.note}" if runtime.note else text
 
 
 def with_times(status: Obj, previous: Obj | None, now: str) -> Obj:

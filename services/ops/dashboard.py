@@ -11,6 +11,8 @@
   ticks uptimes and the timeline itself). With nothing moving it asks the supervisor again
   every ``recheck`` (a dropped bus message) and otherwise sleeps: no client, no work; idle
   clients, a ping each every 15 s.
+  ``?beat=S``: also a comment line after ``S`` seconds without an event (the fleet's watchdog).
+  Other events go to every page through ``push`` (the charts' ``usage`` samples).
 - ``POST /api/action`` ``{"action": start|stop|restart|kill, "name": "group:name",
   "signal"?}``: the XML-RPC methods' semantics (a container's restart is a stop; its
   restartPolicy brings it back). Faults answer 409 with ``{"faultCode", "faultString"}``.
@@ -204,6 +206,13 @@ class Dashboard:
             if q.qsize() < 4:  # a slow client skips states, never blocks the others
                 q.put_nowait(data)
 
+    def push(self, data: bytes) -> None:
+        """Another event for every open page (web thread; the charts' samples): encoded once
+        by the caller; it counts as the keep-alive."""
+        if self.clients:
+            self._send(data)
+            self.plan.sent(self.clock.monotonic())
+
     async def broadcast(self) -> None:
         """While a client listens: compute, send, ping or sleep as ``FeedPlan`` says."""
         plan = self.plan
@@ -269,9 +278,17 @@ class Dashboard:
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
         q = self.subscribe()
+        beat = _beat(request.query.get("beat"))
         try:
             while True:
-                await resp.write(await q.get())
+                if beat is None:
+                    await resp.write(await q.get())
+                    continue
+                try:  # a comment line every ``beat`` s: the fleet's dead-node watchdog
+                    data = await asyncio.wait_for(q.get(), beat)
+                except TimeoutError:
+                    data = b": beat\n\n"
+                await resp.write(data)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -329,6 +346,15 @@ class Dashboard:
             return web.json_response({"faultCode": fault.faultCode,
                                       "faultString": fault.faultString}, status=404)
         return web.json_response({"text": text, "offset": nxt, "overflow": overflow})
+
+
+def _beat(raw: str | None) -> float | None:
+    """``?beat=S`` on ``/api/events``: a comment line after ``S`` seconds (1-60) without an
+    event, so a client that needs to tell a hung node quickly (the fleet) can."""
+    try:
+        return None if raw is None else min(60.0, max(1.0, float(raw)))
+    except ValueError:
+        return None
 
 
 def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],

@@ -24,9 +24,12 @@ from podvisor.common.web import WebService
 from podvisor.ipc.control import ControlClient
 from podvisor.services.cri import RuntimeClient, new_runtime_client
 from podvisor.services.ops.app import make_app
+from podvisor.services.ops.charts import ChartFeed, add_charts
 from podvisor.services.ops.dashboard import add_dashboard
 from podvisor.services.ops.pump import MapPump, PodMaps
 from podvisor.services.ops.rpc import OpsRpc, RpcDeps, new_dispatcher
+from podvisor.services.ops.sampler import INTERVAL, Sampler, follow_states
+from podvisor.services.ops.usage import UsageStore
 
 CRI_CALL_TIMEOUT = 30.0
 SHUTDOWN_TIMEOUT = 1.0
@@ -62,11 +65,22 @@ def run(ctx: ChildContext) -> None:
         identification=f"podvisor@{cfg.node_name}", self_name=ctx.name, clock=ctx.clock,
         process_specs=cfg.supervision.processes))
 
+    # the charts: a sample of every subsystem, pod and container every INTERVAL (sampler.py)
+    sampler = Sampler(UsageStore(INTERVAL), cri, lambda: web.view.statuses,
+                      lambda: rpc.d.control.processes(timeout=5.0),
+                      ctx.clock, ctx.paths.root)
+    follow_states(web.loop, sampler.on_state)
+    charts: list[ChartFeed] = []
+
+    def routes(app: Any, executor: Any) -> None:
+        dash = add_dashboard(app, rpc, lambda: web.view, executor, web, ctx.clock)
+        charts.append(add_charts(app, sampler, dash, executor, INTERVAL, ctx.log))
+
     async def serve(web: WebService[Any]) -> None:
-        app = make_app(new_dispatcher(rpc), cfg.ops_username, password,
-                       lambda a, ex: add_dashboard(a, rpc, lambda: web.view, ex, web, ctx.clock))
+        app = make_app(new_dispatcher(rpc), cfg.ops_username, password, routes)
         await web.site(app, cfg.ops_address, cfg.ops_port, ssl_context=_tls(ctx),
                        shutdown_timeout=SHUTDOWN_TIMEOUT)
+        charts[0].start(web)
         ctx.log.info("ops.listening", address=cfg.ops_address, port=cfg.ops_port,
                      tls=bool(cfg.ops_tls_cert_file))
 

@@ -2,8 +2,8 @@
 
 The parsers read their default values from the constants here, and ``DEFAULTS`` lists every
 defaulted field with the wire-form path where it shows (``[]`` = each item of a list) and the
-Go function that sets it; tests/pods/test_pod_defaults.py checks each row against the wire form
-of a manifest that leaves the field out. Defaults that depend on other fields (imagePullPolicy
+Go function that sets it; tests/services/pod/test_pod_defaults.py checks each row against the wire
+form of a manifest that leaves the field out. Defaults that depend on other fields (imagePullPolicy
 from the image's tag, requests from limits, hostPort from containerPort with hostNetwork, an
 emptyDir for a volume without a source) are in ``DERIVED`` and tested one by one.
 

@@ -5,7 +5,7 @@ after that is its wire form. A consumer of the bus (the sync loop, the prober) r
 model with ``pod_from_wire``: the exact inverse of ``Pod.to_dict()``, which reads each field
 where ``to_dict`` wrote it and checks nothing (no name rules, no policy, no defaults: they
 were applied by the source). ``pod_from_wire(p.to_dict()) == p`` for every validated ``p``
-(tests/pods/test_pod_wire.py), at a fraction of the cost (bench/pod_wire.py).
+(tests/services/pod/test_pod_wire.py), at a fraction of the cost (bench/pod_wire.py).
 
 Something that is not such a wire form (a bug upstream: the map codecs only carry values a
 source built) raises ``PodValidationError`` naming ``where`` and the broken part, so callers

@@ -1,8 +1,9 @@
 """Records -> runtime.v1 protobuf messages. Pure functions.
 
-Network: the embedded runtime has no network namespaces; every sandbox runs in the host's
-network. A sandbox that asked for its own (``NamespaceMode.POD``) reports ``POD_IP``, the
-loopback address it is reachable on (the address podvisor reports as the node's ``hostIP``); a
+Network: with ``networkPlugin: cni`` a sandbox that asked for its own network
+(``NamespaceMode.POD``) has a namespace and the IPs CNI gave it (the first is ``ip``, the rest
+``additional_ips``). With ``networkPlugin: host`` every sandbox runs in the host's network, and
+one that asked for its own reports ``POD_IP``, the loopback address it is reachable on. A
 ``NODE`` one reports no IP, as containerd does (the kubelet uses the host's IP for those).
 """
 
@@ -27,11 +28,20 @@ def sandbox_status(sb: Sandbox) -> pb.PodSandboxStatus:
     ns = sb.config.linux.security_context.namespace_options
     return pb.PodSandboxStatus(
         id=sb.id, metadata=sb.config.metadata, state=sb.state.to_pb(), created_at=sb.created_at,
-        network=pb.PodSandboxNetworkStatus(ip="" if ns.network == pb.NODE else POD_IP),
+        network=_network_status(sb, ns.network),
         linux=pb.LinuxPodSandboxStatus(namespaces=pb.Namespace(options=ns)),
         labels=sb.config.labels, annotations=sb.config.annotations,
         runtime_handler=sb.runtime_handler,
     )
+
+
+def _network_status(sb: Sandbox, mode: int) -> pb.PodSandboxNetworkStatus:
+    if sb.network is not None:
+        ips = sb.network.ips
+        return pb.PodSandboxNetworkStatus(
+            ip=ips[0] if ips else "",
+            additional_ips=[pb.PodIP(ip=ip) for ip in ips[1:]])
+    return pb.PodSandboxNetworkStatus(ip="" if mode == pb.NODE else POD_IP)
 
 
 def container_item(c: Container) -> pb.Container:

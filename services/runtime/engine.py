@@ -27,8 +27,10 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
+from podvisor.ipc.maps import HOST_NETWORK_REASON
 from podvisor.services.runtime import convert, images, oom
 from podvisor.services.runtime.cgroups import DEFAULT_PARENT, Cgroups, host_layout
+from podvisor.services.runtime.cni import Attachment, Cni, CniError, PortMapping
 from podvisor.services.runtime.events import EventBroadcaster
 from podvisor.services.runtime.faults import Fault, invalid, not_found, precondition
 from podvisor.services.runtime.index import ID_LENGTH, Index, sandbox_name
@@ -37,6 +39,7 @@ from podvisor.services.runtime.model import (
     ContainerState,
     ExitInfo,
     Sandbox,
+    SandboxNetwork,
     SandboxState,
     StartInfo,
 )
@@ -74,17 +77,29 @@ STEPS = (
     "stop_sandbox.after_record",
     "remove_sandbox.after_containers", "remove_sandbox.after_record",
 )
+# The pod network's steps (``networkPlugin: cni``; cni.py), tested apart from ``STEPS`` in
+# tests/services/runtime/test_embedded_network.py.
+NETWORK_STEPS = (
+    "network.after_record", "network.after_setup",
+    "network.before_teardown", "network.after_teardown",
+)
 
 
 class Engine:
     def __init__(self, root: Path, log: Logger, wall: Callable[[], int] = SYSTEM_CLOCK.wall_ns,
                  cgroups: Cgroups | None = None,
                  registries: Mapping[str, Any] | None = None,
-                 crash: CrashPoints = NEVER) -> None:
+                 crash: CrashPoints = NEVER, cni: Cni | None = None,
+                 pod_network: bool = False) -> None:
         """``cgroups``: where container cgroups go (the host's hierarchies by default);
         ``registries``: the ``imageRegistries`` settings; ``crash``: fault-injection tests'
-        crash points (``STEPS``)."""
+        crash points (``STEPS``, ``NETWORK_STEPS``); ``cni``: the pod network's plugins
+        (cleanup of what earlier sandboxes made, whatever the mode); ``pod_network``: sandboxes
+        that ask for their own network get a namespace and CNI (``networkPlugin: cni``),
+        else they share the node's (``networkPlugin: host``)."""
         self.crash = crash
+        self.cni = cni
+        self.pod_network = pod_network and cni is not None
         self.store = Store(root)
         self.images = images.Images(root / "images", registries, wall)
         self._rootfs_root = root / "rootfs"
@@ -117,7 +132,7 @@ class Engine:
             self.log.warning("runtime.store.problem", detail=problem)
         for note in loaded.notes:
             self.log.info("runtime.store.imported", detail=note)
-        for sb in loaded.sandboxes:
+        for sb in self._recover_networks(loaded.sandboxes):
             self._sandboxes[sb.id] = sb
             self._index.add_sandbox(sb)
         sock = bind_exit_socket(self._exit_socket)
@@ -206,6 +221,54 @@ class Engine:
             self.log.info("runtime.start.adopted", container=c.id, pid=started.pid,
                           exited=exited is not None)
 
+    def _recover_networks(self, sandboxes: list[Sandbox]) -> list[Sandbox]:
+        """After a crash: a sandbox journaled before its network setup finished was never
+        answered: its record goes (its name is free again, as if RunPodSandbox never ran), and
+        every network no ready sandbox owns (such a setup, a teardown cut short, anything a
+        killed runtime left in ``network/`` or ``netns/``) is torn down (cni.py)."""
+        kept: list[Sandbox] = []
+        for sb in sandboxes:
+            if (sb.network is not None and not sb.network.ready
+                    and sb.state is SandboxState.READY):
+                self.store.delete_sandbox(sb.id)
+                self.log.info("runtime.network.abandoned", sandbox=sb.id,
+                              detail="its network setup never finished: removed")
+                continue
+            kept.append(sb)
+        if self.cni is None:
+            return kept
+        owned = {sb.id for sb in kept if sb.state is SandboxState.READY
+                 and sb.network is not None and sb.network.ready}
+        for sandbox_id in sorted(self.cni.attached() - owned):
+            try:
+                self.cni.teardown(sandbox_id)
+                self.log.info("runtime.network.swept", sandbox=sandbox_id)
+            except (CniError, OSError) as err:
+                self.log.warning("runtime.network.sweep_failed", sandbox=sandbox_id,
+                                 error=str(err))
+        return kept
+
+    def network_condition(self) -> pb.RuntimeCondition:
+        """CRI Status's NetworkReady: with ``networkPlugin: host`` ready, reason
+        ``HostNetwork`` (every pod in the node's network: /healthz and the Node say so); with
+        ``cni`` ready when the plugins can run, else containerd's reason and wording."""
+        if not self.pod_network or self.cni is None:
+            return pb.RuntimeCondition(
+                type="NetworkReady", status=True, reason=HOST_NETWORK_REASON,
+                message="networkPlugin: host: pods share the node's network (its IP and one "
+                        "port space); set networkPlugin: cni for a network per pod")
+        problem = self.cni.problem()
+        if problem:
+            return pb.RuntimeCondition(type="NetworkReady", status=False,
+                                       reason="NetworkPluginNotReady",
+                                       message=f"Network plugin returns error: {problem}")
+        return pb.RuntimeCondition(type="NetworkReady", status=True)
+
+    def netns_of(self, sandbox_id: str) -> str:
+        """The sandbox's network namespace ('' = the node's)."""
+        net = self.sandbox(sandbox_id).network
+        return net.netns if net is not None else ""
+
     def close(self) -> None:
         """Stop watching; running containers and their monitors keep running."""
         self.events.close_all()
@@ -281,9 +344,14 @@ class Engine:
                             f"is reserved for {holder}")
             sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
             self._index.sandbox_names[name] = sb.id
+        own_net = (self.cni is not None and self.pod_network
+                   and config.linux.security_context.namespace_options.network != pb.NODE)
         try:
-            self.crash.hit("sandbox.before_record")
-            self.store.save_sandbox(sb)
+            if own_net:
+                sb = self._with_network(sb)
+            else:
+                self.crash.hit("sandbox.before_record")
+                self.store.save_sandbox(sb)
         except BaseException:
             with self._lock:
                 del self._index.sandbox_names[name]
@@ -295,6 +363,48 @@ class Engine:
         self.crash.hit("sandbox.after_record")
         return sb.id
 
+    def _with_network(self, sb: Sandbox) -> Sandbox:
+        """The sandbox's own network: journaled first (not yet ready: a crash from here on
+        leaves a record the next start removes, and an attachment it tears down), then the
+        namespace and CNI ADD (cni.py), then journaled ready with its IPs. A failed setup
+        tears down what it made and removes the record."""
+        assert self.cni is not None
+        md = sb.config.metadata
+        net = SandboxNetwork(str(self.cni.netns_path(sb.id)))
+        self.store.save_sandbox(replace(sb, network=net))
+        self.crash.hit("network.after_record")
+        ports = tuple(PortMapping(p.host_port, p.container_port,
+                                  pb.Protocol.Name(p.protocol).lower(), p.host_ip)
+                      for p in sb.config.port_mappings if p.host_port > 0)
+        try:
+            ips = self.cni.setup(Attachment(sb.id, net.netns, md.name, md.namespace, md.uid,
+                                            ports))
+        except (CniError, OSError) as err:
+            self.store.delete_sandbox(sb.id)
+            self.log.warning("runtime.network.setup_failed", pod=md.name,
+                             namespace=md.namespace, sandbox=sb.id, error=str(err))
+            raise Fault(grpc.StatusCode.UNKNOWN, f"failed to setup network for sandbox "
+                                                 f"{sb.id!r}: {err}") from None
+        self.crash.hit("network.after_setup")
+        sb = replace(sb, network=replace(net, ips=tuple(ips), ready=True))
+        self.store.save_sandbox(sb)
+        self.log.info("runtime.network.ready", pod=md.name, namespace=md.namespace,
+                      sandbox=sb.id, ips=ips)
+        return sb
+
+    def _teardown_network(self, sb: Sandbox) -> None:
+        """CNI DEL and the namespace (idempotent; cni.py). A failure fails the CRI call, which
+        the sync loop retries, as containerd's StopPodSandbox does."""
+        if sb.network is None or self.cni is None:
+            return
+        self.crash.hit("network.before_teardown")
+        try:
+            self.cni.teardown(sb.id)
+        except (CniError, OSError) as err:
+            raise Fault(grpc.StatusCode.UNKNOWN, f"failed to destroy network for sandbox "
+                                                 f"{sb.id!r}: {err}") from None
+        self.crash.hit("network.after_teardown")
+
     def stop_sandbox(self, sandbox_id: str) -> None:
         sb = self.sandbox(sandbox_id)
         for c in self.containers_of(sandbox_id):
@@ -305,6 +415,7 @@ class Engine:
                 self.store.save_sandbox(sb)
                 self._sandboxes[sandbox_id] = sb
         self.crash.hit("stop_sandbox.after_record")
+        self._teardown_network(sb)  # after the record: a crash leaves it to the next start
 
     def remove_sandbox(self, sandbox_id: str) -> None:
         with self._lock:
@@ -313,6 +424,7 @@ class Engine:
         for c in self.containers_of(sandbox_id):
             self.remove_container(c.id)
         self.crash.hit("remove_sandbox.after_containers")
+        self._teardown_network(self.sandbox(sandbox_id))
         with self._lock:
             sb = self._sandboxes.pop(sandbox_id, None)
             if sb is not None:
@@ -389,6 +501,8 @@ class Engine:
                     f"namespace of its own, which needs root; the embedded runtime runs as "
                     f"uid {self._host.euid} (use hostNetwork: true, or run podvisor as root)")
             doc["hostname"] = hostname
+        if sb.network is not None:  # joined by the container's process before its exec
+            doc["netns"] = sb.network.netns
         if config.linux.HasField("resources"):
             current, lowering_allowed = oom.own_state()
             doc["oom_score_adj"] = oom.effective(config.linux.resources.oom_score_adj, current,

@@ -1,5 +1,5 @@
-"""ExecSync: run a command in a running container's context (its env, working dir, mount
-namespace, user, groups, capabilities and no_new_privs)."""
+"""ExecSync: run a command in a running container's context (its env, working dir, network
+and mount namespaces, user, groups, capabilities and no_new_privs)."""
 
 from __future__ import annotations
 
@@ -63,14 +63,24 @@ def exec_command(spec: dict[str, Any], cmd: Sequence[str],
     prefix = (security_prefix(sec) + loader if sec and sec["nnp"]
               else loader + security_prefix(sec))
     argv, cwd = prefix + list(cmd), spec.get("cwd") or "/"
-    uts = [f"--uts=/proc/{pid}/ns/uts"] if spec.get("hostname") else []
-    if spec.get("mounts") or has_private_mounts(spec.get("security")) or uts:
+    mounts = bool(spec.get("mounts") or has_private_mounts(sec))
+    netns = str(spec.get("netns") or "")
+    uts = bool(spec.get("hostname"))
+    if mounts or netns or uts:
         nsenter = shutil.which("nsenter")
         if nsenter is None:
-            raise precondition("exec in a container with mounts needs nsenter (util-linux) "
-                               "on the runtime's PATH")
-        argv = [nsenter, f"--mount=/proc/{pid}/ns/mnt", *uts, f"--wd={cwd}", "--", *argv]
-        cwd = "/"
+            raise precondition("exec in a container with mounts, a pod network or the pod's "
+                               "hostname needs nsenter (util-linux) on the runtime's PATH")
+        # the sandbox's network namespace (its file, as the container's monitor joined it),
+        # then the container's UTS namespace (the pod's hostname) and mounts, as the
+        # container's process sees them
+        enter = [f"--net={netns}"] if netns else []
+        if uts:
+            enter.append(f"--uts=/proc/{pid}/ns/uts")
+        if mounts:
+            enter += [f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}"]
+            cwd = "/"
+        argv = [nsenter, *enter, "--", *argv]
     return argv, env, cwd
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from podvisor.common import crashpoints
 from podvisor.common.child import ChildContext
+from podvisor.common.config import cni_conf_dir
 from podvisor.common.service import ServiceLoop
 from podvisor.services.runtime.liveness import ServerProbe
-from podvisor.services.runtime.server import RuntimeServer
+from podvisor.services.runtime.server import NetworkSettings, RuntimeServer
 
 # The server is asked every PROBE_EVERY heartbeat intervals (a call waits DEADLINE intervals at
 # most) and the process beats while its last answer is at most PROBE_EVERY + DEADLINE intervals
@@ -53,8 +54,10 @@ class RuntimeService:
 
 def run(ctx: ChildContext) -> None:
     registries = ctx.config.image_registries or {}
+    network = NetworkSettings(ctx.config.network_plugin, str(cni_conf_dir(ctx.config)),
+                              ctx.config.cni_bin_dir)
     server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log, registries,
-                           crashpoints.from_env("runtime"))
+                           crashpoints.from_env("runtime"), network)
     server.start()
     try:
         service = RuntimeService(ctx, server)

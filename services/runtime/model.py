@@ -50,12 +50,24 @@ class ExitInfo:
 
 
 @dataclass(frozen=True)
+class SandboxNetwork:
+    """A sandbox's own network namespace (``networkPlugin: cni``): its path, and the IPs CNI
+    gave it once the setup finished (``ready``; a record journaled before the setup and never
+    made ready is torn down at the next start, cni.py)."""
+
+    netns: str
+    ips: tuple[str, ...] = ()
+    ready: bool = False
+
+
+@dataclass(frozen=True)
 class Sandbox:
     id: str
     config: pb.PodSandboxConfig
     created_at: int
     state: SandboxState
     runtime_handler: str = ""
+    network: SandboxNetwork | None = None  # None: the node's network
 
 
 @dataclass(frozen=True)

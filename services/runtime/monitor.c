@@ -12,7 +12,8 @@
  * keyed sections: "security" UID GID NGROUPS GROUP... CAPS NNP RO_ROOT MANAGE NMASKED PATH...
  * NREADONLY PATH... (parse_security; applied by apply_security_mounts and apply_security) and
  * "CGROUPS" N FILE... (parse_cgroups; joined by join_cgroups), "OOM" VALUE (written by
- * write_oom_score_adj before the mounts and the ids change) and "ROOTFS" MERGED UPPER WORK
+ * write_oom_score_adj before the mounts and the ids change), "NETNS" PATH (the sandbox's
+ * network namespace, joined by join_netns right after) and "ROOTFS" MERGED UPPER WORK
  * NLOWER LOWER... NETC (NAME SRC)... (parse_rootfs: an image's overlay root, set up by
  * rootfs_prepare before the volume mounts, entered by rootfs_pivot after them, before the
  * security step) and "SECCOMP" (parse_seccomp: a seccomp filter, built with libseccomp when
@@ -1028,6 +1029,24 @@ static int write_oom_score_adj(void) {
     return 0;
 }
 
+/* --- the pod's network namespace (netns.py, cni.py) -------------------------------------- */
+
+/* The request's "NETNS" PATH section: the sandbox's network namespace (a bind-mounted nsfs
+ * file), joined by the container's process before its exec, as runc joins the namespaces the
+ * OCI spec names by path. */
+static const char *netns_path;
+
+static int join_netns(void) {
+    int fd = open(netns_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = setns(fd, CLONE_NEWNET);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
  * the mounts, the chdir or the exec fail. MONITOR is the parent's pid. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w,
@@ -1069,6 +1088,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
     }
     if (oom_score_adj != NULL && write_oom_score_adj() != 0) {
         report[0] = 8;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
+    if (netns_path != NULL && join_netns() != 0) {
+        report[0] = 12;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
@@ -1246,6 +1271,9 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         } else if (report[0] == 5) {
             reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
                         security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 12) {
+            reply_error(reply_fd, "join network namespace \"%s\": %s (errno %d %s)", netns_path,
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 10) {
             reply_error(reply_fd, "the pod's hostname \"%s\" (a UTS namespace of its own): %s "
@@ -1589,6 +1617,9 @@ static int spare_main(int conn) {
                 return 70;
         } else if (strcmp(key, "OOM") == 0) {
             if ((oom_score_adj = field(&at, end)) == NULL)
+                return 70;
+        } else if (strcmp(key, "NETNS") == 0) {
+            if ((netns_path = field(&at, end)) == NULL)
                 return 70;
         } else if (strcmp(key, "ROOTFS") == 0) {
             if (parse_rootfs(&at, end) != 0)

@@ -505,6 +505,34 @@ def join_cgroups(files: list[str]) -> None:
                           f"{errno.errorcode.get(err.errno or 0, '')})") from None
 
 
+CLONE_NEWNET = 0x40000000
+
+
+def join_netns(path: str | None) -> None:
+    """In a container's forked child, after its cgroups and oom_score_adj, before its mounts:
+    enter the sandbox's network namespace (``NETNS``; netns.py), as monitor.c ``join_netns``
+    does; the OSError names the namespace."""
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if _libc().setns(fd, CLONE_NEWNET) != 0:
+                err = ctypes_errno()
+                raise OSError(err, os.strerror(err))
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise OSError(f'join network namespace "{path}": {err.strerror} (errno {err.errno} '
+                      f"{errno.errorcode.get(err.errno or 0, '')})") from None
+
+
+def ctypes_errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
 def write_oom_score_adj(value: int | None) -> None:
     """In a container's forked child, after joining its cgroups and before its mounts and ids
     change (a process whose ids changed is not dumpable: its /proc files belong to root): the
@@ -540,6 +568,7 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
         try:
             join_cgroups(spec.get("cgroup_join") or [])
             write_oom_score_adj(spec.get("oom_score_adj"))
+            join_netns(spec.get("netns"))
             if spec.get("hostname"):
                 apply_hostname(spec["hostname"])
             if feed is not None:  # stdin, or a terminal (monitor_stdio.py)
@@ -612,7 +641,7 @@ def _open_feed(spec: dict[str, Any]) -> Any:
 def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     """Start the container's process in its own session; exec errors (ENOENT, EACCES,
     E2BIG...) come back here as OSError."""
-    if spec.get("security") or spec.get("rootfs"):
+    if spec.get("security") or spec.get("rootfs") or spec.get("netns"):
         return _fork_container(spec, out_w, err_w)
     argv: list[str] = spec["argv"]
     env = dict(item.split("=", 1) for item in spec["env"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from podvisor.common.pool import ElasticPool
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.paths import MAX_SOCKET_PATH
 from podvisor.ipc.rlimits import raise_nofile_limit
+from podvisor.services.runtime.cni import DEFAULT_BIN_DIRS, Cni
 from podvisor.services.runtime.engine import Engine
 from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer, exec_command_of
 from podvisor.services.runtime.streaming import StreamingServer
@@ -64,15 +66,29 @@ def _add_passing_bytes(server: Any, add: Callable[[Any, Any], None], servicer: A
     return True
 
 
+@dataclass(frozen=True)
+class NetworkSettings:
+    """``networkPlugin`` (``cni`` or ``host``), ``cniConfDir``, ``cniBinDir``."""
+
+    plugin: str
+    conf_dir: str
+    bin_dirs: str
+
+
 class RuntimeServer:
     def __init__(self, root: Path, socket_path: Path, log: Logger,
                  registries: Mapping[str, Any] | None = None,
-                 crash: CrashPoints = NEVER) -> None:
-        """``crash``: fault-injection tests' crash points (engine.py ``STEPS``)."""
+                 crash: CrashPoints = NEVER, network: NetworkSettings | None = None) -> None:
+        """``crash``: fault-injection tests' crash points (engine.py ``STEPS``);
+        ``network``: the pod network (``networkPlugin`` and the CNI directories; default: the
+        host's network, with the CNI conf dir under ``root``)."""
         self.root = root
         self.socket_path = socket_path
         self.log = log
-        self.engine = Engine(root, log, registries=registries, crash=crash)
+        net = network or NetworkSettings("host", str(root / "cni" / "net.d"), DEFAULT_BIN_DIRS)
+        cni = Cni(root, Path(net.conf_dir), net.bin_dirs)
+        self.engine = Engine(root, log, registries=registries, crash=crash, cni=cni,
+                             pod_network=net.plugin == "cni")
         self._server: Any = None
         self._runtime: RuntimeServicer | None = None
         self.streaming: StreamingServer | None = None

@@ -145,8 +145,7 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     @_guard
     def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
         conds = [pb.RuntimeCondition(type="RuntimeReady", status=True),
-                 pb.RuntimeCondition(type="NetworkReady", status=True,
-                                     message="host network only")]
+                 self.engine.network_condition()]
         return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds))
 
     @_guard
@@ -272,7 +271,8 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
         sb = self.engine.sandbox(request.pod_sandbox_id)
         if sb.state is not SandboxState.READY:
             raise precondition(f"pod sandbox {sb.id} is not ready")
-        url = self.streaming.port_forward_url(PortForwardRequest(sb.id, tuple(request.port)))
+        url = self.streaming.port_forward_url(PortForwardRequest(
+            sb.id, tuple(request.port), sb.network.netns if sb.network is not None else ""))
         return pb.PortForwardResponse(url=url)
 
     @_guard

@@ -15,7 +15,8 @@ appended line, and a started container one new file in a shared directory (its m
 it; see below).
 
 The journal: one JSON object per line, applied in order at load.
-  {"op": "sandbox", "id", "config": base64 PodSandboxConfig, "created_at", "state", "handler"}
+  {"op": "sandbox", "id", "config": base64 PodSandboxConfig, "created_at", "state", "handler",
+   "net": {"netns", "ips", "ready"} (a sandbox with a network namespace of its own)}
                                   (also when its state changes: the last one wins)
   {"op": "sandbox_del", "id"}
   {"op": "container", "id", "sandbox_id", "config": base64 ContainerConfig, "spec": the text
@@ -68,6 +69,7 @@ from podvisor.services.runtime.model import (
     Container,
     ExitInfo,
     Sandbox,
+    SandboxNetwork,
     SandboxState,
     StartInfo,
 )
@@ -117,8 +119,19 @@ def _line(record: dict[str, Any]) -> bytes:
 
 
 def _sandbox_record(sb: Sandbox) -> dict[str, Any]:
-    return {"op": "sandbox", "id": sb.id, "config": _b64(sb.config.SerializeToString()),
-            "created_at": sb.created_at, "state": sb.state.value, "handler": sb.runtime_handler}
+    rec = {"op": "sandbox", "id": sb.id, "config": _b64(sb.config.SerializeToString()),
+           "created_at": sb.created_at, "state": sb.state.value, "handler": sb.runtime_handler}
+    if sb.network is not None:
+        rec["net"] = {"netns": sb.network.netns, "ips": list(sb.network.ips),
+                      "ready": sb.network.ready}
+    return rec
+
+
+def _sandbox_network(raw: Any) -> SandboxNetwork | None:
+    if not isinstance(raw, dict):
+        return None
+    return SandboxNetwork(str(raw["netns"]), tuple(str(ip) for ip in raw.get("ips") or ()),
+                          bool(raw.get("ready")))
 
 
 class Store:
@@ -348,7 +361,8 @@ class Store:
                 if op == "sandbox":
                     config = pb.PodSandboxConfig.FromString(base64.b64decode(rec["config"]))
                     sandboxes[key] = Sandbox(key, config, int(rec["created_at"]),
-                                             SandboxState(rec["state"]), str(rec["handler"]))
+                                             SandboxState(rec["state"]), str(rec["handler"]),
+                                             _sandbox_network(rec.get("net")))
                 elif op == "sandbox_del":
                     sandboxes.pop(key, None)
                 elif op == "container":

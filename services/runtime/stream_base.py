@@ -20,6 +20,7 @@ CHUNK = 32 * 1024
 class PortForwardRequest:
     sandbox_id: str
     ports: tuple[int, ...]  # from the CRI request; a client may ask for others
+    netns: str = ""  # the sandbox's network namespace ('' = the node's)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import threading
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from podvisor.common.spdy import REFUSED_STREAM, Session, SpdyStream
 from podvisor.common.upgrade import finish_hijacked, hijack
+from podvisor.services.runtime import netns as netns_mod
 from podvisor.services.runtime.stream_base import CHUNK, PortForwardRequest
 from podvisor.services.runtime.stream_spdy import negotiate
 from podvisor.services.runtime.stream_ws import send_ws
@@ -23,13 +26,61 @@ PORT_FORWARD_PROTOCOLS = ("portforward.k8s.io",)
 WS_PORT_FORWARD_PROTOCOLS = ("v4.channel.k8s.io", "portforward.k8s.io")
 
 
-async def connect_port(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """The port on the sandbox's localhost: the embedded runtime's sandboxes share the host's
-    network namespace (no network namespaces of their own)."""
+async def connect_port(port: int, netns: str = ""
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """The port on the sandbox's localhost: in its network namespace when it has one
+    (``networkPlugin: cni``; the socket is made on a thread of its own that enters the
+    namespace, as containerd's port forward does), else the host's."""
+    if netns:
+        sock = await asyncio.get_running_loop().run_in_executor(None, _connect_in, netns, port)
+        return await asyncio.open_connection(sock=sock)
     try:
         return await asyncio.open_connection("127.0.0.1", port)
     except OSError:
         return await asyncio.open_connection("::1", port)
+
+
+def _connect_in(netns: str, port: int) -> socket.socket:
+    """A TCP connection to localhost:``port`` inside ``netns`` (blocking; 5 s at most).
+    Run in a fresh thread: network namespaces are per thread, and this one leaves."""
+    out: list[socket.socket | BaseException] = []
+
+    def run() -> None:
+        try:
+            back = netns_mod.enter(netns)
+        except OSError as err:
+            out.append(err)
+            return
+        try:
+            out.append(_dial(port))
+        except OSError as err:
+            out.append(err)
+        finally:
+            back()
+    t = threading.Thread(target=run, name="portforward-netns", daemon=True)
+    t.start()
+    t.join()
+    if not out:
+        raise OSError(f"no connection made in {netns}")
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def _dial(port: int) -> socket.socket:
+    errors: list[OSError] = []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(5.0)
+        try:
+            sock.connect((host, port))
+        except OSError as err:
+            sock.close()
+            errors.append(err)
+            continue
+        sock.setblocking(False)
+        return sock
+    raise errors[0]
 
 
 async def port_forward_spdy(request: web.Request, req: PortForwardRequest,
@@ -77,7 +128,7 @@ async def _forward_spdy(req: PortForwardRequest, port_text: str, data: SpdyStrea
         port = int(port_text)
         if not 0 < port < 65536:
             raise ValueError(port_text)
-        target = await connect_port(port)
+        target = await connect_port(port, req.netns)
     except (ValueError, OSError) as exc:
         message = (f"invalid port {port_text!r}" if isinstance(exc, ValueError) else
                    f"failed to connect to localhost:{port_text} in pod sandbox "
@@ -136,7 +187,7 @@ async def port_forward_ws(request: web.Request, req: PortForwardRequest) -> web.
 
     async def forward(i: int, port: int) -> None:
         try:  # connected before the port is announced: the client may send right after
-            t_reader, t_writer = await connect_port(port)
+            t_reader, t_writer = await connect_port(port, req.netns)
         except OSError as exc:
             for channel in (2 * i, 2 * i + 1):
                 await send_ws(ws, channel, port.to_bytes(2, "little"))

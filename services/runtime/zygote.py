@@ -313,7 +313,8 @@ class Spawner:
         NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...
         and, when the container has mounts or cgroups, MOUNTC then SRC DST RO PROPAGATION per
         mount, then with cgroups ``CGROUPS`` N FILE..., cgroups.py ``join_files``, then with
-        an oom_score_adj ``OOM`` VALUE, ..., with a seccomp filter ``SECCOMP``: monitor.c)."""
+        an oom_score_adj ``OOM`` VALUE, then with a pod network ``NETNS`` PATH, ..., with a
+        seccomp filter ``SECCOMP``: monitor.c)."""
         if not self._native:
             return b'{"state": %s, "notify": %s, "spec": %s}' % (
                 json.dumps(state).encode(), json.dumps(self.notify).encode(), spec)
@@ -329,7 +330,8 @@ class Spawner:
         sec = doc.get("security")
         cgroups = list(doc.get("cgroup_join") or [])
         oom = doc.get("oom_score_adj")
-        if mounts or sec or cgroups or rootfs or oom is not None:
+        netns = doc.get("netns") or ""
+        if mounts or sec or cgroups or rootfs or oom is not None or netns:
             fields.append(str(len(mounts)))
             for m in mounts:
                 fields += [m["host"], m["container"], "1" if m["ro"] else "0",
@@ -340,6 +342,8 @@ class Spawner:
             fields += ["CGROUPS", str(len(cgroups)), *cgroups]
         if oom is not None:  # written by the container's process itself before its exec
             fields += ["OOM", str(int(oom))]
+        if netns:  # the sandbox's network namespace, joined before the exec
+            fields += ["NETNS", netns]
         if rootfs:
             etc = [x for name, src in sorted((rootfs.get("etc") or {}).items())
                    for x in (name, src)]

@@ -1,8 +1,9 @@
 """``ServiceLoop.worker``: the one helper thread of every service process (issue 23). Its
 results reach the loop's thread in order, its failure and its stall (on the injected clock)
 are raised there, it waits between steps on the loop's clock and wakes on ``wake()``, and the
-loop stops it at ``close()``. (These were ``LoopWorker``'s and ``run_in_thread``'s tests in
-tests/pods/test_sources_worker.py before the source processes used the loop's worker.)"""
+loop stops it at ``close()``. (These were ``LoopWorker``'s and ``run_in_thread``'s tests
+in tests/services/sources/test_sources_worker.py before the source processes used the loop's
+worker.)"""
 
 from __future__ import annotations
 
@@ -12,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
-from podvisor.common import ChildContext, FakeClock, MemoryLogger
-from podvisor.common.config import config_from_mapping
+from podvisor.common import FakeChildContext, FakeClock
 from podvisor.common.service import ServiceLoop, WorkerStalled
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.paths import RunPaths
@@ -31,12 +30,8 @@ class Beats:
         self.count += 1
 
 
-def _ctx(root: Path, clock: Clock, beats: Beats) -> ChildContext:
-    config = config_from_mapping({"rootDir": str(root),
-                                  "supervision": {"heartbeatInterval": "50ms"}})
-    return ChildContext("t", config, RunPaths(root),
-                        MemoryLogger(), zmq.Context.instance(),  # type: ignore[arg-type]
-                        beat=beats, clock=clock)
+def _ctx(root: Path, clock: Clock, beats: Beats) -> FakeChildContext:
+    return FakeChildContext(RunPaths(root), "t", heartbeat_interval=0.05, clock=clock, beat=beats)
 
 
 @pytest.fixture

@@ -16,9 +16,7 @@ import zmq
 
 from podvisor.common import FakeClock
 from podvisor.common.busmetrics import BusTally, bus_counters, new_bus_counters
-from podvisor.common.child import ChildContext
-from podvisor.common.config import Config
-from podvisor.common.logs import MemoryLogger
+from podvisor.common.child import FakeChildContext
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.codec import REASONS
@@ -85,8 +83,7 @@ def test_tally_adds_only_the_growth_and_every_reason_shows(mapbus: MapBus) -> No
 def test_the_service_loop_tallies_its_publishers_subscribers_and_replicas(
         mapbus: MapBus) -> None:
     clock = FakeClock(1000.0, 1_700_000_000.0)
-    ctx = ChildContext("t", Config(root_dir=str(mapbus.root)), mapbus.paths, MemoryLogger(),
-                       mapbus.zctx, clock=clock)  # type: ignore[arg-type]
+    ctx = FakeChildContext(mapbus.paths, "t", zctx=mapbus.zctx, clock=clock)
     loop = ServiceLoop(ctx)
     counters = bus_counters()  # the process's pair
     before = _value(counters, "podvisor_bus_messages_total")

@@ -1,6 +1,6 @@
 """The control protocol's types and codec (``podvisor.ipc.control``), without an agent: the wire
 forms are exactly the documented ones, they read back, and what a reader does not know reads as
-the documented fallback. The client against a real agent: tests/supervisor/test_ctl.py."""
+the documented fallback. The client against a real agent: tests/cli/test_ctl.py."""
 
 from __future__ import annotations
 

@@ -58,6 +58,19 @@ LEGITIMATE: dict[str, str] = {
         "reads, on the server's event loop, until the client goes)",
     "services/ops/logtail.py::_stream":
         "supervisord's tail -f over HTTP: the same follow of a log file",
+    "services/ops/dashboard.py::Dashboard.events":
+        "the dashboard's server-sent events: a coroutine per open page on the web thread, "
+        "writing what its queue receives (a beat comment when asked and quiet)",
+    # the fleet (`podvisor fleet`): a program of its own on one asyncio loop, not a supervised
+    # subsystem (no heartbeat, no ServiceLoop); its tasks are the asyncio equivalent
+    "services/fleet/link.py::NodeLink.run":
+        "the fleet's task per node: follow the node's feed, reconnect a second after it ends",
+    "services/fleet/link.py::NodeLink._follow":
+        "reads one node's server-sent events line by line (the socket read is the wait)",
+    "services/fleet/main.py::_relist":
+        "the fleet's task listing the cluster's Nodes every `relist` seconds (kubeconfig only)",
+    "services/fleet/server.py::Fleet.broadcast":
+        "the fleet page's feed: one task while pages are open, woken by a node's change",
     "services/runtime/stream_attach.py::follow":
         "attach: the same follow of the container's log file, on the streaming server",
     "services/ops/rpc_control.py::ControlMethods._start_container":

@@ -2,7 +2,8 @@
 
 The start-up lines (`podvisorctl --root-dir DIR status`, `... pods`, `curl -s URL/pods`) are
 run here against a real agent with the built-ins; the stop command printed on exit and after
-RunOnce is run by tests/pods/test_e2e_lifecycle_restart.py and tests/pods/test_e2e_runonce.py.
+RunOnce is run by tests/supervisor/test_e2e_lifecycle_restart.py and
+tests/services/syncloop/test_e2e_runonce.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 from podvisor.common.config import config_from_mapping
 from podvisor.supervisor import advice
-from tests.pods.lifecycle import agent_config, free_port, pod_yaml
+from tests.support.lifecycle import agent_config, free_port, pod_yaml
 
 
 def start_lines(output: str) -> list[str]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from podvisor.common import FakeClock
 from podvisor.common.logs import MemoryLogger
 from podvisor.ipc.control import ProcessState
 from podvisor.supervisor.core import CoreDeps, Supervisor
@@ -18,16 +19,8 @@ from podvisor.supervisor.states import StateChange
 S = ProcessState
 
 
-@dataclass
-class Clock:
-    now: float = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(*specs: ProcessSpec) -> tuple[Supervisor, Clock, FakeSpawner, list[StateChange]]:
-    clock, spawner, changes = Clock(), FakeSpawner(), []
+def make(*specs: ProcessSpec) -> tuple[Supervisor, FakeClock, FakeSpawner, list[StateChange]]:
+    clock, spawner, changes = FakeClock(100.0), FakeSpawner(), []
     deps = CoreDeps(clock, lambda: 1e9 + clock.now, spawner, changes.append, MemoryLogger(),
                     lambda: 0.0, {"PODVISOR_ROOT_DIR": "/x"})
     return Supervisor(specs, deps), clock, spawner, changes

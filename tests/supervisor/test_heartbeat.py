@@ -7,6 +7,7 @@ from pathlib import Path
 
 import zmq
 
+from podvisor.common import FakeClock
 from podvisor.supervisor.heartbeat import (
     BEAT,
     READY,
@@ -18,14 +19,6 @@ from podvisor.supervisor.heartbeat import (
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_beat_file_names_only_safe_process_names(tmp_path: Path) -> None:
     assert beat_file(tmp_path, "pleg") == tmp_path / "beat-pleg"
     assert beat_file(tmp_path, "my_proc-2.x") == tmp_path / "beat-my_proc-2.x"
@@ -33,7 +26,7 @@ def test_beat_file_names_only_safe_process_names(tmp_path: Path) -> None:
 
 
 def test_reader_sees_each_new_beat_of_the_current_pid_only(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     reader = BeatReader(tmp_path, reopen_after=2.0, clock=clock)
     assert not reader.new_beat("svc", 100)  # no file yet
     slot = BeatSlot(tmp_path / "beat-svc", 100)
@@ -53,7 +46,7 @@ def test_reader_sees_each_new_beat_of_the_current_pid_only(tmp_path: Path) -> No
 
 
 def test_reader_maps_a_replaced_file_again(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     reader = BeatReader(tmp_path, reopen_after=2.0, clock=clock)
     old = BeatSlot(tmp_path / "beat-svc", 7)
     old.beat()
@@ -76,7 +69,7 @@ def test_sender_writes_beats_to_its_slot_and_ready_over_push(tmp_path: Path) -> 
     endpoint = f"ipc://{tmp_path}/hb.sock"
     pull = zctx.socket(zmq.PULL)
     pull.bind(endpoint)
-    clock = Clock()
+    clock = FakeClock(0.0)
     sender = HeartbeatSender(zctx, endpoint, "svc", 42, 0.9, clock,
                              beat_path=beat_file(tmp_path, "svc"))
     reader = BeatReader(tmp_path, clock=clock)
@@ -104,7 +97,7 @@ def test_sender_falls_back_to_push_when_its_slot_cannot_be_mapped(tmp_path: Path
     endpoint = f"ipc://{tmp_path}/hb.sock"
     pull = zctx.socket(zmq.PULL)
     pull.bind(endpoint)
-    sender = HeartbeatSender(zctx, endpoint, "svc", 42, 0.9, Clock(),
+    sender = HeartbeatSender(zctx, endpoint, "svc", 42, 0.9, FakeClock(0.0),
                              beat_path=tmp_path / "missing-dir" / "beat-svc")
     try:
         assert sender.beat() and sender.slot is None

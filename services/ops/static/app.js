@@ -8,7 +8,8 @@ const COLORS = { RUNNING: "#2e9d5b", STARTING: "#d9a400", BACKOFF: "#e07b00",
 const SIGNALS = ["KILL", "TERM", "INT", "HUP", "STOP", "CONT", "USR1", "USR2"];
 // absolute URLs from the origin: a page opened as http://user:pass@host/ resolves relative
 // URLs with the credentials in them, which fetch() refuses
-const API = location.origin;
+// (the page's own folder: "" at the node's root, "/nodes/NAME" behind the fleet's proxy)
+const API = location.origin + location.pathname.replace(/\/[^/]*$/, "");
 let state = null;
 let skew = 0;  // server clock - local clock (s): uptimes tick locally between states
 let every = 15, lastEvent = Date.now(), source = null;  // the ping period; the watchdog
@@ -48,7 +49,8 @@ function actions(p) {
     td.append(btn("restart", () => act("restart", p.namespec)));
   }
   const sel = el("select", { "data-signal": p.namespec }, ...SIGNALS.map(s => el("option", { value: s }, s)));
-  td.append(sel, btn("kill", () => act("kill", p.namespec, sel.value)), btn("log", () => openLog(p.namespec)));
+  td.append(sel, btn("kill", () => act("kill", p.namespec, sel.value)), btn("log", () => openLog(p.namespec)),
+    btn("chart", () => Charts.select(p.kind === "agent" ? p.namespec : p.group)));
   return td;
 }
 // "ok", or since when (server seconds) the supervisor has had no heartbeat: the age ticks here
@@ -65,7 +67,8 @@ function renderProcs() {
     const last = p.lastExit ? `${p.lastExit.reason || ""}` : "-";
     return el("tr", { "data-proc": p.namespec }, el("td", {}, p.name), el("td", {}, badge(p.statename)),
       el("td", { class: "pid" }, p.pid || "-"), el("td", { "data-start": p.statename === "RUNNING" ? p.start : "" }, dur(p.uptime)),
-      heartbeat(p), el("td", { class: "restarts" }, p.restarts), el("td", {}, last), actions(p));
+      heartbeat(p), el("td", { class: "restarts" }, p.restarts), el("td", {}, last),
+      el("td", { class: "usage", "data-usage": p.namespec }, "-"), actions(p));
   }));
 }
 function renderPods() {
@@ -78,13 +81,16 @@ function renderPods() {
       return el("tr", { "data-proc": c.namespec }, el("td", {}, c.name), el("td", {}, badge(c.statename)),
         el("td", { class: "pid" }, c.pid || "-"), el("td", { "data-start": c.statename === "RUNNING" ? c.start : "" }, dur(c.uptime)),
         el("td", { class: "restarts" }, cs.restartCount ?? c.restarts),
-        el("td", {}, cs.ready ? "ready" : (cs.reason || "not ready")), actions(c));
+        el("td", {}, cs.ready ? "ready" : (cs.reason || "not ready")),
+        el("td", { class: "usage", "data-usage": c.namespec }, "-"), actions(c));
     });
     const conds = pod.conditions.map(c => el("span", { class: `cond ${c.status}` }, `${c.type}`));
     return el("div", { class: "pod", "data-pod": pod.group },
       el("h3", {}, `${pod.namespace}/${pod.name} `, badge(pod.phase === "Running" ? "RUNNING" : pod.phase === "Failed" ? "FATAL" : "STARTING"), ` ${pod.phase}`),
-      el("div", { class: "meta" }, `IP ${pod.podIP || "-"} · `, ...conds),
-      el("table", {}, el("thead", {}, el("tr", {}, ...["container", "state", "pid", "uptime", "restarts", "readiness", "actions"].map(h => el("th", {}, h)))),
+      el("div", { class: "meta" }, `IP ${pod.podIP || "-"} · `, ...conds, " · ",
+        el("span", { class: "usage", "data-usage": pod.group }, "-"), " ",
+        el("button", { "data-action": "chart", "data-name": pod.group, onclick: () => Charts.select(pod.group) }, "chart")),
+      el("table", {}, el("thead", {}, el("tr", {}, ...["container", "state", "pid", "uptime", "restarts", "readiness", "CPU · memory", "actions"].map(h => el("th", {}, h)))),
         el("tbody", {}, ...rows)));
   }));
 }
@@ -119,7 +125,7 @@ function renderTimeline() {
   document.getElementById("timeline").replaceChildren(grid);
 }
 function render() {
-  renderProcs(); renderPods(); renderTimeline();
+  renderProcs(); renderPods(); renderTimeline(); Charts.readouts();
   document.getElementById("clock").textContent = new Date(serverNow() * 1000).toLocaleString();
 }
 async function pollLog() {
@@ -157,6 +163,7 @@ function connect() {
   lastEvent = Date.now();
   const es = source = new EventSource(`${API}/api/events`);
   es.addEventListener("state", ev => { state = JSON.parse(ev.data); live(state.now); render(); });
+  es.addEventListener("usage", ev => { const d = JSON.parse(ev.data); live(d.t); Charts.usage(d); });
   es.addEventListener("ping", ev => { const p = JSON.parse(ev.data); every = p.every || every;
     live(p.now); if (state) renderTimeline(); });
   es.onerror = down;  // EventSource retries by itself (the server asks for 1 s)
@@ -172,4 +179,6 @@ setInterval(() => {  // uptimes and the clock between states; a silent connectio
   }
   if (state) document.getElementById("clock").textContent = new Date(now * 1000).toLocaleString();
 }, 1000);
+window.podvisorSkew = () => skew;
+Charts.load(API);
 connect();

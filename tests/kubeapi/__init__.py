@@ -1,5 +1,0 @@
-"""The stand-in kube-apiserver the API membership tests drive (see server.py)."""
-
-from tests.kubeapi.server import ApiError, KubeApi
-
-__all__ = ["ApiError", "KubeApi"]
