@@ -22,7 +22,12 @@ import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.cri import CriError
-from tests.services.conftest import RuntimeUnderTest, only_embedded, running_embedded, runs_processes
+from tests.services.conftest import (
+    RuntimeUnderTest,
+    only_embedded,
+    running_embedded,
+    runs_processes,
+)
 from tests.services.cri.test_contract_io import parse_log
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loading a seccomp filter without "

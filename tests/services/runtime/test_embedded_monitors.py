@@ -21,7 +21,6 @@ from podvisor.services.runtime.native import MonitorBinary, monitor_binary
 from tests.conftest import process_gone
 from tests.services.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.services.cri.test_contract_io import parse_log
-from tests.services.runtime.test_attach import check_interactive
 from tests.services.cri.test_contract_mounts import check_bind_mounts
 from tests.services.cri.test_contract_seccomp import (
     check_exec_is_filtered,
@@ -34,6 +33,7 @@ from tests.services.cri.test_contract_security import (
     check_masked_paths,
     check_read_only_root,
 )
+from tests.services.runtime.test_attach import check_interactive
 
 
 @pytest.fixture(params=["c", "python"])
