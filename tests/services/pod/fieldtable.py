@@ -12,7 +12,7 @@ from kubernetes import client
 
 from podvisor.services.pod import policy
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "ARCHITECTURE.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "ARCHITECTURE.md"
 HEADING = "#### Every field of the v1 Pod API"
 DECISIONS = ("supported", "rejected", "ignored", "pending", "status")
 COVERS_SUBTREE = ("rejected", "ignored", "pending", "status")
