@@ -334,7 +334,9 @@ class Engine:
         md = config.metadata
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
-        sandbox_security(config)
+        own_net = (self.cni is not None and self.pod_network
+                   and config.linux.security_context.namespace_options.network != pb.NODE)
+        sandbox_security(config, bool(own_net))
         name = sandbox_name(config)
         with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.sandbox_names.get(name)
@@ -344,8 +346,6 @@ class Engine:
                             f"is reserved for {holder}")
             sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
             self._index.sandbox_names[name] = sb.id
-        own_net = (self.cni is not None and self.pod_network
-                   and config.linux.security_context.namespace_options.network != pb.NODE)
         try:
             if own_net:
                 sb = self._with_network(sb)

@@ -251,11 +251,13 @@ def _unprivileged(doc: dict[str, Any], host: HostSecurity,
     doc.update(groups=[], caps=0, masked=[], readonly=[])
 
 
-def sandbox_security(config: pb.PodSandboxConfig) -> None:
+def sandbox_security(config: pb.PodSandboxConfig, own_network: bool) -> None:
     """Refuse what a sandbox asks that the embedded runtime cannot do: its pods share the node's
-    network and IPC namespaces, so a namespaced sysctl would change the node's; no SELinux, no
-    user namespaces. (Seccomp/AppArmor/privileged/ids of the sandbox apply to a pause process,
-    which the embedded runtime does not have.)"""
+    IPC namespace (and, unless ``own_network``: a CNI network namespace, its network), so a
+    namespaced sysctl would change the node's; a port mapped to another port or bound to one
+    address needs a network of the pod's own (CNI's portmap); no SELinux, no user namespaces.
+    (Seccomp/AppArmor/privileged/ids of the sandbox apply to a pause process, which the
+    embedded runtime does not have.)"""
     linux = config.linux
     if linux.sysctls:
         names = ", ".join(sorted(linux.sysctls))
@@ -265,14 +267,15 @@ def sandbox_security(config: pb.PodSandboxConfig) -> None:
     se = linux.security_context.selinux_options
     if se.user or se.role or se.type or se.level:
         raise invalid("SELinux labels are not supported by the embedded runtime")
-    for m in config.port_mappings:
+    for m in () if own_network else config.port_mappings:
         if m.host_ip not in ("", "0.0.0.0", "::") or (m.host_port and
                                                       m.host_port != m.container_port):
             where = (f"port mapping {m.host_ip or '*'}:{m.host_port} -> {m.container_port}")
-            raise invalid(f"{where}: the embedded runtime maps no ports: its pods use the node's "
-                          "network, so a container's port is the node's port on every address "
-                          "(hostPort must equal containerPort, without hostIP; use containerd "
-                          "for a port mapped or bound to one address)")
+            raise invalid(f"{where}: the embedded runtime maps no ports in networkPlugin: host: "
+                          "its pods use the node's network, so a container's port is the node's "
+                          "port on every address (hostPort must equal containerPort, without "
+                          "hostIP; use networkPlugin: cni or containerd for a port mapped or "
+                          "bound to one address)")
     if _own_userns(linux.security_context.namespace_options):
         raise invalid("user namespaces are not supported by the embedded runtime")
 

@@ -230,9 +230,10 @@ def test_embedded_refuses_sysctls(cri_runtime: RuntimeUnderTest) -> None:
 
 
 def test_embedded_refuses_port_mappings_it_cannot_make(cri_runtime: RuntimeUnderTest) -> None:
-    """The embedded runtime's pods use the node's network: a port is the node's port on every
-    address, so a hostPort other than the containerPort, or a hostIP, is refused with the
-    reason (containerd maps them with CNI portmap)."""
+    """In networkPlugin: host (the default) the embedded runtime's pods use the node's network:
+    a port is the node's port on every address, so a hostPort other than the containerPort, or
+    a hostIP, is refused with the reason (containerd and networkPlugin: cni map them with CNI
+    portmap: test_embedded_network test_host_ip_binds_the_host_port_to_that_address)."""
     only_embedded(cri_runtime, "containerd maps ports (CNI portmap)")
     for mapping in (pb.PortMapping(container_port=80, host_port=8080),
                     pb.PortMapping(container_port=80, host_port=80, host_ip="127.0.0.1")):
