@@ -72,11 +72,16 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
     where = join(path, "preStop")
     pre_stop = as_map(f, m["preStop"], where)
     if pre_stop is None:
-        return Lifecycle()
+        return Lifecycle(stop_signal=stop_signal)
     check_fields(f, pre_stop, where, policy.PRE_STOP_KNOWN, policy.PRE_STOP_UNSUPPORTED)
+    if pre_stop.get("tcpSocket") is not None:  # accepted by the API server, warned: no hook
+        others = [k for k in PRE_STOP_HANDLERS if pre_stop.get(k) is not None]
+        if others:
+            f.error(where, f"must specify only one handler, found {others[0]} and tcpSocket")
+        return Lifecycle(stop_signal=stop_signal)
     handler = _parse_handler(f, pre_stop, where, PRE_STOP_HANDLERS, port_names)
     if handler is None or isinstance(handler, (TCPSocketAction, GRPCAction)):
-        return Lifecycle()
+        return Lifecycle(stop_signal=stop_signal)
     lifecycle_handler: LifecycleHandler = handler
     return Lifecycle(pre_stop=lifecycle_handler, stop_signal=stop_signal)
 

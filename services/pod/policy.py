@@ -88,11 +88,11 @@ _WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")
 POD_SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
                                 "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy",
                                 "sysctls", "seccompProfile", "appArmorProfile",
-                                "seLinuxOptions"})
-POD_SECURITY_UNSUPPORTED = {
-    "windowsOptions": _WINDOWS,
-    "seLinuxChangePolicy": _reject("SELinux volume relabelling is not supported"),
-}
+                                "seLinuxOptions",
+                                # [issue 24] SELinuxChangePolicy is on by default in 1.33: kept
+                                # and validated; no volume is relabelled (docs: the field table)
+                                "seLinuxChangePolicy"})
+POD_SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabilities",
                             "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
                             "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
@@ -107,8 +107,10 @@ PROBE_KNOWN = frozenset({"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySe
                          "periodSeconds", "timeoutSeconds", "successThreshold",
                          "failureThreshold", "terminationGracePeriodSeconds"})
 PRE_STOP_KNOWN = frozenset({"exec", "httpGet", "sleep"})
-PRE_STOP_UNSUPPORTED = {
-    "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler"),
+PRE_STOP_UNSUPPORTED = {  # [issue 24] the API server takes it; the kubelet fails the hook
+    "tcpSocket": _warn("tcpSocket is not a valid lifecycle handler: the kubelet's hook fails "
+                       "at stop (FailedPreStopHook) and the container is stopped as without "
+                       "one; ignored"),
 }
 
 PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name", "hostIP"})

@@ -76,6 +76,7 @@ from podvisor.services.pod.security import (
     Profile,
     ProfileType,
     SecurityContext,
+    SELinuxChangePolicy,
     SELinuxOptions,
     SupplementalGroupsPolicy,
     Sysctl,
@@ -305,7 +306,8 @@ def _selinux(w: Mapping[str, Any] | None) -> SELinuxOptions | None:
                           type=w.get("type", ""), level=w.get("level", ""))
 
 
-_E = TypeVar("_E", ProcMountType, SupplementalGroupsPolicy, FSGroupChangePolicy)
+_E = TypeVar("_E", ProcMountType, SupplementalGroupsPolicy, FSGroupChangePolicy,
+             SELinuxChangePolicy)
 
 
 def _enum_opt(cls: type[_E], value: Any) -> _E | None:
@@ -342,6 +344,7 @@ def _pod_security(w: Mapping[str, Any]) -> PodSecurityContext:
                                              w.get("supplementalGroupsPolicy")),
         fs_group=w.get("fsGroup"),
         fs_group_change_policy=_enum_opt(FSGroupChangePolicy, w.get("fsGroupChangePolicy")),
+        se_linux_change_policy=_enum_opt(SELinuxChangePolicy, w.get("seLinuxChangePolicy")),
         sysctls=tuple(Sysctl(name=s["name"], value=s["value"]) for s in w.get("sysctls", ())),
         seccomp_profile=_profile(w.get("seccompProfile")),
         app_armor_profile=_profile(w.get("appArmorProfile")),

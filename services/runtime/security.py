@@ -251,7 +251,7 @@ def _unprivileged(doc: dict[str, Any], host: HostSecurity,
     doc.update(groups=[], caps=0, masked=[], readonly=[])
 
 
-def sandbox_security(config: pb.PodSandboxConfig, own_network: bool) -> None:
+def sandbox_security(config: pb.PodSandboxConfig, own_network: bool = False) -> None:
     """Refuse what a sandbox asks that the embedded runtime cannot do: its pods share the node's
     IPC namespace (and, unless ``own_network``: a CNI network namespace, its network), so a
     namespaced sysctl would change the node's; a port mapped to another port or bound to one

@@ -435,6 +435,21 @@ def test_stop_signal() -> None:
     assert any("stopSignal: Unsupported value: 'SIGFLY'" in e for e in errors_of(bad))
 
 
+def test_pre_stop_tcp_socket_is_warned_not_refused() -> None:
+    """``preStop.tcpSocket`` passes the API server's validation and the kubelet runs the pod
+    (its hook fails at stop, FailedPreStopHook, and the kill goes on): the pod runs without a
+    hook, with a warning, and keeps its stopSignal; refused before (issue 24's policy rule)."""
+    doc = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "preStop": {"tcpSocket": {"port": 80}}, "stopSignal": "SIGINT"}}])
+    parsed = pod_from_dict(doc)
+    lifecycle = parsed.pod.spec.containers[0].lifecycle
+    assert lifecycle.pre_stop is None and lifecycle.stop_signal == "SIGINT"
+    assert any("tcpSocket is not a valid lifecycle handler" in w.reason for w in parsed.warnings)
+    both = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "preStop": {"tcpSocket": {"port": 80}, "exec": {"command": ["x"]}}}}])
+    assert any("must specify only one handler" in e for e in errors_of(both))
+
+
 def test_pod_dns_fields() -> None:
     """hostname, subdomain, setHostnameAsFQDN, hostAliases and dnsConfig: validated as the API
     server, kept in the wire form (the sync loop applies them: syncloop/dns.py)."""

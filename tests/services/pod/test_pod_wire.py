@@ -47,6 +47,7 @@ def kitchen_sink() -> dict[str, Any]:
         "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
                             "supplementalGroups": [5, 6], "supplementalGroupsPolicy": "Strict",
                             "fsGroup": 9, "fsGroupChangePolicy": "OnRootMismatch",
+                            "seLinuxChangePolicy": "Recursive",
                             "sysctls": [{"name": "net.ipv4.ping_group_range", "value": "0 10"}],
                             "seccompProfile": {"type": "Localhost",
                                                "localhostProfile": "p.json"},
