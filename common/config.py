@@ -500,6 +500,12 @@ class Config:
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     authorization: AuthorizationConfig = field(default_factory=AuthorizationConfig)
 
+    @property
+    def node_ips(self) -> tuple[str, ...]:
+        """``nodeIP``'s addresses (one, or one per family; () when unset): the Node's
+        InternalIPs, and the pods' ``hostIP``/``hostIPs`` as the kubelet reports them."""
+        return tuple(ip for ip in self.node_ip.split(",") if ip)
+
 
 def _parse_section(
     prefix: str, raw: object, keys: tuple[Key, ...], skip: tuple[str, ...] = ()

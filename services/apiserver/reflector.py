@@ -3,7 +3,9 @@ membership"): list, then watch from the list's ``resourceVersion`` with
 ``allowWatchBookmarks``; every event and bookmark moves the version on; a watch that ends
 (server timeout, ``timeoutSeconds`` randomised in [t, 2t), a cut connection) resumes from the
 last version without a relist; ``410 Gone`` (an ERROR event or an HTTP answer) means relist.
-Failures back off 0.8 s doubling to ``max_delay``, reset by a successful list or watch event.
+Failures back off 0.8 s doubling to ``max_delay``, reset by a successful list or watch event;
+``retry()`` cuts a back-off short (another request of the process got an answer: the server is
+back, so the next attempt goes now rather than when the doubled delay ends).
 
 Runs on its own thread (``start``/``stop``); the sink methods are called on that thread.
 """
@@ -45,8 +47,10 @@ class Reflector:
     sink: Sink
     watch_timeout: float = 300.0
     max_delay: float = 30.0
+    initial_delay: float = INITIAL_DELAY
     rng: Callable[[], float] = random.random
     stop_event: threading.Event = field(default_factory=threading.Event)
+    _wakeup: threading.Event = field(default_factory=threading.Event)  # stop or retry
     rv: str = ""
     lists: int = 0
     watches: int = 0
@@ -61,9 +65,15 @@ class Reflector:
         """Stop without waiting (any thread, the reflector's own included): the open watch is
         cut at once and the thread ends (after a list in flight, if any)."""
         self.stop_event.set()
+        self._wakeup.set()
         stream = self._stream
         if stream is not None:
             stream.close()
+
+    def retry(self) -> None:
+        """End a back-off at once (any thread); nothing when none is under way but the next
+        one, which then retries at once."""
+        self._wakeup.set()
 
     def stop(self) -> None:
         self.cancel()
@@ -71,13 +81,13 @@ class Reflector:
             self._thread.join(2)
 
     def _run(self) -> None:
-        delay = INITIAL_DELAY
+        delay = self.initial_delay
         while not self.stop_event.is_set():
             try:
                 if not self.rv:
                     self._list()
                 self._watch()
-                delay = INITIAL_DELAY
+                delay = self.initial_delay
             except _Expired:
                 self.rv = ""  # relist at once
             except (ApiError, ApiUnreachable) as exc:
@@ -87,7 +97,8 @@ class Reflector:
                     self.rv = ""
                     continue
                 self.sink.failed(str(exc))
-                self.stop_event.wait(delay)
+                self._wakeup.wait(delay)
+                self._wakeup.clear()
                 delay = min(delay * 2, self.max_delay)
 
     def _list(self) -> None:

@@ -32,6 +32,14 @@ class CriError(Exception):
         lost: the call may or may not have taken effect)."""
         return bool(self.code == grpc.StatusCode.UNAVAILABLE)
 
+    @property
+    def name_reserved(self) -> bool:
+        """containerd refused RunPodSandbox or CreateContainer because the name is held by an
+        earlier call for the same attempt that is still running or being undone (its caller,
+        a killed sync loop, went away): the name is free, or the object listed, moments
+        later."""
+        return "failed to reserve" in self.message and "is reserved" in self.message
+
 
 def from_rpc_error(method: str, err: grpc.RpcError) -> CriError:
     """Turn a grpc.RpcError (also a grpc.Call) into a CriError."""

@@ -13,6 +13,7 @@ import grpc
 from cri_api.v1 import api_pb2 as pb
 from cri_api.v1 import api_pb2_grpc as pb_grpc
 
+from podvisor.services.cri import containerd
 from podvisor.services.cri.client import EventStream, RuntimeClient
 from podvisor.services.cri.errors import CriError, from_rpc_error
 
@@ -256,7 +257,14 @@ class _GrpcRuntimeClient:
 
     def remove_container(self, container_id: str) -> None:
         req = pb.RemoveContainerRequest(container_id=container_id)
-        self._call("RemoveContainer", req, pb.RemoveContainerResponse)
+        try:
+            self._call("RemoveContainer", req, pb.RemoveContainerResponse)
+        except CriError as err:
+            if not containerd.stuck_task(err):
+                raise
+            # a task containerd's CRI cannot remove (containerd.py): its own task API can
+            containerd.clear_task(self._channel, container_id, self._timeout)
+            self._call("RemoveContainer", req, pb.RemoveContainerResponse)
 
     def list_containers(self, filter: pb.ContainerFilter | None = None) -> list[pb.Container]:
         req = pb.ListContainersRequest(filter=filter)

@@ -124,7 +124,7 @@ def local_address(ip: str) -> bool:
 def node_shape(config: Any) -> NodeShape:
     """The Node's settings from the agent's config; a ``nodeIP`` that is not this host's is
     refused with the kubelet's message (``ValueError``)."""
-    ips = tuple(ip for ip in config.node_ip.split(",") if ip)
+    ips = config.node_ips
     for ip in ips:
         if not local_address(ip):
             raise ValueError(f"failed to validate nodeIP: node IP: {ip!r} not found in the "

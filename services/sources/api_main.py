@@ -40,7 +40,7 @@ class ApiSourceService:
         self.wake = WakePipe()
         self.loop.closing(self.wake)
         self.state = ApiPodState(self.wake.wake)
-        self.conn = ApiConnection(config.kubeconfig)
+        self.conn = ApiConnection(config.kubeconfig, "source-api")
         self.loop.closing(self.conn)
         selector = f"spec.nodeName={config.node_name}"
         self.reflector = Reflector(self.conn, "/api/v1/pods", {"fieldSelector": selector},

@@ -1,21 +1,32 @@
 """Statuses, mirror pods and deletions to the API server (the kubelet's status manager and
 mirror client; KUBELET.md, "API server membership"). One ``turn`` works from a snapshot of the
-agent's maps (``desired``, ``statuses``, and the API source's ``mirrors``):
+agent's maps (``desired``, ``statuses``, and the API source's ``mirrors``) and from the API's
+copy of each pod's status (``ApiCopies``, status-api's own watch):
 
 1. Mirror pods: each static pod (source ``file``/``http``) has a mirror pod in the API with its
    spec, annotation ``kubernetes.io/config.mirror: <config hash>`` and the Node as controller
    owner; a mirror whose hash differs is DELETEd (grace 0, UID precondition) and created again;
    a mirror without a static pod is DELETEd.
 2. Statuses: a pod whose status ``version`` advanced past the version last written is
-   merge-PATCHed on ``pods/<name>/status`` with ``metadata.uid`` as a precondition (an API pod:
-   its own UID; a static pod: its mirror's). ``404`` (gone) and ``409`` (a different pod now
-   has the name) drop that target for good; an unreachable server leaves everything pending,
-   so the newest status of each pod reaches the API when it is back.
+   strategic-merge-PATCHed on ``pods/<name>/status`` (``reconcile.status_patch``) with
+   ``metadata.uid`` as a precondition (an API pod: its own UID; a static pod: its mirror's).
+   A ``reconcile`` turn (status-api's sweep, and the first after every list: the kubelet's
+   ``syncBatch(all)``) also writes every pod whose copy in the API differs from podvisor's
+   status (``reconcile.differences``: another client changed it, or it changed while the
+   API server was away): as the kubelet's ``syncPod``, it GETs the pod first (the watch's
+   copy may predate podvisor's own last write) and PATCHes only if that still differs. A
+   copy no newer than podvisor's last write or read of the pod is not compared (the watch
+   brings that write back, or something after it). ``404`` (gone) and ``409`` (a different
+   pod now has the name) drop that target for good; an unreachable server leaves everything
+   pending, so the newest status of each pod reaches the API when it is back. A copy in a
+   terminal phase that podvisor's status is not in is left alone (the API server refuses the
+   transition; logged once).
 3. Deletion: an API pod with ``deletionTimestamp`` whose worker is ``terminated`` (its
    containers are gone; its final status was written in step 2) is DELETEd with grace 0 and a
    UID precondition.
 ``ApiUnreachable`` ends the turn at once (the caller backs off); an ``ApiError`` concerns one
-pod and never stops the others.
+pod and never stops the others. ``back()`` forgets what only held while the API server was
+away (mirror creations not seen yet, the Node's UID, the terminal-phase notes).
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.ipc.maps import DesiredPod, DesiredValue, MirrorPod, PodStatusValue
-from podvisor.services.apiserver import MERGE_PATCH, ApiConnection, ApiError, ApiMeta
+from podvisor.services.apiserver import STRATEGIC_MERGE_PATCH, ApiConnection, ApiError, ApiMeta
 from podvisor.services.pod import (
     CONFIG_HASH_ANNOTATION,
     CONFIG_MIRROR_ANNOTATION,
@@ -33,6 +44,8 @@ from podvisor.services.pod import (
     PodValidationError,
     WirePods,
 )
+from podvisor.services.status.apicopy import ApiCopies
+from podvisor.services.status.reconcile import differences, status_patch, terminal_in_api
 
 Obj = dict[str, Any]
 MIRROR = CONFIG_MIRROR_ANNOTATION
@@ -59,8 +72,12 @@ class StatusWriter:
     creating: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, name) -> hash
     node_uid: str = ""
     counters: dict[str, int] = field(default_factory=lambda: {
-        "patches": 0, "mirror_creates": 0, "mirror_deletes": 0, "deletes": 0})
+        "patches": 0, "reconciles": 0, "mirror_creates": 0, "mirror_deletes": 0,
+        "deletes": 0})
     pods: WirePods = field(default_factory=WirePods)  # the typed pod of each desired entry
+    copies: ApiCopies = field(default_factory=ApiCopies)  # the API's statuses (its watch)
+    patched: dict[str, int] = field(default_factory=dict)  # target UID -> copies.seq before
+    terminal: set[str] = field(default_factory=set)  # targets terminal in the API (logged)
 
     def _pod(self, uid: str, entry: DesiredPod) -> Pod | None:
         """``entry``'s typed pod (None for one that is not a validated wire form: the status
@@ -75,16 +92,29 @@ class StatusWriter:
         return sum(1 for _, target, version in self._targets(snap)
                    if target and self.written.get(target[2]) != version)
 
-    def turn(self, snap: Snapshot) -> None:
+    def turn(self, snap: Snapshot, reconcile: bool = False) -> None:
+        """Mirrors, statuses whose version advanced (with ``reconcile``: and those whose copy
+        in the API differs), deletions."""
         self.pods.retain(snap.desired.keys())
         if snap.mirrors is not None:
             self._mirrors(snap)
         for uid, target, version in self._targets(snap):
-            if target is None or target[2] in self.dropped or \
-                    self.written.get(target[2]) == version:
+            if target is None or target[2] in self.dropped:
                 continue
-            self._patch(uid, target, snap.statuses[uid], version)
+            status = snap.statuses[uid]
+            if self.written.get(target[2]) != version:
+                self._patch(uid, target, status, version)
+            elif reconcile and self._differs(uid, target, status):
+                self._reconcile(uid, target, status, version)
         self._deletions(snap)
+
+    def back(self) -> None:
+        """The API server answers again (status-api's watch listed): forget what waited on
+        the outage. Every copy is newer than any write after a list, so each pod is compared
+        again at once."""
+        self.creating.clear()
+        self.node_uid = ""
+        self.terminal.clear()
 
     # -- statuses -------------------------------------------------------------------------------
     def _targets(self, snap: Snapshot) -> list[tuple[str, tuple[str, str, str] | None, int]]:
@@ -105,25 +135,86 @@ class StatusWriter:
             out.append((uid, target, status.version))
         return out
 
-    def _patch(self, uid: str, target: tuple[str, str, str], status: PodStatusValue,
-               version: int) -> None:
+    def _differs(self, uid: str, target: tuple[str, str, str],
+                 status: PodStatusValue) -> list[str]:
+        """What of the API's copy of ``target`` differs from ``status`` (nothing while no copy
+        newer than podvisor's last write or read of it has come)."""
+        copy = self.copies.get(target[2])
+        if copy is None or copy.seq <= self.patched.get(target[2], 0):
+            return []
+        return self._compare(uid, target, copy.status, status)
+
+    def _compare(self, uid: str, target: tuple[str, str, str], api: Mapping[str, Any],
+                 status: PodStatusValue) -> list[str]:
         ns, name, target_uid = target
-        body = {"metadata": {"uid": target_uid},
-                "status": status.status.to_dict()}
+        if terminal_in_api(api, status.status):
+            if target_uid not in self.terminal:
+                self.terminal.add(target_uid)
+                self.log.warning("status.api.terminal_in_api", pod=f"{name}_{ns}",
+                                 pod_uid=uid, phase=str(api.get("phase")),
+                                 reason="the API server refuses to leave a terminal phase")
+            return []
+        return differences(api, status.status)
+
+    def _reconcile(self, uid: str, target: tuple[str, str, str], status: PodStatusValue,
+                   version: int) -> None:
+        """The kubelet's ``syncPod`` after ``needsReconcile``: the pod read afresh (the watch's
+        copy may predate podvisor's last write: a list served while it wrote), then PATCHed
+        if it still differs; if not, that copy is not compared again."""
+        ns, name, target_uid = target
+        before = self.copies.seq
+        try:
+            pod = self.conn.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except ApiError as exc:
+            self._failed(uid, target, exc, "status.api.get_failed")
+            return
+        if ApiMeta.of(pod).uid != target_uid:
+            self._failed(uid, target, ApiError(409, "Conflict", "deleted and created again"),
+                         "status.api.get_failed")
+            return
+        fresh = pod.get("status")
+        fresh = fresh if isinstance(fresh, Mapping) else {}
+        differs = self._compare(uid, target, fresh, status)
+        if not differs:
+            self.patched[target_uid] = before
+            return
+        self.counters["reconciles"] += 1
+        self._patch(uid, target, status, version, differs, fresh)
+
+    def _failed(self, uid: str, target: tuple[str, str, str], exc: ApiError,
+                event: str) -> None:
+        """``404`` (gone) and ``409`` (another pod has the name) drop the target for good;
+        anything else is tried again next turn."""
+        ns, name, target_uid = target
+        if exc.status in (404, 409):
+            self.dropped.add(target_uid)
+            self.log.info("status.api.dropped", pod=f"{name}_{ns}", pod_uid=uid,
+                          target_uid=target_uid, reason=str(exc))
+        else:
+            self.log.warning(event, pod=f"{name}_{ns}", pod_uid=uid, reason=str(exc))
+
+    def _patch(self, uid: str, target: tuple[str, str, str], status: PodStatusValue,
+               version: int, differs: list[str] | None = None,
+               api: Mapping[str, Any] | None = None) -> None:
+        """PATCH ``status`` over ``api`` (the API's status, default: the watch's copy)."""
+        ns, name, target_uid = target
+        if api is None:
+            copy = self.copies.get(target_uid)
+            api = copy.status if copy is not None else None
+        before = self.copies.seq  # a copy delivered after this may hold the write
+        body = {"metadata": {"uid": target_uid}, "status": status_patch(status.status, api)}
         try:
             self.conn.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                              body=body, content_type=MERGE_PATCH)
+                              body=body, content_type=STRATEGIC_MERGE_PATCH)
         except ApiError as exc:
-            if exc.status in (404, 409):
-                self.dropped.add(target_uid)
-                self.log.info("status.api.dropped", pod=f"{name}_{ns}", pod_uid=uid,
-                              target_uid=target_uid, reason=str(exc))
-            else:
-                self.log.warning("status.api.patch_failed", pod=f"{name}_{ns}", pod_uid=uid,
-                                 reason=str(exc))
+            self._failed(uid, target, exc, "status.api.patch_failed")
             return
         self.written[target_uid] = version
+        self.patched[target_uid] = before
         self.counters["patches"] += 1
+        if differs:
+            self.log.info("status.api.reconciled", pod=f"{name}_{ns}", pod_uid=uid,
+                          target_uid=target_uid, differed=differs)
 
     # -- deletion -------------------------------------------------------------------------------
     def _deletions(self, snap: Snapshot) -> None:

@@ -138,12 +138,13 @@ def _conditions(phase: str, sandbox_ready: bool, init_pending: list[str],
     return [*conds, *ready, _condition("PodScheduled", True)]
 
 
-def pod_ips(host_network: bool, sandboxes: Sequence[PlegSandbox], host_ip: str) -> list[str]:
-    """The kubelet's pod IPs: a hostNetwork pod has the host's; another pod those its newest
-    sandbox reports (PodSandboxStatus ``network.ip`` then ``additional_ips``; none yet while
-    it has no sandbox or no network)."""
+def pod_ips(host_network: bool, sandboxes: Sequence[PlegSandbox],
+            host_ips: Sequence[str]) -> list[str]:
+    """The kubelet's pod IPs: a hostNetwork pod has the host's (one per family); another pod
+    those its newest sandbox reports (PodSandboxStatus ``network.ip`` then ``additional_ips``;
+    none yet while it has no sandbox or no network)."""
     if host_network:
-        return [host_ip]
+        return list(host_ips)
     first = sandboxes[-1].ip if sandboxes else ""
     if not first:
         return []
@@ -157,21 +158,23 @@ def compute_pod_status(
     previous: PodStatusValue | None,
     now: float,
     runtime: str = "embedded",
-    host_ip: str = "127.0.0.1",
+    host_ips: Sequence[str] = ("127.0.0.1",),
     readiness: Mapping[str, bool] | None = None,
     started: Mapping[str, bool] | None = None,
 ) -> PodStatusValue:
     """The status of one pod. ``desired`` is the ``desired`` map entry and ``pod`` its typed
     pod (``pod_from_wire(desired.pod)``), ``pleg`` the pod's ``pleg`` map record (None: no
     runtime objects), ``previous`` the last status computed (or None), ``now`` wall-clock
-    seconds, ``readiness`` / ``started`` the prober's verdicts by container name."""
+    seconds, ``host_ips`` the node's addresses (``hostIP`` is the first), ``readiness`` /
+    ``started`` the prober's verdicts by container name."""
+    host_ip, hosts = host_ips[0], tuple(host_ips)
     before = previous.status if previous is not None else None
     prev_phase = before.phase if before is not None else None
     start = (before.start_time if before is not None else None) or rfc3339(now)
     ref = PodRef(pod.name, pod.namespace, pod.uid)
     if not desired.admitted:
         rejected = PodStatus(
-            phase=FAILED, host_ip=host_ip, host_ips=(host_ip,), start_time=start,
+            phase=FAILED, host_ip=host_ip, host_ips=hosts, start_time=start,
             qos_class=desired.qos_class, reason=desired.reason or "Rejected",
             message=desired.message,
             conditions=_stamp([_condition("PodScheduled", True)], before, now))
@@ -193,9 +196,9 @@ def compute_pod_status(
     phase = get_phase(str(spec.restart_policy), init, regular)
     if prev_phase in TERMINAL:
         phase = str(prev_phase)
-    ips = pod_ips(spec.host_network, ready_sb or sandboxes, host_ip)
+    ips = pod_ips(spec.host_network, ready_sb or sandboxes, hosts)
     status = PodStatus(
-        phase=phase, host_ip=host_ip, host_ips=(host_ip,), start_time=start,
+        phase=phase, host_ip=host_ip, host_ips=hosts, start_time=start,
         qos_class=desired.qos_class,  # the sync loop's QoS class of the pod (pod/qos.py)
         reason=desired.reason if desired.reason else None,
         message=desired.message if desired.reason else None,

@@ -85,14 +85,15 @@ def pleg_ts(pleg: Mapping[str, PlegValue]) -> float | None:
 
 
 class StatusEngine:
-    def __init__(self, saved: Saved, runtime: str = "embedded", host_ip: str = "127.0.0.1",
+    def __init__(self, saved: Saved, runtime: str = "embedded",
+                 host_ips: tuple[str, ...] = ("127.0.0.1",),
                  log_transitions: bool = True) -> None:
         self.statuses: dict[str, PodStatusValue] = dict(saved.statuses)
         self.retired: dict[str, Retired] = dict(saved.retired)
         self.pleg_ts = saved.pleg_ts
         self.pods = WirePods()  # the typed pod of each ``desired`` entry
         self._runtime = runtime
-        self._host_ip = host_ip
+        self._host_ips = host_ips  # the node's addresses: hostIP(s), a hostNetwork pod's IPs
         self.log_transitions = log_transitions  # fill ``Changes.transitions`` (for a debug log)
 
     def saved(self) -> Saved:
@@ -136,7 +137,7 @@ class StatusEngine:
             record = record if isinstance(record, PlegPod) else None
             ready, started = probe_verdicts((probes or {}).get(uid), record)
             value = compute_pod_status(entry, pod, record, previous, now, self._runtime,
-                                       self._host_ip, ready, started)
+                                       self._host_ips, ready, started)
             if value != previous or uid not in self.statuses:
                 self.statuses[uid] = value
                 changes.set[uid] = value

@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from podvisor.common.child import ChildContext
+from podvisor.common.config import Config
 from podvisor.common.endpoint import runtime_name
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, DesiredValue, PodStatusValue
@@ -49,6 +50,12 @@ def store_path(ctx: ChildContext) -> Any:
     return ctx.paths.state_dir / "statuses"
 
 
+def host_ips(config: Config) -> tuple[str, ...]:
+    """The pods' ``hostIP``/``hostIPs``: ``nodeIP`` when set (the Node's InternalIPs, as the
+    kubelet reports them), else the address the agent serves on (127.0.0.1 by default)."""
+    return config.node_ips or (config.address or "127.0.0.1",)
+
+
 class StatusService:
     def __init__(self, ctx: ChildContext) -> None:
         self.ctx = ctx
@@ -57,7 +64,7 @@ class StatusService:
         self._wall = clock.wall
         self.store = StatusStore(store_path(ctx), ctx.log)
         self.engine = StatusEngine(self.store.load(), runtime_name(ctx.config.runtime_endpoint),
-                                   ctx.config.address or "127.0.0.1",
+                                   host_ips(ctx.config),
                                    ctx.config.supervision.log_level == "debug")
         self.loop = ServiceLoop(ctx)  # the poller, stop, heartbeats, the maps below, the clock
         self.pub = self.loop.publisher()

@@ -25,6 +25,12 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
   instead; podvisor's retry is idempotent, so a crash of the sync loop or of the runtime
   counts no restart and leaves no second container of one attempt (docs/ARCHITECTURE.md,
   "Exactly once").
+- A container whose attempt was lost (``lost_attempt``: containerd's CreateContainer or
+  StartContainer interrupted by the sync loop, its caller, going away or by containerd's own
+  crash, or failed by containerd itself) never ran, and not by its own doing: that is no
+  failure of the pod. It is removed and the same attempt created again in its place, under
+  every restart policy, with no back-off and no restart counted (the kubelet kills or leaves
+  it and counts a restart).
 """
 
 from __future__ import annotations
@@ -40,6 +46,55 @@ from podvisor.services.syncloop.spec import container_hash
 
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 POD_INITIALIZING = "PodInitializing"
+
+
+# StartErrors that are no failure of the container: each entry's parts all appear in the
+# message (containerd 1.6's wording). Any other StartError (runc refused the spec: no such
+# executable, a bad mount, ...) is the container's, and counts.
+START_ERROR = "StartError"
+_NOT_THE_CONTAINERS: tuple[tuple[str, ...], ...] = (
+    # the CRI call's context ended: its client (the sync loop) went away in the middle of it
+    ("context canceled",),
+    # the shim's start command, run under that context, was killed with it
+    ("failed to start shim", "signal: killed"),
+    # containerd could not wire the container's stdio to its log, before runc was asked for
+    # anything (seen after containerd's own crash: a shim from before it never got its fifos
+    # opened, and the start ended after containerd's 30 s deadline)
+    ("failed to start io pipe copy",),
+)
+
+
+def lost_attempt(c: ContainerInfo) -> bool:
+    """``c`` never ran, and not by its own doing: the runtime or the sync loop lost it half-way
+    (died, or failed itself, in the middle of the create or the start). It can never be
+    started, and the attempt it stands for is not used up. The shapes (containerd 1.6):
+
+    - exited with a StartError that is not the container's (``_NOT_THE_CONTAINERS``; a start
+      cut off by containerd's own crash leaves the container created, and its resumption is
+      replaced at once if containerd refuses it: syncpod ``start_created``);
+    - exited without ever starting, and not because a start failed: the runtime ended a task
+      it had made for a start that its own crash cut off (containerd: the restarted one finds
+      that task's shim gone and exits the container "Error", code 1, no message; the embedded
+      runtime: "Unknown", 255, its monitor gone);
+    - unknown, with no creation time: the runtime lost the record of its create (containerd
+      writes it at the end of CreateContainer; a crash before that leaves the container
+      listed in state unknown, created at 0).
+    """
+    if c.state is ContainerState.UNKNOWN:
+        return c.created_at <= 0 and c.started_at <= 0
+    if not c.never_started:
+        return False
+    return c.reason != START_ERROR or any(all(part in c.message for part in parts)
+                                          for parts in _NOT_THE_CONTAINERS)
+
+
+def _died_under(c: ContainerInfo, rt: PodRuntime) -> bool:
+    """``c`` was created, never started, in a sandbox the runtime lists not ready: it can never
+    start there, and its attempt is lost too (containerd killed mid-burst: a sandbox whose
+    container was created just before the crash comes back NOTREADY; a new sandbox replaces
+    it, and the container is made again in that one as the same attempt)."""
+    return c.state is ContainerState.CREATED and any(
+        s.id == c.sandbox_id and not s.ready for s in rt.sandboxes)
 
 
 class BackoffView(Protocol):
@@ -72,6 +127,9 @@ class StartAction:
     # a container of this spec already created in the current sandbox and never started (its
     # StartContainer, or the answer to it, was lost): start that one, create none
     container_id: str = ""
+    # a container whose attempt was lost (``lost_attempt``): remove it first, then
+    # create this attempt again in its place (it holds the attempt's name)
+    replaces: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,7 +205,8 @@ def _restarts_on_failure(pod: Pod) -> bool:
 
 def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
     """The kubelet's shouldContainerBeRestarted, for a container that is not running."""
-    if status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+    if (status is None or status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)
+            or lost_attempt(status)):
         return True
     if status.state is ContainerState.RUNNING:
         return False
@@ -158,8 +217,9 @@ def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
 
 
 def _init_failed(status: ContainerInfo) -> bool:
-    return status.state is ContainerState.UNKNOWN or (
-        status.state is ContainerState.EXITED and status.exit_code != 0)
+    return (status.state is ContainerState.UNKNOWN or (
+        status.state is ContainerState.EXITED and status.exit_code != 0)) \
+        and not lost_attempt(status)
 
 
 def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container | None, bool]:
@@ -181,8 +241,8 @@ def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Containe
             continue
         if status.state is ContainerState.RUNNING:
             return None, None, False
-        if status.state is ContainerState.CREATED:  # created, never started: start it now
-            return None, inits[i], False
+        if status.state is ContainerState.CREATED or lost_attempt(status):
+            return None, inits[i], False  # created, never started: start it (or again) now
         if status.state is ContainerState.EXITED:
             if i == len(inits) - 1:
                 return None, None, True
@@ -216,6 +276,13 @@ class _Builder:
                 and status.hash == self.hasher(container)):
             self.start.append(StartAction(container.name, init, status.restart_count,
                                           container_id=status.id))
+            return
+        if status is not None and (lost_attempt(status) or _died_under(status, self.rt)):
+            # the same attempt, in its place
+            if kill_stale and status.state is ContainerState.UNKNOWN:
+                self.kill.append(KillAction(status.id, container.name, "stale container"))
+            self.start.append(StartAction(container.name, init, status.restart_count,
+                                          replaces=status.id))
             return
         if (kill_stale and status is not None
                 and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):

@@ -1,5 +1,5 @@
 """The filesystem effect behind pod cgroups: read mountinfo, list and rmdir folders (cleanup),
-make a pod's folder and write its limits.
+make a pod's folder and write its limits, list the processes left in a folder and kill them.
 
 ``CgroupFS`` is what ``podcgroups.PodCgroups`` needs from the host; ``new_cgroup_fs()`` is the
 real one (``/proc/self/mountinfo``, ``os.scandir``, ``os.rmdir``), ``FakeCgroupFS`` an in-memory
@@ -11,8 +11,10 @@ fake takes a lock).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import signal
 import threading
 from collections.abc import Iterable
 from typing import Protocol
@@ -45,6 +47,14 @@ class CgroupFS(Protocol):
         """The text of the cgroup file ``path``; raises OSError."""
         ...
 
+    def procs(self, path: str) -> list[int]:
+        """The PIDs in the cgroup folder ``path`` (its cgroup.procs; [] when it is gone)."""
+        ...
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL ``pid`` (one already gone is fine)."""
+        ...
+
 
 class _HostCgroupFS:
     def mountinfo(self) -> str:
@@ -75,6 +85,16 @@ class _HostCgroupFS:
         with open(path, encoding="utf-8") as src:
             return src.read()
 
+    def procs(self, path: str) -> list[int]:
+        try:
+            return [int(p) for p in self.read(os.path.join(path, "cgroup.procs")).split()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def kill(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
 
 def new_cgroup_fs() -> CgroupFS:
     return _HostCgroupFS()
@@ -82,7 +102,9 @@ def new_cgroup_fs() -> CgroupFS:
 
 class FakeCgroupFS:
     """In-memory folders (absolute paths). Knobs: ``busy`` (paths whose rmdir fails EBUSY, as a
-    cgroup with processes), ``errors`` (path -> errno for rmdir). ``removed`` records rmdirs."""
+    cgroup with processes), ``errors`` (path -> errno for rmdir), ``processes`` (path -> PIDs
+    in it: the folder is busy until ``kill`` took the last). ``removed`` records rmdirs,
+    ``killed`` kills."""
 
     def __init__(self, mountinfo: str, dirs: Iterable[str] = ()) -> None:
         self.text = mountinfo
@@ -93,6 +115,8 @@ class FakeCgroupFS:
         self.files: dict[str, str] = {}  # path -> the last value written (or a seeded text)
         self.write_errors: dict[str, int] = {}  # path -> errno for write
         self.calls: list[tuple[str, str]] = []
+        self.processes: dict[str, list[int]] = {}
+        self.killed: list[int] = []
         self._lock = threading.Lock()
         for d in dirs:
             self.mkdir(d)
@@ -139,9 +163,20 @@ class FakeCgroupFS:
             if path in self.errors:
                 code = self.errors[path]
                 raise OSError(code, os.strerror(code), path)
-            if path in self.busy:
+            if path in self.busy or self.processes.get(path):
                 raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), path)
             if any(d.startswith(path + "/") for d in self.dirs):
                 raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), path)
             self.dirs.discard(path)
             self.removed.append(path)
+
+    def procs(self, path: str) -> list[int]:
+        with self._lock:
+            return list(self.processes.get(path, []))
+
+    def kill(self, pid: int) -> None:
+        with self._lock:
+            self.killed.append(pid)
+            for pids in self.processes.values():
+                if pid in pids:
+                    pids.remove(pid)

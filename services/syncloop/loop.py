@@ -31,7 +31,12 @@ from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.states import WorkerState
-from podvisor.services.syncloop.syncpod import SyncDeps, quiet_resync, sync_pod
+from podvisor.services.syncloop.syncpod import (
+    IN_FLIGHT_RETRY,
+    SyncDeps,
+    quiet_resync,
+    sync_pod,
+)
 from podvisor.services.syncloop.terminate import terminate_pod
 from podvisor.services.syncloop.workers import Outcome, Work, Worker, WorkerTable, WorkKind
 
@@ -43,6 +48,11 @@ HOUSEKEEPING_INTERVAL = 2.0
 # Folders of pods this agent terminated are retried at every housekeeping (``pending``).
 RUNTIME_CHECK_INTERVAL = 5.0
 LEFTOVER_SCAN_INTERVAL = 30.0
+# While the runtime is down (a work found it UNAVAILABLE: no pod work is handed out until the
+# runtime back-off, 100 ms doubling to 5 s, ends), CRI Version asks it this often whether it
+# is back, one call at a time; its first answer ends the back-off, so the pods sync as soon as
+# the runtime answers, not up to 5 s later (a restarted containerd waited out 1.6-3.2 s).
+RUNTIME_PROBE_INTERVAL = 0.1
 
 
 def _no_failures(uid: str) -> Collection[str]:
@@ -68,6 +78,7 @@ class LoopDeps:
     housekeeping_interval: float = HOUSEKEEPING_INTERVAL
     runtime_check_interval: float = RUNTIME_CHECK_INTERVAL
     leftover_scan_interval: float = LEFTOVER_SCAN_INTERVAL
+    runtime_probe_interval: float = RUNTIME_PROBE_INTERVAL
     # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
@@ -112,6 +123,8 @@ class SyncLoop:
         self._next_runtime_check = 0.0
         self._next_leftover_scan = 0.0  # moved on only by a scan that ran
         self._housekeeping_busy = False
+        self._probing = False  # a runtime probe is in flight (while the runtime is down)
+        self._next_probe = 0.0
         self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
         self.stopping = False
         self._network: Network | None = None  # as last published under RUNTIME_KEY
@@ -154,6 +167,9 @@ class SyncLoop:
                 self._register_objects(pod)
                 self.log.info("syncloop.pod.update", op=str(update.op), pod=pod.full_name,
                               pod_uid=pod.uid, source=update.source)
+                if pod.metadata.deletion_timestamp:  # first seen being deleted (a relist after
+                    # an outage): terminating at once, never started (the kubelet's pod worker)
+                    self._kill(pod.uid, pod.metadata.deletion_grace_period_seconds, now)
             elif update.op in (PodOp.DELETE, PodOp.REMOVE):
                 grace = (pod.metadata.deletion_grace_period_seconds
                          if update.op is PodOp.DELETE else None)
@@ -243,6 +259,11 @@ class SyncLoop:
                 self.deps.submit(lambda work=work: self._run(work))  # type: ignore[misc]
         for work in works:
             self._publish(work.uid)
+        down = now < self.deps.table.runtime_down_until
+        if down and not self._probing and now >= self._next_probe:
+            self._probing = True
+            self._next_probe = now + self.deps.runtime_probe_interval
+            self.deps.submit(self._probe_runtime)
         if now >= self._next_housekeeping and not self._housekeeping_busy:
             self._next_housekeeping = now + self.deps.housekeeping_interval
             self._housekeeping_busy = True
@@ -258,6 +279,8 @@ class SyncLoop:
         waits = [] if self._housekeeping_busy else [self._next_housekeeping - now]
         if deadline is not None:
             waits.append(deadline - now)
+        if down and not self._probing:
+            waits.append(self._next_probe - now)
         return max(0.0, min(waits)) if waits else None
 
     def _operation(self, work: Work) -> str:
@@ -301,6 +324,25 @@ class SyncLoop:
                                    sandbox_id=r.sandbox_id, pod_failed=r.pod_failed))
         return True
 
+    def _probe_runtime(self) -> None:
+        """Pool thread: does the runtime answer again?"""
+        try:
+            self.deps.sync.cri.version()
+            back = True
+        except CriError:
+            back = False
+        except Exception:  # a bug here must not keep the probe from ever running again
+            self.log.exception("syncloop.runtime.probe_crashed")
+            back = False
+        self._post(lambda: self._probe_done(back))
+
+    def _probe_done(self, back: bool) -> None:
+        self._probing = False
+        now = self.deps.sync.mono()
+        if back and now < self.deps.table.runtime_down_until:
+            self.deps.table.runtime_answered(now)
+            self.log.info("syncloop.runtime.back", reason="the runtime answers again")
+
     def _post(self, fn: Callable[[], None]) -> None:
         self._results.put(fn)
         self.deps.wake()
@@ -315,7 +357,9 @@ class SyncLoop:
             else:
                 self.log.warning("syncloop.work.failed", pod_uid=work.uid, kind=str(work.kind),
                                  error=str(err))
-            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err))
+            outcome = Outcome(ok=False, error=str(err), runtime_down=_runtime_down(err),
+                              retry_after=IN_FLIGHT_RETRY
+                              if isinstance(err, CriError) and err.name_reserved else None)
         self._post(lambda: self._finish(work, outcome))
 
     def _sync(self, work: Work) -> Outcome:
@@ -335,7 +379,7 @@ class SyncLoop:
             return Outcome(ok=False, error="containers or sandboxes remain after teardown")
         d.backoff.forget_pod(work.uid)
         if d.cgroups is not None:  # a folder still busy is retried at housekeeping
-            d.cgroups.remove(work.uid)
+            d.cgroups.remove(work.uid, kill_left=True)  # (processes left in it are killed)
         return Outcome(ok=True)
 
     def _finish(self, work: Work, outcome: Outcome) -> None:

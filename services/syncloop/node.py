@@ -4,10 +4,12 @@
   and the memory capacity in the OOM score of Burstable containers: podvisor reserves nothing
   for the system, so allocatable = capacity = the machine's CPUs (``os.cpu_count``, as
   cAdvisor's NumCores) x 1000 millicores and ``MemTotal`` from /proc/meminfo.
-- The host's IPs (``status.hostIP(s)``): the config's ``address`` when it is a concrete IP (the
-  status process reports that one as ``status.hostIP``, so env and ``/pods`` agree); else, as
-  the kubelet without ``--node-ip``: the node name's addresses from DNS that are not loopback
-  or link-local, else the address of the interface holding the default route, else 127.0.0.1.
+- The host's IPs (``status.hostIP(s)``): ``nodeIP``'s addresses when set (the Node's
+  InternalIPs, as the kubelet's); else the config's ``address`` when it is a concrete IP (the
+  status process reports the same ones as ``status.hostIP(s)``, so env and ``/pods`` agree);
+  else, as the kubelet without ``--node-ip``: the node name's addresses from DNS that are not
+  loopback or link-local, else the address of the interface holding the default route, else
+  127.0.0.1.
 """
 
 from __future__ import annotations
@@ -66,14 +68,16 @@ def host_ips(address: str, node_name: str) -> tuple[str, ...]:
     return ("127.0.0.1",)
 
 
-def discover_node_facts(address: str = "127.0.0.1", node_name: str = "") -> NodeFacts:
+def discover_node_facts(address: str = "127.0.0.1", node_name: str = "",
+                        node_ips: tuple[str, ...] = ()) -> NodeFacts:
     cpus = os.cpu_count() or 1
     try:
         memory = memory_total(Path("/proc/meminfo").read_text())
     except OSError:
         memory = 0
     return NodeFacts(cpu_millis=cpus * 1000, memory_bytes=memory or _FALLBACK_MEMORY,
-                     host_ips=host_ips(address, node_name or socket.gethostname()))
+                     host_ips=node_ips or host_ips(address,
+                                                   node_name or socket.gethostname()))
 
 
 def admission_capacity(node: NodeFacts, config: Config) -> Capacity:

@@ -11,7 +11,15 @@ are removed the sync loop removes the pod's folders on every mounted cgroup hier
 controllers and v2 unified, found in /proc/self/mountinfo), deepest first, with rmdir only: a
 folder still in use (EBUSY, ENOTEMPTY) is logged and the pod is retried at the next
 housekeeping. Housekeeping also removes ``pod<uid>`` folders under the root whose UID no pod
-has (a crash between teardown and cleanup).
+has (a crash between teardown and cleanup). A pod this agent terminated (``remove(uid,
+kill_left=True)``: its termination read it back empty from the runtime) may still have a process
+in one of its folders, which belongs to no container the runtime knows: it is killed (SIGKILL,
+logged ``syncloop.pod.cgroup.killed``, also at the retries) and the folder goes at the next
+attempt, as the kubelet's pod container manager kills what is left in a pod cgroup it destroys.
+(containerd 1.6 killed mid-burst leaves such processes: the `runc init` of a task made for a
+start its crash cut off, which the restarted containerd lists nowhere.) Folders of pods this
+agent does not know (the leftover scan) are never killed in: another agent on the same
+``cgroupRoot`` may run them.
 
 Pod-level limits (``pod_limits``, the kubelet's ``ResourceConfigForPod``): for Guaranteed and
 Burstable pods the sync loop makes the pod's folder itself before RunPodSandbox (``ensure``) and
@@ -192,6 +200,7 @@ class PodCgroupError(Exception):
 class Removal:
     removed: int                 # folders removed
     failed: tuple[str, ...]      # "path: reason" of folders that could not go
+    killed: tuple[int, ...] = ()  # PIDs found in a busy folder and killed
 
 
 class PodCgroups:
@@ -202,6 +211,7 @@ class PodCgroups:
         self.pids_limit = pids_limit  # podPidsLimit (-1: unlimited)
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}  # uid -> failed attempts
+        self._terminated: set[str] = set()  # pending pods this agent terminated (kill_left)
         self._mountinfo: tuple[str, tuple[CgroupMount, ...]] | None = None  # text, parsed
 
     @property
@@ -268,18 +278,30 @@ class PodCgroups:
         with self._lock:
             return set(self._pending)
 
-    def remove(self, uid: str) -> bool:
+    def remove(self, uid: str, kill_left: bool = False) -> bool:
         """Remove the pod's empty folders on every hierarchy; False (remembered in ``pending``,
-        logged) when one is still in use."""
+        logged) when one is still in use. ``kill_left``: the runtime shows nothing of the pod
+        (this agent terminated it): kill the processes in a folder in use, now and at the
+        retries."""
         if not self.enabled:
             return True
-        results = [self._remove_path(self.parent(uid, qos)) for qos in QOS_FOLDERS]
+        with self._lock:
+            if kill_left:
+                self._terminated.add(uid)
+            kill = uid in self._terminated
+        results = [self._remove_path(self.parent(uid, qos), kill) for qos in QOS_FOLDERS]
         result = Removal(sum(r.removed for r in results),
-                         tuple(f for r in results for f in r.failed))
+                         tuple(f for r in results for f in r.failed),
+                         tuple(p for r in results for p in r.killed))
+        if result.killed:
+            self.log.warning("syncloop.pod.cgroup.killed", pod_uid=uid, pids=list(result.killed),
+                             reason="left in the cgroup of a pod the runtime shows nothing of")
         with self._lock:
             attempts = self._pending.pop(uid, 0)
             if result.failed:
                 self._pending[uid] = attempts + 1
+            else:
+                self._terminated.discard(uid)
         if result.failed:
             log = self.log.warning if attempts == 0 else self.log.debug
             log("syncloop.pod.cgroup.busy", pod_uid=uid, attempt=attempts + 1,
@@ -327,8 +349,8 @@ class PodCgroups:
             out.extend(frontier)
         return out
 
-    def _remove_path(self, cgroup_path: str) -> Removal:
-        removed, failed = 0, []
+    def _remove_path(self, cgroup_path: str, kill: bool) -> Removal:
+        removed, failed, killed = 0, [], []
         for folder in hierarchy_dirs(self._mounts(), cgroup_path):
             for d in removal_order(self._subtree(folder)):
                 try:
@@ -339,8 +361,13 @@ class PodCgroups:
                 except OSError as err:
                     name = errno.errorcode.get(err.errno or 0, str(err.errno))
                     failed.append(f"{d}: {name} {err.strerror}")
+                    if kill and err.errno == errno.EBUSY:  # processes in it: nobody's
+                        for pid in self.fs.procs(d):
+                            if pid not in killed:
+                                self.fs.kill(pid)
+                                killed.append(pid)
                     break  # its parents cannot go either
-        return Removal(removed, tuple(failed))
+        return Removal(removed, tuple(failed), tuple(killed))
 
 
 def new_pod_cgroups(cgroup_root: str, fs: CgroupFS, log: Log,

@@ -53,6 +53,8 @@ class ContainerInfo:
     started_at: float = 0.0   # monotonic seconds (0 = unknown)
     finished_at: float = 0.0  # monotonic seconds (0 = unknown)
     reason: str = ""
+    message: str = ""         # the runtime's word on the exit (e.g. why a start failed)
+    never_started: bool = False  # the runtime says it exited without ever starting
     grace: int = -1           # terminationGracePeriodSeconds recorded at creation (-1 unknown)
     pre_stop: str = ""        # the preStop handler recorded at creation (JSON, "" none)
 
@@ -102,7 +104,12 @@ def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: flo
         state=_STATES.get(status.state, ContainerState.UNKNOWN), exit_code=status.exit_code,
         started_at=_to_mono(status.started_at, now_mono, now_wall),
         finished_at=_to_mono(status.finished_at, now_mono, now_wall), reason=status.reason,
+        message=status.message, never_started=_never_started(status),
     )
+
+
+def _never_started(status: pb.ContainerStatus) -> bool:
+    return status.state == pb.CONTAINER_EXITED and status.started_at <= 0
 
 
 def container_from_status(s: pb.ContainerStatus, sandbox_id: str, now_mono: float,
@@ -116,7 +123,9 @@ def container_from_status(s: pb.ContainerStatus, sandbox_id: str, now_mono: floa
         restart_count=L.parse_int(ann.get(L.RESTART_COUNT)), created_at=s.created_at,
         exit_code=s.exit_code, started_at=_to_mono(s.started_at, now_mono, now_wall),
         finished_at=_to_mono(s.finished_at, now_mono, now_wall), reason=s.reason,
-        grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1), pre_stop=ann.get(L.PRE_STOP, ""),
+        message=s.message, never_started=_never_started(s),
+        grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
+        pre_stop=ann.get(L.PRE_STOP, ""),
     )
 
 

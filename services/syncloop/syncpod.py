@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,6 +77,11 @@ CREATE_CONTAINER_ERROR = "CreateContainerError"
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 RUN_CONTAINER_ERROR = "RunContainerError"
 KEEP_DEAD_PER_CONTAINER = 1
+# A call that met an earlier call for the same object still running in the runtime (the calls
+# of a killed sync loop go on for a while, and containerd undoes them when their context ends):
+# containerd's "name is reserved" to RunPodSandbox or CreateContainer (CriError.name_reserved),
+# a StartContainer of a container being started. Retried this soon, not after error_delay.
+IN_FLIGHT_RETRY = 0.5
 SANDBOX_STOP_BACKOFF = BackoffPolicy(initial=2.0, cap=300.0, reset_after=600.0)
 
 
@@ -389,10 +394,14 @@ class _Run:
         if action.previous_finished_at > 0:
             deps.backoff.record_restart((self.pod.uid, spec.name), action.previous_finished_at,
                                         deps.mono())
+        if action.replaces and not self.remove_lost(action, spec):
+            return False
         try:
             cid = deps.cri.create_container(self.sandbox_id, config, sandbox_cfg)
         except CriError as err:
-            if deps.images is not None and not err.unavailable:
+            if err.name_reserved:
+                self.retry_soon()
+            elif deps.images is not None and not err.unavailable:
                 deps.images.forget(spec.image)
             self.fail_call(spec.name, CREATE_CONTAINER_ERROR, err)
             return False
@@ -400,21 +409,72 @@ class _Run:
         deps.crash.hit("sync.after_create")
         return self.start_container(action, spec, cid)
 
-    def start_created(self, action: StartAction, spec: Container) -> bool:
-        self.effects[action.container_id] = Effect.STARTED
-        self.deps.log.info("syncloop.container.resume", pod=self.pod.full_name,
+    def remove_lost(self, action: StartAction, spec: Container) -> bool:
+        """Remove the container whose attempt was lost (actions.py ``lost_attempt``): it holds
+        the name of the attempt created again in its place."""
+        try:
+            self.deps.cri.remove_container(action.replaces)
+        except CriError as err:
+            if not err.not_found:
+                self.fail_call(spec.name, CREATE_CONTAINER_ERROR, err)
+                return False
+        self.effects[action.replaces] = Effect.REMOVED
+        self.deps.log.info("syncloop.container.replace", pod=self.pod.full_name,
                            pod_uid=self.pod.uid, container=spec.name,
-                           container_id=action.container_id,
+                           container_id=action.replaces, restart_count=action.restart_count,
+                           reason="its attempt was lost")
+        return True
+
+    def retry_soon(self) -> None:
+        self.retry_after = min(self.retry_after or IN_FLIGHT_RETRY, IN_FLIGHT_RETRY)
+
+    def start_created(self, action: StartAction, spec: Container) -> bool:
+        """Start a container created earlier and never started. Its earlier start may have
+        been cut off by the runtime's crash, and containerd then refuses every start of it
+        (the task "already exists", its bundle or its fifos are half there): a start of it
+        that fails here, unless the runtime is down, is not held against the pod. When the
+        runtime then says the container exited without ever running, it is replaced at once
+        by the same attempt, and only that one's failure counts. When it does not (the start
+        of a killed sync loop is still running in the runtime), the pod is synced again soon.
+        """
+        cid = action.container_id
+        self.effects[cid] = Effect.STARTED
+        self.deps.log.info("syncloop.container.resume", pod=self.pod.full_name,
+                           pod_uid=self.pod.uid, container=spec.name, container_id=cid,
                            reason="created and never started")
-        return self.start_container(action, spec, action.container_id)
+        try:
+            self.deps.cri.start_container(cid)
+        except CriError as err:
+            if not err.unavailable:
+                if self.never_ran(cid):
+                    self.deps.log.info("syncloop.container.resume_failed",
+                                       pod=self.pod.full_name, pod_uid=self.pod.uid,
+                                       container=spec.name, container_id=cid,
+                                       error=err.message)
+                    return self.start(replace(action, container_id="", replaces=cid), spec)
+                self.retry_soon()
+            self.fail_call(spec.name, RUN_CONTAINER_ERROR, err)
+            return False
+        return self.started(action, spec, cid)
+
+    def never_ran(self, cid: str) -> bool:
+        """The runtime says the container exited without ever running (its start failed)."""
+        try:
+            status = self.deps.cri.container_status(cid)
+        except CriError:
+            return False
+        return status.state == pb.CONTAINER_EXITED and status.started_at <= 0
 
     def start_container(self, action: StartAction, spec: Container, cid: str) -> bool:
-        deps = self.deps
         try:
-            deps.cri.start_container(cid)
+            self.deps.cri.start_container(cid)
         except CriError as err:
             self.fail_call(spec.name, RUN_CONTAINER_ERROR, err)
             return False
+        return self.started(action, spec, cid)
+
+    def started(self, action: StartAction, spec: Container, cid: str) -> bool:
+        deps = self.deps
         self.waiting.pop(spec.name, None)
         deps.started()
         deps.log.info("syncloop.container.started", pod=self.pod.full_name, pod_uid=self.pod.uid,

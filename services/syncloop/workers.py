@@ -17,7 +17,12 @@ sandbox, for the sync to check before using it.
 Requeue: after a successful sync at ``resync * (1 + jitter * rand)`` rounded up to a whole
 second (pods due in the same second share one wake-up of the loop), or earlier when a
 back-off ends; after an error at ``error_delay * (1 + jitter * rand)``, or at the runtime
-back-off (100 ms doubling to 5 s) when the runtime itself was unreachable.
+back-off (100 ms doubling to 5 s; ended early by ``runtime_answered``, the sync loop's probe)
+when the runtime itself was unreachable, or at
+``recovery_retry`` (0.5 s) within ``recovery_window`` (10 s) of the runtime answering again
+after such an outage: a runtime restarted after a crash fails a call or two on the debris of
+the calls it lost (containerd 1.6: a snapshot directory its rolled-back metadata reuses, "failed
+to rename ... file exists"), which is no fault of the pod.
 
 Not thread-safe: the loop thread only.
 """
@@ -107,6 +112,8 @@ class Timing:
     jitter: float = 0.5
     runtime_backoff_initial: float = 0.1
     runtime_backoff_cap: float = 5.0
+    recovery_window: float = 10.0
+    recovery_retry: float = 0.5
 
 
 class WorkerTable:
@@ -116,6 +123,7 @@ class WorkerTable:
         self.workers: dict[str, Worker] = {}
         self.runtime_delay = 0.0
         self.runtime_down_until = 0.0
+        self.runtime_back_at = -math.inf  # when the runtime answered again after an outage
 
     def _jitter(self, delay: float) -> float:
         return delay * (1 + self.timing.jitter * self._rand())
@@ -236,8 +244,12 @@ class WorkerTable:
         w.event, w.not_event, w.effects = None, True, None
         if work.kind is WorkKind.SYNC:
             w.waiting = outcome.waiting or w.waiting
-        delay = self.runtime_delay if outcome.runtime_down else self._jitter(
-            self.timing.error_delay)
+        if outcome.runtime_down:
+            delay = self.runtime_delay
+        elif now - self.runtime_back_at < self.timing.recovery_window:
+            delay = self.timing.recovery_retry
+        else:
+            delay = self._jitter(self.timing.error_delay)
         if outcome.retry_after is not None:
             delay = min(delay, outcome.retry_after)
         w.next_at = now + delay
@@ -245,6 +257,8 @@ class WorkerTable:
 
     def _runtime_health(self, outcome: Outcome, now: float) -> None:
         if not outcome.runtime_down:
+            if self.runtime_delay > 0:  # the first answer after an outage
+                self.runtime_back_at = now
             self.runtime_delay = 0.0
             self.runtime_down_until = 0.0
             return
@@ -254,6 +268,11 @@ class WorkerTable:
         self.runtime_delay = min(t.runtime_backoff_cap,
                                  max(t.runtime_backoff_initial, self.runtime_delay * 2))
         self.runtime_down_until = now + self.runtime_delay
+
+    def runtime_answered(self, now: float) -> None:
+        """The runtime answers again (the sync loop's probe): its back-off ends now. The delay
+        is kept, so that a failure right after doubles it as before."""
+        self.runtime_down_until = min(self.runtime_down_until, now)
 
     def _terminated(self, w: Worker, now: float) -> Worker | None:
         w.set_state(WorkerState.TERMINATED)

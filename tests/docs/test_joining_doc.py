@@ -115,7 +115,9 @@ def test_the_joining_page_from_a_fresh_machine_to_a_ready_node(
     wait_for(lambda: csr_names(api, "kubernetes.io/kube-apiserver-client-kubelet"),
              timeout=30, message="the client CSR")
     name = csr_names(api, "kubernetes.io/kube-apiserver-client-kubelet")[0]
-    assert logged(handle, "certificates.csr_pending")[0]["csr"] == name
+    pending = wait_for(lambda: logged(handle, "certificates.csr_pending"), timeout=30,
+                       message="the log naming the CSR it waits for")  # written after the POST
+    assert pending[0]["csr"] == name
     shown = shell.run(doc["approve"].splitlines()[0]).stdout
     assert name in shown
     shell.run(doc["approve"], **{"node-csr-...": name})

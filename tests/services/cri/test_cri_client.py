@@ -4,6 +4,7 @@ client nobody here wrote (the ``cri_api`` package's own helpers) against the emb
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -20,6 +21,7 @@ from podvisor.services.cri import (
     new_instrumented_client,
     new_runtime_client,
 )
+from podvisor.services.cri.containerd import kill_request
 from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.cri.grpc_client import normalize_endpoint
 
@@ -177,3 +179,72 @@ def test_on_demand_client_connects_at_first_call_and_lets_go_on_release() -> Non
     with pytest.raises(AttributeError):
         client._private  # noqa: B018 (not a client method: never connects)
     assert len(made) == 2
+
+
+class _StuckTaskContainerd:
+    """A runtime on a real socket that answers as containerd 1.6 does for a container whose
+    task outlived its cancelled StartContainer (services/cri/containerd.py): RemoveContainer
+    fails with FAILED_PRECONDITION while the task is there; its task API kills, reaps and
+    deletes it."""
+
+    def __init__(self) -> None:
+        self.task = "created"  # -> "stopped" (Kill) -> "" (Delete)
+        self.calls: list[tuple[str, bytes, str]] = []  # (method, request, namespace)
+
+    def handler(self, name: str) -> Any:
+        def answer(request: bytes, context: Any) -> bytes:
+            namespace = dict(context.invocation_metadata()).get("containerd-namespace", "")
+            self.calls.append((name, request, namespace))
+            if name == "RemoveContainer":
+                if self.task:
+                    context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                  'failed to delete containerd container "c1": cannot delete '
+                                  "running task c1: failed precondition")
+                return b""
+            if name == "Kill":
+                if self.task != "created":
+                    context.abort(grpc.StatusCode.NOT_FOUND, "process already finished")
+                self.task = "stopped"
+            if name == "Delete":
+                if self.task != "stopped":
+                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "task must be stopped")
+                self.task = ""
+            return b""
+        return grpc.unary_unary_rpc_method_handler(answer)
+
+    def serve(self, socket: str) -> Any:
+        server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        server.add_generic_rpc_handlers([
+            grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", {
+                "RemoveContainer": self.handler("RemoveContainer")}),
+            grpc.method_handlers_generic_handler("containerd.services.tasks.v1.Tasks", {
+                name: self.handler(name) for name in ("Kill", "Wait", "Delete")}),
+        ])
+        server.add_insecure_port(f"unix://{socket}")
+        server.start()
+        return server
+
+
+def test_remove_clears_a_task_containerds_cri_cannot_remove(tmp_path: Any) -> None:
+    """containerd/containerd#11037: after a StartContainer cancelled by its caller's death the
+    container is exited for CRI but its task lives on (a `runc init` in the pod's cgroup), and
+    every RemoveContainer fails: the pod could never be removed. The client kills, reaps and
+    deletes the task through containerd's task API (namespace k8s.io), then removes the
+    container."""
+    runtime = _StuckTaskContainerd()
+    server = runtime.serve(str(tmp_path / "c.sock"))
+    client = new_runtime_client(f"unix://{tmp_path}/c.sock", timeout=10.0)
+    try:
+        client.remove_container("c1")
+        assert runtime.task == ""
+        assert [(m, ns) for m, _, ns in runtime.calls] == [
+            ("RemoveContainer", ""), ("Kill", "k8s.io"), ("Wait", "k8s.io"),
+            ("Delete", "k8s.io"), ("RemoveContainer", "")]
+        assert runtime.calls[1][1] == kill_request("c1") == b"\x0a\x02c1\x18\x09"
+        assert runtime.calls[2][1] == runtime.calls[3][1] == b"\x0a\x02c1"
+        runtime.calls.clear()
+        client.remove_container("c1")  # an ordinary removal: no task call
+        assert [m for m, _, _ in runtime.calls] == ["RemoveContainer"]
+    finally:
+        client.close()
+        server.stop(None)

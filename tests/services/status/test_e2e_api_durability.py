@@ -84,9 +84,11 @@ def test_kill9_of_status_and_of_the_whole_agent(api: KubeApi, agent: Any,
     cfg = {**config(kubeconfig, root), "stopPodsOnExit": True}
     restarted = time.monotonic()
     second = agent(config=cfg)
-    # the next agent's source-api watches on from the version it saved: no relist
+    # the next agent's source-api watches on from the version it saved: no relist (status-api
+    # lists the node's pods for their statuses: its own watch, its own User-Agent)
     pod_requests = wait_for(lambda: sorted(
-        (r for r in list(api.requests) if r.path == "/api/v1/pods" and r.started > restarted),
+        (r for r in list(api.requests) if r.path == "/api/v1/pods" and r.started > restarted
+         and r.agent == "podvisor/source-api"),
         key=lambda r: r.started), timeout=30, message="the next agent's first pods request")
     assert "watch=1" in pod_requests[0].query.split("&")
     wait_for(lambda: api.store.get("leases", "kube-node-lease", NODE)["spec"]["renewTime"]

@@ -264,7 +264,7 @@ def test_containerd_scheme_and_host_network_ip() -> None:
     p = pod()
     p["spec"]["hostNetwork"] = True
     pl = pleg(ctr("c1"), ip="")
-    s = computed(desired(p), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    s = computed(desired(p), pl, None, T0, runtime="containerd", host_ips=("10.1.1.1",))
     assert s["containerStatuses"][0]["containerID"] == "containerd://c1"
     assert s["podIP"] == "10.1.1.1" and s["hostIP"] == "10.1.1.1"
 
@@ -273,7 +273,7 @@ def test_pod_ips_and_host_ips() -> None:
     """podIP/podIPs from the newest sandbox (PodSandboxStatus ip, then additional_ips); a
     hostNetwork pod has the host's whatever the sandbox says; hostIPs always."""
     pl = pleg(ctr("c1"), additional_ips=("fd00::5", "10.0.0.5"))
-    s = computed(desired(), pl, None, T0, runtime="containerd", host_ip="10.1.1.1")
+    s = computed(desired(), pl, None, T0, runtime="containerd", host_ips=("10.1.1.1",))
     assert s["podIP"] == "10.0.0.5"
     assert s["podIPs"] == [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]
     assert s["hostIP"] == "10.1.1.1" and s["hostIPs"] == [{"ip": "10.1.1.1"}]
@@ -283,7 +283,7 @@ def test_pod_ips_and_host_ips() -> None:
     assert computed(desired(), pl, None, T0)["podIPs"] == s["podIPs"]
     p = pod()
     p["spec"]["hostNetwork"] = True
-    s = computed(desired(p), pl, None, T0, host_ip="10.1.1.1")
+    s = computed(desired(p), pl, None, T0, host_ips=("10.1.1.1",))
     assert s["podIP"] == "10.1.1.1" and s["podIPs"] == [{"ip": "10.1.1.1"}]
     none = computed(desired(), None, None, T0)  # no sandbox (yet): no IP
     assert none["podIP"] == "" and "podIPs" not in none

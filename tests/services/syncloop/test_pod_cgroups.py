@@ -111,6 +111,45 @@ def test_busy_folder_is_kept_logged_once_and_retried() -> None:
     assert log.events[-1]["retries"] == 2
 
 
+def test_processes_left_in_a_pod_this_agent_terminated_are_killed() -> None:
+    """The runtime shows nothing of the pod, yet a process is in its cgroup (containerd 1.6
+    killed mid-burst: the `runc init` of a task its crash cut off, listed nowhere): it is
+    killed, logged, and the folder goes at the next attempt (housekeeping's retry)."""
+    fs = fake_fs("/podvisor/besteffort/podu1/ctr")
+    fs.processes["/sys/fs/cgroup/memory/podvisor/besteffort/podu1/ctr"] = [4173, 4174]
+    log = MemoryLogger()
+    cg = PodCgroups("/podvisor", fs, log)
+    assert not cg.remove("u1", kill_left=True)
+    assert fs.killed == [4173, 4174] and cg.pending() == {"u1"}
+    assert (log.events[0]["event"], log.events[0]["pids"]) == \
+        ("syncloop.pod.cgroup.killed", [4173, 4174])
+    assert cg.remove("u1")  # the retry (the processes are gone)
+    assert not [d for d in fs.dirs if "podu1" in d] and cg.pending() == set()
+
+
+def test_processes_in_a_pod_this_agent_does_not_know_are_left_alone() -> None:
+    """The leftover scan finds ``pod<uid>`` folders of pods nobody here knows: another agent
+    on the same cgroupRoot may run them. Never a kill there, at no retry."""
+    fs = fake_fs("/podvisor/podu2/ctr")
+    fs.processes["/sys/fs/cgroup/memory/podvisor/podu2/ctr"] = [99]
+    cg = PodCgroups("/podvisor", fs, MemoryLogger())
+    assert not cg.remove("u2") and not cg.remove("u2")
+    assert fs.killed == [] and fs.processes["/sys/fs/cgroup/memory/podvisor/podu2/ctr"] == [99]
+
+
+def test_a_terminated_pods_leftover_process_is_killed_by_the_sync_loop(tmp_path: Path) -> None:
+    fs = fake_fs()
+    h = harness(tmp_path, fs)
+    h.set(manifest("p", "u1"))
+    containerd_made(fs, "u1")
+    fs.processes["/sys/fs/cgroup/memory/podvisor/besteffort/podu1"] = [4173]
+    h.set()  # the manifest is gone: the pod is terminated, CRI shows nothing of it
+    assert fs.killed == [4173]
+    h.now += 3  # the next housekeeping
+    h.settle()
+    assert not [d for d in fs.dirs if "podu1" in d]
+
+
 def test_other_errors_and_disabled_root() -> None:
     fs = fake_fs("/podvisor/podu1")
     fs.errors["/sys/fs/cgroup/cpu/podvisor/podu1"] = errno.EACCES

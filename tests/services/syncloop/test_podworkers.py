@@ -17,10 +17,10 @@ from podvisor.services.cri.fake import FakeRuntimeClient
 from podvisor.services.pod import Pod, pod_from_dict
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
-from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
+from podvisor.services.syncloop.loop import RUNTIME_PROBE_INTERVAL, LoopDeps, SyncLoop
 from podvisor.services.syncloop.podconfig import new_pod_config
 from podvisor.services.syncloop.states import WorkerState
-from podvisor.services.syncloop.syncpod import SyncDeps
+from podvisor.services.syncloop.syncpod import IN_FLIGHT_RETRY, SyncDeps
 from podvisor.services.syncloop.workers import Outcome, Timing, WorkerTable, WorkKind
 
 
@@ -115,6 +115,28 @@ def test_failures_of_one_outage_double_the_runtime_back_off_once() -> None:
     for work in retry:  # the retries fail too: now it doubles
         t.finish(work, Outcome(ok=False, runtime_down=True), t.runtime_down_until)
     assert t.runtime_delay == 0.2
+
+
+def test_errors_just_after_the_runtime_came_back_are_retried_soon() -> None:
+    """containerd restarted after a kill -9 fails a create or two on what its crash left
+    (a snapshot directory its rolled-back metadata hands out again): within recovery_window
+    of the runtime answering again such errors retry at recovery_retry, not error_delay (a pod
+    waited 10-15 s after containerd was back); later errors wait error_delay again."""
+    t = table()
+    t.update(pod(uid="a"), "file", 0.0)
+    t.update(pod(uid="b"), "file", 0.0)
+    for work in t.due(0.0):
+        t.finish(work, Outcome(ok=False, runtime_down=True), 0.0)
+    [wa, wb] = t.due(t.runtime_down_until)
+    back = t.runtime_down_until
+    t.finish(wa, Outcome(ok=True), back)  # the runtime answers again
+    t.finish(wb, Outcome(ok=False, error="failed to rename: file exists"), back + 0.01)
+    b = t.get("b")
+    assert b is not None and b.next_at == back + 0.01 + t.timing.recovery_retry
+    [wb] = t.due(b.next_at)
+    late = back + t.timing.recovery_window
+    t.finish(wb, Outcome(ok=False, error="CreateContainerError"), late)
+    assert b.next_at == late + t.timing.error_delay * 1.5  # table(): rand() = 1.0
 
 
 def test_the_loop_deadline_is_one_due_would_act_on() -> None:
@@ -265,6 +287,20 @@ def test_removed_pod_terminates_in_order(tmp_path: Path) -> None:
     assert not h.cri.containers and not h.cri.sandboxes and "u1" not in h.desired.items
 
 
+def test_a_pod_first_seen_being_deleted_never_starts(tmp_path: Path) -> None:
+    """A pod created and deleted while its source could not see it (the API server away) comes
+    in a relist with ``deletionTimestamp``: it is terminated at once, nothing of it is started,
+    and its worker ends (status-api then deletes it from the API). Before, it was started and
+    never killed."""
+    h = Harness(tmp_path)
+    m = manifest()
+    m["metadata"].update(deletionTimestamp="2024-01-01T00:00:05Z",
+                         deletionGracePeriodSeconds=5)
+    h.set(published(m))
+    assert not h.cri.method_calls("RunPodSandbox") and not h.cri.method_calls("CreateContainer")
+    assert "u1" not in h.desired.items and h.loop.deps.table.get("u1") is None
+
+
 def test_crash_loop_backoff_reported_and_restart_after_delay(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.set(manifest(containers=[{"name": "a", "image": "host"}]))
@@ -372,6 +408,139 @@ def test_a_lost_start_is_retried_at_once_on_the_container_created(tmp_path: Path
     assert len(h.cri.method_calls("CreateContainer")) == 1
     assert created.labels[L.CONTAINER_NAME] == "a"
     assert [c.metadata.attempt for c in h.cri.list_containers()] == [0]
+
+
+def test_the_pods_sync_as_soon_as_the_runtime_answers_again(tmp_path: Path) -> None:
+    """containerd is down for seconds (killed, started again): the runtime back-off had grown
+    to 3.2 s when it came back, and every pod waited that out. While the runtime is down the
+    loop asks CRI Version every RUNTIME_PROBE_INTERVAL (one call at a time, no pod work); its
+    first answer ends the back-off and the pods sync at once."""
+    h = Harness(tmp_path)
+    for method in ("ListPodSandbox", "Version"):
+        h.cri.fail(method, grpc.StatusCode.UNAVAILABLE, "connection refused")
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    table = h.loop.deps.table
+    until = h.now + 3.2
+    table.runtime_delay, table.runtime_down_until = 3.2, until  # a long outage
+
+    def pod_reads() -> int:
+        return sum(1 for (f,) in h.cri.method_calls("ListPodSandbox") if f is not None)
+    h.now += RUNTIME_PROBE_INTERVAL
+    h.settle()
+    assert not h.running() and pod_reads() == 1  # still down: probes, no pod work
+    probes = len(h.cri.method_calls("Version"))
+    assert probes >= 1
+    h.cri.clear_failures()  # containerd is back
+    h.now += RUNTIME_PROBE_INTERVAL
+    h.settle()
+    assert set(h.running()) == {"a"} and h.now < until - 2.0
+    assert len(h.cri.method_calls("Version")) == probes + 1
+
+
+class ContainerdLikeCri(FakeRuntimeClient):
+    """A StartContainer that fails after it began (any failure but UNAVAILABLE, unless the
+    message says the container is being started) leaves the container exited, never started,
+    with a StartError: as containerd 1.6 does."""
+
+    def start_container(self, container_id: str) -> None:
+        try:
+            super().start_container(container_id)
+        except CriError as err:
+            if not err.unavailable and "starting state" not in err.message:
+                status = self.containers[container_id][1]
+                status.state, status.exit_code = pb.CONTAINER_EXITED, 128
+                status.reason, status.message = "StartError", err.message
+                status.finished_at = self._clock()
+            raise
+
+
+def sync_loop_killed_in_start(tmp_path: Path, message: str) -> tuple[Harness, str]:
+    """A sync loop that dies in StartContainer of "a" (containerd went on and failed the
+    start with ``message``), and a new sync loop on the same runtime."""
+    first = Harness(tmp_path, cri=ContainerdLikeCri())
+    first.cri.fail("StartContainer", grpc.StatusCode.UNKNOWN, message, times=1)
+    first.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    [cut] = first.cri.list_containers()
+    assert cut.state == pb.CONTAINER_EXITED
+    again = Harness(tmp_path, cri=first.cri)
+    again.now = first.now + 1
+    return again, cut.id
+
+
+def test_a_start_cut_off_by_the_sync_loops_death_is_made_again(tmp_path: Path) -> None:
+    """containerd marks a start whose caller went away exited (StartError "context
+    canceled"): the next sync loop removes it and creates the same attempt, counting no
+    restart (the kubelet counts one)."""
+    h, cut = sync_loop_killed_in_start(
+        tmp_path, 'failed to start containerd task "x": context canceled: unknown')
+    h.cri.calls.clear()
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    [running] = h.cri.list_containers()
+    assert running.state == pb.CONTAINER_RUNNING and running.id != cut
+    assert running.annotations[L.RESTART_COUNT] == "0" and running.metadata.attempt == 0
+    assert [args[0] for args in h.cri.method_calls("RemoveContainer")] == [cut]
+    assert len(h.cri.method_calls("CreateContainer")) == 1
+
+
+def test_a_resumed_start_the_runtime_refuses_is_made_again_at_once(tmp_path: Path) -> None:
+    """containerd died during StartContainer: the restarted one lists the container created,
+    and refuses every start of it (here: the task "already exists"). The resumption's failure
+    is not the pod's: the container is replaced by the same attempt in the same sync, no
+    restart counted, no error delay."""
+    h = Harness(tmp_path, cri=ContainerdLikeCri())
+    h.cri.fail("StartContainer", grpc.StatusCode.UNAVAILABLE, "socket closed", times=1)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    [created] = h.cri.list_containers()
+    h.cri.fail("StartContainer", grpc.StatusCode.ALREADY_EXISTS,
+               f"failed to create containerd task: task {created.id}: already exists", times=1)
+    h.now += 0.1  # the runtime back-off
+    h.settle()
+    [running] = h.cri.list_containers()
+    assert running.state == pb.CONTAINER_RUNNING and running.id != created.id
+    assert running.annotations[L.RESTART_COUNT] == "0" and running.metadata.attempt == 0
+    assert [args[0] for args in h.cri.method_calls("RemoveContainer")] == [created.id]
+
+
+def test_a_resumed_start_of_a_container_being_started_is_retried_soon(tmp_path: Path) -> None:
+    """The StartContainer of a killed sync loop still runs in containerd when the new one
+    resumes the container: "already in starting state". Nothing is replaced (the old call
+    may be starting it right now); the pod is synced again in IN_FLIGHT_RETRY, not error_delay.
+    """
+    h = Harness(tmp_path, cri=ContainerdLikeCri())
+    h.cri.fail("StartContainer", grpc.StatusCode.UNAVAILABLE, "socket closed", times=1)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    [created] = h.cri.list_containers()
+    h.cri.fail("StartContainer", grpc.StatusCode.UNKNOWN,
+               f'failed to set starting state for container "{created.id}": container is '
+               "already in starting state", times=1)
+    h.now += 0.1
+    h.settle()
+    assert not h.cri.method_calls("RemoveContainer") and not h.running()
+    w = h.loop.deps.table.get("u1")
+    assert w is not None and w.next_at == h.now + IN_FLIGHT_RETRY
+    h.now += IN_FLIGHT_RETRY
+    h.settle()
+    assert h.running() == {"a": created.id}
+
+
+@pytest.mark.parametrize("method", ["RunPodSandbox", "CreateContainer"])
+def test_a_name_reserved_by_a_call_still_running_is_retried_soon(tmp_path: Path,
+                                                                  method: str) -> None:
+    """containerd answers "name is reserved" while a killed sync loop's RunPodSandbox or
+    CreateContainer of the same attempt still runs (or is being undone): retried in
+    IN_FLIGHT_RETRY, not after error_delay (10 s)."""
+    h = Harness(tmp_path)
+    what = "sandbox" if method == "RunPodSandbox" else "container"
+    h.cri.fail(method, grpc.StatusCode.UNKNOWN,
+               f'failed to reserve {what} name "x_p_default_u1_0": name "x_p_default_u1_0" '
+               'is reserved for "abc"', times=1)
+    h.set(manifest(containers=[{"name": "a", "image": "host"}]))
+    assert not h.running()
+    w = h.loop.deps.table.get("u1")
+    assert w is not None and w.next_at == h.now + IN_FLIGHT_RETRY
+    h.now += IN_FLIGHT_RETRY
+    h.settle()
+    assert set(h.running()) == {"a"}
 
 
 def test_work_that_changed_the_runtime_calls_changed_runtime(tmp_path: Path) -> None:

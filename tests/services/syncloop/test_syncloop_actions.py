@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -162,6 +163,110 @@ def test_created_never_started_container_is_started_as_it_is(policy: str) -> Non
     assert [(s.name, s.restart_count, s.container_id, s.previous_finished_at)
             for s in a.start] == [("a", 2, created.id, 0.0)]
     assert "a" not in a.waiting
+
+
+NOT_THE_CONTAINERS = (
+    'failed to start containerd task "x": context canceled: unknown',
+    "failed to create containerd task: failed to start shim: start failed: : signal: killed: "
+    "unknown",
+    "failed to create containerd task: failed to create shim task: failed to start io pipe "
+    'copy: unable to copy pipes: containerd-shim: opening w/o fifo "/x/io/1/x-stdout" failed: '
+    "context deadline exceeded: unknown")
+REFUSED = ("failed to create containerd task: failed to create shim task: OCI runtime create "
+           "failed: runc create failed: unable to start container process: exec: \"nope\": "
+           "executable file not found in $PATH: unknown")
+
+
+def cut_off(pod: Pod, name: str, message: str = NOT_THE_CONTAINERS[0],
+            **kw: Any) -> ContainerInfo:
+    """An exited container whose StartContainer failed with ``message`` (containerd 1.6's
+    StartError; by default the one for a call its caller, the sync loop, went away from)."""
+    return replace(ctr(pod, name, EXIT, exit_code=128, finished=NOW - 1, **kw),
+                   reason="StartError", message=message, never_started="started" not in kw)
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure", "Never"])
+@pytest.mark.parametrize("message", NOT_THE_CONTAINERS)
+def test_a_start_that_failed_by_no_fault_of_the_container_is_made_again_as_the_same_attempt(
+        policy: str, message: str) -> None:
+    """The sync loop was killed during StartContainer (or containerd failed the start itself)
+    and containerd marked the container exited (StartError): it never ran. It is removed and
+    the same attempt created in its place, under every restart policy, with no back-off and
+    no restart counted."""
+    pod = make_pod(TWO, policy=policy)
+    stale = cut_off(pod, "a", message, restarts=2)
+    backoff = fresh()
+    backoff.record_restart(("u1", "a"), NOW - 1, NOW - 1)  # a back-off running for "a"
+    a = compute_pod_actions(pod, rt(stale, ctr(pod, "b", RUN)), NOW, backoff)
+    assert not a.kill and not a.kill_pod and not a.create_sandbox and "a" not in a.waiting
+    assert [(s.name, s.restart_count, s.replaces, s.container_id, s.previous_finished_at)
+            for s in a.start] == [("a", 2, stale.id, "", 0.0)]
+
+
+def test_a_create_cut_off_by_containerds_crash_is_made_again_as_the_same_attempt() -> None:
+    """containerd died during CreateContainer after recording the container, before its
+    status: the restarted containerd lists it unknown, created at 0, never started. It is
+    killed (stale), removed, and the same attempt created again: no restart counted."""
+    pod = make_pod(TWO)
+    lost = replace(ctr(pod, "a", UNKNOWN, exit_code=255, restarts=1), created_at=0,
+                   reason="Unknown")
+    a = compute_pod_actions(pod, rt(lost, ctr(pod, "b", RUN)), NOW, fresh())
+    assert [k.container_id for k in a.kill] == [lost.id]
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 1, lost.id)]
+
+
+@pytest.mark.parametrize(("reason", "code"), [("Error", 1), ("Unknown", 255)])
+def test_a_container_the_runtime_ended_before_it_ever_started_is_made_again(
+        reason: str, code: int) -> None:
+    """containerd restarted after its crash cut a StartContainer off finds the task's shim
+    gone and exits the container (Error, 1, no message) without it ever having started; the
+    embedded runtime says Unknown, 255 when a created container's monitor is gone. Neither is
+    a failure of the pod: the same attempt is made again."""
+    pod = make_pod(TWO)
+    lost = replace(ctr(pod, "a", EXIT, exit_code=code, finished=NOW - 1), reason=reason,
+                   never_started=True)
+    a = compute_pod_actions(pod, rt(lost, ctr(pod, "b", RUN)), NOW, fresh())
+    assert not a.kill
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 0, lost.id)]
+
+
+def test_a_container_created_in_a_sandbox_that_died_is_made_again_in_the_new_one() -> None:
+    """containerd killed mid-burst: the pod's sandbox comes back NOTREADY with its container
+    created and never started. A new sandbox replaces it; the container cannot start in the
+    dead one, so the same attempt is made in the new one in its place (the dead sandbox, empty
+    then, goes at the next sync): no restart counted, no second container left beside."""
+    pod = make_pod(TWO)
+    dead = (SandboxInfo("s1", False, 0, 1),)
+    a_created = ctr(pod, "a", CREATED)
+    a = compute_pod_actions(pod, rt(a_created, sandboxes=dead), NOW, fresh())
+    assert (a.create_sandbox, a.attempt) == (True, 1)
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == \
+        [("a", 0, a_created.id), ("b", 0, "")]
+
+
+@pytest.mark.parametrize("how", ["refused", "ran before", "unknown, created"])
+def test_a_failed_start_that_is_the_containers_counts(how: str) -> None:
+    """The kubelet's behaviour where the runtime does not say the attempt was lost: a start
+    runc refused (no such executable), a container that ran, an unknown container with a
+    creation time: a new attempt, one restart more."""
+    pod = make_pod(TWO)
+    latest = {"refused": cut_off(pod, "a", REFUSED),
+              "ran before": cut_off(pod, "a", started=NOW - 5),
+              "unknown, created": ctr(pod, "a", UNKNOWN)}[how]
+    a = compute_pod_actions(pod, rt(latest, ctr(pod, "b", RUN)), NOW, fresh())
+    assert [(s.name, s.restart_count, s.replaces) for s in a.start] == [("a", 1, "")]
+
+
+def test_an_init_container_whose_start_was_cut_off_is_no_failed_init() -> None:
+    """Under restartPolicy Never a failed init container fails the pod; one whose start was
+    cut off never ran: it is made again, the pod goes on."""
+    pod = make_pod(init=INITS, policy="Never")
+    i1 = ctr(pod, "i1", EXIT, exit_code=0, finished=NOW - 5)
+    i2 = cut_off(pod, "i2")
+    a = compute_pod_actions(pod, rt(i2, i1), NOW, fresh())
+    assert not a.pod_failed and not a.kill_pod
+    assert [(s.name, s.init, s.restart_count, s.replaces) for s in a.start] == \
+        [("i2", True, 0, i2.id)]
 
 
 def test_created_never_started_init_container_is_started_as_it_is() -> None:

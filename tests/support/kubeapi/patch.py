@@ -14,14 +14,13 @@ import copy
 from typing import Any
 
 # field name -> merge key (patchStrategy "merge" with patchMergeKey) in Pod, Node, Lease, meta.
+# (PodStatus' containerStatuses, initContainerStatuses and ephemeralContainerStatuses have none:
+# atomic lists, replaced whole by a strategic merge patch as by a merge patch.)
 MERGE_KEYS: dict[str, str] = {
     "conditions": "type",
     "containers": "name",
     "initContainers": "name",
     "ephemeralContainers": "name",
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
-    "ephemeralContainerStatuses": "name",
     "volumes": "name",
     "env": "name",
     "ports": "containerPort",

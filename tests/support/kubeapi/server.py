@@ -30,7 +30,12 @@ Not implemented (answered 415/404, never silently wrong): JSON patch, server-sid
 protobuf, pagination with ``continue``, other resources.
 
 ``KubeApi`` runs the server on a thread of the test process; ``stop()``/``start()`` take it off
-the network and back on the same port with the same data (the "API unreachable" tests).
+the network (open watches cut, connections refused) and back on the same port with the same
+data (the "API unreachable" tests), as a restarted kube-apiserver: its watch cache starts again
+at the current resourceVersion, so a watch from an older version gets ``410 Expired`` and its
+client lists again (``Store.compact`` at every start after the first). What other clients
+write meanwhile (through another API server of the cluster: ``store`` writes, ``others.py``)
+is in that list.
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ class Request:
     at: float  # when it was answered (a watch: when it ended)
     started: float = 0.0  # when it came in
     serial: str = ""  # the client certificate's serial (hex), when one authenticated it
+    agent: str = ""  # its User-Agent
 
 
 @dataclass
@@ -201,6 +207,7 @@ class KubeApi:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._closing = threading.Event()
+        self.starts = 0  # a start after the first is a restart
         # pods/exec|attach|portforward: the nodes run on this machine, reached on loopback
         # with the API server's own client certificate (``kubelet_client_ca``: its CA)
         self.kubelet_host = "127.0.0.1"
@@ -271,6 +278,11 @@ class KubeApi:
 
     # -- life cycle -----------------------------------------------------------------------------
     def start(self) -> KubeApi:
+        """Serve; after a ``stop()``, as a restarted kube-apiserver: the watch history starts
+        at the current version (older versions expire)."""
+        if self.starts:
+            self.store.compact()
+        self.starts += 1
         self._closing.clear()
         ready = threading.Event()
         errors: list[BaseException] = []
@@ -374,7 +386,8 @@ class KubeApi:
         serial = str(cert.get("serialNumber", "")).lower() if cert and who and \
             not request.headers.get("Authorization") else ""
         self.requests.append(Request(request.method, request.path, request.query_string,
-                                     user, response.status, time.monotonic(), started, serial))
+                                     user, response.status, time.monotonic(), started, serial,
+                                     request.headers.get("User-Agent", "")))
         return response
 
     async def _dispatch(self, request: web.Request, who: tuple[str, list[str]],

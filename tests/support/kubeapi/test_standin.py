@@ -4,6 +4,7 @@ client certificate), so the semantics the agent relies on are pinned by tests of
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.support.kubeapi import KubeApi
+from tests.support.kubeapi.others import mark_pods_not_ready, set_condition
 
 MERGE = "application/merge-patch+json"
 SMP = "application/strategic-merge-patch+json"
@@ -206,3 +208,68 @@ def test_node_lease_token_request_and_reviews(api: KubeApi, tmp_path: Path) -> N
         "user": "alice", "resourceAttributes": {"verb": "get", "resource": "nodes",
                                                 "subresource": "proxy", "name": "n1"}}})
     assert sar.status.allowed
+
+
+def test_strategic_merge_of_a_pod_status(api: KubeApi, tmp_path: Path) -> None:
+    """As kube-apiserver: container statuses have no merge key (replaced whole, a waiting
+    state never merged into a running one); conditions merge on ``type`` (``$patch: delete``
+    removes one); ``$patch: replace`` replaces a keyed list; ``null`` deletes a field."""
+    v1 = core(api, tmp_path)
+    uid = v1.create_namespaced_pod("default", pod("smp")).metadata.uid
+
+    def cs(name: str, state: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "image": "busybox", "imageID": "", "ready": False,
+                "restartCount": 0, "state": state}
+
+    v1.patch_namespaced_pod_status("smp", "default", {"metadata": {"uid": uid}, "status": {
+        "reason": "Pulling", "podIPs": [{"ip": "10.0.0.1"}], "containerStatuses": [
+            cs("c", {"waiting": {"reason": "ContainerCreating"}}), cs("old", {})],
+        "conditions": [{"type": "Ready", "status": "False"},
+                       {"type": "example.com/gate", "status": "True"}]}}, _content_type=SMP)
+    patched = v1.patch_namespaced_pod_status("smp", "default", {"status": {
+        "reason": None, "podIPs": [{"ip": "10.0.0.2"}, {"$patch": "replace"}],
+        "containerStatuses": [cs("c", {"running": {"startedAt": "2025-05-01T10:00:00Z"}})],
+        "conditions": [{"type": "Ready", "$patch": "delete"},
+                       {"type": "Initialized", "status": "True"}]}}, _content_type=SMP)
+    st = patched.status
+    assert [c.name for c in st.container_statuses] == ["c"]
+    assert st.container_statuses[0].state.waiting is None
+    assert st.container_statuses[0].state.running is not None
+    assert [p.ip for p in st.pod_ips] == ["10.0.0.2"] and st.reason is None
+    assert sorted(c.type for c in st.conditions) == ["Initialized", "example.com/gate"]
+
+
+def test_a_restart_expires_older_versions_and_keeps_the_data(tmp_path: Path) -> None:
+    """``stop()``: connections refused; what other clients write meanwhile is kept; ``start()``
+    on the same port as a restarted kube-apiserver: a watch from a version before the restart
+    gets 410 Expired, a list shows everything, a watch from its version goes on."""
+    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=0.3)
+    server.start()
+    try:
+        v1 = core(server, tmp_path)
+        v1.create_namespaced_pod("default", pod("r1"))
+        v1.patch_namespaced_pod_status("r1", "default", {"status": {"conditions": [
+            {"type": "Ready", "status": "True"}]}}, _content_type=SMP)
+        rv = v1.list_namespaced_pod("default").metadata.resource_version
+        port = server.port
+        server.stop()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        assert mark_pods_not_ready(server.store, "n1", server.wall) == ["r1"]
+        set_condition(server.store, "default", "r1", {"type": "example.com/gate",
+                                                      "status": "False"}, server.wall)
+        server.start()
+        assert server.port == port
+        expired = watch_lines(v1, resource_version=rv, timeout_seconds=1)
+        assert expired[0]["type"] == "ERROR" and expired[0]["object"]["code"] == 410
+        listed = v1.list_namespaced_pod("default")
+        conds = {c.type: c.status for c in listed.items[0].status.conditions}
+        assert conds == {"Ready": "False", "example.com/gate": "False"}
+        assert int(listed.metadata.resource_version) > int(rv)
+        events = watch_lines(v1, resource_version=listed.metadata.resource_version,
+                             allow_watch_bookmarks=True, timeout_seconds=1)
+        assert "ERROR" not in [e["type"] for e in events]
+        # pods of other nodes and pods without a Ready condition are left alone
+        assert mark_pods_not_ready(server.store, "n1", server.wall) == []
+    finally:
+        server.stop()
