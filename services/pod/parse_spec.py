@@ -49,6 +49,19 @@ from podvisor.services.pod.parse_security import parse_pod_security
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
 
 
+def _check_os(f: Findings, m: Mapping[str, Any], path: str) -> None:
+    """``spec.os`` (warned: the pod runs on this node's OS) names this node's OS, or the pod is
+    refused as the kubelet's admission refuses it (PodOSNotSupported)."""
+    raw = m.get("os")
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    where = join(join(path, "os"), "name")
+    if name not in (None, "linux", "windows"):
+        f.error(where, f"Unsupported value: {name!r}: supported values: \"linux\", \"windows\"")
+    elif name == "windows":
+        f.error(where, "the pod's OS (windows) is not this node's (linux): the kubelet refuses "
+                       "it at admission (PodOSNotSupported)")
+
+
 def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     if raw is None:
         f.error(path, "required")
@@ -90,6 +103,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
                                          "pod would run in the node's user namespace)")
     elif m.get("hostUsers") is not None and not isinstance(m["hostUsers"], bool):
         f.error(join(path, "hostUsers"), "must be true or false")
+    _check_os(f, m, path)
     return PodSpec(
         containers=containers,
         init_containers=init,

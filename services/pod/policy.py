@@ -68,7 +68,8 @@ SPEC_UNSUPPORTED = {
     "activeDeadlineSeconds": _NOT_ENFORCED,
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
     "readinessGates": _warn("readiness gates are not supported; ignored"),
-    "os": _warn("the pod runs on this node's OS; ignored"),
+    "os": _warn("the pod runs on this node's OS; ignored (os.name other than linux: refused, "
+                "as the kubelet's admission does)"),
 }
 
 CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",

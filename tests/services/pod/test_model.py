@@ -450,6 +450,17 @@ def test_pre_stop_tcp_socket_is_warned_not_refused() -> None:
     assert any("must specify only one handler" in e for e in errors_of(both))
 
 
+def test_a_pod_for_another_os_is_refused() -> None:
+    """``spec.os.name``: linux runs (the field warned, as before); windows is refused as the
+    kubelet's admission refuses it (PodOSNotSupported); another name fails the API server's
+    validation."""
+    assert any(w.field == "spec.os"
+               for w in pod_from_dict(manifest(os={"name": "linux"})).warnings)
+    for name, expect in (("windows", "PodOSNotSupported"), ("plan9", "Unsupported value")):
+        found = errors_of(manifest(os={"name": name}))
+        assert any(expect in e for e in found), found
+
+
 def test_pod_dns_fields() -> None:
     """hostname, subdomain, setHostnameAsFQDN, hostAliases and dnsConfig: validated as the API
     server, kept in the wire form (the sync loop applies them: syncloop/dns.py)."""
