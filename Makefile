@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONFIG ?= deploy/podvisor.yaml
 
-.PHONY: venv run test test-deps lint typecheck soak bench clean
+.PHONY: venv run test test-deps lint typecheck soak bench clean example
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,10 +20,10 @@ run: venv
 	$(VENV)/bin/podvisor run --config $(CONFIG)
 
 # mypy cannot follow setuptools' editable import hook, so check the package through a tree of
-# symlinks that spells the installed layout (podvisor/{cli,supervisor,ipc,common,services}).
+# symlinks that spells the installed layout (podvisor/{cli,supervisor,ipc,common,services,testing}).
 typecheck: venv
 	rm -rf .typecheck && mkdir -p .typecheck/podvisor
-	for d in cli supervisor ipc common services; do ln -s ../../$$d .typecheck/podvisor/$$d; done
+	for d in cli supervisor ipc common services testing; do ln -s ../../$$d .typecheck/podvisor/$$d; done
 	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p podvisor
 
 # lint-imports: the layering contracts in pyproject.toml ([tool.importlinter]).
@@ -37,6 +37,10 @@ test-deps:
 
 test: test-deps lint
 	$(VENV)/bin/pytest -q
+
+# issue 28: docs/examples/test_workload.py with podvisor installed in a fresh venv (.ci/run too)
+example:
+	bash .ci/example.sh
 
 soak: venv
 	$(VENV)/bin/pytest -q -m slow

@@ -53,7 +53,10 @@ def _parser() -> argparse.ArgumentParser:
                             "removed after; the agent is neither killed nor stopped)")
     chaos.add_argument("--faults", default="", metavar="KIND,...",
                        help="draw only from these kinds (kill, stop, container, supervisor, "
-                            "burst-kill; default all)")
+                            "burst-kill, bus, cri, resource, api, disk; default all)")
+    chaos.add_argument("--kubeconfig", default=None, metavar="FILE",
+                       help="the private agent joins this API server (its user "
+                            "system:node:chaos): the api faults need one")
     chaos.add_argument("--rounds", type=int, default=0,
                        help="stop after this many faults (default: when --duration is over)")
     chaos.add_argument("--burst", type=int, default=10,

@@ -1,6 +1,7 @@
 """`podvisor chaos`: fault injection against a private agent, with invariants (issue 16).
 
     podvisor chaos --pods P --duration S [--seed N] [--json] [--keep] [--root-dir DIR]
+                   [--kubeconfig FILE]
 
 Starts a private agent (`podvisor run`, temp rootDir, static pods from a temp staticPodPath,
 embedded runtime, readOnlyPort on 127.0.0.1), writes P pods (`sleep`; every second one with an
@@ -17,7 +18,15 @@ seconds, one fault at a time at random (seeded) moments, each followed by waitin
 - ``burst-kill``: ``--burst`` new pods written at once, and kill -9 of the runtime or the sync
   loop (``--burst-target``, else either, seeded) once the first of them run (``--burst-after``,
   else 1 to half the burst); then every burst pod must run exactly once with no restart
-  counted, and once its manifests are removed no process of theirs may be left (issue 22).
+  counted, and once its manifests are removed no process of theirs may be left (issue 22);
+- ``bus`` and ``cri`` (issue 28, ``chaos_faults.py``): injected through the agent's control
+  endpoint as ``podvisorctl fault inject`` does, each ending by itself: a subsystem's bus
+  traffic dropped (a partition), delayed or duplicated, with a container killed behind a
+  partition of PLEG; the embedded runtime slowed, failing chosen methods, or hung (then it must
+  be found hung and replaced); CPU pressure in a subsystem's cgroup (``resource``); with an API
+  server (``--kubeconfig``: the private agent joins it as ``system:node:chaos``) an API outage,
+  429/5xx answers, latency, cut watches or 410 Gone (``api``); a pod's emptyDir full or
+  read-only inside its container (``disk``; the unprobed pods have one).
 
 ``--faults KIND,...`` draws only from those kinds; ``--rounds N`` stops after N faults (before
 ``--duration`` is over): ``--faults burst-kill --rounds 20 --burst 40 --burst-after 5
@@ -51,7 +60,14 @@ must be 0 (exit status 1 otherwise):
   `podvisorctl shutdown --pods` returned and the agent exited (they are then killed by PID);
 - ``orphans_after_removal``: processes of burst pods still alive once their manifests were
   removed and the pods left /pods (then killed by PID). A burst pod's extra processes count in
-  ``duplicate_containers``, its restarts in ``restarts_without_cause``.
+  ``duplicate_containers``, its restarts in ``restarts_without_cause``;
+- ``partition_death_missed``: a container killed while PLEG was partitioned and not started
+  again within ``syncFrequency`` + 30 s (the sync loop must notice it without PLEG);
+- ``cri_hang_not_replaced``: a hung runtime the supervisor did not replace;
+- ``api_fault_restarts``: containers replaced during an api fault (an API outage must never
+  restart a pod);
+- ``disk_fault_damage``: a disk fault after which a file written into the emptyDir before it is
+  gone, or the container was replaced.
 
 Figures: recovery seconds per fault kind and subsystem (p50/max; ``kill``: from the kill to the
 subsystem RUNNING again under a new PID; ``stop``: from SIGSTOP to RUNNING and not stopped;
@@ -84,9 +100,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 import zmq
 
+from podvisor.cli.chaos_faults import fault_api, fault_bus, fault_cri, fault_disk, fault_resource
 from podvisor.cli.ctl_pods import get_podlist
 from podvisor.common.config import ConfigError, read_config_json
 from podvisor.ipc.bus import Subscriber
@@ -95,6 +111,7 @@ from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.maps import MapValueError, PodStatus
 from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.registry import resolve_specs
+from podvisor.testing.agent import AgentProcess, processes_of_root
 
 __all__ = ["ChaosOptions", "main_chaos", "run_chaos"]
 
@@ -102,11 +119,15 @@ NODE = "chaos"
 MARKER = "PODVISOR_CHAOS"
 CAUSE_WINDOW = 20.0  # seconds after a container kill in which its pod may go NotReady
 HEARTBEAT_TIMEOUT = 3.0  # the private agent's supervision.defaults.heartbeatTimeout
+SYNC_FREQUENCY = 10.0  # the private agent's syncFrequency: a partitioned PLEG's death is found
 RECOVERY_TIMEOUT = 60.0
 CONVERGE_TIMEOUT = 90.0
 INVARIANTS = ("pods_lost", "restarts_without_cause", "restarts_missed", "duplicate_containers",
-              "ready_lost_without_cause", "processes_left", "orphans_after_removal")
-FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2))
+              "ready_lost_without_cause", "processes_left", "orphans_after_removal",
+              "partition_death_missed", "cri_hang_not_replaced", "api_fault_restarts",
+              "disk_fault_damage")
+FAULTS = (("kill", 4), ("stop", 2), ("container", 3), ("supervisor", 1), ("burst-kill", 2),
+          ("bus", 2), ("cri", 2), ("resource", 1), ("api", 2), ("disk", 1))
 BURST_TARGETS = ("runtime", "syncloop")
 MANIFEST = """apiVersion: v1
 kind: Pod
@@ -123,11 +144,16 @@ spec:
     env:
     - name: {marker}
       value: "{token}/{name}/app"
-{probe}"""
+{probe}{volume}"""
 PROBE = """    readinessProbe:
       exec:
         command: ["true"]
       periodSeconds: 1
+"""
+SCRATCH = """    volumeMounts:
+    - {name: scratch, mountPath: /pvchaos-scratch}
+  volumes:
+  - {name: scratch, emptyDir: {}}
 """
 
 _monotonic = SYSTEM_CLOCK.monotonic  # the one clock (the tool's own timing: an edge)
@@ -145,6 +171,7 @@ class ChaosOptions:
     burst: int = 10  # burst-kill: pods written at once
     burst_after: int = 0  # burst-kill: kill once this many run (0: 1 to burst / 2, seeded)
     burst_target: str = ""  # burst-kill: "runtime" or "syncloop" ("": either, seeded)
+    kubeconfig: str = ""  # the private agent joins this API server (the api faults need one)
 
 
 @dataclass
@@ -200,11 +227,6 @@ def _free_port() -> int:
         return port
 
 
-def _agent_argv(config: Path) -> list[str]:
-    return [sys.executable, "-c", "import sys; from podvisor.cli.agent import main; "
-            "sys.exit(main())", "run", "--config", str(config)]
-
-
 class BusCounter:
     """Counts the messages a subscriber receives and the sequence numbers it never saw.
 
@@ -256,6 +278,24 @@ class BusCounter:
         self.zctx.destroy(linger=0)
 
 
+class Deck:
+    """Draws ``cards`` in a seeded shuffled order, reshuffling when it runs out; ``first``, if
+    given, is the first deck instead (chaos's: each kind once, so a short run sees them all)."""
+
+    def __init__(self, rng: random.Random, cards: list[str],
+                 first: list[str] | None = None) -> None:
+        self._rng = rng
+        self._cards = list(cards)
+        self._left: list[str] = list(first or [])
+        rng.shuffle(self._left)
+
+    def draw(self) -> str:
+        if not self._left:
+            self._left = list(self._cards)
+            self._rng.shuffle(self._left)
+        return self._left.pop()
+
+
 @dataclass(frozen=True)
 class Limits:
     """A subsystem's supervision limits that bound the faults chaos may inject into it."""
@@ -278,6 +318,8 @@ class Chaos:
         self.limits: dict[str, Limits] = {}  # by subsystem; default Limits() when absent
         self.faulted: dict[str, list[float]] = defaultdict(list)  # subsystem -> fault times
         self.written: list[Path] = []  # manifests chaos wrote (removed at the end)
+        self.attached_sync_frequency = SYNC_FREQUENCY
+        self.api = bool(opts.kubeconfig)  # the agent talks to an API server: api faults
         if opts.root_dir is not None:
             try:
                 self._attach(opts.root_dir)
@@ -291,19 +333,24 @@ class Chaos:
             self.port = _free_port()
             self.address = "127.0.0.1"
             self.node = NODE
-            self.config.write_text(yaml.safe_dump({
+        # the agent: the plugin's core (podvisor.testing), started by run(); None attached
+        self.agent: AgentProcess | None = None if self.attached else AgentProcess(
+            self.tmp, {
                 "rootDir": str(self.paths.root), "nodeName": NODE,
                 "staticPodPath": str(self.manifests), "readOnlyPort": self.port,
-                "stopPodsOnExit": False,
+                "stopPodsOnExit": False, "syncFrequency": f"{SYNC_FREQUENCY:g}s",
+                # the ops port on a free port: the default (9001) may be another agent's, and
+                # ops would crash-loop on it (then every fault's wait for the agent whole fails)
+                "opsAddress": "127.0.0.1", "opsPort": _free_port(),
                 "supervision": {"defaults": {"heartbeatTimeout": f"{HEARTBEAT_TIMEOUT:g}s",
                                              "intensity": 10000, "intensityPeriod": "60s"}},
-            }), encoding="utf-8")
-        self.log = (self.tmp / "agent.log").open("ab")
-        self.proc: subprocess.Popen[bytes] | None = None
+                **({"kubeconfig": opts.kubeconfig} if opts.kubeconfig else {}),
+            }, env=dict(os.environ), start=False, new_session=False)
         self.control = ControlClient(self.paths.control, timeout=5.0)
         prefix = f"chaos-{os.getpid()}-" if self.attached else "chaos"
         self.names = [f"{prefix}{i}" for i in range(opts.pods)]
         self.probed = {n for i, n in enumerate(self.names) if i % 2 == 0}
+        self.scratch = set(self.names) - self.probed  # pods with an emptyDir (disk faults)
         self.prefix = prefix
         self.bursts = 0  # burst-kill rounds so far (their pods' names)
         self.kills: Counter[str] = Counter()  # pod name -> container kills
@@ -314,6 +361,10 @@ class Chaos:
         self.stop_sampling = threading.Event()
         self.sampler: threading.Thread | None = None
         self.bus: BusCounter | None = None
+        self.bus_deck = Deck(self.rng, ["partition-pleg", "drop", "delay", "duplicate"])
+        self.cri_deck = Deck(self.rng, ["hang", "latency", "error"])
+        self.api_deck = Deck(self.rng, ["outage", "error", "latency", "disconnect", "gone"])
+        self.disk_deck = Deck(self.rng, ["full", "readonly", "rootDir full", "rootDir readonly"])
 
     # --- the agent -------------------------------------------------------------------------
 
@@ -333,6 +384,8 @@ class Chaos:
         self.port = config.read_only_port
         self.address = "127.0.0.1" if config.address in ("", "0.0.0.0", "::") else config.address
         self.node = config.node_name
+        self.attached_sync_frequency = config.sync_frequency
+        self.api = bool(config.kubeconfig)
         self.limits = {spec.name: Limits(spec.heartbeat_timeout, spec.intensity,
                                          spec.intensity_period, spec.backoff_reset_after)
                        for spec in resolve_specs(config)}
@@ -343,8 +396,8 @@ class Chaos:
             "pods were removed)")
 
     def start_agent(self) -> None:
-        self.proc = subprocess.Popen(_agent_argv(self.config), stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=self.log, cwd=str(self.tmp))
+        assert self.agent is not None
+        self.agent.start()
 
     def rows(self) -> dict[str, dict[str, Any]]:
         try:
@@ -389,9 +442,10 @@ class Chaos:
     def wait(self, what: str, predicate: Any, timeout: float, interval: float = 0.05) -> bool:
         deadline = _monotonic() + timeout
         while _monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"the agent exited {self.proc.returncode} while waiting for "
-                                   f"{what} (see {self.tmp / 'agent.log'})")
+            proc = None if self.agent is None else self.agent.proc
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"the agent exited {proc.returncode} while waiting for "
+                                   f"{what} (see {self.tmp / 'agent.stderr'})")
             if predicate():
                 return True
             time.sleep(interval)
@@ -420,22 +474,15 @@ class Chaos:
         """Every live process of this run: containers (marker) and, of a private agent, the
         agent's own processes (supervisor, subsystems, zygote, monitors: PODVISOR_ROOT_DIR or
         the config path). Attached to a user's agent: chaos's containers only."""
-        out = []
-        root = str(self.paths.root)
-        for proc in psutil.process_iter(["name", "cmdline"]):
-            if proc.pid == os.getpid():
-                continue
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                env = proc.environ()
-                cmd = " ".join(proc.info["cmdline"] or [])
-            except psutil.Error:
-                continue
-            if env.get(MARKER, "").startswith(f"{self.token}/") or (not self.attached and (
-                    env.get("PODVISOR_ROOT_DIR") == root or str(self.config) in cmd)):
-                out.append(proc)
-        return out
+        config = str(self.config)
+
+        def launched_here(proc: psutil.Process) -> bool:
+            with contextlib.suppress(psutil.Error):
+                return config in " ".join(proc.cmdline())
+            return False
+        return processes_of_root(None if self.attached else self.paths.root,
+                                 (MARKER, f"{self.token}/"),
+                                 None if self.attached else launched_here)
 
     def _sample(self) -> None:
         tick = 0
@@ -547,10 +594,9 @@ class Chaos:
             self.report.recovery["container"].append(_monotonic() - t0)
 
     def fault_supervisor(self) -> None:
-        assert self.proc is not None
+        assert self.agent is not None
         t0 = _monotonic()
-        self.proc.kill()
-        self.proc.wait()
+        self.agent.kill()
         if self.bus is not None:
             self.bus.forget()
         self.report.faults["supervisor"] += 1
@@ -617,6 +663,37 @@ class Chaos:
                                            f"{RECOVERY_TIMEOUT:g} s after kill -9 {name}")
         self._check_burst(burst)
         self._remove_burst(burst, paths)
+
+    # --- what the control-endpoint faults (chaos_faults.py) use ---------------------------
+
+    def fault_bus(self) -> None:
+        fault_bus(self)
+
+    def fault_cri(self) -> None:
+        fault_cri(self)
+
+    def fault_resource(self) -> None:
+        fault_resource(self)
+
+    def fault_api(self) -> None:
+        fault_api(self)
+
+    def fault_disk(self) -> None:
+        fault_disk(self)
+
+    @staticmethod
+    def now() -> float:
+        return _monotonic()
+
+    @property
+    def sync_frequency(self) -> float:
+        return SYNC_FREQUENCY if self.agent is not None else self.attached_sync_frequency
+
+    def limits_of(self, name: str) -> Limits:
+        return self.limits.get(name, Limits())
+
+    def may_fault(self, name: str) -> bool:
+        return self._may_fault(name)
 
     def _may_fault(self, name: str) -> bool:
         """Fewer than ``intensity - 1`` faults of ``name`` within its ``intensityPeriod``."""
@@ -689,7 +766,8 @@ class Chaos:
             tmp = self.manifests / f".{name}.yaml.tmp"
             tmp.write_text(MANIFEST.format(
                 name=name, marker=MARKER, token=self.token,
-                probe=PROBE if name in probed else ""), encoding="utf-8")
+                probe=PROBE if name in probed else "",
+            volume=SCRATCH if name in self.scratch else ""), encoding="utf-8")
             self.written.append(path)
             staged.append((tmp, path))
         for tmp, path in staged:
@@ -715,14 +793,20 @@ class Chaos:
         self.sampler = threading.Thread(target=self._sample, name="chaos-sample", daemon=True)
         self.sampler.start()
         faults = [f for f in FAULTS if not (self.attached and f[0] == "supervisor")
+                  and not (f[0] == "api" and not self.api)
                   and (not self.opts.faults or f[0] in self.opts.faults)]
-        kinds = [k for k, _ in faults]
-        weights = [w for _, w in faults]
+        if not self.api and (not self.opts.faults or "api" in self.opts.faults):
+            self.report.notes.append("no api faults: the agent has no API server (chaos "
+                                     "--kubeconfig FILE, or an attached agent's kubeconfig)")
+        # drawn from a shuffled deck holding each kind as many times as its weight, the first
+        # deck each kind once: seeded random, every kind within the first len(faults) faults
+        # and within each deck after
+        deck = Deck(self.rng, [k for k, w in faults for _ in range(w)], [k for k, _ in faults])
         end = _monotonic() + self.opts.duration
-        while _monotonic() < end and kinds and not (
+        while _monotonic() < end and faults and not (
                 self.opts.rounds and sum(self.report.faults.values()) >= self.opts.rounds):
             time.sleep(self.rng.uniform(0.2, 1.5))
-            kind = self.rng.choices(kinds, weights)[0]
+            kind = deck.draw()
             getattr(self, f"fault_{kind.replace('-', '_')}")()
         self.wait("the pods to converge", self.converged, CONVERGE_TIMEOUT, 0.2)
         self.stop_sampling.set()
@@ -775,14 +859,9 @@ class Chaos:
         if self.attached:
             self.detach()
             return
-        if self.proc is not None and self.proc.poll() is None:
-            ctl = [sys.executable, "-c", "import sys; from podvisor.cli.ctl import main; "
-                   "sys.exit(main())", "--root-dir", str(self.paths.root), "shutdown", "--pods"]
-            subprocess.run(ctl, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-                           timeout=180, check=False)
-            try:
-                self.proc.wait(180)
-            except subprocess.TimeoutExpired:
+        if self.agent is not None and self.agent.running:
+            self.agent.shutdown_pods()
+            if self.agent.running:
                 self.report.details.append("the agent did not exit within 180 s of shutdown")
         left = self.run_processes()
         self.report.invariants["processes_left"] = len(left)
@@ -797,15 +876,14 @@ class Chaos:
         if self.bus is not None:
             self.report.bus_drops, self.report.bus_messages = self.bus.drops, self.bus.messages
             self.bus.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.agent is not None:
+            self.agent.kill()
+            self.agent.stop()
         if self.attached:
             self.remove_manifests()  # the user's agent keeps running, without chaos's pods
         for proc in self.run_processes():  # never leave anything behind, whatever happened
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        self.log.close()
         if not self.opts.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -867,7 +945,7 @@ def main_chaos(args: Any) -> int:
         return 2
     report = run_chaos(ChaosOptions(args.pods, args.duration, args.seed, args.keep, root,
                                     faults, args.rounds, args.burst, args.burst_after,
-                                    args.burst_target or ""))
+                                    args.burst_target or "", args.kubeconfig or ""))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

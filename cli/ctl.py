@@ -14,6 +14,9 @@
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
                                   rootDir/pod-logs; works while the agent is down)
       ops-password                the ops port's HTTP Basic password (user opsUsername)
+      fault inject KIND TARGET [...] [--for DURATION] | fault list | fault clear [ID]
+                                  inject and clear faults: bus, cri, api, kill, stop
+                                  (ctl_fault.py)
       images [--json]             the runtime's images (ctl_images.py); `images pull REF
                                   [--creds USER:PASSWORD]`, `images rm REF...`,
                                   `images load FILE` (OCI archive or docker-archive)
@@ -32,6 +35,7 @@ import os
 import sys
 from typing import Any
 
+from podvisor.cli.ctl_fault import add_fault_parser, fault_args, format_faults
 from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.control import (
     AgentNotRunning,
@@ -101,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("-t", "--tty", action="store_true",
                     help="a TTY (raw mode and window size when stdin is a terminal)")
     sub.add_parser("ops-password", help="print the ops port's password (user opsUsername)")
+    add_fault_parser(sub)
     im = sub.add_parser("images", help="the runtime's images (pull REF, rm REF...)")
     im.add_argument("action", nargs="?", choices=("pull", "rm", "load"))
     im.add_argument("refs", nargs="*")
@@ -164,6 +169,8 @@ def _print(ns: argparse.Namespace, result: Any) -> None:
         print("\n".join(result["changes"]) or "no changes")
     elif ns.cmd == "shutdown":
         print("shutting down")
+    elif ns.cmd == "fault":
+        print(format_faults(ns.fault_cmd, result))
     elif ns.cmd == "events":
         from podvisor.cli.ctl_logs import format_events
 
@@ -229,8 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     timeout = ns.timeout if ns.timeout is not None else (
         120.0 if ns.cmd in WAITING_COMMANDS else 5.0)
     client = ControlClient(endpoint, timeout=timeout)
+    name, call_args = ns.cmd, _args_for(ns)
+    if ns.cmd == "fault":
+        try:
+            name, call_args = fault_args(ns)
+        except ValueError as exc:
+            print(f"podvisorctl: {exc}", file=sys.stderr)
+            return 2
     try:
-        result = client.call(ns.cmd, **_args_for(ns))
+        result = client.call(name, **call_args)
     except AgentNotRunning as exc:
         if ns.cmd == "shutdown" and ns.pods and ns.endpoint is None:
             from podvisor.cli.ctl_stoppods import main_stop_pods

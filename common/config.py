@@ -145,6 +145,9 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("httpCheckFrequency", "http_check_frequency", DURATION, "static pod URL poll period"),
     Key("syncFrequency", "sync_frequency", DURATION, "full pod resync period"),
     Key("runtimeEndpoint", "runtime_endpoint", ENDPOINT, "'embedded' or unix:///path"),
+    Key("criProxy", "cri_proxy", BOOL,
+        "a remote runtimeEndpoint reached through a proxy on rootDir/run/cri.sock (the "
+        "runtime process), where cri faults apply"),
     Key("runtimeRequestTimeout", "runtime_request_timeout", DURATION, "CRI call timeout"),
     Key("address", "address", STR, "HTTP server bind address"),
     Key("port", "port", PORT, "HTTP server port"),
@@ -433,6 +436,7 @@ class Config:
     http_check_frequency: float = 20.0
     sync_frequency: float = 60.0
     runtime_endpoint: str = "embedded"
+    cri_proxy: bool = False
     runtime_request_timeout: float = 120.0
     address: str = "127.0.0.1"
     port: int = 10250

@@ -7,10 +7,11 @@ from pathlib import Path
 EMBEDDED = "embedded"
 
 
-def cri_endpoint(runtime_endpoint: str, cri_socket: Path | str) -> str:
-    """The gRPC target: ``embedded`` is the embedded runtime's ``run/cri.sock``; anything else
-    (``unix:///...``) is used as it is."""
-    if runtime_endpoint == EMBEDDED:
+def cri_endpoint(runtime_endpoint: str, cri_socket: Path | str, proxied: bool = False) -> str:
+    """The gRPC target the node's clients dial: ``embedded`` is the embedded runtime's
+    ``run/cri.sock``; anything else (``unix:///...``) is used as it is, unless ``proxied``
+    (``criProxy``: the runtime process proxies it on ``run/cri.sock``, for cri faults)."""
+    if runtime_endpoint == EMBEDDED or proxied:
         return f"unix://{cri_socket}"
     return runtime_endpoint
 

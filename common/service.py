@@ -35,6 +35,12 @@ here is tallied in ``bus``; each turn ends with ``flush_bus()`` (at most once a 
 more at ``close()``), which adds what they counted to the process's
 ``podvisor_bus_messages_total`` / ``podvisor_bus_dropped_total{reason}``. A publisher or
 subscriber made outside the loop can be added with ``bus.publishing``/``bus.receiving``.
+
+Injected faults (issue 28): the loop reads the faults aimed at its process (``FaultWatch``, an
+inotify fd it polls) and applies the ``bus`` ones itself: every publisher, subscriber and replica
+declared here consults its ``gate`` (``ipc/busgate.py``: drop, delay, duplicate), the loop sends
+held frames when due and hands held messages over. Other seams take theirs with
+``on_faults(callback)`` (the embedded runtime's servicer: ``cri``).
 """
 
 from __future__ import annotations
@@ -52,9 +58,12 @@ import zmq
 
 from podvisor.common.busmetrics import FLUSH_EVERY, BusTally
 from podvisor.common.child import ChildContext
+from podvisor.common.faultwatch import FaultWatch
 from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.busgate import BusGate
 from podvisor.ipc.clock import Clock
 from podvisor.ipc.clone import MapOwner, MapReplica, OnChange
+from podvisor.ipc.faults import ActiveFault
 from podvisor.ipc.maps import MapSpec
 
 __all__ = ["ServiceLoop", "Step", "WakePipe", "Worker", "WorkerStalled"]
@@ -242,18 +251,53 @@ class ServiceLoop:
         self._stop_watched = ctx.stop_fd is not None
         if ctx.stop_fd is not None:
             self.poller.register(ctx.stop_fd, zmq.POLLIN)
+        self._subs: dict[Any, Subscriber] = {}  # socket -> subscriber (held messages)
+        self.gate = BusGate(self.clock)
+        self._fault_listeners: list[Callable[[tuple[ActiveFault, ...]], object]] = []
+        self.fault_watch = FaultWatch(ctx.paths, ctx.name)
+        self._closables.append(self.fault_watch)
+        if self.fault_watch.fd is not None:
+            self.watch(self.fault_watch.fd, self._faults_changed)
+        self._apply_faults()
+
+    # --- injected faults ----------------------------------------------------------------------
+    @property
+    def faults(self) -> tuple[ActiveFault, ...]:
+        """The faults in force aimed at this process."""
+        return self.fault_watch.current
+
+    def on_faults(self, callback: Callable[[tuple[ActiveFault, ...]], object]) -> None:
+        """Call ``callback(faults)`` now and whenever the faults aimed at this process change."""
+        self._fault_listeners.append(callback)
+        callback(self.faults)
+
+    def _faults_changed(self) -> None:
+        if self.fault_watch.changed():
+            self._apply_faults()
+            for callback in self._fault_listeners:
+                callback(self.faults)
+
+    def _apply_faults(self) -> None:
+        faults = self.faults
+        self.gate.set_rules([f.spec for f in faults])
+        if faults or self._fault_listeners:
+            self.ctx.log.info("faults.in_force", faults=[f.id for f in faults],
+                              what=[f.spec.describe() for f in faults])
 
     # --- declarations -------------------------------------------------------------------------
     def publisher(self) -> Publisher:
-        pub = Publisher(self.ctx.zctx, self.ctx.paths, self.ctx.name, clock=self.clock)
+        pub = Publisher(self.ctx.zctx, self.ctx.paths, self.ctx.name, clock=self.clock,
+                        gate=self.gate)
         self._closables.append(pub)
         self.bus.publishing(pub)
         return pub
 
     def subscriber(self, topics: list[str] | tuple[str, ...],
                    handler: Callable[[], object] | None = None) -> Subscriber:
-        sub = Subscriber(self.ctx.zctx, self.ctx.paths, topics, clock=self.clock)
+        sub = Subscriber(self.ctx.zctx, self.ctx.paths, topics, clock=self.clock,
+                         gate=self.gate)
         self.watch(sub.socket, handler)
+        self._subs[sub.socket] = sub
         self._closables.append(sub)
         self.bus.receiving(sub)
         return sub
@@ -287,7 +331,7 @@ class ServiceLoop:
         values are read as the spec's type), pumped by the loop: both its sockets are watched
         (updates, snapshot answers)."""
         replica = MapReplica(self.ctx.zctx, self.ctx.paths, spec, on_change,
-                             snapshot_timeout, clock=self.clock)
+                             snapshot_timeout, clock=self.clock, gate=self.gate)
         for sock in replica.sockets:
             self.poller.register(sock, zmq.POLLIN)
         self._replica_socks.extend(replica.sockets)
@@ -306,6 +350,7 @@ class ServiceLoop:
     def unwatch(self, item: Any) -> None:
         self.poller.unregister(item)
         self._handlers.pop(item, None)
+        self._subs.pop(item, None)
 
     def worker(self, step: Step, *, stall: float | None, name: str,
                deliver: Callable[[T], object] | None = None,
@@ -350,6 +395,9 @@ class ServiceLoop:
         deadlines.extend(owner.next_tick() for owner in self._owners)
         if not self.synced():
             deadlines.append(now + REPLICA_RETRY)
+        held = self.gate.next_due()
+        if held is not None:
+            deadlines.append(held)
         return min(deadlines)
 
     def _set_holding(self, holding: bool) -> None:
@@ -375,14 +423,15 @@ class ServiceLoop:
         finally:
             self.idle = False
         for item, handler in list(self._handlers.items()):
-            if item in self.ready:
+            if item in self.ready or ((sub := self._subs.get(item)) is not None and sub.holding):
                 handler()
         for owner in self._owners:
             if self._serving[owner] and owner.socket in self.ready:
                 owner.serve()
         if not self._holding:
             for replica in self._replicas:
-                if not replica.synced or any(s in self.ready for s in replica.sockets):
+                if not replica.synced or replica.holding or any(
+                        s in self.ready for s in replica.sockets):
                     replica.pump(0)
                     self.last_pump = self.clock.monotonic()
         return self.ready
@@ -405,6 +454,7 @@ class ServiceLoop:
         wanted = step(now)
         self.tick()
         now = self.clock.monotonic()
+        self.gate.release(now)
         self.poll(self.next_deadline(now, wanted) - now)
         self.flush_bus()
 

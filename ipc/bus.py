@@ -12,11 +12,12 @@ travels through ``podvisor.ipc.clone``, whose sequence numbers and snapshots rec
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 
 import zmq
 
+from podvisor.ipc.busgate import BusGate
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.codec import DEFAULT_MAX_BYTES, Codec, DecodeError, Envelope
 from podvisor.ipc.messages import Message
@@ -30,10 +31,12 @@ class Publisher:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, source: str,
-        codec: Codec | None = None, *, clock: Clock = SYSTEM_CLOCK,
+        codec: Codec | None = None, *, clock: Clock = SYSTEM_CLOCK, gate: BusGate | None = None,
     ) -> None:
+        """``gate``: the process's bus faults (``ipc/busgate.py``), consulted per message."""
         self.source = source
         self._clock = clock
+        self._gate = gate
         self.codec = codec or Codec()
         self.seq = 0
         self.dropped = 0
@@ -47,6 +50,17 @@ class Publisher:
         self.seq += 1
         [frame] = self.codec.encode(msg, self.source, self.seq, self._clock.monotonic(),
                                      topic)
+        if self._gate is not None and self._gate.active:
+            verdict = self._gate.verdict("send", topic or msg.TOPIC)
+            for _ in range(verdict.copies):
+                if verdict.delay:
+                    self._gate.hold(verdict.delay, lambda: self._send(frame))
+                elif not self._send(frame):
+                    return False
+            return True
+        return self._send(frame)
+
+    def _send(self, frame: bytes) -> bool:
         try:
             self.socket.send(frame, zmq.NOBLOCK)
         except zmq.Again:
@@ -63,9 +77,12 @@ class Subscriber:
 
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, topics: Sequence[str],
-        codec: Codec | None = None, *, clock: Clock = SYSTEM_CLOCK,
+        codec: Codec | None = None, *, clock: Clock = SYSTEM_CLOCK, gate: BusGate | None = None,
     ) -> None:
+        """``gate``: the process's bus faults (``ipc/busgate.py``), consulted per message."""
         self._clock = clock
+        self._gate = gate
+        self._held: deque[tuple[float, Envelope]] = deque()  # delayed or duplicated by the gate
         self.codec = codec or Codec()
         self.drops: Counter[str] = Counter()
         self.received = 0
@@ -81,13 +98,20 @@ class Subscriber:
         (0 = only what is already queued; None = wait forever)."""
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         while True:
+            if self._held and self._held[0][0] <= self._clock.monotonic():
+                return self._take_held()
             try:
                 frame = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 wait_ms = None
                 if deadline is not None:
                     wait_ms = max(0, int((deadline - self._clock.monotonic()) * 1000))
+                if self._held:
+                    wait = max(0, int((self._held[0][0] - self._clock.monotonic()) * 1000) + 1)
+                    wait_ms = wait if wait_ms is None else min(wait_ms, wait)
                 if not self.socket.poll(wait_ms):
+                    if self._held and self._held[0][0] <= self._clock.monotonic():
+                        continue
                     return None
                 continue
             try:
@@ -95,8 +119,33 @@ class Subscriber:
             except DecodeError as e:
                 self.drops[e.reason] += 1
                 continue
+            if self._gate is not None and self._gate.active:
+                verdict = self._gate.verdict("recv", env.topic)
+                if verdict.copies != 1 or verdict.delay:
+                    due = self._clock.monotonic() + verdict.delay
+                    if self._held:
+                        due = max(due, self._held[-1][0])
+                    self._held.extend((due, env) for _ in range(verdict.copies))
+                    self._gate.recv_due(id(self), self._held[0][0] if self._held else None)
+                    continue
+            if self._held:  # in order: behind what is held
+                self._held.append((self._held[-1][0], env))
+                continue
             self.received += 1
             return env
+
+    def _take_held(self) -> Envelope:
+        _, env = self._held.popleft()
+        if self._gate is not None:
+            self._gate.recv_due(id(self), self._held[0][0] if self._held else None)
+        self.received += 1
+        return env
+
+    @property
+    def holding(self) -> bool:
+        """Messages a bus fault holds back are due now (the loop hands them over even though
+        the socket is not readable)."""
+        return bool(self._held) and self._held[0][0] <= self._clock.monotonic()
 
     def close(self) -> None:
         self.socket.close(linger=0)

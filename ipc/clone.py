@@ -28,6 +28,7 @@ import msgpack
 import zmq
 
 from podvisor.ipc.bus import Publisher, Subscriber
+from podvisor.ipc.busgate import BusGate
 from podvisor.ipc.clock import Clock
 from podvisor.ipc.codec import Envelope
 from podvisor.ipc.maps import MapSpec, MapValueError, UndeclaredMap
@@ -153,7 +154,7 @@ class MapReplica(Generic[T]):
     def __init__(
         self, zctx: zmq.Context[zmq.Socket[bytes]], paths: RunPaths, spec: MapSpec[T],
         on_change: OnChange[T] | None = None, snapshot_timeout: float = 2.0, *,
-        clock: Clock,
+        clock: Clock, gate: BusGate | None = None,
     ) -> None:
         self.spec = _spec(spec)
         self.map_name = map_name = spec.name
@@ -172,7 +173,7 @@ class MapReplica(Generic[T]):
         self._on_change = on_change
         self._timeout = snapshot_timeout
         self._clock = clock
-        self._sub = Subscriber(zctx, paths, [_topic(map_name)], clock=clock)
+        self._sub = Subscriber(zctx, paths, [_topic(map_name)], clock=clock, gate=gate)
         self.socket = self._sub.socket
         self._dealer = self._new_dealer()
 
@@ -183,6 +184,11 @@ class MapReplica(Generic[T]):
     @property
     def drops(self) -> Any:
         return self._sub.drops
+
+    @property
+    def holding(self) -> bool:
+        """Updates a bus fault held back are due (pump even though no socket is readable)."""
+        return self._sub.holding
 
     @property
     def received(self) -> int:

@@ -71,6 +71,16 @@ class RunPaths:
         """RunOnce's results, written by the ``runonce`` process, read by the supervisor."""
         return self.run_dir / "runonce.json"
 
+    @property
+    def faults_dir(self) -> Path:
+        """The injected faults in force (``faults.json``, written by the supervisor): a quiet
+        directory of its own, so each process's inotify watch on it wakes only for them."""
+        return self.run_dir / "faults"
+
+    @property
+    def faults_file(self) -> Path:
+        return self.faults_dir / "faults.json"
+
     def snapshot(self, map_name: str) -> str:
         """The ROUTER endpoint where the owner of ``map_name`` serves snapshots."""
         if not map_name or "/" in map_name:
@@ -82,6 +92,7 @@ class RunPaths:
         self.root.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.run_dir, 0o700)
+        self.faults_dir.mkdir(exist_ok=True)
         for d in (self.logs_dir, self.state_dir, self.runtime_dir, self.pods_dir,
                   self.pod_logs_dir):
             d.mkdir(exist_ok=True)

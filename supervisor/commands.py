@@ -320,6 +320,10 @@ class Unavailable(Command):
 
 
 def default_commands() -> dict[str, Command]:
+    # the fault commands build on this module's base (imported here: no import cycle)
+    from podvisor.supervisor.faultcommands import FaultClear, FaultInject, FaultList
+
     cmds: list[Command] = [Status(), Start(), Stop(), Restart(), Kill(), Tail(), Shutdown(),
-                           Reload(), Unavailable("pods"), Unavailable("logs"), Events()]
+                           Reload(), Unavailable("pods"), Unavailable("logs"), Events(),
+                           FaultInject(), FaultList(), FaultClear()]
     return {c.name: c for c in cmds}

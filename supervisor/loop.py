@@ -22,6 +22,7 @@ from types import FrameType
 import zmq
 
 from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
 from podvisor.ipc.control import ControlFault, Fault, ProcessState
@@ -36,7 +37,9 @@ from podvisor.ipc.paths import RunPaths
 from podvisor.supervisor.advice import start_advice, stop_pods_command
 from podvisor.supervisor.control import ControlServer
 from podvisor.supervisor.core import Supervisor
+from podvisor.supervisor.diskfault import VolumeMount, volume_mounts
 from podvisor.supervisor.eventstore import EventStore
+from podvisor.supervisor.faults import FaultTable
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
 from podvisor.supervisor.process import SupervisedProcess
@@ -50,6 +53,7 @@ from podvisor.supervisor.runonce import (
     results_path,
 )
 from podvisor.supervisor.states import StateChange
+from podvisor.supervisor.stress import pod_cgroups, pod_uid
 
 __all__ = ["Agent", "AgentParts"]
 
@@ -96,6 +100,10 @@ class Agent:
         self.started_at = parts.wall()
         self.control: ControlServer | None = None
         self.events = parts.events
+        paths = RunPaths(Path(parts.config.root_dir))
+        self.faults = FaultTable(parts.sup, paths.faults_file, parts.events, parts.log,
+                                 parts.clock, parts.wall, self._pod_cgroups, self._pod_volume,
+                                 paths.state_dir)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
@@ -119,6 +127,7 @@ class Agent:
             return
         syncloop = self.sup.procs.get("syncloop")
         self.p.log.info("agent.shutdown", stop_pods=pods)
+        self.faults.clear()  # a stopped process resumes (to stop), a cut bus heals
         if pods and syncloop is not None and syncloop.alive:
             self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
             self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
@@ -134,6 +143,26 @@ class Agent:
         count = count_running_pods(self.p.config, paths)
         self._left_pods = left_message(count, paths.root)
         self.p.log.info("agent.pods_left", pods=count)
+
+    def _pod_cgroups(self, name: str) -> list[Path]:
+        """The cgroups of a running pod's container (a resource fault's ``pod/NAME``)."""
+        config = self.p.config
+        paths = RunPaths(Path(config.root_dir))
+        uid = pod_uid(cri_endpoint(config.runtime_endpoint, paths.cri_socket), name,
+                      config.node_name)
+        return pod_cgroups(uid) if uid else []
+
+    def _pod_volume(self, name: str, volume: str) -> tuple[Path, list[VolumeMount]] | None:
+        """A pod's emptyDir (the kubelet's layout under rootDir/pods) and its mounts in the
+        pod's containers (a disk fault's ``pod/NAME/VOLUME``)."""
+        config = self.p.config
+        paths = RunPaths(Path(config.root_dir))
+        uid = pod_uid(cri_endpoint(config.runtime_endpoint, paths.cri_socket), name,
+                      config.node_name)
+        if not uid:
+            return None
+        host = paths.pods_dir / uid / "volumes" / "kubernetes.io~empty-dir" / volume
+        return (host, volume_mounts(uid, volume)) if host.is_dir() else None
 
     def _check_runonce(self) -> None:
         """RunOnce: once the driver returned (or went FATAL), take its report and stop."""
@@ -301,8 +330,10 @@ class Agent:
         self._drain_heartbeats()  # before tick: staleness is judged on every beat received
         persist = self.events.next_deadline() if self.events is not None else None
         quiet = None if self._events_polled() else self._events_quiet_until
+        self.faults.expire()
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
-                                 persist, self._beats_due(), quiet) if d is not None]
+                                 persist, self._beats_due(), quiet, self.faults.next_expiry())
+                     if d is not None]
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - self.p.clock()) * 1000) + 1)
@@ -368,6 +399,7 @@ class Agent:
         return report.exit_code
 
     def close(self) -> None:
+        self.faults.close()
         signal.set_wakeup_fd(-1)
         if self._beat_files is not None:
             self._beat_files.close()

@@ -63,7 +63,8 @@ def _always(config: Config) -> bool:
 
 
 def _embedded_runtime(config: Config) -> bool:
-    return is_embedded(config.runtime_endpoint)
+    """The embedded runtime, or the proxy of a remote one (``criProxy``)."""
+    return is_embedded(config.runtime_endpoint) or config.cri_proxy
 
 
 def _has_static_pod_path(config: Config) -> bool:

@@ -70,15 +70,14 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
-import yaml
 import zmq
 
 from podvisor.ipc.bus import BusProxy, Publisher
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.clone import MapOwner
-from podvisor.ipc.control import AgentNotRunning, ControlClient
 from podvisor.ipc.maps import MapSpec, declared
 from podvisor.ipc.paths import RunPaths
+from podvisor.testing.agent import AgentProcess
 
 PR_SET_CHILD_SUBREAPER = 36
 REPO = Path(__file__).resolve().parent.parent
@@ -261,77 +260,14 @@ def short_tmp_dir(prefix: str = "pv") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
-class AgentHandle:
-    """A `podvisor run` subprocess with its config, rootDir and a control client."""
+class AgentHandle(AgentProcess):
+    """A `podvisor run` subprocess with its config, rootDir and a control client: the core
+    every harness shares (`podvisor.testing.agent.AgentProcess`, also under the
+    `podvisor_node` fixture and `podvisor chaos`), started at once."""
 
     def __init__(self, root: Path, config: dict[str, Any], extra_args: list[str],
                  env: dict[str, str]) -> None:
-        self.root = root
-        # The agent's rootDir: the config's (a test may restart an agent on an existing one).
-        self.paths = RunPaths(Path(config.get("rootDir") or root / "root"))
-        self.config = config
-        self.config_path = root / "config.yaml"
-        self.write_config(config)
-        self.stderr_path = root / "agent.stderr"
-        self._stderr = self.stderr_path.open("wb")
-        self.proc = subprocess.Popen(
-            [str(BIN / "podvisor"), "run", "--config", str(self.config_path), *extra_args],
-            stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr, env=env,
-            cwd=str(root), start_new_session=True)  # its own process group, as in a terminal
-        self.client = ControlClient(self.paths.control, timeout=10.0)
-
-    def write_config(self, config: dict[str, Any]) -> None:
-        self.config = config
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-
-    def call(self, command: str, timeout: float | None = None, **args: Any) -> Any:
-        return self.client.call(command, timeout=timeout, **args)
-
-    def status(self) -> dict[str, dict[str, Any]]:
-        return {p["name"]: p for p in self.call("status")["processes"]}
-
-    def state(self, name: str) -> dict[str, Any]:
-        return self.status()[name]
-
-    def wait_state(self, name: str, state: str, timeout: float = 15.0,
-                   where: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
-            row = self.status().get(name)
-            if row and row["state"] == state and (where is None or where(row)):
-                return row
-            return None
-        return wait_for_impl(check, timeout, 0.02, f"{name} to be {state}")
-
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        def up() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited {self.proc.returncode}:\n{self.stderr()}")
-            try:
-                self.call("status", timeout=1.0)
-            except AgentNotRunning:
-                return False
-            return True
-        wait_for_impl(up, timeout, 0.02, "agent control endpoint")
-
-    def ctl(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "podvisorctl"), "--root-dir", str(self.paths.root),
-                               *args], capture_output=True, text=True, timeout=timeout)
-
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")[-20000:]
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM the agent (by PID) and wait for it; SIGKILL if it does not exit in time."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._stderr.close()
-        return self.proc.returncode
+        super().__init__(root, config, extra_args, env)
 
 
 def base_config(root: Path) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import urllib3
 
+from podvisor.services.apiserver.faults import ApiFaults, GoneResponse
+
 if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
 
@@ -83,13 +85,17 @@ class ApiConnection:
     without one), as the kubelet's say ``kubelet/<version>``: the API server's audit log and
     tests tell the processes apart by it."""
 
-    def __init__(self, kubeconfig: str, component: str = "") -> None:
+    def __init__(self, kubeconfig: str, component: str = "",
+                 faults: ApiFaults | None = None) -> None:
+        """``faults``: the injected ``api`` faults its requests go through (``faults.py``;
+        the process's loop sets them: ``loop.on_faults(conn.faults.set)``)."""
         # imported here, not with the module: the client costs ~0.5 s and ~20 MB, and every
         # process that may talk to an API server (the sync loop, the server) imports this
         # package whether or not ``kubeconfig`` is set
         from kubernetes.client.exceptions import ApiException
 
         self.kubeconfig = kubeconfig
+        self.faults = faults or ApiFaults()
         self.user_agent = f"podvisor/{component}" if component else "podvisor"
         self._api_exception: type[ApiException] = ApiException
         self._lock = threading.Lock()
@@ -176,6 +182,10 @@ class ApiConnection:
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        injected = self.faults.before(method, path)
+        if injected is not None:
+            self.requests += 1
+            raise ApiError(*injected)
         api = self._current()
         method_, url, headers_, body_, post = api.param_serialize(
             method=method, resource_path=path, query_params=params, header_params=headers,
@@ -212,9 +222,16 @@ class ApiConnection:
 
     def watch(self, path: str, query: Mapping[str, Any], read_timeout: float) -> WatchStream:
         """Open a watch (``watch=1`` added); iterate the returned stream for event dicts."""
+        cut = self.faults.watch_cut()
+        if cut is not None:
+            raise ApiUnreachable(cut)
+        if self.faults.gone(path):
+            return WatchStream(GoneResponse())  # type: ignore[arg-type]
         answer = self._send("GET", path, query={**query, "watch": "1"},
                             timeout=(CONNECT_TIMEOUT, read_timeout))
-        return WatchStream(answer.response)
+        stream = WatchStream(answer.response)
+        self.faults.opened(stream)
+        return stream
 
     def close(self) -> None:
         with self._lock:

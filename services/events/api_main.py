@@ -40,6 +40,7 @@ class EventsApiService:
         self.subscriber = self.loop.subscriber([Event.TOPIC], self.receive)
         conn = ApiConnection(ctx.config.kubeconfig)
         self.loop.closing(conn)
+        self.loop.on_faults(conn.faults.set)  # injected api faults (issue 28)
         self.sink = ApiEventSink(conn, ctx.config.node_name)
         self.sender: Worker[None] = self.loop.worker(self.step, stall=None, name="events-api")
 

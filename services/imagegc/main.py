@@ -20,7 +20,7 @@ def run(ctx: ChildContext) -> None:
     import os
 
     cfg, clock = ctx.config, ctx.clock
-    endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket)
+    endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket, cfg.cri_proxy)
     # connected during the passes only: an open channel costs grpcio's threads' wake-ups
     on_demand = OnDemandRuntimeClient(
         lambda: new_runtime_client(endpoint, timeout=min(cfg.runtime_request_timeout, 60.0)))

@@ -28,7 +28,8 @@ RETRY = 1.0  # after a failed request, try again this soon (capped by the period
 
 
 def _endpoint(ctx: ChildContext) -> str:
-    return cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket)
+    return cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket,
+                        ctx.config.cri_proxy)
 
 
 def runtime_probe(endpoint: str) -> RuntimeFacts:
@@ -76,6 +77,7 @@ class NodeService:
             lambda: runtime_probe(endpoint), ctx.log)
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
+        self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         self.loop.worker(self.step, stall=STALL_LIMIT, name="node")
         self.next_lease = self.next_status = self.clock.monotonic()
         self.failing = ""

@@ -42,6 +42,7 @@ from aiohttp import web
 from podvisor.ipc.clock import SYSTEM_CLOCK, Clock
 from podvisor.ipc.maps import DesiredPod, PodStatusValue
 from podvisor.ipc.podstatus import ContainerStatus, PodStatus
+from podvisor.services.ops.faults_api import add_faults_api
 from podvisor.services.ops.feed import (
     FEED_TIMES,
     RETRY_MS,
@@ -367,6 +368,7 @@ def add_dashboard(app: web.Application, rpc: OpsRpc, maps: Callable[[], Any],
     app.router.add_get("/api/events", dash.events)
     app.router.add_post("/api/action", dash.action)
     app.router.add_get("/api/log", dash.log)
+    add_faults_api(app, rpc._control, executor)  # issue 28: the faults panel (faults_api.py)
     # supervisord's /logtail and /mainlogtail streams (supervisorctl tail -f, maintail -f)
     add_logtail(app, rpc.find_proc, rpc.d.logs_dir, executor)
     return dash

@@ -54,7 +54,7 @@ def run(ctx: ChildContext) -> None:
     def cri() -> RuntimeClient:
         with cri_lock:
             if not cri_box:
-                endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket)
+                endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket, cfg.cri_proxy)
                 cri_box.append(new_runtime_client(endpoint, timeout=CRI_CALL_TIMEOUT))
             return cri_box[0]
 

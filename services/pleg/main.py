@@ -11,8 +11,8 @@ from podvisor.services.pleg.service import CALL_TIMEOUT, serve
 
 def run(ctx: ChildContext) -> None:
     cfg = ctx.config
-    client = new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
-                                timeout=min(cfg.runtime_request_timeout, CALL_TIMEOUT))
+    endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket, cfg.cri_proxy)
+    client = new_runtime_client(endpoint, timeout=min(cfg.runtime_request_timeout, CALL_TIMEOUT))
     try:
         serve(ctx, client)
     finally:

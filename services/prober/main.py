@@ -13,7 +13,8 @@ from podvisor.services.prober.service import CALL_TIMEOUT, ProberService
 def run(ctx: ChildContext) -> None:
     timeout = min(ctx.config.runtime_request_timeout, CALL_TIMEOUT)
     cri = LazyClient(lambda: new_runtime_client(
-        cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket), timeout=timeout))
+        cri_endpoint(ctx.config.runtime_endpoint, ctx.paths.cri_socket, ctx.config.cri_proxy),
+        timeout=timeout))
     service = ProberService(ctx, new_probe_runner(cri))
     try:
         service.run()

@@ -1,13 +1,16 @@
 """The supervised ``runtime`` process: serve runtime.v1 on ``paths.cri_socket`` with state under
-``paths.runtime_dir``, heartbeat while the server answers (``liveness.py``: a wedged server gets
-the process restarted as hung), and return when ``ctx.stop`` is set."""
+``paths.runtime_dir`` (or, with ``criProxy`` and a remote ``runtimeEndpoint``, proxy that
+runtime there: ``criproxy.py``), heartbeat while the server answers (``liveness.py``: a wedged
+server gets the process restarted as hung), and return when ``ctx.stop`` is set."""
 
 from __future__ import annotations
 
 from podvisor.common import crashpoints
 from podvisor.common.child import ChildContext
 from podvisor.common.config import cni_conf_dir
+from podvisor.common.endpoint import is_embedded
 from podvisor.common.service import ServiceLoop
+from podvisor.services.runtime.criproxy import CriProxy
 from podvisor.services.runtime.liveness import ServerProbe
 from podvisor.services.runtime.server import NetworkSettings, RuntimeServer
 
@@ -23,7 +26,7 @@ class RuntimeService:
     """The runtime process's loop beside its server: it asks the server (``ServerProbe``) and
     heartbeats only while the last answer is fresh."""
 
-    def __init__(self, ctx: ChildContext, server: RuntimeServer) -> None:
+    def __init__(self, ctx: ChildContext, server: RuntimeServer | CriProxy) -> None:
         self.ctx = ctx
         interval = ctx.heartbeat_interval
         self.loop = ServiceLoop(ctx)
@@ -31,6 +34,7 @@ class RuntimeService:
                                  fresh=(PROBE_EVERY + DEADLINE) * interval,
                                  deadline=DEADLINE * interval)
         self.loop.beat_while(self.probe.answering)
+        self.loop.on_faults(server.faults.set)  # injected cri faults (faultgate.py)
         self._answering: bool | None = None  # what was last logged (None: no answer yet)
 
     def run(self) -> None:
@@ -53,11 +57,15 @@ class RuntimeService:
 
 
 def run(ctx: ChildContext) -> None:
-    registries = ctx.config.image_registries or {}
-    network = NetworkSettings(ctx.config.network_plugin, str(cni_conf_dir(ctx.config)),
-                              ctx.config.cni_bin_dir)
-    server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log, registries,
-                           crashpoints.from_env("runtime"), network)
+    server: RuntimeServer | CriProxy
+    if is_embedded(ctx.config.runtime_endpoint):
+        registries = ctx.config.image_registries or {}
+        network = NetworkSettings(ctx.config.network_plugin, str(cni_conf_dir(ctx.config)),
+                                  ctx.config.cni_bin_dir)
+        server = RuntimeServer(ctx.paths.runtime_dir, ctx.paths.cri_socket, ctx.log,
+                               registries, crashpoints.from_env("runtime"), network)
+    else:  # criProxy: the remote runtime, proxied (criproxy.py)
+        server = CriProxy(ctx.config.runtime_endpoint, ctx.paths.cri_socket, ctx.log)
     server.start()
     try:
         service = RuntimeService(ctx, server)

@@ -21,6 +21,7 @@ from podvisor.ipc.paths import MAX_SOCKET_PATH
 from podvisor.ipc.rlimits import raise_nofile_limit
 from podvisor.services.runtime.cni import DEFAULT_BIN_DIRS, Cni
 from podvisor.services.runtime.engine import Engine
+from podvisor.services.runtime.faultgate import CriFaults, FaultInterceptor
 from podvisor.services.runtime.servicer import ImageServicer, RuntimeServicer, exec_command_of
 from podvisor.services.runtime.streaming import StreamingServer
 
@@ -78,10 +79,13 @@ class NetworkSettings:
 class RuntimeServer:
     def __init__(self, root: Path, socket_path: Path, log: Logger,
                  registries: Mapping[str, Any] | None = None,
-                 crash: CrashPoints = NEVER, network: NetworkSettings | None = None) -> None:
+                 crash: CrashPoints = NEVER, network: NetworkSettings | None = None,
+                 faults: CriFaults | None = None) -> None:
         """``crash``: fault-injection tests' crash points (engine.py ``STEPS``);
         ``network``: the pod network (``networkPlugin`` and the CNI directories; default: the
-        host's network, with the CNI conf dir under ``root``)."""
+        host's network, with the CNI conf dir under ``root``); ``faults``: the injected ``cri``
+        faults its servicer applies (``faultgate.py``)."""
+        self.faults = faults or CriFaults()
         self.root = root
         self.socket_path = socket_path
         self.log = log
@@ -109,6 +113,7 @@ class RuntimeServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
+            interceptors=[FaultInterceptor(self.faults)],
         )
         stubs: Any = pb_grpc
         self.streaming = StreamingServer(self.engine_exec_command, self.log,
@@ -142,6 +147,7 @@ class RuntimeServer:
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving. Containers and their monitors keep running."""
         self.engine.events.close_all()
+        self.faults.close()
         if self.streaming is not None:
             self.streaming.stop()
             self.streaming = None

@@ -110,7 +110,7 @@ class Ports:
         def client() -> RuntimeClient:
             """The runtime's CRI client, made on first use (``/stats/summary``)."""
             if not clients:
-                endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket)
+                endpoint = cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket, cfg.cri_proxy)
                 clients.append(new_runtime_client(endpoint, timeout=STATS_TIMEOUT))
             return clients[0]
 

@@ -42,6 +42,7 @@ class ApiSourceService:
         self.state = ApiPodState(self.wake.wake)
         self.conn = ApiConnection(config.kubeconfig, "source-api")
         self.loop.closing(self.conn)
+        self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         selector = f"spec.nodeName={config.node_name}"
         self.reflector = Reflector(self.conn, "/api/v1/pods", {"fieldSelector": selector},
                                    self.state, watch_timeout=config.api_watch_timeout,

@@ -77,6 +77,7 @@ class StatusApiService:
         self.lists = 0  # the copies' lists the writer has seen
         self.loop = ServiceLoop(ctx)
         self.loop.closing(self.conn)
+        self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         self.worker: Worker[None] = self.loop.worker(self.write, stall=STALL_LIMIT,
                                                      name="status-api")
         self.copies = ApiCopies(self.worker.wake)

@@ -32,6 +32,7 @@ from podvisor.common.child import ChildContext
 from podvisor.common.config import Config
 from podvisor.common.endpoint import runtime_name
 from podvisor.common.service import ServiceLoop
+from podvisor.ipc.faults import ROOT_DIR_TARGET, ActiveFault
 from podvisor.ipc.maps import DESIRED, PLEG, PROBES, STATUSES, DesiredValue, PodStatusValue
 from podvisor.services.status.compute import desired_inputs
 from podvisor.services.status.engine import Changes, StatusEngine, Transition
@@ -88,11 +89,24 @@ class StatusService:
         self._last_sweep = self._last_full = clock.monotonic()
         self._last_compute = -math.inf
         self._inputs: tuple[str | None, str | None] | None = None
+        self._state_faults: frozenset[str] = frozenset()
+        self.loop.on_faults(self._on_faults)
 
     def _on_change(self, key: str, old: object, new: object) -> None:
         self._changed = True
         if not key.startswith("_"):
             self._dirty_uids.add(key)
+
+    def _on_faults(self, faults: tuple[ActiveFault, ...]) -> None:
+        """A disk fault on rootDir began or ended: the journal kept open is reopened (through
+        the fault's mount, or the directory again) and the next save writes the files whole
+        (lines appended to the journal just before may have gone to the other side)."""
+        ids = frozenset(f.id for f in faults
+                        if f.spec.kind == "disk" and f.spec.target == ROOT_DIR_TARGET)
+        if ids != self._state_faults:
+            self._state_faults = ids
+            self.store.reopen()
+            self._dirty = True
 
     def _on_desired(self, key: str, old: DesiredValue | None, new: DesiredValue | None) -> None:
         """A ``desired`` change that touches nothing a status reads (the sync loop's

@@ -373,6 +373,13 @@ class StatusStore:
             self._journal_size = 0
         self._compact_next = False
 
+    def reopen(self) -> None:
+        """Close the journal (the next save opens it again, by its path) and make the next
+        save a compaction: the rootDir under it changed (a disk fault began or ended)."""
+        self.close()
+        self._compact_next = True
+        self._dir_ok = False
+
     def close(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):

@@ -89,7 +89,7 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
     # the kubelet's runtime operation metrics (multiprocess directory in the agent)
     registry = CollectorRegistry(auto_describe=False)
     cri = new_instrumented_client(
-        new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket),
+        new_runtime_client(cri_endpoint(cfg.runtime_endpoint, ctx.paths.cri_socket, cfg.cri_proxy),
                            timeout=cfg.runtime_request_timeout),
         registry, clock.monotonic)
     started = Counter("kubelet_started_containers", "Cumulative number of containers started",

@@ -1,7 +1,8 @@
 """`podvisor chaos` (issue 16), the CI run: 20 pods, 60 s of faults (kill -9 and SIGSTOP of
 subsystems including the runtime, kill -9 of containers, SIGKILL of the supervisor and a
-restart, a burst of pods with kill -9 of the runtime or the sync loop in its midst: issue 22),
-against a real private agent; every invariant must be 0. And `--root-dir`: 15 s, 4 pods
+restart, a burst of pods with kill -9 of the runtime or the sync loop in its midst: issue 22;
+bus, cri, resource, api and disk faults: issue 28), against a real private agent joined to the
+stand-in API server; every invariant must be 0. And `--root-dir`: 15 s, 4 pods
 against an agent the test fixture started (chaos must leave it running).
 
 A fault-injection test, not a soak: it runs in the normal suite."""
@@ -19,25 +20,35 @@ from typing import Any
 
 import pytest
 
-from podvisor.cli.chaos import INVARIANTS, Report
+from podvisor.cli.chaos import FAULTS, INVARIANTS, Report
 from tests.conftest import short_tmp_dir
+from tests.support.kubeapi import KubeApi
 
 BIN = Path(sys.executable).parent
 
 
 @pytest.mark.timeout(600)  # 60 s of faults, then convergence and shutdown, on a loaded machine
-def test_chaos_20_pods_60_seconds_every_invariant_zero() -> None:
-    run = subprocess.run([str(BIN / "podvisor"), "chaos", "--pods", "20", "--duration", "60",
-                          "--seed", "16", "--json"], capture_output=True, text=True,
-                         timeout=600, check=False)
+def test_chaos_20_pods_60_seconds_every_invariant_zero(tmp_path: Path) -> None:
+    """Every kind: the api faults need an API server, the stand-in one (``--kubeconfig``)."""
+    api = KubeApi(tmp_path / "kubeapi")
+    api.start()
+    try:
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig", user="system:node:chaos",
+                                    groups=("system:nodes",))
+        run = subprocess.run([str(BIN / "podvisor"), "chaos", "--pods", "20", "--duration",
+                              "60", "--seed", "16", "--json", "--kubeconfig", str(kubeconfig)],
+                             capture_output=True, text=True, timeout=600, check=False)
+    finally:
+        api.stop()
     report = json.loads(run.stdout)
     assert report["error"] == "", report
     assert report["invariants"] == dict.fromkeys(INVARIANTS, 0), report["details"]
     assert run.returncode == 0, run.stderr[-2000:]
     assert report["ok"] is True
     # every kind of fault happened, and each recovered
-    assert set(report["faults"]) == {"kill", "stop", "container", "supervisor", "burst-kill"}, \
-        report
+    assert set(report["faults"]) == {k for k, _ in FAULTS} == {
+        "kill", "stop", "container", "supervisor", "burst-kill", "bus", "cri", "resource",
+        "api", "disk"}, report
     assert report["recovery"]["container"]["n"] == report["faults"]["container"]
     assert report["recovery"]["supervisor"]["n"] == report["faults"]["supervisor"]
     assert sum(v["n"] for k, v in report["recovery"].items() if k.startswith("burst-kill")) \

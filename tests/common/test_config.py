@@ -23,6 +23,7 @@ from podvisor.common.config import (
     read_config_json,
     write_config_json,
 )
+from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.logs import MemoryLogger
 from podvisor.common.values import parse_duration, parse_quantity
 from podvisor.supervisor.registry import (
@@ -209,6 +210,18 @@ def test_a_builtin_with_nothing_to_do_is_not_spawned() -> None:
     assert "ops" not in names(opsPort=0)
     api = names(kubeconfig="/k", registerNode=False)
     assert "node" not in api and {"source-api", "status-api", "events-api"} <= set(api)
+    # the runtime process: the embedded runtime, or the CRI proxy of a remote one (criProxy)
+    assert "runtime" in names()
+    assert "runtime" not in names(runtimeEndpoint="unix:///run/containerd/containerd.sock")
+    assert "runtime" in names(runtimeEndpoint="unix:///run/containerd/containerd.sock",
+                              criProxy=True)
+
+
+def test_the_nodes_cri_clients_dial_the_proxy_with_cri_proxy() -> None:
+    remote = "unix:///run/containerd/containerd.sock"
+    assert cri_endpoint("embedded", "/r/run/cri.sock") == "unix:///r/run/cri.sock"
+    assert cri_endpoint(remote, "/r/run/cri.sock") == remote
+    assert cri_endpoint(remote, "/r/run/cri.sock", proxied=True) == "unix:///r/run/cri.sock"
 
 
 def test_a_custom_or_replacement_module_that_cannot_be_found_is_a_config_error() -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("cli", "supervisor", "services", "common", "ipc")  # podvisor's own modules
+PACKAGES = ("cli", "testing", "supervisor", "services", "common", "ipc")  # podvisor's own
 SCANNED = (*PACKAGES, "bench")  # where a second definition would be a copy (tests pin values)
 
 TIMEFMT = Path("common/timefmt.py")
