@@ -9,9 +9,15 @@ of its samples (repeats of the stage, or the samples one run takes) with min and
 
 Peers in the same run: raw pyzmq+msgpack for the bus, supervisord and circus (each in its own
 virtualenv under ~/.cache/podvisor/bench-peers, from PyPI: bench/supervisord_peer.py,
-bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set, and `podman kube
+bench/circus_peer.py), containerd when PODVISOR_CONTAINERD_ENDPOINT is set (with the same CRI
+calls made directly to it, no agent, as the floor), the kubelet on a private containerd of its
+own when PODVISOR_BENCH_KUBELET names a kubelet binary (bench/kubelet_peer.py), and `podman kube
 play` on the same Pod YAML (bench/podman_peer.py: Debian's podman, as root, in a private temp root
-removed afterwards; its rows say why when it cannot run). Scripts without `--json` (runtime,
+removed afterwards; its rows say why when it cannot run). Idle CPU and memory are measured as
+from outside (bench/outside.py): utime+stime+cutime+cstime of every process of a tree from /proc
+(children the agent reaps count) and PSS from smaps_rollup, over several windows, each window a
+sample; compare the ratio to a peer of the same run, not the bare percentages (they move 4-5x
+with the host's load). Scripts without `--json` (runtime,
 limits, images, mainport, ops, api) are listed by `--list` and run on their own.
 """
 
@@ -140,10 +146,31 @@ def _circus_fill(rows: list[Row], out: dict[str, Any]) -> None:
     rows[1].theirs.extend(s * 1e3 for s in out["kill_s"])
 
 
+OUTSIDE = "from /proc: whole tree, reaped children in, median of windows"
+
+
 def _containerd_rows() -> list[Row]:
+    floor = "same CRI calls direct to containerd (no agent)"
     return [Row("on containerd: 1 manifest -> Running in /pods", "ms",
-                "<= 300 ms (kubelet 1.24: 930-1,080 ms)"),
-            Row("on containerd: N manifests at once -> all Running", "ms")]
+                "<= 300 ms (kubelet 1.24: 930-1,080 ms)", key="ctr_one"),
+            Row("on containerd: N manifests at once -> all Running", "ms", "<= 1.1x floor",
+                floor, key="ctr_many"),
+            Row(f"on containerd, K pods idle: agent CPU ({OUTSIDE})", "% of a core",
+                key="ctr_agent_cpu"),
+            Row("on containerd, K pods idle: agent PSS", "MB", key="ctr_agent_pss"),
+            Row("on containerd, K pods idle: containerd + shims CPU, under the agent",
+                "% of a core", "-", "containerd + shims, pods by direct CRI, no agent",
+                key="ctr_runtime_cpu"),
+            Row("on containerd, K pods idle: containerd + shims PSS, under the agent", "MB",
+                "-", "containerd + shims, pods by direct CRI, no agent", key="ctr_runtime_pss"),
+            Row("on containerd, K pods idle: agent + containerd CPU", "% of a core",
+                key="ctr_total_cpu"),
+            Row("on containerd, K pods idle: agent + containerd PSS", "MB", key="ctr_total_pss")]
+
+
+def _sums(a: list[float], b: list[float]) -> list[float]:
+    """Window by window (the same windows measured both)."""
+    return [x + y for x, y in zip(a, b, strict=True)]
 
 
 def _containerd_fill(rows: list[Row], out: dict[str, Any]) -> None:
@@ -152,22 +179,95 @@ def _containerd_fill(rows: list[Row], out: dict[str, Any]) -> None:
     rows[0].ours.extend(s * 1e3 for s in out["one_s"])
     rows[1].figure = rows[1].figure.replace("N ", f"{out['many']} ", 1)
     rows[1].ours.append(out["many_s"] * 1e3)
+    if "floor_many_s" in out:
+        rows[1].theirs.append(out["floor_many_s"] * 1e3)
+    if "agent_cpu_pct" not in out:
+        for row in rows[2:]:
+            row.missing = "skipped: no idle windows (--windows 0)"
+        return
+    for row in rows[2:]:
+        row.figure = row.figure.replace("K ", f"{out['idle']} ", 1)
+    rows[2].ours.extend(out["agent_cpu_pct"])
+    rows[3].ours.extend(out["agent_pss_mb"])
+    rows[4].ours.extend(out["runtime_cpu_pct"])
+    rows[5].ours.extend(out["runtime_pss_mb"])
+    rows[4].theirs.extend(out.get("floor_runtime_cpu_pct", []))
+    rows[5].theirs.extend(out.get("floor_runtime_pss_mb", []))
+    rows[6].ours.extend(_sums(out["agent_cpu_pct"], out["runtime_cpu_pct"]))
+    rows[7].ours.extend(_sums(out["agent_pss_mb"], out["runtime_pss_mb"]))
+
+
+def _kubelet_rows() -> list[Row]:
+    peer = "kubelet + containerd (its own)"
+    return [Row("kubelet peer: 1 manifest -> Running in /pods", "ms", "-", peer,
+                ours_from="ctr_one"),
+            Row("kubelet peer: N manifests at once -> all Running", "ms", "-", peer,
+                ours_from="ctr_many"),
+            Row("kubelet peer, K pods idle: agent CPU (podvisor on containerd)", "% of a core",
+                "<= 0.5x kubelet", f"{peer}: the kubelet", ours_from="ctr_agent_cpu"),
+            Row("kubelet peer, K pods idle: agent PSS (podvisor on containerd)", "MB",
+                "<= 1x kubelet", f"{peer}: the kubelet", ours_from="ctr_agent_pss"),
+            Row("kubelet peer, K pods idle: containerd + shims CPU", "% of a core", "-",
+                f"{peer}: its containerd", ours_from="ctr_runtime_cpu"),
+            Row("kubelet peer, K pods idle: agent + containerd CPU", "% of a core", "-",
+                peer, ours_from="ctr_total_cpu"),
+            Row("kubelet peer, K pods idle: agent + containerd PSS", "MB", "-", peer,
+                ours_from="ctr_total_pss"),
+            Row("kubelet peer, K pods idle: embedded runtime CPU (agent + monitors)",
+                "% of a core", "<= 0.5x kubelet + containerd", peer, ours_from="emb_total_cpu"),
+            Row("kubelet peer, K pods idle: embedded runtime PSS (agent + monitors)", "MB",
+                "-", peer, ours_from="emb_total_pss")]
+
+
+def _kubelet_fill(rows: list[Row], out: dict[str, Any]) -> None:
+    if "error" in out:
+        raise RuntimeError(str(out["error"]))
+    for row in rows:
+        row.peer = row.peer.replace("kubelet +", f"kubelet {out['version']} +", 1)
+        for letter, key in (("N ", "many"), ("K ", "idle")):
+            if key in out:
+                row.figure = row.figure.replace(letter, f"{out[key]} ", 1)
+    rows[0].theirs.extend(s * 1e3 for s in out["one_s"])
+    rows[1].theirs.append(out["many_s"] * 1e3)
+    if "agent_cpu_pct" not in out:
+        return
+    total_cpu = _sums(out["agent_cpu_pct"], out["runtime_cpu_pct"])
+    total_pss = _sums(out["agent_pss_mb"], out["runtime_pss_mb"])
+    for row, samples in zip(rows[2:], (out["agent_cpu_pct"], out["agent_pss_mb"],
+                                       out["runtime_cpu_pct"], total_cpu, total_pss,
+                                       total_cpu, total_pss), strict=True):
+        row.theirs.extend(samples)
+
+
+def _kubelet_needs() -> str:
+    sys.path.insert(0, str(BENCH))
+    from kubelet_peer import needs  # type: ignore[import-not-found]
+
+    why: str = needs()
+    return why
 
 
 def _idle_rows() -> list[Row]:
-    return [Row("idle, K pods: CPU of the agent (all its processes)", "% of a core",
-                "<= 3x supervisord", "supervisord (daemon only)", key="idle_cpu"),
-            Row("idle, K pods: resident memory of the agent's processes together", "MB",
-                "<= 150 MB", "supervisord (daemon only)", key="idle_mem")]
+    peer = "supervisord (daemon, same windows)"
+    return [Row(f"idle, K pods, embedded: agent CPU ({OUTSIDE})", "% of a core",
+                "<= 3x supervisord", peer, key="idle_cpu"),
+            Row("idle, K pods, embedded: agent PSS (all its processes)", "MB", "<= 150 MB",
+                peer, key="idle_mem"),
+            Row("idle, K pods, embedded: agent + container monitors CPU", "% of a core",
+                key="emb_total_cpu"),
+            Row("idle, K pods, embedded: agent + container monitors PSS", "MB",
+                key="emb_total_pss")]
 
 
 def _idle_fill(rows: list[Row], out: dict[str, Any]) -> None:
     for row in rows:
         row.figure = row.figure.replace("K ", f"{out['idle_pods']} ", 1)
-    rows[0].ours.append(out["idle_cpu_pct"])
-    rows[0].theirs.append(out["supervisord_idle_cpu_pct"])
-    rows[1].ours.append(out["idle_resident_mb"])
-    rows[1].theirs.append(out["supervisord_idle_resident_mb"])
+    rows[0].ours.extend(out["idle_cpu_pct"])
+    rows[0].theirs.extend(out["supervisord_idle_cpu_pct"])
+    rows[1].ours.extend(out["idle_pss_mb"])
+    rows[1].theirs.extend(out["supervisord_idle_pss_mb"])
+    rows[2].ours.extend(out["idle_total_cpu_pct"])
+    rows[3].ours.extend(out["idle_total_pss_mb"])
 
 
 def _podman_rows() -> list[Row]:
@@ -177,10 +277,12 @@ def _podman_rows() -> list[Row]:
                 f"{peer} (one file of N pods)", ours_from="many"),
             Row("container kill -9 -> replacement running, beside podman", "ms", "-",
                 f"{peer} (restartPolicy Always)", ours_from="kill"),
+            # podman's figures are still its stage's own (one window, user+system of its
+            # processes, distinct resident pages): not the outside measurement of ours
             Row("idle, K pods: CPU, beside podman", "% of a core", "-",
-                "podman (a conmon per container)", ours_from="idle_cpu"),
-            Row("idle, K pods: resident memory, beside podman", "MB", "-",
-                "podman (a conmon per container)", ours_from="idle_mem")]
+                "podman (a conmon per container; own ticks only)", ours_from="idle_cpu"),
+            Row("idle, K pods: memory (ours PSS), beside podman", "MB", "-",
+                "podman (resident distinct pages)", ours_from="idle_mem")]
 
 
 def _podman_fill(rows: list[Row], out: dict[str, Any]) -> None:
@@ -220,13 +322,25 @@ STAGES: tuple[Stage, ...] = (
           1, 1, _pods_rows, _pods_fill),
     Stage("circus", "circus_peer.py", ("--many", "40", "-n", "3"), ("--many", "200", "-n", "10"),
           120, 300, 1, 1, _circus_rows, _circus_fill),
-    Stage("containerd", "containerd_pods.py", ("-n", "4", "--many", "5"),
-          ("-n", "10", "--many", "20"), 60, 600, 1, 3, _containerd_rows, _containerd_fill,
-          _containerd_needs),
+    # the windows are the samples of the idle figures: one run (its 110 at once is 1 sample)
+    Stage("containerd", "containerd_pods.py",
+          ("-n", "4", "--many", "10", "--idle-pods", "10", "--windows", "3",
+           "--window-seconds", "5", "--settle", "2"),
+          ("-n", "10", "--many", "110", "--idle-pods", "110", "--windows", "5",
+           "--window-seconds", "60", "--settle", "15"), 240, 1800, 1, 1, _containerd_rows,
+          _containerd_fill, _containerd_needs, grace=120.0),
+    # its rows' podvisor figures are the containerd and idle stages' (ours_from, joined after
+    # every stage ran); in --quick the embedded idle has 40 pods, the kubelet's 10
+    Stage("kubelet", "kubelet_peer.py",
+          ("-n", "4", "--many", "10", "--idle-pods", "10", "--windows", "3",
+           "--window-seconds", "5", "--settle", "2"),
+          ("-n", "10", "--many", "110", "--idle-pods", "110", "--windows", "5",
+           "--window-seconds", "60", "--settle", "15"), 300, 1800, 1, 1, _kubelet_rows,
+          _kubelet_fill, _kubelet_needs, grace=120.0),
     # the idle window without --quick's 30 pods: 40 (quick) as the podman stage keeps
-    Stage("idle", "pods.py", ("--stages", "3", "--idle-pods", "40", "--idle-seconds", "10",
-                              "--settle", "3"), ("--stages", "3"), 120, 600, 1, 1,
-          _idle_rows, _idle_fill),
+    Stage("idle", "pods.py", ("--stages", "3", "--idle-pods", "40", "--idle-seconds", "5",
+                              "--windows", "3", "--settle", "3"), ("--stages", "3"), 120, 900,
+          1, 1, _idle_rows, _idle_fill),
     # its N is the pods stage's (40 / 200), its K the idle stage's (40 / 110)
     Stage("podman", "podman_peer.py", ("--many", "40", "--idle-pods", "40", "-n", "3", "-k", "3",
                                        "--idle-seconds", "10"),

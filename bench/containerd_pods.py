@@ -8,12 +8,25 @@ The time of a pod: from the manifest's rename into staticPodPath to its containe
 GET /pods (polled every 5 ms; the first pod is a warm-up). Then N manifests at once.
 The kubelet 1.24 on the same containerd took 0.93-1.08 s for one pod (issue 16).
 
-    .venv/bin/python bench/containerd_pods.py [-n 10] [--many 20] [--json]
+Then, measured from outside (bench/outside.py: utime+stime+cutime+cstime of every process of a
+tree, PSS from smaps_rollup; `--windows` windows of `--window-seconds`, each figure the median
+with its range):
+- idle with K pods: the agent's process tree, and containerd (daemon + the shims of its socket);
+- the floor, no agent: the same N pods made by direct CRI calls (RunPodSandbox, CreateContainer,
+  StartContainer from 16 client threads, bench/runtime.py's Target) until the last started,
+  and K such pods idle: containerd's own CPU and PSS when nobody relists it.
+
+    .venv/bin/python bench/containerd_pods.py [-n 10] [--many 20] [--idle-pods 110]
+        [--windows 5] [--window-seconds 60] [--settle 15] [--detail] [--no-floor] [--json]
+
+PVBENCH_AGENT_CONFIG='{"opsPort": 0}' merges those keys into the agent's config (e.g. to
+measure it without an optional subsystem).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -25,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +46,30 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import outside  # noqa: E402
+
+from podvisor.services.cri import new_runtime_client  # noqa: E402
+
+
+def daemon_pid(socket_path: str) -> int | None:
+    """The containerd serving `socket_path`: DIR/containerd.pid of the instance dir that holds
+    DIR/run/containerd.sock (deploy/containerd/start.sh writes it), if that PID is a
+    containerd."""
+    path = Path(socket_path).parent.parent / "containerd.pid"
+    try:
+        pid = int(path.read_text().strip())
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return pid if comm == "containerd" else None
+
+
+def runtime_group(socket_path: str) -> outside.Group:
+    pid = daemon_pid(socket_path)
+    return outside.Group("containerd (daemon + shims)",
+                         outside.containerd_selector(socket_path, lambda: pid))
 
 
 def _port() -> int:
@@ -74,7 +112,8 @@ def _wait(what: str, pred: Any, timeout: float, interval: float) -> Any:
         time.sleep(interval)
 
 
-def measure(n: int, many: int) -> dict[str, Any]:
+def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float = 0.0,
+            settle: float = 0.0) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
     from tests.support import containerd as ctrd  # type: ignore[import-not-found]
 
@@ -90,7 +129,8 @@ def measure(n: int, many: int) -> dict[str, Any]:
     cgroup_root = f"/podvisor-bench-{os.getpid()}"
     config = {"rootDir": str(tmp / "root"), "nodeName": "bench", "staticPodPath": str(manifests),
               "readOnlyPort": port, "stopPodsOnExit": True, "runtimeEndpoint": handle.endpoint,
-              "cgroupRoot": cgroup_root, "supervision": {"shutdownTimeout": "120s"}}
+              "cgroupRoot": cgroup_root, "supervision": {"shutdownTimeout": "120s"},
+              **json.loads(os.environ.get("PVBENCH_AGENT_CONFIG", "{}"))}
     (tmp / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     log = (tmp / "agent.log").open("wb")
     proc = subprocess.Popen([str(BIN / "podvisor"), "run", "--config", str(tmp / "config.yaml")],
@@ -138,6 +178,13 @@ def measure(n: int, many: int) -> dict[str, Any]:
         for path in manifests.glob("*.yaml"):
             path.unlink()
         _wait("no pods", gone, 300.0, 0.1)
+        if idle and windows:
+            out.update(_idle_agent(proc.pid, handle.socket_path, port, manifests,
+                                   [stage(f"idle{i}") for i in range(idle)], windows, window_s,
+                                   settle))
+            for path in manifests.glob("*.yaml"):
+                path.unlink()
+            _wait("no pods", gone, 300.0, 0.1)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -152,6 +199,134 @@ def measure(n: int, many: int) -> dict[str, Any]:
             print(f"(kept {tmp})")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    if "error" not in out and idle and windows and FLOOR:
+        out.update(_floor(handle, ctrd.remove_pod_cgroup, many, idle, windows, window_s, settle))
+    return out
+
+
+FLOOR = True  # --no-floor: no agent-less pods and windows after the agent's
+DETAIL = False  # --detail: per thread, PSS parts and system calls of each agent process
+
+
+def _idle_agent(agent_pid: int, socket_path: str, port: int, manifests: Path,
+                staged: list[Path], windows: int, window_s: float,
+                settle: float) -> dict[str, Any]:
+    """K pods running under the agent, then the windows: the agent's tree and containerd's."""
+    for path in staged:
+        path.rename(manifests / path.name)
+    _wait(f"{len(staged)} idle pods running", lambda: len(_running(_pods(port))) >= len(staged),
+          600.0, 0.5)
+    time.sleep(settle)  # nobody polls the agent from here: its idle is its own
+    groups = [outside.Group("podvisor agent (its whole tree)",
+                            outside.tree_selector(lambda: [agent_pid])),
+              runtime_group(socket_path)]
+    print(f"idle, {len(staged)} pods on containerd, {outside.load()}", flush=True)
+    figures = outside.measure(groups, windows, window_s)
+    print("\n".join(outside.report(figures)), flush=True)
+    agent, runtime = (figures[g.label] for g in groups)
+    extra: dict[str, Any] = {}
+    if DETAIL:
+        extra["detail"] = detail(agent_pid, window_s)
+        print(json.dumps(extra["detail"], indent=1), flush=True)
+    return {**extra, "idle": len(staged), "idle_load": list(os.getloadavg()),
+            "agent_cpu_pct": agent.cpu_pct, "agent_pss_mb": agent.pss_mb,
+            "agent_by_process": agent.as_json()["by_process"],
+            "runtime_cpu_pct": runtime.cpu_pct, "runtime_pss_mb": runtime.pss_mb,
+            "runtime_by_process": runtime.as_json()["by_process"],
+            "agent_gone": agent.gone, "runtime_gone": runtime.gone}
+
+
+def _strace_counts(text: str) -> dict[str, int]:
+    """syscall -> calls, from `strace -c` output."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0].replace(".", "").isdigit() and parts[-1] != "total":
+            with contextlib.suppress(ValueError):
+                out[parts[-1]] = int(parts[3])
+    return out
+
+
+def detail(agent_pid: int, seconds: float) -> dict[str, Any]:
+    """Where each of the agent's processes spends its idle CPU and what its PSS is made of:
+    per thread name (one window, /proc/PID/task), Pss_Anon / Pss_File (smaps_rollup), and, in
+    a second window with `strace -c -f` attached to the three busiest (it slows them: their CPU
+    is not read in that window), their system calls per second."""
+    proc = outside.Proc()
+    stats = proc.stats()
+    pids = sorted(outside.tree(stats, [agent_pid]))
+    names = {pid: outside.name_of(proc, stats[pid]) for pid in pids}
+    before = {pid: proc.threads(pid) for pid in pids}
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    after = {pid: proc.threads(pid) for pid in pids}
+    wall = time.monotonic() - t0
+    out: dict[str, Any] = {}
+    for pid in pids:
+        threads = {}
+        for tname, (count, ticks) in after[pid].items():
+            spent = ticks - before[pid].get(tname, (0, 0))[1]
+            if spent > 0:
+                threads[f"{tname} x{count}" if count > 1 else tname] = round(
+                    100.0 * spent / outside.CLK_TCK / wall, 3)
+        out[f"{names[pid]} ({pid})"] = {
+            "cpu_pct": round(sum(threads.values()), 3), "threads": threads,
+            "pss_kb": proc.pss_parts(pid)}
+    busiest = sorted(out, key=lambda k: -out[k]["cpu_pct"])[:3]
+    if shutil.which("strace") is not None:
+        tracers = []
+        for key in busiest:
+            pid = int(key.rsplit("(", 1)[1].rstrip(")"))
+            path = Path(tempfile.mkstemp(prefix="pvbstrace")[1])
+            tracers.append((key, path, subprocess.Popen(
+                ["strace", "-c", "-f", "-o", str(path), "-p", str(pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - t0
+        for key, path, tracer in tracers:
+            tracer.send_signal(signal.SIGINT)  # strace -c prints its table as it detaches
+            try:
+                tracer.wait(30)
+            except subprocess.TimeoutExpired:
+                tracer.kill()
+                tracer.wait()
+            counts = _strace_counts(path.read_text(errors="replace"))
+            path.unlink()
+            out[key]["syscalls_per_s"] = {name: round(calls / wall, 1) for name, calls in
+                                          sorted(counts.items(), key=lambda kv: -kv[1])[:8]}
+    return out
+
+
+def _floor(handle: Any, remove_cgroup: Any, many: int, idle: int, windows: int,
+           window_s: float, settle: float) -> dict[str, Any]:
+    """No agent: `many` pods by direct CRI calls from 16 threads (the floor of a burst), then
+    `idle` pods and containerd's windows alone."""
+    from runtime import Target  # type: ignore[import-not-found]
+
+    client = new_runtime_client(handle.endpoint, timeout=120.0)
+    target = Target("containerd", client, handle.image, handle.cgroup_parent, remove_cgroup)
+    out: dict[str, Any] = {}
+    try:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda _: target.container(target.sandbox(), "main"), range(many)))
+        out["floor_many_s"] = time.monotonic() - t0
+        target.clean()
+        for _ in range(idle):
+            target.container(target.sandbox(), "main")
+        time.sleep(settle)
+        group = runtime_group(handle.socket_path)
+        print(f"idle, {idle} pods on containerd, no agent, {outside.load()}", flush=True)
+        figures = outside.measure([group], windows, window_s)
+        print("\n".join(outside.report(figures)), flush=True)
+        fig = figures[group.label]
+        out.update(floor_runtime_cpu_pct=fig.cpu_pct, floor_runtime_pss_mb=fig.pss_mb,
+                   floor_load=list(os.getloadavg()))
+    finally:
+        target.clean()
+        shutil.rmtree(target.tmp, ignore_errors=True)
+        client.close()
     return out
 
 
@@ -159,10 +334,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=10, help="single pods, one at a time")
     ap.add_argument("--many", type=int, default=20, help="pods dropped at once")
+    ap.add_argument("--idle-pods", type=int, default=110, help="pods of the idle windows")
+    ap.add_argument("--windows", type=int, default=5, help="idle windows (0: no idle stage)")
+    ap.add_argument("--window-seconds", type=float, default=60.0)
+    ap.add_argument("--settle", type=float, default=15.0,
+                    help="seconds after all are running before the first window")
+    ap.add_argument("--detail", action="store_true",
+                    help="after the idle windows: each agent process's CPU per thread, its "
+                         "PSS parts, and (strace -c) the system calls of the busiest three")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the floor (pods by direct CRI calls, no agent)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    global DETAIL, FLOOR
+    DETAIL, FLOOR = args.detail, not args.no_floor
     load = os.getloadavg()
-    figures = measure(args.n, args.many)
+    figures = measure(args.n, args.many, args.idle_pods, args.windows, args.window_seconds,
+                      args.settle)
     figures["load"] = [round(x, 2) for x in load]
     if args.json:
         print(json.dumps(figures, sort_keys=True))

@@ -26,8 +26,11 @@ test; prints figures and ratios).
    subscriber costs the runtime work on the restart's path, so that pass is slower). Without
    root, podvisor falls back to the runtime's CONTAINER_STARTED event and supervisord to polling
    only.
-3. Idle CPU and RSS over a window with K pods (`sleep`) beside supervisord with K programs, both
-   measured in the same window (classification in bench/pods_agent.py).
+3. Idle CPU and PSS with K pods (`sleep`) beside supervisord with K programs, both measured over
+   the same `--windows` windows from outside (bench/outside.py: utime+stime+cutime+cstime of
+   every process of the agent's tree, the containers and their monitors pruned; then again with
+   the monitors; supervisord's daemon alone, its programs being the workload). Each figure is
+   the windows' median with their range.
 4. Scale (`--scale 110,250,1000`): for each count, a fresh agent; all its manifests dropped at
    once -> all running in /pods; then, with them all running: idle CPU and resident memory of
    the agent's processes, GET /pods (time and size), one PLEG relist (the PLEG's own relister
@@ -71,8 +74,9 @@ from cri_api.v1 import api_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import outside
 from pods_agent import Agent, alive_descendants, kill_descendants, pod_name, poll
-from pods_idle import cpu_seconds, measure_idle
+from pods_idle import cpu_seconds, measure_idle, resident_mb
 from proc_events import ExecWatcher
 from runtime import cri_burst
 from supervisord_peer import Supervisord, free_port, spawn_floor, supervisord_many
@@ -502,8 +506,9 @@ def stage_kill(agent: Agent, args: argparse.Namespace) -> None:
 # --- 3. idle -------------------------------------------------------------------------------------
 
 def stage_idle(args: argparse.Namespace) -> None:
-    print(f"\n3. idle: {args.idle_pods} pods / programs, {args.idle_seconds:.0f} s window "
-          f"after {args.settle:.0f} s settling")
+    print(f"\n3. idle: {args.idle_pods} pods / programs, {args.windows} windows of "
+          f"{args.idle_seconds:.0f} s after {args.settle:.0f} s settling, measured from outside "
+          f"(bench/outside.py: utime+stime+cutime+cstime of every process of each tree, PSS)")
     agent = Agent(free_port())
     agent.pull_policy = args.pull_policy
     sd = Supervisord()
@@ -523,25 +528,33 @@ def stage_idle(args: argparse.Namespace) -> None:
             agent.http.close()
             agent.http = None
         time.sleep(args.settle)
-        sd_proc = psutil.Process(sd.proc.pid) if sd.proc else None
-        usages = measure_idle([
-            ("podvisor agent (all its processes)", agent.agent_processes),
-            ("podvisor monitors + containers", agent.pod_processes),
-            ("supervisord (daemon only)", lambda: [sd_proc] if sd_proc else []),
-        ], args.idle_seconds)
-        for usage in usages:
-            print(usage.line())
-        print("\n".join(usages[0].detail_lines()))
-        ours, theirs = usages[0], usages[2]
-        JSON_FIGURES.update(idle_pods=args.idle_pods, idle_cpu_pct=ours.cpu_percent,
-                            idle_resident_mb=ours.resident_mb, idle_rss_sum_mb=ours.rss_mb,
-                            supervisord_idle_cpu_pct=theirs.cpu_percent,
-                            supervisord_idle_resident_mb=theirs.resident_mb)
-        print(f"  targets (issue 16): CPU <= 3x supervisord's (ratio "
-              f"{ratio(ours.cpu_percent, theirs.cpu_percent)}), all agent processes resident "
-              f"together <= 150 MB ({ours.resident_mb:.0f}; the per-process RSS sum "
-              f"{ours.rss_mb:.0f} counts a page shared after a fork once per process); "
-              f"ratio resident {ratio(ours.resident_mb, theirs.resident_mb)}")
+        assert agent.proc is not None and sd.proc is not None
+        root, sd_pid = agent.proc.pid, sd.proc.pid
+        groups = [
+            outside.Group("podvisor agent", outside.tree_selector(
+                lambda: [root], agent.runtime_pids)),
+            outside.Group("podvisor agent + container monitors", outside.tree_selector(
+                lambda: [root], agent.container_pids)),
+            # its programs are the workload; the daemon's cutime holds any it reaped
+            outside.Group("supervisord (daemon)",
+                          lambda stats: {sd_pid} if sd_pid in stats else set()),
+        ]
+        print(f"  ({outside.load()} at the start of the windows)")
+        figures = outside.measure(groups, args.windows, args.idle_seconds)
+        print("\n".join(outside.report(figures, peer="supervisord (daemon)")))
+        print(f"  ({outside.load()} at the end)")
+        ours, total, theirs = (figures[g.label] for g in groups)
+        together = resident_mb(agent.agent_processes())
+        JSON_FIGURES.update(idle_pods=args.idle_pods, idle_cpu_pct=ours.cpu_pct,
+                            idle_pss_mb=ours.pss_mb, idle_resident_mb=together,
+                            idle_total_cpu_pct=total.cpu_pct, idle_total_pss_mb=total.pss_mb,
+                            supervisord_idle_cpu_pct=theirs.cpu_pct,
+                            supervisord_idle_pss_mb=theirs.pss_mb,
+                            idle_by_process=ours.as_json()["by_process"])
+        print(f"  agent resident together (distinct pages, pagemap): {together:.0f} MB; "
+              f"ratios to supervisord: CPU "
+              f"{ratio(statistics.median(ours.cpu_pct), statistics.median(theirs.cpu_pct))}, "
+              f"PSS {ratio(statistics.median(ours.pss_mb), statistics.median(theirs.pss_mb))}")
     finally:
         sd.stop()
         report_leftovers("idle agent", agent.stop())
@@ -647,7 +660,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("-n", type=int, default=20, help="single-pod and kill samples")
     ap.add_argument("--many", type=int, default=200, help="pods/programs dropped at once")
     ap.add_argument("--idle-pods", type=int, default=110)
-    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0,
+                    help="seconds of each idle window (stage 3; stage 4 takes one)")
+    ap.add_argument("--windows", type=int, default=5, help="idle windows of stage 3")
     ap.add_argument("--settle", type=float, default=15.0,
                     help="seconds after all are running before the idle window")
     ap.add_argument("--stages", default="1,2,3")
@@ -666,6 +681,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.n, args.many, args.idle_pods = min(args.n, 5), min(args.many, 40), 30
         args.idle_seconds, args.settle = min(args.idle_seconds, 10.0), 3.0
+        args.windows = min(args.windows, 3)
         args.scale = "30,60"
     return args
 

@@ -226,6 +226,19 @@ class Agent:
             out.update(pid for pid, ticks in pairs if pid and procfs.is_alive(pid, ticks))
         return out
 
+    def container_pids(self) -> set[int]:
+        """The containers' own processes (the workload; their monitors excluded), alive."""
+        out: set[int] = set()
+        for path in self.paths.runtime_dir.glob("containers/*.started.json"):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                pid, ticks = int(data["pid"]), int(data["pid_ticks"] or 0)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if pid and procfs.is_alive(pid, ticks):
+                out.add(pid)
+        return out
+
     def agent_processes(self) -> list[psutil.Process]:
         """The agent's own processes (see the module docstring for the classification)."""
         root = psutil.Process(self.proc.pid)

@@ -9,7 +9,7 @@ import gzip
 import os
 from pathlib import Path
 
-__all__ = ["MAX_READ", "read_tail", "rotated_files", "with_rotated"]
+__all__ = ["MAX_READ", "read_tail", "rotated_files", "tail_text", "with_rotated"]
 
 MAX_READ = 64 << 20  # bytes read from the end of one file at most
 
@@ -43,3 +43,24 @@ def read_tail(path: Path, max_read: int = MAX_READ) -> tuple[bytes, int]:
         src.seek(start)
         data = src.read(max_read)
     return data, start + len(data)
+
+
+def tail_text(path: Path, lines: int, max_bytes: int) -> str:
+    """The content of the last ``lines`` entries of a CRI log file (``<time> <stream> <P|F>
+    <text>``; a full entry ends its line, a partial one continues on the next), at most the
+    last ``max_bytes`` of it, decoded leniently: what the kubelet's
+    ``readLastStringFromContainerLogs`` puts in a terminated container's message. Raises
+    ``OSError`` when the file cannot be read."""
+    data, _ = read_tail(path, max(max_bytes * 4, 64 << 10))
+    entries = data.split(b"\n")
+    if entries and entries[-1] == b"":
+        entries.pop()
+    out = bytearray()
+    for entry in entries[-lines:]:
+        parts = entry.split(b" ", 3)
+        if len(parts) < 3:
+            continue
+        out += parts[3] if len(parts) == 4 else b""
+        if parts[2] != b"P":
+            out += b"\n"
+    return bytes(out[-max_bytes:]).decode(errors="replace")

@@ -14,3 +14,7 @@ GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
 # The container's preStop handler as JSON (the kubelet's annotation), so a container whose pod
 # spec is gone (an orphan; `podvisorctl shutdown --pods` without an agent) still gets its hook.
 PRE_STOP = "io.kubernetes.container.preStopHandler"
+# The container's terminationMessagePath and terminationMessagePolicy (the kubelet's
+# annotations): PLEG reads the message of an exited container from them.
+TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
+TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"

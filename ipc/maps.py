@@ -244,7 +244,10 @@ class DesiredPod:
     ``terminated``); ``admitted`` False with ``reason``/``message`` for a pod admission
     rejected; otherwise ``reason``/``message`` is the last sync error. ``waiting``: per
     container name, why it is not running yet. ``sandbox_id``: its sandbox ("" before one).
-    ``updated_at``: wall time of the change. ``qos_class``: the pod's QoS class."""
+    ``updated_at``: wall time of the change. ``qos_class``: the pod's QoS class. ``failed``:
+    the pod was failed for good (``SyncLoop.fail_pod``: past its ``activeDeadlineSeconds``, or
+    a ``FailPod``), with ``reason``/``message`` saying why (an older sync loop's value reads as
+    False)."""
 
     VERSION: ClassVar[int] = 1
     KIND: ClassVar[str] = "pod"
@@ -258,6 +261,7 @@ class DesiredPod:
     sandbox_id: str = ""
     updated_at: float = 0.0
     qos_class: str = ""
+    failed: bool = False
 
     __hash__ = None  # type: ignore[assignment]  # holds dicts
 
@@ -267,7 +271,7 @@ class DesiredPod:
                 "message": self.message,
                 "waiting": {n: w.to_wire() for n, w in self.waiting.items()},
                 "sandbox_id": self.sandbox_id, "updated_at": self.updated_at,
-                "qos_class": self.qos_class}
+                "qos_class": self.qos_class, "failed": self.failed}
 
     @classmethod
     def from_wire(cls, raw: Any) -> DesiredPod:
@@ -282,7 +286,7 @@ class DesiredPod:
                    _str(raw, "message", "desired pod"),
                    {str(n): ContainerWaiting.from_wire(w) for n, w in waiting.items()},
                    _str(raw, "sandbox_id", "desired pod"), _float(raw, "updated_at"),
-                   _str(raw, "qos_class", "desired pod"))
+                   _str(raw, "qos_class", "desired pod"), raw.get("failed") is True)
 
     @property
     def active(self) -> bool:

@@ -120,6 +120,27 @@ class StopAllPods(Message):
 
 
 @dataclass(frozen=True)
+class FailPod(Message):
+    """Ask the sync loop to fail one pod for good, as the kubelet's eviction manager and
+    activeDeadlineHandler do: every container is stopped (within ``grace`` seconds; None: the
+    pod's ``terminationGracePeriodSeconds``), none is started again, and the pod's status says
+    phase Failed with ``reason`` and ``message``; an Event of ``event_type`` ("Normal" or
+    "Warning") says the same. The pod stays (a source deletes it); a second FailPod of a pod
+    already failed changes nothing. The sync loop's own deadline (reason DeadlineExceeded) goes
+    the same way (``SyncLoop.fail_pod``). The bus may drop a message: the requester reads the
+    ``desired`` map and publishes again until the pod's entry says ``failed``."""
+
+    TYPE: ClassVar[str] = "syncloop.pod.fail"
+    TOPIC: ClassVar[str] = "syncloop.pod.fail"
+    uid: str
+    reason: str
+    message: str
+    grace: int | None = None
+    event_type: str = "Warning"
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
 class AllPodsStopped(Message):
     """Every pod the sync loop knew is terminated (``pods``: how many it stopped)."""
 

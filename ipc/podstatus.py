@@ -234,13 +234,15 @@ class PodStatus:
     container_statuses: tuple[ContainerStatus, ...] = ()
     init_container_statuses: tuple[ContainerStatus, ...] = ()
     conditions: tuple[PodCondition, ...] = ()
+    ephemeral_container_statuses: tuple[ContainerStatus, ...] = ()  # left out when empty
 
     def condition(self, ctype: str) -> PodCondition | None:
         return next((c for c in self.conditions if c.type == ctype), None)
 
     def container(self, name: str) -> ContainerStatus | None:
         """The status of the (init or regular) container ``name``."""
-        return next((c for c in (*self.init_container_statuses, *self.container_statuses)
+        return next((c for c in (*self.init_container_statuses, *self.container_statuses,
+                                 *self.ephemeral_container_statuses)
                      if c.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -259,6 +261,9 @@ class PodStatus:
             out["podIP"] = self.pod_ip
         out["containerStatuses"] = [c.to_dict() for c in self.container_statuses]
         out["initContainerStatuses"] = [c.to_dict() for c in self.init_container_statuses]
+        if self.ephemeral_container_statuses:
+            out["ephemeralContainerStatuses"] = [
+                c.to_dict() for c in self.ephemeral_container_statuses]
         if self.pod_ips:
             out["podIPs"] = [{"ip": ip} for ip in self.pod_ips]
         out["conditions"] = [c.to_dict() for c in self.conditions]
@@ -278,4 +283,6 @@ class PodStatus:
             init_container_statuses=tuple(ContainerStatus.from_dict(c) for c in read_list(
                 raw, "initContainerStatuses", what)),
             conditions=tuple(PodCondition.from_dict(c) for c in read_list(
-                raw, "conditions", what)))
+                raw, "conditions", what)),
+            ephemeral_container_statuses=tuple(ContainerStatus.from_dict(c) for c in read_list(
+                raw, "ephemeralContainerStatuses", what)))

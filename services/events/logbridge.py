@@ -34,6 +34,19 @@ syncloop.pod.network_not_ready Warning  NetworkNotReady     network is not ready
                                                             runtime network not ready: ...
 syncloop.runtime.network_*     Warning  NetworkNotReady     (on the Node) the runtime's
                                Normal   NetworkReady        NetworkReady condition changed
+syncloop.container.poststart_  Warning  FailedPostStartHook PostStartHook failed (the hook's
+failed                                                      output stays in the status, not in
+                                                            the event, as the kubelet)
+syncloop.pod.failed            <type>   <reason>            the pod failed for good (a FailPod,
+                                                            or past activeDeadlineSeconds:
+                                                            Normal DeadlineExceeded, Pod was
+                                                            active on the node longer than the
+                                                            specified deadline)
+syncloop.pod.pull_secrets_     Warning  FailedToRetrieve-   Unable to retrieve some image pull
+missing                                 ImagePullSecret     secrets (a, b); attempting to pull
+                                                            the image may not succeed.
+syncloop.pod.update_refused    Warning  <reason>            the refusal (the pod runs on as it
+                                                            was)
 =============================  =======  ==================  ===================================
 """
 
@@ -84,6 +97,16 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
         return [(ev.NORMAL, "Pulling", str(fields.get("message", "")))]
     if event in ("syncloop.image.pulled", "syncloop.image.present"):
         return [(ev.NORMAL, "Pulled", str(fields.get("message", "")))]
+    if event == "syncloop.container.poststart_failed":
+        return [(ev.WARNING, "FailedPostStartHook", "PostStartHook failed")]
+    if event == "syncloop.pod.failed":
+        kind = ev.NORMAL if fields.get("event_type") == ev.NORMAL else ev.WARNING
+        return [(kind, str(fields.get("reason") or "Failed"), str(fields.get("message", "")))]
+    if event == "syncloop.pod.pull_secrets_missing":
+        return [(ev.WARNING, "FailedToRetrieveImagePullSecret", str(fields.get("message", "")))]
+    if event == "syncloop.pod.update_refused":
+        return [(ev.WARNING, str(fields.get("reason") or "UnsupportedPodUpdate"),
+                 str(fields.get("message", "")))]
     if event == "syncloop.pod.rejected":
         return [(ev.WARNING, str(fields.get("reason") or "Rejected"),
                  str(fields.get("message", "")))]

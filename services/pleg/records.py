@@ -19,6 +19,7 @@ from podvisor.common import labels
 from podvisor.ipc.maps import PlegContainer, PlegPod, PlegSandbox
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pleg.events import Snapshot, state_of_container, state_of_sandbox
+from podvisor.services.pleg.termination import termination_message
 
 UID_LABEL = labels.POD_UID
 NAME_LABEL = labels.POD_NAME
@@ -142,7 +143,7 @@ def _container(cid: str, meta: pb.ContainerMetadata, sandbox_id: str,
         "finished_at": int(st.finished_at),
         "exit_code": int(st.exit_code),
         "reason": st.reason,
-        "message": st.message,
+        "message": termination_message(st, annotations),
         "image": image,
         "image_ref": image_ref,
         "hash": annotations.get(HASH_ANNOTATION, ""),

@@ -37,6 +37,13 @@ class TerminationMessagePolicy(StrEnum):
     FALLBACK_TO_LOGS_ON_ERROR = "FallbackToLogsOnError"
 
 
+class ContainerRestartPolicy(StrEnum):
+    """An init container's own restart policy: ``Always`` makes it a sidecar (a restartable
+    init container); the API allows no other value in 1.33."""
+
+    ALWAYS = "Always"
+
+
 @dataclass(frozen=True)
 class ExecAction:
     KIND: ClassVar[str] = "exec"
@@ -140,10 +147,13 @@ class Probe:
 @dataclass(frozen=True)
 class Lifecycle:
     pre_stop: LifecycleHandler | None = None
+    post_start: LifecycleHandler | None = None
     stop_signal: str = ""  # the API's name (SIGTERM, SIGRTMIN+1, ...); "" = the runtime's
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if self.post_start is not None:
+            out["postStart"] = {self.post_start.KIND: self.post_start.to_dict()}
         if self.pre_stop is not None:
             out["preStop"] = {self.pre_stop.KIND: self.pre_stop.to_dict()}
         if self.stop_signal:
@@ -345,6 +355,13 @@ class Container:
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False
+    # init containers only: Always makes it a sidecar (kept running beside the app)
+    restart_policy: ContainerRestartPolicy | None = None
+
+    @property
+    def sidecar(self) -> bool:
+        """A restartable init container (``restartPolicy: Always``)."""
+        return self.restart_policy is ContainerRestartPolicy.ALWAYS
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "image": self.image,
@@ -369,6 +386,27 @@ class Container:
             "stdin": self.stdin,
             "stdinOnce": self.stdin_once,
             "tty": self.tty,
+            "restartPolicy": self.restart_policy and str(self.restart_policy),
         }
         out.update((key, value) for key, value in optional.items() if value)
+        return out
+
+
+@dataclass(frozen=True)
+class EphemeralContainer:
+    """``spec.ephemeralContainers[]`` (``kubectl debug``): a container added to a running pod
+    through the ``ephemeralcontainers`` subresource; started once, never restarted.
+    ``target_container_name``: the container whose process namespace it joins ("" none)."""
+
+    container: Container
+    target_container_name: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.container.name
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.container.to_dict()
+        if self.target_container_name:
+            out["targetContainerName"] = self.target_container_name
         return out

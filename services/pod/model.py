@@ -19,6 +19,7 @@ from typing import Any
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod.container import (
     Container,
+    EphemeralContainer,
     ObjectFieldSelector,
     ResourceFieldSelector,
     value_from_dict,
@@ -216,12 +217,30 @@ class PodSpec:
     tolerations: tuple[Toleration, ...] = ()
     # hostname, subdomain, setHostnameAsFQDN, hostAliases, dnsConfig
     dns: PodDNS = field(default_factory=PodDNS)
+    # [issue 24] the kubelet's pod lifecycle fields
+    ephemeral_containers: tuple[EphemeralContainer, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()   # Secret names ("" entries kept, as the API does)
+    active_deadline_seconds: int | None = None
+    readiness_gates: tuple[str, ...] = ()      # condition types
+
+    @property
+    def sidecars(self) -> tuple[Container, ...]:
+        """The restartable init containers (``restartPolicy: Always``), in order."""
+        return tuple(c for c in self.init_containers if c.sidecar)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containers": [c.to_dict() for c in self.containers]}
         out.update(self.dns.to_dict())
         if self.init_containers:
             out["initContainers"] = [c.to_dict() for c in self.init_containers]
+        if self.ephemeral_containers:
+            out["ephemeralContainers"] = [c.to_dict() for c in self.ephemeral_containers]
+        if self.image_pull_secrets:
+            out["imagePullSecrets"] = [{"name": n} if n else {} for n in self.image_pull_secrets]
+        if self.active_deadline_seconds is not None:
+            out["activeDeadlineSeconds"] = self.active_deadline_seconds
+        if self.readiness_gates:
+            out["readinessGates"] = [{"conditionType": t} for t in self.readiness_gates]
         out["restartPolicy"] = str(self.restart_policy)
         out["terminationGracePeriodSeconds"] = self.termination_grace_period_seconds
         out["dnsPolicy"] = str(self.dns_policy)

@@ -15,6 +15,7 @@ from podvisor.services.pod.container import (
     ApiKeyRef,
     Container,
     ContainerPort,
+    ContainerRestartPolicy,
     EnvFromSource,
     EnvVar,
     EnvVarSource,
@@ -41,14 +42,26 @@ from podvisor.services.pod.fields import (
 from podvisor.services.pod.parse_probe import parse_lifecycle, parse_probe
 from podvisor.services.pod.parse_security import parse_container_security
 
+INIT, REGULAR, EPHEMERAL = "init", "regular", "ephemeral"
+
 
 def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[str],
-                    host_network: bool, container_names: Collection[str] = ()) -> Container | None:
+                    host_network: bool, container_names: Collection[str] = (),
+                    kind: str = REGULAR) -> Container | None:
+    """One container of ``kind``: ``init`` (may be a sidecar: ``restartPolicy: Always``),
+    ``regular`` or ``ephemeral`` (the API server's rules: no ports, probes, lifecycle,
+    resources or restartPolicy; its ``targetContainerName`` is read by the spec)."""
     m = as_map(f, raw, path)
     if m is None:
         return None
-    check_fields(f, m, path, policy.CONTAINER_KNOWN | ({"envFrom"} if f.api_objects else set()),
-                 policy.CONTAINER_UNSUPPORTED)
+    known = policy.CONTAINER_KNOWN | ({"envFrom"} if f.api_objects else set())
+    if kind == EPHEMERAL:
+        known = known | {policy.EPHEMERAL_TARGET}
+        for key in policy.EPHEMERAL_FORBIDDEN:
+            if m.get(key):  # an empty value sets nothing (kubectl debug sends resources: {})
+                f.error(join(path, key), "Forbidden: cannot be set for an Ephemeral Container")
+    check_fields(f, {k: v for k, v in m.items() if k != policy.CONTAINER_RESTART_POLICY},
+                 path, known, policy.CONTAINER_UNSUPPORTED)
     name = get_str(f, m, "name", path, required=True)
     if name and (reason := names.dns1123_label(name)):
         f.error(join(path, "name"), reason)
@@ -63,12 +76,6 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
               if m.get(key) is not None}
     lifecycle = parse_lifecycle(f, m.get("lifecycle") or {}, join(path, "lifecycle"), port_names)
     message_path = get_str(f, m, "terminationMessagePath", path) or D.TERMINATION_MESSAGE_PATH
-    message_policy = get_enum(f, m, "terminationMessagePolicy", path, TerminationMessagePolicy,
-                              TerminationMessagePolicy.FILE)
-    if message_path != D.TERMINATION_MESSAGE_PATH:
-        f.warn(join(path, "terminationMessagePath"), policy.TERMINATION_MESSAGES)
-    if message_policy is not TerminationMessagePolicy.FILE:
-        f.warn(join(path, "terminationMessagePolicy"), policy.TERMINATION_MESSAGES)
     container = Container(
         name=name,
         image=image,
@@ -89,11 +96,32 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         security_context=parse_container_security(f, m.get("securityContext"),
                                                   join(path, "securityContext")),
         termination_message_path=message_path,
-        termination_message_policy=message_policy,
+        termination_message_policy=get_enum(f, m, "terminationMessagePolicy", path,
+                                            TerminationMessagePolicy,
+                                            TerminationMessagePolicy.FILE),
+        restart_policy=_restart_policy(f, m, path, kind),
     )
     check_bidirectional(f, container, path)
     return replace(container, stdin=get_bool(f, m, "stdin", path),
                    stdin_once=get_bool(f, m, "stdinOnce", path), tty=get_bool(f, m, "tty", path))
+
+
+def _restart_policy(f: Findings, m: Mapping[str, Any], path: str,
+                    kind: str) -> ContainerRestartPolicy | None:
+    """The API server's rule (1.33): only an init container may set it, and only to Always."""
+    value = m.get(policy.CONTAINER_RESTART_POLICY)
+    if value is None:
+        return None
+    where = join(path, policy.CONTAINER_RESTART_POLICY)
+    if kind == REGULAR:
+        f.error(where, "Forbidden: may not be set for non-init containers")
+        return None
+    if kind == EPHEMERAL:
+        return None  # already refused with the other fields an ephemeral container may not set
+    if value != str(ContainerRestartPolicy.ALWAYS):
+        f.error(where, f'Unsupported value: "{value}": supported values: "Always"')
+        return None
+    return ContainerRestartPolicy.ALWAYS
 
 
 def default_pull_policy(image: str) -> PullPolicy:

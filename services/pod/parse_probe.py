@@ -66,24 +66,34 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
     if m is None:
         return Lifecycle()
     check_fields(f, m, path, policy.LIFECYCLE_KNOWN, policy.LIFECYCLE_UNSUPPORTED)
-    stop_signal = parse_stop_signal(f, m, path)
-    if m.get("preStop") is None:
-        return Lifecycle(stop_signal=stop_signal)
-    where = join(path, "preStop")
-    pre_stop = as_map(f, m["preStop"], where)
-    if pre_stop is None:
-        return Lifecycle(stop_signal=stop_signal)
-    check_fields(f, pre_stop, where, policy.PRE_STOP_KNOWN, policy.PRE_STOP_UNSUPPORTED)
-    if pre_stop.get("tcpSocket") is not None:  # accepted by the API server, warned: no hook
-        others = [k for k in PRE_STOP_HANDLERS if pre_stop.get(k) is not None]
+    return Lifecycle(pre_stop=_lifecycle_handler(f, m, "preStop", path, port_names),
+                     post_start=_lifecycle_handler(f, m, "postStart", path, port_names),
+                     stop_signal=parse_stop_signal(f, m, path))
+
+
+def _lifecycle_handler(f: Findings, m: Mapping[str, Any], key: str, path: str,
+                       port_names: Collection[str]) -> LifecycleHandler | None:
+    """``preStop`` or ``postStart``: exec, httpGet or sleep. tcpSocket, which the API server
+    takes and the kubelet fails when the hook runs: warned and no hook for preStop (the kill
+    goes on as without one), refused for postStart (the kubelet would kill the container at
+    every start)."""
+    if m.get(key) is None:
+        return None
+    where = join(path, key)
+    body = as_map(f, m[key], where)
+    if body is None:
+        return None
+    check_fields(f, body, where, policy.PRE_STOP_KNOWN,
+                 policy.PRE_STOP_UNSUPPORTED if key == "preStop" else policy.POST_START_UNSUPPORTED)
+    if body.get("tcpSocket") is not None:
+        others = [k for k in PRE_STOP_HANDLERS if body.get(k) is not None]
         if others:
             f.error(where, f"must specify only one handler, found {others[0]} and tcpSocket")
-        return Lifecycle(stop_signal=stop_signal)
-    handler = _parse_handler(f, pre_stop, where, PRE_STOP_HANDLERS, port_names)
+        return None
+    handler = _parse_handler(f, body, where, PRE_STOP_HANDLERS, port_names)
     if handler is None or isinstance(handler, (TCPSocketAction, GRPCAction)):
-        return Lifecycle(stop_signal=stop_signal)
-    lifecycle_handler: LifecycleHandler = handler
-    return Lifecycle(pre_stop=lifecycle_handler, stop_signal=stop_signal)
+        return None
+    return handler
 
 
 # The API server's supportedStopSignalsLinux: the Linux signals by name, and the real-time

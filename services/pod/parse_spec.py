@@ -10,6 +10,7 @@ from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
     Container,
+    EphemeralContainer,
     ObjectFieldSelector,
     ResourceFieldSelector,
 )
@@ -43,7 +44,7 @@ from podvisor.services.pod.model import (
     Volume,
     VolumeSource,
 )
-from podvisor.services.pod.parse_container import parse_container
+from podvisor.services.pod.parse_container import EPHEMERAL, INIT, REGULAR, parse_container
 from podvisor.services.pod.parse_security import parse_pod_security
 
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
@@ -92,12 +93,15 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         f.error(join(path, "shareProcessNamespace"),
                 "ShareProcessNamespace and HostPID cannot both be enabled")
     init = _parse_containers(f, m, path, "initContainers", volume_names, host_network,
-                             container_names)
+                             container_names, INIT)
     containers = _parse_containers(f, m, path, "containers", volume_names, host_network,
-                                   container_names)
+                                   container_names, REGULAR)
     if not containers and not any(e.field.startswith(join(path, "containers")) for e in f.errors):
         f.error(join(path, "containers"), "required (at least one container)")
-    _check_unique_names(f, m, path, init, containers)
+    ephemeral = _parse_ephemeral(f, m, path, volume_names, host_network, container_names,
+                                 {c.name for c in (*init, *containers)})
+    _check_unique_names(f, m, path, init, containers,
+                        tuple(e.container for e in ephemeral))
     if m.get("hostUsers") is False:
         f.error(join(path, "hostUsers"), "user namespaces are not supported by podvisor (the "
                                          "pod would run in the node's user namespace)")
@@ -128,7 +132,58 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
                               else get_bool(f, m, "enableServiceLinks", path)),
         tolerations=_parse_tolerations(f, m, path),
         dns=dns,
+        ephemeral_containers=ephemeral,
+        image_pull_secrets=_parse_pull_secrets(f, m, path),
+        active_deadline_seconds=get_opt_int(f, m, "activeDeadlineSeconds", path, minimum=1,
+                                            maximum=2147483647),
+        readiness_gates=_parse_readiness_gates(f, m, path),
     )
+
+
+def _parse_pull_secrets(f: Findings, m: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    """``imagePullSecrets``: Secret names in the pod's namespace (an empty entry is allowed
+    by the API and ignored by the kubelet; kept as written)."""
+    out: list[str] = []
+    for where, item in get_list(f, m, "imagePullSecrets", path):
+        ref = as_map(f, item, where)
+        if ref is None:
+            continue
+        check_fields(f, ref, where, {"name"}, {})
+        out.append(get_str(f, ref, "name", where))
+    return tuple(out)
+
+
+def _parse_readiness_gates(f: Findings, m: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for where, item in get_list(f, m, "readinessGates", path):
+        gate = as_map(f, item, where)
+        if gate is None:
+            continue
+        check_fields(f, gate, where, {"conditionType"}, {})
+        ctype = get_str(f, gate, "conditionType", where, required=True)
+        if ctype and (reason := names.qualified_name(ctype)):
+            f.error(join(where, "conditionType"), reason)
+        out.append(ctype)
+    return tuple(out)
+
+
+def _parse_ephemeral(f: Findings, m: Mapping[str, Any], path: str, volume_names: set[str],
+                     host_network: bool, container_names: frozenset[str],
+                     targets: set[str]) -> tuple[EphemeralContainer, ...]:
+    """``ephemeralContainers`` (the API server's ``validateEphemeralContainers``): a
+    ``targetContainerName`` must name an init or regular container of the pod."""
+    out: list[EphemeralContainer] = []
+    for where, item in get_list(f, m, "ephemeralContainers", path):
+        c = parse_container(f, item, where, volume_names, host_network, container_names,
+                            EPHEMERAL)
+        if c is None:
+            continue
+        target = get_str(f, item, "targetContainerName", where)
+        if target and target not in targets:
+            f.error(join(where, "targetContainerName"),
+                    f'Not found: "{target}": must be a container in the pod')
+        out.append(EphemeralContainer(c, target))
+    return tuple(out)
 
 
 def _raw_container_names(m: Mapping[str, Any]) -> frozenset[str]:
@@ -169,19 +224,22 @@ def _parse_tolerations(f: Findings, m: Mapping[str, Any], path: str) -> tuple[To
 
 def _parse_containers(f: Findings, m: Mapping[str, Any], path: str, key: str,
                       volume_names: set[str], host_network: bool,
-                      container_names: frozenset[str]) -> tuple[Container, ...]:
+                      container_names: frozenset[str], kind: str) -> tuple[Container, ...]:
     out: list[Container] = []
     for where, item in get_list(f, m, key, path):
-        container = parse_container(f, item, where, volume_names, host_network, container_names)
+        container = parse_container(f, item, where, volume_names, host_network, container_names,
+                                    kind)
         if container is not None:
             out.append(container)
     return tuple(out)
 
 
 def _check_unique_names(f: Findings, m: Mapping[str, Any], path: str,
-                        init: tuple[Container, ...], containers: tuple[Container, ...]) -> None:
+                        init: tuple[Container, ...], containers: tuple[Container, ...],
+                        ephemeral: tuple[Container, ...] = ()) -> None:
     seen: set[str] = set()
-    for key, group in (("initContainers", init), ("containers", containers)):
+    for key, group in (("initContainers", init), ("containers", containers),
+                       ("ephemeralContainers", ephemeral)):
         for i, container in enumerate(group):
             if container.name and container.name in seen:
                 f.error(join(path, f"{key}[{i}].name"),

@@ -2,7 +2,7 @@
 
 docs/ARCHITECTURE.md ("Pods and sources") renders these tables; keep the two in step.
 Rule of thumb: a field whose absence would change what the workload sees or can reach
-(API objects, postStart, sidecars, devices, unknown volume types) rejects the pod, and so does
+(API objects a static pod names, devices, unknown volume types) rejects the pod, and so does
 a security setting podvisor cannot enforce (user namespaces, SELinux relabelling); a field
 that only tunes scheduling or terminal handling is ignored with a warning. Security contexts
 are supported (parse_security.py); what a runtime cannot enforce, it refuses at create.
@@ -49,11 +49,12 @@ SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "tolerations", "hostPID", "hostIPC", "shareProcessNamespace",
                         # [issue 24] pod DNS (pod/dns.py; the sync loop's syncloop/dns.py)
                         "dnsConfig", "hostname", "subdomain", "setHostnameAsFQDN",
-                        "hostAliases"})
+                        "hostAliases",
+                        # [issue 24] the pod lifecycle fields (the sync loop and status)
+                        "imagePullSecrets", "ephemeralContainers", "activeDeadlineSeconds",
+                        "readinessGates"})
 SPEC_UNSUPPORTED = {
-    "imagePullSecrets": _reject(f"{_API} (Secret)"),
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
-    "ephemeralContainers": _reject("ephemeral containers are not supported"),
     "affinity": _SCHEDULING,
     "nodeSelector": _SCHEDULING,
     "schedulingGates": _SCHEDULING,
@@ -65,9 +66,7 @@ SPEC_UNSUPPORTED = {
     "overhead": _NOT_ENFORCED,
     "resources": _reject("pod-level resources (spec.resources) are not supported; set "
                          "resources on each container (they are enforced)"),
-    "activeDeadlineSeconds": _NOT_ENFORCED,
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
-    "readinessGates": _warn("readiness gates are not supported; ignored"),
     "os": _warn("the pod runs on this node's OS; ignored (os.name other than linux: refused, "
                 "as the kubelet's admission does)"),
 }
@@ -77,11 +76,17 @@ CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "working
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
                              "terminationMessagePath", "terminationMessagePolicy",
                              "stdin", "stdinOnce", "tty"})  # [issue 24]
+# an init container's restartPolicy (sidecars); regular and ephemeral containers may not set it
+CONTAINER_RESTART_POLICY = "restartPolicy"
+# what the API server forbids on an ephemeral container ("cannot be set for an Ephemeral
+# Container"), and the one field it adds
+EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+                       "resources", "resizePolicy", "restartPolicy")
+EPHEMERAL_TARGET = "targetContainerName"
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
                              "may not reference"),
-    "restartPolicy": _reject("sidecar containers (container restartPolicy) are not supported"),
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
 }
 
@@ -99,10 +104,8 @@ SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabili
                             "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
 SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 
-LIFECYCLE_KNOWN = frozenset({"preStop", "stopSignal"})
-LIFECYCLE_UNSUPPORTED = {
-    "postStart": _reject("postStart hooks are not supported; do the work in the command"),
-}
+LIFECYCLE_KNOWN = frozenset({"preStop", "postStart", "stopSignal"})
+LIFECYCLE_UNSUPPORTED: dict[str, Unsupported] = {}
 
 PROBE_KNOWN = frozenset({"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds",
                          "periodSeconds", "timeoutSeconds", "successThreshold",
@@ -112,6 +115,11 @@ PRE_STOP_UNSUPPORTED = {  # [issue 24] the API server takes it; the kubelet fail
     "tcpSocket": _warn("tcpSocket is not a valid lifecycle handler: the kubelet's hook fails "
                        "at stop (FailedPreStopHook) and the container is stopped as without "
                        "one; ignored"),
+}
+POST_START_UNSUPPORTED = {
+    "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler: the kubelet's postStart "
+                         "hook would fail (FailedPostStartHook) and kill the container at "
+                         "every start"),
 }
 
 PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name", "hostIP"})
@@ -159,7 +167,6 @@ SA_TOKEN_KNOWN = frozenset({"audience", "expirationSeconds", "path"})
 DOWNWARD_API_KNOWN = frozenset({"items", "defaultMode"})
 DOWNWARD_API_ITEM_KNOWN = frozenset({"path", "fieldRef", "resourceFieldRef", "mode"})
 TOLERATION_KNOWN = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
-TERMINATION_MESSAGES = "termination messages are not collected; ignored"
 
 HANDLER_KNOWN = {
     "exec": frozenset({"command"}),

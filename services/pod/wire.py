@@ -23,9 +23,11 @@ from podvisor.services.pod.container import (
     ApiKeyRef,
     Container,
     ContainerPort,
+    ContainerRestartPolicy,
     EnvFromSource,
     EnvVar,
     EnvVarSource,
+    EphemeralContainer,
     ExecAction,
     GRPCAction,
     HTTPGetAction,
@@ -177,6 +179,12 @@ def _spec(s: Mapping[str, Any]) -> PodSpec:
         enable_service_links=s["enableServiceLinks"],
         tolerations=tuple(_toleration(t) for t in s.get("tolerations", ())),
         dns=pod_dns_from_wire(s),
+        ephemeral_containers=tuple(
+            EphemeralContainer(_container(c), c.get("targetContainerName", ""))
+            for c in s.get("ephemeralContainers", ())),
+        image_pull_secrets=tuple(r.get("name", "") for r in s.get("imagePullSecrets", ())),
+        active_deadline_seconds=s.get("activeDeadlineSeconds"),
+        readiness_gates=tuple(g["conditionType"] for g in s.get("readinessGates", ())),
     )
 
 
@@ -281,16 +289,19 @@ def _probe(p: Mapping[str, Any] | None) -> Probe | None:
                  termination_grace_period_seconds=p.get("terminationGracePeriodSeconds"))
 
 
-def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
-    pre_stop = w.get("preStop")
-    stop_signal = str(w.get("stopSignal", ""))
-    if pre_stop is None:
-        return Lifecycle(stop_signal=stop_signal)
-    handler = _handler(pre_stop)
+def _lifecycle_handler(w: Mapping[str, Any] | None) -> LifecycleHandler | None:
+    if w is None:
+        return None
+    handler = _handler(w)
     if isinstance(handler, (TCPSocketAction, GRPCAction)):
-        raise ValueError("preStop cannot be tcpSocket or grpc")
-    stop: LifecycleHandler = handler
-    return Lifecycle(pre_stop=stop, stop_signal=stop_signal)
+        raise ValueError("a lifecycle handler cannot be tcpSocket or grpc")
+    return handler
+
+
+def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
+    return Lifecycle(pre_stop=_lifecycle_handler(w.get("preStop")),
+                     post_start=_lifecycle_handler(w.get("postStart")),
+                     stop_signal=str(w.get("stopSignal", "")))
 
 
 def _profile(w: Mapping[str, Any] | None) -> Profile | None:
@@ -385,4 +396,6 @@ def _container(c: Mapping[str, Any]) -> Container:
         stdin=c.get("stdin", False), stdin_once=c.get("stdinOnce", False),
         tty=c.get("tty", False),
         env_from=tuple(_env_from(e) for e in c.get("envFrom", ())),
+        restart_policy=(ContainerRestartPolicy(c["restartPolicy"]) if "restartPolicy" in c
+                        else None),
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from podvisor.ipc.maps import DesiredPod, PlegContainer, PlegPod
-from podvisor.services.pod import Pod, PodValidationError, Probe, pod_from_wire
+from podvisor.services.pod import Container, Pod, PodValidationError, Probe, pod_from_wire
 from podvisor.services.prober.worker import (
     ContainerObs,
     Kind,
@@ -57,8 +57,14 @@ def timing_of(probe: Probe) -> Timing:
                   float(probe.timeout_seconds), probe.success_threshold, probe.failure_threshold)
 
 
+def probed(pod: Pod) -> tuple[Container, ...]:
+    """The containers the kubelet probes: sidecars (restartable init containers) and regular
+    containers (an init container that runs to completion has no probes)."""
+    return pod.spec.sidecars + pod.spec.containers
+
+
 def probes_of(pod: Pod, name: str) -> dict[Kind, Probe]:
-    for c in pod.spec.containers:
+    for c in probed(pod):
         if c.name == name:
             found = {Kind.LIVENESS: c.liveness_probe, Kind.READINESS: c.readiness_probe,
                      Kind.STARTUP: c.startup_probe}
@@ -193,7 +199,7 @@ class ProbeManager:
                     wall: float) -> set[WorkerKey]:
         keys: set[WorkerKey] = set()
         ip: str | None = None  # only pods with a probe need it
-        for c in pod.spec.containers:
+        for c in probed(pod):
             probes = probes_of(pod, c.name)
             if not probes:
                 continue

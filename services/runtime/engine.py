@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 from cri_api.v1 import api_pb2 as pb
 
+from podvisor.common import labels
 from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log as Logger
 from podvisor.ipc.clock import SYSTEM_CLOCK
@@ -83,6 +84,28 @@ NETWORK_STEPS = (
     "network.after_record", "network.after_setup",
     "network.before_teardown", "network.after_teardown",
 )
+
+
+TERMINATION_LOG_NOT_MOUNTED = (
+    "termination message not collected: the embedded runtime runs without root, so "
+    "terminationMessagePath was not mounted")
+
+
+def without_termination_log(st: pb.ContainerStatus) -> pb.ContainerStatus:
+    """The status of a container whose termination-log file this runtime did not mount (it
+    runs without root: ``Engine._mountable``): that mount is not listed (it was not made), and
+    once exited its message says why there is no file's text (the kubelet then shows the
+    runtime's message, or with FallbackToLogsOnError the log's tail after it), never silently."""
+    path = st.annotations.get(labels.TERMINATION_MESSAGE_PATH, "")
+    if not path or not any(m.container_path == path for m in st.mounts):
+        return st
+    out = pb.ContainerStatus()
+    out.CopyFrom(st)
+    del out.mounts[:]
+    out.mounts.extend(m for m in st.mounts if m.container_path != path)
+    if out.state == pb.CONTAINER_EXITED:
+        out.message = "; ".join(x for x in (st.message, TERMINATION_LOG_NOT_MOUNTED) if x)
+    return out
 
 
 class Engine:
@@ -434,6 +457,23 @@ class Engine:
         self.crash.hit("remove_sandbox.after_record")
 
     # --- containers ---
+    def _mountable(self, config: pb.ContainerConfig) -> list[pb.Mount]:
+        """The config's mounts, less the kubelet's termination-log file when this runtime
+        cannot make a mount namespace (not root): every container gets that mount, and
+        without root a pod with no volumes must still run (the message is then not collected;
+        said in the log, once per container, and in its status: ``without_termination_log``)."""
+        if self._host.root:
+            return list(config.mounts)
+        path = config.annotations.get(labels.TERMINATION_MESSAGE_PATH, "")
+        keep = [m for m in config.mounts if not path or m.container_path != path]
+        if len(keep) != len(config.mounts):
+            self.log.warning("runtime.container.termination_log_skipped",
+                             container=config.metadata.name, path=path,
+                             reason="the embedded runtime runs without root: no mount "
+                                    "namespace for the termination-log file; the container's "
+                                    "termination message is not collected")
+        return keep
+
     def create_container(self, sandbox_id: str, config: pb.ContainerConfig) -> str:
         sb = self.sandbox(sandbox_id)
         if sb.state is not SandboxState.READY:
@@ -470,7 +510,7 @@ class Engine:
         log_path = _log_path(sb.config.log_directory, config.log_path)
         doc: dict[str, Any] = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
                                "cwd": cwd, "log_path": log_path}
-        mounts = _mounts(md.name, config.mounts)
+        mounts = _mounts(md.name, self._mountable(config))
         if mounts:
             doc["mounts"] = mounts
         if (config.linux.security_context.privileged
@@ -905,7 +945,8 @@ class Engine:
         ContainerStatus calls after a change share it. Callers must not modify it."""
         hit = self._statuses.get(c.id)
         if hit is None or hit[0] is not c:
-            hit = (c, convert.container_status(c))
+            st = convert.container_status(c)
+            hit = (c, st if self._host.root else without_termination_log(st))
             with self._lock:
                 if c.id in self._containers:  # not for a record already removed
                     self._statuses[c.id] = hit

@@ -5,9 +5,11 @@ set made of them for the merge.
   call ``wake`` so the main loop publishes; the main loop's ``take()`` returns the raw objects
   when something changed since the last call.
 - ``build_set`` turns them into a ``SourceSet``: each pod validated with ``pod_from_dict`` (a
-  bad pod is an error of the set naming ``api:<namespace>/<name>``, the others go on), its
-  ``status`` dropped (the agent's own status is the truth; status writes from this node would
-  otherwise come back as merge updates), origin ``api``. Mirror pods (annotation
+  bad pod is an error of the set naming ``api:<namespace>/<name>`` and the pod's UID, name
+  and namespace, so the sync loop refuses it in its status; the others go on), its
+  ``status`` dropped but for the conditions other controllers own (a readiness gate's) and a
+  Failed phase with its reason and message (the agent's own status is the truth; its own
+  writes would otherwise come back as merge updates), origin ``api``. Mirror pods (annotation
   ``kubernetes.io/config.mirror``) are recognised, listed apart in ``mirrors`` (the
   ``api-mirrors`` map's ``MirrorPod``s) and never run.
 Parsed pods are cached by (UID, resourceVersion), so a relist of 110 pods parses none again.
@@ -150,10 +152,36 @@ def _parse(obj: Obj) -> Pod | SourceError:
         first = exc.errors[0] if exc.errors else None
         return SourceError(where, first.field if first else "",
                            "; ".join(f"{i.field}: {i.reason}" if i.field else i.reason
-                                     for i in exc.errors) or "invalid pod")
+                                     for i in exc.errors) or "invalid pod",
+                           uid=str(meta.get("uid") or ""), name=str(meta.get("name") or ""),
+                           namespace=str(meta.get("namespace") or ""))
     pod = parsed.pod
-    return Pod(pod.metadata, pod.spec, {}, Origin("api", where.removeprefix("api:"),
-                                                  tuple(str(w) for w in parsed.warnings)))
+    return Pod(pod.metadata, pod.spec, _foreign_status(obj.get("status")),
+               Origin("api", where.removeprefix("api:"),
+                      tuple(str(w) for w in parsed.warnings)))
+
+
+# the conditions the kubelet writes itself (``PodConditionsByKubelet``)
+_KUBELET_CONDITIONS = frozenset({"PodScheduled", "PodReadyToStartContainers", "Initialized",
+                                 "ContainersReady", "Ready"})
+
+
+def _foreign_status(status: Any) -> dict[str, Any]:
+    """The part of an API pod's status the agent keeps: the conditions other controllers own
+    (a readiness gate's), as the kubelet's status manager keeps them, and a Failed phase with
+    its reason and message (terminal: the sync loop never runs such a pod again, as the
+    kubelet's pod worker; syncloop ``_failed_in_api``); the rest is the agent's own, so its
+    writes never come back as changes (a pod's turn to Failed comes back once)."""
+    if not isinstance(status, dict):
+        return {}
+    out: dict[str, Any] = {}
+    kept = [c for c in status.get("conditions") or [] if isinstance(c, dict)
+            and c.get("type") not in _KUBELET_CONDITIONS]
+    if kept:
+        out["conditions"] = kept
+    if status.get("phase") == "Failed":
+        out.update((k, str(status.get(k) or "")) for k in ("phase", "reason", "message"))
+    return out
 
 
 def _uid(obj: Obj) -> str:

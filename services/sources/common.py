@@ -29,11 +29,17 @@ Seen = Callable[[str], str]
 
 @dataclass(frozen=True)
 class SourceError:
-    """One rejected input: ``location`` is the file path or URL, ``field`` may be empty."""
+    """One rejected input: ``location`` is the file path or URL, ``field`` may be empty.
+    ``uid``/``name``/``namespace``: the pod it is, when the source knows it (an API pod): the
+    sync loop then refuses that pod the way the kubelet rejects one (a Failed status and an
+    Event), or, for a pod it runs, refuses the update and keeps it running."""
 
     location: str
     field: str
     reason: str
+    uid: str = ""
+    name: str = ""
+    namespace: str = ""
 
     def __str__(self) -> str:
         return f"{self.location}: {self.field}: {self.reason}" if self.field else \
@@ -62,8 +68,14 @@ class SourceSet:
         """The ``pods-<source>`` map's value for this read."""
         key = "file" if self.source == "file" else "url"
         return PodSetValue(source=self.source, pods=self.wire_pods(),
-                      errors=[{key: e.location, "field": e.field, "reason": e.reason}
-                              for e in self.errors], ts=ts)
+                           errors=[_error(key, e) for e in self.errors], ts=ts)
+
+
+def _error(key: str, e: SourceError) -> dict[str, Any]:
+    out: dict[str, Any] = {key: e.location, "field": e.field, "reason": e.reason}
+    if e.uid:
+        out.update(uid=e.uid, name=e.name, namespace=e.namespace)
+    return out
 
 
 def errors_of(exc: PodValidationError) -> list[SourceError]:

@@ -226,8 +226,8 @@ class StatusWriter:
             entry = snap.desired.get(uid)
             status = snap.statuses.get(uid)
             if isinstance(entry, DesiredPod):
-                if entry.worker != "terminated":
-                    continue  # still being killed
+                if entry.active:
+                    continue  # still being killed (a pod never admitted has nothing to kill)
             elif status is not None and any(
                     cs.state.running is not None for cs in status.status.container_statuses):
                 continue  # not (yet) in ``desired`` but known to run: wait

@@ -10,7 +10,8 @@ changed. Reads the typed pod (``services.pod.Pod``) and returns the typed status
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339
@@ -22,8 +23,14 @@ from podvisor.ipc.maps import (
     PodRef,
     PodStatusValue,
 )
-from podvisor.ipc.podstatus import ContainerStatus, PodCondition, PodStatus
+from podvisor.ipc.podstatus import ContainerStatus, PodStatus
 from podvisor.services.pod import Container, Pod
+from podvisor.services.status.conditions import (
+    condition,
+    external_conditions,
+    kubelet_conditions,
+    stamp,
+)
 from podvisor.services.status.containers import EXITED, by_name, container_status
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -33,7 +40,7 @@ CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "Contain
 # The fields of a ``DesiredPod`` that ``compute_pod_status`` reads: a change of any other
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
 # (``pod`` is read through the typed ``Pod`` rebuilt from it.)
-DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class")
+DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class", "failed")
 
 
 def desired_inputs(entry: Any) -> Any:
@@ -44,10 +51,17 @@ def desired_inputs(entry: Any) -> Any:
 
 
 def _init_done(init_specs: Sequence[Container],
-               records: Mapping[str, list[PlegContainer]]) -> list[str]:
-    """Names of init containers that have not yet exited 0 (newest run)."""
+               records: Mapping[str, list[PlegContainer]],
+               statuses: Sequence[ContainerStatus] = ()) -> list[str]:
+    """Names of init containers not done: a regular one that has not yet exited 0 (newest
+    run), a sidecar that has not started (running, its startup probe passed)."""
+    started = {cs.name for cs in statuses if cs.started}
     pending = []
     for spec in init_specs:
+        if spec.sidecar:
+            if spec.name not in started:
+                pending.append(spec.name)
+            continue
         runs = sorted(records.get(spec.name, []), key=lambda c: (c.created_at, c.id))
         if not runs or runs[-1].state != EXITED or runs[-1].exit_code:
             pending.append(spec.name)
@@ -55,12 +69,22 @@ def _init_done(init_specs: Sequence[Container],
 
 
 def get_phase(policy: str, init: Sequence[ContainerStatus],
-              regular: Sequence[ContainerStatus]) -> str:
+              regular: Sequence[ContainerStatus], sidecars: Collection[str] = ()) -> str:
     """The kubelet's ``getPhase`` over API container statuses (``policy``: the pod's
-    restartPolicy; static pods: never terminal by deletion)."""
-    pending_init = failed_init = 0
+    restartPolicy; static pods: never terminal by deletion). ``sidecars``: the names of the
+    restartable init containers: a running one counts as running (not yet started: pending
+    until a regular container ran), a stopped one not at all."""
+    pending_init = failed_init = pending_sidecars = sidecars_running = sidecars_waiting = 0
     for cs in init:
         st, last = cs.state, cs.last_state
+        if cs.name in sidecars:
+            if st.running is not None:
+                sidecars_running += 1
+                pending_sidecars += int(not cs.started)
+            elif st.terminated is None and last.terminated is None:
+                pending_sidecars += 1
+                sidecars_waiting += 1
+            continue
         if st.running is not None:
             pending_init += 1
         elif st.terminated is not None:
@@ -84,9 +108,10 @@ def get_phase(policy: str, init: Sequence[ContainerStatus],
     any_started = any(cs.container_id for cs in regular)
     if failed_init and policy == "Never":
         return FAILED
-    if (pending_init and not any_started) or waiting:
+    if (pending_init and not any_started) or (pending_sidecars and not any_started) or \
+            waiting or sidecars_waiting:
         return PENDING
-    if running:
+    if running or sidecars_running:
         return RUNNING
     if stopped:
         if policy == "Always":
@@ -95,47 +120,6 @@ def get_phase(policy: str, init: Sequence[ContainerStatus],
             return SUCCEEDED
         return FAILED if policy == "Never" else RUNNING
     return PENDING
-
-
-def _stamp(conds: list[PodCondition], previous: PodStatus | None,
-           now: float) -> tuple[PodCondition, ...]:
-    """Each condition with its ``lastTransitionTime``: the previous one's while its status is
-    unchanged, else ``now``."""
-    prev = {c.type: c for c in previous.conditions} if previous is not None else {}
-    out = []
-    for cond in conds:
-        old = prev.get(cond.type)
-        if old is not None and old.status == cond.status and old.last_transition_time:
-            at = old.last_transition_time
-        else:
-            at = rfc3339(now)
-        out.append(PodCondition(cond.type, cond.status, cond.reason, cond.message, at))
-    return tuple(out)
-
-
-def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> PodCondition:
-    return PodCondition(ctype, "True" if ok else "False", reason, message)
-
-
-def _conditions(phase: str, sandbox_ready: bool, init_pending: list[str],
-                regular: Sequence[ContainerStatus]) -> list[PodCondition]:
-    conds = [_condition("PodReadyToStartContainers", sandbox_ready)]
-    if init_pending:
-        conds.append(_condition("Initialized", False, "ContainersNotInitialized",
-                                f"containers with incomplete status: [{' '.join(init_pending)}]"))
-    else:
-        conds.append(_condition("Initialized", True))
-    unready = [cs.name for cs in regular if not cs.ready]
-    if phase == SUCCEEDED:
-        ready = [_condition("ContainersReady", False, "PodCompleted"),
-                 _condition("Ready", False, "PodCompleted")]
-    elif unready:
-        msg = f"containers with unready status: [{' '.join(unready)}]"
-        ready = [_condition("ContainersReady", False, "ContainersNotReady", msg),
-                 _condition("Ready", False, "ContainersNotReady", msg)]
-    else:
-        ready = [_condition("ContainersReady", True), _condition("Ready", True)]
-    return [*conds, *ready, _condition("PodScheduled", True)]
 
 
 def pod_ips(host_network: bool, sandboxes: Sequence[PlegSandbox],
@@ -176,37 +160,62 @@ def compute_pod_status(
         rejected = PodStatus(
             phase=FAILED, host_ip=host_ip, host_ips=hosts, start_time=start,
             qos_class=desired.qos_class, reason=desired.reason or "Rejected",
-            message=desired.message,
-            conditions=_stamp([_condition("PodScheduled", True)], before, now))
+            message=f"Pod was rejected: {desired.message}",  # the kubelet's rejectPod
+            conditions=stamp([condition("PodScheduled", True)], before, now))
         return with_version(rejected, ref, previous)
     spec = pod.spec
     records = by_name(pleg.containers if pleg is not None else ())
     sandboxes = pleg.sandboxes if pleg is not None else ()
     ready_sb = [s for s in sandboxes if s.state == "SANDBOX_READY"]
     waiting = desired.waiting
-    init_pending = _init_done(spec.init_containers, records)
+    ready, started = readiness or {}, started or {}
+    init = [_init_status(c, records, waiting, runtime, ready, started)
+            for c in spec.init_containers]
+    init_pending = _init_done(spec.init_containers, records, init)
     if any(records.get(c.name) for c in spec.containers):
         init_pending = []  # the kubelet: regular containers ran, so the pod was initialized
-    init = [container_status(c, records.get(c.name, []), waiting.get(c.name), "PodInitializing",
-                             runtime) for c in spec.init_containers]
     default = "PodInitializing" if init_pending else "ContainerCreating"
     regular = [container_status(c, records.get(c.name, []), waiting.get(c.name), default,
-                                runtime, (readiness or {}).get(c.name), (started or {}).get(c.name))
+                                runtime, ready.get(c.name), started.get(c.name))
                for c in spec.containers]
-    phase = get_phase(str(spec.restart_policy), init, regular)
+    ephemeral = [container_status(e.container, records.get(e.name, []), waiting.get(e.name),
+                                  "ContainerCreating", runtime, False)
+                 for e in spec.ephemeral_containers]
+    phase = get_phase(str(spec.restart_policy), init, regular,
+                      {c.name for c in spec.sidecars})
+    if desired.failed:  # failed for good (SyncLoop.fail_pod: activeDeadlineSeconds, FailPod)
+        phase = FAILED
     if prev_phase in TERMINAL:
         phase = str(prev_phase)
     ips = pod_ips(spec.host_network, ready_sb or sandboxes, hosts)
+    external = external_conditions(pod.status)
+    sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
+    own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
+                             spec.readiness_gates, external)
     status = PodStatus(
         phase=phase, host_ip=host_ip, host_ips=hosts, start_time=start,
         qos_class=desired.qos_class,  # the sync loop's QoS class of the pod (pod/qos.py)
         reason=desired.reason if desired.reason else None,
         message=desired.message if desired.reason else None,
         pod_ip=ips[0] if ips else "", pod_ips=tuple(ips), container_statuses=tuple(regular),
-        init_container_statuses=tuple(init),
-        conditions=_stamp(_conditions(phase, bool(ready_sb), init_pending, regular), before,
-                          now))
+        init_container_statuses=tuple(init), ephemeral_container_statuses=tuple(ephemeral),
+        conditions=(*external, *stamp(own, before, now)))
     return with_version(status, ref, previous)
+
+
+def _init_status(c: Container, records: Mapping[str, list[PlegContainer]],
+                 waiting: Mapping[str, Any], runtime: str, ready: Mapping[str, bool],
+                 started: Mapping[str, bool]) -> ContainerStatus:
+    """An init container's status: a sidecar is ready and started as a regular container (its
+    probes); a regular one is ready once it exited 0 (the prober's ``UpdatePodStatus``)."""
+    if c.sidecar:
+        return container_status(c, records.get(c.name, []), waiting.get(c.name),
+                                "PodInitializing", runtime, ready.get(c.name),
+                                started.get(c.name))
+    cs = container_status(c, records.get(c.name, []), waiting.get(c.name), "PodInitializing",
+                          runtime, False)
+    done = cs.state.terminated is not None and cs.state.terminated.exit_code == 0
+    return replace(cs, ready=done) if done else cs
 
 
 def with_version(status: PodStatus, pod: PodRef,

@@ -9,11 +9,12 @@ that writes podvisor's. Pure (the kubelet's status manager, ``pkg/kubelet/status
 - ``status_patch(ours, api)`` is the body of the strategic merge patch of ``pods/status``
   (``mergePodStatus`` + ``PatchPodStatus``): the conditions merge on ``type``, so a condition
   another owner set (the scheduler's, a readiness gate's, ``DisruptionTarget``) stays, even one
-  set after ``api`` was read; a kubelet-owned condition the API has and podvisor does not is
-  deleted; the container status lists are replaced whole (``containerStatuses`` has no merge
-  key in kube-apiserver), ``podIPs``/``hostIPs`` too (``$patch: replace``); a field podvisor
-  leaves unset is deleted (``null``), and so is a field of the API's copy that is neither
-  podvisor's nor another owner's.
+  set after ``api`` was read (podvisor's status carries a gate's condition as the sync loop
+  last saw it, for /pods: the patch leaves it out); a kubelet-owned condition the API has and
+  podvisor does not is deleted; the container status lists are replaced whole
+  (``containerStatuses`` has no merge key in kube-apiserver), ``podIPs``/``hostIPs`` too
+  (``$patch: replace``); a field podvisor leaves unset is deleted (``null``), and so is a
+  field of the API's copy that is neither podvisor's nor another owner's.
 
 Normalization (both sides): times to whole seconds (the API keeps second precision), fields
 that are null, ``""``, ``[]`` or ``{}`` left out (Go's ``omitempty``: the API drops them),
@@ -45,7 +46,7 @@ OTHERS = frozenset({"nominatedNodeName", "resourceClaimStatuses",
 API_SET = frozenset({"qosClass"})
 # every field ``PodStatus.to_dict`` may hold but the conditions: podvisor's to write or delete
 WRITTEN = ("hostIP", "hostIPs", "startTime", "qosClass", "phase", "reason", "message", "podIP",
-           "podIPs", "containerStatuses", "initContainerStatuses")
+           "podIPs", "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
 REPLACED = ("podIPs", "hostIPs")  # lists with a merge key in the API, replaced whole
 TIMES = frozenset({"startTime", "startedAt", "finishedAt", "lastTransitionTime",
                    "lastProbeTime"})
@@ -135,7 +136,11 @@ def status_patch(ours: PodStatus, api: Mapping[str, Any] | None) -> dict[str, An
             body[key] = [*value, {"$patch": "replace"}] if value else None
         else:
             body[key] = value
-    conditions: list[dict[str, Any]] = [c.to_dict() for c in ours.conditions]
+    # only the conditions the kubelet owns or shares (mergePodStatus): those of other owners
+    # that ``ours`` carries (copied from the pod as the sync loop last saw it: a readiness
+    # gate's) may be older than the API's, and the merge keeps the API's
+    conditions: list[dict[str, Any]] = [c.to_dict() for c in ours.conditions
+                                        if c.type in KUBELET_CONDITIONS | SHARED_CONDITIONS]
     if api is not None:
         for key in api:
             if key not in body and key not in OTHERS and key not in API_SET and \

@@ -13,10 +13,19 @@ A pure function (no I/O, no clock: ``now`` is given), after the kubelet's
   sandbox garbage collection, done by the pod's own sync.
 - Kill running containers whose spec hash changed, whose liveness probe failed, or that no
   longer appear in the spec.
+- Ephemeral containers (``kubectl debug``) that have no runtime container yet are started
+  first (SyncPod step 5), even before initialization is done; they are never restarted and
+  never disturb the others.
 - Init containers run one at a time in order; the next starts only after the previous exited 0.
-  A failed init container restarts unless restartPolicy is Never, which fails the pod.
+  A failed init container restarts unless restartPolicy is Never, which fails the pod. A pod
+  with sidecars (init containers with ``restartPolicy: Always``) takes the kubelet's sidecar
+  path instead (``initactions.sidecar_actions``): sidecars start in order and stay running,
+  restarted whatever the pod's policy.
 - Then every regular container; a stopped one restarts by policy (Always: yes; OnFailure: if the
-  exit code != 0; Never: no).
+  exit code != 0; Never: no). When no regular container runs or is to start, the pod is
+  killed (sidecars too).
+- A failed pod (the sync loop tells: past ``activeDeadlineSeconds``, or failed by another
+  subsystem through ``SyncLoop.fail_pod``): every container is stopped and nothing starts again.
 - A restart waits out the crash back-off of its (pod uid, container name); meanwhile the
   container is reported waiting with reason ``CrashLoopBackOff``.
 - A container created in the current sandbox with the current spec and never started (the
@@ -40,52 +49,20 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from podvisor.services.pod import Container, Pod, RestartPolicy
+from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.backoff import BackoffKey
+from podvisor.services.syncloop.initactions import (
+    LIVENESS_FAILED,
+    SPEC_CHANGED,
+    STARTUP_FAILED,
+    next_init,
+    sidecar_actions,
+)
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
 from podvisor.services.syncloop.spec import container_hash
 
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 POD_INITIALIZING = "PodInitializing"
-
-
-# StartErrors that are no failure of the container: each entry's parts all appear in the
-# message (containerd 1.6's wording). Any other StartError (runc refused the spec: no such
-# executable, a bad mount, ...) is the container's, and counts.
-START_ERROR = "StartError"
-_NOT_THE_CONTAINERS: tuple[tuple[str, ...], ...] = (
-    # the CRI call's context ended: its client (the sync loop) went away in the middle of it
-    ("context canceled",),
-    # the shim's start command, run under that context, was killed with it
-    ("failed to start shim", "signal: killed"),
-    # containerd could not wire the container's stdio to its log, before runc was asked for
-    # anything (seen after containerd's own crash: a shim from before it never got its fifos
-    # opened, and the start ended after containerd's 30 s deadline)
-    ("failed to start io pipe copy",),
-)
-
-
-def lost_attempt(c: ContainerInfo) -> bool:
-    """``c`` never ran, and not by its own doing: the runtime or the sync loop lost it half-way
-    (died, or failed itself, in the middle of the create or the start). It can never be
-    started, and the attempt it stands for is not used up. The shapes (containerd 1.6):
-
-    - exited with a StartError that is not the container's (``_NOT_THE_CONTAINERS``; a start
-      cut off by containerd's own crash leaves the container created, and its resumption is
-      replaced at once if containerd refuses it: syncpod ``start_created``);
-    - exited without ever starting, and not because a start failed: the runtime ended a task
-      it had made for a start that its own crash cut off (containerd: the restarted one finds
-      that task's shim gone and exits the container "Error", code 1, no message; the embedded
-      runtime: "Unknown", 255, its monitor gone);
-    - unknown, with no creation time: the runtime lost the record of its create (containerd
-      writes it at the end of CreateContainer; a crash before that leaves the container
-      listed in state unknown, created at 0).
-    """
-    if c.state is ContainerState.UNKNOWN:
-        return c.created_at <= 0 and c.started_at <= 0
-    if not c.never_started:
-        return False
-    return c.reason != START_ERROR or any(all(part in c.message for part in parts)
-                                          for parts in _NOT_THE_CONTAINERS)
 
 
 def _died_under(c: ContainerInfo, rt: PodRuntime) -> bool:
@@ -107,10 +84,6 @@ class Waiting:
     message: str = ""
 
 
-LIVENESS_FAILED = "liveness probe failed"
-STARTUP_FAILED = "startup probe failed"
-
-
 @dataclass(frozen=True)
 class KillAction:
     container_id: str
@@ -127,6 +100,8 @@ class StartAction:
     # a container of this spec already created in the current sandbox and never started (its
     # StartContainer, or the answer to it, was lost): start that one, create none
     container_id: str = ""
+    ephemeral: bool = False  # an ephemeral container (started first, never restarted)
+    sidecar: bool = False  # a restartable init container: a failed start does not stop the rest
     # a container whose attempt was lost (``lost_attempt``): remove it first, then
     # create this attempt again in its place (it holds the attempt's name)
     replaces: str = ""
@@ -144,6 +119,9 @@ class PodActions:
     pod_failed: bool = False        # an init container failed under restartPolicy Never
     retry_after: float | None = None  # seconds until the earliest back-off ends
     remove_sandboxes: tuple[str, ...] = ()  # not-ready sandboxes without containers: stop+remove
+    failed: bool = False  # the pod is Failed for good: everything stopped, nothing started
+    deadline_exceeded: bool = False  # ... because activeDeadlineSeconds passed (this sync saw)
+    kill_grace: int | None = None  # ``kill_pod``'s grace (None: terminationGracePeriodSeconds)
 
     @property
     def noop(self) -> bool:
@@ -216,44 +194,13 @@ def _should_restart(pod: Pod, status: ContainerInfo | None) -> bool:
     return not (policy is RestartPolicy.ON_FAILURE and status.exit_code == 0)
 
 
-def _init_failed(status: ContainerInfo) -> bool:
-    return (status.state is ContainerState.UNKNOWN or (
-        status.state is ContainerState.EXITED and status.exit_code != 0)) \
-        and not lost_attempt(status)
-
-
-def _next_init(pod: Pod, rt: PodRuntime) -> tuple[ContainerInfo | None, Container | None, bool]:
-    """(last failed init status, next init container to run, all init containers done)."""
-    inits = pod.spec.init_containers
-    if not inits:
-        return None, None, True
-    for c in pod.spec.containers:
-        status = rt.latest(c.name)
-        if status is not None and status.state is ContainerState.RUNNING:
-            return None, None, True
-    for c in reversed(inits):
-        status = rt.latest(c.name)
-        if status is not None and _init_failed(status):
-            return status, c, False
-    for i in range(len(inits) - 1, -1, -1):
-        status = rt.latest(inits[i].name)
-        if status is None:
-            continue
-        if status.state is ContainerState.RUNNING:
-            return None, None, False
-        if status.state is ContainerState.CREATED or lost_attempt(status):
-            return None, inits[i], False  # created, never started: start it (or again) now
-        if status.state is ContainerState.EXITED:
-            if i == len(inits) - 1:
-                return None, None, True
-            return None, inits[i + 1], False
-    return None, inits[0], False
-
-
-def _start(name: str, init: bool, status: ContainerInfo | None) -> StartAction:
+def _start(container: Container, init: bool, status: ContainerInfo | None,
+           ephemeral: bool = False) -> StartAction:
+    sidecar = init and container.sidecar
     if status is None:
-        return StartAction(name, init, 0)
-    return StartAction(name, init, status.restart_count + 1, status.finished_at)
+        return StartAction(container.name, init, 0, ephemeral=ephemeral, sidecar=sidecar)
+    return StartAction(container.name, init, status.restart_count + 1, status.finished_at,
+                       ephemeral=ephemeral, sidecar=sidecar)
 
 
 class _Builder:
@@ -269,25 +216,28 @@ class _Builder:
         self.waiting: dict[str, Waiting] = {}
         self.retry_after: float | None = None
 
-    def want_start(self, container: Container, init: bool, kill_stale: bool = True) -> None:
+    def want_start(self, container: Container, init: bool, kill_stale: bool = True,
+                   ephemeral: bool = False) -> None:
         status = self.rt.latest(container.name)
         if (status is not None and status.state is ContainerState.CREATED and self.sandbox_id
                 and status.sandbox_id == self.sandbox_id
                 and status.hash == self.hasher(container)):
-            self.start.append(StartAction(container.name, init, status.restart_count,
-                                          container_id=status.id))
+            self.start.append(replace(_start(container, init, None, ephemeral),
+                                      restart_count=status.restart_count,
+                                      container_id=status.id))
             return
         if status is not None and (lost_attempt(status) or _died_under(status, self.rt)):
             # the same attempt, in its place
             if kill_stale and status.state is ContainerState.UNKNOWN:
                 self.kill.append(KillAction(status.id, container.name, "stale container"))
-            self.start.append(StartAction(container.name, init, status.restart_count,
-                                          replaces=status.id))
+            self.start.append(replace(_start(container, init, None, ephemeral),
+                                      restart_count=status.restart_count,
+                                      replaces=status.id))
             return
         if (kill_stale and status is not None
                 and status.state in (ContainerState.UNKNOWN, ContainerState.CREATED)):
             self.kill.append(KillAction(status.id, container.name, "stale container"))
-        action = _start(container.name, init, status)
+        action = _start(container, init, status, ephemeral)
         if status is not None and status.finished_at > 0:
             left = self.backoff.remaining((self.pod.uid, container.name), status.finished_at,
                                           self.now)
@@ -301,9 +251,18 @@ class _Builder:
                 return
         self.start.append(action)
 
+    def actions(self, sandbox_id: str, attempt: int, kill_pod: bool = False,
+                pod_failed: bool = False) -> PodActions:
+        """The collected kills, starts, waiting reasons and back-off."""
+        return PodActions(kill_pod=kill_pod, sandbox_id=sandbox_id, attempt=attempt,
+                          kill=tuple(self.kill), start=tuple(self.start),
+                          waiting=dict(self.waiting), pod_failed=pod_failed,
+                          retry_after=self.retry_after)
+
 
 def _kill_unknown(b: _Builder, pod: Pod, rt: PodRuntime) -> None:
     names = {c.name for c in pod.all_containers()}
+    names |= {e.name for e in pod.spec.ephemeral_containers}
     for c in rt.containers:
         if c.name not in names and c.state in (ContainerState.RUNNING, ContainerState.CREATED):
             b.kill.append(KillAction(c.id, c.name, "not in the pod spec"))
@@ -317,7 +276,7 @@ def _new_sandbox_actions(pod: Pod, rt: PodRuntime, b: _Builder, attempt: int,
     regular = [c for c in pod.spec.containers
                if not (pod.spec.restart_policy is RestartPolicy.ON_FAILURE
                        and _succeeded(rt.latest(c.name)))]
-    if not regular:
+    if not regular and not (pod.spec.sidecars and not _any_regular_created(pod, rt)):
         return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
     if pod.spec.init_containers:
         b.want_start(pod.spec.init_containers[0], init=True, kill_stale=False)
@@ -330,6 +289,14 @@ def _new_sandbox_actions(pod: Pod, rt: PodRuntime, b: _Builder, attempt: int,
                       retry_after=b.retry_after)
 
 
+def _any_regular_created(pod: Pod, rt: PodRuntime) -> bool:
+    """``hasAnyRegularContainerCreated``: a regular container was created, so the pod was
+    initialized before (its init containers are not run again)."""
+    return any((s := rt.latest(c.name)) is not None and s.state in (
+        ContainerState.CREATED, ContainerState.RUNNING, ContainerState.EXITED)
+        for c in pod.spec.containers)
+
+
 def _succeeded(status: ContainerInfo | None) -> bool:
     return (status is not None and status.state is ContainerState.EXITED
             and status.exit_code == 0)
@@ -338,56 +305,105 @@ def _succeeded(status: ContainerInfo | None) -> bool:
 def compute_pod_actions(
     pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
     liveness_failed: Collection[str] = (), hasher: Hasher = container_hash,
-    sandbox_wait: SandboxWait = _no_wait,
+    sandbox_wait: SandboxWait = _no_wait, started: Collection[str] = (),
+    failed: bool = False,
 ) -> PodActions:
     """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
 
     ``liveness_failed``: IDs of running containers whose liveness or startup probe failed
     (a mapping ID -> "liveness"/"startup" tells which: the kill's reason, and so its grace).
     ``sandbox_wait``: seconds a sandbox's stop still backs off after it failed (0: due).
+    ``started``: IDs of running containers whose startup probe succeeded (a sidecar with a
+    startup probe lets the next init container start only then).
+    ``failed``: the pod is Failed for good (past ``activeDeadlineSeconds``, or failed through
+    ``SyncLoop.fail_pod``): every container is stopped (sidecars last) and nothing is started
+    again.
     """
-    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher), rt,
+    if failed:
+        live = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
+        return _with_dead(PodActions(kill_pod=live, pod_failed=True, failed=True,
+                                     sandbox_id=rt.sandboxes[0].id if rt.sandboxes else ""),
+                          rt, sandbox_wait)
+    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher, started), rt,
                       sandbox_wait)
 
 
+def _regular_done(pod: Pod, rt: PodRuntime) -> bool:
+    """Every regular container ran and exited for good (restartPolicy Never or OnFailure
+    with exit 0): the pod is terminal."""
+    statuses = [rt.latest(c.name) for c in pod.spec.containers]
+    return all(s is not None and s.state is ContainerState.EXITED and not _should_restart(pod, s)
+               for s in statuses)
+
+
+def _failed_map(liveness_failed: Collection[str]) -> Mapping[str, str]:
+    if isinstance(liveness_failed, Mapping):
+        return liveness_failed
+    return dict.fromkeys(liveness_failed, "liveness")
+
+
 def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
-             liveness_failed: Collection[str], hasher: Hasher) -> PodActions:
+             liveness_failed: Collection[str], hasher: Hasher,
+             started: Collection[str]) -> PodActions:
     b = _Builder(pod, rt, now, backoff, hasher)
     create, attempt, sandbox_id = _sandbox_changed(rt)
     if create:
         return _new_sandbox_actions(pod, rt, b, attempt, sandbox_id)
     b.sandbox_id = sandbox_id
     _kill_unknown(b, pod, rt)
-    last_failed, next_init, done = _next_init(pod, rt)
-    if not done:
-        b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
-        failed_never = last_failed is not None and not _restarts_on_failure(pod)
-        if next_init is not None and not failed_never:
-            b.want_start(next_init, init=True)
-        return PodActions(kill_pod=failed_never, sandbox_id=sandbox_id, attempt=attempt,
-                          kill=tuple(b.kill), start=tuple(b.start), waiting=dict(b.waiting),
-                          pod_failed=failed_never, retry_after=b.retry_after)
-    keep = 0
+    for e in pod.spec.ephemeral_containers:  # SyncPod step 5: never restarted
+        if rt.latest(e.name) is None:
+            b.want_start(e.container, init=False, kill_stale=False, ephemeral=True)
+    failed = _failed_map(liveness_failed)
+    if pod.spec.sidecars and _regular_done(pod, rt):
+        # the pod is over (the kubelet's worker stops syncing a terminal pod): its sidecars
+        # are stopped and not started again
+        b.start = [a for a in b.start if not a.ephemeral]
+        return b.actions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    if pod.spec.sidecars:
+        plan = sidecar_actions(pod, rt, failed, started, hasher)
+        b.kill.extend(KillAction(cid, name, why) for cid, (name, why) in plan.kills.items())
+        if not plan.kill_pod:
+            for c in plan.starts:
+                b.want_start(c, init=True, kill_stale=False)
+        if plan.kill_pod or not plan.initialized:
+            b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
+            return b.actions(kill_pod=plan.kill_pod, sandbox_id=sandbox_id, attempt=attempt,
+                             pod_failed=plan.kill_pod)
+    else:
+        last_failed, next_container, done = next_init(pod, rt)
+        if not done:
+            b.waiting.update({c.name: Waiting(POD_INITIALIZING) for c in pod.spec.containers})
+            failed_never = last_failed is not None and not _restarts_on_failure(pod)
+            if next_container is not None and not failed_never:
+                b.want_start(next_container, init=True)
+            return b.actions(kill_pod=failed_never, sandbox_id=sandbox_id, attempt=attempt,
+                             pod_failed=failed_never)
+    keep = wanted = 0
     for c in pod.spec.containers:
         status = rt.latest(c.name)
         if status is None or status.state is not ContainerState.RUNNING:
             if _should_restart(pod, status):
+                wanted += 1
                 b.want_start(c, init=False)
             continue
         if status.hash != hasher(c):
-            reason, restart = "container spec changed", True
-        elif status.id in liveness_failed:
-            probe = liveness_failed.get(status.id) if isinstance(liveness_failed, Mapping) \
-                else "liveness"
-            reason = STARTUP_FAILED if probe == "startup" else LIVENESS_FAILED
+            reason, restart = SPEC_CHANGED, True
+        elif status.id in failed:
+            reason = STARTUP_FAILED if failed[status.id] == "startup" else LIVENESS_FAILED
             restart = _restarts_on_failure(pod)
         else:
             keep += 1
             continue
         b.kill.append(KillAction(status.id, c.name, reason))
         if restart:
+            wanted += 1
             b.want_start(c, init=False)
-    kill_pod = keep == 0 and not b.start and not b.waiting
-    return PodActions(kill_pod=kill_pod, sandbox_id=sandbox_id, attempt=attempt,
-                      kill=tuple(b.kill), start=tuple(b.start), waiting=dict(b.waiting),
-                      retry_after=b.retry_after)
+    if keep == 0 and wanted == 0:
+        # every regular container is done: the pod ends, sidecars and ephemeral containers
+        # are not started again (the kubelet drops InitContainersToStart)
+        b.start = [a for a in b.start if not (a.sidecar or a.ephemeral)]
+        for a in pod.spec.sidecars:
+            b.waiting.pop(a.name, None)
+        return b.actions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    return b.actions(sandbox_id=sandbox_id, attempt=attempt)

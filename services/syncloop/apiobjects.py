@@ -53,6 +53,11 @@ def _resource(kind: str) -> str:
     return "configmaps" if kind == "configmap" else "secrets"
 
 
+# a pull Secret's type, kept beside its data under a key no Secret can have (keys are
+# [-._a-zA-Z0-9]+): the kubelet uses a pull Secret only when its type says what it holds
+_TYPE_KEY = "\0type"
+
+
 def object_refs(pod: Pod) -> set[ObjectKey]:
     """The ConfigMaps and Secrets a pod references: env (``configMapKeyRef``,
     ``secretKeyRef``), ``envFrom``, ``configMap``/``secret`` volumes and ``projected`` sources."""
@@ -67,6 +72,9 @@ def object_refs(pod: Pod) -> set[ObjectKey]:
             if ref_kind in ("configMapKeyRef", "secretKeyRef"):
                 kind = "configmap" if ref_kind == "configMapKeyRef" else "secret"
                 refs.add((_resource(kind), ns, str(getattr(var.value_from, "name", ""))))
+    for name in pod.spec.image_pull_secrets:
+        if name:
+            refs.add(("secrets", ns, name))
     for v in pod.spec.volumes:
         if not isinstance(v.source, ApiVolume):
             continue
@@ -152,6 +160,15 @@ class ApiObjects:
             self._cache[key] = (now, value)
         return value
 
+    def pull_secret(self, namespace: str, name: str) -> tuple[str, Mapping[str, bytes]] | None:
+        """An image pull Secret's type and data (None: there is no such Secret). Raises
+        ``OSError`` when it cannot be read."""
+        data = self.data("pullsecret", namespace, name)
+        if data is None:
+            return None
+        return data.get(_TYPE_KEY, b"").decode(), {k: v for k, v in data.items()
+                                                  if k != _TYPE_KEY}
+
     def token(self, namespace: str, account: str, audience: str, seconds: int,
               pod: Pod) -> str:
         key = (namespace, account, audience, str(seconds), pod.uid)
@@ -195,6 +212,8 @@ def _decode(kind: str, obj: Mapping[str, Any]) -> dict[str, bytes]:
             out[k] = base64.b64decode(v)
         for k, v in (obj.get("stringData") or {}).items():
             out[k] = str(v).encode()
+        if kind == "pullsecret":
+            out[_TYPE_KEY] = str(obj.get("type") or "").encode()
     return out
 
 

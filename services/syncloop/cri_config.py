@@ -359,30 +359,58 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                      volumes: dict[str, Path],
                      seccomp_root: Path = Path("/"),
                      env: list[tuple[str, str]] | None = None,
-                     oom_score_adj: int | None = None) -> pb.ContainerConfig:
+                     oom_score_adj: int | None = None,
+                     termination_log: Path | None = None,
+                     target_id: str = "") -> pb.ContainerConfig:
     """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
     where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
     environment as ``envvars.container_env`` built it (None: the plain values); command and args
     are expanded against it (``$(VAR)``). ``oom_score_adj``: the kubelet's value for the pod's
-    QoS class (None: unset)."""
+    QoS class (None: unset). ``termination_log``: the host file mounted (read-write) on the
+    container's ``terminationMessagePath`` (``termination_log_file``; None: no mount).
+    ``target_id``: an ephemeral container's target (``targetContainerName``): its PID namespace
+    is that container's when the pod gives each container its own (the kubelet's
+    NamespaceMode TARGET)."""
     ns = namespace_options(pod)
     if env is None:
         env = [(e.name, e.value) for e in c.env]
     command, args = expand_command(c, dict(env))
+    mounts = _mounts(c, volumes, read_only_volumes(pod), dict(env))
+    if termination_log is not None:
+        mounts.append(pb.Mount(container_path=c.termination_message_path,
+                               host_path=str(termination_log)))
+    security = container_security(pod, c, ns, seccomp_root)
+    if target_id and security.namespace_options.pid == pb.CONTAINER:
+        security.namespace_options.pid = pb.TARGET
+        security.namespace_options.target_id = target_id
     return pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=c.name, attempt=restart_count),
         image=pb.ImageSpec(image=c.image, user_specified_image=c.image),
         command=command, args=args, working_dir=c.working_dir,
         envs=[pb.KeyValue(key=k, value=v) for k, v in env],
-        mounts=_mounts(c, volumes, read_only_volumes(pod), dict(env)),
+        mounts=mounts,
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
                                             pod.spec.termination_grace_period_seconds,
-                                            c.lifecycle.pre_stop),
+                                            c.lifecycle.pre_stop,
+                                            (c.termination_message_path,
+                                             str(c.termination_message_policy))),
         log_path=L.container_log_path(c.name, restart_count),
         stop_signal=stop_signal(c.lifecycle.stop_signal),
         stdin=c.stdin, stdin_once=c.stdin_once, tty=c.tty,
         linux=pb.LinuxContainerConfig(
             resources=_resources(c, oom_score_adj),
-            security_context=container_security(pod, c, ns, seccomp_root)),
+            security_context=security),
     )
+
+
+def termination_log_file(pods_dir: Path, uid: str, container: str, token: str) -> Path:
+    """The kubelet's ``makeMounts`` file for one container instance:
+    ``<rootDir>/pods/<uid>/containers/<name>/<8 hex>``, empty, mode 0666 (so any user the
+    container runs as may write it); ``token``: the 8 hex digits (random per instance)."""
+    folder = pods_dir / uid / "containers" / container
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / token
+    path.touch()
+    path.chmod(0o666)
+    return path

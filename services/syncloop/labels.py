@@ -15,11 +15,14 @@ from podvisor.common.labels import (
     POD_UID,
     PRE_STOP,
     RESTART_COUNT,
+    TERMINATION_MESSAGE_PATH,
+    TERMINATION_MESSAGE_POLICY,
 )
 from podvisor.services.pod import ExecAction, LifecycleHandler, SleepAction
 
 __all__ = ["CONTAINER_HASH", "CONTAINER_NAME", "GRACE_PERIOD", "POD_NAME", "POD_NAMESPACE",
-           "POD_UID", "PRE_STOP", "RESTART_COUNT"]
+           "POD_UID", "PRE_STOP", "RESTART_COUNT", "TERMINATION_MESSAGE_PATH",
+           "TERMINATION_MESSAGE_POLICY"]
 
 
 def parse_int(text: str | None, default: int = 0) -> int:
@@ -38,9 +41,14 @@ def container_labels(name: str, namespace: str, uid: str, container: str) -> dic
 
 
 def container_annotations(spec_hash: str, restart_count: int, grace: int,
-                          pre_stop: LifecycleHandler | None = None) -> dict[str, str]:
+                          pre_stop: LifecycleHandler | None = None,
+                          termination: tuple[str, str] | None = None) -> dict[str, str]:
+    """``termination``: the container's terminationMessagePath and terminationMessagePolicy
+    (where PLEG finds an exited container's message)."""
     out = {CONTAINER_HASH: spec_hash, RESTART_COUNT: str(restart_count),
            GRACE_PERIOD: str(grace)}
+    if termination is not None:
+        out[TERMINATION_MESSAGE_PATH], out[TERMINATION_MESSAGE_POLICY] = termination
     if pre_stop is not None:
         out[PRE_STOP] = json.dumps({pre_stop.KIND: pre_stop.to_dict()}, sort_keys=True)
     return out

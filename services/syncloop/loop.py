@@ -16,7 +16,7 @@ delay; when it becomes ready they all sync at once.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -29,9 +29,12 @@ from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.admission import Capacity, admit
 from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
+from podvisor.services.syncloop.refusals import Refusals, refusals
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import (
+    DEADLINE_EXCEEDED,
+    DEADLINE_MESSAGE,
     IN_FLIGHT_RETRY,
     SyncDeps,
     quiet_resync,
@@ -82,6 +85,9 @@ class LoopDeps:
     # IDs of a pod's containers whose liveness/startup probe failed (the prober's verdicts);
     # called from pool threads.
     liveness_failed: Callable[[str], Collection[str]] = _no_failures
+    # IDs of a pod's containers whose startup probe succeeded (a sidecar's gates the next init
+    # container); called from pool threads
+    started: Callable[[str], Collection[str]] = _no_failures
     node_name: str = ""  # the object of node-level events
     # called on the loop thread when a work changed containers in the runtime (PLEG's hint)
     changed_runtime: Callable[[], None] = lambda: None
@@ -102,7 +108,7 @@ def desired_value(w: Worker, updated_at: float,
         pod=pod, source=w.source, worker=str(w.state), admitted=w.admitted,
         reason=w.reason, message=w.message or w.last_error,
         waiting={n: ContainerWaiting(x.reason, x.message) for n, x in w.waiting.items()},
-        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos,
+        sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos, failed=w.failed,
     )
 
 
@@ -136,12 +142,16 @@ class SyncLoop:
         self._updated: set[str] = set()
         if deps.sync.objects is not None:  # a watched ConfigMap/Secret changed: sync its pods
             deps.sync.objects.on_pods_changed = self._objects_changed
+        self._refusals = Refusals(deps.table, self.log)
 
     # --- inputs (loop thread) ---
-    def handle_pod_set(self, source: str, pods: Sequence[Any], now: float) -> None:
+    def handle_pod_set(self, source: str, pods: Sequence[Any], now: float,
+                       errors: Sequence[Mapping[str, Any]] = ()) -> None:
         """A source's full set, as the source published it: wire forms of pods it validated
         (``Pod.to_dict()``), rebuilt without a second validation. Anything else is a bug
-        upstream: that pod is dropped with an error logged, the others go on."""
+        upstream: that pod is dropped with an error logged, the others go on. ``errors``: the
+        set's refused inputs; those naming a pod (API pods) are refused as the kubelet does
+        (``refusals``): rejected if not running, else the update is refused and it runs on."""
         parsed: list[Pod] = []
         for raw in pods:
             try:
@@ -149,8 +159,12 @@ class SyncLoop:
             except PodValidationError as err:
                 self.log.error("syncloop.pod.invalid", source=source, error=err.summary(),
                                reason="not a validated pod (a bug upstream); dropped")
-        for update in self.deps.pod_config.apply(source, parsed):
+        refused = refusals(errors)
+        for update in self.deps.pod_config.apply(source, parsed, keep=refused.keys()):
             self._apply(update, now)
+        wanted = {p.uid: p for p in self.deps.pod_config.pods()}
+        for uid in sorted(self._refusals.apply(source, refused, wanted)):
+            self._publish(uid)
 
     def _apply(self, update: PodUpdate, now: float) -> None:
         table = self.deps.table
@@ -174,12 +188,26 @@ class SyncLoop:
                 grace = (pod.metadata.deletion_grace_period_seconds
                          if update.op is PodOp.DELETE else None)
                 self._kill(pod.uid, grace, now)
+            elif update.op is PodOp.RECONCILE:
+                table.reconcile(pod)  # only its status changed (a readiness gate's condition)
+            if update.op in (PodOp.ADD, PodOp.UPDATE, PodOp.RECONCILE):
+                self._failed_in_api(pod, update.source)
             self._publish(pod.uid)
+
+    def _failed_in_api(self, pod: Pod, source: str) -> None:
+        """An API pod whose status in the API is Failed already (failed through ``fail_pod``
+        by this or an earlier sync loop: evicted, past its deadline; or rejected) is terminal:
+        it never runs again, with the reason and message the API holds, as the kubelet's pod
+        worker treats a pod whose API phase is terminal. A restarted sync loop so never
+        restarts an evicted pod's containers. No new Event: one was recorded when it failed."""
+        if source == "api" and pod.status.get("phase") == "Failed":
+            self.fail_pod(pod.uid, str(pod.status.get("reason") or ""),
+                          str(pod.status.get("message") or ""), announce=False)
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:
         admitted = (w.pod for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
-                    and w.state is WorkerState.SYNCING)
+                    and w.state is WorkerState.SYNCING and not w.failed)  # (filterOutInactivePods)
         rejection = admit(pod, admitted, self.deps.capacity)
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
@@ -314,14 +342,16 @@ class SyncLoop:
             return False
         try:
             r = quiet_resync(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
-                             work.newer_than)
+                             work.newer_than, self.deps.started(work.uid), work.active_since,
+                             work.failed, work.fail_grace)
         except Exception:  # a bug here must not take the loop down: the pool path decides
             self.log.exception("syncloop.quiet_resync.crashed", pod_uid=work.uid)
             return False
         if r is None:
             return False
         self._finish(work, Outcome(ok=True, retry_after=r.retry_after, waiting=r.waiting,
-                                   sandbox_id=r.sandbox_id, pod_failed=r.pod_failed))
+                                   sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
+                                   deadline_exceeded=r.deadline_exceeded))
         return True
 
     def _probe_runtime(self) -> None:
@@ -365,11 +395,12 @@ class SyncLoop:
     def _sync(self, work: Work) -> Outcome:
         assert work.pod is not None
         r = sync_pod(self.deps.sync, work.pod, self.deps.liveness_failed(work.uid),
-                     work.newer_than, work.snapshot)
+                     work.newer_than, work.snapshot, self.deps.started(work.uid),
+                     work.active_since, work.failed, work.fail_grace)
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
                        effects=r.effects, acted=r.acted, network=bool(r.network_error),
-                       runtime_down=r.runtime_down)
+                       runtime_down=r.runtime_down, deadline_exceeded=r.deadline_exceeded)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
@@ -397,6 +428,8 @@ class SyncLoop:
             self.deps.observe_work(handed[0], now - handed[1])
         if work.kind is WorkKind.SYNC:
             self._note_held(work, outcome)
+            if outcome.deadline_exceeded and w is not None:
+                self._deadline_exceeded(w)
         if work.kind is WorkKind.TERMINATE and outcome.ok:
             self._created.discard(work.uid)  # a restarted pod's next sync is a create again
             self._updated.discard(work.uid)
@@ -410,6 +443,40 @@ class SyncLoop:
                 self.deps.sync.objects.unregister_pod(work.uid)
             self.log.info("syncloop.pod.terminated", pod_uid=work.uid)
         self._publish(work.uid)
+
+    def _deadline_exceeded(self, w: Worker) -> None:
+        """The pod ran past ``activeDeadlineSeconds`` (the kubelet's activeDeadlineHandler; the
+        sync that saw it stopped its containers already)."""
+        self.fail_pod(w.uid, DEADLINE_EXCEEDED, DEADLINE_MESSAGE, event_type="Normal")
+
+    def fail_pod(self, uid: str, reason: str, message: str, grace: int | None = None,
+                 event_type: str = "Warning", announce: bool = True) -> bool:
+        """Fail the pod for good: the one way a pod ends Failed with a reason, whoever decides
+        it (the deadline above; another process with a ``FailPod`` on the bus, as the kubelet's
+        eviction manager kills a pod with a status of phase Failed). Its next syncs stop every
+        container (within ``grace`` seconds; None: the pod's own) and start none; ``desired``
+        says ``failed`` with ``reason`` and ``message``, so its status is phase Failed with them
+        (``status/compute.py``), in /pods and the API; a ``syncloop.pod.failed`` line carries
+        them and ``event_type`` to an Event (``announce`` False: a pod the API says is Failed
+        already, ``_failed_in_api``: no second Event). The pod stays until its source deletes
+        it; its resources no longer count at admission. False (nothing done) for a pod the loop
+        does not run, is terminating, or failed already."""
+        w = self.deps.table.get(uid)
+        if (w is None or w.pod is None or not w.admitted or w.failed
+                or w.state is not WorkerState.SYNCING):
+            return False
+        w.failed, w.fail_grace, w.reason, w.message = True, grace, reason, message
+        self.deps.table.trigger(uid, self.deps.sync.mono())  # its containers: stopped now
+        if announce:
+            say = self.log.warning if event_type == "Warning" else self.log.info
+            say("syncloop.pod.failed", pod=w.pod.full_name, pod_uid=uid, reason=reason,
+                message=message, event_type=event_type)
+        else:
+            self.log.info("syncloop.pod.failed_in_api", pod=w.pod.full_name, pod_uid=uid,
+                          reason=reason, message=message)
+        self._publish(uid)
+        self.deps.wake()
+        return True
 
     def _note_held(self, work: Work, outcome: Outcome) -> None:
         """Say once per pod that it waits for the network; forget it once it synced."""

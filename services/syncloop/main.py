@@ -16,9 +16,11 @@ otherwise the process exits at once and pods keep running (a restarted sync loop
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -31,6 +33,7 @@ from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
 from podvisor.ipc.messages import (
     AllPodsStopped,
+    FailPod,
     Message,
     PodLifecycleEvent,
     RelistHint,
@@ -116,7 +119,16 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                     if cfg.kubeconfig else None,
                     started=started.inc, crash=crashpoints.from_env("syncloop"),
                     dns=DnsSettings(tuple(cfg.cluster_dns), cfg.cluster_domain,
-                                    cfg.resolv_conf))
+                                    cfg.resolv_conf),
+                    docker_config_paths=docker_config_paths(ctx.paths.root))
+
+
+def docker_config_paths(root: Path) -> tuple[Path, ...]:
+    """Where the node's registry credentials are looked for, in the kubelet's order
+    (``credentialprovider.DefaultDockerConfigJSONPaths`` with ``--root-dir``)."""
+    home = os.environ.get("HOME", "")
+    return tuple(p for p in (root, Path.cwd(), Path(home) / ".docker" if home else None,
+                             Path("/.docker")) if p is not None)
 
 
 def pull_slots(cfg: Any) -> threading.Semaphore | None:
@@ -165,18 +177,31 @@ class FailedProbes:
 
     def __init__(self) -> None:
         self._failed: dict[str, dict[str, str]] = {}
+        self._started: dict[str, frozenset[str]] = {}
 
     def get(self, uid: str) -> Mapping[str, str]:
         return self._failed.get(uid, {})
 
+    def started(self, uid: str) -> frozenset[str]:
+        """IDs of the pod's containers whose startup probe succeeded."""
+        return self._started.get(uid, frozenset())
+
     def update(self, uid: str, old: PodProbes | None, new: PodProbes | None) -> bool:
-        """Take a new verdict; True when a container's probe newly failed (sync it now)."""
+        """Take a new verdict; True when a container's probe newly failed, or its startup
+        probe newly succeeded (a sidecar's lets the next init container start): sync it now."""
         probes = failed_probes(new)
         if probes:
             self._failed[uid] = probes
         else:
             self._failed.pop(uid, None)
-        return bool(set(probes) - liveness_failed(old))
+        started = frozenset(v.container_id for v in (new.containers.values() if new else ())
+                            if v.started and v.container_id)
+        before = self._started.get(uid, frozenset())
+        if started:
+            self._started[uid] = started
+        else:
+            self._started.pop(uid, None)
+        return bool(set(probes) - liveness_failed(old)) or bool(started - before)
 
 
 class _Flag:
@@ -227,6 +252,7 @@ class SyncLoopService:
             sync=sync, pod_config=new_pod_config(_sources(ctx)), table=table,
             desired=self.owner, submit=self._submit, wake=self.wake.wake,
             node_name=cfg.node_name, liveness_failed=self.probes.get,
+            started=self.probes.started,
             changed_runtime=self.hint.set,
             capacity=admission_capacity(sync.node, cfg) if cfg.kubeconfig else None,
             observe_work=metrics.observe_work, restarted=metrics.restarted))
@@ -243,6 +269,7 @@ class SyncLoopService:
         self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
             PodLifecycleEvent: self._on_pleg_event,
             StopAllPods: self._on_stop_all,
+            FailPod: self._on_fail_pod,
         }
         self.subscriber = self.service.subscriber([m.TOPIC for m in self.handlers],
                                                   self._on_bus)
@@ -258,7 +285,8 @@ class SyncLoopService:
 
         def on_change(key: str, old: object, new: object) -> None:
             if key == POD_SET_KEY and isinstance(new, PodSetValue):
-                self.loop.handle_pod_set(source, list(new.pods), self.clock.monotonic())
+                self.loop.handle_pod_set(source, list(new.pods), self.clock.monotonic(),
+                                         new.errors)
         return on_change
 
     def _on_probes(self, key: str, old: PodProbes | None, new: PodProbes | None) -> None:
@@ -276,6 +304,11 @@ class SyncLoopService:
     def _on_pleg_event(self, event: PodLifecycleEvent, now: float) -> None:
         if _worthy(event.type, event.container_id, self.seen, self.stops.streaming):
             self.loop.handle_pleg_event(event.pod_uid, now, float(event.ts))
+
+    def _on_fail_pod(self, request: FailPod, now: float) -> None:
+        """Another process fails a pod for good (eviction's reason Evicted, say)."""
+        self.loop.fail_pod(request.uid, request.reason, request.message, request.grace,
+                           request.event_type)
 
     def _on_stop_all(self, request: StopAllPods, now: float) -> None:
         if not self.stopping.active:

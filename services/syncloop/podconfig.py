@@ -17,7 +17,7 @@ Thread-safety: none; one owner (the sync loop) calls it from one thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -62,8 +62,12 @@ class DuplicatePod:
 
 
 class PodConfig(Protocol):
-    def apply(self, source: str, pods: Sequence[Pod]) -> list[PodUpdate]:
-        """Replace ``source``'s set with ``pods``; return the resulting updates in order."""
+    def apply(self, source: str, pods: Sequence[Pod],
+              keep: Collection[str] = ()) -> list[PodUpdate]:
+        """Replace ``source``'s set with ``pods``; return the resulting updates in order.
+        ``keep``: UIDs the source refused this time (a pod it could not validate): one this
+        source had stays as it was, with no update (an update podvisor cannot honour never
+        stops a running pod)."""
         ...
 
     def sources_ready(self) -> bool:
@@ -94,12 +98,13 @@ class _PodConfig:
         self._state: dict[str, dict[str, Pod]] = {}
         self._duplicates: dict[str, tuple[DuplicatePod, ...]] = {}
 
-    def apply(self, source: str, pods: Sequence[Pod]) -> list[PodUpdate]:
+    def apply(self, source: str, pods: Sequence[Pod],
+              keep: Collection[str] = ()) -> list[PodUpdate]:
         first = source not in self._seen
         self._seen.add(source)
         old = self._state.get(source, {})
         kept, self._duplicates[source] = _filter_duplicates(source, pods)
-        new: dict[str, Pod] = {}
+        new: dict[str, Pod] = {uid: old[uid] for uid in keep if uid in old}
         ops: dict[PodOp, list[Pod]] = {op: [] for op in PodOp}
         for ref in kept:
             ref = ref.with_annotations({CONFIG_SOURCE_ANNOTATION: source})

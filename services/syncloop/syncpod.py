@@ -17,6 +17,7 @@ pod that is not ``hostNetwork`` gets no new sandbox while the runtime's network 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -51,6 +52,8 @@ from podvisor.services.syncloop.actions import (
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.dns import DnsSettings
+from podvisor.services.syncloop.hooks import run_hook
+from podvisor.services.syncloop.keyring import Credential, Keyring, pod_keyring, repository
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroupError, PodCgroups
@@ -76,6 +79,10 @@ INVALID_IMAGE_NAME = "InvalidImageName"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 RUN_CONTAINER_ERROR = "RunContainerError"
+POST_START_HOOK_ERROR = "PostStartHookError"
+FAILED_POST_START_HOOK = "FailedPostStartHook"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 KEEP_DEAD_PER_CONTAINER = 1
 # A call that met an earlier call for the same object still running in the runtime (the calls
 # of a killed sync loop go on for a while, and containerd undoes them when their context ends):
@@ -120,6 +127,9 @@ class SyncDeps:
     # fault-injection tests' crash points ("syncloop:<step>", common/crashpoints.py):
     # sync.after_sandbox, sync.after_create, terminate.after_stop (terminate.py)
     crash: CrashPoints = NEVER
+    # where the node's own registry credentials are looked for (config.json, .dockercfg):
+    # <rootDir>, the working directory, $HOME/.docker, /.docker (keyring.py)
+    docker_config_paths: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,7 @@ class SyncResult:
     # a call failed because the runtime was unreachable or went away meanwhile: the errors are
     # the runtime's, not the pod's (retried at the runtime back-off, not after error_delay)
     runtime_down: bool = False
+    deadline_exceeded: bool = False  # past activeDeadlineSeconds: the loop fails the pod
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -148,8 +159,11 @@ def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
 class _Run:
     """One SyncPod execution: the pod, its actions, and what happened."""
 
-    def __init__(self, deps: SyncDeps, pod: Pod, actions: PodActions) -> None:
+    def __init__(self, deps: SyncDeps, pod: Pod, actions: PodActions,
+                 rt: PodRuntime | None = None) -> None:
         self.deps, self.pod, self.actions = deps, pod, actions
+        self.rt = rt if rt is not None else PodRuntime()
+        self.targets = {e.name: e.target_container_name for e in pod.spec.ephemeral_containers}
         self.errors: list[str] = []
         self.waiting: dict[str, Waiting] = dict(actions.waiting)
         self.sandbox_id = actions.sandbox_id
@@ -162,6 +176,7 @@ class _Run:
         self.effects: dict[str, Effect] = {}
         self.from_event = False  # the runtime state came from a stream event (for the log)
         self.runtime_down = False  # a call found the runtime unreachable (SyncResult)
+        self._keyring: Keyring | None = None
 
     @property
     def sandbox_cfg(self) -> pb.PodSandboxConfig:
@@ -320,7 +335,7 @@ class _Run:
             slots.acquire()
         started = deps.mono()
         try:
-            deps.cri.pull_image(c.image, self.sandbox_cfg)
+            self.pull(c.image)
         except CriError as err:
             done = deps.mono()
             deps.image_backoff.record_restart(key, done, done)
@@ -340,6 +355,45 @@ class _Run:
                                f"{done - started:.3g}s ({done - asked:.3g}s including "
                                "waiting).")  # no size: that would be one more ImageStatus
         return True
+
+    def keyring(self) -> Keyring:
+        """The pod's pull credentials (read once per sync, only when a pull is due); Secrets
+        that cannot be read are said once per sync (FailedToRetrieveImagePullSecret)."""
+        if self._keyring is None:
+            objects = self.deps.objects
+            self._keyring, missing = pod_keyring(
+                self.pod, objects.pull_secret if objects is not None else None,
+                self.deps.docker_config_paths)
+            if missing:
+                self.deps.log.warning(
+                    "syncloop.pod.pull_secrets_missing", pod=self.pod.full_name,
+                    pod_uid=self.pod.uid, secrets=missing,
+                    message=f"Unable to retrieve some image pull secrets ({', '.join(missing)})"
+                            "; attempting to pull the image may not succeed.")
+        return self._keyring
+
+    def pull(self, image: str) -> None:
+        """The kubelet's ``PullImage``: with no credential for the image's registry, an
+        anonymous pull; else each credential in turn until one works (raises the last error,
+        all of them named when several failed)."""
+        creds: list[Credential] = self.keyring().lookup(repository(image))
+        if not creds:
+            self.deps.cri.pull_image(image, self.sandbox_cfg)
+            return
+        errors: list[CriError] = []
+        for cred in creds:
+            auth = pb.AuthConfig(username=cred.username, password=cred.password)
+            try:
+                self.deps.cri.pull_image(image, self.sandbox_cfg, auth=auth)
+                return
+            except CriError as err:
+                if err.unavailable:
+                    raise
+                errors.append(err)
+        if len(errors) == 1:
+            raise errors[0]
+        raise CriError(errors[-1].method, errors[-1].code,
+                       "[" + ", ".join(e.message for e in errors) + "]")
 
     def image_log(self, what: str, c: Container, **fields: Any) -> None:
         self.deps.log.info(f"syncloop.image.{what}", pod=self.pod.full_name,
@@ -365,12 +419,16 @@ class _Run:
             self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, why)
             return False
         volumes = cri_config.volume_paths(self.pod, deps.pods_dir)
+        target = self.target_id(action, spec)
+        if target is None:
+            return False
         try:
             ips = self.pod_ips() if needs_pod_ip(spec) else ()
             env = container_env(self.pod, spec, deps.node, ips, deps.objects)
             oom = oom_score_adj(self.pod, spec, deps.node.memory_bytes, self.qos)
             config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
-                                                 deps.pods_dir.parent / "seccomp", env, oom)
+                                                 deps.pods_dir.parent / "seccomp", env, oom,
+                                                 self.termination_log(spec), target)
             hosts = self.hosts_mount(spec)
             if hosts is not None:
                 config.mounts.append(hosts)
@@ -409,8 +467,62 @@ class _Run:
         deps.crash.hit("sync.after_create")
         return self.start_container(action, spec, cid)
 
+    def target_id(self, action: StartAction, spec: Container) -> str | None:
+        """An ephemeral container's ``targetContainerName`` as a runtime ID ("" none; None:
+        the target has no container, CreateContainerConfigError as the kubelet's)."""
+        name = self.targets.get(spec.name, "") if action.ephemeral else ""
+        if not name:
+            return ""
+        found = self.rt.latest(name)
+        if found is None:
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR,
+                      f"unable to find target container {name}")
+            return None
+        return found.id
+
+    def termination_log(self, spec: Container) -> Path | None:
+        """The container instance's termination-log file (mounted on its
+        ``terminationMessagePath``); None (no mount, as the kubelet) when it cannot be made."""
+        if not spec.termination_message_path:
+            return None
+        try:
+            return cri_config.termination_log_file(self.deps.pods_dir, self.pod.uid, spec.name,
+                                                   secrets.token_hex(4))
+        except OSError as err:
+            self.deps.log.warning("syncloop.container.termination_log_failed",
+                                  pod=self.pod.full_name, pod_uid=self.pod.uid,
+                                  container=spec.name, error=str(err))
+            return None
+
+    def post_start(self, action: StartAction, spec: Container, cid: str) -> bool:
+        """Run the container's postStart hook; on failure kill the container (its preStop
+        and grace as for any kill) and report PostStartHookError (FailedPostStartHook)."""
+        hook = spec.lifecycle.post_start
+        if hook is None:
+            return True
+        deps = self.deps
+        why = run_hook(deps.cri, cid, self.pod, spec, hook, self.pod_ips, deps.sleep)
+        if why is None:
+            return True
+        deps.log.warning("syncloop.container.poststart_failed", pod=self.pod.full_name,
+                         pod_uid=self.pod.uid, container=spec.name, container_id=cid,
+                         message=why)
+        info = ContainerInfo(cid, spec.name, self.sandbox_id, ContainerState.RUNNING, "",
+                             action.restart_count, 0)
+        try:
+            kill_containers(deps.cri, deps.log, self.pod, [info],
+                            self.pod.spec.termination_grace_period_seconds, deps.sleep,
+                            deps.mono)
+        except CriError as err:
+            deps.log.warning("syncloop.container.kill_failed", pod=self.pod.full_name,
+                             pod_uid=self.pod.uid, container=spec.name, error=err.message)
+        self.effects[cid] = Effect.STOPPED
+        self.waiting[spec.name] = Waiting(POST_START_HOOK_ERROR, why)
+        self.errors.append(f"{spec.name}: {POST_START_HOOK_ERROR}: {why}")
+        return False
+
     def remove_lost(self, action: StartAction, spec: Container) -> bool:
-        """Remove the container whose attempt was lost (actions.py ``lost_attempt``): it holds
+        """Remove the container whose attempt was lost (attempts.py ``lost_attempt``): it holds
         the name of the attempt created again in its place."""
         try:
             self.deps.cri.remove_container(action.replaces)
@@ -480,7 +592,7 @@ class _Run:
         deps.log.info("syncloop.container.started", pod=self.pod.full_name, pod_uid=self.pod.uid,
                       container=spec.name, container_id=cid, restart_count=action.restart_count,
                       state_from_event=self.from_event)
-        return True
+        return self.post_start(action, spec, cid)
 
 
 def _sandbox_key(uid: str, sandbox_id: str) -> tuple[str, str]:
@@ -582,9 +694,10 @@ def _kill_by_grace(deps: SyncDeps, pod: Pod, by_grace: Mapping[int, list[Contain
 
 def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
             from_event: bool = False) -> SyncResult:
-    run = _Run(deps, pod, actions)
+    run = _Run(deps, pod, actions, rt)
     run.from_event = from_event
-    grace = pod.spec.termination_grace_period_seconds
+    grace = (actions.kill_grace if actions.kill_grace is not None
+             else pod.spec.termination_grace_period_seconds)
     if actions.kill:  # first: a container killed after a failed probe gets the probe's grace
         reasons = {k.container_id: k for k in actions.kill}
         by_grace: dict[int, list[ContainerInfo]] = {}
@@ -596,7 +709,8 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         run.effects.update((c.id, Effect.STOPPED) for cs in by_grace.values() for c in cs)
     if actions.kill_pod:
         rest = tuple(c for c in rt.running() if c.id not in run.effects)
-        kill_containers(deps.cri, deps.log, pod, rest, grace, deps.sleep, deps.mono)
+        kill_containers(deps.cri, deps.log, pod, rest, grace, deps.sleep, deps.mono,
+                        ordered=True)
         run.effects.update((c.id, Effect.STOPPED) for c in rest)
         for s in rt.sandboxes:
             if s.ready:
@@ -616,13 +730,18 @@ def execute(deps: SyncDeps, pod: Pod, rt: PodRuntime, actions: PodActions,
         _refresh_api_volumes(deps, pod)
     if not actions.create_sandbox or run.create_sandbox():
         specs = {c.name: c for c in pod.all_containers()}
+        specs.update((e.name, e.container) for e in pod.spec.ephemeral_containers)
         _prune_dead(deps, rt, [a.name for a in actions.start], run.effects)
         for action in actions.start:
-            if not run.start(action, specs[action.name]) and action.init:
+            # a regular init container that fails to start stops the pod's starts; an
+            # ephemeral container or a sidecar does not (the kubelet skips it and goes on)
+            if not run.start(action, specs[action.name]) and action.init and \
+                    not action.sidecar:
                 break
     return SyncResult(ok=not run.errors, errors=tuple(run.errors), waiting=run.waiting,
                       sandbox_id=run.sandbox_id or None, retry_after=run.retry_after,
                       pod_failed=actions.pod_failed, effects=run.effects, acted=True,
+                      deadline_exceeded=actions.deadline_exceeded,
                       runtime_down=run.runtime_down)
 
 
@@ -662,7 +781,9 @@ _NO_CALLS: RuntimeClient = cast(RuntimeClient, _NoCalls())
 
 
 def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
-                 newer_than: float) -> SyncResult | None:
+                 newer_than: float, started: Collection[str] = (),
+                 active_since: float | None = None, failed: bool = False,
+                 fail_grace: int | None = None) -> SyncResult | None:
     """A SyncPod that needs no CRI call, on the caller's (the loop's) thread: the shared listing
     is usable for ``newer_than`` as it is, no ContainerStatus is needed and the actions are
     none. The kubelet's periodic resync of a running pod, without two thread hand-offs. None:
@@ -682,36 +803,78 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                          running_status)
     except _WouldCall:
         return None
-    now = deps.mono()
-    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
-                                  sandbox_wait=sandbox_wait(deps, uid, now))
+    actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
+                           fail_grace)
     if not actions.noop:
         return None
     return SyncResult(ok=True, waiting=actions.waiting,
                       sandbox_id=rt.sandboxes[0].id if rt.sandboxes else None,
-                      retry_after=actions.retry_after, pod_failed=actions.pod_failed)
+                      retry_after=actions.retry_after, pod_failed=actions.pod_failed,
+                      deadline_exceeded=actions.deadline_exceeded)
+
+
+def deadline_left(pod: Pod, rt: PodRuntime, active_since: float | None, now: float,
+                  wall: float) -> float | None:
+    """Seconds until the pod's ``activeDeadlineSeconds`` runs out (<= 0: it has; None: no
+    deadline). The kubelet counts from the pod's ``status.startTime``; the sync loop from when
+    its worker first saw the pod (``active_since``, monotonic), or from the pod's oldest
+    sandbox when the runtime shows an older one (a restarted sync loop keeps the deadline)."""
+    seconds = pod.spec.active_deadline_seconds
+    if seconds is None or active_since is None:
+        return None
+    start = active_since
+    for sb in rt.sandboxes:
+        if sb.created_at > 0:
+            start = min(start, now - (wall - sb.created_at / 1e9))
+    return start + seconds - now
+
+
+def _pod_actions(deps: SyncDeps, pod: Pod, rt: PodRuntime, liveness_failed: Collection[str],
+                 started: Collection[str], active_since: float | None, failed: bool = False,
+                 fail_grace: int | None = None) -> PodActions:
+    """``failed``: the pod was failed for good (``SyncLoop.fail_pod``), its containers stopped
+    within ``fail_grace`` (None: the pod's own); past its ``activeDeadlineSeconds`` it is too,
+    and the actions say so (``deadline_exceeded``) so the loop fails it."""
+    now = deps.mono()
+    left = deadline_left(pod, rt, active_since, now, deps.wall())
+    deadline = not failed and left is not None and left <= 0
+    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
+                                  sandbox_wait=sandbox_wait(deps, pod.uid, now),
+                                  started=started, failed=failed or deadline)
+    if failed or deadline:
+        return replace(actions, deadline_exceeded=deadline,
+                       kill_grace=fail_grace if failed else None)
+    if left is not None and left > 0 and (actions.retry_after is None
+                                          or left < actions.retry_after):
+        actions = replace(actions, retry_after=left)  # sync again when the deadline comes
+    return actions
 
 
 def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
              newer_than: float | None = None,
-             snapshot: EventSnapshot | None = None) -> SyncResult:
+             snapshot: EventSnapshot | None = None, started: Collection[str] = (),
+             active_since: float | None = None, failed: bool = False,
+             fail_grace: int | None = None) -> SyncResult:
     """One SyncPod. Raises CriError when the runtime cannot be read or a pod-level call fails.
     ``newer_than``: see ``read_runtime``; ``snapshot``: the triggering event, used as the
-    runtime state when ``runtime_from_event`` allows it."""
+    runtime state when ``runtime_from_event`` allows it; ``started``: IDs of containers whose
+    startup probe succeeded; ``active_since``: when the worker first saw the pod (monotonic;
+    the start of ``activeDeadlineSeconds``); ``failed``: the pod was failed for good
+    (``SyncLoop.fail_pod``): stop everything within ``fail_grace`` (None: the pod's own)."""
     rt = _event_runtime(deps, pod, snapshot) if snapshot is not None else None
     from_event = rt is not None
     if rt is None:
         rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
-    now = deps.mono()
-    actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
-                                  sandbox_wait=sandbox_wait(deps, pod.uid, now))
+    actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
+                           fail_grace)
     if actions.noop:
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
-        if sandbox is not None:
+        if sandbox is not None and not actions.failed:
             _refresh_api_volumes(deps, pod)
         return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
-                          retry_after=actions.retry_after, pod_failed=actions.pod_failed)
+                          retry_after=actions.retry_after, pod_failed=actions.pod_failed,
+                          deadline_exceeded=actions.deadline_exceeded)
     deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,
                    kill_pod=actions.kill_pod, create_sandbox=actions.create_sandbox,
                    kill=[k.name for k in actions.kill], start=[s.name for s in actions.start],

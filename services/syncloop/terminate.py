@@ -5,13 +5,18 @@ Grace: the caller gives it (deletion grace, else the kill override, else the pod
 through ``exec_sync`` or a sleep) within the grace, then ``StopContainer`` with what is left of
 it, never less than 2 s between TERM and KILL. Tearing down then stops and removes the
 sandboxes and containers, and the pod's emptyDir volumes.
+
+Sidecars stop last (the kubelet's ``terminationOrdering``): when a whole pod with restartable
+init containers is killed, each sidecar runs its preStop hook at once like the others, then
+waits (within the grace) until every regular container and every later sidecar has stopped
+before it is sent its signal; so sidecars stop in reverse order, after the app.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from podvisor.common.crashpoints import NEVER, CrashPoints
@@ -19,7 +24,7 @@ from podvisor.common.logs import Log
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import ExecAction, Pod, SleepAction
 from podvisor.services.syncloop import labels as L
-from podvisor.services.syncloop.actions import LIVENESS_FAILED, STARTUP_FAILED
+from podvisor.services.syncloop.initactions import LIVENESS_FAILED, STARTUP_FAILED
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
 MIN_KILL_GRACE = 2
@@ -48,31 +53,80 @@ def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, g
         log.warning("syncloop.prestop.failed", container=c.name, error=err.message)
 
 
+class TerminationOrdering:
+    """The kubelet's ``terminationOrdering``: a sidecar begins to stop only once every regular
+    container and every sidecar after it have stopped (or the grace ran out). Containers not
+    running count as stopped. Thread-safe (one thread per container waits on it)."""
+
+    def __init__(self, pod: Pod, running: Collection[str]) -> None:
+        self._done: dict[str, threading.Event] = {}
+        self._prereqs: dict[str, list[threading.Event]] = {}
+        mains = [self._event(c.name, running) for c in pod.spec.containers]
+        later: threading.Event | None = None
+        for c in reversed(pod.spec.init_containers):
+            done = self._event(c.name, running)
+            if c.sidecar:
+                self._prereqs[c.name] = mains + ([later] if later is not None else [])
+                later = done
+
+    def _event(self, name: str, running: Collection[str]) -> threading.Event:
+        done = self._done.setdefault(name, threading.Event())
+        if name not in running:
+            done.set()
+        return done
+
+    def wait_turn(self, name: str, grace: float, mono: Callable[[], float]) -> float:
+        """Wait until ``name`` may stop, at most ``grace`` seconds; returns the time waited."""
+        start = mono()
+        for done in self._prereqs.get(name, ()):
+            left = grace - (mono() - start)
+            if left <= 0 or not done.wait(left):
+                break
+        return mono() - start
+
+    def stopped(self, name: str) -> None:
+        if (done := self._done.get(name)) is not None:
+            done.set()
+
+
 def stop_container(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo,
                    grace: float, sleep: Callable[[float], None],
-                   mono: Callable[[], float]) -> None:
-    """preStop, then TERM, then KILL after what is left of ``grace`` (at least 2 s)."""
+                   mono: Callable[[], float], ordering: TerminationOrdering | None = None,
+                   ) -> None:
+    """preStop, then (a sidecar) its turn, then TERM, then KILL after what is left of
+    ``grace`` (at least 2 s)."""
     start = mono()
-    _pre_stop(cri, log, pod, c, grace, sleep)
-    left = max(MIN_KILL_GRACE, round(grace - (mono() - start)))
-    log.info("syncloop.container.killing", pod_uid=pod.uid if pod else "", container=c.name,
-             container_id=c.id, grace=left)
     try:
-        cri.stop_container(c.id, left)
-    except CriError as err:
-        if not err.not_found:
-            raise
+        _pre_stop(cri, log, pod, c, grace, sleep)
+        if ordering is not None:
+            ordering.wait_turn(c.name, grace - (mono() - start), mono)
+        left = max(MIN_KILL_GRACE, round(grace - (mono() - start)))
+        log.info("syncloop.container.killing", pod_uid=pod.uid if pod else "",
+                 container=c.name, container_id=c.id, grace=left)
+        try:
+            cri.stop_container(c.id, left)
+        except CriError as err:
+            if not err.not_found:
+                raise
+    finally:
+        if ordering is not None:
+            ordering.stopped(c.name)
 
 
 def kill_containers(cri: RuntimeClient, log: Log, pod: Pod | None,
                     containers: Sequence[ContainerInfo], grace: float,
-                    sleep: Callable[[float], None], mono: Callable[[], float]) -> None:
-    """Stop ``containers`` in parallel; raises the first CriError after all were tried."""
+                    sleep: Callable[[float], None], mono: Callable[[], float],
+                    ordered: bool = False) -> None:
+    """Stop ``containers`` in parallel; raises the first CriError after all were tried.
+    ``ordered``: the whole pod is stopping, so its sidecars stop last (``TerminationOrdering``;
+    not for single kills, as the kubelet's ``ContainersToKill``)."""
     errors: list[CriError] = []
+    ordering = (TerminationOrdering(pod, {c.name for c in containers})
+                if ordered and pod is not None and pod.spec.sidecars else None)
 
     def one(c: ContainerInfo) -> None:
         try:
-            stop_container(cri, log, pod, c, grace, sleep, mono)
+            stop_container(cri, log, pod, c, grace, sleep, mono, ordering)
         except CriError as err:
             errors.append(err)
 
@@ -116,7 +170,7 @@ def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grac
     sandbox that cannot be stopped does not keep the others: each is tried, then the first
     error is raised (the worker retries the termination). ``crash``: the step
     ``terminate.after_stop`` (fault-injection tests)."""
-    kill_containers(cri, log, pod, rt.running(), grace, sleep, mono)
+    kill_containers(cri, log, pod, rt.running(), grace, sleep, mono, ordered=True)
     crash.hit("terminate.after_stop")
     errors: list[CriError] = []
     stopped = [s for s in rt.sandboxes if _ignore_missing(cri.stop_pod_sandbox, s.id, errors)]
@@ -166,5 +220,5 @@ def _ignore_missing(fn: Callable[[str], None], ident: str,
     return True
 
 
-__all__ = ["L", "Log", "kill_containers", "kill_grace", "orphan_grace", "stop_container",
-           "teardown", "terminate_pod"]
+__all__ = ["L", "Log", "TerminationOrdering", "kill_containers", "kill_grace", "orphan_grace",
+           "stop_container", "teardown", "terminate_pod"]

@@ -59,6 +59,9 @@ class Work:
     newer_than: float | None = None
     # The stream event that triggered this sync, to use as the pod's runtime state when safe.
     snapshot: EventSnapshot | None = None
+    active_since: float | None = None  # when the worker first saw the pod (activeDeadline)
+    failed: bool = False  # the pod was failed for good (``SyncLoop.fail_pod``): stop everything
+    fail_grace: int | None = None  # ... within this grace (None: the pod's own)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Outcome:
     effects: Effects = field(default_factory=dict)  # what the sync did to which container
     acted: bool = False  # the work called the runtime to change something
     network: bool = False  # held: a non-hostNetwork pod while the runtime's network is not ready
+    deadline_exceeded: bool = False  # past activeDeadlineSeconds: the pod is Failed for good
 
 
 @dataclass
@@ -99,6 +103,9 @@ class Worker:
     stops_seen: set[str] = field(default_factory=set)  # trigger) and the stops reported since
     not_event: bool = False  # something else asked for the pending sync: read the runtime
     effects: Effects | None = None  # what the last syncs did (None: unknown, after an error)
+    active_since: float = 0.0  # when this worker first saw the pod (monotonic)
+    failed: bool = False     # the pod was failed for good (``SyncLoop.fail_pod``: past its
+    fail_grace: int | None = None  # activeDeadlineSeconds, or a FailPod), reason/message say why
 
     def set_state(self, new: WorkerState) -> None:
         check_transition(self.state, new)
@@ -135,7 +142,7 @@ class WorkerTable:
         """A source wants ``pod`` (added or changed): sync it now (or after its work)."""
         w = self.workers.get(pod.uid)
         if w is None:
-            w = Worker(pod.uid, pod, source, next_at=now, synced_at=now)
+            w = Worker(pod.uid, pod, source, next_at=now, synced_at=now, active_since=now)
             self.workers[pod.uid] = w
             return w
         if w.state is not WorkerState.SYNCING:
@@ -144,6 +151,15 @@ class WorkerTable:
         w.pod, w.source, w.pending = pod, source, True
         w.event, w.not_event = None, True
         return w
+
+    def reconcile(self, pod: Pod) -> None:
+        """Only ``pod``'s status changed (a condition another controller owns): the worker
+        holds the new version, nothing is synced for it (the kubelet's HandlePodReconcile)."""
+        w = self.workers.get(pod.uid)
+        if w is not None and w.state is WorkerState.SYNCING and w.pod is not None:
+            w.pod = pod
+        elif w is not None and w.wanted_again is not None:
+            w.wanted_again = pod
 
     def reject(self, pod: Pod, source: str, reason: str, message: str) -> Worker:
         """Admission refused ``pod``: keep it (for reporting) but never run it."""
@@ -211,7 +227,7 @@ class WorkerTable:
                     and w.effects is not None):
                 snap = EventSnapshot(w.event, w.sandbox_id, w.effects, frozenset(w.stops_seen))
             out.append(Work(w.uid, kind, w.pod, w.grace, None if w.fresh else w.synced_at,
-                            snap))
+                            snap, w.active_since, w.failed, w.fail_grace))
             if snap is None:  # (an event's state is as of some time before it was published)
                 w.read_after = now if w.fresh or kind is WorkKind.TERMINATE else w.synced_at
             w.fresh, w.event, w.not_event = False, None, False

@@ -21,10 +21,10 @@ def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def test_list_names_every_stage() -> None:
     out = _bench("--list")
     assert out.returncode == 0, out.stderr
-    for name in ("bus", "restart", "pods", "circus", "containerd", "idle", "podman"):
+    for name in ("bus", "restart", "pods", "circus", "containerd", "kubelet", "idle", "podman"):
         assert name in out.stdout
     for script in ("bus.py", "restart.py", "pods.py", "circus_peer.py", "containerd_pods.py",
-                   "podman_peer.py"):
+                   "kubelet_peer.py", "podman_peer.py"):
         assert (ROOT / "bench" / script).exists()
         assert script in out.stdout
 
@@ -36,12 +36,18 @@ def test_unknown_stage_is_refused() -> None:
 
 
 def test_skipped_stage_still_prints_the_table_and_json() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PODVISOR_CONTAINERD_ENDPOINT"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PODVISOR_CONTAINERD_ENDPOINT", "PODVISOR_BENCH_KUBELET")}
     env["PATH"] = str(Path(sys.executable).parent)  # no podman on it: its stage is skipped
-    out = _bench("--stages", "containerd,podman", env=env)
+    out = _bench("--stages", "containerd,kubelet,podman", env=env)
     assert out.returncode == 0, out.stderr
     assert "skipped: PODVISOR_CONTAINERD_ENDPOINT is not set" in out.stdout
     assert "skipped: podman is not installed" in out.stdout
+    # every kubelet row says why it is empty: no binary given, and none on this machine
+    kubelet_rows = [line for line in out.stdout.splitlines() if "kubelet peer" in line]
+    assert len(kubelet_rows) == 9
+    assert all("skipped: PODVISOR_BENCH_KUBELET is not set (no kubelet binary" in line
+               for line in kubelet_rows)
     assert "machine: " in out.stdout
     out = _bench("--stages", "containerd,podman", "--json", env=env)
     assert out.returncode == 0, out.stderr

@@ -136,6 +136,20 @@ def test_log_bridge_maps_syncloop_lines_to_events() -> None:
     assert events_for("syncloop.volume.failed", {"volume": "data", "message": "MountVolume"}) \
         == [(ev.WARNING, "FailedMount", "MountVolume")]
     assert events_for("syncloop.pod.update", {}) == []
+    # [issue 24] the kubelet's reasons for the pod lifecycle fields
+    assert events_for("syncloop.container.poststart_failed", {"message": "secret output"}) == \
+        [(ev.WARNING, "FailedPostStartHook", "PostStartHook failed")]  # output not leaked
+    assert events_for("syncloop.pod.failed", {"reason": "DeadlineExceeded", "message": "late",
+                                              "event_type": "Normal"}) == \
+        [(ev.NORMAL, "DeadlineExceeded", "late")]
+    assert events_for("syncloop.pod.failed", {"reason": "Evicted", "message": "low on memory",
+                                              "event_type": "Warning"}) == \
+        [(ev.WARNING, "Evicted", "low on memory")]
+    assert [r for _, r, _ in events_for("syncloop.pod.pull_secrets_missing", {})] == \
+        ["FailedToRetrieveImagePullSecret"]
+    assert events_for("syncloop.pod.update_refused", {"reason": "UnsupportedPodUpdate",
+                                                      "message": "m"}) == \
+        [(ev.WARNING, "UnsupportedPodUpdate", "m")]
 
     class Log:
         def __init__(self) -> None:

@@ -224,14 +224,31 @@ REJECTED = [
         env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
      "env[0].valueFrom.configMapKeyRef: static pods may not reference API objects (ConfigMap) "
      "(only pods from the API server may)"),
-    ("imagePullSecrets", lambda d: d["spec"].update(imagePullSecrets=[{"name": "x"}]),
-     "spec.imagePullSecrets: static pods may not reference API objects (Secret)"),
-    ("postStart", lambda d: d["spec"]["containers"][0].update(
-        lifecycle={"postStart": {"exec": {"command": ["x"]}}}),
-     "lifecycle.postStart: postStart hooks are not supported"),
-    ("sidecar", lambda d: d["spec"].update(
-        initContainers=[{"name": "s", "image": "host", "restartPolicy": "Always"}]),
-     "spec.initContainers[0].restartPolicy: sidecar containers"),
+    # [issue 24] the API server's own rules for the pod lifecycle fields podvisor now honours
+    ("sidecar policy other than Always", lambda d: d["spec"].update(
+        initContainers=[{"name": "s", "image": "host", "restartPolicy": "Never"}]),
+     'spec.initContainers[0].restartPolicy: Unsupported value: "Never": supported values: '
+     '"Always"'),
+    ("restartPolicy on a regular container", lambda d: d["spec"]["containers"][0].update(
+        restartPolicy="Always"),
+     "spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers"),
+    ("postStart tcpSocket", lambda d: d["spec"]["containers"][0].update(
+        lifecycle={"postStart": {"tcpSocket": {"port": 1}}}),
+     "lifecycle.postStart.tcpSocket: tcpSocket is not a valid lifecycle handler"),
+    ("activeDeadlineSeconds 0", lambda d: d["spec"].update(activeDeadlineSeconds=0),
+     "spec.activeDeadlineSeconds: must be at least 1"),
+    ("readiness gate type", lambda d: d["spec"].update(
+        readinessGates=[{"conditionType": "a b"}]),
+     "spec.readinessGates[0].conditionType:"),
+    ("ephemeral container with ports", lambda d: d["spec"].update(ephemeralContainers=[
+        {"name": "dbg", "image": "host", "ports": [{"containerPort": 80}]}]),
+     "spec.ephemeralContainers[0].ports: Forbidden: cannot be set for an Ephemeral Container"),
+    ("ephemeral target", lambda d: d["spec"].update(ephemeralContainers=[
+        {"name": "dbg", "image": "host", "targetContainerName": "nope"}]),
+     'spec.ephemeralContainers[0].targetContainerName: Not found: "nope"'),
+    ("ephemeral name taken", lambda d: d["spec"].update(ephemeralContainers=[
+        {"name": "c", "image": "host"}]),
+     "spec.ephemeralContainers[0].name: duplicate container name 'c'"),
     ("probe without handler", lambda d: d["spec"]["containers"][0].update(
         livenessProbe={"periodSeconds": 3}),
      "spec.containers[0].livenessProbe: must specify a handler"),
@@ -273,8 +290,6 @@ REJECTED = [
      "metadata.labels.a: must be a string"),
     ("bool as string", lambda d: d["spec"].update(hostNetwork="yes"),
      "spec.hostNetwork: must be true or false"),
-    ("ephemeral containers", lambda d: d["spec"].update(ephemeralContainers=[{}]),
-     "spec.ephemeralContainers: ephemeral containers are not supported"),
     ("bad deletion timestamp", lambda d: d["metadata"].update(deletionTimestamp="yesterday"),
      "metadata.deletionTimestamp: 'yesterday' is not an RFC 3339 time"),
 ]
@@ -296,6 +311,41 @@ def test_error_names_file_and_field() -> None:
         pod_from_dict(doc, "pods/web.yaml")
     assert str(info.value) == "pods/web.yaml: spec.containers[0].image: required"
     assert info.value.where == "pods/web.yaml"
+
+
+def test_pod_lifecycle_fields_are_kept() -> None:
+    """[issue 24] imagePullSecrets, postStart, a sidecar, an ephemeral container,
+    activeDeadlineSeconds, readinessGates and the termination message settings are kept in the
+    model and its wire form, with no warning (a static pod may name pull secrets: the kubelet
+    reads them when it can, else pulls with the node's credentials)."""
+    doc = manifest(
+        imagePullSecrets=[{"name": "regcred"}, {}], activeDeadlineSeconds=30,
+        readinessGates=[{"conditionType": "example.com/ready"}],
+        initContainers=[{"name": "side", "image": "host", "restartPolicy": "Always",
+                         "readinessProbe": {"exec": {"command": ["true"]}}}],
+        ephemeralContainers=[{"name": "dbg", "image": "host", "targetContainerName": "c",
+                              "command": ["sh"], "resources": {},  # as kubectl debug sends
+                              "terminationMessagePolicy": "File"}])
+    doc["spec"]["containers"][0].update(
+        lifecycle={"postStart": {"exec": {"command": ["touch", "/x"]}},
+                   "preStop": {"sleep": {"seconds": 1}}},
+        terminationMessagePath="/tmp/msg", terminationMessagePolicy="FallbackToLogsOnError")
+    parsed = pod_from_dict(doc, "pods/x.yaml")
+    assert parsed.warnings == ()
+    spec = parsed.pod.spec
+    assert spec.image_pull_secrets == ("regcred", "")
+    assert spec.active_deadline_seconds == 30
+    assert spec.readiness_gates == ("example.com/ready",)
+    assert [c.name for c in spec.sidecars] == ["side"]
+    assert spec.ephemeral_containers[0].target_container_name == "c"
+    app = spec.containers[0]
+    assert app.lifecycle.post_start is not None and app.lifecycle.pre_stop is not None
+    assert app.termination_message_path == "/tmp/msg"
+    wire = parsed.pod.to_dict()
+    assert wire["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {}]
+    assert wire["spec"]["initContainers"][0]["restartPolicy"] == "Always"
+    assert wire["spec"]["ephemeralContainers"][0]["targetContainerName"] == "c"
+    assert pod_from_dict(wire).pod == parsed.pod
 
 
 def test_every_error_reported_at_once() -> None:

@@ -61,8 +61,15 @@ def kitchen_sink() -> dict[str, Any]:
                         {"path": "cpu", "mode": 0o644, "resourceFieldRef": {
                             "containerName": "main", "resource": "limits.cpu",
                             "divisor": "1m"}}]}}],
+        "imagePullSecrets": [{"name": "regcred"}, {}], "activeDeadlineSeconds": 600,
+        "readinessGates": [{"conditionType": "example.com/lb"}],
         "initContainers": [_ctr("init", command=["sh"], args=["-c", "true"],
-                                imagePullPolicy="Always")],
+                                imagePullPolicy="Always"),
+                           _ctr("proxy", restartPolicy="Always",
+                                startupProbe={"exec": {"command": ["true"]}},
+                                lifecycle={"postStart": {"httpGet": {"port": 15000}}})],
+        "ephemeralContainers": [_ctr("debugger", targetContainerName="main",
+                                     command=["sh"])],
         "containers": [
             _ctr("main", workingDir="/w", env=[
                     {"name": "A", "value": "1"},
@@ -79,7 +86,9 @@ def kitchen_sink() -> dict[str, Any]:
                                                 {"name": "X", "value": "y"}]}, **probe},
                  readinessProbe={"tcpSocket": {"port": 80, "host": "localhost"}},
                  startupProbe={"exec": {"command": ["true"]}},
-                 lifecycle={"preStop": {"sleep": {"seconds": 2}}, "stopSignal": "SIGRTMIN+1"},
+                 lifecycle={"preStop": {"sleep": {"seconds": 2}},
+                            "postStart": {"exec": {"command": ["touch", "/ready"]}},
+                            "stopSignal": "SIGRTMIN+1"},
                  volumeMounts=[{"name": "scratch", "mountPath": "/s", "readOnly": True,
                                 "subPath": "a"}, {"name": "info", "mountPath": "/info"}],
                  securityContext={"runAsUser": 0, "privileged": False,

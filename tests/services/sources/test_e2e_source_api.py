@@ -153,6 +153,6 @@ def test_api_pods_run_mirror_and_foreign_pods_do_not(api: KubeApi, agent: Any,
 
     status = wait_for(rejected, timeout=30, message="big Failed in the API")
     assert status["reason"] == "OutOfcpu"
-    assert status["message"].startswith("Node didn't have enough resource: cpu, requested: "
-                                        "100000000")
+    assert status["message"].startswith("Pod was rejected: Node didn't have enough resource: "
+                                        "cpu, requested: 100000000")  # the kubelet's rejectPod
     assert "big" not in running(port)

@@ -232,7 +232,9 @@ def test_admission_rejected_is_failed_with_reason() -> None:
     d = desired(admitted=False, reason="HostPortConflict", message="port 80 in use")
     s = computed(d, None, None, T0)
     assert s["phase"] == "Failed" and s["reason"] == "HostPortConflict"
-    assert s["message"] == "port 80 in use" and conds(s) == {"PodScheduled": "True"}
+    # the kubelet's rejectPod: "Pod was rejected: " + the admission message
+    assert s["message"] == "Pod was rejected: port 80 in use"
+    assert conds(s) == {"PodScheduled": "True"}
 
 
 def test_readiness_probe_means_not_ready_until_a_prober_says_so() -> None:
@@ -359,3 +361,86 @@ def test_the_value_keeps_version_and_pod_beside_the_api_status() -> None:
     assert s.value.version == 1 and s.value.pod == PodRef("web-node", "default", "u1")
     assert "phase" in s and not any(k.startswith("_") for k in s)
     assert PodStatusValue.from_wire(s.value.to_wire()) == s.value
+
+
+# --- [issue 24] sidecars, ephemeral containers, readiness gates, the active deadline --------
+
+def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == ctype)
+
+
+SIDE = {"name": "proxy", "image": "host", "restartPolicy": "Always",
+        "readinessProbe": {"exec": {"command": ["true"]}}}
+
+
+def test_a_sidecar_counts_for_phase_initialized_and_containers_ready() -> None:
+    d = desired(pod(init=[SIDE, {"name": "setup", "image": "host"}], policy="Never"))
+    only_proxy = computed(d, pleg(ctr("p1", name="proxy")), None, T0, readiness={"proxy": False})
+    assert only_proxy["phase"] == "Pending"
+    assert cond(only_proxy, "Initialized")["message"] == \
+        "containers with incomplete status: [setup]"
+    init = {c["name"]: c for c in only_proxy["initContainerStatuses"]}
+    assert init["proxy"]["started"] and not init["proxy"]["ready"]
+    up = pleg(ctr("p1", name="proxy"), ctr("s1", "CONTAINER_EXITED", name="setup", created=2),
+              ctr("a1", created=3))
+    unready = computed(d, up, None, T0, readiness={"proxy": False})
+    assert unready["phase"] == "Running" and conds(unready)["Initialized"] == "True"
+    assert cond(unready, "ContainersReady")["message"] == \
+        "containers with unready status: [proxy]"
+    ready = computed(d, up, None, T0, readiness={"proxy": True})
+    assert conds(ready)["Ready"] == "True"
+    assert {c["name"]: c["ready"] for c in ready["initContainerStatuses"]} == {
+        "proxy": True, "setup": True}  # a finished init container is ready, as the kubelet
+    # the app is done, the sidecar still stops: Running; once it stopped: Succeeded
+    done = pleg(ctr("p1", name="proxy"), ctr("s1", "CONTAINER_EXITED", name="setup", created=2),
+                ctr("a1", "CONTAINER_EXITED", created=3))
+    assert computed(d, done, None, T0)["phase"] == "Running"
+    over = pleg(ctr("p1", "CONTAINER_EXITED", name="proxy", exit_code=143),
+                ctr("s1", "CONTAINER_EXITED", name="setup", created=2),
+                ctr("a1", "CONTAINER_EXITED", created=3))
+    assert computed(d, over, None, T0)["phase"] == "Succeeded"
+
+
+def test_ephemeral_container_statuses() -> None:
+    p = pod()
+    p["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "host"}]
+    d = desired(p)
+    creating = computed(d, pleg(ctr("a1")), None, T0)
+    [dbg] = creating["ephemeralContainerStatuses"]
+    assert dbg["name"] == "dbg" and dbg["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    running = computed(d, pleg(ctr("a1"), ctr("d1", name="dbg", created=2)), None, T0)
+    [dbg] = running["ephemeralContainerStatuses"]
+    assert "running" in dbg["state"] and dbg["ready"] is False
+    assert dbg["containerID"] == "embedded://d1"
+    assert conds(running)["Ready"] == "True"  # an ephemeral container is not in readiness
+    assert "ephemeralContainerStatuses" not in computed(desired(), pleg(ctr("a1")), None, T0)
+
+
+def test_readiness_gates_hold_ready_until_their_condition_is_true() -> None:
+    p = pod()
+    p["spec"]["readinessGates"] = [{"conditionType": "example.com/lb"}]
+    missing = computed(desired(p), pleg(ctr("a1")), None, T0)
+    assert conds(missing)["ContainersReady"] == "True" and conds(missing)["Ready"] == "False"
+    assert cond(missing, "Ready")["reason"] == "ReadinessGatesNotReady"
+    assert cond(missing, "Ready")["message"] == \
+        'corresponding condition of pod readiness gate "example.com/lb" does not exist.'
+    p["status"] = {"conditions": [{"type": "example.com/lb", "status": "False",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    false = computed(desired(p), pleg(ctr("a1")), None, T0)
+    assert cond(false, "Ready")["message"] == \
+        'the status of pod readiness gate "example.com/lb" is not "True", but False'
+    # the gate's condition is the controller's: shown as it set it, first
+    assert false["conditions"][0] == {"type": "example.com/lb", "status": "False",
+                                      "lastProbeTime": None,
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    p["status"]["conditions"][0]["status"] = "True"
+    assert conds(computed(desired(p), pleg(ctr("a1")), None, T0))["Ready"] == "True"
+
+
+def test_a_pod_past_its_deadline_is_failed_with_the_kubelets_reason() -> None:
+    d = desired(failed=True, reason="DeadlineExceeded",
+                message="Pod was active on the node longer than the specified deadline")
+    s = computed(d, pleg(ctr("a1", "CONTAINER_EXITED", exit_code=137)), None, T0)
+    assert (s["phase"], s["reason"]) == ("Failed", "DeadlineExceeded")
+    assert s["message"] == "Pod was active on the node longer than the specified deadline"
+    assert cond(s, "Ready")["reason"] == "PodFailed"

@@ -150,6 +150,7 @@ def test_every_field_podvisor_writes_is_in_the_vocabulary() -> None:
                      container_statuses=(ContainerStatus(
                          "a", state=ContainerState(waiting=Waiting("x"))),),
                      init_container_statuses=(ContainerStatus("i"),),
+                     ephemeral_container_statuses=(ContainerStatus("dbg"),),
                      conditions=(cond("Ready"),))
     assert set(full.to_dict()) == {*WRITTEN, "conditions"}
 
@@ -160,3 +161,22 @@ def test_a_terminal_phase_in_the_api_cannot_be_left() -> None:
     assert not terminal_in_api(ours().to_dict(), ours())
     done = PodStatus(**{**ours().__dict__, "phase": "Succeeded"})
     assert not terminal_in_api(api, done)
+
+
+def test_ephemeral_statuses_are_written_and_a_stale_gate_is_never_written_back() -> None:
+    """[issue 24] ``ephemeralContainerStatuses`` (kubectl debug) are podvisor's to write: the
+    patch deleted them before. A readiness gate's condition podvisor's status carries (as the
+    sync loop last saw the pod, for /pods) may be older than the API's: the patch leaves it
+    out, so the controller's newer value stays."""
+    running = ContainerState(running=Running(T0))
+    mine = PodStatus(**{**ours().__dict__, "ephemeral_container_statuses": (
+        ContainerStatus("dbg", "img", "img@sha", 0, False, None, "containerd://d", running),),
+        "conditions": (PodCondition("example.com/gate", "False", "", "", T0),
+                       *ours().conditions)})
+    api = ours().to_dict()
+    api["conditions"].append(gate("True"))
+    fixed = applied(api, mine)
+    assert [c["name"] for c in fixed["ephemeralContainerStatuses"]] == ["dbg"]
+    assert [c["status"] for c in fixed["conditions"] if c["type"] == "example.com/gate"] == [
+        "True"]
+    assert differences(fixed, mine) == []

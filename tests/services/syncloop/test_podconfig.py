@@ -190,3 +190,16 @@ def test_pods_lists_all_sources() -> None:
     config.apply("file", [P("a").build()])
     config.apply("http", [P("b").build()])
     assert sorted(p.name for p in config.pods()) == ["a", "b"]
+
+
+def test_a_refused_pod_keeps_the_version_it_had() -> None:
+    """[issue 24] A source that refuses a pod it sent before (an update podvisor cannot
+    honour) names its UID in ``keep``: no REMOVE, no UPDATE; once it comes back changed, the
+    UPDATE is against the version kept."""
+    config = new_pod_config({"api"})
+    config.apply("api", [P("a").build()])
+    assert config.apply("api", [], keep={"uid-a"}) == []
+    assert [p.uid for p in config.pods()] == ["uid-a"]
+    [update] = config.apply("api", [P("a", cmd="b").build()])
+    assert update.op is PodOp.UPDATE
+    assert [u.op for u in config.apply("api", [], keep={"uid-x"})] == [PodOp.REMOVE]

@@ -248,7 +248,11 @@ def test_pod_runs_with_sandbox_config_labels_and_volumes(tmp_path: Path) -> None
     assert cfg.annotations[L.RESTART_COUNT] == "0" and cfg.log_path == "a/0.log"
     assert [(e.key, e.value) for e in cfg.envs] == [("X", "1")] and cfg.working_dir == "/tmp"
     vol = tmp_path / "pods/u1/volumes/kubernetes.io~empty-dir/scratch"
-    assert vol.is_dir() and [m.host_path for m in cfg.mounts] == [str(vol)]
+    # the volume, then (the kubelet's makeMounts) the container's termination-log file
+    assert vol.is_dir() and [m.host_path for m in cfg.mounts][:1] == [str(vol)]
+    log = cfg.mounts[1]
+    assert (log.container_path, log.readonly) == ("/dev/termination-log", False)
+    assert log.host_path.startswith(str(tmp_path / "pods/u1/containers/a/"))
     entry = h.desired.items["u1"]
     assert entry.worker == "syncing" and entry.admitted and entry.sandbox_id
 
@@ -557,3 +561,128 @@ def test_work_that_changed_the_runtime_calls_changed_runtime(tmp_path: Path) -> 
     assert not hints
     h.set()
     assert hints and not h.cri.containers
+
+
+# --- [issue 24] refusals: rejected as the kubelet rejects, a refused update never stops a pod --
+
+def refused(uid: str = "u1", name: str = "p", reason: str = "spec.volumes[0].iscsi: "
+            "unsupported volume type") -> dict[str, Any]:
+    """An error of a set that names its pod, as the API source reports one."""
+    return {"url": f"api:default/{name}", "field": "spec.volumes[0].iscsi", "reason": reason,
+            "uid": uid, "name": name, "namespace": "default"}
+
+
+def test_a_refused_pod_is_rejected_with_a_reason_and_an_event(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sources=("api",))
+    h.loop.handle_pod_set("api", [], h.now, [refused()])
+    h.settle()
+    entry = h.desired.items["u1"]
+    assert not entry.admitted and entry.reason == "UnsupportedPodSpec"
+    assert entry.message == "spec.volumes[0].iscsi: unsupported volume type"
+    assert entry.ref.name == "p" and h.cri.method_calls("RunPodSandbox") == []
+    [event] = [r for r in h.log.events if r["event"] == "syncloop.pod.rejected"]
+    assert event["reason"] == "UnsupportedPodSpec" and event["pod_uid"] == "u1"
+    h.loop.handle_pod_set("api", [], h.now, [refused()])  # said once, not per set
+    assert len([r for r in h.log.events if r["event"] == "syncloop.pod.rejected"]) == 1
+    # valid at last: admitted and run; a pod the source dropped is forgotten
+    h.loop.handle_pod_set("api", [manifest()], h.now, [])
+    h.settle()
+    assert h.desired.items["u1"].admitted and set(h.running()) == {"a", "b"}
+    h.loop.handle_pod_set("api", [], h.now, [refused(uid="u2", name="q")])
+    h.loop.handle_pod_set("api", [], h.now, [])
+    h.settle()
+    assert "u2" not in h.desired.items
+
+
+def test_a_refused_update_leaves_the_running_pod_alone_and_says_so(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sources=("api",))
+    h.loop.handle_pod_set("api", [manifest()], h.now, [])
+    h.settle()
+    before = h.running()
+    h.loop.handle_pod_set("api", [], h.now, [refused(reason="spec.ephemeralContainers[0]."
+                                                            "volumeDevices: not supported")])
+    h.settle()
+    assert h.running() == before and h.cri.method_calls("StopContainer") == []
+    entry = h.desired.items["u1"]
+    assert entry.admitted and entry.worker == "syncing"
+    assert entry.reason == "UnsupportedPodUpdate"
+    assert entry.message == ("the update was refused and the pod runs on as it was: "
+                             "spec.ephemeralContainers[0].volumeDevices: not supported")
+    assert [r["reason"] for r in h.log.events if r["event"] == "syncloop.pod.update_refused"
+            ] == ["UnsupportedPodUpdate"]
+    h.now += 100  # resyncs change nothing
+    h.settle()
+    assert h.running() == before
+    h.loop.handle_pod_set("api", [manifest()], h.now, [])  # the source takes it back
+    h.settle()
+    assert h.desired.items["u1"].reason == "" and h.running() == before
+
+
+def test_a_status_only_change_reaches_desired_without_a_sync(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sources=("api",))
+    h.loop.handle_pod_set("api", [manifest(readinessGates=[{"conditionType": "x/lb"}])],
+                          h.now, [])
+    h.settle()
+    calls = len(h.cri.calls)
+    gated = manifest(readinessGates=[{"conditionType": "x/lb"}])
+    gated["status"] = {"conditions": [{"type": "x/lb", "status": "True"}]}
+    h.loop.handle_pod_set("api", [gated], h.now, [])
+    assert h.desired.items["u1"].pod["status"]["conditions"][0]["type"] == "x/lb"
+    h.loop.step(h.now)
+    assert len(h.cri.calls) == calls  # RECONCILE: no sync
+
+
+def test_fail_pod_stops_it_for_good_with_its_reason(tmp_path: Path) -> None:
+    """[issue 24] ``fail_pod``: the one way a pod ends Failed with a reason (the sync loop's
+    activeDeadlineSeconds uses it; another process sends a ``FailPod``, as eviction will): its
+    containers stop within the given grace, none restarts, ``desired`` says failed with the
+    reason and message, and a ``syncloop.pod.failed`` line carries them to an Event. The pod's
+    neighbours are untouched."""
+    h = Harness(tmp_path)
+    h.set(manifest(terminationGracePeriodSeconds=30), manifest("two", "u2"))
+
+    def running(uid: str) -> set[str]:
+        return {c.labels[L.CONTAINER_NAME] for c in h.cri.list_containers()
+                if c.labels[L.POD_UID] == uid and c.state == pb.CONTAINER_RUNNING}
+
+    assert running("u1") == running("u2") == {"a", "b"}
+    message = "The node was low on resource: memory."
+    assert h.loop.fail_pod("u1", "Evicted", message, grace=5)
+    h.settle()
+    assert running("u1") == set() and running("u2") == {"a", "b"}
+    assert {args[1] for args in h.cri.method_calls("StopContainer")} == {5}  # its grace
+    entry = h.desired.items["u1"]
+    assert entry.failed and entry.admitted and (entry.reason, entry.message) == (
+        "Evicted", message)
+    [line] = [r for r in h.log.events if r["event"] == "syncloop.pod.failed"]
+    assert (line["reason"], line["message"], line["event_type"], line["pod_uid"]) == (
+        "Evicted", message, "Warning", "u1")
+    assert not h.loop.fail_pod("u1", "Other", "x")  # failed already: said once, kept
+    assert not h.loop.fail_pod("nope", "Evicted", "x")  # not a pod it runs
+    h.now += 100  # resyncs and an update of the pod restart nothing
+    h.set(manifest(terminationGracePeriodSeconds=20), manifest("two", "u2"))
+    h.settle()
+    assert running("u1") == set() and h.desired.items["u1"].reason == "Evicted"
+    assert not h.desired.items["u2"].failed
+
+
+def test_an_api_pod_failed_in_the_api_never_runs_again(tmp_path: Path) -> None:
+    """[issue 24] A pod the API says is Failed (evicted, past its deadline) is terminal: a
+    restarted sync loop (a fresh one here) starts none of its containers and keeps its reason,
+    with no second Event; the pod beside it runs. A running API pod whose API status turns
+    Failed (a status-only change) is stopped the same way."""
+    h = Harness(tmp_path, sources=("api",))
+    gone = manifest("evicted", "u1")
+    gone["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    h.loop.handle_pod_set("api", [gone, manifest("web", "u2")], h.now, [])
+    h.settle()
+    entry = h.desired.items["u1"]
+    assert entry.failed and (entry.reason, entry.message) == ("Evicted", "low on memory")
+    sandboxes = {s.metadata.uid for s in h.cri.list_pod_sandbox()}
+    assert sandboxes == {"u2"} and not h.desired.items["u2"].failed
+    assert not [r for r in h.log.events if r["event"] == "syncloop.pod.failed"]
+    web = manifest("web", "u2")
+    web["status"] = {"phase": "Failed", "reason": "DeadlineExceeded", "message": "late"}
+    h.loop.handle_pod_set("api", [gone, web], h.now, [])
+    h.settle()
+    assert h.running() == {} and h.desired.items["u2"].reason == "DeadlineExceeded"

@@ -354,3 +354,104 @@ def test_backoff_resets_after_quiet_period_and_seeds_from_runtime() -> None:
     seeded.seed(key, restart_count=3, started_at=100.0)
     assert seeded.remaining(key, 101.0, 101.0) == 40
     assert seeded.gc(800.0) == 1
+
+
+# --- [issue 24] sidecars, ephemeral containers, activeDeadlineSeconds ------------------------
+
+SIDECAR = {"name": "side", "image": "host", "restartPolicy": "Always",
+           "startupProbe": {"exec": {"command": ["true"]}}}
+SETUP = {"name": "setup", "image": "host"}
+APP = [{"name": "app", "image": "host"}]
+
+
+def test_sidecar_starts_first_and_gates_the_next_init_container_on_its_startup_probe() -> None:
+    pod = make_pod(APP, init=[SIDECAR, SETUP])
+    first = compute_pod_actions(pod, rt(), NOW, fresh())
+    assert names(first) == ["side"] and first.start[0].sidecar and first.start[0].init
+    assert first.waiting["app"].reason == "PodInitializing"
+    side = ctr(pod, "side", RUN)
+    waiting = compute_pod_actions(pod, rt(side), NOW, fresh())
+    assert names(waiting) == [] and not waiting.kill_pod  # its startup probe has not passed
+    up = compute_pod_actions(pod, rt(side), NOW, fresh(), started={side.id})
+    assert names(up) == ["setup"] and not up.start[0].sidecar
+    done = compute_pod_actions(pod, rt(ctr(pod, "setup", EXIT), side), NOW, fresh(),
+                               started={side.id})
+    assert names(done) == ["app"] and done.kill == ()
+
+
+def test_on_the_sidecar_path_a_cut_off_init_container_is_made_again_not_done() -> None:
+    """A pod with sidecars takes the kubelet's sidecar path (initactions.py): there too an init
+    container whose start was cut off (a lost attempt: exit 0 or not, it never ran) is made
+    again as the same attempt in its place under restartPolicy Never, never counted done (the
+    app would start before it ran) nor failed (the pod would end)."""
+    pod = make_pod(APP, init=[SIDECAR, SETUP], policy="Never")
+    side = ctr(pod, "side", RUN)
+    setup = cut_off(pod, "setup")
+    a = compute_pod_actions(pod, rt(setup, side), NOW, fresh(), started={side.id})
+    assert not a.pod_failed and not a.kill_pod
+    assert [(s.name, s.init, s.restart_count, s.replaces) for s in a.start] == \
+        [("setup", True, 0, setup.id)]
+
+
+@pytest.mark.parametrize("policy", ["Always", "Never"])
+def test_a_sidecar_that_exits_is_restarted_whatever_the_pod_policy(policy: str) -> None:
+    pod = make_pod(APP, init=[SIDECAR, SETUP], policy=policy)
+    state = rt(ctr(pod, "app", RUN), ctr(pod, "side", EXIT, exit_code=1, restarts=2),
+               ctr(pod, "setup", EXIT))
+    a = compute_pod_actions(pod, state, NOW, fresh())
+    assert names(a) == ["side"] and a.start[0].restart_count == 3 and a.kill == ()
+    assert not a.kill_pod  # the app keeps running; the init container is not run again
+
+
+def test_a_sidecar_whose_liveness_fails_or_spec_changed_is_killed_and_restarted() -> None:
+    side = {**SIDECAR, "livenessProbe": {"exec": {"command": ["true"]}}}
+    pod = make_pod(APP, init=[side])
+    running = ctr(pod, "side", RUN)
+    state = rt(ctr(pod, "app", RUN), running)
+    a = compute_pod_actions(pod, state, NOW, fresh(), liveness_failed={running.id: "liveness"},
+                            started={running.id})
+    assert [(k.name, k.reason) for k in a.kill] == [("side", "liveness probe failed")]
+    assert names(a) == ["side"]
+    changed = rt(ctr(pod, "app", RUN), ctr(pod, "side", RUN, hash_="old"))
+    b = compute_pod_actions(pod, changed, NOW, fresh(), started={changed.containers[1].id})
+    assert [k.reason for k in b.kill] == ["container spec changed"] and names(b) == ["side"]
+
+
+def test_when_the_app_is_done_the_pod_ends_sidecars_included() -> None:
+    pod = make_pod(APP, init=[SIDECAR], policy="Never")
+    side = ctr(pod, "side", RUN)
+    a = compute_pod_actions(pod, rt(ctr(pod, "app", EXIT), side), NOW, fresh(),
+                            started={side.id})
+    assert a.kill_pod and names(a) == []
+    # the sidecar died too: it is not started again for a finished pod
+    b = compute_pod_actions(pod, rt(ctr(pod, "app", EXIT), ctr(pod, "side", EXIT, exit_code=1)),
+                            NOW, fresh())
+    assert b.kill_pod and names(b) == []
+
+
+def test_an_ephemeral_container_is_started_once_and_never_disturbs_the_others() -> None:
+    pod = make_pod(APP, ephemeralContainers=[{"name": "dbg", "image": "host",
+                                              "targetContainerName": "app"}])
+    app = ctr(pod, "app", RUN)
+    a = compute_pod_actions(pod, rt(app), NOW, fresh())
+    assert names(a) == ["dbg"] and a.start[0].ephemeral and a.kill == () and not a.kill_pod
+    dbg = ContainerInfo("dbg-1", "dbg", "s1", RUN, container_hash(
+        pod.spec.ephemeral_containers[0].container), 0, 1)
+    assert compute_pod_actions(pod, rt(app, dbg), NOW, fresh()).noop  # kept, not "unknown"
+    gone = replace(dbg, state=EXIT, exit_code=0)
+    assert compute_pod_actions(pod, rt(app, gone), NOW, fresh()).noop  # never restarted
+    # even while the pod initializes (SyncPod step 5 comes before the init containers)
+    init = make_pod(APP, init=INITS, ephemeralContainers=[{"name": "dbg", "image": "host"}])
+    c = compute_pod_actions(init, rt(ctr(init, "i1", RUN)), NOW, fresh())
+    assert names(c) == ["dbg"]
+
+
+def test_past_the_active_deadline_everything_stops_and_nothing_starts() -> None:
+    pod = make_pod(APP, init=[SIDECAR], activeDeadlineSeconds=5)
+    state = rt(ctr(pod, "app", RUN), ctr(pod, "side", RUN))
+    a = compute_pod_actions(pod, state, NOW, fresh(), failed=True)
+    assert a.kill_pod and a.pod_failed and a.failed and names(a) == []
+    over = rt(ctr(pod, "app", EXIT, exit_code=137),
+              sandboxes=(SandboxInfo("s1", False, 0, 1),))
+    b = compute_pod_actions(pod, over, NOW, fresh(), failed=True)
+    assert b.noop and not b.create_sandbox  # stopped: no new sandbox, no restart

@@ -4,11 +4,15 @@ events with durations, and pulls serialized through the slots."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
+import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import MemoryLogger
@@ -19,6 +23,15 @@ from podvisor.services.pod.imageref import image_reference_error
 from podvisor.services.pod.model import Pod
 from podvisor.services.pod.parse import pod_from_dict
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.keyring import (
+    DOCKER_CONFIG_JSON,
+    DOCKERCFG,
+    Credential,
+    Keyring,
+    KeyringError,
+    parse_config,
+    repository,
+)
 from podvisor.services.syncloop.syncpod import SyncDeps, sync_pod
 
 
@@ -150,3 +163,115 @@ def test_pulls_are_serialized(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert len(h.cri.pulls) == 4 and h.cri.most == 1
+
+
+# --- [issue 24] registry credentials: imagePullSecrets and the node's config.json ------------
+
+class PrivateRegistry(Registry):
+    """``priv.local:5000`` wants puller:s3cret; every attempt is recorded with its login."""
+
+    def __init__(self, clock: Any, good: set[str]) -> None:
+        super().__init__(clock, good)
+        self.logins: list[tuple[str, str]] = []
+
+    def pull_image(self, image: str, sandbox_config: Any = None, annotations: Any = None,
+                   auth: Any = None) -> str:
+        login = (auth.username, auth.password) if auth is not None else ("", "")
+        self.logins.append(login)
+        if image.startswith("priv.local:5000/") and login != ("puller", "s3cret"):
+            raise CriError("PullImage", grpc.StatusCode.UNKNOWN,
+                           "unauthorized: authentication required")
+        return super().pull_image(image, sandbox_config, annotations, auth)
+
+
+class Secrets:
+    """The API objects reader as the sync loop uses it for pull Secrets."""
+
+    def __init__(self, found: dict[str, tuple[str, dict[str, bytes]]]) -> None:
+        self.found = found
+
+    def pull_secret(self, namespace: str, name: str) -> tuple[str, dict[str, bytes]] | None:
+        if name == "unreadable":
+            raise OSError("the API server is unreachable")
+        return self.found.get(name)
+
+
+def docker_json(host: str, user: str, password: str) -> bytes:
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return json.dumps({"auths": {host: {"auth": auth}}}).encode()
+
+
+def secret_pod(secrets: list[str], image: str = "priv.local:5000/team/app:1") -> Pod:
+    return pod_from_dict({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+                          "spec": {"imagePullSecrets": [{"name": n} for n in secrets],
+                                   "containers": [{"name": "c", "image": image,
+                                                   "command": ["sleep", "1"]}]}}).pod
+
+
+def test_pull_secrets_are_tried_in_turn_and_the_wrong_type_is_ignored(tmp_path: Path) -> None:
+    image = "priv.local:5000/team/app:1"
+    h = Harness(tmp_path, {image})
+    h.cri = PrivateRegistry(h.cri._clock, {image})
+    secrets = Secrets({
+        "stale": (DOCKER_CONFIG_JSON, {".dockerconfigjson": docker_json(
+            "priv.local:5000", "puller", "old")}),
+        "opaque": ("Opaque", {".dockerconfigjson": docker_json(
+            "priv.local:5000", "x", "y")}),
+        "current": (DOCKERCFG, {".dockercfg": json.dumps({"https://priv.local:5000/v1/": {
+            "username": "puller", "password": "s3cret"}}).encode()})})
+    h.deps = replace(h.deps, cri=h.cri, objects=cast(Any, secrets))
+    r = sync_pod(h.deps, secret_pod(["stale", "opaque", "current", "unreadable"]))
+    assert r.ok, r.errors
+    assert h.cri.logins == [("puller", "old"), ("puller", "s3cret")]  # no anonymous try
+    assert ("Warning", "FailedToRetrieveImagePullSecret",
+            "Unable to retrieve some image pull secrets (unreadable); attempting to pull the "
+            "image may not succeed.") in h.events()
+
+
+def test_all_credentials_failing_is_err_image_pull_naming_each(tmp_path: Path) -> None:
+    image = "priv.local:5000/team/app:1"
+    h = Harness(tmp_path, {image})
+    h.cri = PrivateRegistry(h.cri._clock, {image})
+    secrets = Secrets({n: (DOCKER_CONFIG_JSON, {".dockerconfigjson": docker_json(
+        "priv.local:5000", "puller", n)}) for n in ("a", "b")})
+    h.deps = replace(h.deps, cri=h.cri, objects=cast(Any, secrets))
+    r = sync_pod(h.deps, secret_pod(["a", "b"]))
+    assert r.waiting["c"].reason == "ErrImagePull"
+    assert r.waiting["c"].message == (
+        f'Failed to pull image "{image}": [unauthorized: authentication required, '
+        "unauthorized: authentication required]")
+
+
+def test_node_credentials_serve_a_static_pod_with_no_api(tmp_path: Path) -> None:
+    """A static pod naming a pull Secret with no API connection: the kubelet says so
+    (FailedToRetrieveImagePullSecret) and pulls with the node's own credentials
+    (``<rootDir>/config.json``)."""
+    image = "priv.local:5000/team/app:1"
+    h = Harness(tmp_path, {image})
+    h.cri = PrivateRegistry(h.cri._clock, {image})
+    (tmp_path / "config.json").write_bytes(docker_json("priv.local:5000", "puller", "s3cret"))
+    h.deps = replace(h.deps, cri=h.cri, docker_config_paths=(tmp_path / "none", tmp_path))
+    assert sync_pod(h.deps, secret_pod(["regcred"])).ok
+    assert h.cri.logins == [("puller", "s3cret")]
+    assert any(e[1] == "FailedToRetrieveImagePullSecret" for e in h.events())
+    # an image of another registry: no credential matches, an anonymous pull
+    h.cri.good.add("other.local/app:1")
+    assert sync_pod(h.deps, secret_pod([], "other.local/app:1")).ok
+    assert h.cri.logins[-1] == ("", "")
+
+
+def test_keyring_matching_is_the_kubelets() -> None:
+    cred = Credential("u", "p")
+    ring = Keyring([("*.example.com", cred), ("reg.example.com/team", Credential("t", "p")),
+                    ("https://index.docker.io/v1/", Credential("hub", "p")),
+                    ("localhost:5000", Credential("l", "p"))])
+    assert [c.username for c in ring.lookup("reg.example.com/team/app")] == ["t", "u"]
+    assert [c.username for c in ring.lookup("reg.example.com/other")] == ["u"]
+    assert ring.lookup("a.b.example.com/x") == []  # a glob stands for one host part
+    assert [c.username for c in ring.lookup(repository("busybox"))] == ["hub"]
+    assert ring.lookup("localhost:5001/x") == []  # the port must match
+    assert repository("127.0.0.1:5000/a/b:1@sha256:" + "0" * 64) == "127.0.0.1:5000/a/b"
+    with pytest.raises(KeyringError, match="base64"):
+        parse_config(json.dumps({"auths": {"h": {"auth": "bm9jb2xvbg=="}}}).encode(), "s",
+                     auths=True)

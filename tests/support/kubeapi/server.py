@@ -9,8 +9,9 @@ semantics):
   built-in kubelet signers and bootstrap tokens (``csr.py``); a client certificate past its
   ``notAfter`` is 401 on every request, also on a connection opened before it expired, as
   kube-apiserver's x509 authenticator verifies per request;
-- core/v1 ``pods`` (+ ``status``; ``exec``, ``attach``, ``portforward``: proxied to the
-  node's main port as kube-apiserver does, see ``_proxy_to_node``), ``nodes`` (+ ``status``),
+- core/v1 ``pods`` (+ ``status``; ``ephemeralcontainers``, as ``kubectl debug`` uses it;
+  ``exec``, ``attach``, ``portforward``: proxied to the node's main port as kube-apiserver
+  does, see ``_proxy_to_node``), ``nodes`` (+ ``status``),
   ``namespaces``, ``configmaps``,
   ``secrets``, ``serviceaccounts`` (+ ``token``: TokenRequest), ``events``;
   ``coordination.k8s.io/v1`` ``leases``; TokenReview and SubjectAccessReview;
@@ -24,8 +25,9 @@ semantics):
   ``metadata.uid`` or ``metadata.resourceVersion`` in the patch is a precondition: 409),
   DELETE with ``DeleteOptions`` (``gracePeriodSeconds``, ``preconditions``);
 - admission: NamespaceLifecycle (404 for a missing namespace) and ServiceAccount (default
-  ``serviceAccountName``, the ``kube-api-access-*`` projected volume and its mounts; a mirror
-  pod may not reference a service account, secrets or configmaps' API objects).
+  ``serviceAccountName``, the account's ``imagePullSecrets`` for a pod that names none, the
+  ``kube-api-access-*`` projected volume and its mounts; a mirror pod may not reference a
+  service account, secrets (pull secrets included) or configmaps' API objects).
 Not implemented (answered 415/404, never silently wrong): JSON patch, server-side apply,
 protobuf, pagination with ``continue``, other resources.
 
@@ -97,6 +99,10 @@ DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"
 NODE_PROXIED = ("exec", "attach", "portforward")
+EPHEMERAL = "ephemeralcontainers"
+# what an ephemeral container may not set (validateEphemeralContainers)
+EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+                       "resources", "resizePolicy", "restartPolicy")
 
 
 @dataclass(frozen=True)
@@ -415,6 +421,8 @@ class KubeApi:
             return await self._token_request(request, route)
         if route.resource == "pods" and route.sub in NODE_PROXIED and route.namespace:
             return await self._proxy_to_node(request, route)
+        if route.resource == "pods" and route.sub == EPHEMERAL and route.name:
+            return await self._ephemeral_containers(request, route)
         if route.resource == "certificatesigningrequests" and request.method in ("POST", "PUT"):
             return await self._csr_write(request, route, who)
         if route.sub not in ("", "status", "approval"):
@@ -453,6 +461,40 @@ class KubeApi:
                                     uid=pre.get("uid"), rv=pre.get("resourceVersion"))
             return web.json_response(obj)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+    async def _ephemeral_containers(self, request: web.Request,
+                                    route: _Route) -> web.Response:
+        """``pods/<name>/ephemeralcontainers`` (``kubectl debug``): GET the pod; PATCH (merge
+        or strategic merge) or PUT a Pod whose ``spec.ephemeralContainers`` is all that is
+        taken: ephemeral containers may be added, never changed or removed, with unique names
+        and none of the fields an ephemeral container may not set (the API server's
+        ``ValidatePodEphemeralContainersUpdate``)."""
+        ns = route.namespace or ""
+        if request.method == "GET":
+            return web.json_response(self.store.get("pods", ns, route.name))
+        body = await self._body(request)
+        if request.method == "PATCH":
+            ctype = request.content_type
+            if ctype == "application/merge-patch+json":
+                apply: Callable[[Obj], Obj] = lambda old: merge_patch(old, body)  # noqa: E731
+            elif ctype == "application/strategic-merge-patch+json":
+                apply = lambda old: strategic_merge_patch(old, body)  # noqa: E731
+            else:
+                raise ApiError(415, "UnsupportedMediaType",
+                               f"the stand-in does not implement the patch type {ctype!r}")
+        elif request.method == "PUT":
+            apply = lambda old: copy.deepcopy(body)  # noqa: E731
+        else:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+        def mutate(old: Obj) -> Obj:
+            wanted = (apply(copy.deepcopy(old)).get("spec") or {}).get(EPHEMERAL_KEY) or []
+            _check_ephemeral(route.name, old, wanted)
+            new = copy.deepcopy(old)
+            new["spec"][EPHEMERAL_KEY] = wanted
+            return new
+
+        return web.json_response(self.store.update("pods", ns, route.name, mutate))
 
     async def _csr_write(self, request: web.Request, route: _Route,
                          who: tuple[str, list[str]]) -> web.Response:
@@ -540,7 +582,7 @@ class KubeApi:
                               **({"shortNames": ["csr"]}
                                  if plural == "certificatesigningrequests" else {})})
             subs = (["status"] if status else []) + (
-                list(NODE_PROXIED) if plural == "pods" else []) + (
+                [*NODE_PROXIED, EPHEMERAL] if plural == "pods" else []) + (
                 ["approval", "status"] if plural == "certificatesigningrequests" else [])
             for sub in subs:
                 resources.append({"name": f"{plural}/{sub}", "singularName": "",
@@ -785,6 +827,7 @@ class KubeApi:
     def _admit_pod(self, ns: str, pod: Obj) -> Obj:
         pod = copy.deepcopy(pod)
         spec = pod.setdefault("spec", {})
+        spec.setdefault("securityContext", {})  # SetDefaults_PodSpec (kubectl debug reads it)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if MIRROR in annotations:
             if spec.get("serviceAccountName"):
@@ -794,6 +837,9 @@ class KubeApi:
                 if "secret" in v or "projected" in v:
                     raise ApiError(403, "Forbidden", "pod is forbidden: a mirror pod may not "
                                    "reference secrets")
+            if any(ref.get("name") for ref in spec.get("imagePullSecrets") or []):
+                raise ApiError(403, "Forbidden", "pod is forbidden: a mirror pod may not "
+                               "reference secrets")  # VisitPodSecretNames counts them
             return pod
         if not self.service_account_admission:
             return pod
@@ -805,6 +851,10 @@ class KubeApi:
             raise ApiError(403, "Forbidden", f"pods is forbidden: error looking up service "
                            f'account {ns}/{sa_name}: serviceaccount "{sa_name}" not found'
                            ) from None
+        if not spec.get("imagePullSecrets") and sa.get("imagePullSecrets"):
+            # the ServiceAccount plugin: a pod without pull secrets gets its account's
+            spec["imagePullSecrets"] = [{"name": r.get("name", "")}
+                                        for r in sa["imagePullSecrets"]]
         automount = spec.get("automountServiceAccountToken")
         if automount is None:
             automount = sa.get("automountServiceAccountToken", True)
@@ -928,5 +978,37 @@ class KubeApi:
                "status": {"allowed": allowed, **(
                    {} if allowed else {"reason": "denied by the stand-in's policy"})}}
         return web.json_response(out, status=201)
+
+EPHEMERAL_KEY = "ephemeralContainers"
+
+
+def _check_ephemeral(name: str, old: Obj, wanted: Any) -> None:
+    """``ValidatePodEphemeralContainersUpdate``, as far as the stand-in goes (422 otherwise)."""
+    where = f'Pod "{name}" is invalid: spec.ephemeralContainers'
+    if not isinstance(wanted, list) or not all(isinstance(c, dict) for c in wanted):
+        raise ApiError(422, "Invalid", f"{where}: Invalid value: must be a list of containers")
+    before = {c["name"]: c for c in (old.get("spec") or {}).get(EPHEMERAL_KEY) or []}
+    now = {str(c.get("name", "")): c for c in wanted}
+    for cname, c in before.items():
+        if cname not in now:
+            raise ApiError(422, "Invalid", f'{where}: Forbidden: existing ephemeral containers '
+                                           f'"{cname}" may not be removed')
+        if now[cname] != c:
+            raise ApiError(422, "Invalid", f'{where}: Forbidden: existing ephemeral containers '
+                                           f'"{cname}" may not be changed')
+    spec = old.get("spec") or {}
+    taken = {c.get("name") for key in ("containers", "initContainers")
+             for c in spec.get(key) or []}
+    for i, c in enumerate(wanted):
+        cname = c.get("name")
+        if not cname or not c.get("image"):
+            raise ApiError(422, "Invalid", f"{where}[{i}]: Required value: name and image")
+        if cname in taken or [x.get("name") for x in wanted].count(cname) > 1:
+            raise ApiError(422, "Invalid", f'{where}[{i}].name: Duplicate value: "{cname}"')
+        for key in EPHEMERAL_FORBIDDEN:
+            if c.get(key):  # an empty value sets nothing (kubectl sends resources: {})
+                raise ApiError(422, "Invalid", f"{where}[{i}].{key}: Forbidden: cannot be set "
+                                               "for an Ephemeral Container")
+
 
 __all__ = ["ApiError", "KubeApi", "not_found"]

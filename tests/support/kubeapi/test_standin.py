@@ -210,6 +210,35 @@ def test_node_lease_token_request_and_reviews(api: KubeApi, tmp_path: Path) -> N
     assert sar.status.allowed
 
 
+def test_ephemeral_containers_subresource_and_service_account_pull_secrets(
+        api: KubeApi, tmp_path: Path) -> None:
+    """[issue 24] ``pods/ephemeralcontainers`` as ``kubectl debug`` uses it (add only, never
+    change or remove; the forbidden fields refused), and the ServiceAccount plugin copying the
+    account's ``imagePullSecrets`` into a pod that names none."""
+    v1 = core(api, tmp_path)
+    v1.create_namespaced_pod("default", pod("dbg"))
+    debug = {"name": "debugger-x", "image": "busybox", "targetContainerName": "c"}
+    out = v1.patch_namespaced_pod_ephemeralcontainers(
+        "dbg", "default", {"spec": {"ephemeralContainers": [debug]}}, _content_type=SMP)
+    assert out.spec.ephemeral_containers[0].target_container_name == "c"
+    assert out.spec.containers[0].name == "c"
+    for bad, why in (({"spec": {"ephemeralContainers": []}}, "may not be removed"),
+                     ({"spec": {"ephemeralContainers": [{**debug, "image": "other"}]}},
+                      "may not be changed"),
+                     ({"spec": {"ephemeralContainers": [debug, {
+                         "name": "p", "image": "i", "ports": [{"containerPort": 1}]}]}},
+                      "cannot be set for an Ephemeral Container")):
+        with pytest.raises(ApiException) as err:
+            v1.patch_namespaced_pod_ephemeralcontainers("dbg", "default", bad,
+                                                        _content_type=MERGE)
+        assert err.value.status == 422 and why in err.value.body
+    api.store.create("serviceaccounts", "default", {
+        "metadata": {"name": "builder"}, "imagePullSecrets": [{"name": "regcred"}]})
+    created = api.create_pod("default", {**pod("pulls"), "spec": {
+        **pod("pulls")["spec"], "serviceAccountName": "builder"}})
+    assert created["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+
+
 def test_strategic_merge_of_a_pod_status(api: KubeApi, tmp_path: Path) -> None:
     """As kube-apiserver: container statuses have no merge key (replaced whole, a waiting
     state never merged into a running one); conditions merge on ``type`` (``$patch: delete``

@@ -1,0 +1,100 @@
+"""A container's ``postStart`` hook, as the kubelet's ``lifecycle.handlerRunner`` runs it.
+
+Run by SyncPod right after StartContainer, on the pod worker's thread (the next container
+of the pod starts only after it returns, as in the kubelet's ``startContainer``):
+
+- ``exec``: ``ExecSync`` in the container with no timeout; a non-zero exit fails it;
+- ``httpGet``: a GET to ``host`` (default: the pod's IP) on the port (a number or one of the
+  container's port names) with the headers; HTTPS is not verified; only a failure to get an
+  answer fails the hook (the kubelet does not look at the status code);
+- ``sleep``: waits that long.
+
+``run_hook`` returns None on success, else the kubelet's message (``Exec lifecycle hook
+([cmd]) for Container "c" in Pod "p_ns(uid)" failed - error: ..., message: "..."``); the
+caller then kills the container (``FailedPostStartHook``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+from collections.abc import Callable, Sequence
+
+from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.pod import (
+    Container,
+    ExecAction,
+    HTTPGetAction,
+    LifecycleHandler,
+    Pod,
+    SleepAction,
+    URIScheme,
+)
+
+HTTP_HOOK_TIMEOUT = 60.0  # the kubelet's client has none; a hook that hangs must not stall
+
+
+def _pod_ref(pod: Pod) -> str:
+    return f"{pod.full_name}({pod.uid})"
+
+
+def _exec(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: ExecAction) -> str | None:
+    cmd = list(hook.command)
+    try:
+        resp = cri.exec_sync(cid, cmd, 0)
+    except CriError as err:
+        error, output = err.message, ""
+    else:
+        if resp.exit_code == 0:
+            return None
+        error = (f"command '{' '.join(cmd)}' exited with {resp.exit_code}: "
+                 f"{resp.stderr.decode(errors='replace')}")
+        output = (resp.stdout + resp.stderr).decode(errors="replace")
+    return (f"Exec lifecycle hook ([{' '.join(cmd)}]) for Container \"{c.name}\" in Pod "
+            f"\"{_pod_ref(pod)}\" failed - error: {error}, message: \"{output}\"")
+
+
+def _port(c: Container, port: int | str) -> int:
+    if isinstance(port, int):
+        return port
+    for p in c.ports:
+        if p.name == port:
+            return p.container_port
+    raise ValueError(f"unable to find port {port!r} in container {c.name}")
+
+
+def _http(pod: Pod, c: Container, hook: HTTPGetAction, pod_ips: Sequence[str]) -> str | None:
+    try:
+        host = hook.host or (pod_ips[0] if pod_ips else "127.0.0.1")
+        port = _port(c, hook.port)
+        conn: http.client.HTTPConnection
+        if hook.scheme is URIScheme.HTTPS:
+            conn = http.client.HTTPSConnection(host, port, timeout=HTTP_HOOK_TIMEOUT,
+                                               context=ssl._create_unverified_context())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=HTTP_HOOK_TIMEOUT)
+        try:
+            headers = {h.name: h.value for h in hook.http_headers}
+            headers.setdefault("User-Agent", "kube-lifecycle/1.33")
+            conn.request("GET", hook.path or "/", headers=headers)
+            conn.getresponse().read()
+        finally:
+            conn.close()
+    except (OSError, ValueError, http.client.HTTPException) as err:
+        return (f"HTTP lifecycle hook ({hook.path}) for Container \"{c.name}\" in Pod "
+                f"\"{_pod_ref(pod)}\" failed - error: {err}")
+    return None
+
+
+def run_hook(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: LifecycleHandler,
+             pod_ips: Callable[[], Sequence[str]], sleep: Callable[[float], None],
+             ) -> str | None:
+    """Run ``hook`` for container ``c`` (runtime ID ``cid``); None when it succeeded, else
+    the kubelet's failure message. ``pod_ips`` is asked only by an httpGet without a host."""
+    if isinstance(hook, ExecAction):
+        return _exec(cri, cid, pod, c, hook)
+    if isinstance(hook, HTTPGetAction):
+        return _http(pod, c, hook, pod_ips() if not hook.host else ())
+    if isinstance(hook, SleepAction):
+        sleep(float(hook.seconds))
+    return None
