@@ -16,9 +16,11 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "ARCHITECTURE.md"
 HEADING = "#### Every field of the v1 Pod API"
 DECISIONS = ("supported", "rejected", "ignored", "pending", "status")
 COVERS_SUBTREE = ("rejected", "ignored", "pending", "status")
-# The container model is one schema under three lists: init containers' rows are the
-# containers' rows (ephemeral containers have their own row).
-SAME_AS = {"spec.initContainers[].": "spec.containers[]."}
+# The container model is one schema under three lists: init and ephemeral containers' rows are
+# the containers' rows (but for the one field an ephemeral container adds).
+SAME_AS = {"spec.initContainers[].": "spec.containers[].",
+           "spec.ephemeralContainers[].": "spec.containers[]."}
+OWN_ROW = frozenset({"spec.ephemeralContainers[].targetContainerName"})
 
 
 def schema_paths() -> list[str]:
@@ -69,6 +71,8 @@ def table_rows(text: str | None = None) -> dict[str, tuple[str, str]]:
 
 
 def lookup(path: str) -> str:
+    if path in OWN_ROW:
+        return path
     for prefix, same in SAME_AS.items():
         if path.startswith(prefix):
             return same + path.removeprefix(prefix)
@@ -79,9 +83,12 @@ def lookup(path: str) -> str:
 POLICY = {
     "metadata": (policy.METADATA_KNOWN, policy.METADATA_UNSUPPORTED),
     "spec": (policy.SPEC_KNOWN, policy.SPEC_UNSUPPORTED),
-    "spec.containers[]": (policy.CONTAINER_KNOWN, policy.CONTAINER_UNSUPPORTED),
+    "spec.containers[]": (policy.CONTAINER_KNOWN | {policy.CONTAINER_RESTART_POLICY},
+                          policy.CONTAINER_UNSUPPORTED),
     "spec.containers[].lifecycle": (policy.LIFECYCLE_KNOWN, policy.LIFECYCLE_UNSUPPORTED),
     "spec.containers[].lifecycle.preStop": (policy.PRE_STOP_KNOWN, policy.PRE_STOP_UNSUPPORTED),
+    "spec.containers[].lifecycle.postStart": (policy.PRE_STOP_KNOWN,
+                                              policy.POST_START_UNSUPPORTED),
     "spec.containers[].ports[]": (policy.PORT_KNOWN, policy.PORT_UNSUPPORTED),
     "spec.containers[].volumeMounts[]": (policy.MOUNT_KNOWN, policy.MOUNT_UNSUPPORTED),
     "spec.containers[].securityContext": (policy.SECURITY_KNOWN, policy.SECURITY_UNSUPPORTED),
@@ -113,7 +120,8 @@ POLICY = {
     **{f"spec.containers[].{p}": (policy.PROBE_KNOWN, {})
        for p in ("livenessProbe", "readinessProbe", "startupProbe")},
     **{f"spec.containers[].{p}.{kind}": (known, {})
-       for p in ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle.preStop")
+       for p in ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle.preStop",
+                 "lifecycle.postStart")
        for kind, known in policy.HANDLER_KNOWN.items()},
 }
 # Supported for API pods, rejected for static pods only (they may not reference API objects,

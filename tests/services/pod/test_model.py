@@ -498,6 +498,11 @@ def test_pre_stop_tcp_socket_is_warned_not_refused() -> None:
     both = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
         "preStop": {"tcpSocket": {"port": 80}, "exec": {"command": ["x"]}}}}])
     assert any("must specify only one handler" in e for e in errors_of(both))
+    # postStart: the kubelet's hook would fail and kill the container at every start
+    start = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "postStart": {"tcpSocket": {"port": 80}}}}])
+    assert any("postStart.tcpSocket" in e and "FailedPostStartHook" in e
+               for e in errors_of(start)), errors_of(start)
 
 
 def test_a_pod_for_another_os_is_refused() -> None:
