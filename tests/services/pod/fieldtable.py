@@ -106,6 +106,10 @@ POLICY = {
     "spec.volumes[].configMap": (policy.CONFIG_MAP_VOLUME_KNOWN, {}),
     "spec.volumes[].secret": (policy.SECRET_VOLUME_KNOWN, {}),
     "spec.volumes[].projected": (policy.PROJECTED_KNOWN, {}),
+    "spec.volumes[].persistentVolumeClaim": (policy.CLAIM_KNOWN, {}),
+    "spec.volumes[].ephemeral": (policy.EPHEMERAL_KNOWN, {}),
+    "spec.volumes[].ephemeral.volumeClaimTemplate": (policy.CLAIM_TEMPLATE_KNOWN, {}),
+    "spec.volumes[].csi": (policy.CSI_VOLUME_KNOWN, {}),
     "spec.volumes[].projected.sources[]": (policy.PROJECTION_KINDS, {}),
     **{f"spec.volumes[].{at}.items[]": (policy.KEY_TO_PATH_KNOWN, {})
        for at in ("configMap", "secret", "projected.sources[].configMap",
@@ -126,7 +130,8 @@ POLICY = {
 }
 # Supported for API pods, rejected for static pods only (they may not reference API objects,
 # as the kubelet's rule): policy.py lists them as rejected for the static case.
-API_POD_FIELDS = {*(f"spec.volumes[].{k}" for k in policy.API_VOLUME_KINDS),
+API_POD_FIELDS = {*(f"spec.volumes[].{k}"
+                    for k in policy.API_VOLUME_KINDS + policy.MOUNTED_VOLUME_KINDS),
                   "spec.containers[].envFrom[]"}
 
 
