@@ -21,7 +21,13 @@ from types import FrameType
 
 import zmq
 
-from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.common.config import (
+    Config,
+    ConfigError,
+    config_to_mapping,
+    node_shutdown_groups,
+    write_config_json,
+)
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
@@ -29,6 +35,8 @@ from podvisor.ipc.control import ControlFault, Fault, ProcessState
 from podvisor.ipc.messages import (
     AllPodsStopped,
     Event,
+    NodeShutdown,
+    NodeShutdownDone,
     ProcessHeartbeat,
     ProcessStateChanged,
     StopAllPods,
@@ -62,6 +70,8 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # (two events per pod started) is read in batches, not one loop wake-up per message. An event
 # after a quiet spell still wakes the loop at once; `events` requests drain the socket first.
 EVENTS_COALESCE = 0.05
+NODE_ASK_EVERY = 1.0  # NodeShutdown is published again this often until it is answered
+NODE_SHUTDOWN_SLACK = 15.0  # past the groups' seconds: the statuses, the Node, the answer
 
 
 @dataclass
@@ -72,7 +82,7 @@ class AgentParts:
     sup: Supervisor
     zctx: zmq.Context[zmq.Socket[bytes]]
     publisher: Publisher
-    subscriber: Subscriber  # topic `syncloop.pods.stopped`
+    subscriber: Subscriber  # topics `syncloop.pods.stopped`, `nodeshutdown.node.done`
     log: EventLog
     logs_dir: Path
     config_json: Path
@@ -105,6 +115,9 @@ class Agent:
                                  parts.clock, parts.wall, self._pod_cgroups, self._pod_volume,
                                  paths.state_dir)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
+        self._node_deadline: float | None = None  # waiting for NodeShutdownDone until then
+        self._node_asked = 0.0  # NodeShutdown last published (again every NODE_ASK_EVERY)
+        self._pods_done = self._node_done = False
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
         self._heartbeats = parts.zctx.socket(zmq.PULL)
@@ -131,9 +144,59 @@ class Agent:
         if pods and syncloop is not None and syncloop.alive:
             self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
             self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
+            self._pods_done = False
             return
         self._count_left_pods()
         self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+
+    def request_node_shutdown(self) -> None:
+        """A graceful node shutdown (``podvisorctl shutdown --node``; SIGTERM/SIGINT with
+        ``shutdownOnSignal``): ask ``nodeshutdown`` (``NodeShutdown``, again until it answers)
+        and stop every process once it answers ``NodeShutdownDone``, at most the priority
+        groups' seconds plus ``NODE_SHUTDOWN_SLACK`` later."""
+        if self.sup.shutting_down or self._pods_deadline is not None \
+                or self._node_deadline is not None:
+            return
+        proc = self.sup.procs.get("nodeshutdown")
+        if proc is None:
+            raise ControlFault(Fault.NOT_AVAILABLE, "graceful node shutdown is off: set "
+                               "shutdownGracePeriod (or shutdownGracePeriodByPodPriority)")
+        self.p.log.info("agent.node_shutdown")
+        self.faults.clear()
+        total = sum(g.seconds for g in node_shutdown_groups(self.p.config))
+        self._node_deadline = self.p.clock() + total + NODE_SHUTDOWN_SLACK
+        self._ask_node_shutdown()
+
+    def _ask_node_shutdown(self) -> None:
+        self._node_asked = self.p.clock()
+        self.p.publisher.publish(NodeShutdown(reason="agent shutdown", ts=self.p.wall()))
+
+    def _drain_bus(self) -> None:
+        while (env := self.p.subscriber.recv(0)) is not None:
+            if isinstance(env.message, AllPodsStopped):
+                self.p.log.info("agent.pods_stopped", pods=env.message.pods)
+                self._pods_done = True
+            elif isinstance(env.message, NodeShutdownDone):
+                self._node_done = True
+                if not self.sup.shutting_down:
+                    self.p.log.info("agent.node_shutdown_done", pods=env.message.pods,
+                                    trigger=env.message.trigger)
+
+    def _check_node_shutdown(self) -> None:
+        """``NodeShutdownDone`` (asked for, or after logind's PrepareForShutdown) stops the
+        agent; so does the wait running out."""
+        if self.sup.shutting_down:
+            return
+        now = self.p.clock()
+        if not self._node_done and self._node_deadline is not None:
+            if now >= self._node_deadline:
+                self.p.log.warning("agent.node_shutdown_timeout")
+                self._node_done = True
+            elif now >= self._node_asked + NODE_ASK_EVERY:
+                self._ask_node_shutdown()
+        if self._node_done:
+            self._node_deadline = None
+            self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
 
     def _count_left_pods(self) -> None:
         """Ask the runtime (still up: shutdown has not begun) how many pods stay running."""
@@ -184,13 +247,11 @@ class Agent:
         self.request_shutdown(False)
 
     def _check_pods_stopped(self) -> None:
+        self._drain_bus()
+        self._check_node_shutdown()
         if self._pods_deadline is None:
             return
-        done = False
-        while (env := self.p.subscriber.recv(0)) is not None:
-            if isinstance(env.message, AllPodsStopped):
-                self.p.log.info("agent.pods_stopped", pods=env.message.pods)
-                done = True
+        done, self._pods_done = self._pods_done, False
         if not done and self.p.clock() >= self._pods_deadline:
             self.p.log.warning("agent.pods_stop_timeout",
                                timeout=self.p.config.supervision.stop_pods_timeout)
@@ -300,7 +361,10 @@ class Agent:
         for signum in data:
             if signum in (signal.SIGTERM, signal.SIGINT):
                 self.p.log.info("agent.signal", signal=signal.Signals(signum).name)
-                self.request_shutdown(self.p.config.stop_pods_on_exit)
+                if self.p.config.shutdown_on_signal and "nodeshutdown" in self.sup.procs:
+                    self.request_node_shutdown()
+                else:
+                    self.request_shutdown(self.p.config.stop_pods_on_exit)
             elif signum == signal.SIGHUP:
                 self.p.log.info("agent.signal", signal="SIGHUP")
                 # a failure is logged by reload(); the old config stays in force
@@ -331,7 +395,10 @@ class Agent:
         persist = self.events.next_deadline() if self.events is not None else None
         quiet = None if self._events_polled() else self._events_quiet_until
         self.faults.expire()
+        node = None if self._node_deadline is None else min(
+            self._node_deadline, self._node_asked + NODE_ASK_EVERY)
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
+                                 node,
                                  persist, self._beats_due(), quiet, self.faults.next_expiry())
                      if d is not None]
         if not deadlines:
@@ -361,7 +428,7 @@ class Agent:
                 poller.register(self._heartbeats, zmq.POLLIN)
             poller.register(control.socket, zmq.POLLIN)
             poller.register(self._sig_r.fileno(), zmq.POLLIN)
-            if self._pods_deadline is not None:
+            if self._pods_deadline is not None or "nodeshutdown" in self.sup.procs:
                 poller.register(self.p.subscriber.socket, zmq.POLLIN)
             if self.p.events_sub is not None and self._events_polled():
                 poller.register(self.p.events_sub.socket, zmq.POLLIN)
