@@ -6,8 +6,9 @@ Pods are split into the priority groups (each pod joins the group of the highest
 above its own; one below every group joins the first), and the groups go in ascending
 priority: each pod of a group is failed (``FailPod``, reason ``Terminated``) with grace
 ``min(group seconds, its terminationGracePeriodSeconds)``; the next group starts once every
-pod of this one is terminated or the group's seconds ran out. ``cap`` (logind's
-``InhibitDelayMaxSec``) bounds the whole drain: no group waits past ``started + cap``.
+pod of this one is terminated or the group's seconds ran out (its requests went out at least
+once). ``cap`` (logind's ``InhibitDelayMaxSec``) bounds the whole drain: when the groups'
+seconds add up to more, each group gets its share of the cap (seconds * cap / total).
 A ``FailPod`` is published again (every ``REPUBLISH`` s) until ``desired`` says the pod
 failed: the bus may drop it.
 """
@@ -42,13 +43,19 @@ class Drain:
 
     groups: list[ShutdownGroup]
     started: float
-    cap: float | None = None  # InhibitDelayMaxSec: the drain ends by started + cap
+    cap: float | None = None  # InhibitDelayMaxSec: the groups' seconds scaled to fit in it
     current: int = -1
     deadline: float = 0.0
     members: list[str] = field(default_factory=list)
     graces: dict[str, int] = field(default_factory=dict)
     sent: dict[str, float] = field(default_factory=dict)  # uid -> when its FailPod went
     failed: int = 0
+
+    def __post_init__(self) -> None:
+        total = sum(g.seconds for g in self.groups)
+        if self.cap is not None and total > self.cap:  # each group its share of the cap
+            self.groups = [ShutdownGroup(g.priority, int(g.seconds * self.cap / total))
+                           for g in self.groups]
 
     @property
     def done(self) -> bool:
@@ -68,8 +75,6 @@ class Drain:
                 self.members.append(uid)
                 self.graces[uid] = min(group.seconds, spec.termination_grace_period_seconds)
         self.deadline = now + group.seconds
-        if self.cap is not None:
-            self.deadline = min(self.deadline, self.started + self.cap)
 
     def pending(self, pods: Mapping[str, DesiredPod]) -> list[str]:
         """The current group's pods not yet terminated."""
@@ -80,7 +85,10 @@ class Drain:
         """The ``FailPod`` requests due now; moves to the next group when this one is over."""
         if self.current < 0:
             self._start_next(now, pods)
-        while not self.done and (not self.pending(pods) or now >= self.deadline):
+        while not self.done:
+            pending = self.pending(pods)
+            if pending and (now < self.deadline or any(u not in self.sent for u in pending)):
+                break  # a group past its time still gets its requests once
             self._start_next(now, pods)
         if self.done:
             return []

@@ -66,7 +66,7 @@ class NodeShutdownService:
         if self.cap < total:
             self.ctx.log.warning("nodeshutdown.inhibit_delay_short", inhibit_delay_max=self.cap,
                                  grace_total=total,
-                                 reason="the drain is cut to InhibitDelayMaxSec")
+                                 reason="each group's seconds scaled into InhibitDelayMaxSec")
 
     def _on_bus(self) -> None:
         while (env := self.sub.recv(0)) is not None:

@@ -59,8 +59,9 @@ def test_prepare_for_shutdown_from_logind_drains_and_releases_the_lock(
         assert_terminated_for_shutdown(api, list(PODS))
         assert_order(exits(handle, tmp_path), [["ordinary"], ["critical"]])
         log = (handle.paths.logs_dir / "nodeshutdown.log").read_text()
-        # InhibitDelayMaxSec (15 s) is shorter than the groups' 20 s: said, and the drain is cut
+        # InhibitDelayMaxSec (15 s) is shorter than the groups' 20 s: said, and the groups scaled
         assert "nodeshutdown.inhibit_delay_short" in log and '"trigger": "logind"' in log
+        assert '"grace": 7' in log  # each group its share of 15 s: int(10 * 15 / 20)
     finally:
         if handle is not None:
             assert handle.shutdown_pods().returncode == 0
