@@ -31,6 +31,7 @@ PATH = "/org/freedesktop/login1"
 INHIBIT_WHO = "podvisor"
 INHIBIT_WHY = "podvisor needs time for critical node shutdown"
 TIMEOUT = 5.0
+DRAIN_MAX = 100  # messages read per wake-up
 
 
 class Logind:
@@ -76,15 +77,16 @@ class Logind:
         """Drain what arrived: True/False for the last ``PrepareForShutdown(b)``, None if
         none came."""
         seen: bool | None = None
-        while True:
+        for _ in range(DRAIN_MAX):  # bounded: the service loop polls the fd again
             try:
                 msg: Any = self.conn.receive(timeout=0)
             except TimeoutError:
-                return seen
+                break
             fields = msg.header.fields
             if msg.header.message_type is MessageType.signal and \
                     fields.get(HeaderFields.member) == "PrepareForShutdown":
                 seen = bool(msg.body[0])
+        return seen
 
     def close(self) -> None:
         self.release()

@@ -5,6 +5,7 @@ is gone (the embedded runtime served in the test process over the agent's state,
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -91,6 +92,6 @@ def assert_order(finished: dict[str, tuple[int, int]], groups: list[list[str]]) 
     of the next group's."""
     for name in (n for g in groups for n in g):
         assert finished[name][1] == 0, (name, finished[name])
-    for earlier, later in zip(groups, groups[1:], strict=False):
+    for earlier, later in itertools.pairwise(groups):
         assert max(finished[n][0] for n in earlier) <= min(finished[n][0] for n in later), (
             earlier, later, finished)
