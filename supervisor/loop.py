@@ -35,7 +35,6 @@ from podvisor.ipc.control import ControlFault, Fault, ProcessState
 from podvisor.ipc.messages import (
     AllPodsStopped,
     Event,
-    NodeShutdown,
     NodeShutdownDone,
     ProcessHeartbeat,
     ProcessStateChanged,
@@ -50,6 +49,7 @@ from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import FaultTable
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
+from podvisor.supervisor.nodewait import NodeShutdownWait
 from podvisor.supervisor.process import SupervisedProcess
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
@@ -70,8 +70,6 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # (two events per pod started) is read in batches, not one loop wake-up per message. An event
 # after a quiet spell still wakes the loop at once; `events` requests drain the socket first.
 EVENTS_COALESCE = 0.05
-NODE_ASK_EVERY = 1.0  # NodeShutdown is published again this often until it is answered
-NODE_SHUTDOWN_SLACK = 15.0  # past the groups' seconds: the statuses, the Node, the answer
 
 
 @dataclass
@@ -115,9 +113,8 @@ class Agent:
                                  parts.clock, parts.wall, self._pod_cgroups, self._pod_volume,
                                  paths.state_dir)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
-        self._node_deadline: float | None = None  # waiting for NodeShutdownDone until then
-        self._node_asked = 0.0  # NodeShutdown last published (again every NODE_ASK_EVERY)
-        self._pods_done = self._node_done = False
+        self.node = NodeShutdownWait(parts.publisher.publish, parts.clock, parts.wall)
+        self._pods_done = False  # AllPodsStopped came
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
         self._heartbeats = parts.zctx.socket(zmq.PULL)
@@ -152,10 +149,8 @@ class Agent:
     def request_node_shutdown(self) -> None:
         """A graceful node shutdown (``podvisorctl shutdown --node``; SIGTERM/SIGINT with
         ``shutdownOnSignal``): ask ``nodeshutdown`` (``NodeShutdown``, again until it answers)
-        and stop every process once it answers ``NodeShutdownDone``, at most the priority
-        groups' seconds plus ``NODE_SHUTDOWN_SLACK`` later."""
-        if self.sup.shutting_down or self._pods_deadline is not None \
-                or self._node_deadline is not None:
+        and stop every process once it answers ``NodeShutdownDone`` (``nodewait.py``)."""
+        if self.sup.shutting_down or self._pods_deadline is not None or self.node.waiting:
             return
         proc = self.sup.procs.get("nodeshutdown")
         if proc is None:
@@ -163,13 +158,7 @@ class Agent:
                                "shutdownGracePeriod (or shutdownGracePeriodByPodPriority)")
         self.p.log.info("agent.node_shutdown")
         self.faults.clear()
-        total = sum(g.seconds for g in node_shutdown_groups(self.p.config))
-        self._node_deadline = self.p.clock() + total + NODE_SHUTDOWN_SLACK
-        self._ask_node_shutdown()
-
-    def _ask_node_shutdown(self) -> None:
-        self._node_asked = self.p.clock()
-        self.p.publisher.publish(NodeShutdown(reason="agent shutdown", ts=self.p.wall()))
+        self.node.ask(sum(g.seconds for g in node_shutdown_groups(self.p.config)))
 
     def _drain_bus(self) -> None:
         while (env := self.p.subscriber.recv(0)) is not None:
@@ -177,7 +166,7 @@ class Agent:
                 self.p.log.info("agent.pods_stopped", pods=env.message.pods)
                 self._pods_done = True
             elif isinstance(env.message, NodeShutdownDone):
-                self._node_done = True
+                self.node.answered = True
                 if not self.sup.shutting_down:
                     self.p.log.info("agent.node_shutdown_done", pods=env.message.pods,
                                     trigger=env.message.trigger)
@@ -185,18 +174,11 @@ class Agent:
     def _check_node_shutdown(self) -> None:
         """``NodeShutdownDone`` (asked for, or after logind's PrepareForShutdown) stops the
         agent; so does the wait running out."""
-        if self.sup.shutting_down:
+        if self.sup.shutting_down or not self.node.due():
             return
-        now = self.p.clock()
-        if not self._node_done and self._node_deadline is not None:
-            if now >= self._node_deadline:
-                self.p.log.warning("agent.node_shutdown_timeout")
-                self._node_done = True
-            elif now >= self._node_asked + NODE_ASK_EVERY:
-                self._ask_node_shutdown()
-        if self._node_done:
-            self._node_deadline = None
-            self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+        if self.node.timed_out:
+            self.p.log.warning("agent.node_shutdown_timeout")
+        self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
 
     def _count_left_pods(self) -> None:
         """Ask the runtime (still up: shutdown has not begun) how many pods stay running."""
@@ -395,10 +377,8 @@ class Agent:
         persist = self.events.next_deadline() if self.events is not None else None
         quiet = None if self._events_polled() else self._events_quiet_until
         self.faults.expire()
-        node = None if self._node_deadline is None else min(
-            self._node_deadline, self._node_asked + NODE_ASK_EVERY)
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
-                                 node,
+                                 self.node.next_deadline(),
                                  persist, self._beats_due(), quiet, self.faults.next_expiry())
                      if d is not None]
         if not deadlines:
