@@ -8,7 +8,9 @@ message and DisruptionTarget, and then the agent exits 0."""
 
 from __future__ import annotations
 
+import shlex
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,7 +67,13 @@ def test_shutdown_node_terminates_pods_by_priority(agent: Any, wait_for: Any,
                    for p in (0, 1000, 100000, 2000000000)]
 
     def ctl(handle: Any) -> None:
-        done = handle.ctl("shutdown", "--node")
+        # the command the agent printed at start, run as printed
+        printed = [line.strip() for line in handle.stderr().splitlines()
+                   if line.startswith("  ") and line.endswith(" shutdown --node")]
+        assert len(printed) == 1, handle.stderr()
+        assert f"--root-dir {handle.paths.root} " in printed[0]
+        done = subprocess.run(shlex.split(printed[0]), capture_output=True, text=True,
+                              timeout=60, cwd="/")
         assert done.returncode == 0 and "shutting down" in done.stdout, done.stderr
 
     _shutdown(agent, wait_for, tmp_path, {"shutdownGracePeriodByPodPriority": by_priority},
@@ -79,6 +87,8 @@ def test_sigterm_with_shutdown_on_signal_keeps_critical_pods_last(agent: Any, wa
     groups): SIGTERM of the agent stops the three ordinary pods, then the critical one."""
     config = {"shutdownGracePeriod": "20s", "shutdownGracePeriodCriticalPods": "10s",
               "shutdownOnSignal": True}
-    _shutdown(agent, wait_for, tmp_path, config,
-              lambda handle: handle.proc.send_signal(signal.SIGTERM),
-              [["low", "mid", "high"], ["critical"]])
+    def sigterm(handle: Any) -> None:
+        assert "Ctrl-C drains the node" in handle.stderr()  # the start line says so
+        handle.proc.send_signal(signal.SIGTERM)
+
+    _shutdown(agent, wait_for, tmp_path, config, sigterm, [["low", "mid", "high"], ["critical"]])
