@@ -20,6 +20,7 @@ from typing import Any
 from podvisor.common.nodekeys import (
     DEFAULT_EVICTION_HARD,
     parse_eviction_hard,
+    parse_ip_list,
     parse_node_ips,
     parse_node_labels,
     parse_reserved,
@@ -96,6 +97,7 @@ LABELS = Kind(parse_node_labels, dict, metavar="KEY=VALUE,...")
 TAINTS = Kind(parse_taints, list, metavar="KEY[=VALUE]:EFFECT,...")
 RESERVED = Kind(parse_reserved, dict, metavar="RESOURCE=QUANTITY,...")
 EVICTION = Kind(parse_eviction_hard, dict, metavar="SIGNAL<QUANTITY,...")
+CLUSTER_DNS = Kind(parse_ip_list, list, metavar="IP,...")  # [issue 24]
 
 
 def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
@@ -242,6 +244,13 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("evictionHard", "eviction_hard", EVICTION,
         "hard eviction thresholds; memory.available and nodefs.available are held back from "
         "allocatable (a map given replaces the defaults whole)"),
+    # [issue 24] pod DNS (services/syncloop/dns.py)
+    Key("clusterDNS", "cluster_dns", CLUSTER_DNS,
+        "IPs of the cluster's DNS service: the nameservers of ClusterFirst pods"),
+    Key("clusterDomain", "cluster_domain", STR,
+        "the cluster's DNS domain (pods' search paths and subdomain FQDNs)"),
+    Key("resolvConf", "resolv_conf", STR,
+        "the resolver configuration pods' DNS is based on ('' = none: the node's resolver)"),
     # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
     Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
     Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
@@ -494,6 +503,10 @@ class Config:
     system_reserved: Mapping[str, str] = field(default_factory=dict)
     eviction_hard: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    # [issue 24] pod DNS
+    cluster_dns: Sequence[str] = field(default_factory=list)
+    cluster_domain: str = ""
+    resolv_conf: str = "/etc/resolv.conf"
     # [ops port, issue 14]
     ops_address: str = "127.0.0.1"
     ops_port: int = 9001
@@ -705,7 +718,7 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
 PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile",
              "opsPasswordFile", "opsTLSCertFile", "opsTLSPrivateKeyFile", "bootstrapKubeconfig",
-             "certDir", "cniConfDir")
+             "certDir", "cniConfDir", "resolvConf")
 NESTED_PATH_KEYS = (("authentication", "tokenFile"), ("authentication", "x509", "clientCAFile"))
 
 
