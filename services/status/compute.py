@@ -16,6 +16,7 @@ from typing import Any
 
 from podvisor.common.timefmt import rfc3339
 from podvisor.ipc.maps import (
+    NODE_SHUTDOWN_REASON,
     DesiredPod,
     PlegContainer,
     PlegPod,
@@ -192,6 +193,9 @@ def compute_pod_status(
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
                              spec.readiness_gates, external)
+    if desired.failed and desired.reason == NODE_SHUTDOWN_REASON:
+        # the kubelet's node shutdown manager: DisruptionTarget, reason TerminationByKubelet
+        own.append(condition("DisruptionTarget", True, "TerminationByKubelet", desired.message))
     status = PodStatus(
         phase=phase, host_ip=host_ip, host_ips=hosts, start_time=start,
         qos_class=desired.qos_class,  # the sync loop's QoS class of the pod (pod/qos.py)
