@@ -368,8 +368,6 @@ WARNED = [
     ("affinity", lambda d: d["spec"].update(affinity={"nodeAffinity": {}}), "spec.affinity"),
     ("hostIP", lambda d: d["spec"]["containers"][0].update(
         ports=[{"containerPort": 1, "hostIP": "1.2.3.4"}]), "ports[0].hostIP"),
-    ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(
-        resources={"limits": {"ephemeral-storage": "1Gi"}}), "limits.ephemeral-storage"),
     ("unknown top-level", lambda d: d.update(extra=1), "extra"),
 ]
 
@@ -382,6 +380,19 @@ def test_unsupported_fields_warned_not_ignored(mutate: Any, field: str) -> None:
     parsed = pod_from_dict(doc, "pods/x.yaml")
     assert any(w.field.endswith(field) for w in parsed.warnings), parsed.warnings
     assert pod_from_dict(parsed.pod.to_dict()).warnings == ()
+
+
+def test_ephemeral_storage_is_kept_for_eviction() -> None:
+    """``ephemeral-storage`` requests and limits are kept (eviction enforces them, issue 27);
+    requests default to the limits."""
+    doc = manifest()
+    doc["spec"]["containers"][0]["resources"] = {"limits": {"ephemeral-storage": "1Gi"}}
+    parsed = pod_from_dict(doc, "pods/x.yaml")
+    assert parsed.warnings == ()
+    res = parsed.pod.spec.containers[0].resources
+    assert res.limits.ephemeral_storage_bytes == res.requests.ephemeral_storage_bytes == 1 << 30
+    again = pod_from_dict(parsed.pod.to_dict())
+    assert again.pod == parsed.pod and again.warnings == ()
 
 
 def test_empty_dir_medium_and_size_warned_and_kept() -> None:
