@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import HOST_NETWORK_REASON
+from podvisor.ipc.maps import HOST_NETWORK_REASON, PRESSURE, PRESSURE_KEY, NodePressure
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
@@ -59,6 +59,10 @@ def runtime_probe(endpoint: str) -> RuntimeFacts:
     return RuntimeFacts(name, "")
 
 
+def _conditions(value: NodePressure | None) -> tuple[str, ...]:
+    return value.conditions if value is not None else ()
+
+
 class NodeService:
     """The node process: the agent's requests run on the service loop's worker, built once."""
 
@@ -76,6 +80,9 @@ class NodeService:
             lambda: machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
             lambda: runtime_probe(endpoint), ctx.log)
         self.loop = ServiceLoop(ctx)
+        # the eviction manager's node conditions (read on the worker's thread: one lookup)
+        pressure = self.loop.replica(PRESSURE)
+        self.agent.pressure = lambda: _conditions(pressure.get(PRESSURE_KEY))
         self.loop.closing(self.conn)
         self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
         self.loop.worker(self.step, stall=STALL_LIMIT, name="node")
