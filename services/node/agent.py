@@ -164,7 +164,9 @@ class NodeAgent:
         tests' API server) is tainted too. A conflict (someone wrote the Node meanwhile) is
         retried at the next status turn."""
         node = self.conn.request("GET", self._path)
-        taints = (node.get("spec") or {}).get("taints") or []
+        spec = node.get("spec")
+        taints = spec.get("taints") if isinstance(spec, dict) else None
+        taints = taints if isinstance(taints, list) else []
         wanted = pressure_taints(taints, pressure)
         if wanted != taints:
             try:
