@@ -83,6 +83,14 @@ def pod(name: str, node: str, command: list[str], resources: dict[str, Any] | No
 class Cluster:
     def __init__(self, api: KubeApi, node: str) -> None:
         self.api, self.node = api, node
+        self.handle: Any = None
+
+    def logs(self) -> str:
+        """The eviction process's log (said when a wait fails)."""
+        if self.handle is None:
+            return ""
+        log = self.handle.paths.logs_dir / "eviction.log"
+        return log.read_text()[-4000:] if log.exists() else ""
 
     def status(self, name: str) -> dict[str, Any]:
         return (self.api.store.get("pods", "default", name) or {}).get("status") or {}
@@ -107,13 +115,14 @@ def start(agent: Any, tmp_path: Path, node: str, extra: dict[str, Any]) -> Clust
     api.start()
     kubeconfig = api.kubeconfig(tmp_path / "node.kubeconfig", user=f"system:node:{node}",
                                 groups=("system:nodes",))
-    agent(config={
+    c = Cluster(api, node)
+    c.handle = agent(config={
         "nodeName": node, "kubeconfig": str(kubeconfig), "readOnlyPort": free_port(),
         "apiWatchTimeout": "5s", "statusSweepFrequency": "1s", "apiRetryMaxDelay": "1s",
         "nodeStatusUpdateFrequency": "1s", "stopPodsOnExit": True,
         "evictionMonitoringPeriod": "1s", "evictionPressureTransitionPeriod": "10s",
         "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}, **extra})
-    return Cluster(api, node)
+    return c
 
 
 def check_evicted(c: Cluster, name: str, resource: str, wait_for: Any) -> None:
@@ -158,6 +167,9 @@ def test_memory_pressure_evicts_the_besteffort_pod_and_clears(
                  "the taint removed")
         assert c.phase("steady") == "Running"
         assert c.condition("DiskPressure") == "False"
+    except AssertionError:
+        print(c.logs())
+        raise
     finally:
         c.api.stop()
 
@@ -189,5 +201,8 @@ def test_disk_pressure_evicts_the_besteffort_pod_and_clears(
         wait_for(lambda: "node.kubernetes.io/disk-pressure" not in c.taints(), 30.0, 0.2,
                  "the taint removed")
         assert c.phase("steady") == "Running"
+    except AssertionError:
+        print(c.logs())
+        raise
     finally:
         c.api.stop()
