@@ -4,7 +4,7 @@ A real agent (embedded runtime) registered with the tests' stand-in API server. 
 pods' cgroup root (``cgroupRoot``) is a folder under the test's own memory cgroup with a 400Mi
 ``memory.limit_in_bytes``, so ``memory.available`` is 400Mi less its pods' working set; a
 BestEffort hog takes 200Mi under ``memory.available<250Mi``. Disk: ``rootDir`` is a 64Mi tmpfs
-the test mounts, a BestEffort pod fills an emptyDir under ``nodefs.available<40%``. Each time:
+the test mounts, a BestEffort pod fills an emptyDir under ``nodefs.available<60%``. Each time:
 the Node gets the pressure condition and its taint, the BestEffort pod is Failed with reason
 Evicted, the kubelet's message and the DisruptionTarget condition, the Guaranteed pod runs on,
 a new BestEffort pod is refused while the pressure holds, and after the transition period the
@@ -179,7 +179,7 @@ def test_disk_pressure_evicts_the_besteffort_pod_and_clears(
         small_fs: Path, agent: Any, wait_for: Any, tmp_path: Path) -> None:
     c = start(agent, tmp_path, "e2e-evict-disk", {
         "rootDir": str(small_fs / "root"),
-        "evictionHard": {"nodefs.available": "40%", "imagefs.available": "40%"}})
+        "evictionHard": {"nodefs.available": "60%", "imagefs.available": "60%"}})
     try:
         c.api.create_pod("default", pod("steady", c.node, ["sleep", "3600"], GUARANTEED))
         wait_for(lambda: c.phase("steady") == "Running", 90.0, 0.2, "steady Running")

@@ -80,7 +80,8 @@ def test_critical_pods_are_never_evicted() -> None:
 def test_local_storage_limits_evict_at_once() -> None:
     clock = FakeClock()
     m = EvictionManager([], transition=1.0)
-    empty_dir = PodUsage("v", "default/v", storage=20 * MI, volumes=(("scratch", 20 * MI, 10 * MI),),
+    empty_dir = PodUsage("v", "default/v", storage=20 * MI,
+                         volumes=(("scratch", 20 * MI, 10 * MI),),
                          containers=(ContainerUsage("c"),))
     pod_limit = PodUsage("p", "default/p", storage=30 * MI,
                          containers=(ContainerUsage("a", storage=5 * MI, storage_limit=10 * MI),
