@@ -83,7 +83,8 @@ def errors_of(obj: Any) -> list[str]:
 def test_full_manifest_parses_with_defaults() -> None:
     parsed = decode_pod(WEB.encode(), "pods/web.yaml")
     assert [(w.field, w.reason) for w in parsed.warnings] == [
-        ("spec.volumes[0].emptyDir.sizeLimit", "not enforced by podvisor; ignored")]
+        ("spec.volumes[0].emptyDir.sizeLimit",
+         "enforced by eviction for API pods only (a static pod is never evicted)")]
     pod = parsed.pod
     web = pod.spec.containers[0]
     assert pod.name == "web" and pod.metadata.labels == {"app": "web"}
