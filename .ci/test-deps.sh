@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the outside tools the tests drive as real clients (registry, browser, promtool, ...),
 # from Debian's packages, when this machine can: root with apt-get. Each line of
-# .ci/test-packages.txt is "COMMAND PACKAGE": PACKAGE is installed when COMMAND is missing.
+# .ci/test-packages.txt is "COMMAND PACKAGE": PACKAGE is installed when COMMAND is missing
+# (a COMMAND starting with / is a file, e.g. a header for the C monitor's build).
 # Without root or apt-get it prints what is missing and exits 0: the tests that need a missing
 # tool are skipped with the reason (CI runs as root, so there they all run).
 set -uo pipefail
@@ -10,7 +11,11 @@ cd "$(dirname "$0")/.."
 missing=()
 while read -r cmd pkg; do
     [[ -z "${cmd:-}" || "$cmd" == \#* ]] && continue
-    command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+    if [[ "$cmd" == /* ]]; then
+        [[ -e "$cmd" ]] || missing+=("$pkg")
+    else
+        command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+    fi
 done < .ci/test-packages.txt
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)

@@ -21,6 +21,7 @@ from podvisor.common.nodekeys import (
     DEFAULT_EVICTION_HARD,
     parse_eviction_grace,
     parse_eviction_hard,
+    parse_ip_list,
     parse_node_ips,
     parse_node_labels,
     parse_reserved,
@@ -97,6 +98,7 @@ RESERVED = Kind(parse_reserved, dict, metavar="RESOURCE=QUANTITY,...")
 EVICTION = Kind(parse_eviction_hard, dict, metavar="SIGNAL<QUANTITY,...")
 RECLAIM = Kind(parse_eviction_hard, dict, metavar="SIGNAL=QUANTITY,...")
 GRACES = Kind(parse_eviction_grace, dict, metavar="SIGNAL=DURATION,...")
+CLUSTER_DNS = Kind(parse_ip_list, list, metavar="IP,...")  # [issue 24]
 
 
 def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
@@ -246,6 +248,13 @@ TOP_KEYS: tuple[Key, ...] = (
         "a pressure condition stays True this long after its threshold was last met"),
     Key("evictionMonitoringPeriod", "eviction_monitoring_period", DURATION,
         "how often the eviction manager reads the signals (the kubelet's 10 s)"),
+    # [issue 24] pod DNS (services/syncloop/dns.py)
+    Key("clusterDNS", "cluster_dns", CLUSTER_DNS,
+        "IPs of the cluster's DNS service: the nameservers of ClusterFirst pods"),
+    Key("clusterDomain", "cluster_domain", STR,
+        "the cluster's DNS domain (pods' search paths and subdomain FQDNs)"),
+    Key("resolvConf", "resolv_conf", STR,
+        "the resolver configuration pods' DNS is based on ('' = none: the node's resolver)"),
     # [ops port, issue 14] the dashboard and supervisord's XML-RPC (process `ops`)
     Key("opsAddress", "ops_address", STR, "ops port bind address (dashboard, XML-RPC)"),
     Key("opsPort", "ops_port", PORT, "ops port: dashboard at / and XML-RPC at /RPC2 (0 disables)"),
@@ -499,6 +508,10 @@ class Config:
     eviction_minimum_reclaim: Mapping[str, str] = field(default_factory=dict)
     eviction_pressure_transition_period: float = 300.0
     eviction_monitoring_period: float = 10.0
+    # [issue 24] pod DNS
+    cluster_dns: Sequence[str] = field(default_factory=list)
+    cluster_domain: str = ""
+    resolv_conf: str = "/etc/resolv.conf"
     # [ops port, issue 14]
     ops_address: str = "127.0.0.1"
     ops_port: int = 9001
@@ -700,7 +713,7 @@ def keys_not_yet_used(config: Config) -> list[tuple[str, str]]:
 # the kubelet resolves its config file's paths); relative paths in flags, to the working dir.
 PATH_KEYS = ("rootDir", "staticPodPath", "kubeconfig", "tlsCertFile", "tlsPrivateKeyFile",
              "opsPasswordFile", "opsTLSCertFile", "opsTLSPrivateKeyFile", "bootstrapKubeconfig",
-             "certDir", "cniConfDir")
+             "certDir", "cniConfDir", "resolvConf")
 NESTED_PATH_KEYS = (("authentication", "tokenFile"), ("authentication", "x509", "clientCAFile"))
 
 

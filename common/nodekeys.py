@@ -217,6 +217,21 @@ def parse_eviction_grace(key: str, raw: object) -> dict[str, float]:
     return out
 
 
+def parse_ip_list(key: str, raw: object) -> list[str]:
+    """A list of IP addresses (``clusterDNS``): a YAML list, or comma-separated in a flag."""
+    items = raw if isinstance(raw, list) else parse_str(key, raw).split(",")
+    out = []
+    for item in items:
+        text = parse_str(key, item).strip()
+        if not text:
+            continue
+        try:
+            out.append(str(ipaddress.ip_address(text)))
+        except ValueError:
+            raise ConfigError(key, f"{text!r} is not an IP address") from None
+    return out
+
+
 def parse_node_ips(key: str, raw: object) -> str:
     """``''`` or one IP, or two of different families (dual-stack), comma-separated. The
     kubelet refuses unspecified, multicast and link-local addresses; a loopback address is

@@ -24,6 +24,10 @@ syncloop.volume.failed         Warning  FailedMount         MountVolume.SetUp fa
                                                             "V" : <why>
 syncloop.work.failed/crashed   Warning  FailedSync          error syncing|terminating pod: ...
 syncloop.prestop.failed        Warning  FailedPreStopHook   PreStop hook of container X failed
+syncloop.pod.dns               Warning  MissingClusterDNS,  the kubelet's messages (pod DNS)
+                                        DNSConfigForming
+syncloop.sandbox.config_failed Warning  FailedCreatePodSand Failed to create pod sandbox: <why>
+                                        Box
 syncloop.sandbox.stop_failed   Warning  FailedKillPod       error killing pod: failed to stop
                                                             sandbox S: <error> (retried)
 syncloop.pod.network_not_ready Warning  NetworkNotReady     network is not ready: container
@@ -120,6 +124,10 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
         return [(ev.WARNING, "NetworkNotReady", str(fields.get("message", "")))]
     if event == "syncloop.runtime.network_ready":
         return [(ev.NORMAL, "NetworkReady", str(fields.get("message", "")))]
+    if event == "syncloop.pod.dns":  # MissingClusterDNS, DNSConfigForming
+        return [(ev.WARNING, str(fields.get("reason", "")), str(fields.get("message", "")))]
+    if event == "syncloop.sandbox.config_failed":
+        return [(ev.WARNING, "FailedCreatePodSandBox", str(fields.get("message", "")))]
     if event == "syncloop.prestop.failed":
         detail = fields.get("error") or f"exit code {fields.get('exit_code')}"
         return [(ev.WARNING, "FailedPreStopHook", f"PreStop hook of container {c} failed: "

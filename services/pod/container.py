@@ -148,6 +148,7 @@ class Probe:
 class Lifecycle:
     pre_stop: LifecycleHandler | None = None
     post_start: LifecycleHandler | None = None
+    stop_signal: str = ""  # the API's name (SIGTERM, SIGRTMIN+1, ...); "" = the runtime's
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -155,6 +156,8 @@ class Lifecycle:
             out["postStart"] = {self.post_start.KIND: self.post_start.to_dict()}
         if self.pre_stop is not None:
             out["preStop"] = {self.pre_stop.KIND: self.pre_stop.to_dict()}
+        if self.stop_signal:
+            out["stopSignal"] = self.stop_signal
         return out
 
 
@@ -252,6 +255,7 @@ class ContainerPort:
     host_port: int = 0
     protocol: PortProtocol = PortProtocol.TCP
     name: str = ""
+    host_ip: str = ""  # the address the host port is bound on ("": every address)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containerPort": self.container_port,
@@ -260,6 +264,8 @@ class ContainerPort:
             out["hostPort"] = self.host_port
         if self.name:
             out["name"] = self.name
+        if self.host_ip:
+            out["hostIP"] = self.host_ip
         return out
 
 
@@ -310,6 +316,8 @@ class VolumeMount:
     mount_path: str
     read_only: bool = False
     sub_path: str = ""
+    sub_path_expr: str = ""  # expanded from the container's environment at start ($(VAR))
+    mount_propagation: str = ""  # "", None, HostToContainer, Bidirectional (MOUNT_PROPAGATIONS)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
@@ -317,7 +325,14 @@ class VolumeMount:
             out["readOnly"] = True
         if self.sub_path:
             out["subPath"] = self.sub_path
+        if self.sub_path_expr:
+            out["subPathExpr"] = self.sub_path_expr
+        if self.mount_propagation:
+            out["mountPropagation"] = self.mount_propagation
         return out
+
+
+MOUNT_PROPAGATIONS = ("None", "HostToContainer", "Bidirectional")
 
 
 @dataclass(frozen=True)
@@ -340,6 +355,11 @@ class Container:
     termination_message_path: str = TERMINATION_MESSAGE_PATH
     termination_message_policy: TerminationMessagePolicy = TerminationMessagePolicy.FILE
     env_from: tuple[EnvFromSource, ...] = ()  # API pods only
+    # [issue 24] kubectl run -it / attach -it: a stdin kept open (closed after the first
+    # attach with stdin_once) and a terminal (CRI's stdin, stdin_once, tty)
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
     # init containers only: Always makes it a sidecar (kept running beside the app)
     restart_policy: ContainerRestartPolicy | None = None
 
@@ -368,6 +388,9 @@ class Container:
             "lifecycle": self.lifecycle.to_dict(),
             "volumeMounts": [m.to_dict() for m in self.volume_mounts],
             "securityContext": self.security_context and self.security_context.to_dict(),
+            "stdin": self.stdin,
+            "stdinOnce": self.stdin_once,
+            "tty": self.tty,
             "restartPolicy": self.restart_policy and str(self.restart_policy),
         }
         out.update((key, value) for key, value in optional.items() if value)

@@ -24,6 +24,7 @@ from podvisor.services.pod.container import (
     ResourceFieldSelector,
     value_from_dict,
 )
+from podvisor.services.pod.dns import PodDNS
 from podvisor.services.pod.security import PodSecurityContext
 
 CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
@@ -214,6 +215,8 @@ class PodSpec:
     scheduler_name: str = D.SCHEDULER_NAME
     enable_service_links: bool = D.ENABLE_SERVICE_LINKS
     tolerations: tuple[Toleration, ...] = ()
+    # hostname, subdomain, setHostnameAsFQDN, hostAliases, dnsConfig
+    dns: PodDNS = field(default_factory=PodDNS)
     # [issue 24] the kubelet's pod lifecycle fields
     ephemeral_containers: tuple[EphemeralContainer, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()   # Secret names ("" entries kept, as the API does)
@@ -227,6 +230,7 @@ class PodSpec:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containers": [c.to_dict() for c in self.containers]}
+        out.update(self.dns.to_dict())
         if self.init_containers:
             out["initContainers"] = [c.to_dict() for c in self.init_containers]
         if self.ephemeral_containers:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 from podvisor.common.quantity import QuantityError, cpu_millis, memory_bytes
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
+    MOUNT_PROPAGATIONS,
     ApiKeyRef,
     Container,
     ContainerPort,
@@ -73,7 +76,7 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
               if m.get(key) is not None}
     lifecycle = parse_lifecycle(f, m.get("lifecycle") or {}, join(path, "lifecycle"), port_names)
     message_path = get_str(f, m, "terminationMessagePath", path) or D.TERMINATION_MESSAGE_PATH
-    return Container(
+    container = Container(
         name=name,
         image=image,
         command=get_str_list(f, m, "command", path),
@@ -98,6 +101,9 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
                                             TerminationMessagePolicy.FILE),
         restart_policy=_restart_policy(f, m, path, kind),
     )
+    check_bidirectional(f, container, path)
+    return replace(container, stdin=get_bool(f, m, "stdin", path),
+                   stdin_once=get_bool(f, m, "stdinOnce", path), tty=get_bool(f, m, "tty", path))
 
 
 def _restart_policy(f: Findings, m: Mapping[str, Any], path: str,
@@ -151,7 +157,13 @@ def _parse_ports(f: Findings, m: Mapping[str, Any], path: str,
         if name:
             seen_names.add(name)
         protocol = get_enum(f, p, "protocol", where, PortProtocol, PortProtocol.TCP)
-        out.append(ContainerPort(port, host_port, protocol, name))
+        host_ip = get_str(f, p, "hostIP", where)
+        try:
+            host_ip = str(ipaddress.ip_address(host_ip)) if host_ip else ""
+        except ValueError:
+            f.error(join(where, "hostIP"), f"Invalid value: {host_ip!r}: must be a valid IP "
+                                           "address")
+        out.append(ContainerPort(port, host_port, protocol, name, host_ip))
     return tuple(out)
 
 
@@ -315,5 +327,26 @@ def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,
         sub_path = get_str(f, v, "subPath", where)
         if sub_path.startswith("/") or ".." in sub_path.split("/"):
             f.error(join(where, "subPath"), "must be a relative path without '..'")
-        out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path))
+        expr = get_str(f, v, "subPathExpr", where)
+        if expr and sub_path:
+            f.error(join(where, "subPathExpr"), "subPathExpr and subPath are mutually exclusive")
+        elif expr.startswith("/") or ".." in expr.split("/"):
+            f.error(join(where, "subPathExpr"), "must be a relative path without '..'")
+        propagation = get_str(f, v, "mountPropagation", where)
+        if propagation and propagation not in MOUNT_PROPAGATIONS:
+            f.error(join(where, "mountPropagation"),
+                    f"Unsupported value: {propagation!r}: supported values: "
+                    f"{', '.join(repr(p) for p in MOUNT_PROPAGATIONS)}")
+            propagation = ""
+        out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path,
+                               expr, propagation))
     return tuple(out)
+
+
+def check_bidirectional(f: Findings, c: Container, path: str) -> None:
+    """The API server's ``validateMountPropagation``."""
+    privileged = c.security_context is not None and bool(c.security_context.privileged)
+    for i, m in enumerate(c.volume_mounts):
+        if m.mount_propagation == "Bidirectional" and not privileged:
+            f.error(f"{path}.volumeMounts[{i}].mountPropagation", "Bidirectional mount "
+                    "propagation is available only to privileged containers")

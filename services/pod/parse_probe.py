@@ -67,23 +67,54 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
         return Lifecycle()
     check_fields(f, m, path, policy.LIFECYCLE_KNOWN, policy.LIFECYCLE_UNSUPPORTED)
     return Lifecycle(pre_stop=_lifecycle_handler(f, m, "preStop", path, port_names),
-                     post_start=_lifecycle_handler(f, m, "postStart", path, port_names))
+                     post_start=_lifecycle_handler(f, m, "postStart", path, port_names),
+                     stop_signal=parse_stop_signal(f, m, path))
 
 
 def _lifecycle_handler(f: Findings, m: Mapping[str, Any], key: str, path: str,
                        port_names: Collection[str]) -> LifecycleHandler | None:
-    """``preStop`` or ``postStart``: exec, httpGet or sleep (tcpSocket is refused)."""
+    """``preStop`` or ``postStart``: exec, httpGet or sleep. tcpSocket, which the API server
+    takes and the kubelet fails when the hook runs: warned and no hook for preStop (the kill
+    goes on as without one), refused for postStart (the kubelet would kill the container at
+    every start)."""
     if m.get(key) is None:
         return None
     where = join(path, key)
     body = as_map(f, m[key], where)
     if body is None:
         return None
-    check_fields(f, body, where, policy.PRE_STOP_KNOWN, policy.PRE_STOP_UNSUPPORTED)
+    check_fields(f, body, where, policy.PRE_STOP_KNOWN,
+                 policy.PRE_STOP_UNSUPPORTED if key == "preStop" else policy.POST_START_UNSUPPORTED)
+    if body.get("tcpSocket") is not None:
+        others = [k for k in PRE_STOP_HANDLERS if body.get(k) is not None]
+        if others:
+            f.error(where, f"must specify only one handler, found {others[0]} and tcpSocket")
+        return None
     handler = _parse_handler(f, body, where, PRE_STOP_HANDLERS, port_names)
     if handler is None or isinstance(handler, (TCPSocketAction, GRPCAction)):
         return None
     return handler
+
+
+# The API server's supportedStopSignalsLinux: the Linux signals by name, and the real-time
+# ones as SIGRTMIN+n / SIGRTMAX-n.
+STOP_SIGNALS = frozenset((
+    "SIGABRT", "SIGALRM", "SIGBUS", "SIGCHLD", "SIGCLD", "SIGCONT", "SIGFPE", "SIGHUP",
+    "SIGILL", "SIGINT", "SIGIO", "SIGIOT", "SIGKILL", "SIGPIPE", "SIGPOLL", "SIGPROF", "SIGPWR",
+    "SIGQUIT", "SIGSEGV", "SIGSTKFLT", "SIGSTOP", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGTSTP",
+    "SIGTTIN", "SIGTTOU", "SIGURG", "SIGUSR1", "SIGUSR2", "SIGVTALRM", "SIGWINCH", "SIGXCPU",
+    "SIGXFSZ", "SIGRTMIN", "SIGRTMAX",
+    *(f"SIGRTMIN+{n}" for n in range(1, 16)), *(f"SIGRTMAX-{n}" for n in range(1, 15))))
+
+
+def parse_stop_signal(f: Findings, m: Mapping[str, Any], path: str) -> str:
+    """``lifecycle.stopSignal``: one of the Linux signals the API server accepts."""
+    value = get_str(f, m, "stopSignal", path)
+    if value and value not in STOP_SIGNALS:
+        f.error(join(path, "stopSignal"), f"Unsupported value: {value!r}: supported values: "
+                                          "the Linux signal names (SIGTERM, SIGRTMIN+1, ...)")
+        return ""
+    return value
 
 
 def _parse_handler(f: Findings, m: Mapping[str, Any], path: str, kinds: tuple[str, ...],

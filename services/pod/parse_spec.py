@@ -14,6 +14,7 @@ from podvisor.services.pod.container import (
     ObjectFieldSelector,
     ResourceFieldSelector,
 )
+from podvisor.services.pod.dns import parse_pod_dns
 from podvisor.services.pod.fields import (
     Findings,
     as_map,
@@ -49,6 +50,19 @@ from podvisor.services.pod.parse_security import parse_pod_security
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
 
 
+def _check_os(f: Findings, m: Mapping[str, Any], path: str) -> None:
+    """``spec.os`` (warned: the pod runs on this node's OS) names this node's OS, or the pod is
+    refused as the kubelet's admission refuses it (PodOSNotSupported)."""
+    raw = m.get("os")
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    where = join(join(path, "os"), "name")
+    if name not in (None, "linux", "windows"):
+        f.error(where, f"Unsupported value: {name!r}: supported values: \"linux\", \"windows\"")
+    elif name == "windows":
+        f.error(where, "the pod's OS (windows) is not this node's (linux): the kubelet refuses "
+                       "it at admission (PodOSNotSupported)")
+
+
 def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     if raw is None:
         f.error(path, "required")
@@ -67,9 +81,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
     # serviceAccountName.
     account = accounts["serviceAccountName"] or accounts["serviceAccount"]
     dns_policy = get_enum(f, m, "dnsPolicy", path, DNSPolicy, DNSPolicy.CLUSTER_FIRST)
-    if dns_policy is DNSPolicy.NONE:
-        f.warn(join(path, "dnsPolicy"), "podvisor does not configure pod DNS: containers get "
-                                        "the node's resolv.conf; ignored")
+    dns = parse_pod_dns(f, m, path, dns_policy is DNSPolicy.NONE)
     container_names = _raw_container_names(m)
     volumes = _parse_volumes(f, m, path, container_names)
     volume_names = {v.name for v in volumes}
@@ -95,6 +107,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
                                          "pod would run in the node's user namespace)")
     elif m.get("hostUsers") is not None and not isinstance(m["hostUsers"], bool):
         f.error(join(path, "hostUsers"), "must be true or false")
+    _check_os(f, m, path)
     return PodSpec(
         containers=containers,
         init_containers=init,
@@ -118,6 +131,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         enable_service_links=(D.ENABLE_SERVICE_LINKS if m.get("enableServiceLinks") is None
                               else get_bool(f, m, "enableServiceLinks", path)),
         tolerations=_parse_tolerations(f, m, path),
+        dns=dns,
         ephemeral_containers=ephemeral,
         image_pull_secrets=_parse_pull_secrets(f, m, path),
         active_deadline_seconds=get_opt_int(f, m, "activeDeadlineSeconds", path, minimum=1,

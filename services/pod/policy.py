@@ -26,7 +26,6 @@ def _warn(reason: str) -> Unsupported:
 _SERVER_SET = _warn("set by the API server; ignored")
 _SCHEDULING = _warn("scheduling field; a static pod is already bound to this node; ignored")
 _NOT_ENFORCED = _warn("not enforced by podvisor; ignored")
-_DNS = _warn("podvisor does not configure pod DNS or hostnames; ignored")
 
 POD_KNOWN = frozenset({"apiVersion", "kind", "metadata", "spec", "status", "podvisor"})
 
@@ -48,6 +47,9 @@ SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "priority", "serviceAccountName", "serviceAccount", "securityContext",
                         "hostUsers", "dnsPolicy", "schedulerName", "enableServiceLinks",
                         "tolerations", "hostPID", "hostIPC", "shareProcessNamespace",
+                        # [issue 24] pod DNS (pod/dns.py; the sync loop's syncloop/dns.py)
+                        "dnsConfig", "hostname", "subdomain", "setHostnameAsFQDN",
+                        "hostAliases",
                         # [issue 24] the pod lifecycle fields (the sync loop and status)
                         "imagePullSecrets", "ephemeralContainers", "activeDeadlineSeconds",
                         "readinessGates"})
@@ -64,19 +66,16 @@ SPEC_UNSUPPORTED = {
     "overhead": _NOT_ENFORCED,
     "resources": _reject("pod-level resources (spec.resources) are not supported; set "
                          "resources on each container (they are enforced)"),
-    "dnsConfig": _DNS,
-    "hostname": _DNS,
-    "subdomain": _DNS,
-    "setHostnameAsFQDN": _DNS,
-    "hostAliases": _DNS,
     "automountServiceAccountToken": _warn("no service account token is mounted; ignored"),
-    "os": _warn("the pod runs on this node's OS; ignored"),
+    "os": _warn("the pod runs on this node's OS; ignored (os.name other than linux: refused, "
+                "as the kubelet's admission does)"),
 }
 
 CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "workingDir", "ports",
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
-                             "terminationMessagePath", "terminationMessagePolicy"})
+                             "terminationMessagePath", "terminationMessagePolicy",
+                             "stdin", "stdinOnce", "tty"})  # [issue 24]
 # an init container's restartPolicy (sidecars); regular and ephemeral containers may not set it
 CONTAINER_RESTART_POLICY = "restartPolicy"
 # what the API server forbids on an ephemeral container ("cannot be set for an Ephemeral
@@ -89,45 +88,46 @@ CONTAINER_UNSUPPORTED = {
     "volumeDevices": _reject("volume devices need PersistentVolumeClaims, which static pods "
                              "may not reference"),
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
-    "stdin": _warn("attaching a terminal is not supported; ignored"),
-    "stdinOnce": _warn("attaching a terminal is not supported; ignored"),
-    "tty": _warn("attaching a terminal is not supported; ignored"),
 }
 
 _WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")
 POD_SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
                                 "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy",
                                 "sysctls", "seccompProfile", "appArmorProfile",
-                                "seLinuxOptions"})
-POD_SECURITY_UNSUPPORTED = {
-    "windowsOptions": _WINDOWS,
-    "seLinuxChangePolicy": _reject("SELinux volume relabelling is not supported"),
-}
+                                "seLinuxOptions",
+                                # [issue 24] SELinuxChangePolicy is on by default in 1.33: kept
+                                # and validated; no volume is relabelled (docs: the field table)
+                                "seLinuxChangePolicy"})
+POD_SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 SECURITY_KNOWN = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", "capabilities",
                             "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
                             "procMount", "seccompProfile", "appArmorProfile", "seLinuxOptions"})
 SECURITY_UNSUPPORTED = {"windowsOptions": _WINDOWS}
 
-LIFECYCLE_KNOWN = frozenset({"preStop", "postStart"})
-LIFECYCLE_UNSUPPORTED = {
-    "stopSignal": _warn("custom stop signals are not supported; SIGTERM is sent; ignored"),
-}
+LIFECYCLE_KNOWN = frozenset({"preStop", "postStart", "stopSignal"})
+LIFECYCLE_UNSUPPORTED: dict[str, Unsupported] = {}
 
 PROBE_KNOWN = frozenset({"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds",
                          "periodSeconds", "timeoutSeconds", "successThreshold",
                          "failureThreshold", "terminationGracePeriodSeconds"})
 PRE_STOP_KNOWN = frozenset({"exec", "httpGet", "sleep"})
-PRE_STOP_UNSUPPORTED = {
-    "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler"),
+PRE_STOP_UNSUPPORTED = {  # [issue 24] the API server takes it; the kubelet fails the hook
+    "tcpSocket": _warn("tcpSocket is not a valid lifecycle handler: the kubelet's hook fails "
+                       "at stop (FailedPreStopHook) and the container is stopped as without "
+                       "one; ignored"),
+}
+POST_START_UNSUPPORTED = {
+    "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler: the kubelet's postStart "
+                         "hook would fail (FailedPostStartHook) and kill the container at "
+                         "every start"),
 }
 
-PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name"})
-PORT_UNSUPPORTED = {"hostIP": _warn("host ports bind all addresses; hostIP ignored")}
+PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name", "hostIP"})
+PORT_UNSUPPORTED: dict[str, Unsupported] = {}
 
-MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath"})
+MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath",
+                         "subPathExpr", "mountPropagation"})  # [issue 24]
 MOUNT_UNSUPPORTED = {
-    "subPathExpr": _reject("subPathExpr is not supported (use subPath)"),
-    "mountPropagation": _warn("mount propagation is not supported; ignored"),
     "recursiveReadOnly": _warn("recursive read-only mounts are not supported; ignored"),
 }
 

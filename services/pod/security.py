@@ -41,6 +41,14 @@ class FSGroupChangePolicy(StrEnum):
     ON_ROOT_MISMATCH = "OnRootMismatch"
 
 
+class SELinuxChangePolicy(StrEnum):
+    """``spec.securityContext.seLinuxChangePolicy`` (SELinuxChangePolicy, beta and on by
+    default in 1.33): how the kubelet would relabel volumes for SELinux."""
+
+    RECURSIVE = "Recursive"
+    MOUNT_OPTION = "MountOption"
+
+
 class SupplementalGroupsPolicy(StrEnum):
     MERGE = "Merge"
     STRICT = "Strict"
@@ -144,6 +152,7 @@ class PodSecurityContext:
     supplemental_groups_policy: SupplementalGroupsPolicy | None = None
     fs_group: int | None = None
     fs_group_change_policy: FSGroupChangePolicy | None = None
+    se_linux_change_policy: SELinuxChangePolicy | None = None
     sysctls: tuple[Sysctl, ...] = ()
     seccomp_profile: Profile | None = None
     app_armor_profile: Profile | None = None
@@ -159,6 +168,7 @@ class PodSecurityContext:
         _opt(out, "supplementalGroupsPolicy", self.supplemental_groups_policy)
         _opt(out, "fsGroup", self.fs_group)
         _opt(out, "fsGroupChangePolicy", self.fs_group_change_policy)
+        _opt(out, "seLinuxChangePolicy", self.se_linux_change_policy)
         if self.sysctls:
             out["sysctls"] = [{"name": s.name, "value": s.value} for s in self.sysctls]
         _opt(out, "seccompProfile", self.seccomp_profile)

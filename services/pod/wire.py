@@ -48,6 +48,7 @@ from podvisor.services.pod.container import (
     URIScheme,
     VolumeMount,
 )
+from podvisor.services.pod.dns import pod_dns_from_wire
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
 from podvisor.services.pod.model import (
     ApiVolume,
@@ -77,6 +78,7 @@ from podvisor.services.pod.security import (
     Profile,
     ProfileType,
     SecurityContext,
+    SELinuxChangePolicy,
     SELinuxOptions,
     SupplementalGroupsPolicy,
     Sysctl,
@@ -176,6 +178,7 @@ def _spec(s: Mapping[str, Any]) -> PodSpec:
         scheduler_name=s["schedulerName"],
         enable_service_links=s["enableServiceLinks"],
         tolerations=tuple(_toleration(t) for t in s.get("tolerations", ())),
+        dns=pod_dns_from_wire(s),
         ephemeral_containers=tuple(
             EphemeralContainer(_container(c), c.get("targetContainerName", ""))
             for c in s.get("ephemeralContainers", ())),
@@ -298,7 +301,8 @@ def _lifecycle_handler(w: Mapping[str, Any] | None) -> LifecycleHandler | None:
 
 def _lifecycle(w: Mapping[str, Any]) -> Lifecycle:
     return Lifecycle(pre_stop=_lifecycle_handler(w.get("preStop")),
-                     post_start=_lifecycle_handler(w.get("postStart")))
+                     post_start=_lifecycle_handler(w.get("postStart")),
+                     stop_signal=str(w.get("stopSignal", "")))
 
 
 def _profile(w: Mapping[str, Any] | None) -> Profile | None:
@@ -314,7 +318,8 @@ def _selinux(w: Mapping[str, Any] | None) -> SELinuxOptions | None:
                           type=w.get("type", ""), level=w.get("level", ""))
 
 
-_E = TypeVar("_E", ProcMountType, SupplementalGroupsPolicy, FSGroupChangePolicy)
+_E = TypeVar("_E", ProcMountType, SupplementalGroupsPolicy, FSGroupChangePolicy,
+             SELinuxChangePolicy)
 
 
 def _enum_opt(cls: type[_E], value: Any) -> _E | None:
@@ -351,6 +356,7 @@ def _pod_security(w: Mapping[str, Any]) -> PodSecurityContext:
                                              w.get("supplementalGroupsPolicy")),
         fs_group=w.get("fsGroup"),
         fs_group_change_policy=_enum_opt(FSGroupChangePolicy, w.get("fsGroupChangePolicy")),
+        se_linux_change_policy=_enum_opt(SELinuxChangePolicy, w.get("seLinuxChangePolicy")),
         sysctls=tuple(Sysctl(name=s["name"], value=s["value"]) for s in w.get("sysctls", ())),
         seccomp_profile=_profile(w.get("seccompProfile")),
         app_armor_profile=_profile(w.get("appArmorProfile")),
@@ -370,7 +376,8 @@ def _container(c: Mapping[str, Any]) -> Container:
         ports=tuple(ContainerPort(container_port=p["containerPort"],
                                   host_port=p.get("hostPort", 0),
                                   protocol=PortProtocol(p["protocol"]),
-                                  name=p.get("name", "")) for p in c.get("ports", ())),
+                                  name=p.get("name", ""), host_ip=p.get("hostIP", ""))
+                      for p in c.get("ports", ())),
         resources=Resources(limits=_resource_list(res.get("limits", {})),
                             requests=_resource_list(res.get("requests", {}))),
         liveness_probe=_probe(c.get("livenessProbe")),
@@ -380,11 +387,15 @@ def _container(c: Mapping[str, Any]) -> Container:
         image_pull_policy=PullPolicy(c["imagePullPolicy"]),
         volume_mounts=tuple(VolumeMount(name=m["name"], mount_path=m["mountPath"],
                                         read_only=m.get("readOnly", False),
-                                        sub_path=m.get("subPath", ""))
+                                        sub_path=m.get("subPath", ""),
+                                        sub_path_expr=m.get("subPathExpr", ""),
+                                        mount_propagation=m.get("mountPropagation", ""))
                             for m in c.get("volumeMounts", ())),
         security_context=_security(c.get("securityContext")),
         termination_message_path=c["terminationMessagePath"],
         termination_message_policy=TerminationMessagePolicy(c["terminationMessagePolicy"]),
+        stdin=c.get("stdin", False), stdin_once=c.get("stdinOnce", False),
+        tty=c.get("tty", False),
         env_from=tuple(_env_from(e) for e in c.get("envFrom", ())),
         restart_policy=(ContainerRestartPolicy(c["restartPolicy"]) if "restartPolicy" in c
                         else None),

@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -46,12 +47,24 @@ from podvisor.services.runtime.model import (
 from podvisor.services.runtime.monitor import LOG_FLAGS
 from podvisor.services.runtime.native import monitor_binary
 from podvisor.services.runtime.procfs import group_members, is_alive, signal_group
-from podvisor.services.runtime.security import container_security, read_host, sandbox_security
+from podvisor.services.runtime.seccomp import SeccompSupport, python_seccomp
+from podvisor.services.runtime.security import (
+    NO_SECCOMP,
+    container_security,
+    read_host,
+    sandbox_security,
+)
 from podvisor.services.runtime.store import Loaded, Store
 from podvisor.services.runtime.watcher import ExitWatcher, bind_exit_socket
-from podvisor.services.runtime.zygote import Spawner, SpawnError, wait_readable
+from podvisor.services.runtime.zygote import (
+    Spawner,
+    SpawnError,
+    seccomp_fields,
+    wait_readable,
+)
 
 KILL_WAIT = 10.0  # seconds to wait for a container to die after SIGKILL
+MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path, less its terminating NUL
 SETTLE_TIMEOUT = 10.0  # seconds a restarted runtime waits for a start in flight (``_settle``)
 
 # The crash points of the engine (common/crashpoints.py; "runtime:<step>"), in the order of the
@@ -113,6 +126,7 @@ class Engine:
         self.store = Store(root)
         self.images = images.Images(root / "images", registries, wall)
         self._rootfs_root = root / "rootfs"
+        self._attach_dir = root / "a"  # attach sockets of containers with stdin (monitor.c)
         self.cgroups = cgroups if cgroups is not None else Cgroups(host_layout())
         self.log = log
         self.wall = wall
@@ -129,11 +143,13 @@ class Engine:
         self._exit_socket = root / "exits.sock"
         self._spawner = Spawner(crash=crash)
         self._host = read_host()  # the ids and capabilities containers can be given
+        self._seccomp = NO_SECCOMP  # whether the monitors load seccomp filters (start())
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
     # --- lifecycle ---
     def start(self) -> None:
         """Load state from disk and re-adopt running containers (same IDs, pids, start times)."""
+        self._attach_dir.mkdir(mode=0o700, exist_ok=True)
         loaded = self.store.load()
         for problem in loaded.problems:
             self.log.warning("runtime.store.problem", detail=problem)
@@ -149,6 +165,11 @@ class Engine:
         self._watcher.start()
         native = monitor_binary()
         self._spawner.monitor_exe = str(native.path or "")
+        self._seccomp = (SeccompSupport(native.seccomp, native.seccomp_why) if native.path
+                         else python_seccomp())
+        if not self._seccomp.ok:
+            self.log.warning("runtime.seccomp.unavailable", reason=self._seccomp.why,
+                             detail="containers that ask for a seccomp profile are refused")
         # monitors outlive the agent: they must not hold its stdout/stderr (a pipe to `tee` or
         # a caller reading `podvisor run --runonce` would stay open while any pod runs)
         self._spawner.stderr_path = str(self._exit_socket.with_name("monitors.log"))
@@ -336,7 +357,9 @@ class Engine:
         md = config.metadata
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
-        sandbox_security(config)
+        own_net = (self.cni is not None and self.pod_network
+                   and config.linux.security_context.namespace_options.network != pb.NODE)
+        sandbox_security(config, bool(own_net))
         name = sandbox_name(config)
         with self._lock:  # reserve the name; write the journal outside the lock
             holder = self._index.sandbox_names.get(name)
@@ -346,8 +369,6 @@ class Engine:
                             f"is reserved for {holder}")
             sb = Sandbox(secrets.token_hex(32), config, self.wall(), SandboxState.READY, handler)
             self._index.sandbox_names[name] = sb.id
-        own_net = (self.cni is not None and self.pod_network
-                   and config.linux.security_context.namespace_options.network != pb.NODE)
         try:
             if own_net:
                 sb = self._with_network(sb)
@@ -496,7 +517,7 @@ class Engine:
                 and not sb.config.linux.security_context.privileged):
             raise invalid(f"container {md.name!r}: no privileged container allowed in sandbox "
                           "(the sandbox is not privileged; containerd's rule)")
-        doc["security"] = container_security(config, self._host)
+        doc["security"] = container_security(config, self._host, self._seccomp)
         if rec is not None:
             sc = config.linux.security_context
             if not sc.HasField("run_as_user") and not sc.run_as_username:
@@ -512,6 +533,14 @@ class Engine:
                     doc["security"]["groups"] = [ids[1]]
             doc["rootfs"] = {"layers": rec.layers, "lower": [
                 str(self.images.store.layer_dir(d)) for d in reversed(rec.layers)]}
+        hostname = _pod_hostname(sb.config)
+        if hostname:  # the pod's own hostname: a UTS namespace of the container's own
+            if not self._host.root:
+                raise precondition(
+                    f"container {md.name!r}: the pod's hostname {hostname!r} needs a UTS "
+                    f"namespace of its own, which needs root; the embedded runtime runs as "
+                    f"uid {self._host.euid} (use hostNetwork: true, or run podvisor as root)")
+            doc["hostname"] = hostname
         if sb.network is not None:  # joined by the container's process before its exec
             doc["netns"] = sb.network.netns
         if config.linux.HasField("resources"):
@@ -528,14 +557,28 @@ class Engine:
             c = Container(secrets.token_hex(32), sandbox_id, config, self.wall(), log_path,
                           image.id)
             self._index.container_names[name] = c.id
+        if config.stdin or config.tty:  # kubectl run -it, kubectl attach -it
+            if len(self.attach_path(c.id).encode()) > MAX_SOCKET_PATH:
+                with self._lock:
+                    del self._index.container_names[name]
+                raise invalid(f"container {md.name!r}: stdin: the attach socket "
+                              f"{self.attach_path(c.id)!r} is longer than a unix socket's path "
+                              "may be (use a shorter rootDir)")
+            doc["stdio"] = {"stdin": bool(config.stdin), "stdin_once": bool(config.stdin_once),
+                            "tty": bool(config.tty), "attach": self.attach_path(c.id)}
         dirs: dict[str, str] = {}
         try:
             if rec is not None:
                 doc["rootfs"].update(self._make_rootfs(c.id, sb.config))
+            else:
+                self._host_etc(c.id, sb.config, doc)
             dirs = self._make_cgroup(sb, c, config.linux.resources)
             if dirs:
                 doc["cgroups"] = dirs
                 doc["cgroup_join"] = self.cgroups.join_files(dirs)  # before the exec
+            if doc["security"].get("seccomp"):  # exec'd commands load it too (seccomp_exec)
+                doc["security"]["seccomp_exec"] = self._seccomp_loader(c.id,
+                                                                       doc["security"]["seccomp"])
             spec = json.dumps(doc).encode()
             self.crash.hit("create.before_record")
             self.store.save_container(c, spec)
@@ -672,10 +715,7 @@ class Engine:
                                    f"ip6-loopback\n127.0.1.1\t{hostname}\n")
         dns = sandbox.dns_config
         if dns.servers or dns.searches or dns.options:
-            lines = [f"nameserver {s}" for s in dns.servers]
-            lines += [f"search {' '.join(dns.searches)}"] if dns.searches else []
-            lines += [f"options {' '.join(dns.options)}"] if dns.options else []
-            (etc / "resolv.conf").write_text("\n".join(lines) + "\n")
+            (etc / "resolv.conf").write_text(_resolv_text(dns))
         else:
             try:
                 (etc / "resolv.conf").write_bytes(Path("/etc/resolv.conf").read_bytes())
@@ -684,6 +724,47 @@ class Engine:
         return {"upper": str(top / "upper"), "work": str(top / "work"),
                 "merged": str(top / "merged"),
                 "etc": {n: str(etc / n) for n in ("hostname", "hosts", "resolv.conf")}}
+
+    def _seccomp_loader(self, container_id: str, filt: dict[str, Any]) -> list[str]:
+        """The argv prefix that runs a command under the container's filter (ExecSync and
+        Exec, as runc applies a container's filter to its exec'd processes): the C monitor's
+        ``--seccomp-exec FILE --`` when it loads filters, else the Python loader; FILE holds the
+        filter as monitor.c's SECCOMP fields."""
+        path = self.store.seccomp_path(container_id)
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(b"\0".join(x.encode() for x in seccomp_fields(filt)) + b"\0")
+        os.rename(tmp, path)
+        if self._spawner.monitor_exe:
+            return [self._spawner.monitor_exe, "--seccomp-exec", path, "--"]
+        return [sys.executable, "-m", "podvisor.services.runtime.seccomp_exec", path, "--"]
+
+    def attach_path(self, container_id: str) -> str:
+        """The unix socket a container's monitor feeds its stdin from (``<root>/a/<16 hex of
+        the id>``: short, since a socket's path has at most 107 bytes)."""
+        return str(self._attach_dir / container_id[:16])
+
+    def _host_etc(self, container_id: str, sandbox: pb.PodSandboxConfig,
+                  doc: dict[str, Any]) -> None:
+        """The ``host`` image: the pod's resolv.conf over the node's (a bind mount of
+        ``rootfs/<id>/etc/resolv.conf``) when its DNS config says something else than the
+        node's file, so a pod with the node's DNS needs no mount namespace."""
+        dns = sandbox.dns_config
+        if not (dns.servers or dns.searches or dns.options):
+            return
+        try:
+            node = Path("/etc/resolv.conf").read_text(errors="replace")
+        except OSError:
+            node = ""
+        if _resolv_parts(node) == (list(dns.servers), list(dns.searches), list(dns.options)):
+            return
+        path = self._rootfs_root / container_id / "etc" / "resolv.conf"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_resolv_text(dns))
+        if not any(m["container"] == "/etc/resolv.conf" for m in doc.get("mounts", ())):
+            doc.setdefault("mounts", []).append({"host": str(path),
+                                                 "container": "/etc/resolv.conf", "ro": False,
+                                                 "propagation": "private"})
 
     def _sweep_rootfs(self) -> None:
         """Writable layers of containers that no longer exist (a crash between steps)."""
@@ -932,6 +1013,12 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
             raise invalid(f"{where}: both paths must be absolute")
         if "\0" in m.host_path + m.container_path:
             raise invalid(f"{where}: a NUL byte in a path")
+        if m.propagation == pb.PROPAGATION_BIDIRECTIONAL:  # mountPropagation: Bidirectional
+            raise invalid(f"{where}: propagation PROPAGATION_BIDIRECTIONAL is not supported by "
+                          "the embedded runtime: its containers' mounts are made on the node's "
+                          "own root filesystem in a namespace that is a slave of the node's, so "
+                          "it cannot give a mount the node's peer group as runc does (use "
+                          "containerd for mountPropagation: Bidirectional)")
         if m.propagation not in _PROPAGATION:
             known = m.propagation in pb.MountPropagation.values()
             prop = pb.MountPropagation.Name(m.propagation) if known else m.propagation
@@ -944,10 +1031,49 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
     return out
 
 
+def _pod_hostname(sandbox: pb.PodSandboxConfig) -> str:
+    """The hostname a pod with a network of its own asked for ("" on the node's network)."""
+    ns = sandbox.linux.security_context.namespace_options
+    return "" if ns.network == pb.NODE else sandbox.hostname
+
+
+def _resolv_text(dns: pb.DNSConfig) -> str:
+    lines = [f"nameserver {s}" for s in dns.servers]
+    lines += [f"search {' '.join(dns.searches)}"] if dns.searches else []
+    lines += [f"options {' '.join(dns.options)}"] if dns.options else []
+    return "\n".join(lines) + "\n"
+
+
+def _resolv_parts(text: str) -> tuple[list[str], list[str], list[str]]:
+    """(nameservers, searches, options) of a resolv.conf, as the kubelet parses it."""
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "nameserver" and len(words) > 1:
+            servers.append(words[1])
+        elif words[0] == "search":
+            searches = [w.removesuffix(".") for w in words[1:]]
+        elif words[0] == "options":
+            options = words[1:]
+    return servers, searches, options
+
+
 def _stop_signal(value: int) -> int:
-    if value == pb.RUNTIME_DEFAULT:
+    """CRI's ``stop_signal`` as a number (RUNTIME_DEFAULT: SIGTERM, the ``host`` image's);
+    the real-time ones count from SIGRTMIN / SIGRTMAX (SIGRTMINPLUS1, SIGRTMAXMINUS2)."""
+    if value == pb.RUNTIME_DEFAULT or value not in pb.Signal.values():
         return int(signal.SIGTERM)
-    return int(getattr(signal, pb.Signal.Name(value), signal.SIGTERM))
+    name = pb.Signal.Name(value)
+    for base in ("SIGRTMIN", "SIGRTMAX"):
+        if name.startswith(base):
+            offset = name.removeprefix(base)
+            n = int(offset.removeprefix("PLUS").removeprefix("MINUS") or 0)
+            return int(getattr(signal, base)) + (-n if "MINUS" in offset else n)
+    return int(getattr(signal, name, signal.SIGTERM))
 
 
 def image_argv(config: Mapping[str, Any], command: list[str], args: list[str]) -> list[str]:

@@ -55,17 +55,28 @@ def exec_command(spec: dict[str, Any], cmd: Sequence[str],
     if not cmd:
         raise invalid("exec: empty command")
     env = dict(item.split("=", 1) for item in spec["env"])
-    argv, cwd = security_prefix(spec.get("security")) + list(cmd), spec.get("cwd") or "/"
-    mounts = bool(spec.get("mounts") or has_private_mounts(spec.get("security")))
+    sec = spec.get("security")
+    loader = list(sec.get("seccomp_exec") or []) if sec else []
+    # the container's seccomp filter, in runc's order: after no_new_privs when it is set, else
+    # before the ids and capabilities change (a filter without no_new_privs needs
+    # CAP_SYS_ADMIN)
+    prefix = (security_prefix(sec) + loader if sec and sec["nnp"]
+              else loader + security_prefix(sec))
+    argv, cwd = prefix + list(cmd), spec.get("cwd") or "/"
+    mounts = bool(spec.get("mounts") or has_private_mounts(sec))
     netns = str(spec.get("netns") or "")
-    if mounts or netns:
+    uts = bool(spec.get("hostname"))
+    if mounts or netns or uts:
         nsenter = shutil.which("nsenter")
         if nsenter is None:
-            raise precondition("exec in a container with mounts or a pod network needs "
-                               "nsenter (util-linux) on the runtime's PATH")
+            raise precondition("exec in a container with mounts, a pod network or the pod's "
+                               "hostname needs nsenter (util-linux) on the runtime's PATH")
         # the sandbox's network namespace (its file, as the container's monitor joined it),
-        # then the container's mounts, as the container's process sees both
+        # then the container's UTS namespace (the pod's hostname) and mounts, as the
+        # container's process sees them
         enter = [f"--net={netns}"] if netns else []
+        if uts:
+            enter.append(f"--uts=/proc/{pid}/ns/uts")
         if mounts:
             enter += [f"--mount=/proc/{pid}/ns/mnt", f"--wd={cwd}"]
             cwd = "/"

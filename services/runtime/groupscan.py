@@ -1,11 +1,16 @@
 """CPU and memory of process groups from /proc: what a container without a cgroup uses.
 
 ``GroupScanner.usage`` sums, over the live members of each wanted process group, user + system
-time (``/proc/<pid>/stat`` fields 14 and 15, as psutil's ``cpu_times``) and resident pages
-(field 24), without a psutil ``Process`` and its extra reads per member. (Since Linux 6.2
-``stat``'s rss sums the per-CPU counters without their pending deltas, as ``top`` shows it: it
-may be below ``statm``'s exact figure, which psutil reads, by up to 3 x CPUs x max(32, 2 x
-CPUs) pages per process, 768 KiB on 2 CPUs; reading ``statm`` too would double the reads.)
+time (``/proc/<pid>/stat`` fields 14 and 15, as psutil's ``cpu_times``: whole clock ticks, so
+a fresh process that has used less than a tick counts 0) and resident pages (field 24), without
+a psutil ``Process`` and its extra reads per member. Since Linux 6.2 ``stat``'s rss is the
+per-CPU counters' approximate value, without their pending deltas: it may be off from the exact
+figure by up to 3 x CPUs x max(32, 2 x CPUs) pages per process (768 KiB on 2 CPUs), and a
+process that has just exec'd, all of whose pages are still per-CPU deltas, reads 0 there. So a
+member whose ``stat`` rss is under that bound is read again from ``statm`` (its second field:
+the exact sum since Linux 6.16, as in ``status``' VmRSS, which psutil reads): small processes
+are exact, larger ones cost one read and are within the bound. (``statm`` is opened for that
+read, not kept: few members are that small for long.)
 
 Finding the members. A full pass lists /proc and reads every process's ``stat``: its cost
 grows with every process on the machine, not with the containers (listing /proc alone took
@@ -38,6 +43,10 @@ from podvisor.services.runtime.procfs import CLOCK_TICKS
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _NS_PER_TICK = 1_000_000_000 // CLOCK_TICKS
+_CPUS = os.cpu_count() or 1
+# stat's rss may miss up to this many pages (3 counters' per-CPU deltas, each under the batch
+# max(32, 2 x CPUs) on every CPU): below it, statm's exact figure is read instead
+APPROX_PAGES = 3 * _CPUS * max(32, 2 * _CPUS)
 
 
 def children_files() -> bool:
@@ -118,9 +127,12 @@ class GroupScanner:
                 if pgid not in pgids or fields[0] in (b"Z", b"X"):
                     fds.close()
                     continue
+                pages = int(fields[21])
+                if pages < APPROX_PAGES:  # maybe all per-CPU deltas: the exact figure
+                    pages = _exact_pages(name, pages)
                 cpu, rss = out.get(pgid, (0, 0))
                 out[pgid] = (cpu + (int(fields[11]) + int(fields[12])) * _NS_PER_TICK,
-                             rss + int(fields[21]) * PAGE_SIZE)
+                             rss + pages * PAGE_SIZE)
                 if not full and self._follow:
                     queue.extend(_children(name, fds, int(fields[17])))
                 if open_count < self._max_open:
@@ -183,6 +195,19 @@ def _children(name: str, fds: _Open, threads: int) -> list[str]:
                     raw += b" " + _pread(fd)
                     os.close(fd)
     return raw.decode().split()
+
+
+def _exact_pages(name: str, approx: int) -> int:
+    """The process's resident pages from ``statm`` (exact on Linux 6.16 and later), or
+    ``approx`` (``stat``'s) when it is gone."""
+    fd = _open(f"/proc/{name}/statm")
+    if fd < 0:
+        return approx
+    try:
+        fields = _pread(fd).split()
+    finally:
+        os.close(fd)
+    return int(fields[1]) if len(fields) > 1 else approx
 
 
 def _after_comm(raw: bytes) -> list[bytes]:

@@ -16,7 +16,8 @@
  * network namespace, joined by join_netns right after) and "ROOTFS" MERGED UPPER WORK
  * NLOWER LOWER... NETC (NAME SRC)... (parse_rootfs: an image's overlay root, set up by
  * rootfs_prepare before the volume mounts, entered by rootfs_pivot after them, before the
- * security step). The spare becomes the
+ * security step) and "SECCOMP" (parse_seccomp: a seccomp filter, built with libseccomp when
+ * compiled with PV_SECCOMP, loaded right before exec). The spare becomes the
  * container's monitor:
  *
  * it leaves the zygote's session, starts ARGV in its own session/process group (PATH searched in
@@ -50,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -62,6 +64,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef PV_SECCOMP
+#include <seccomp.h> /* Debian libseccomp-dev; native.py builds with it when present */
+#endif
 
 #define MAX_LINE (16 * 1024)
 #define DRAIN_AFTER_EXIT_MS 2000
@@ -670,6 +675,309 @@ static int apply_security(int *failed) {
     return 0;
 }
 
+/* --- stdin, a terminal and attach (engine.py _stdio; stream_attach.py) ---------------------- */
+
+/* The "STDIO" STDIN STDIN_ONCE TTY PATH section (CRI's stdin, stdin_once, tty): the container's
+ * stdin is a pipe (or, with TTY, its stdin/stdout/stderr are a pty's slave and the master's
+ * output is its stdout), fed from attach clients on the unix socket PATH (mode 0600, one client
+ * at a time). A client sends frames: a type byte, a 2-byte big-endian length, the payload:
+ * 'd' stdin data, 'c' end of stdin, 'r' "COLS ROWS" (the terminal's size). With STDIN_ONCE
+ * stdin is closed when the first client goes away. Ending stdin closes the pipe; on a terminal
+ * it types ^D, as a user would. Writes never block the monitor: the data waits (and the client
+ * is not read) until the container reads it. */
+#define STDIN_BUFFER 65536
+static int io_stdin, io_stdin_once, io_tty;
+static const char *attach_path;
+static char tty_slave[128];
+
+static int parse_stdio(char **at, const char *end) {
+    char *in = field(at, end), *once = field(at, end), *tty = field(at, end);
+    if (in == NULL || once == NULL || tty == NULL || (attach_path = field(at, end)) == NULL)
+        return -1;
+    io_stdin = strcmp(in, "1") == 0;
+    io_stdin_once = strcmp(once, "1") == 0;
+    io_tty = strcmp(tty, "1") == 0;
+    return 0;
+}
+
+/* The attach socket, listening before the container starts; -1 with errno. */
+static int attach_listen(void) {
+    struct sockaddr_un addr;
+    if (strlen(attach_path) >= sizeof addr.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    strcpy(addr.sun_path, attach_path);
+    unlink(attach_path);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(attach_path, 0600) != 0 ||
+        listen(fd, 4) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+/* The monitor's side of the container's stdin while it runs. */
+struct stdin_feed {
+    int listen_fd, client, fd; /* fd: the pipe's write end or the pty master (-1: closed) */
+    int ended;                 /* stdin ended: close once what waits is written */
+    char pending[STDIN_BUFFER];
+    size_t npending;
+    unsigned char frame[3 + 65535];
+    size_t nframe;
+};
+
+static void stdin_end(struct stdin_feed *f) {
+    if (f->client >= 0) { /* its writes fail now, rather than wait for a reader */
+        close(f->client);
+        f->client = -1;
+        f->nframe = 0;
+    }
+    if (f->fd < 0)
+        return;
+    if (io_tty)
+        write(f->fd, "\x04", 1); /* ^D; the master stays: it is the container's output */
+    else
+        close(f->fd);
+    f->fd = -1;
+    f->npending = 0;
+}
+
+static void stdin_flush(struct stdin_feed *f) {
+    while (f->fd >= 0 && f->npending > 0) {
+        ssize_t n = write(f->fd, f->pending, f->npending);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) { /* EPIPE: the container closed its stdin */
+            stdin_end(f);
+            return;
+        }
+        memmove(f->pending, f->pending + n, f->npending - (size_t)n);
+        f->npending -= (size_t)n;
+    }
+    if (f->ended && f->npending == 0)
+        stdin_end(f);
+}
+
+static void client_gone(struct stdin_feed *f) {
+    close(f->client);
+    f->client = -1;
+    f->nframe = 0;
+    if (io_stdin_once)
+        f->ended = 1;
+    stdin_flush(f);
+}
+
+/* Read what the client sent and act on each whole frame. */
+static void client_read(struct stdin_feed *f) {
+    ssize_t n = read(f->client, f->frame + f->nframe, sizeof f->frame - f->nframe);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        client_gone(f);
+        return;
+    }
+    f->nframe += (size_t)n;
+    for (;;) {
+        if (f->nframe < 3)
+            return;
+        size_t len = ((size_t)f->frame[1] << 8) | f->frame[2];
+        if (f->nframe < 3 + len || f->npending + len > sizeof f->pending)
+            return; /* the rest of the frame, or room for it, later */
+        char type = (char)f->frame[0];
+        if (type == 'd' && f->fd >= 0 && !f->ended) {
+            memcpy(f->pending + f->npending, f->frame + 3, len);
+            f->npending += len;
+        } else if (type == 'c') {
+            f->ended = 1;
+        } else if (type == 'r' && io_tty && f->fd >= 0 && len < 32) {
+            char size[32];
+            memcpy(size, f->frame + 3, len);
+            size[len] = '\0';
+            struct winsize ws = {0};
+            unsigned cols = 0, rows = 0;
+            if (sscanf(size, "%u %u", &cols, &rows) == 2 && cols > 0 && rows > 0 &&
+                cols < 65536 && rows < 65536) {
+                ws.ws_col = (unsigned short)cols;
+                ws.ws_row = (unsigned short)rows;
+                ioctl(f->fd, TIOCSWINSZ, &ws);
+            }
+        }
+        memmove(f->frame, f->frame + 3 + len, f->nframe - 3 - len);
+        f->nframe -= 3 + len;
+        stdin_flush(f);
+    }
+}
+
+static void attach_accept(struct stdin_feed *f) {
+    int c = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0)
+        return;
+    if (f->client >= 0) { /* one client at a time */
+        close(c);
+        return;
+    }
+    f->client = c;
+}
+
+static struct stdin_feed feed_state = {-1, -1, -1, 0, {0}, 0, {0}, 0};
+
+/* --- the pod's hostname (engine.py _pod_hostname) ------------------------------------------- */
+
+/* The "HOSTNAME" NAME section: a pod with a network of its own has its own hostname; the child
+ * makes a UTS namespace and sets it, first (runc sets it in the container's namespaces). */
+static const char *uts_hostname;
+
+static int apply_hostname(void) {
+    if (unshare(CLONE_NEWUTS) != 0)
+        return -1;
+    return sethostname(uts_hostname, strlen(uts_hostname));
+}
+
+/* --- seccomp (seccomp.py) ------------------------------------------------------------------- */
+
+/* The "SECCOMP" section: DEFAULT NARCH ARCH... NATTR (ATTR VALUE)... NRULES then per rule NAME
+ * ACTION NCOND (INDEX OP VALUE VALUE_TWO)...: runc's InitSeccomp made data by the runtime
+ * (action and operator numbers are libseccomp's, architectures its names). The filter is built
+ * in the monitor before the fork (build_seccomp: a bad rule fails the start with its reason)
+ * and loaded by the container's child right before exec (load_seccomp). */
+#define MAX_SCMP_ARGS 6
+struct scmp_rule {
+    const char *name;
+    unsigned int action;
+    int nargs;
+    unsigned int index[MAX_SCMP_ARGS], op[MAX_SCMP_ARGS];
+    unsigned long long value[MAX_SCMP_ARGS], value_two[MAX_SCMP_ARGS];
+};
+static int seccomp_present;
+static unsigned int seccomp_default;
+static char **seccomp_arches, **seccomp_attrs;
+static struct scmp_rule *seccomp_rules;
+static long nseccomp_rules;
+
+static int parse_seccomp(char **at, const char *end) {
+    char *def = field(at, end), *count;
+    if (def == NULL || (seccomp_arches = field_list(at, end)) == NULL ||
+        (seccomp_attrs = field_list(at, end)) == NULL || (count = field(at, end)) == NULL)
+        return -1;
+    seccomp_default = (unsigned int)strtoul(def, NULL, 10);
+    nseccomp_rules = strtol(count, NULL, 10);
+    if (nseccomp_rules < 0 || nseccomp_rules > (end - *at) / 3)
+        return -1;
+    seccomp_rules = calloc((size_t)nseccomp_rules + 1, sizeof *seccomp_rules);
+    if (seccomp_rules == NULL)
+        return -1;
+    for (long i = 0; i < nseccomp_rules; i++) {
+        struct scmp_rule *r = &seccomp_rules[i];
+        char *action, *nargs;
+        if ((r->name = field(at, end)) == NULL || (action = field(at, end)) == NULL ||
+            (nargs = field(at, end)) == NULL)
+            return -1;
+        r->action = (unsigned int)strtoul(action, NULL, 10);
+        r->nargs = atoi(nargs);
+        if (r->nargs < 0 || r->nargs > MAX_SCMP_ARGS)
+            return -1;
+        for (int j = 0; j < r->nargs; j++) {
+            char *index = field(at, end), *op = field(at, end), *v = field(at, end);
+            char *v2 = field(at, end);
+            if (index == NULL || op == NULL || v == NULL || v2 == NULL)
+                return -1;
+            r->index[j] = (unsigned int)strtoul(index, NULL, 10);
+            r->op[j] = (unsigned int)strtoul(op, NULL, 10);
+            r->value[j] = strtoull(v, NULL, 10);
+            r->value_two[j] = strtoull(v2, NULL, 10);
+        }
+    }
+    seccomp_present = 1;
+    return 0;
+}
+
+#ifdef PV_SECCOMP
+static scmp_filter_ctx seccomp_ctx;
+
+/* Build the filter (in the monitor, before the fork); -1 with errno and WHAT the failing step. */
+static int build_seccomp(char *what, size_t cap) {
+    snprintf(what, cap, "seccomp_init");
+    seccomp_ctx = seccomp_init(seccomp_default);
+    if (seccomp_ctx == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (char **a = seccomp_arches; *a != NULL; a++) {
+        snprintf(what, cap, "architecture %s", *a);
+        uint32_t arch = seccomp_arch_resolve_name(*a);
+        if (arch == 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        int rc = seccomp_arch_add(seccomp_ctx, arch);
+        if (rc != 0 && rc != -EEXIST) {
+            errno = -rc;
+            return -1;
+        }
+    }
+    for (char **a = seccomp_attrs; a[0] != NULL && a[1] != NULL; a += 2) {
+        snprintf(what, cap, "filter attribute %s", a[0]);
+        int rc = seccomp_attr_set(seccomp_ctx, (enum scmp_filter_attr)atoi(a[0]),
+                                  (uint32_t)strtoul(a[1], NULL, 10));
+        if (rc != 0) {
+            errno = -rc;
+            return -1;
+        }
+    }
+    for (long i = 0; i < nseccomp_rules; i++) {
+        const struct scmp_rule *r = &seccomp_rules[i];
+        int nr = seccomp_syscall_resolve_name(r->name);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* a syscall this kernel does not know: skipped, as runc does */
+        struct scmp_arg_cmp cmp[MAX_SCMP_ARGS];
+        for (int j = 0; j < r->nargs; j++) {
+            cmp[j].arg = r->index[j];
+            cmp[j].op = (enum scmp_compare)r->op[j];
+            cmp[j].datum_a = r->value[j];
+            cmp[j].datum_b = r->value_two[j];
+        }
+        snprintf(what, cap, "the rule for %s", r->name);
+        int rc = seccomp_rule_add_array(seccomp_ctx, r->action, nr, (unsigned int)r->nargs, cmp);
+        if (rc != 0) {
+            errno = -rc;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* In the container's child: load the filter built before the fork. */
+static int load_seccomp(void) {
+    int rc = seccomp_load(seccomp_ctx);
+    if (rc != 0) {
+        errno = -rc;
+        return -1;
+    }
+    return 0;
+}
+#else
+static int build_seccomp(char *what, size_t cap) {
+    snprintf(what, cap, "this monitor was built without libseccomp");
+    errno = ENOSYS;
+    return -1;
+}
+
+static int load_seccomp(void) {
+    errno = ENOSYS;
+    return -1;
+}
+#endif
+
 /* --- cgroups (cgroups.py) ------------------------------------------------------------------- */
 
 /* The files the container's process writes itself into (cgroups.py join_files: v1 <dir>/tasks,
@@ -742,15 +1050,30 @@ static int join_netns(void) {
 /* Child side of the fork: never returns. Reports (stage, errno, mount index) on report_w if
  * the mounts, the chdir or the exec fail. MONITOR is the parent's pid. */
 static void exec_container(const char *cwd, char **argv, int out_w, int err_w, int report_w,
-                           pid_t monitor) {
-    int null = open("/dev/null", O_RDONLY);
-    if (null >= 0 && null != 0) {
-        dup2(null, 0);
-        close(null);
+                           pid_t monitor, int stdin_r) {
+    if (io_tty) { /* a session of its own whose controlling terminal is the pty's slave */
+        setsid();
+        int slave = open(tty_slave, O_RDWR);
+        if (slave < 0 || ioctl(slave, TIOCSCTTY, 0) != 0) {
+            int report[3] = {11, errno, -1};
+            write_all(report_w, (const char *)report, sizeof report);
+            _exit(127);
+        }
+        dup2(slave, 0);
+        dup2(slave, 1);
+        dup2(slave, 2);
+        if (slave > 2)
+            close(slave);
+    } else {
+        int in = stdin_r >= 0 ? stdin_r : open("/dev/null", O_RDONLY);
+        if (in >= 0 && in != 0) {
+            dup2(in, 0);
+            close(in);
+        }
+        dup2(out_w, 1);
+        dup2(err_w, 2);
+        setsid();
     }
-    dup2(out_w, 1);
-    dup2(err_w, 2);
-    setsid();
     sigset_t none;
     sigemptyset(&none);
     for (int sig = 1; sig < NSIG; sig++)
@@ -770,7 +1093,13 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         _exit(127);
     }
     if (netns_path != NULL && join_netns() != 0) {
-        report[0] = 9;
+        report[0] = 12;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
+    if (uts_hostname != NULL && apply_hostname() != 0) {
+        report[0] = 10;
         report[1] = errno;
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
@@ -805,6 +1134,14 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
         write_all(report_w, (const char *)report, sizeof report);
         _exit(127);
     }
+    /* Seccomp as runc orders it: without no_new_privs loading a filter needs CAP_SYS_ADMIN, so
+     * before the ids and capabilities change; with it, as late as possible. */
+    if (seccomp_present && !sec.nnp && load_seccomp() != 0) {
+        report[0] = 9;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     if (apply_security(&report[2]) != 0) {
         report[0] = 5;
         report[1] = errno;
@@ -817,6 +1154,12 @@ static void exec_container(const char *cwd, char **argv, int out_w, int err_w, i
      * the window of a monitor that died before the prctl. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != monitor)
         _exit(127);
+    if (seccomp_present && sec.nnp && load_seccomp() != 0) {
+        report[0] = 9;
+        report[1] = errno;
+        write_all(report_w, (const char *)report, sizeof report);
+        _exit(127);
+    }
     execvp(argv[0], argv); /* PATH from environ: the container's environment */
     report[0] = 2;
     report[1] = errno;
@@ -843,6 +1186,38 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         reply_error(reply_fd, "pipe: %s (errno %d)", strerror(errno), errno);
         return -1;
     }
+    char what[300];
+    if (seccomp_present && build_seccomp(what, sizeof what) != 0) {
+        reply_error(reply_fd, "security context: seccomp filter: %s: %s (errno %d %s)", what,
+                    strerror(errno), errno, errno_name(errno));
+        return -1;
+    }
+    int in[2] = {-1, -1};
+    if (attach_path != NULL && (io_stdin || io_tty)) {
+        if ((feed_state.listen_fd = attach_listen()) < 0) {
+            reply_error(reply_fd, "the container's attach socket %s: %s (errno %d %s)",
+                        attach_path, strerror(errno), errno, errno_name(errno));
+            return -1;
+        }
+        if (io_tty) {
+            int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+            if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0 ||
+                ptsname_r(master, tty_slave, sizeof tty_slave) != 0) {
+                reply_error(reply_fd, "the container's terminal: %s (errno %d %s)",
+                            strerror(errno), errno, errno_name(errno));
+                return -1;
+            }
+            fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
+            feed_state.fd = master;
+        } else {
+            if (pipe2(in, O_CLOEXEC) != 0) {
+                reply_error(reply_fd, "pipe: %s (errno %d)", strerror(errno), errno);
+                return -1;
+            }
+            fcntl(in[1], F_SETFL, fcntl(in[1], F_GETFL) | O_NONBLOCK);
+            feed_state.fd = in[1];
+        }
+    }
     pid_t monitor = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -853,8 +1228,10 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         close(out[0]);
         close(err[0]);
         close(rep[0]);
-        exec_container(cwd, argv, out[1], err[1], rep[1], monitor);
+        exec_container(cwd, argv, out[1], err[1], rep[1], monitor, in[0]);
     }
+    if (in[0] >= 0)
+        close(in[0]);
     close(out[1]);
     close(err[1]);
     close(rep[1]);
@@ -868,7 +1245,10 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         waitpid(pid, NULL, 0);
         close(out[0]);
         close(err[0]);
-        if (report[0] == 6) {
+        if (report[0] == 11) {
+            reply_error(reply_fd, "the container's terminal %s: %s (errno %d %s)", tty_slave,
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 6) {
             reply_error(reply_fd, "image root filesystem: %s: %s (errno %d %s)",
                         rootfs_steps[report[2] >= 0 && report[2] < 9 ? report[2] : 0],
                         strerror(report[1]), report[1], errno_name(report[1]));
@@ -892,8 +1272,15 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
             reply_error(reply_fd, "security context: %s: %s (errno %d %s)",
                         security_steps[report[2] >= 0 && report[2] < 6 ? report[2] : 5],
                         strerror(report[1]), report[1], errno_name(report[1]));
-        } else if (report[0] == 9) {
+        } else if (report[0] == 12) {
             reply_error(reply_fd, "join network namespace \"%s\": %s (errno %d %s)", netns_path,
+                        strerror(report[1]), report[1], errno_name(report[1]));
+        } else if (report[0] == 10) {
+            reply_error(reply_fd, "the pod's hostname \"%s\" (a UTS namespace of its own): %s "
+                        "(errno %d %s)", uts_hostname, strerror(report[1]), report[1],
+                        errno_name(report[1]));
+        } else if (report[0] == 9) {
+            reply_error(reply_fd, "security context: seccomp: %s (errno %d %s)",
                         strerror(report[1]), report[1], errno_name(report[1]));
         } else if (report[0] == 8) {
             reply_error(reply_fd, "oom_score_adj %s: %s (errno %d %s)", oom_score_adj,
@@ -907,7 +1294,12 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         }
         return -1;
     }
-    *out_r = out[0];
+    if (io_tty) { /* the terminal's output is the container's stdout */
+        close(out[0]);
+        *out_r = feed_state.fd;
+    } else {
+        *out_r = out[0];
+    }
     *err_r = err[0];
     return pid;
 }
@@ -937,9 +1329,14 @@ static void pump(pid_t pid, int out_r, int err_r, int *code, long long *finished
     int exited = 0, open_streams = 2;
     long long deadline = 0;
     char buf[65536];
+    struct stdin_feed *sf = &feed_state;
     while (open_streams > 0 || !exited) {
-        struct pollfd fds[4] = {
-            {out.fd, POLLIN, 0}, {err.fd, POLLIN, 0}, {pidfd, POLLIN, 0}, {sigfd, POLLIN, 0}};
+        int feeding = !exited && sf->fd >= 0;
+        struct pollfd fds[7] = {
+            {out.fd, POLLIN, 0}, {err.fd, POLLIN, 0}, {pidfd, POLLIN, 0}, {sigfd, POLLIN, 0},
+            {feeding ? sf->listen_fd : -1, POLLIN, 0},
+            {feeding && sf->npending == 0 ? sf->client : -1, POLLIN, 0},
+            {feeding && sf->npending > 0 && !io_tty ? sf->fd : -1, POLLOUT, 0}};
         int timeout = -1;
         if (exited) {
             long long left = (deadline - now_ns(CLOCK_MONOTONIC)) / 1000000;
@@ -949,9 +1346,17 @@ static void pump(pid_t pid, int out_r, int err_r, int *code, long long *finished
         } else if (pidfd < 0) {
             timeout = 100; /* no pidfd (old kernel): poll waitpid */
         }
-        int n = poll(fds, 4, timeout);
+        if (feeding && io_tty && sf->npending > 0 && timeout < 0)
+            timeout = 10; /* the master's POLLOUT is its output's fd too: retry the write */
+        int n = poll(fds, 7, timeout);
         if (n < 0 && errno != EINTR)
             break;
+        if (fds[4].revents & POLLIN)
+            attach_accept(sf);
+        if (fds[5].revents & (POLLIN | POLLHUP | POLLERR))
+            client_read(sf);
+        if ((fds[6].revents & (POLLOUT | POLLERR)) || (io_tty && sf->npending > 0))
+            stdin_flush(sf);
         if (!exited && (pidfd < 0 || (fds[2].revents & POLLIN))) {
             int status;
             pid_t got = waitpid(pid, &status, pidfd < 0 ? WNOHANG : 0);
@@ -981,8 +1386,10 @@ static void pump(pid_t pid, int out_r, int err_r, int *code, long long *finished
             ssize_t got = read(s->fd, buf, sizeof buf);
             if (got > 0) {
                 feed(s, buf, (size_t)got, 0);
-            } else if (got == 0 || errno != EINTR) {
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
                 feed(s, "", 0, 1);
+                if (s->fd == sf->fd) /* the terminal's master: no stdin past its output */
+                    sf->fd = -1;
                 close(s->fd);
                 s->fd = -1;
                 open_streams--;
@@ -1055,6 +1462,10 @@ static int run_monitor(int reply_fd, const char *cwd, const char *notify, char *
     int code = 255;
     long long finished = now_ns(CLOCK_REALTIME);
     pump(pid, out_r, err_r, &code, &finished);
+    if (feed_state.listen_fd >= 0) { /* no attach past the container */
+        close(feed_state.listen_fd);
+        unlink(attach_path);
+    }
     char exitrec[256];
     snprintf(exitrec, sizeof exitrec,
              "{\"exit_code\": %d, \"finished_at\": %lld, \"reason\": \"%s\", \"message\": \"\"}",
@@ -1213,6 +1624,15 @@ static int spare_main(int conn) {
         } else if (strcmp(key, "ROOTFS") == 0) {
             if (parse_rootfs(&at, end) != 0)
                 return 70;
+        } else if (strcmp(key, "STDIO") == 0) {
+            if (parse_stdio(&at, end) != 0)
+                return 70;
+        } else if (strcmp(key, "HOSTNAME") == 0) {
+            if ((uts_hostname = field(&at, end)) == NULL)
+                return 70;
+        } else if (strcmp(key, "SECCOMP") == 0) {
+            if (parse_seccomp(&at, end) != 0)
+                return 70;
         } else {
             return 70;
         }
@@ -1323,9 +1743,42 @@ static int zygote_main(int sock) {
     }
 }
 
+/* pv-monitor --seccomp-exec FILE -- CMD...: run CMD under a container's seccomp filter (FILE:
+ * the SECCOMP fields, engine.py _seccomp_loader), for ExecSync and Exec, as runc applies a
+ * container's filter to its exec'd processes. Errors to stderr, exit 127. */
+static int seccomp_exec(const char *file, char **cmd) {
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (off_t)MAX_REQUEST) {
+        fprintf(stderr, "seccomp-exec: %s: %s\n", file, strerror(errno));
+        return 127;
+    }
+    char *body = malloc((size_t)st.st_size);
+    if (body == NULL || read_exact(fd, body, (size_t)st.st_size) != 0) {
+        fprintf(stderr, "seccomp-exec: reading %s failed\n", file);
+        return 127;
+    }
+    close(fd);
+    char *at = body, *end = body + st.st_size, what[300];
+    const char *key = field(&at, end);
+    if (key == NULL || strcmp(key, "SECCOMP") != 0 || parse_seccomp(&at, end) != 0) {
+        fprintf(stderr, "seccomp-exec: %s is not a seccomp filter\n", file);
+        return 127;
+    }
+    if (build_seccomp(what, sizeof what) != 0 || load_seccomp() != 0) {
+        fprintf(stderr, "seccomp-exec: seccomp: %s\n", strerror(errno));
+        return 127;
+    }
+    execvp(cmd[0], cmd);
+    fprintf(stderr, "seccomp-exec: exec \"%s\": %s\n", cmd[0], strerror(errno));
+    return 127;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "--seccomp-exec") == 0 && strcmp(argv[3], "--") == 0)
+        return seccomp_exec(argv[2], argv + 4);
     if (argc != 3 || strcmp(argv[1], "--zygote") != 0) {
-        fprintf(stderr, "usage: pv-monitor --zygote FD\n");
+        fprintf(stderr, "usage: pv-monitor --zygote FD | --seccomp-exec FILE -- CMD...\n");
         return 2;
     }
     hold_fifo = getenv("PODVISOR_MONITOR_HOLD");

@@ -428,6 +428,67 @@ def apply_security(sec: dict[str, Any]) -> None:
         raise fail()
 
 
+def build_seccomp(filt: dict[str, Any]) -> Any:
+    """monitor.c's ``build_seccomp``, in the monitor before it forks the container: the filter
+    of seccomp.py built with libseccomp's Python binding (``pyseccomp``: ctypes over the
+    system's libseccomp.so.2); the container's child only loads it (``load_seccomp``). A
+    syscall this kernel does not know is skipped, as runc does. Raises OSError naming the
+    step."""
+    what = "libseccomp's Python binding (pyseccomp)"
+    try:
+        import pyseccomp as scmp
+
+        what = "seccomp_init"
+        f = scmp.SyscallFilter(filt["default"])
+        for arch in filt["arches"]:
+            what = f"architecture {arch}"
+            try:
+                f.add_arch(getattr(scmp.Arch, arch.upper()))
+            except OSError as err:
+                if err.errno != errno.EEXIST:
+                    raise
+        for attr, value in filt["attrs"]:
+            what = f"filter attribute {attr}"
+            f.set_attr(attr, value)
+        for name, action, conditions in filt["rules"]:
+            nr = scmp.resolve_syscall(scmp.Arch.NATIVE, name)
+            if nr < 0:
+                continue
+            what = f"the rule for {name}"
+            f.add_rule(action, nr, *(scmp.Arg(*cond) for cond in conditions))
+    except (ImportError, RuntimeError, AttributeError) as err:
+        raise OSError(f"security context: seccomp filter: {what}: {err}") from None
+    except OSError as err:
+        raise OSError(_errno_text(f"security context: seccomp filter: {what}",
+                                  err.errno or 0)) from None
+    return f
+
+
+def load_seccomp(f: Any) -> None:
+    """In the container's child (monitor.c ``load_seccomp``)."""
+    try:
+        f.load()
+    except OSError as err:
+        raise OSError(_errno_text("security context: seccomp", err.errno or 0)) from None
+
+
+_CLONE_NEWUTS = 0x04000000
+
+
+def apply_hostname(name: str) -> None:
+    """monitor.c's ``apply_hostname``: a UTS namespace of the container's own with the pod's
+    hostname, in the container's child."""
+    if _libc().unshare(_CLONE_NEWUTS) != 0:
+        import ctypes
+        raise OSError(_errno_text(f'the pod\'s hostname "{name}" (a UTS namespace of its own)',
+                                  ctypes.get_errno()))
+    try:
+        socket.sethostname(name)
+    except OSError as err:
+        raise OSError(_errno_text(f'the pod\'s hostname "{name}" (a UTS namespace of its own)',
+                                  err.errno or 0)) from None
+
+
 def join_cgroups(files: list[str]) -> None:
     """In a container's forked child, before anything else: write "0" (itself) into each of
     the container's cgroup files (cgroups.py ``join_files``), as monitor.c ``join_cgroups``
@@ -497,6 +558,9 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
     argv: list[str] = spec["argv"]
     env = dict(item.split("=", 1) for item in spec["env"])
     cwd = spec.get("cwd") or "/"
+    sec = spec["security"]
+    filt = build_seccomp(sec["seccomp"]) if sec.get("seccomp") else None
+    feed = _open_feed(spec)
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     monitor = os.getpid()
     pid = os.fork()
@@ -505,9 +569,14 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
             join_cgroups(spec.get("cgroup_join") or [])
             write_oom_score_adj(spec.get("oom_score_adj"))
             join_netns(spec.get("netns"))
-            os.setsid()
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
+            if spec.get("hostname"):
+                apply_hostname(spec["hostname"])
+            if feed is not None:  # stdin, or a terminal (monitor_stdio.py)
+                feed.child_stdio(out_w, err_w)
+            else:
+                os.setsid()
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
             for sig in (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM,
                         signal.SIGCHLD, signal.SIGQUIT):
                 signal.signal(sig, signal.SIG_DFL)
@@ -522,8 +591,13 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
                 os.chdir(cwd)
             except OSError as err:
                 raise OSError(f"chdir {cwd!r}: {err.strerror} (errno {err.errno})") from None
-            apply_security(spec["security"])
+            # seccomp as runc orders it (monitor.c exec_container)
+            if filt is not None and not sec["nnp"]:
+                load_seccomp(filt)
+            apply_security(sec)
             die_with_monitor(monitor)
+            if filt is not None and sec["nnp"]:
+                load_seccomp(filt)
             try:
                 os.execvpe(argv[0], argv, env)
             except OSError as err:
@@ -534,6 +608,8 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
                 os.write(report_w, str(exc).encode()[:4000])
         os._exit(127)
     os.close(report_w)
+    if feed is not None:
+        feed.after_fork()
     try:
         message = b""
         while chunk := os.read(report_r, 4096):
@@ -544,6 +620,22 @@ def _fork_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
         os.waitpid(pid, 0)
         raise OSError(message.decode(errors="replace"))
     return pid
+
+
+_FEED: Any = None  # this monitor's StdinFeed (monitor_stdio.py), when its container has stdin
+
+
+def _open_feed(spec: dict[str, Any]) -> Any:
+    """The container's stdin or terminal and its attach socket, before the fork (OSError)."""
+    global _FEED
+    io = spec.get("stdio")
+    if not io:
+        return None
+    from podvisor.services.runtime.monitor_stdio import StdinFeed  # only such monitors pay
+
+    _FEED = StdinFeed(io)
+    _FEED.open()
+    return _FEED
 
 
 def _spawn_container(spec: dict[str, Any], out_w: int, err_w: int) -> int:
@@ -625,6 +717,9 @@ def _start(spec: dict[str, Any]) -> tuple[int, int, int]:
     pid = _spawn_container(spec, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
+    if _FEED is not None and _FEED.tty:  # the terminal's output is the container's stdout
+        os.close(out_r)
+        out_r = _FEED.fd
     return pid, out_r, err_r
 
 
@@ -635,16 +730,24 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
     signal.signal(signal.SIGHUP, lambda _s, _f: None)
     pidfd = os.pidfd_open(pid)
     streams = {out_r: b"stdout", err_r: b"stderr"}
-    poller = select.poll()
-    for fd in (out_r, err_r, pidfd, wake_r):
-        poller.register(fd, select.POLLIN)
+    feed = _FEED
     result: tuple[int, int] | None = None
     deadline = float("inf")
     while streams and SYSTEM_CLOCK.monotonic() < deadline:
         timeout = None if result is None else max(deadline - SYSTEM_CLOCK.monotonic(), 0) * 1000
-        for fd, _ev in poller.poll(timeout):
+        poller = select.poll()
+        for fd in (*streams, wake_r, *((pidfd,) if result is None else ())):
+            poller.register(fd, select.POLLIN)
+        feeding = feed is not None and result is None and feed.fd >= 0
+        if feeding:
+            _register_feed(poller, feed)
+            if feed.tty and feed.pending:  # the master's POLLOUT is no news: retry the write
+                timeout = 10 if timeout is None else min(timeout, 10)
+        events = poller.poll(timeout)
+        if feeding:
+            _feed_events(feed, dict(events))
+        for fd, _ev in events:
             if fd == pidfd:
-                poller.unregister(pidfd)
                 _, status = os.waitpid(pid, 0)
                 result = (exit_code_of(status), time.time_ns())
                 with contextlib.suppress(OSError):
@@ -655,12 +758,19 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
                     os.read(wake_r, 512)
                 log.reopen()
             elif fd in streams:
-                data = os.read(fd, 65536)
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                except OSError:  # EIO: a terminal whose every slave is closed
+                    data = b""
                 if data:
                     log.feed(streams[fd], data)
                 else:
                     log.feed(streams.pop(fd), b"", final=True)
-                    poller.unregister(fd)
+                    if feed is not None and fd == feed.fd:  # no stdin past the terminal
+                        feed.fd = -1
+                    os.close(fd)
         if result is None and not streams:
             _, status = os.waitpid(pid, 0)
             result = (exit_code_of(status), time.time_ns())
@@ -668,6 +778,25 @@ def _pump(pid: int, out_r: int, err_r: int, log: _LogWriter) -> tuple[int, int]:
         _, status = os.waitpid(pid, 0)
         result = (exit_code_of(status), time.time_ns())
     return result
+
+
+def _register_feed(poller: Any, feed: Any) -> None:
+    if feed.listener is not None:
+        poller.register(feed.listener.fileno(), select.POLLIN)
+    if feed.client is not None and not feed.pending:
+        poller.register(feed.client.fileno(), select.POLLIN)
+    if feed.pending and not feed.tty:
+        poller.register(feed.fd, select.POLLOUT)
+
+
+def _feed_events(feed: Any, events: dict[int, int]) -> None:
+    """What the poll said of the attach socket, its client and the stdin pipe."""
+    if feed.listener is not None and feed.listener.fileno() in events:
+        feed.accept()
+    if feed.client is not None and feed.client.fileno() in events:
+        feed.read_client()
+    if feed.pending:
+        feed.flush()
 
 
 def warm_up() -> int:
@@ -733,6 +862,8 @@ def run_monitor(
         os.write(reply_fd, json.dumps({"ok": True, **started}).encode())
     os.close(reply_fd)
     code, finished = _pump(pid, out_r, err_r, _LogWriter(log_fd, spec.get("log_path", "")))
+    if _FEED is not None:
+        _FEED.close()
     # Output drained first (the log is complete when the exit is known), exit.json next (the
     # durable record), then the note: the runtime records exactly what is on disk.
     record = {"exit_code": code, "finished_at": finished,

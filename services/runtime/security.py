@@ -20,8 +20,10 @@ monitor.py ``apply_security``), or raises ``Fault`` (INVALID_ARGUMENT) with the 
   the container's private mount namespace; volumes and the host's other filesystems keep their
   flags), ``masked_paths`` / ``readonly_paths`` (as runc: /dev/null or a read-only tmpfs over a
   masked path, a read-only bind over a read-only one; none when privileged).
-- refused: a SELinux label, a seccomp or AppArmor profile other than unconfined (the embedded
-  runtime has no seccomp filter or LSM support), ambient capabilities, a user namespace.
+- seccomp: RuntimeDefault (containerd's default profile) and Localhost profiles, as a filter the
+  monitor loads right before exec (seccomp.py); refused when the monitors cannot load one.
+- refused: a SELinux label, an AppArmor profile other than unconfined (the embedded runtime
+  has no LSM support), ambient capabilities, a user namespace.
 
 A runtime not running as root cannot change users or capabilities: it runs the container as
 itself (no capabilities), refuses another user, group, added capabilities, privileged and a
@@ -39,6 +41,7 @@ from typing import Any
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.runtime.faults import invalid
+from podvisor.services.runtime.seccomp import SeccompSupport, container_filter
 
 # <linux/capability.h>, in bit order.
 CAP_NAMES = (
@@ -67,6 +70,8 @@ def names_of(mask: int) -> list[str]:
 
 
 DEFAULT_MASK = mask_of(DEFAULT_CAPS)
+NO_SECCOMP = SeccompSupport(False, "this runtime was not told that its monitors load seccomp "
+                                   "filters")
 
 
 @dataclass(frozen=True)
@@ -169,13 +174,6 @@ def _refuse_unenforceable(sc: pb.LinuxContainerSecurityContext, where: str) -> N
     if se.user or se.role or se.type or se.level:
         raise invalid(f"{where}: SELinux labels are not supported by the embedded runtime")
     unconfined = pb.SecurityProfile.Unconfined
-    if sc.HasField("seccomp") and sc.seccomp.profile_type != unconfined:
-        kind = pb.SecurityProfile.ProfileType.Name(sc.seccomp.profile_type)
-        raise invalid(f"{where}: seccomp profile {kind} is not supported by the embedded "
-                      "runtime (it has no seccomp filter; use Unconfined or containerd)")
-    if sc.seccomp_profile_path not in ("", "unconfined"):
-        raise invalid(f"{where}: seccomp profile {sc.seccomp_profile_path!r} is not supported "
-                      "by the embedded runtime")
     if sc.HasField("apparmor") and sc.apparmor.profile_type != unconfined:
         kind = pb.SecurityProfile.ProfileType.Name(sc.apparmor.profile_type)
         raise invalid(f"{where}: AppArmor profile {kind} is not supported by the embedded "
@@ -189,9 +187,11 @@ def _refuse_unenforceable(sc: pb.LinuxContainerSecurityContext, where: str) -> N
         raise invalid(f"{where}: user namespaces are not supported by the embedded runtime")
 
 
-def container_security(config: pb.ContainerConfig, host: HostSecurity) -> dict[str, Any]:
+def container_security(config: pb.ContainerConfig, host: HostSecurity,
+                       seccomp: SeccompSupport = NO_SECCOMP) -> dict[str, Any]:
     """The monitor's ``security`` spec for ``config``; raises ``Fault`` when it cannot be
-    enforced here."""
+    enforced here. ``seccomp``: whether the monitors can load a seccomp filter (seccomp.py);
+    the filter, when there is one, is the spec's ``seccomp``."""
     sc = config.linux.security_context
     where = f"container {config.metadata.name!r}"
     _refuse_unenforceable(sc, where)
@@ -226,6 +226,13 @@ def container_security(config: pb.ContainerConfig, host: HostSecurity) -> dict[s
     }
     if not host.root:
         _unprivileged(doc, host, sc, where)
+    filt = container_filter(sc, set(names_of(doc["caps"])), where, seccomp)
+    if filt is not None:
+        if not host.root and not doc["nnp"]:
+            raise invalid(f"{where}: a seccomp filter without no_new_privs needs CAP_SYS_ADMIN; "
+                          f"the embedded runtime runs as uid {host.euid}, not root (set "
+                          "allowPrivilegeEscalation: false, or run podvisor as root)")
+        doc["seccomp"] = filt
     return doc
 
 
@@ -244,11 +251,13 @@ def _unprivileged(doc: dict[str, Any], host: HostSecurity,
     doc.update(groups=[], caps=0, masked=[], readonly=[])
 
 
-def sandbox_security(config: pb.PodSandboxConfig) -> None:
+def sandbox_security(config: pb.PodSandboxConfig, own_network: bool = False) -> None:
     """Refuse what a sandbox asks that the embedded runtime cannot do: its pods share the node's
-    network and IPC namespaces, so a namespaced sysctl would change the node's; no SELinux, no
-    user namespaces. (Seccomp/AppArmor/privileged/ids of the sandbox apply to a pause process,
-    which the embedded runtime does not have.)"""
+    IPC namespace (and, unless ``own_network``: a CNI network namespace, its network), so a
+    namespaced sysctl would change the node's; a port mapped to another port or bound to one
+    address needs a network of the pod's own (CNI's portmap); no SELinux, no user namespaces.
+    (Seccomp/AppArmor/privileged/ids of the sandbox apply to a pause process, which the
+    embedded runtime does not have.)"""
     linux = config.linux
     if linux.sysctls:
         names = ", ".join(sorted(linux.sysctls))
@@ -258,6 +267,15 @@ def sandbox_security(config: pb.PodSandboxConfig) -> None:
     se = linux.security_context.selinux_options
     if se.user or se.role or se.type or se.level:
         raise invalid("SELinux labels are not supported by the embedded runtime")
+    for m in () if own_network else config.port_mappings:
+        if m.host_ip not in ("", "0.0.0.0", "::") or (m.host_port and
+                                                      m.host_port != m.container_port):
+            where = (f"port mapping {m.host_ip or '*'}:{m.host_port} -> {m.container_port}")
+            raise invalid(f"{where}: the embedded runtime maps no ports in networkPlugin: host: "
+                          "its pods use the node's network, so a container's port is the node's "
+                          "port on every address (hostPort must equal containerPort, without "
+                          "hostIP; use networkPlugin: cni or containerd for a port mapped or "
+                          "bound to one address)")
     if _own_userns(linux.security_context.namespace_options):
         raise invalid("user namespaces are not supported by the embedded runtime")
 

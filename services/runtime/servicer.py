@@ -242,21 +242,26 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
 
     @_guard
     def Attach(self, request: pb.AttachRequest, context: Any) -> pb.AttachResponse:
-        """The container's output from now on (its log); the embedded runtime's containers
-        have no stdin and no terminal to attach to."""
+        """The container's output from now on (its log) and, for a container created with
+        stdin (``kubectl run -it``), the client's input to its stdin or terminal through its
+        monitor's attach socket (monitor.c ``STDIO``, stream_attach.py)."""
         if self.streaming is None:
             raise Fault(grpc.StatusCode.UNIMPLEMENTED, "no streaming server")
         c = self.engine.container(request.container_id)
         if c.state is not ContainerState.RUNNING:
             raise precondition(f"container {c.id} is not running")
-        if request.stdin or request.tty:
-            raise precondition("attach: the embedded runtime's containers have no stdin and no "
-                               "terminal (their stdio is their log); attach with stdout/stderr "
-                               "only, or use exec")
+        if request.stdin and not c.config.stdin:
+            raise precondition("attach: the container was not created with stdin (stdin: "
+                               "true), so it has no stdin to attach to; attach with "
+                               "stdout/stderr only, or use exec")
+        if request.tty and not c.config.tty:
+            raise precondition("attach: the container has no terminal (tty: false)")
         engine, cid = self.engine, c.id
         url = self.streaming.attach_url(AttachRequest(
             cid, c.log_path, request.stdout, request.stderr,
-            running=lambda: _running(engine, cid)))
+            running=lambda: _running(engine, cid), stdin=request.stdin,
+            tty=bool(c.config.tty),
+            socket=engine.attach_path(cid) if request.stdin else ""))
         return pb.AttachResponse(url=url)
 
     @_guard

@@ -79,6 +79,7 @@ JOURNAL = "meta.jsonl"
 COMPACT_SLACK = 256 * 1024  # journal bytes beyond twice the live records before a compaction
 STARTED = ".started.json"
 EXITED = ".exit.json"
+SECCOMP = ".seccomp"  # the container's seccomp filter for exec'd commands (seccomp_exec.py)
 CONTAINER_FIELDS = ("sandbox_id", "config", "spec", "created_at", "log_path", "image_ref")
 
 
@@ -156,6 +157,9 @@ class Store:
         """What a monitor is handed: it writes ``<prefix>.started.json`` and
         ``<prefix>.exit.json``, and names the container by the prefix's last component."""
         return f"{self._containers}/{container_id}"
+
+    def seccomp_path(self, container_id: str) -> str:
+        return f"{self._containers}/{container_id}{SECCOMP}"
 
     def started_path(self, container_id: str) -> str:
         if container_id in self._legacy:
@@ -258,7 +262,8 @@ class Store:
             intent = self._lines.pop(f"t:{container_id}", None)
             if intent is not None:
                 self._live_bytes -= len(intent)
-        for path in (self.started_path(container_id), self.exit_path(container_id)):
+        for path in (self.started_path(container_id), self.exit_path(container_id),
+                     self.seccomp_path(container_id)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         if container_id in self._legacy:

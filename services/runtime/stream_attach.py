@@ -1,11 +1,16 @@
 """Attach (CRI ``Attach``) on the streaming server: the container's output as its CRI log file
-has it, from now until the container exits; the client's input stops it (``Follower``)."""
+has it, from now until the container exits; with stdin, the client's input goes to the
+container's stdin or terminal through its monitor's attach socket (monitor.c ``STDIO``: frames
+of a type byte, a 2-byte big-endian length and the payload: ``d`` data, ``c`` end of stdin,
+``r`` "COLS ROWS"). The client going away ends the attach (``Follower``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import struct
 from typing import Any
 
 from podvisor.services.runtime.stream_base import (
@@ -15,6 +20,7 @@ from podvisor.services.runtime.stream_base import (
     AttachRequest,
     Feed,
     Send,
+    failure_status,
 )
 
 __all__ = ["ATTACH_POLL", "Follower", "follow", "parse_cri_line"]
@@ -42,26 +48,44 @@ def parse_cri_line(line: bytes) -> tuple[int, bytes] | None:
 
 
 class Follower:
-    """An attach's input side: no stdin, no terminal; ``kill`` (the client went away) stops
-    following."""
+    """An attach's input side: the container's stdin through ``writer`` (its monitor's attach
+    socket; None: no stdin); ``kill`` (the client went away) stops following."""
 
-    def __init__(self) -> None:
+    def __init__(self, writer: asyncio.StreamWriter | None = None) -> None:
         self.stopped = asyncio.Event()
+        self.writer = writer
+
+    def _frame(self, kind: bytes, payload: bytes = b"") -> None:
+        if self.writer is None or self.writer.is_closing():
+            return
+        for i in range(0, max(len(payload), 1), 65535):
+            chunk = payload[i:i + 65535]
+            self.writer.write(kind + struct.pack(">H", len(chunk)) + chunk)
 
     async def write_stdin(self, data: bytes) -> None:
-        return None
+        self._frame(b"d", data)
+        if self.writer is not None:
+            with contextlib.suppress(ConnectionError):
+                await self.writer.drain()
 
     def close_stdin(self) -> None:
-        return None
+        self._frame(b"c")
 
     def resize(self, size: Any) -> None:
-        return None
+        """``{"Width": columns, "Height": rows}`` (remotecommand's TerminalSize)."""
+        if isinstance(size, dict):
+            with contextlib.suppress(TypeError, ValueError):
+                self._frame(b"r", b"%d %d" % (int(size.get("Width", 0)),
+                                              int(size.get("Height", 0))))
 
     def resize_json(self, data: bytes) -> None:
-        return None
+        with contextlib.suppress(ValueError):
+            self.resize(json.loads(data))
 
     def kill(self) -> None:
         self.stopped.set()
+        if self.writer is not None:
+            self.writer.close()
 
 
 async def follow(req: AttachRequest, send: Send, feed: Feed, log: Any) -> dict[str, Any]:
@@ -69,7 +93,14 @@ async def follow(req: AttachRequest, send: Send, feed: Feed, log: Any) -> dict[s
     channel, until the container is no longer running (then what is left is sent) or the
     client goes away. The file is read every ``ATTACH_POLL`` seconds (and reopened from
     its start when it was rotated)."""
-    follower = Follower()
+    writer = None
+    if req.stdin and req.socket:
+        try:
+            _reader, writer = await asyncio.open_unix_connection(req.socket)
+        except OSError as err:
+            return failure_status(f"attach: the container's stdin ({req.socket}): "
+                                  f"{err.strerror or err}")
+    follower = Follower(writer)
     feeder = asyncio.ensure_future(feed(follower))
     log.info("runtime.attach_started", container=req.container_id)
     path = req.log_path
@@ -106,5 +137,7 @@ async def follow(req: AttachRequest, send: Send, feed: Feed, log: Any) -> dict[s
         feeder.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await feeder
+        if writer is not None:
+            writer.close()
     log.info("runtime.attach_finished", container=req.container_id)
     return {"metadata": {}, "status": "Success"}

@@ -36,8 +36,8 @@ class ExecRequest:
 @dataclass(frozen=True)
 class AttachRequest:
     """Attach to a container's main process: its output as its CRI log file has it, from now
-    until the container exits (the embedded runtime's containers have no stdin and no
-    terminal: their stdio is the log pipe to their monitor)."""
+    until the container exits; with ``stdin``, the client's input to the container's stdin or
+    terminal through its monitor's attach ``socket`` (monitor.c ``STDIO``)."""
     container_id: str
     log_path: str
     stdout: bool
@@ -45,6 +45,7 @@ class AttachRequest:
     running: Callable[[], bool] = field(compare=False, repr=False, default=lambda: False)
     stdin: bool = False
     tty: bool = False
+    socket: str = ""
 
 
 Request = ExecRequest | PortForwardRequest | AttachRequest

@@ -313,7 +313,8 @@ class Spawner:
         NUL-separated fields of monitor.c (STATE NOTIFY CWD LOG_PATH ARGC ARGV... ENVC ENV...
         and, when the container has mounts or cgroups, MOUNTC then SRC DST RO PROPAGATION per
         mount, then with cgroups ``CGROUPS`` N FILE..., cgroups.py ``join_files``, then with
-        an oom_score_adj ``OOM`` VALUE, then with a pod network ``NETNS`` PATH)."""
+        an oom_score_adj ``OOM`` VALUE, then with a pod network ``NETNS`` PATH, ..., with a
+        seccomp filter ``SECCOMP``: monitor.c)."""
         if not self._native:
             return b'{"state": %s, "notify": %s, "spec": %s}' % (
                 json.dumps(state).encode(), json.dumps(self.notify).encode(), spec)
@@ -348,6 +349,14 @@ class Spawner:
                    for x in (name, src)]
             fields += ["ROOTFS", rootfs["merged"], rootfs["upper"], rootfs["work"],
                        str(len(rootfs["lower"])), *rootfs["lower"], str(len(etc)), *etc]
+        if sec and sec.get("seccomp"):
+            fields += seccomp_fields(sec["seccomp"])
+        if doc.get("hostname"):  # the pod's hostname, in a UTS namespace of its own
+            fields += ["HOSTNAME", doc["hostname"]]
+        if doc.get("stdio"):  # stdin, a terminal, the attach socket (monitor.c parse_stdio)
+            io = doc["stdio"]
+            fields += ["STDIO", *("1" if io[k] else "0" for k in ("stdin", "stdin_once", "tty")),
+                       io["attach"]]
         if any("\0" in f for f in fields):
             raise SpawnError("a NUL byte in the container's command, environment or paths")
         return b"\0".join(f.encode() for f in fields) + b"\0"
@@ -383,6 +392,17 @@ def security_fields(sec: dict[str, Any]) -> list[str]:
             flag[bool(sec["ro_root"])], flag[bool(sec["manage"])],
             str(len(sec["masked"])), *sec["masked"], str(len(sec["readonly"])),
             *sec["readonly"]]
+
+
+def seccomp_fields(filt: dict[str, Any]) -> list[str]:
+    """monitor.c's ``SECCOMP`` section (parse_seccomp) for a filter of seccomp.py."""
+    attrs = [str(x) for pair in filt["attrs"] for x in pair]
+    out = ["SECCOMP", str(filt["default"]), str(len(filt["arches"])), *filt["arches"],
+           str(len(attrs)), *attrs, str(len(filt["rules"]))]
+    for name, action, conditions in filt["rules"]:
+        out += [name, str(action), str(len(conditions))]
+        out += [str(x) for cond in conditions for x in cond]
+    return out
 
 
 def wait_readable(fd: int, timeout: float) -> bool:

@@ -28,26 +28,38 @@ class Rejection:
     message: str
 
 
+def _clash(a: tuple[str, int, str], b: tuple[str, int, str]) -> bool:
+    """The scheduler's HostPortInfo: one protocol and port, and one address or either on
+    every address (0.0.0.0)."""
+    return a[:2] == b[:2] and (a[2] == b[2] or "0.0.0.0" in (a[2], b[2]))
+
+
+def _name(key: tuple[str, int, str]) -> str:
+    return f"{key[1]}/{key[0]}" + ("" if key[2] == "0.0.0.0" else f" on {key[2]}")
+
+
 def _port_conflicts(pod: Pod, others: Iterable[Pod]) -> list[str]:
-    mine = set(host_ports(pod))
+    mine = host_ports(pod)
     if not mine:  # most pods: no need to look at the others (O(pods) per admission)
         return []
     hits = []
     for other in others:
         if other.uid == pod.uid:
             continue
-        for proto, port in sorted(mine & set(host_ports(other))):
-            hits.append(f"{port}/{proto} (used by {other.full_name})")
+        theirs = host_ports(other)
+        for key in sorted(set(mine)):
+            if any(_clash(key, t) for t in theirs):
+                hits.append(f"{_name(key)} (used by {other.full_name})")
     return hits
 
 
 def _duplicate_ports(pod: Pod) -> list[str]:
-    seen: set[tuple[str, int]] = set()
+    seen: list[tuple[str, int, str]] = []
     dups = []
     for key in host_ports(pod):
-        if key in seen:
-            dups.append(f"{key[1]}/{key[0]}")
-        seen.add(key)
+        if any(_clash(key, s) for s in seen):
+            dups.append(_name(key))
+        seen.append(key)
     return dups
 
 

@@ -10,6 +10,7 @@ downwardAPI under ``.../kubernetes.io~downward-api/<name>`` (always mounted read
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from cri_api.v1 import api_pb2 as pb
@@ -29,6 +30,7 @@ from podvisor.services.pod import (
     SELinuxOptions,
     SupplementalGroupsPolicy,
     effective_security_context,
+    expand,
     expand_command,
     masked_paths,
     no_new_privs,
@@ -78,14 +80,15 @@ def read_only_volumes(pod: Pod) -> set[str]:
             if isinstance(v.source, DownwardAPIVolume | ApiVolume)}
 
 
-def host_ports(pod: Pod) -> list[tuple[str, int]]:
-    """(protocol, host port) pairs the pod claims on the node."""
-    out: list[tuple[str, int]] = []
+def host_ports(pod: Pod) -> list[tuple[str, int, str]]:
+    """(protocol, host port, host IP) the pod claims on the node ("0.0.0.0": every address,
+    as the scheduler's HostPortInfo keys them)."""
+    out: list[tuple[str, int, str]] = []
     for c in pod.all_containers():
         for p in c.ports:
             port = p.host_port or (p.container_port if pod.spec.host_network else 0)
             if port:
-                out.append((str(p.protocol), port))
+                out.append((str(p.protocol), port, p.host_ip or "0.0.0.0"))
     return out
 
 
@@ -101,21 +104,26 @@ def namespace_options(pod: Pod) -> pb.NamespaceOption:
 
 
 def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path,
-                   cgroup_parent: str = "") -> pb.PodSandboxConfig:
-    """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's."""
+                   cgroup_parent: str = "", hostname: str | None = None,
+                   dns: pb.DNSConfig | None = None) -> pb.PodSandboxConfig:
+    """``cgroup_parent``: the pod's cgroup (``<cgroupRoot>/pod<uid>``), "" = the runtime's.
+    ``hostname``: the pod's (syncloop/dns.py ``kernel_hostname``; None: its name), none on the
+    host network; ``dns``: its resolver configuration (``pod_dns``; None: the runtime's)."""
     host_net = pod.spec.host_network
     psc = pod.spec.security_context
     ns = namespace_options(pod)
     mappings = [
         pb.PortMapping(protocol=_PROTOCOLS[p.protocol], container_port=p.container_port,
-                       host_port=p.host_port or (p.container_port if host_net else 0))
+                       host_port=p.host_port or (p.container_port if host_net else 0),
+                       host_ip=p.host_ip)
         for c in pod.all_containers() for p in c.ports
         if p.host_port or host_net
     ]
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace,
                                        attempt=attempt),
-        hostname="" if host_net else pod.name[:63],
+        hostname="" if host_net else (pod.name[:63] if hostname is None else hostname),
+        dns_config=dns,
         log_directory=str(L.pod_log_dir(pod_logs_dir, pod.name, pod.namespace, pod.uid)),
         port_mappings=mappings,
         labels={**pod.metadata.labels, **L.pod_labels(pod.name, pod.namespace, pod.uid)},
@@ -290,15 +298,61 @@ def hugepage_size_name(size: int) -> str:
     return f"{value:g}{units[unit]}"
 
 
-def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str]) -> list[pb.Mount]:
+_PROPAGATION = {"": pb.PROPAGATION_PRIVATE, "None": pb.PROPAGATION_PRIVATE,
+                "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
+                "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL}
+
+
+class SubPathError(ValueError):
+    """A ``subPathExpr`` that does not expand to a usable path (the kubelet's
+    CreateContainerConfigError)."""
+
+
+def expand_sub_path(expr: str, env: Mapping[str, str]) -> str:
+    """The kubelet's ``ExpandContainerVolumeMounts`` and makeMounts' checks: ``$(VAR)`` from
+    the container's environment, every variable named must have a non-empty value, and the
+    result must be a relative path without ``..``."""
+    missing: set[str] = set()
+
+    def lookup(name: str) -> str:
+        value = env.get(name, "")
+        if not value:
+            missing.add(name)
+        return value
+
+    sub = expand(expr, lookup)
+    if missing:
+        raise SubPathError(f"missing value for {', '.join(sorted(missing))}")
+    if sub.startswith("/"):
+        raise SubPathError(f"error SubPath `{sub}` must not be an absolute path")
+    if ".." in sub.split("/"):
+        raise SubPathError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+    return sub
+
+
+def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
+            env: Mapping[str, str]) -> list[pb.Mount]:
+    """``makeMounts``: subPath (or subPathExpr expanded from ``env``) under the volume, the
+    propagation as the kubelet's ``translateMountPropagation``."""
     out = []
     for m in c.volume_mounts:
         host = volumes[m.name]
-        if m.sub_path:
-            host = host / m.sub_path
+        sub = expand_sub_path(m.sub_path_expr, env) if m.sub_path_expr else m.sub_path
+        if sub:
+            host = host / sub
         out.append(pb.Mount(container_path=m.mount_path, host_path=str(host),
-                            readonly=m.read_only or m.name in read_only))
+                            readonly=m.read_only or m.name in read_only,
+                            propagation=_PROPAGATION[m.mount_propagation]))
     return out
+
+
+def stop_signal(name: str) -> pb.Signal.ValueType:
+    """``lifecycle.stopSignal`` as CRI's enum (SIGRTMIN+1 -> SIGRTMINPLUS1); unset: the
+    runtime's default (the image's, else SIGTERM)."""
+    if not name:
+        return pb.RUNTIME_DEFAULT
+    value: pb.Signal.ValueType = pb.Signal.Value(name.replace("+", "PLUS").replace("-", "MINUS"))
+    return value
 
 
 def container_config(pod: Pod, c: Container, restart_count: int,
@@ -321,7 +375,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
     if env is None:
         env = [(e.name, e.value) for e in c.env]
     command, args = expand_command(c, dict(env))
-    mounts = _mounts(c, volumes, read_only_volumes(pod))
+    mounts = _mounts(c, volumes, read_only_volumes(pod), dict(env))
     if termination_log is not None:
         mounts.append(pb.Mount(container_path=c.termination_message_path,
                                host_path=str(termination_log)))
@@ -342,6 +396,8 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                                             (c.termination_message_path,
                                              str(c.termination_message_policy))),
         log_path=L.container_log_path(c.name, restart_count),
+        stop_signal=stop_signal(c.lifecycle.stop_signal),
+        stdin=c.stdin, stdin_once=c.stdin_once, tty=c.tty,
         linux=pb.LinuxContainerConfig(
             resources=_resources(c, oom_score_adj),
             security_context=security),

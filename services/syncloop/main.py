@@ -55,6 +55,7 @@ from podvisor.services.prober import failed_probes, liveness_failed
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
+from podvisor.services.syncloop.dns import DnsSettings
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.metrics import WorkerMetrics
 from podvisor.services.syncloop.network import NetworkState
@@ -126,6 +127,8 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True) -> SyncDeps:
                         watch_timeout=cfg.api_watch_timeout, max_delay=cfg.api_retry_max_delay)
                     if cfg.kubeconfig else None,
                     started=started.inc, crash=crashpoints.from_env("syncloop"),
+                    dns=DnsSettings(tuple(cfg.cluster_dns), cfg.cluster_domain,
+                                    cfg.resolv_conf),
                     docker_config_paths=docker_config_paths(ctx.paths.root))
 
 

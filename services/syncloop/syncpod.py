@@ -16,6 +16,7 @@ pod that is not ``hostNetwork`` gets no new sandbox while the runtime's network 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from collections.abc import Callable, Collection, Mapping
@@ -41,6 +42,7 @@ from podvisor.services.pod import (
     qos_class,
 )
 from podvisor.services.syncloop import cri_config, volumes
+from podvisor.services.syncloop import dns as podns
 from podvisor.services.syncloop.actions import (
     PodActions,
     StartAction,
@@ -49,6 +51,7 @@ from podvisor.services.syncloop.actions import (
 )
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
+from podvisor.services.syncloop.dns import DnsSettings
 from podvisor.services.syncloop.hooks import run_hook
 from podvisor.services.syncloop.keyring import Credential, Keyring, pod_keyring, repository
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
@@ -119,6 +122,8 @@ class SyncDeps:
     pull_slots: threading.Semaphore | None = None
     # called once per container started (kubelet_started_containers_total)
     started: Callable[[], None] = lambda: None
+    # clusterDNS, clusterDomain, resolvConf: pods' resolv.conf, hostnames, /etc/hosts (dns.py)
+    dns: DnsSettings = field(default_factory=DnsSettings)
     # fault-injection tests' crash points ("syncloop:<step>", common/crashpoints.py):
     # sync.after_sandbox, sync.after_create, terminate.after_stop (terminate.py)
     crash: CrashPoints = NEVER
@@ -165,13 +170,67 @@ class _Run:
         self.qos = qos_class(pod)
         parent = deps.cgroups.parent(pod.uid, self.qos) if deps.cgroups is not None else ""
         self._pod_ips: tuple[str, ...] | None = None
-        self.sandbox_cfg = cri_config.sandbox_config(pod, actions.attempt, deps.pod_logs_dir,
-                                                     parent)
+        self._parent = parent
+        self._sandbox_cfg: pb.PodSandboxConfig | None = None
         self.retry_after = actions.retry_after
         self.effects: dict[str, Effect] = {}
         self.from_event = False  # the runtime state came from a stream event (for the log)
         self.runtime_down = False  # a call found the runtime unreachable (SyncResult)
         self._keyring: Keyring | None = None
+
+    @property
+    def sandbox_cfg(self) -> pb.PodSandboxConfig:
+        """The pod's sandbox config, made on first use (it reads the node's resolv.conf);
+        ValueError when the pod's hostname cannot be made (``kernel_hostname``)."""
+        if self._sandbox_cfg is None:
+            pod, deps = self.pod, self.deps
+            hostname = podns.kernel_hostname(pod, deps.dns.cluster_domain)
+            result = podns.pod_dns(pod, deps.dns, podns.read_resolv_conf(deps.dns.resolv_conf),
+                                   deps.node.host_ips)
+            for reason, message in result.warnings:
+                deps.log.warning("syncloop.pod.dns", pod=pod.full_name, pod_uid=pod.uid,
+                                 reason=reason, message=message)
+            conf = result.conf
+            self._sandbox_cfg = cri_config.sandbox_config(
+                pod, self.actions.attempt, deps.pod_logs_dir, self._parent, hostname,
+                pb.DNSConfig(servers=conf.servers, searches=conf.searches,
+                             options=conf.options))
+        return self._sandbox_cfg
+
+    def hosts_mount(self, c: Container) -> pb.Mount | None:
+        """The kubelet's /etc/hosts mount (``makeMounts``: ``<pod dir>/etc-hosts``, unless the
+        container mounts /etc/hosts itself). The file is written when the sandbox is made
+        (``write_hosts``: the pod's IPs are known then and stay), or here when it is missing.
+        One difference: a pod on the host network without hostAliases gets none, since the
+        file would be the node's own /etc/hosts, which its containers see anyway (so such a
+        pod needs no mount namespace on the embedded runtime)."""
+        if any(m.mount_path == "/etc/hosts" for m in c.volume_mounts) or not self.wants_hosts():
+            return None
+        path = self.hosts_path()
+        if not path.exists():
+            self.write_hosts()
+        return pb.Mount(container_path="/etc/hosts", host_path=str(path))
+
+    def wants_hosts(self) -> bool:
+        return not self.pod.spec.host_network or bool(self.pod.spec.dns.host_aliases)
+
+    def hosts_path(self) -> Path:
+        return self.deps.pods_dir / self.pod.uid / "etc-hosts"
+
+    def write_hosts(self) -> None:
+        """``ensureHostsFile`` (OSError when it cannot be written)."""
+        pod = self.pod
+        node_hosts = ""
+        if pod.spec.host_network:
+            with contextlib.suppress(OSError):
+                node_hosts = Path("/etc/hosts").read_text(errors="replace")
+        content = podns.hosts_file(pod, self.pod_ips(), self.deps.dns.cluster_domain, node_hosts)
+        path = self.hosts_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(".etc-hosts.tmp")
+        tmp.write_text(content)
+        tmp.chmod(0o644)
+        tmp.replace(path)
 
     def pod_ips(self) -> tuple[str, ...]:
         """The sandbox's IPs (PodSandboxStatus ``network``), read once per sync and only when
@@ -219,9 +278,17 @@ class _Run:
                 self.deps.log.warning("syncloop.pod.cgroup.failed", pod=self.pod.full_name,
                                       pod_uid=self.pod.uid, message=message)
                 return False
-        log_dir = Path(self.sandbox_cfg.log_directory)
+        try:
+            sandbox_cfg = self.sandbox_cfg
+        except ValueError as err:  # the kubelet: "Failed to generate sandbox config"
+            message = f"Failed to create pod sandbox: {err}"
+            self.errors.append(message)
+            self.deps.log.warning("syncloop.sandbox.config_failed", pod=self.pod.full_name,
+                                  pod_uid=self.pod.uid, message=message)
+            return False
+        log_dir = Path(sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.sandbox_id = self.deps.cri.run_pod_sandbox(self.sandbox_cfg)
+        self.sandbox_id = self.deps.cri.run_pod_sandbox(sandbox_cfg)
         self.deps.crash.hit("sync.after_sandbox")
         try:
             ips = list(self.pod_ips())
@@ -230,6 +297,9 @@ class _Run:
         self.deps.log.info("syncloop.sandbox.created", pod=self.pod.full_name,
                            pod_uid=self.pod.uid, sandbox_id=self.sandbox_id,
                            attempt=self.actions.attempt, pod_ips=ips)
+        if self.wants_hosts():  # a new sandbox: new IPs (a failure: written at the start)
+            with contextlib.suppress(OSError, CriError):
+                self.write_hosts()
         return True
 
     def ensure_image(self, c: Container) -> bool:
@@ -359,11 +429,25 @@ class _Run:
             config = cri_config.container_config(self.pod, spec, action.restart_count, volumes,
                                                  deps.pods_dir.parent / "seccomp", env, oom,
                                                  self.termination_log(spec), target)
+            hosts = self.hosts_mount(spec)
+            if hosts is not None:
+                config.mounts.append(hosts)
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
             return False
+        except cri_config.SubPathError as err:  # the kubelet's makeMounts: a config error
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, str(err))
+            return False
         except ValueError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"environment: {err}")
+            return False
+        except OSError as err:  # the kubelet's makeMounts: a config error
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, f"/etc/hosts: {err}")
+            return False
+        try:
+            sandbox_cfg = self.sandbox_cfg
+        except ValueError as err:
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, str(err))
             return False
         if action.previous_finished_at > 0:
             deps.backoff.record_restart((self.pod.uid, spec.name), action.previous_finished_at,
@@ -371,7 +455,7 @@ class _Run:
         if action.replaces and not self.remove_lost(action, spec):
             return False
         try:
-            cid = deps.cri.create_container(self.sandbox_id, config, self.sandbox_cfg)
+            cid = deps.cri.create_container(self.sandbox_id, config, sandbox_cfg)
         except CriError as err:
             if err.name_reserved:
                 self.retry_soon()

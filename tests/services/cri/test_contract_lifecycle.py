@@ -141,3 +141,26 @@ def test_restart_as_new_attempt(cri_runtime: Any) -> None:
     second = cri_runtime.start(sandbox, "app", ["true"], attempt=1)
     assert second != first
     assert cri_runtime.wait_exited(second).metadata.attempt == 1
+
+
+@pytest.mark.parametrize(("signal_name", "number", "code"), [
+    ("SIGUSR1", "USR1", 41), ("SIGRTMINPLUS1", "35", 42), ("SIGRTMAXMINUS2", "62", 43)])
+def test_stop_sends_the_configs_stop_signal(cri_runtime: Any, poll: Any, signal_name: str,
+                                            number: str, code: int) -> None:
+    """CRI's ``stop_signal`` (``lifecycle.stopSignal``) is what StopContainer sends, reported
+    back in ContainerStatus; real-time signals count from SIGRTMIN / SIGRTMAX. containerd 1.6
+    predates the field (it sends the image's stop signal, else SIGTERM)."""
+    runs_processes(cri_runtime, "signal traps")
+    if cri_runtime.name == "containerd":
+        pytest.skip("containerd 1.6 ignores CRI's stop_signal (added to CRI in 1.33)")
+    cmd = ["sh", "-c", f"trap 'exit {code}' {number}; trap '' TERM; echo ready; "
+                       "while true; do sleep 0.1; done"]
+    sandbox = cri_runtime.run(f"stopsig{code}")
+    config = cri_runtime.container_config("stopsig", cmd)
+    config.stop_signal = pb.Signal.Value(signal_name)
+    cid = cri_runtime.client.create_container(sandbox[0], config, sandbox[1])
+    cri_runtime.client.start_container(cid)
+    _wait_ready(cri_runtime, cid, poll)
+    cri_runtime.client.stop_container(cid, 30)
+    status = cri_runtime.client.container_status(cid)
+    assert (status.exit_code, status.stop_signal) == (code, pb.Signal.Value(signal_name))

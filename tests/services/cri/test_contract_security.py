@@ -198,10 +198,6 @@ def test_embedded_refuses_what_it_cannot_enforce(cri_runtime: RuntimeUnderTest) 
     only_embedded(cri_runtime, "containerd enforces these")
     rt = cri_runtime
 
-    def seccomp(sc: pb.LinuxContainerSecurityContext) -> None:
-        sc.seccomp.profile_type = pb.SecurityProfile.RuntimeDefault
-    assert "seccomp profile RuntimeDefault is not supported" in _refused(rt, seccomp)
-
     def apparmor(sc: pb.LinuxContainerSecurityContext) -> None:
         sc.apparmor.profile_type = pb.SecurityProfile.Localhost
         sc.apparmor.localhost_ref = "k8s-deny-write"
@@ -231,3 +227,22 @@ def test_embedded_refuses_sysctls(cri_runtime: RuntimeUnderTest) -> None:
     assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "sysctls (kernel.shm_rmid_forced) are not supported by the embedded runtime" in (
         info.value.message)
+
+
+def test_embedded_refuses_port_mappings_it_cannot_make(cri_runtime: RuntimeUnderTest) -> None:
+    """In networkPlugin: host (the default) the embedded runtime's pods use the node's network:
+    a port is the node's port on every address, so a hostPort other than the containerPort, or
+    a hostIP, is refused with the reason (containerd and networkPlugin: cni map them with CNI
+    portmap: test_embedded_network test_host_ip_binds_the_host_port_to_that_address)."""
+    only_embedded(cri_runtime, "containerd maps ports (CNI portmap)")
+    for mapping in (pb.PortMapping(container_port=80, host_port=8080),
+                    pb.PortMapping(container_port=80, host_port=80, host_ip="127.0.0.1")):
+        config = cri_runtime.sandbox_config(f"ports-{uuid.uuid4().hex[:6]}")
+        config.port_mappings.append(mapping)
+        with pytest.raises(CriError) as info:
+            cri_runtime.client.run_pod_sandbox(config)
+        assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "the embedded runtime maps no ports" in info.value.message
+    same = cri_runtime.sandbox_config("ports-same")
+    same.port_mappings.append(pb.PortMapping(container_port=80, host_port=80))
+    cri_runtime.client.run_pod_sandbox(same)

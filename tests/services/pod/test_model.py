@@ -359,16 +359,19 @@ WARNED = [
     ("windowsOptions", lambda d: d["spec"]["containers"][0].update(
         securityContext={"windowsOptions": {"runAsUserName": "x"}}),
      "spec.containers[0].securityContext.windowsOptions"),
-    ("dnsConfig", lambda d: d["spec"].update(dnsConfig={"nameservers": ["1.1.1.1"]}),
-     "spec.dnsConfig"),
     ("unknown spec field", lambda d: d["spec"].update(frobnicate=1), "spec.frobnicate"),
     ("unknown container field", lambda d: d["spec"]["containers"][0].update(colour="red"),
      "spec.containers[0].colour"),
     ("creationTimestamp", lambda d: d["metadata"].update(creationTimestamp="2024-01-01T00:00Z"),
      "metadata.creationTimestamp"),
     ("affinity", lambda d: d["spec"].update(affinity={"nodeAffinity": {}}), "spec.affinity"),
+<<<<<<< HEAD
     ("hostIP", lambda d: d["spec"]["containers"][0].update(
         ports=[{"containerPort": 1, "hostIP": "1.2.3.4"}]), "ports[0].hostIP"),
+=======
+    ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(
+        resources={"limits": {"ephemeral-storage": "1Gi"}}), "limits.ephemeral-storage"),
+>>>>>>> main
     ("unknown top-level", lambda d: d.update(extra=1), "extra"),
 ]
 
@@ -476,3 +479,166 @@ def test_several_unnamed_ports_are_allowed_and_named_ones_must_differ() -> None:
     with pytest.raises(PodValidationError, match="duplicate port name 'web'"):
         pod_from_dict(pod([{"containerPort": 80, "name": "web"},
                            {"containerPort": 81, "name": "web"}]), "p.yaml")
+
+
+def test_stop_signal() -> None:
+    """``lifecycle.stopSignal``: the API's signal names, kept in the wire form, sent as CRI's
+    ``stop_signal`` (SIGRTMIN+1 -> SIGRTMINPLUS1); an unknown name is refused."""
+    from cri_api.v1 import api_pb2 as pb
+
+    from podvisor.services.syncloop import cri_config
+
+    doc = manifest(containers=[{"name": "c", "image": "host",
+                                "lifecycle": {"stopSignal": "SIGRTMIN+1"}}])
+    pod = pod_from_dict(doc).pod
+    c = pod.spec.containers[0]
+    assert c.lifecycle.stop_signal == "SIGRTMIN+1"
+    assert pod.to_dict()["spec"]["containers"][0]["lifecycle"] == {"stopSignal": "SIGRTMIN+1"}
+    config = cri_config.container_config(pod, c, 0, {})
+    assert config.stop_signal == pb.SIGRTMINPLUS1
+    plain = pod_from_dict(manifest()).pod
+    assert cri_config.container_config(plain, plain.spec.containers[0], 0, {}).stop_signal \
+        == pb.RUNTIME_DEFAULT
+    bad = manifest(containers=[{"name": "c", "image": "host",
+                                "lifecycle": {"stopSignal": "SIGFLY"}}])
+    assert any("stopSignal: Unsupported value: 'SIGFLY'" in e for e in errors_of(bad))
+
+
+def test_pre_stop_tcp_socket_is_warned_not_refused() -> None:
+    """``preStop.tcpSocket`` passes the API server's validation and the kubelet runs the pod
+    (its hook fails at stop, FailedPreStopHook, and the kill goes on): the pod runs without a
+    hook, with a warning, and keeps its stopSignal; refused before (issue 24's policy rule)."""
+    doc = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "preStop": {"tcpSocket": {"port": 80}}, "stopSignal": "SIGINT"}}])
+    parsed = pod_from_dict(doc)
+    lifecycle = parsed.pod.spec.containers[0].lifecycle
+    assert lifecycle.pre_stop is None and lifecycle.stop_signal == "SIGINT"
+    assert any("tcpSocket is not a valid lifecycle handler" in w.reason for w in parsed.warnings)
+    both = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "preStop": {"tcpSocket": {"port": 80}, "exec": {"command": ["x"]}}}}])
+    assert any("must specify only one handler" in e for e in errors_of(both))
+    # postStart: the kubelet's hook would fail and kill the container at every start
+    start = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "postStart": {"tcpSocket": {"port": 80}}}}])
+    assert any("postStart.tcpSocket" in e and "FailedPostStartHook" in e
+               for e in errors_of(start)), errors_of(start)
+
+
+def test_a_pod_for_another_os_is_refused() -> None:
+    """``spec.os.name``: linux runs (the field warned, as before); windows is refused as the
+    kubelet's admission refuses it (PodOSNotSupported); another name fails the API server's
+    validation."""
+    assert any(w.field == "spec.os"
+               for w in pod_from_dict(manifest(os={"name": "linux"})).warnings)
+    for name, expect in (("windows", "PodOSNotSupported"), ("plan9", "Unsupported value")):
+        found = errors_of(manifest(os={"name": name}))
+        assert any(expect in e for e in found), found
+
+
+def test_pod_dns_fields() -> None:
+    """hostname, subdomain, setHostnameAsFQDN, hostAliases and dnsConfig: validated as the API
+    server, kept in the wire form (the sync loop applies them: syncloop/dns.py)."""
+    dns = {"hostname": "web-0", "subdomain": "web", "setHostnameAsFQDN": True,
+           "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar"]}],
+           "dnsPolicy": "None",
+           "dnsConfig": {"nameservers": ["10.96.0.10"], "searches": ["ns1.svc.example."],
+                         "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}}
+    parsed = pod_from_dict(manifest(**dns))
+    assert parsed.warnings == ()
+    spec = parsed.pod.to_dict()["spec"]
+    assert {k: spec[k] for k in dns} == dns
+    again = pod_from_dict(parsed.pod.to_dict()).pod
+    assert again == parsed.pod and again.spec.dns.config is not None
+    assert again.spec.dns.config.options[1].value is None
+    errors = errors_of(manifest(hostname="Web_0", dnsPolicy="None",
+                                hostAliases=[{"ip": "nope", "hostnames": ["x"]}]))
+    assert any(e.startswith("spec.hostname:") for e in errors), errors
+    assert any("spec.hostAliases[0].ip: Invalid value: 'nope'" in e for e in errors), errors
+    assert any("spec.dnsConfig: Required value" in e for e in errors), errors
+    errors = errors_of(manifest(dnsConfig={"nameservers": ["1.1.1.1", "1.0.0.1", "8.8.8.8",
+                                                           "9.9.9.9"]}))
+    assert any("must not have more than 3 nameservers" in e for e in errors), errors
+
+
+def test_sub_path_expr_and_mount_propagation() -> None:
+    """subPathExpr (expanded from the container's environment when it starts) and
+    mountPropagation: validated as the API server, kept in the wire form, sent as the kubelet
+    sends them (CRI propagation; the expanded path under the volume)."""
+    from cri_api.v1 import api_pb2 as pb
+
+    from podvisor.services.syncloop import cri_config
+
+    mounts = [{"name": "v", "mountPath": "/a", "subPathExpr": "logs/$(POD)"},
+              {"name": "v", "mountPath": "/b", "mountPropagation": "HostToContainer"},
+              {"name": "v", "mountPath": "/c", "mountPropagation": "Bidirectional"}]
+    doc = manifest(volumes=[{"name": "v", "emptyDir": {}}],
+                   containers=[{"name": "c", "image": "host", "volumeMounts": mounts,
+                                "securityContext": {"privileged": True}}])
+    pod = pod_from_dict(doc).pod
+    assert pod.to_dict()["spec"]["containers"][0]["volumeMounts"] == mounts
+    assert pod_from_dict(pod.to_dict()).pod == pod
+    c = pod.spec.containers[0]
+    config = cri_config.container_config(pod, c, 0, {"v": cri_config.Path("/vol")},
+                                         env=[("POD", "web-0")])
+    assert [(m.host_path, m.propagation) for m in config.mounts] == [
+        ("/vol/logs/web-0", pb.PROPAGATION_PRIVATE),
+        ("/vol", pb.PROPAGATION_HOST_TO_CONTAINER), ("/vol", pb.PROPAGATION_BIDIRECTIONAL)]
+    with pytest.raises(cri_config.SubPathError, match="missing value for POD"):
+        cri_config.container_config(pod, c, 0, {"v": cri_config.Path("/vol")}, env=[])
+    with pytest.raises(cri_config.SubPathError, match=r"must not contain '\.\.'"):
+        cri_config.expand_sub_path("$(X)/a", {"X": ".."})
+    unprivileged = manifest(volumes=[{"name": "v", "emptyDir": {}}],
+                            containers=[{"name": "c", "image": "host", "volumeMounts": [
+                                {"name": "v", "mountPath": "/c",
+                                 "mountPropagation": "Bidirectional"},
+                                {"name": "v", "mountPath": "/d", "subPath": "x",
+                                 "subPathExpr": "y"}]}])
+    errors = errors_of(unprivileged)
+    assert any("Bidirectional mount propagation is available only to privileged containers"
+               in e for e in errors), errors
+    assert any("subPathExpr and subPath are mutually exclusive" in e for e in errors), errors
+
+
+def test_host_ip() -> None:
+    """``ports[].hostIP``: a valid address, kept, sent as the CRI port mapping's host_ip; two
+    pods may take one host port on two addresses, not on one (or on every address)."""
+    from podvisor.services.syncloop import cri_config
+    from podvisor.services.syncloop.admission import _duplicate_ports, _port_conflicts
+
+    def mapped(name: str, *ports: dict[str, Any]) -> Any:
+        doc = manifest(containers=[{"name": "c", "image": "host", "ports": list(ports)}])
+        doc["metadata"].update(name=name, uid=f"uid-{name}")
+        return pod_from_dict(doc).pod
+
+    a = mapped("a", {"containerPort": 80, "hostPort": 8080, "hostIP": "127.0.0.1"})
+    assert a.to_dict()["spec"]["containers"][0]["ports"][0]["hostIP"] == "127.0.0.1"
+    assert pod_from_dict(a.to_dict()).pod == a
+    config = cri_config.sandbox_config(a, 0, cri_config.Path("/logs"))
+    assert (config.port_mappings[0].host_ip, config.port_mappings[0].host_port) == (
+        "127.0.0.1", 8080)
+    b = mapped("b", {"containerPort": 80, "hostPort": 8080, "hostIP": "127.0.0.2"})
+    every = mapped("e", {"containerPort": 80, "hostPort": 8080})
+    assert _port_conflicts(b, [a]) == []
+    assert _port_conflicts(every, [a]) == [f"8080/TCP (used by {a.full_name})"]
+    assert _duplicate_ports(mapped("d", {"containerPort": 80, "hostPort": 8080},
+                                   {"containerPort": 81, "hostPort": 8080,
+                                    "hostIP": "127.0.0.1"})) == ["8080/TCP on 127.0.0.1"]
+    bad = manifest(containers=[{"name": "c", "image": "host", "ports": [
+        {"containerPort": 80, "hostIP": "localhost"}]}])
+    assert any("hostIP: Invalid value: 'localhost'" in e for e in errors_of(bad))
+
+
+def test_stdin_stdin_once_and_tty() -> None:
+    from podvisor.services.syncloop import cri_config
+
+    doc = manifest(containers=[{"name": "c", "image": "host", "stdin": True,
+                                "stdinOnce": True, "tty": True}])
+    parsed = pod_from_dict(doc)
+    assert parsed.warnings == ()
+    c = parsed.pod.spec.containers[0]
+    assert (c.stdin, c.stdin_once, c.tty) == (True, True, True)
+    assert pod_from_dict(parsed.pod.to_dict()).pod == parsed.pod
+    config = cri_config.container_config(parsed.pod, c, 0, {})
+    assert (config.stdin, config.stdin_once, config.tty) == (True, True, True)
+    plain = pod_from_dict(manifest()).pod
+    assert "stdin" not in plain.to_dict()["spec"]["containers"][0]

@@ -53,7 +53,7 @@ def errors(doc: dict[str, Any]) -> list[str]:
 def test_round_trip_and_merge() -> None:
     doc = pod({"runAsUser": 1000, "runAsGroup": 3000, "runAsNonRoot": True, "fsGroup": 2000,
                "supplementalGroups": [5, 6], "fsGroupChangePolicy": "OnRootMismatch",
-               "seccompProfile": {"type": "RuntimeDefault"},
+               "seLinuxChangePolicy": "MountOption", "seccompProfile": {"type": "RuntimeDefault"},
                "sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]},
               {"runAsUser": 1001, "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
                "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -86,7 +86,7 @@ def test_round_trip_and_merge() -> None:
     ({"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}, None, True,
      "forbidden sysctl: 'net.ipv4.tcp_syncookies' not allowed with host net enabled"),
     ({"sysctls": [{"name": "Bad Name", "value": "1"}]}, None, False, "not a valid sysctl name"),
-    ({"seLinuxChangePolicy": "Recursive"}, None, False, "SELinux volume relabelling"),
+    ({"seLinuxChangePolicy": "Relabel"}, None, False, "unsupported value 'Relabel'"),
 ])
 def test_api_validation(spec_sc: Any, sc: Any, host_net: bool, expect: str) -> None:
     found = errors(pod(spec_sc, sc, host_net))

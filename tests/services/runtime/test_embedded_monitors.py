@@ -22,11 +22,18 @@ from tests.conftest import process_gone
 from tests.services.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.services.cri.test_contract_io import parse_log
 from tests.services.cri.test_contract_mounts import check_bind_mounts
+from tests.services.cri.test_contract_seccomp import (
+    check_exec_is_filtered,
+    check_localhost,
+    check_runtime_default,
+    write_profile,
+)
 from tests.services.cri.test_contract_security import (
     check_identity,
     check_masked_paths,
     check_read_only_root,
 )
+from tests.services.runtime.test_attach import check_interactive
 
 
 @pytest.fixture(params=["c", "python"])
@@ -121,6 +128,68 @@ def test_security_context(monitored: RuntimeUnderTest) -> None:
     check_read_only_root(monitored)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a filter without no_new_privs needs root")
+def test_seccomp(monitored: RuntimeUnderTest) -> None:
+    """The default profile and a Localhost one, loaded by the monitor in the container's child
+    (after no_new_privs, or before the ids change without it): a denied syscall fails EPERM."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    check_runtime_default(monitored)
+    check_localhost(monitored)
+    check_exec_is_filtered(monitored)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a filter without no_new_privs needs root")
+def test_a_profile_that_denies_the_setup_fails_the_start(monitored: RuntimeUnderTest) -> None:
+    """Without no_new_privs the filter is loaded before the ids change (runc's order), so a
+    profile denying setresuid fails the start at that step, as with runc."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    path = write_profile(monitored.tmp, {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["setresuid"], "action": "SCMP_ACT_ERRNO"}]})
+    sid, sconfig = monitored.run("denysetuid")
+    config = monitored.container_config("c", ["true"])
+    config.linux.security_context.seccomp.profile_type = pb.SecurityProfile.Localhost
+    config.linux.security_context.seccomp.localhost_ref = path
+    config.linux.security_context.run_as_user.value = 65534
+    cid = monitored.client.create_container(sid, config, sconfig)
+    with pytest.raises(CriError) as err:
+        monitored.client.start_container(cid)
+    assert "security context: setuid: Operation not permitted (errno 1 EPERM)" \
+        in err.value.message
+
+
+def test_stdin_and_a_terminal(monitored: RuntimeUnderTest) -> None:
+    """``kubectl run -it``: stdin (stdin_once) and a terminal through the monitor's attach
+    socket (monitor.c STDIO, monitor_stdio.py)."""
+    monitored.tmp.mkdir(parents=True, exist_ok=True)
+    check_interactive(monitored, poll)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a UTS namespace needs root")
+def test_the_pods_hostname_and_resolv_conf(monitored: RuntimeUnderTest) -> None:
+    """A sandbox with a network of its own asks for a hostname: the container gets it in a UTS
+    namespace of its own (and ExecSync joins it); a DNS config other than the node's is bound
+    over the host image's /etc/resolv.conf; the host's own hostname is untouched."""
+    import socket
+
+    sconfig = monitored.sandbox_config("named")
+    sconfig.hostname = "pv-named-host"
+    sconfig.linux.security_context.namespace_options.network = pb.POD
+    sconfig.dns_config.servers.append("192.0.2.53")
+    sconfig.dns_config.searches.append("pv.example")
+    sid = monitored.client.run_pod_sandbox(sconfig)
+    config = monitored.container_config("c", ["sh", "-c", "hostname; cat /etc/resolv.conf; "
+                                                          "exec sleep 1000"])
+    cid = monitored.client.create_container(sid, config, sconfig)
+    monitored.client.start_container(cid)
+    path = monitored.client.container_status(cid).log_path
+    poll(lambda: len(parse_log(path)) >= 3, message="the container's report")
+    lines = [text for _s, _t, text in parse_log(path)]
+    assert lines == ["pv-named-host", "nameserver 192.0.2.53", "search pv.example"], lines
+    result = monitored.client.exec_sync(cid, ["hostname"], 10)
+    assert result.stdout.decode().strip() == "pv-named-host"
+    assert socket.gethostname() != "pv-named-host"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 def test_mount_errors_are_reported(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
@@ -171,7 +240,8 @@ def test_no_compiler_means_the_python_monitor(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     got = monitor_binary(tmp_path / "cache")
-    assert got == MonitorBinary(None, got.why) and "no-such-cc" in got.why
+    assert got == MonitorBinary(None, got.why, seccomp_why=got.seccomp_why)
+    assert "no-such-cc" in got.why
     monkeypatch.setenv("PODVISOR_MONITOR", "python")
     assert monitor_binary().path is None
 

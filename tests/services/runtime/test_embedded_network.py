@@ -133,12 +133,13 @@ def net_runtime(env: dict[str, str] | None = None) -> Iterator[NetRuntime]:
 
 
 def sandbox_config(rt: NetRuntime, name: str, *, host_network: bool = False,
-                   host_port: int = 0, port: int = 8080) -> pb.PodSandboxConfig:
+                   host_port: int = 0, port: int = 8080,
+                   host_ip: str = "") -> pb.PodSandboxConfig:
     logs = rt.base / "logs" / name
     logs.mkdir(parents=True, exist_ok=True)
     ns = pb.NamespaceOption(network=pb.NODE if host_network else pb.POD, pid=pb.CONTAINER)
-    ports = [pb.PortMapping(protocol=pb.TCP, container_port=port, host_port=host_port)] \
-        if host_port else []
+    ports = [pb.PortMapping(protocol=pb.TCP, container_port=port, host_port=host_port,
+                            host_ip=host_ip)] if host_port else []
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=name, namespace="net", uid=f"uid-{name}",
                                        attempt=0),
@@ -148,10 +149,11 @@ def sandbox_config(rt: NetRuntime, name: str, *, host_network: bool = False,
 
 
 def serve(rt: NetRuntime, name: str, *, bind: str = "0.0.0.0", port: int = 8080,
-          host_network: bool = False, host_port: int = 0) -> tuple[str, str]:
+          host_network: bool = False, host_port: int = 0,
+          host_ip: str = "") -> tuple[str, str]:
     """A sandbox with SERVER in it, listening; (sandbox ID, container ID)."""
     sconfig = sandbox_config(rt, name, host_network=host_network, host_port=host_port,
-                             port=port)
+                             port=port, host_ip=host_ip)
     sid = rt.client.run_pod_sandbox(sconfig)
     config = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name="srv"), image=pb.ImageSpec(image="host"),
@@ -220,6 +222,19 @@ def test_host_port_and_port_forward_reach_the_pod() -> None:
         rt.client.stop_pod_sandbox(sid)
         rt.client.remove_pod_sandbox(sid)
         assert len(rt.leftovers()["leases"]) == 2  # the other two pods'
+
+
+def test_host_ip_binds_the_host_port_to_that_address() -> None:
+    """ports[].hostIP (issue 24): in networkPlugin: cni the host port is DNATed on that address
+    only (portmap's rule matches -d hostIP), as containerd does; the host-network mode refuses
+    it (test_contract_security test_embedded_refuses_port_mappings_it_cannot_make)."""
+    with net_runtime() as rt:
+        sid, _ = serve(rt, "bound", host_port=18082, host_ip="127.0.0.1")
+        assert ask("127.0.0.1", 18082) == f"bound {ip_of(rt, sid)}"
+        dnat = [r for r in nat_rules_naming("--dport 18082") if "-j DNAT" in r]
+        assert dnat and all("-d 127.0.0.1/32" in r for r in dnat), dnat
+        rt.client.stop_pod_sandbox(sid)
+        assert nat_rules_naming("--dport 18082") == []
 
 
 def test_network_not_ready_without_plugins() -> None:

@@ -113,11 +113,15 @@ def test_updates_wait_for_a_request_or_the_batch_on_the_injected_clock(
         # a pump and drain at the clock's final time: the window below starts there. A turn
         # pumps only when traffic came, so send some and turn until the view has it; should
         # other traffic (an owner's heartbeat) open a window first, move the clock past it.
-        owners.maps["statuses"].set("_", status_value({"phase": "Pending"}))
+        # (The value must differ from the one set above, status_value({}), which reads as
+        # phase Pending: an equal one is not published, and the wait below would end at once,
+        # in a window that may have closed already.)
+        mark = status_value({"phase": "Running"})
+        assert owners.maps["statuses"].set("_", mark)  # changed: published
 
         def drained() -> View | None:
             view = web.view
-            return view if view.statuses.get("_") == status_value({"phase": "Pending"}) else None
+            return view if view.statuses.get("_") == mark else None
 
         first = wait_for(drained, pump=lambda: (
             server.turn(), clock.advance(BATCH) if loop.holding and not drained() else None),

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,27 @@ def test_group_scan_matches_psutil_and_finds_new_groups(
                           if c.status() != psutil.STATUS_ZOMBIE]) == 1, 10.0, 0.02)
     assert scanner.usage({a, b}, now=2.0)[a][1] < first[a][1]  # a whole sleep's pages went
     assert scanner.usage({b}, now=3.0).keys() == {b}
+
+
+def test_group_scan_counts_a_process_that_has_just_execd(
+        groups: list[subprocess.Popen[bytes]]) -> None:
+    """A process stopped at its exec (traced: it stops before its first instruction) holds
+    only the pages exec gave it, all still per-CPU deltas that ``stat``'s rss leaves out (0
+    there since Linux 6.2): the scan reads it exact, from ``statm``. (Unstopped, such a
+    process is read at any moment right after its exec, as a container just started.)"""
+    p = subprocess.Popen([sys.executable, "-c", "import ctypes, os; "
+                          "ctypes.CDLL(None).ptrace(0, 0, None, None); "  # PTRACE_TRACEME
+                          "os.execvp('sleep', ['sleep', '600'])"], start_new_session=True)
+    groups.append(p)
+    _pid, status = os.waitpid(p.pid, 0)  # its tracer (this process) hears the exec's stop
+    assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTRAP
+    with open(f"/proc/{p.pid}/statm") as f:
+        exact = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    scanner = GroupScanner(full_every=3600.0)
+    try:
+        assert exact > 0 and scanner.usage({p.pid}, now=0.0)[p.pid][1] == exact
+    finally:
+        scanner.close()
 
 
 def _controlled(started: list[subprocess.Popen[bytes]], script: str

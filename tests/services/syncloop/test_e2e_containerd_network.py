@@ -126,11 +126,12 @@ def manifests() -> Iterator[Path]:
 
 
 def pod(name: str, *, host_network: bool = False, host_port: int = 0,
-        probe: bool = False) -> dict[str, Any]:
+        probe: bool = False, host_ip: str = "") -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "web", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", HTTPD if not host_network else "exec sleep 3600"],
-        "ports": [{"containerPort": 8080, **({"hostPort": host_port} if host_port else {})}]}
+        "ports": [{"containerPort": 8080, **({"hostPort": host_port} if host_port else {}),
+                   **({"hostIP": host_ip} if host_ip else {})}]}
     if host_network:
         container.pop("ports")
     if probe:
@@ -184,8 +185,9 @@ def nat_rules() -> str:
 @pytest.mark.timeout(170)
 def test_pods_get_their_own_ip_and_host_ports(agent: Any, with_cni: ContainerdHandle,
                                               manifests: Path, wait_for: Any) -> None:
-    host_port = free_port()
-    write(manifests, pod("own", probe=True), pod("mapped", host_port=host_port))
+    host_port, bound_port = free_port(), free_port()
+    write(manifests, pod("own", probe=True), pod("mapped", host_port=host_port),
+          pod("bound", host_port=bound_port, host_ip="127.0.0.1"))
     port = free_port()
     cri = new_runtime_client(with_cni.endpoint, timeout=30.0)
     uids: set[str] = set()
@@ -193,14 +195,15 @@ def test_pods_get_their_own_ip_and_host_ports(agent: Any, with_cni: ContainerdHa
     try:
         handle = agent(config=agent_config(manifests, port, runtimeEndpoint=with_cni.endpoint,
                                            cgroupRoot=cgroup_root))
-        body = wait_for(lambda: (b := get_pods(port)) and all_running(b, {"own", "mapped"})
+        body = wait_for(lambda: (b := get_pods(port))
+                        and all_running(b, {"own", "mapped", "bound"})
                         and all(p["status"].get("podIP") for p in b["items"]) and b,
                         120.0, 0.2, "both pods Running with an IP in /pods")
         uids = {p["metadata"]["uid"] for p in body["items"]}
         by_name = {p["metadata"]["name"].removesuffix("-e2e"): p["status"]
                    for p in body["items"]}
         ips = {name: st["podIP"] for name, st in by_name.items()}
-        assert ips["own"] != ips["mapped"], ips
+        assert len(set(ips.values())) == 3, ips
         for name, st in by_name.items():
             assert st["podIPs"] == [{"ip": ips[name]}] and st["hostIP"] == "127.0.0.1"
             assert st["hostIPs"] == [{"ip": "127.0.0.1"}]
@@ -218,6 +221,14 @@ def test_pods_get_their_own_ip_and_host_ports(agent: Any, with_cni: ContainerdHa
         assert wait_for(lambda: http_get(f"http://127.0.0.1:{host_port}/"), 30.0, 0.2,
                         f"the hostPort on 127.0.0.1:{host_port}") == "mapped-e2e"
         assert f"--dport {host_port}" in nat_rules()
+        # hostIP: the host port on that address only (portmap's DNAT matches -d hostIP)
+        assert wait_for(lambda: http_get(f"http://127.0.0.1:{bound_port}/"), 30.0, 0.2,
+                        f"the hostPort on 127.0.0.1:{bound_port}") == "bound-e2e"
+        bound_rules = [r for r in nat_rules().splitlines() if f"--dport {bound_port}" in r
+                       and "-j DNAT" in r]
+        assert bound_rules and all("-d 127.0.0.1/32" in r for r in bound_rules), bound_rules
+        assert not [r for r in nat_rules().splitlines() if f"--dport {host_port}" in r
+                    and "-j DNAT" in r and "-d 127.0.0.1/32" in r]
         wide = handle.ctl("pods", "--wide")
         assert wide.returncode == 0, wide.stderr
         rows = {line.split()[0]: line.split() for line in wide.stdout.splitlines()}

@@ -1,7 +1,9 @@
 """End to end, the same pods on the embedded runtime and on containerd (skipped with the reason
-when none is available): a pod with ``runAsUser: 65534``, ``capabilities.drop: [ALL]``,
-``allowPrivilegeEscalation: false`` and an ``fsGroup`` runs as uid 65534 with an empty effective
-set and no_new_privs, writing into its emptyDir as group fsGroup; a pod with
+when none is available): a pod meeting the "restricted" Pod Security Standard
+(``runAsNonRoot``, ``runAsUser: 65534``, ``seccompProfile: RuntimeDefault``,
+``capabilities.drop: [ALL]``, ``allowPrivilegeEscalation: false``) with an ``fsGroup`` runs as
+uid 65534 with an empty effective set, no_new_privs and a seccomp filter, writing into its
+emptyDir as group fsGroup; a pod with
 ``runAsNonRoot: true`` whose image runs as root is refused with the kubelet's message, visible
 in ``/pods``; on the embedded runtime a pod whose security context fails in the monitor's
 child (more supplemental groups than NGROUPS_MAX) shows ``security context: setgroups: ...``
@@ -25,8 +27,8 @@ from tests.support.lifecycle import agent_config, free_port, get_pods
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="changing users needs root")
 
-REPORT = ("id -u > /out/r.tmp; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status >> /out/r.tmp;"
-          " mv /out/r.tmp /out/report; exec sleep 3600")
+REPORT = ("id -u > /out/r.tmp; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status"
+          " >> /out/r.tmp; mv /out/r.tmp /out/report; exec sleep 3600")
 
 
 def pods(image: str) -> dict[str, dict[str, Any]]:
@@ -42,7 +44,9 @@ def pods(image: str) -> dict[str, dict[str, Any]]:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
     return {
-        "unprivileged": pod("unprivileged", REPORT, {"runAsUser": 65534, "fsGroup": 2345},
+        "unprivileged": pod("unprivileged", REPORT, {  # the "restricted" standard
+            "runAsUser": 65534, "runAsNonRoot": True, "fsGroup": 2345,
+            "seccompProfile": {"type": "RuntimeDefault"}},
                             {"capabilities": {"drop": ["ALL"]},
                              "allowPrivilegeEscalation": False}, volumes=True),
         "nonroot": pod("nonroot", "sleep 3600", {"runAsNonRoot": True}, {}),
@@ -120,7 +124,8 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
             "pods/*/volumes/kubernetes.io~empty-dir/out/report")), 120.0, 0.2,
             "the unprivileged pod's report")
         lines = reports[0].read_text().split()
-        assert lines == ["65534", "CapEff:", "0000000000000000", "NoNewPrivs:", "1"], lines
+        assert lines == ["65534", "CapEff:", "0000000000000000", "NoNewPrivs:", "1",
+                         "Seccomp:", "2"], lines  # 2: a seccomp filter
         assert reports[0].stat().st_gid == 2345  # fsGroup: the volume's setgid group
         assert reports[0].stat().st_uid == 65534
         if "endpoint" in runtime:
