@@ -365,13 +365,6 @@ WARNED = [
     ("creationTimestamp", lambda d: d["metadata"].update(creationTimestamp="2024-01-01T00:00Z"),
      "metadata.creationTimestamp"),
     ("affinity", lambda d: d["spec"].update(affinity={"nodeAffinity": {}}), "spec.affinity"),
-<<<<<<< HEAD
-    ("hostIP", lambda d: d["spec"]["containers"][0].update(
-        ports=[{"containerPort": 1, "hostIP": "1.2.3.4"}]), "ports[0].hostIP"),
-=======
-    ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(
-        resources={"limits": {"ephemeral-storage": "1Gi"}}), "limits.ephemeral-storage"),
->>>>>>> main
     ("unknown top-level", lambda d: d.update(extra=1), "extra"),
 ]
 
