@@ -27,6 +27,7 @@ from podvisor.common.nodekeys import (
     parse_reserved,
     parse_taints,
 )
+from podvisor.common.shutdownkeys import ShutdownGroup, parse_by_pod_priority, shutdown_groups
 from podvisor.common.values import (
     ConfigError,
     format_duration,
@@ -54,6 +55,7 @@ __all__ = [
     "config_to_mapping",
     "keys_not_yet_used",
     "load_config",
+    "node_shutdown_groups",
     "read_config_json",
     "run_config",
     "runtime_endpoint_of",
@@ -168,6 +170,16 @@ TOP_KEYS: tuple[Key, ...] = (
         "with serializeImagePulls false: pulls at once (0 = no limit)"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
+    # [issue 27] graceful node shutdown (process `nodeshutdown`; common/shutdownkeys.py)
+    Key("shutdownGracePeriod", "shutdown_grace_period", DURATION,
+        "graceful node shutdown: the time pods get in all (0 = off)"),
+    Key("shutdownGracePeriodCriticalPods", "shutdown_grace_period_critical_pods", DURATION,
+        "of shutdownGracePeriod, the time kept for critical pods (priority >= 2000000000)"),
+    Key("shutdownGracePeriodByPodPriority", "shutdown_grace_period_by_pod_priority",
+        Kind(parse_by_pod_priority, list, "LIST"),
+        "[{priority, shutdownGracePeriodSeconds}] (replaces the two above)"),
+    Key("shutdownOnSignal", "shutdown_on_signal", BOOL,
+        "SIGTERM/SIGINT of the agent is a graceful node shutdown (where logind does not run)"),
     Key("networkPlugin", "network_plugin",
         Kind(lambda k, v: _parse_choice(k, v, ("cni", "host")), metavar="PLUGIN"),
         "the embedded runtime's pod network: 'cni' (a network namespace per pod, set up by "
@@ -468,6 +480,11 @@ class Config:
     max_parallel_image_pulls: int = 0
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
+    shutdown_grace_period: float = 0.0
+    shutdown_grace_period_critical_pods: float = 0.0
+    shutdown_grace_period_by_pod_priority: Sequence[Mapping[str, int]] = field(
+        default_factory=list)
+    shutdown_on_signal: bool = False
     cgroup_root: str = "/podvisor"
     # [issue 27] the embedded runtime's pod network
     network_plugin: str = "host"
@@ -613,7 +630,17 @@ def config_from_mapping(raw: object) -> Config:
                           "opsTLSCertFile and opsTLSPrivateKeyFile go together")
     if config.ops_port and not config.ops_username:
         raise ConfigError("opsUsername", "must not be empty")
+    if config.shutdown_on_signal and not node_shutdown_groups(config):
+        raise ConfigError("shutdownOnSignal", "needs shutdownGracePeriod (or "
+                                              "shutdownGracePeriodByPodPriority)")
     return config
+
+
+def node_shutdown_groups(config: Config) -> list[ShutdownGroup]:
+    """Graceful node shutdown's priority groups ([] = off; common/shutdownkeys.py)."""
+    return shutdown_groups(config.shutdown_grace_period,
+                           config.shutdown_grace_period_critical_pods,
+                           [dict(g) for g in config.shutdown_grace_period_by_pod_priority])
 
 
 def cert_dir(config: Config) -> Path:

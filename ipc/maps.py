@@ -30,6 +30,10 @@ __all__ = [
     "HEALTH_KEY",
     "MAPS",
     "MIRRORS_KEY",
+    "NODE_SHUTDOWN",
+    "NODE_SHUTDOWN_KEY",
+    "NODE_SHUTDOWN_MESSAGE",
+    "NODE_SHUTDOWN_REASON",
     "PLEG",
     "POD_SET_KEY",
     "POD_SOURCES",
@@ -48,6 +52,7 @@ __all__ = [
     "MirrorPod",
     "MirrorSet",
     "NodePressure",
+    "NodeShutdownState",
     "PlegContainer",
     "PlegHealth",
     "PlegPod",
@@ -73,6 +78,10 @@ POD_SET_KEY = "set"  # the one key of a pods-<source> map
 RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's network readiness
 MIRRORS_KEY = "mirrors"  # the one key of the api-mirrors map
 PRESSURE_KEY = "node"  # the one key of the pressure map
+NODE_SHUTDOWN_KEY = "state"  # the one key of the node-shutdown map
+# a pod failed by graceful node shutdown (the kubelet's nodeshutdown manager's words)
+NODE_SHUTDOWN_REASON = "Terminated"
+NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 POD_SOURCES = ("file", "http", "api")  # the sources that own a pods-<source> map
 
 
@@ -212,7 +221,8 @@ def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
 
 def _version(raw: Any,
              cls: type[DesiredPod | RuntimeNetwork | PodStatusValue | PlegPod | PlegHealth
-                       | MirrorSet | NodePressure],
+                       | MirrorSet | NodePressure
+                       | NodeShutdownState],
              what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise MapValueError("fields", f"{what}: not a map")
@@ -638,8 +648,32 @@ def decode_pleg(raw: Any) -> PlegValue:
     return _by_kind("pleg", _PLEG_KINDS, raw)
 
 
+@dataclass(frozen=True)
+class NodeShutdownState:
+    """The ``node-shutdown`` map's one value (owner: ``nodeshutdown``): ``active`` once a
+    graceful node shutdown began (the node process reports the Node NotReady, "node is
+    shutting down"), ``trigger`` ("request" | "logind") and ``since`` (wall time)."""
+
+    VERSION: ClassVar[int] = 1
+    active: bool = False
+    trigger: str = ""
+    since: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> NodeShutdownState:
+        raw = _version(raw, cls, "node shutdown")
+        active = raw.get("active", False)
+        if not isinstance(active, bool):
+            raise MapValueError("fields", "node shutdown: active not bool")
+        return cls(active, _str(raw, "trigger", "node shutdown"), _float(raw, "since"))
+
+
 def _encode(value: DesiredValue | PlegValue | PodStatusValue | PodProbes | PodSetValue
-            | MirrorSet | NodePressure) -> Any:
+            | MirrorSet | NodePressure
+            | NodeShutdownState) -> Any:
     return value.to_wire()
 
 
@@ -656,12 +690,14 @@ API_MIRRORS: MapSpec[MirrorSet] = MapSpec(
     "api-mirrors", _encode, MirrorSet.from_wire, "source-api")  # mirrors -> MirrorSet
 PRESSURE: MapSpec[NodePressure] = MapSpec(
     "pressure", _encode, NodePressure.from_wire, "eviction")  # node -> NodePressure
+NODE_SHUTDOWN: MapSpec[NodeShutdownState] = MapSpec(
+    "node-shutdown", _encode, NodeShutdownState.from_wire, "nodeshutdown")  # state -> value
 _POD_SETS: dict[str, MapSpec[PodSetValue]] = {
     source: MapSpec(f"pods-{source}", _encode, PodSetValue.from_wire, f"source-{source}")
     for source in POD_SOURCES}  # set -> PodSetValue
 
 _ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS, PRESSURE,
-                                  *_POD_SETS.values())
+                                  NODE_SHUTDOWN, *_POD_SETS.values())
 MAPS: Mapping[str, MapSpec[Any]] = {spec.name: spec for spec in _ALL}  # every map, by name
 
 

@@ -58,7 +58,9 @@ SPEC_UNSUPPORTED = {
     "affinity": _SCHEDULING,
     "nodeSelector": _SCHEDULING,
     "schedulingGates": _SCHEDULING,
-    "priorityClassName": _SCHEDULING,
+    "priorityClassName": _warn("only the built-in system-node-critical and "
+                               "system-cluster-critical set the priority (no priority given; "
+                               "graceful node shutdown reads it); other classes ignored"),
     "preemptionPolicy": _SCHEDULING,
     "topologySpreadConstraints": _SCHEDULING,
     "runtimeClassName": _warn("runtime classes are not supported; the default runtime handler "

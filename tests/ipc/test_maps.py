@@ -11,6 +11,7 @@ from podvisor.ipc.maps import (
     API_MIRRORS,
     DESIRED,
     MAPS,
+    NODE_SHUTDOWN,
     PLEG,
     POD_SOURCES,
     PRESSURE,
@@ -24,6 +25,7 @@ from podvisor.ipc.maps import (
     MirrorPod,
     MirrorSet,
     NodePressure,
+    NodeShutdownState,
     PlegContainer,
     PlegHealth,
     PlegPod,
@@ -120,6 +122,7 @@ def test_every_map_is_declared_once_by_name() -> None:
     """``MAPS`` holds one spec per map (its name is its topic and snapshot socket);
     ``declared`` and ``pods_map`` refuse a name nobody declared."""
     names = {"desired", "pleg", "probes", "statuses", "api-mirrors", "pressure",
+             "node-shutdown",
              *(f"pods-{s}" for s in POD_SOURCES)}
     assert set(MAPS) == names and all(MAPS[n].name == n for n in names)
     assert all(isinstance(spec, MapSpec) and spec.owner for spec in MAPS.values())
@@ -139,6 +142,17 @@ def test_node_pressure_round_trip_and_what_it_rejects() -> None:
                 {"v": 1, "ts": True}):
         with pytest.raises(MapValueError):
             NodePressure.from_wire(raw)
+
+
+def test_node_shutdown_state_round_trip_and_what_it_rejects() -> None:
+    value = NodeShutdownState(True, "logind", 12.5)
+    assert NODE_SHUTDOWN.decode(NODE_SHUTDOWN.encode(value)) == value
+    assert NodeShutdownState.from_wire({"v": 1}) == NodeShutdownState()
+    for raw, reason in (({"v": 2}, "version"), ({"v": 1, "active": "yes"}, "fields"),
+                        ({"v": 1, "since": "now"}, "fields"), ("x", "fields")):
+        with pytest.raises(MapValueError) as err:
+            NodeShutdownState.from_wire(raw)
+        assert err.value.reason == reason
 
 
 def test_mirror_set_round_trip_and_what_it_rejects() -> None:
