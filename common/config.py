@@ -19,6 +19,7 @@ from typing import Any
 
 from podvisor.common.nodekeys import (
     DEFAULT_EVICTION_HARD,
+    parse_eviction_grace,
     parse_eviction_hard,
     parse_ip_list,
     parse_node_ips,
@@ -97,6 +98,8 @@ LABELS = Kind(parse_node_labels, dict, metavar="KEY=VALUE,...")
 TAINTS = Kind(parse_taints, list, metavar="KEY[=VALUE]:EFFECT,...")
 RESERVED = Kind(parse_reserved, dict, metavar="RESOURCE=QUANTITY,...")
 EVICTION = Kind(parse_eviction_hard, dict, metavar="SIGNAL<QUANTITY,...")
+RECLAIM = Kind(parse_eviction_hard, dict, metavar="SIGNAL=QUANTITY,...")
+GRACES = Kind(parse_eviction_grace, dict, metavar="SIGNAL=DURATION,...")
 CLUSTER_DNS = Kind(parse_ip_list, list, metavar="IP,...")  # [issue 24]
 
 
@@ -247,6 +250,19 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("evictionHard", "eviction_hard", EVICTION,
         "hard eviction thresholds; memory.available and nodefs.available are held back from "
         "allocatable (a map given replaces the defaults whole)"),
+    # [issue 27] node-pressure eviction (process `eviction`)
+    Key("evictionSoft", "eviction_soft", EVICTION,
+        "soft eviction thresholds: acted on once met for their evictionSoftGracePeriod"),
+    Key("evictionSoftGracePeriod", "eviction_soft_grace_period", GRACES,
+        "how long each soft threshold must be met before a pod is evicted for it"),
+    Key("evictionMaxPodGracePeriod", "eviction_max_pod_grace_period", INT,
+        "soft eviction: a pod's grace period at most this (seconds; 0 = the pod's own)"),
+    Key("evictionMinimumReclaim", "eviction_minimum_reclaim", RECLAIM,
+        "a threshold once met stays met until its signal is this much above it"),
+    Key("evictionPressureTransitionPeriod", "eviction_pressure_transition_period", DURATION,
+        "a pressure condition stays True this long after its threshold was last met"),
+    Key("evictionMonitoringPeriod", "eviction_monitoring_period", DURATION,
+        "how often the eviction manager reads the signals (the kubelet's 10 s)"),
     # [issue 24] pod DNS (services/syncloop/dns.py)
     Key("clusterDNS", "cluster_dns", CLUSTER_DNS,
         "IPs of the cluster's DNS service: the nameservers of ClusterFirst pods"),
@@ -507,6 +523,12 @@ class Config:
     system_reserved: Mapping[str, str] = field(default_factory=dict)
     eviction_hard: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    eviction_soft: Mapping[str, str] = field(default_factory=dict)
+    eviction_soft_grace_period: Mapping[str, float] = field(default_factory=dict)
+    eviction_max_pod_grace_period: int = 0
+    eviction_minimum_reclaim: Mapping[str, str] = field(default_factory=dict)
+    eviction_pressure_transition_period: float = 300.0
+    eviction_monitoring_period: float = 10.0
     # [issue 24] pod DNS
     cluster_dns: Sequence[str] = field(default_factory=list)
     cluster_domain: str = ""

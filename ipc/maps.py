@@ -8,10 +8,10 @@ no owner or replica without a spec (``UndeclaredMap``: a bare name is refused). 
 unknown version (or a malformed one) is dropped by the replica and counted in
 ``MapReplica.value_drops`` by reason, like a message the codec rejects.
 
-The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS``, ``VOLUMES``
-(``ipc/volumemaps.py``) and one pod set per
-source (``pods_map("file" | "http" | "api")``); ``MAPS`` holds them by name. Nested fields
-stay dict-shaped only where they are the Kubernetes API object itself (a pod's
+The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS``, ``PRESSURE``,
+``VOLUMES`` (``ipc/volumemaps.py``) and one pod set per source (``pods_map("file" | "http" |
+"api")``); ``MAPS`` holds them by name.
+Nested fields stay dict-shaped only where they are the Kubernetes API object itself (a pod's
 ``Pod.to_dict()``, rebuilt into the typed ``Pod`` by its readers); the PodStatus is typed
 (``ipc/podstatus.py``).
 """
@@ -39,6 +39,9 @@ __all__ = [
     "PLEG",
     "POD_SET_KEY",
     "POD_SOURCES",
+    "PRESSURE",
+    "PRESSURE_CONDITIONS",
+    "PRESSURE_KEY",
     "PROBES",
     "RUNTIME_KEY",
     "STATUSES",
@@ -51,6 +54,7 @@ __all__ = [
     "MapValueError",
     "MirrorPod",
     "MirrorSet",
+    "NodePressure",
     "NodeShutdownState",
     "PlegContainer",
     "PlegHealth",
@@ -76,6 +80,7 @@ HEALTH_KEY = "_health"  # the pleg map's entry for its relist health
 POD_SET_KEY = "set"  # the one key of a pods-<source> map
 RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's network readiness
 MIRRORS_KEY = "mirrors"  # the one key of the api-mirrors map
+PRESSURE_KEY = "node"  # the one key of the pressure map
 NODE_SHUTDOWN_KEY = "state"  # the one key of the node-shutdown map
 # a pod failed by graceful node shutdown (the kubelet's nodeshutdown manager's words)
 NODE_SHUTDOWN_REASON = "Terminated"
@@ -219,7 +224,8 @@ def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
 
 def _version(raw: Any,
              cls: type[DesiredPod | RuntimeNetwork | PodStatusValue | PlegPod | PlegHealth
-                       | MirrorSet | NodeShutdownState],
+                       | MirrorSet | NodePressure
+                       | NodeShutdownState],
              what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise MapValueError("fields", f"{what}: not a map")
@@ -464,6 +470,36 @@ class MirrorSet:
         return cls(tuple(MirrorPod.from_wire(m) for m in mirrors))
 
 
+PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+
+
+@dataclass(frozen=True)
+class NodePressure:
+    """The ``pressure`` map's one value (key ``node``), set by the eviction manager after every
+    pass: the node conditions it holds True (``MemoryPressure``, ``DiskPressure``,
+    ``PIDPressure``: the thresholds met, held for ``evictionPressureTransitionPeriod`` after
+    the last time one was met), in that order, and ``ts`` (wall time of the pass). The node
+    process reports them in the Node's conditions and taints; the sync loop's admission
+    refuses pods by them, as the kubelet's eviction admit handler."""
+
+    VERSION: ClassVar[int] = 1
+    conditions: tuple[str, ...] = ()
+    ts: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "conditions": list(self.conditions), "ts": self.ts}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> NodePressure:
+        raw = _version(raw, cls, "pressure")
+        conds, ts = raw.get("conditions", []), raw.get("ts", 0.0)
+        if not isinstance(conds, list | tuple) or not all(c in PRESSURE_CONDITIONS
+                                                          for c in conds) \
+                or isinstance(ts, bool) or not isinstance(ts, int | float):
+            raise MapValueError("fields", "pressure: wrong field types")
+        return cls(tuple(conds), float(ts))
+
+
 _SCALARS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float)}
 
 
@@ -639,7 +675,8 @@ class NodeShutdownState:
 
 
 def _encode(value: DesiredValue | PlegValue | PodStatusValue | PodProbes | PodSetValue
-            | MirrorSet | VolumesValue | NodeShutdownState) -> Any:
+            | MirrorSet | NodePressure | VolumesValue
+            | NodeShutdownState) -> Any:
     return value.to_wire()
 
 
@@ -654,6 +691,8 @@ STATUSES: MapSpec[PodStatusValue] = MapSpec(
     "statuses", _encode, PodStatusValue.from_wire, "status")  # pod UID -> PodStatusValue
 API_MIRRORS: MapSpec[MirrorSet] = MapSpec(
     "api-mirrors", _encode, MirrorSet.from_wire, "source-api")  # mirrors -> MirrorSet
+PRESSURE: MapSpec[NodePressure] = MapSpec(
+    "pressure", _encode, NodePressure.from_wire, "eviction")  # node -> NodePressure
 VOLUMES: MapSpec[VolumesValue] = MapSpec(
     "volumes", _encode, decode_volumes, "volumes")  # pod UID -> PodVolumes; _node
 NODE_SHUTDOWN: MapSpec[NodeShutdownState] = MapSpec(
@@ -662,8 +701,8 @@ _POD_SETS: dict[str, MapSpec[PodSetValue]] = {
     source: MapSpec(f"pods-{source}", _encode, PodSetValue.from_wire, f"source-{source}")
     for source in POD_SOURCES}  # set -> PodSetValue
 
-_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS, VOLUMES,
-                                  NODE_SHUTDOWN, *_POD_SETS.values())
+_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS, PRESSURE,
+                                  VOLUMES, NODE_SHUTDOWN, *_POD_SETS.values())
 MAPS: Mapping[str, MapSpec[Any]] = {spec.name: spec for spec in _ALL}  # every map, by name
 
 

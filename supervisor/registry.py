@@ -138,6 +138,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
+    Builtin("eviction", "podvisor.services.eviction.main"),  # [issue 27] node-pressure eviction
     Builtin("server", "podvisor.services.server.main", _serves_http),
     Builtin("ops", "podvisor.services.ops.main", _has_ops_port),
 )

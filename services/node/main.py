@@ -16,7 +16,15 @@ from urllib.parse import urlparse
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.service import ServiceLoop, Worker
-from podvisor.ipc.maps import HOST_NETWORK_REASON, NODE_SHUTDOWN, VOLUMES, NodeShutdownState
+from podvisor.ipc.maps import (
+    HOST_NETWORK_REASON,
+    NODE_SHUTDOWN,
+    PRESSURE,
+    PRESSURE_KEY,
+    VOLUMES,
+    NodePressure,
+    NodeShutdownState,
+)
 from podvisor.ipc.volumemaps import NODE_KEY, NodeVolumes
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
@@ -61,6 +69,10 @@ def runtime_probe(endpoint: str) -> RuntimeFacts:
     return RuntimeFacts(name, "")
 
 
+def _conditions(value: NodePressure | None) -> tuple[str, ...]:
+    return value.conditions if value is not None else ()
+
+
 class NodeService:
     """The node process: the agent's requests run on the service loop's worker, built once."""
 
@@ -79,6 +91,9 @@ class NodeService:
             lambda: self._runtime(endpoint), ctx.log, volumes=self._volumes)
         self.shutting_down = False  # a graceful node shutdown began (the node-shutdown map)
         self.loop = ServiceLoop(ctx)
+        # the eviction manager's node conditions (read on the worker's thread: one lookup)
+        pressure = self.loop.replica(PRESSURE)
+        self.agent.pressure = lambda: _conditions(pressure.get(PRESSURE_KEY))
         self.loop.replica(NODE_SHUTDOWN, self._on_shutdown)
         self.loop.closing(self.conn)
         self.volumes = self.loop.replica(VOLUMES)  # volumesInUse, volumesAttached

@@ -325,7 +325,8 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
         except QuantityError as exc:
             f.error(join(where, "emptyDir.sizeLimit"), str(exc))
         else:
-            f.warn(join(where, "emptyDir.sizeLimit"), "not enforced by podvisor; ignored")
+            f.warn(join(where, "emptyDir.sizeLimit"), "enforced by eviction for API pods only "
+                                                      "(a static pod is never evicted)")
     return EmptyDirVolume(medium, size)
 
 

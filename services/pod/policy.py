@@ -143,7 +143,7 @@ VALUE_FROM_UNSUPPORTED = {
 
 RESOURCES_KNOWN = frozenset({"limits", "requests"})
 RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
-RESOURCE_WARN_PREFIXES = ("ephemeral-storage",)  # the kubelet enforces it by eviction
+EPHEMERAL_STORAGE = "ephemeral-storage"  # enforced by eviction (services/eviction), as the kubelet
 HUGEPAGES_PREFIX = "hugepages-"  # passed to the runtime (CRI hugepage_limits): enforced or refused
 
 VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})

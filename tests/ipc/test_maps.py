@@ -14,6 +14,7 @@ from podvisor.ipc.maps import (
     NODE_SHUTDOWN,
     PLEG,
     POD_SOURCES,
+    PRESSURE,
     PROBES,
     STATUSES,
     ContainerVerdict,
@@ -23,6 +24,7 @@ from podvisor.ipc.maps import (
     MapValueError,
     MirrorPod,
     MirrorSet,
+    NodePressure,
     NodeShutdownState,
     PlegContainer,
     PlegHealth,
@@ -119,7 +121,8 @@ def test_the_desired_map_has_its_codec_in_its_spec() -> None:
 def test_every_map_is_declared_once_by_name() -> None:
     """``MAPS`` holds one spec per map (its name is its topic and snapshot socket);
     ``declared`` and ``pods_map`` refuse a name nobody declared."""
-    names = {"desired", "pleg", "probes", "statuses", "api-mirrors", "volumes", "node-shutdown",
+    names = {"desired", "pleg", "probes", "statuses", "api-mirrors", "pressure", "volumes",
+             "node-shutdown",
              *(f"pods-{s}" for s in POD_SOURCES)}
     assert set(MAPS) == names and all(MAPS[n].name == n for n in names)
     assert all(isinstance(spec, MapSpec) and spec.owner for spec in MAPS.values())
@@ -129,6 +132,16 @@ def test_every_map_is_declared_once_by_name() -> None:
         declared("mystery")
     with pytest.raises(UndeclaredMap, match="no pod source"):
         pods_map("ftp")
+
+
+def test_node_pressure_round_trip_and_what_it_rejects() -> None:
+    value = NodePressure(("MemoryPressure", "DiskPressure"), 5.0)
+    assert PRESSURE.decode(PRESSURE.encode(value)) == value and PRESSURE.owner == "eviction"
+    assert NodePressure.from_wire({"v": 1}) == NodePressure()
+    for raw in ({"v": 2}, {"v": 1, "conditions": ["Hungry"]}, {"v": 1, "conditions": "x"},
+                {"v": 1, "ts": True}):
+        with pytest.raises(MapValueError):
+            NodePressure.from_wire(raw)
 
 
 def test_node_shutdown_state_round_trip_and_what_it_rejects() -> None:
