@@ -7,8 +7,10 @@
       kill NAME [--signal SIG]    deliver exactly SIG (default KILL) for fault injection
       tail NAME [-n N]            the last N lines of logs/NAME.log (`supervisor` = the agent)
       reload                      like SIGHUP
-      shutdown [--pods]           stop the agent (and every pod with --pods); with --pods and
-                                  no agent running, stop the pods through the runtime directly
+      shutdown [--pods | --node]  stop the agent (and every pod with --pods); with --pods and
+                                  no agent running, stop the pods through the runtime directly;
+                                  --node: a graceful node shutdown first (Node NotReady, pods
+                                  Failed in priority order; needs shutdownGracePeriod)
       pods [--json] [--wide]      the PodList of GET /pods, as a table (--wide: with pod IPs)
       events [--json] [--pod P] [--limit N]   the kept events (kubectl get events)
       logs POD [CONTAINER] [--follow] [--tail N]   a container's log (read from
@@ -79,7 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-n", "--lines", type=int, default=20)
     t.add_argument("--json", action="store_true")
     sh = sub.add_parser("shutdown", help="stop the agent")
-    sh.add_argument("--pods", action="store_true", help="stop every pod too")
+    how = sh.add_mutually_exclusive_group()
+    how.add_argument("--pods", action="store_true", help="stop every pod too")
+    how.add_argument("--node", action="store_true",
+                     help="graceful node shutdown: pods Failed in priority order, Node NotReady")
     sub.add_parser("reload", help="re-read the config file")
     pods = sub.add_parser("pods")
     pods.add_argument("--json", action="store_true")
@@ -149,7 +154,7 @@ def _args_for(ns: argparse.Namespace) -> dict[str, Any]:
     if cmd == "tail":
         return {"name": ns.name, "lines": ns.lines}
     if cmd == "shutdown":
-        return {"pods": ns.pods}
+        return {"node": True} if ns.node else {"pods": ns.pods}
     if cmd == "events":
         args = {"pod": ns.pod, "limit": ns.limit}
         return {k: v for k, v in args.items() if v is not None}

@@ -19,6 +19,7 @@ from typing import Any
 
 from podvisor.common.nodekeys import (
     DEFAULT_EVICTION_HARD,
+    parse_eviction_grace,
     parse_eviction_hard,
     parse_ip_list,
     parse_node_ips,
@@ -26,6 +27,7 @@ from podvisor.common.nodekeys import (
     parse_reserved,
     parse_taints,
 )
+from podvisor.common.shutdownkeys import ShutdownGroup, parse_by_pod_priority, shutdown_groups
 from podvisor.common.values import (
     ConfigError,
     format_duration,
@@ -53,6 +55,7 @@ __all__ = [
     "config_to_mapping",
     "keys_not_yet_used",
     "load_config",
+    "node_shutdown_groups",
     "read_config_json",
     "run_config",
     "runtime_endpoint_of",
@@ -95,6 +98,8 @@ LABELS = Kind(parse_node_labels, dict, metavar="KEY=VALUE,...")
 TAINTS = Kind(parse_taints, list, metavar="KEY[=VALUE]:EFFECT,...")
 RESERVED = Kind(parse_reserved, dict, metavar="RESOURCE=QUANTITY,...")
 EVICTION = Kind(parse_eviction_hard, dict, metavar="SIGNAL<QUANTITY,...")
+RECLAIM = Kind(parse_eviction_hard, dict, metavar="SIGNAL=QUANTITY,...")
+GRACES = Kind(parse_eviction_grace, dict, metavar="SIGNAL=DURATION,...")
 CLUSTER_DNS = Kind(parse_ip_list, list, metavar="IP,...")  # [issue 24]
 
 
@@ -165,6 +170,16 @@ TOP_KEYS: tuple[Key, ...] = (
         "with serializeImagePulls false: pulls at once (0 = no limit)"),
     Key("kubeconfig", "kubeconfig", STR, "kubeconfig of the API server ('' = standalone)"),
     Key("stopPodsOnExit", "stop_pods_on_exit", BOOL, "stop every pod when the agent stops"),
+    # [issue 27] graceful node shutdown (process `nodeshutdown`; common/shutdownkeys.py)
+    Key("shutdownGracePeriod", "shutdown_grace_period", DURATION,
+        "graceful node shutdown: the time pods get in all (0 = off)"),
+    Key("shutdownGracePeriodCriticalPods", "shutdown_grace_period_critical_pods", DURATION,
+        "of shutdownGracePeriod, the time kept for critical pods (priority >= 2000000000)"),
+    Key("shutdownGracePeriodByPodPriority", "shutdown_grace_period_by_pod_priority",
+        Kind(parse_by_pod_priority, list, "LIST"),
+        "[{priority, shutdownGracePeriodSeconds}] (replaces the two above)"),
+    Key("shutdownOnSignal", "shutdown_on_signal", BOOL,
+        "SIGTERM/SIGINT of the agent is a graceful node shutdown (where logind does not run)"),
     Key("networkPlugin", "network_plugin",
         Kind(lambda k, v: _parse_choice(k, v, ("cni", "host")), metavar="PLUGIN"),
         "the embedded runtime's pod network: 'cni' (a network namespace per pod, set up by "
@@ -232,6 +247,19 @@ TOP_KEYS: tuple[Key, ...] = (
     Key("evictionHard", "eviction_hard", EVICTION,
         "hard eviction thresholds; memory.available and nodefs.available are held back from "
         "allocatable (a map given replaces the defaults whole)"),
+    # [issue 27] node-pressure eviction (process `eviction`)
+    Key("evictionSoft", "eviction_soft", EVICTION,
+        "soft eviction thresholds: acted on once met for their evictionSoftGracePeriod"),
+    Key("evictionSoftGracePeriod", "eviction_soft_grace_period", GRACES,
+        "how long each soft threshold must be met before a pod is evicted for it"),
+    Key("evictionMaxPodGracePeriod", "eviction_max_pod_grace_period", INT,
+        "soft eviction: a pod's grace period at most this (seconds; 0 = the pod's own)"),
+    Key("evictionMinimumReclaim", "eviction_minimum_reclaim", RECLAIM,
+        "a threshold once met stays met until its signal is this much above it"),
+    Key("evictionPressureTransitionPeriod", "eviction_pressure_transition_period", DURATION,
+        "a pressure condition stays True this long after its threshold was last met"),
+    Key("evictionMonitoringPeriod", "eviction_monitoring_period", DURATION,
+        "how often the eviction manager reads the signals (the kubelet's 10 s)"),
     # [issue 24] pod DNS (services/syncloop/dns.py)
     Key("clusterDNS", "cluster_dns", CLUSTER_DNS,
         "IPs of the cluster's DNS service: the nameservers of ClusterFirst pods"),
@@ -452,6 +480,11 @@ class Config:
     max_parallel_image_pulls: int = 0
     kubeconfig: str = ""
     stop_pods_on_exit: bool = False
+    shutdown_grace_period: float = 0.0
+    shutdown_grace_period_critical_pods: float = 0.0
+    shutdown_grace_period_by_pod_priority: Sequence[Mapping[str, int]] = field(
+        default_factory=list)
+    shutdown_on_signal: bool = False
     cgroup_root: str = "/podvisor"
     # [issue 27] the embedded runtime's pod network
     network_plugin: str = "host"
@@ -486,6 +519,12 @@ class Config:
     system_reserved: Mapping[str, str] = field(default_factory=dict)
     eviction_hard: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    eviction_soft: Mapping[str, str] = field(default_factory=dict)
+    eviction_soft_grace_period: Mapping[str, float] = field(default_factory=dict)
+    eviction_max_pod_grace_period: int = 0
+    eviction_minimum_reclaim: Mapping[str, str] = field(default_factory=dict)
+    eviction_pressure_transition_period: float = 300.0
+    eviction_monitoring_period: float = 10.0
     # [issue 24] pod DNS
     cluster_dns: Sequence[str] = field(default_factory=list)
     cluster_domain: str = ""
@@ -591,7 +630,17 @@ def config_from_mapping(raw: object) -> Config:
                           "opsTLSCertFile and opsTLSPrivateKeyFile go together")
     if config.ops_port and not config.ops_username:
         raise ConfigError("opsUsername", "must not be empty")
+    if config.shutdown_on_signal and not node_shutdown_groups(config):
+        raise ConfigError("shutdownOnSignal", "needs shutdownGracePeriod (or "
+                                              "shutdownGracePeriodByPodPriority)")
     return config
+
+
+def node_shutdown_groups(config: Config) -> list[ShutdownGroup]:
+    """Graceful node shutdown's priority groups ([] = off; common/shutdownkeys.py)."""
+    return shutdown_groups(config.shutdown_grace_period,
+                           config.shutdown_grace_period_critical_pods,
+                           [dict(g) for g in config.shutdown_grace_period_by_pod_priority])
 
 
 def cert_dir(config: Config) -> Path:

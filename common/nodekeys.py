@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from podvisor.common import quantity
-from podvisor.common.values import ConfigError, parse_str
+from podvisor.common.values import ConfigError, parse_duration, parse_str
 
 __all__ = [
     "DEFAULT_EVICTION_HARD",
     "EVICTION_SIGNALS",
     "RESERVABLE",
     "TAINT_EFFECTS",
+    "parse_eviction_grace",
     "parse_eviction_hard",
     "parse_node_ips",
     "parse_node_labels",
@@ -202,6 +203,18 @@ def parse_eviction_hard(key: str, raw: object) -> dict[str, str]:
         except quantity.QuantityError as exc:
             raise ConfigError(f"{key}.{name}", str(exc)) from None
     return values
+
+
+def parse_eviction_grace(key: str, raw: object) -> dict[str, float]:
+    """Signal -> grace period in seconds (``evictionSoftGracePeriod``); the flag form is
+    ``memory.available=1m30s,nodefs.available=2m``."""
+    out: dict[str, float] = {}
+    for name, value in _pairs(key, raw).items():
+        if name not in EVICTION_SIGNALS:
+            raise ConfigError(f"{key}.{name}", f"unknown eviction signal (one of "
+                              f"{', '.join(EVICTION_SIGNALS)})")
+        out[name] = parse_duration(f"{key}.{name}", value)
+    return out
 
 
 def parse_ip_list(key: str, raw: object) -> list[str]:

@@ -8,9 +8,9 @@ no owner or replica without a spec (``UndeclaredMap``: a bare name is refused). 
 unknown version (or a malformed one) is dropped by the replica and counted in
 ``MapReplica.value_drops`` by reason, like a message the codec rejects.
 
-The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS`` and one pod set per
-source (``pods_map("file" | "http" | "api")``); ``MAPS`` holds them by name. Nested fields
-stay dict-shaped only where they are the Kubernetes API object itself (a pod's
+The maps: ``DESIRED``, ``PLEG``, ``PROBES``, ``STATUSES``, ``API_MIRRORS``, ``PRESSURE`` and
+one pod set per source (``pods_map("file" | "http" | "api")``); ``MAPS`` holds them by name.
+Nested fields stay dict-shaped only where they are the Kubernetes API object itself (a pod's
 ``Pod.to_dict()``, rebuilt into the typed ``Pod`` by its readers); the PodStatus is typed
 (``ipc/podstatus.py``).
 """
@@ -30,9 +30,16 @@ __all__ = [
     "HEALTH_KEY",
     "MAPS",
     "MIRRORS_KEY",
+    "NODE_SHUTDOWN",
+    "NODE_SHUTDOWN_KEY",
+    "NODE_SHUTDOWN_MESSAGE",
+    "NODE_SHUTDOWN_REASON",
     "PLEG",
     "POD_SET_KEY",
     "POD_SOURCES",
+    "PRESSURE",
+    "PRESSURE_CONDITIONS",
+    "PRESSURE_KEY",
     "PROBES",
     "RUNTIME_KEY",
     "STATUSES",
@@ -44,6 +51,8 @@ __all__ = [
     "MapValueError",
     "MirrorPod",
     "MirrorSet",
+    "NodePressure",
+    "NodeShutdownState",
     "PlegContainer",
     "PlegHealth",
     "PlegPod",
@@ -68,6 +77,11 @@ HEALTH_KEY = "_health"  # the pleg map's entry for its relist health
 POD_SET_KEY = "set"  # the one key of a pods-<source> map
 RUNTIME_KEY = "_runtime"  # the desired map's entry for the runtime's network readiness
 MIRRORS_KEY = "mirrors"  # the one key of the api-mirrors map
+PRESSURE_KEY = "node"  # the one key of the pressure map
+NODE_SHUTDOWN_KEY = "state"  # the one key of the node-shutdown map
+# a pod failed by graceful node shutdown (the kubelet's nodeshutdown manager's words)
+NODE_SHUTDOWN_REASON = "Terminated"
+NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 POD_SOURCES = ("file", "http", "api")  # the sources that own a pods-<source> map
 
 
@@ -207,7 +221,8 @@ def _str(raw: Mapping[str, Any], key: str, what: str, default: str = "") -> str:
 
 def _version(raw: Any,
              cls: type[DesiredPod | RuntimeNetwork | PodStatusValue | PlegPod | PlegHealth
-                       | MirrorSet],
+                       | MirrorSet | NodePressure
+                       | NodeShutdownState],
              what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise MapValueError("fields", f"{what}: not a map")
@@ -452,6 +467,36 @@ class MirrorSet:
         return cls(tuple(MirrorPod.from_wire(m) for m in mirrors))
 
 
+PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+
+
+@dataclass(frozen=True)
+class NodePressure:
+    """The ``pressure`` map's one value (key ``node``), set by the eviction manager after every
+    pass: the node conditions it holds True (``MemoryPressure``, ``DiskPressure``,
+    ``PIDPressure``: the thresholds met, held for ``evictionPressureTransitionPeriod`` after
+    the last time one was met), in that order, and ``ts`` (wall time of the pass). The node
+    process reports them in the Node's conditions and taints; the sync loop's admission
+    refuses pods by them, as the kubelet's eviction admit handler."""
+
+    VERSION: ClassVar[int] = 1
+    conditions: tuple[str, ...] = ()
+    ts: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, "conditions": list(self.conditions), "ts": self.ts}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> NodePressure:
+        raw = _version(raw, cls, "pressure")
+        conds, ts = raw.get("conditions", []), raw.get("ts", 0.0)
+        if not isinstance(conds, list | tuple) or not all(c in PRESSURE_CONDITIONS
+                                                          for c in conds) \
+                or isinstance(ts, bool) or not isinstance(ts, int | float):
+            raise MapValueError("fields", "pressure: wrong field types")
+        return cls(tuple(conds), float(ts))
+
+
 _SCALARS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float)}
 
 
@@ -603,8 +648,32 @@ def decode_pleg(raw: Any) -> PlegValue:
     return _by_kind("pleg", _PLEG_KINDS, raw)
 
 
+@dataclass(frozen=True)
+class NodeShutdownState:
+    """The ``node-shutdown`` map's one value (owner: ``nodeshutdown``): ``active`` once a
+    graceful node shutdown began (the node process reports the Node NotReady, "node is
+    shutting down"), ``trigger`` ("request" | "logind") and ``since`` (wall time)."""
+
+    VERSION: ClassVar[int] = 1
+    active: bool = False
+    trigger: str = ""
+    since: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"v": self.VERSION, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> NodeShutdownState:
+        raw = _version(raw, cls, "node shutdown")
+        active = raw.get("active", False)
+        if not isinstance(active, bool):
+            raise MapValueError("fields", "node shutdown: active not bool")
+        return cls(active, _str(raw, "trigger", "node shutdown"), _float(raw, "since"))
+
+
 def _encode(value: DesiredValue | PlegValue | PodStatusValue | PodProbes | PodSetValue
-            | MirrorSet) -> Any:
+            | MirrorSet | NodePressure
+            | NodeShutdownState) -> Any:
     return value.to_wire()
 
 
@@ -619,12 +688,16 @@ STATUSES: MapSpec[PodStatusValue] = MapSpec(
     "statuses", _encode, PodStatusValue.from_wire, "status")  # pod UID -> PodStatusValue
 API_MIRRORS: MapSpec[MirrorSet] = MapSpec(
     "api-mirrors", _encode, MirrorSet.from_wire, "source-api")  # mirrors -> MirrorSet
+PRESSURE: MapSpec[NodePressure] = MapSpec(
+    "pressure", _encode, NodePressure.from_wire, "eviction")  # node -> NodePressure
+NODE_SHUTDOWN: MapSpec[NodeShutdownState] = MapSpec(
+    "node-shutdown", _encode, NodeShutdownState.from_wire, "nodeshutdown")  # state -> value
 _POD_SETS: dict[str, MapSpec[PodSetValue]] = {
     source: MapSpec(f"pods-{source}", _encode, PodSetValue.from_wire, f"source-{source}")
     for source in POD_SOURCES}  # set -> PodSetValue
 
-_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS,
-                                  *_POD_SETS.values())
+_ALL: tuple[MapSpec[Any], ...] = (DESIRED, PLEG, PROBES, STATUSES, API_MIRRORS, PRESSURE,
+                                  NODE_SHUTDOWN, *_POD_SETS.values())
 MAPS: Mapping[str, MapSpec[Any]] = {spec.name: spec for spec in _ALL}  # every map, by name
 
 

@@ -141,6 +141,34 @@ class FailPod(Message):
 
 
 @dataclass(frozen=True)
+class NodeShutdown(Message):
+    """Ask the ``nodeshutdown`` process for a graceful node shutdown (``podvisorctl shutdown
+    --node``; SIGTERM with ``shutdownOnSignal``): the Node goes NotReady, pods are failed
+    (reason ``Terminated``) group by group in priority order, then it answers
+    ``NodeShutdownDone`` and the agent exits. The supervisor publishes it again until the
+    answer comes (a second request of a shutdown under way changes nothing)."""
+
+    TYPE: ClassVar[str] = "supervisor.node.shutdown"
+    TOPIC: ClassVar[str] = "supervisor.node.shutdown"
+    reason: str = ""
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeShutdownDone(Message):
+    """Every priority group of a graceful node shutdown is terminated (or its period ran
+    out): the agent stops now. ``pods``: how many pods were failed; ``trigger``: "request"
+    (``NodeShutdown``) or "logind" (PrepareForShutdown). Published again every second until
+    the process is stopped."""
+
+    TYPE: ClassVar[str] = "nodeshutdown.node.done"
+    TOPIC: ClassVar[str] = "nodeshutdown.node.done"
+    pods: int
+    trigger: str = ""
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
 class AllPodsStopped(Message):
     """Every pod the sync loop knew is terminated (``pods``: how many it stopped)."""
 

@@ -116,7 +116,8 @@ def run_agent(
     proxy = BusProxy(zctx, paths)
     proxy.start()
     publisher = Publisher(zctx, paths, "supervisor", clock=deps.clock)
-    subscriber = Subscriber(zctx, paths, ["syncloop.pods.stopped"], clock=deps.clock)
+    subscriber = Subscriber(zctx, paths, ["syncloop.pods.stopped", "nodeshutdown.node.done"],
+                            clock=deps.clock)
     events_sub = Subscriber(zctx, paths, ["events."], clock=deps.clock)
     events = EventStore(paths.state_dir / "events.jsonl", clock=deps.clock.monotonic)
     events.load()

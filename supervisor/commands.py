@@ -36,6 +36,7 @@ class CommandContext(Protocol):
     started_at: float  # wall clock
 
     def request_shutdown(self, pods: bool) -> None: ...
+    def request_node_shutdown(self) -> None: ...
     def reload(self) -> list[str]: ...
 
 
@@ -249,18 +250,26 @@ class Tail(Command):
 
 
 class Shutdown(Command):
-    """`{"command": "shutdown", "args": {"pods"?: bool}}` -> `{"shutdown": true}`; the agent
-    then stops its processes (in reverse start order) and exits 0. `pods` asks syncloop to stop
-    every pod first (published as `supervisor.agent.shutdown`)."""
+    """`{"command": "shutdown", "args": {"pods"?: bool, "node"?: bool}}` -> `{"shutdown":
+    true}`; the agent then stops its processes (in reverse start order) and exits 0. `pods`
+    asks syncloop to stop every pod first (`StopAllPods`); `node` is a graceful node shutdown
+    first (`NodeShutdown` to the `nodeshutdown` process: Node NotReady, pods Failed in priority
+    order). Faults: NOT_AVAILABLE (`node` while graceful node shutdown is off)."""
 
     name = "shutdown"
 
     def validate(self, args: Args) -> None:
-        if not isinstance(args.get("pods", False), bool):
-            raise ControlFault(Fault.BAD_ARGUMENTS, "'pods' must be a boolean")
+        for key in ("pods", "node"):
+            if not isinstance(args.get(key, False), bool):
+                raise ControlFault(Fault.BAD_ARGUMENTS, f"'{key}' must be a boolean")
+        if args.get("pods") and args.get("node"):
+            raise ControlFault(Fault.BAD_ARGUMENTS, "'pods' and 'node' exclude each other")
 
     def execute(self, ctx: CommandContext, args: Args) -> Any:
-        ctx.request_shutdown(bool(args.get("pods", False)))
+        if args.get("node"):
+            ctx.request_node_shutdown()
+        else:
+            ctx.request_shutdown(bool(args.get("pods", False)))
         return {"shutdown": True}
 
 

@@ -21,7 +21,13 @@ from types import FrameType
 
 import zmq
 
-from podvisor.common.config import Config, ConfigError, config_to_mapping, write_config_json
+from podvisor.common.config import (
+    Config,
+    ConfigError,
+    config_to_mapping,
+    node_shutdown_groups,
+    write_config_json,
+)
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.logs import EventLog
 from podvisor.ipc.bus import Publisher, Subscriber
@@ -29,6 +35,7 @@ from podvisor.ipc.control import ControlFault, Fault, ProcessState
 from podvisor.ipc.messages import (
     AllPodsStopped,
     Event,
+    NodeShutdownDone,
     ProcessHeartbeat,
     ProcessStateChanged,
     StopAllPods,
@@ -42,6 +49,7 @@ from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import FaultTable
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
+from podvisor.supervisor.nodewait import NodeShutdownWait
 from podvisor.supervisor.process import SupervisedProcess
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
@@ -72,7 +80,7 @@ class AgentParts:
     sup: Supervisor
     zctx: zmq.Context[zmq.Socket[bytes]]
     publisher: Publisher
-    subscriber: Subscriber  # topic `syncloop.pods.stopped`
+    subscriber: Subscriber  # topics `syncloop.pods.stopped`, `nodeshutdown.node.done`
     log: EventLog
     logs_dir: Path
     config_json: Path
@@ -105,6 +113,8 @@ class Agent:
                                  parts.clock, parts.wall, self._pod_cgroups, self._pod_volume,
                                  paths.state_dir)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
+        self.node = NodeShutdownWait(parts.publisher.publish, parts.clock, parts.wall)
+        self._pods_done = False  # AllPodsStopped came
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
         self._runonce: Report | None = None  # RunOnce: the driver's report, once it is done
         self._heartbeats = parts.zctx.socket(zmq.PULL)
@@ -131,8 +141,43 @@ class Agent:
         if pods and syncloop is not None and syncloop.alive:
             self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
             self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
+            self._pods_done = False
             return
         self._count_left_pods()
+        self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+
+    def request_node_shutdown(self) -> None:
+        """A graceful node shutdown (``podvisorctl shutdown --node``; SIGTERM/SIGINT with
+        ``shutdownOnSignal``): ask ``nodeshutdown`` (``NodeShutdown``, again until it answers)
+        and stop every process once it answers ``NodeShutdownDone`` (``nodewait.py``)."""
+        if self.sup.shutting_down or self._pods_deadline is not None or self.node.waiting:
+            return
+        proc = self.sup.procs.get("nodeshutdown")
+        if proc is None:
+            raise ControlFault(Fault.NOT_AVAILABLE, "graceful node shutdown is off: set "
+                               "shutdownGracePeriod (or shutdownGracePeriodByPodPriority)")
+        self.p.log.info("agent.node_shutdown")
+        self.faults.clear()
+        self.node.ask(sum(g.seconds for g in node_shutdown_groups(self.p.config)))
+
+    def _drain_bus(self) -> None:
+        while (env := self.p.subscriber.recv(0)) is not None:
+            if isinstance(env.message, AllPodsStopped):
+                self.p.log.info("agent.pods_stopped", pods=env.message.pods)
+                self._pods_done = True
+            elif isinstance(env.message, NodeShutdownDone):
+                self.node.answered = True
+                if not self.sup.shutting_down:
+                    self.p.log.info("agent.node_shutdown_done", pods=env.message.pods,
+                                    trigger=env.message.trigger)
+
+    def _check_node_shutdown(self) -> None:
+        """``NodeShutdownDone`` (asked for, or after logind's PrepareForShutdown) stops the
+        agent; so does the wait running out."""
+        if self.sup.shutting_down or not self.node.due():
+            return
+        if self.node.timed_out:
+            self.p.log.warning("agent.node_shutdown_timeout")
         self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
 
     def _count_left_pods(self) -> None:
@@ -184,13 +229,11 @@ class Agent:
         self.request_shutdown(False)
 
     def _check_pods_stopped(self) -> None:
+        self._drain_bus()
+        self._check_node_shutdown()
         if self._pods_deadline is None:
             return
-        done = False
-        while (env := self.p.subscriber.recv(0)) is not None:
-            if isinstance(env.message, AllPodsStopped):
-                self.p.log.info("agent.pods_stopped", pods=env.message.pods)
-                done = True
+        done, self._pods_done = self._pods_done, False
         if not done and self.p.clock() >= self._pods_deadline:
             self.p.log.warning("agent.pods_stop_timeout",
                                timeout=self.p.config.supervision.stop_pods_timeout)
@@ -300,7 +343,10 @@ class Agent:
         for signum in data:
             if signum in (signal.SIGTERM, signal.SIGINT):
                 self.p.log.info("agent.signal", signal=signal.Signals(signum).name)
-                self.request_shutdown(self.p.config.stop_pods_on_exit)
+                if self.p.config.shutdown_on_signal and "nodeshutdown" in self.sup.procs:
+                    self.request_node_shutdown()
+                else:
+                    self.request_shutdown(self.p.config.stop_pods_on_exit)
             elif signum == signal.SIGHUP:
                 self.p.log.info("agent.signal", signal="SIGHUP")
                 # a failure is logged by reload(); the old config stays in force
@@ -332,6 +378,7 @@ class Agent:
         quiet = None if self._events_polled() else self._events_quiet_until
         self.faults.expire()
         deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
+                                 self.node.next_deadline(),
                                  persist, self._beats_due(), quiet, self.faults.next_expiry())
                      if d is not None]
         if not deadlines:
@@ -361,7 +408,7 @@ class Agent:
                 poller.register(self._heartbeats, zmq.POLLIN)
             poller.register(control.socket, zmq.POLLIN)
             poller.register(self._sig_r.fileno(), zmq.POLLIN)
-            if self._pods_deadline is not None:
+            if self._pods_deadline is not None or "nodeshutdown" in self.sup.procs:
                 poller.register(self.p.subscriber.socket, zmq.POLLIN)
             if self.p.events_sub is not None and self._events_polled():
                 poller.register(self.p.events_sub.socket, zmq.POLLIN)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podvisor.common.config import Config, ConfigError
+from podvisor.common.config import Config, ConfigError, node_shutdown_groups
 from podvisor.common.endpoint import is_embedded
 from podvisor.common.logs import Log
 
@@ -98,6 +98,10 @@ def _certificates(config: Config) -> bool:  # [issue 26] TLS bootstrap and rotat
                                         or config.server_tls_bootstrap)
 
 
+def _node_shutdown(config: Config) -> bool:  # [issue 27] graceful node shutdown
+    return bool(node_shutdown_groups(config)) and not config.run_once
+
+
 def _run_once(config: Config) -> bool:
     return config.run_once
 
@@ -127,11 +131,13 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("certificates", "podvisor.services.certificates.main", _certificates),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
     Builtin("node", "podvisor.services.node.main", _registers_node),
+    Builtin("nodeshutdown", "podvisor.services.nodeshutdown.main", _node_shutdown),
     Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
     Builtin("events-api", "podvisor.services.events.api_main", _has_kubeconfig),
     Builtin("runonce", "podvisor.services.syncloop.runonce_main", _run_once, runonce=True),
     Builtin("prober", "podvisor.services.prober.main"),
     Builtin("imagegc", "podvisor.services.imagegc.main"),
+    Builtin("eviction", "podvisor.services.eviction.main"),  # [issue 27] node-pressure eviction
     Builtin("server", "podvisor.services.server.main", _serves_http),
     Builtin("ops", "podvisor.services.ops.main", _has_ops_port),
 )

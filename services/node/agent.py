@@ -18,7 +18,7 @@ Times come in as parameters (wall seconds): the caller reads the clock.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from podvisor.services.node.status import (
     default_labels,
     new_node,
     node_status,
+    pressure_taints,
     with_times,
 )
 from podvisor.services.node.version import VersionChoice, choose
@@ -73,6 +74,9 @@ class NodeAgent:
     lease: Obj | None = None
     counters: dict[str, int] = field(default_factory=lambda: {
         "status_patches": 0, "lease_renewals": 0})
+    # the node conditions the eviction manager holds True (its ``pressure`` map)
+    pressure: Callable[[], Sequence[str]] = lambda: ()
+    tainted: tuple[str, ...] | None = None  # the pressure the Node's taints last matched
 
     @property
     def _path(self) -> str:
@@ -116,10 +120,13 @@ class NodeAgent:
     def report_status(self, now: float) -> bool:
         """Compute the status; PATCH it when due. True when a PATCH went through."""
         version = self.version or self.check_version()
+        pressure = tuple(self.pressure())
         computed = node_status(self.settings.name, self.facts, self.runtime(),
                                max_pods=self.settings.max_pods, port=self.settings.port,
                                kubelet_version=version.kubelet_version,
-                               shape=self.settings.shape)
+                               shape=self.settings.shape, pressure=pressure)
+        if pressure != self.tainted:
+            self.sync_taints(pressure)
         before = self.reported or {}
         changed = _strip_times(computed) != _strip_times({k: before.get(k) for k in computed})
         if not changed and now - self.reported_at < self.settings.report_frequency:
@@ -149,6 +156,30 @@ class NodeAgent:
             return True
         assert error is not None
         raise error
+
+    def sync_taints(self, pressure: tuple[str, ...]) -> None:
+        """The Node's pressure taints (``node.kubernetes.io/memory-pressure`` etc.,
+        NoSchedule) as ``pressure`` says, other taints untouched: the node lifecycle
+        controller's taint-by-condition, done here so a node without that controller (the
+        tests' API server) is tainted too. A conflict (someone wrote the Node meanwhile) is
+        retried at the next status turn."""
+        node = self.conn.request("GET", self._path)
+        spec = node.get("spec")
+        taints = spec.get("taints") if isinstance(spec, dict) else None
+        taints = taints if isinstance(taints, list) else []
+        wanted = pressure_taints(taints, pressure)
+        if wanted != taints:
+            try:
+                self.conn.request("PATCH", self._path, content_type=MERGE_PATCH, body={
+                    "metadata": {"resourceVersion": ApiMeta.of(node).resource_version},
+                    "spec": {"taints": wanted or None}})
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                return
+            self.log.info("node.taints", node=self.settings.name,
+                          taints=[t["key"] for t in wanted], pressure=list(pressure))
+        self.tainted = pressure
 
     def renew_lease(self, now: float) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{self.settings.name}"

@@ -15,8 +15,15 @@ from urllib.parse import urlparse
 
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
-from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import HOST_NETWORK_REASON
+from podvisor.common.service import ServiceLoop, Worker
+from podvisor.ipc.maps import (
+    HOST_NETWORK_REASON,
+    NODE_SHUTDOWN,
+    PRESSURE,
+    PRESSURE_KEY,
+    NodePressure,
+    NodeShutdownState,
+)
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
@@ -24,6 +31,7 @@ from podvisor.services.node.status import RuntimeFacts, machine_facts, node_shap
 from podvisor.services.node.version import SkewRefused
 
 STALL_LIMIT = 60.0
+SHUTTING_DOWN = "node is shutting down"  # the kubelet's ShutdownStatus() error: Ready's message
 RETRY = 1.0  # after a failed request, try again this soon (capped by the periods)
 
 
@@ -59,6 +67,10 @@ def runtime_probe(endpoint: str) -> RuntimeFacts:
     return RuntimeFacts(name, "")
 
 
+def _conditions(value: NodePressure | None) -> tuple[str, ...]:
+    return value.conditions if value is not None else ()
+
+
 class NodeService:
     """The node process: the agent's requests run on the service loop's worker, built once."""
 
@@ -74,13 +86,34 @@ class NodeService:
                                config.node_status_report_frequency,
                                config.node_lease_duration_seconds, shape),
             lambda: machine_facts(config.root_dir, urlparse(conn.host).hostname or ""),
-            lambda: runtime_probe(endpoint), ctx.log)
+            lambda: self._runtime(endpoint), ctx.log)
+        self.shutting_down = False  # a graceful node shutdown began (the node-shutdown map)
         self.loop = ServiceLoop(ctx)
+        # the eviction manager's node conditions (read on the worker's thread: one lookup)
+        pressure = self.loop.replica(PRESSURE)
+        self.agent.pressure = lambda: _conditions(pressure.get(PRESSURE_KEY))
+        self.loop.replica(NODE_SHUTDOWN, self._on_shutdown)
         self.loop.closing(self.conn)
         self.loop.on_faults(self.conn.faults.set)  # injected api faults (issue 28)
-        self.loop.worker(self.step, stall=STALL_LIMIT, name="node")
+        self.worker: Worker[object] = self.loop.worker(self.step, stall=STALL_LIMIT,
+                                                       name="node")
         self.next_lease = self.next_status = self.clock.monotonic()
         self.failing = ""
+
+    def _runtime(self, endpoint: str) -> RuntimeFacts:
+        facts = runtime_probe(endpoint)
+        if self.shutting_down:  # the kubelet: NotReady, KubeletNotReady, "node is shutting down"
+            return RuntimeFacts(facts.version, SHUTTING_DOWN)
+        return facts
+
+    def _on_shutdown(self, key: str, old: NodeShutdownState | None,
+                     new: NodeShutdownState | None) -> None:
+        """A graceful node shutdown began: the Node goes NotReady at once."""
+        if new is not None and new.active and not self.shutting_down:
+            self.ctx.log.info("node.shutting_down", trigger=new.trigger)
+            self.shutting_down = True
+            self.next_status = self.clock.monotonic()
+            self.worker.wake()
 
     def run(self) -> None:
         self.loop.run(lambda now: None)  # the work is the worker's

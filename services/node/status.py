@@ -184,9 +184,52 @@ def addresses(node: str, facts: MachineFacts, shape: NodeShape) -> list[Obj]:
             {"type": "Hostname", "address": node}]
 
 
+# condition -> (reason and message when True, when False) (nodestatus/setters.go)
+PRESSURE_WORDS = {
+    "MemoryPressure": (
+        ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+        ("KubeletHasSufficientMemory", "kubelet has sufficient memory available")),
+    "DiskPressure": (("KubeletHasDiskPressure", "kubelet has disk pressure"),
+                     ("KubeletHasNoDiskPressure", "kubelet has no disk pressure")),
+    "PIDPressure": (("KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+                    ("KubeletHasSufficientPID", "kubelet has sufficient PID available")),
+}
+# condition -> the taint the node lifecycle controller puts on a Node with it (NoSchedule)
+PRESSURE_TAINTS = {"MemoryPressure": "node.kubernetes.io/memory-pressure",
+                   "DiskPressure": "node.kubernetes.io/disk-pressure",
+                   "PIDPressure": "node.kubernetes.io/pid-pressure"}
+
+
+def pressure_conditions(pressure: Sequence[str]) -> list[Obj]:
+    """MemoryPressure, DiskPressure and PIDPressure: True for those in ``pressure`` (the
+    eviction manager's), with the kubelet's reasons and messages."""
+    out = []
+    for ctype, (true, false) in PRESSURE_WORDS.items():
+        on = ctype in pressure
+        reason, message = true if on else false
+        out.append({"type": ctype, "status": "True" if on else "False", "reason": reason,
+                    "message": message})
+    return out
+
+
+def pressure_taints(taints: Sequence[Mapping[str, Any]], pressure: Sequence[str]) -> list[Obj]:
+    """``taints`` with the pressure taints of ``pressure`` added (``NoSchedule``) and the others
+    removed; every other taint kept as it is."""
+    wanted = {PRESSURE_TAINTS[c] for c in pressure if c in PRESSURE_TAINTS}
+    ours = set(PRESSURE_TAINTS.values())
+    out = [dict(t) for t in taints
+           if t.get("key") not in ours or (t.get("key") in wanted and
+                                           t.get("effect") == "NoSchedule")]
+    have = {t.get("key") for t in out}
+    out += [{"key": k, "effect": "NoSchedule"} for k in sorted(wanted - have)]
+    return out
+
+
 def node_status(node: str, facts: MachineFacts, runtime: RuntimeFacts, *, max_pods: int,
-                port: int, kubelet_version: str, shape: NodeShape | None = None) -> Obj:
-    """The status without times (conditions get them in ``with_times``)."""
+                port: int, kubelet_version: str, shape: NodeShape | None = None,
+                pressure: Sequence[str] = ()) -> Obj:
+    """The status without times (conditions get them in ``with_times``). ``pressure``: the
+    node conditions the eviction manager holds True."""
     shape = shape or NodeShape()
     cap, alloc = quantities(facts, max_pods, shape)
     ready = not runtime.not_ready
@@ -201,13 +244,7 @@ def node_status(node: str, facts: MachineFacts, runtime: RuntimeFacts, *, max_po
                      "operatingSystem": "linux", "architecture": facts.architecture},
         "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
         "conditions": [
-            {"type": "MemoryPressure", "status": "False",
-             "reason": "KubeletHasSufficientMemory",
-             "message": "kubelet has sufficient memory available"},
-            {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure",
-             "message": "kubelet has no disk pressure"},
-            {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID",
-             "message": "kubelet has sufficient PID available"},
+            *pressure_conditions(pressure),
             {"type": "Ready", "status": "True" if ready else "False",
              "reason": "KubeletReady" if ready else "KubeletNotReady",
              "message": _ready_message(runtime) if ready else runtime.not_ready},

@@ -272,11 +272,14 @@ class ContainerPort:
 @dataclass(frozen=True)
 class ResourceList:
     """CPU in millicores and memory in bytes; None when not given. ``hugepages``: (page size as
-    written, e.g. "2Mi"; bytes) per ``hugepages-<size>`` key, in the manifest's order."""
+    written, e.g. "2Mi"; bytes) per ``hugepages-<size>`` key, in the manifest's order.
+    ``ephemeral_storage_bytes``: ``ephemeral-storage`` (enforced by eviction, not the
+    runtime)."""
 
     cpu_millis: int | None = None
     memory_bytes: int | None = None
     hugepages: tuple[tuple[str, int], ...] = ()
+    ephemeral_storage_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -286,6 +289,8 @@ class ResourceList:
             out["memory"] = self.memory_bytes
         for size, amount in self.hugepages:
             out[f"hugepages-{size}"] = amount
+        if self.ephemeral_storage_bytes is not None:
+            out["ephemeral-storage"] = self.ephemeral_storage_bytes
         return out
 
 

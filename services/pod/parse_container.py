@@ -269,7 +269,10 @@ def _parse_resources(f: Findings, raw: Any, path: str) -> Resources:
                                 ("memory", memory, limits.memory_bytes)):
         if request is not None and limit is not None and request > limit:
             f.error(join(path, f"requests.{key}"), f"must be less than or equal to {key} limit")
-    return Resources(limits=limits, requests=ResourceList(cpu, memory, requests.hugepages))
+    storage = requests.ephemeral_storage_bytes if requests.ephemeral_storage_bytes is not None \
+        else limits.ephemeral_storage_bytes
+    return Resources(limits=limits, requests=ResourceList(cpu, memory, requests.hugepages,
+                                                          storage))
 
 
 def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
@@ -281,6 +284,7 @@ def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
     cpu: int | None = None
     memory: int | None = None
     hugepages: list[tuple[str, int]] = []
+    storage: int | None = None
     for key, value in m.items():
         where = join(path, key)
         try:
@@ -293,13 +297,13 @@ def _parse_resource_list(f: Findings, raw: Any, path: str) -> ResourceList:
                 if memory_bytes(size) <= 0:
                     raise QuantityError(f"{size!r} is not a page size")
                 hugepages.append((size, memory_bytes(value)))  # the runtime enforces or refuses
-            elif key.startswith(policy.RESOURCE_WARN_PREFIXES):
-                f.warn(where, "not enforced by podvisor; ignored")
+            elif key == policy.EPHEMERAL_STORAGE:
+                storage = memory_bytes(value)  # enforced by eviction (services/eviction)
             else:
                 f.error(where, f"extended resource {key!r} is not available on this node")
         except QuantityError as exc:
             f.error(where, str(exc))
-    return ResourceList(cpu, memory, tuple(hugepages))
+    return ResourceList(cpu, memory, tuple(hugepages), storage)
 
 
 def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,

@@ -48,6 +48,10 @@ from podvisor.services.pod.parse_container import EPHEMERAL, INIT, REGULAR, pars
 from podvisor.services.pod.parse_security import parse_pod_security
 
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
+# the API server's built-in PriorityClasses: what its priority admission sets when a pod
+# names one (a static pod's priority the same way; graceful node shutdown groups by it)
+SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2_000_001_000,
+                           "system-cluster-critical": 2_000_000_000}
 
 
 def _check_os(f: Findings, m: Mapping[str, Any], path: str) -> None:
@@ -121,7 +125,8 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
         share_process_namespace=share_pid,
         volumes=volumes,
         node_name=get_str(f, m, "nodeName", path),
-        priority=get_int(f, m, "priority", path, 0),
+        priority=get_int(f, m, "priority", path,
+                         SYSTEM_PRIORITY_CLASSES.get(str(m.get("priorityClassName")), 0)),
         security_context=parse_pod_security(f, m.get("securityContext"),
                                             join(path, "securityContext"), host_network,
                                             host_ipc),
@@ -313,7 +318,8 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
         except QuantityError as exc:
             f.error(join(where, "emptyDir.sizeLimit"), str(exc))
         else:
-            f.warn(join(where, "emptyDir.sizeLimit"), "not enforced by podvisor; ignored")
+            f.warn(join(where, "emptyDir.sizeLimit"), "enforced by eviction for API pods only "
+                                                      "(a static pod is never evicted)")
     return EmptyDirVolume(medium, size)
 
 

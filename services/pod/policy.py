@@ -58,7 +58,9 @@ SPEC_UNSUPPORTED = {
     "affinity": _SCHEDULING,
     "nodeSelector": _SCHEDULING,
     "schedulingGates": _SCHEDULING,
-    "priorityClassName": _SCHEDULING,
+    "priorityClassName": _warn("only the built-in system-node-critical and "
+                               "system-cluster-critical set the priority (no priority given; "
+                               "graceful node shutdown reads it); other classes ignored"),
     "preemptionPolicy": _SCHEDULING,
     "topologySpreadConstraints": _SCHEDULING,
     "runtimeClassName": _warn("runtime classes are not supported; the default runtime handler "
@@ -141,7 +143,7 @@ VALUE_FROM_UNSUPPORTED = {
 
 RESOURCES_KNOWN = frozenset({"limits", "requests"})
 RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
-RESOURCE_WARN_PREFIXES = ("ephemeral-storage",)  # the kubelet enforces it by eviction
+EPHEMERAL_STORAGE = "ephemeral-storage"  # enforced by eviction (services/eviction), as the kubelet
 HUGEPAGES_PREFIX = "hugepages-"  # passed to the runtime (CRI hugepage_limits): enforced or refused
 
 VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})

@@ -256,6 +256,7 @@ def _resource_list(r: Mapping[str, Any]) -> ResourceList:
         memory_bytes=r.get("memory"),
         hugepages=tuple((k.removeprefix("hugepages-"), v) for k, v in r.items()
                         if k.startswith("hugepages-")),
+        ephemeral_storage_bytes=r.get("ephemeral-storage"),
     )
 
 

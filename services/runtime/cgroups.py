@@ -9,7 +9,7 @@ needed controllers enabled down the path). The limits are written at CreateConta
 the host cannot do fails the create; the container's process joins the cgroup in the monitor's
 child BEFORE it execs the command (monitor.c ``join_cgroups``, monitor.py ``_fork_exec``; the
 files it writes: ``join_files``), so even its first allocation is counted. A container without
-resources gets no cgroup (and costs nothing more).
+resources and no pod cgroup gets no cgroup (and costs nothing more).
 
 What is written (the runc conversions):
   v1  memory.limit_in_bytes (+ memory.memsw.limit_in_bytes = the swap limit or the memory limit,
@@ -20,7 +20,9 @@ What is written (the runc conversions):
 Refused (FAILED_PRECONDITION, the message names the field and the reason): hugepage limits,
 cpusets, ``unified`` keys outside ``UNIFIED_KEYS`` (on v1 anything but pids.max), a controller
 that is not mounted, and a cgroup that cannot be created or written (not root, read-only
-cgroupfs). Never silently ignored.
+cgroupfs). Never silently ignored. A container that asks for nothing in a sandbox with a
+``cgroup_parent`` (a pod cgroup under ``cgroupRoot``) gets accounting folders only (memory and
+cpuacct; best effort), so the pod's usage shows in its cgroup as under the kubelet.
 
 ``Layout`` says where each hierarchy is; ``host_layout()`` reads /proc/self/mountinfo, and
 tests build one over a temp dir (every effect is a plain file operation under its paths).
@@ -225,9 +227,11 @@ class Cgroups:
             out[controller] = os.path.normpath(os.path.join(mount, rel))
         return out
 
-    def create(self, cgroup_path: str, res: pb.LinuxContainerResources) -> dict[str, str]:
-        """Make the container's cgroup and write ``res``; {} when ``res`` asks for nothing.
-        Raises ``Fault`` (nothing left behind) when the host cannot honour it."""
+    def create(self, cgroup_path: str, res: pb.LinuxContainerResources,
+               account: bool = False) -> dict[str, str]:
+        """Make the container's cgroup and write ``res``; {} when ``res`` asks for nothing
+        (with ``account``: the accounting folders even then, see ``_account``). Raises
+        ``Fault`` (nothing left behind) when the host cannot honour it."""
         lay = self.layout
         if lay.version == 0:
             writes = plan(res, 2)  # refuse what is refused anywhere first
@@ -236,7 +240,7 @@ class Cgroups:
             raise precondition(f"cannot enforce the container's resources: {lay.why}")
         writes = plan(res, lay.version)
         if not writes:
-            return {}
+            return self._account(cgroup_path) if account else {}
         dirs = self.dirs_for(cgroup_path)
         needed = {w.controller for w in writes}
         missing = sorted(needed - set(dirs))
@@ -270,6 +274,25 @@ class Cgroups:
             if isinstance(exc, OSError):
                 raise _refusal(exc) from None
             raise
+        return dirs
+
+    def _account(self, cgroup_path: str) -> dict[str, str]:
+        """A container that limits nothing, in a pod cgroup: folders for accounting only
+        (memory and cpuacct on v1, the unified one on v2), so the pod's usage shows in its
+        cgroup as every container's does under the kubelet (the eviction manager reads it).
+        Best effort: a folder that cannot be made (not root) leaves the container without
+        one ({}), as before."""
+        dirs = {k: v for k, v in self.dirs_for(cgroup_path).items()
+                if k in ("memory", "cpuacct", UNIFIED)}
+        made: list[str] = []
+        try:
+            for controller in sorted(dirs):
+                made.extend(_mkdirs(dirs[controller]))
+        except OSError:
+            for d in reversed(made):
+                with contextlib.suppress(OSError):
+                    os.rmdir(d)
+            return {}
         return dirs
 
     def update(self, dirs: Mapping[str, str], res: pb.LinuxContainerResources) -> None:

@@ -812,7 +812,9 @@ class Engine:
         parent = sb.config.linux.cgroup_parent or DEFAULT_PARENT
         md = sb.config.metadata
         try:
-            return self.cgroups.create(f"{parent.rstrip('/')}/{c.id}", res)
+            # in a pod cgroup (the sync loop's cgroupRoot): always one, for accounting
+            return self.cgroups.create(f"{parent.rstrip('/')}/{c.id}", res,
+                                       account=bool(sb.config.linux.cgroup_parent))
         except Fault as err:
             self.log.warning("container.resources.refused", pod=md.name, namespace=md.namespace,
                              container=c.config.metadata.name, reason=err.message)

@@ -16,6 +16,7 @@ from typing import Any
 
 from podvisor.common.timefmt import rfc3339
 from podvisor.ipc.maps import (
+    NODE_SHUTDOWN_REASON,
     DesiredPod,
     PlegContainer,
     PlegPod,
@@ -26,6 +27,9 @@ from podvisor.ipc.maps import (
 from podvisor.ipc.podstatus import ContainerStatus, PodStatus
 from podvisor.services.pod import Container, Pod
 from podvisor.services.status.conditions import (
+    DISRUPTION_TARGET,
+    EVICTED,
+    TERMINATION_BY_KUBELET,
     condition,
     external_conditions,
     kubelet_conditions,
@@ -192,6 +196,11 @@ def compute_pod_status(
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
                              spec.readiness_gates, external)
+    if desired.failed and desired.reason in (EVICTED, NODE_SHUTDOWN_REASON):
+        # the kubelet's eviction manager and node shutdown manager: DisruptionTarget, reason
+        # TerminationByKubelet
+        external = [c for c in external if c.type != DISRUPTION_TARGET]
+        own.append(condition(DISRUPTION_TARGET, True, TERMINATION_BY_KUBELET, desired.message))
     status = PodStatus(
         phase=phase, host_ip=host_ip, host_ips=hosts, start_time=start,
         qos_class=desired.qos_class,  # the sync loop's QoS class of the pod (pod/qos.py)

@@ -8,7 +8,9 @@
   ``ContainersReady``: every sidecar and regular container ready (``[names]`` of those that are
   not); ``Ready``: ContainersReady, and every ``readinessGates`` condition present and True
   (else ``ReadinessGatesNotReady``, the kubelet's message per gate). A Succeeded pod is
-  ``PodCompleted``, a Failed one ``PodFailed``.
+  ``PodCompleted``, a Failed one ``PodFailed``. An evicted pod (failed with reason
+  ``Evicted``) gets ``DisruptionTarget`` True, reason ``TerminationByKubelet``, the eviction's
+  message.
 - ``lastTransitionTime``: the previous one's while a kubelet condition keeps its status.
 """
 
@@ -23,6 +25,10 @@ from podvisor.ipc.podstatus import ContainerStatus, PodCondition, PodStatus
 KUBELET_CONDITIONS = frozenset({"PodScheduled", "PodReadyToStartContainers", "Initialized",
                                 "ContainersReady", "Ready"})
 SUCCEEDED, FAILED = "Succeeded", "Failed"
+# an evicted pod (a FailPod with reason Evicted): the condition the kubelet adds (it shares the
+# type with the controllers that set it through the API)
+EVICTED, DISRUPTION_TARGET, TERMINATION_BY_KUBELET = ("Evicted", "DisruptionTarget",
+                                                       "TerminationByKubelet")
 
 
 def external_conditions(status: Mapping[str, Any]) -> list[PodCondition]:

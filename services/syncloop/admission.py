@@ -15,10 +15,10 @@ resource: cpu, requested: 500, used: 1500, capacity: 2000`` (millicores, bytes, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from podvisor.services.pod import Pod
+from podvisor.services.pod import Pod, QOSClass, qos_class
 from podvisor.services.syncloop.cri_config import host_ports
 
 
@@ -99,10 +99,45 @@ def _fits(pod: Pod, admitted: list[Pod], capacity: Capacity) -> Rejection | None
     return None
 
 
+CRITICAL_PRIORITY = 2_000_000_000  # scheduling.SystemCriticalPriority
+MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
+
+
+def _tolerates_memory_pressure(pod: Pod) -> bool:
+    """``ToleratesTaint`` of node.kubernetes.io/memory-pressure:NoSchedule (no value)."""
+    for t in pod.spec.tolerations:
+        if t.effect not in ("", "NoSchedule"):
+            continue
+        if not t.key and t.operator == "Exists":
+            return True
+        if t.key == MEMORY_PRESSURE_TAINT and (t.operator == "Exists" or not t.value):
+            return True
+    return False
+
+
+def pressure_rejection(pod: Pod, conditions: Sequence[str]) -> Rejection | None:
+    """The kubelet's eviction admit handler: under any node pressure condition a new pod is
+    refused (reason ``Evicted``, ``The node had condition: [DiskPressure]. ``), but a critical
+    one (a static pod, priority >= 2000000000); under MemoryPressure alone only a BestEffort
+    pod that does not tolerate the memory-pressure taint."""
+    if not conditions:
+        return None
+    static = pod.origin is not None and pod.origin.source != "api"
+    if static or pod.spec.priority >= CRITICAL_PRIORITY:
+        return None  # critical: a static pod (from a file or URL), or by priority
+    if list(conditions) == ["MemoryPressure"] and (
+            qos_class(pod) is not QOSClass.BEST_EFFORT or _tolerates_memory_pressure(pod)):
+        return None
+    return Rejection("Evicted", f"The node had condition: [{' '.join(conditions)}]. ")
+
+
 def admit(pod: Pod, admitted: Iterable[Pod], capacity: Capacity | None = None,
-          ) -> Rejection | None:
+          pressure: Sequence[str] = ()) -> Rejection | None:
     """Check ``pod`` against the pods already admitted on this node (and, with ``capacity``,
-    against the Node's allocatable)."""
+    against the Node's allocatable; with ``pressure``, the node conditions the eviction
+    manager holds True)."""
+    if (rejection := pressure_rejection(pod, pressure)) is not None:
+        return rejection
     if capacity is not None:
         admitted = [p for p in admitted if p.uid != pod.uid]
         if (rejection := _fits(pod, admitted, capacity)) is not None:

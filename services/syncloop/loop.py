@@ -93,6 +93,9 @@ class LoopDeps:
     changed_runtime: Callable[[], None] = lambda: None
     # the Node's allocatable for admission (OutOfpods/cpu/memory); None: standalone, no check
     capacity: Capacity | None = None
+    # the node conditions the eviction manager holds True (the ``pressure`` map): admission
+    # refuses pods under them as the kubelet's eviction admit handler
+    pressure: Callable[[], Sequence[str]] = lambda: ()
     # kubelet_pod_worker_duration_seconds: (operation_type, seconds) per finished work, and
     # kubelet_restarted_pods_total: (static) per pod restarted under the same UID (metrics.py)
     observe_work: Callable[[str, float], None] = lambda operation, seconds: None
@@ -208,7 +211,7 @@ class SyncLoop:
         admitted = (w.pod for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
                     and w.state is WorkerState.SYNCING and not w.failed)  # (filterOutInactivePods)
-        rejection = admit(pod, admitted, self.deps.capacity)
+        rejection = admit(pod, admitted, self.deps.capacity, self.deps.pressure())
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
                 del self.deps.table.workers[pod.uid]

@@ -30,7 +30,16 @@ from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint
 from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
-from podvisor.ipc.maps import DESIRED, POD_SET_KEY, PROBES, PodProbes, PodSetValue, pods_map
+from podvisor.ipc.maps import (
+    DESIRED,
+    POD_SET_KEY,
+    PRESSURE,
+    PRESSURE_KEY,
+    PROBES,
+    PodProbes,
+    PodSetValue,
+    pods_map,
+)
 from podvisor.ipc.messages import (
     AllPodsStopped,
     FailPod,
@@ -255,7 +264,8 @@ class SyncLoopService:
             started=self.probes.started,
             changed_runtime=self.hint.set,
             capacity=admission_capacity(sync.node, cfg) if cfg.kubeconfig else None,
-            observe_work=metrics.observe_work, restarted=metrics.restarted))
+            observe_work=metrics.observe_work, restarted=metrics.restarted,
+            pressure=self._pressure))
         self.cache = sync.cache
         self.stops, self.seen = new_stop_watcher(sync.cri, ctx.log), SeenStops()
         self.stopping = _Stopping()
@@ -266,6 +276,9 @@ class SyncLoopService:
         self.sources = [self.service.replica(pods_map(src), self._feeder(src))
                         for src in sorted(_sources(ctx))]
         self.service.replica(PROBES, self._on_probes)
+        # the eviction manager's node conditions (admission); never waited for: without the
+        # eviction process (or before its first pass) no pressure is known
+        self.pressure_map = self.service.replica(PRESSURE)
         self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
             PodLifecycleEvent: self._on_pleg_event,
             StopAllPods: self._on_stop_all,
@@ -304,6 +317,10 @@ class SyncLoopService:
     def _on_pleg_event(self, event: PodLifecycleEvent, now: float) -> None:
         if _worthy(event.type, event.container_id, self.seen, self.stops.streaming):
             self.loop.handle_pleg_event(event.pod_uid, now, float(event.ts))
+
+    def _pressure(self) -> tuple[str, ...]:
+        value = self.pressure_map.get(PRESSURE_KEY)
+        return value.conditions if value is not None else ()
 
     def _on_fail_pod(self, request: FailPod, now: float) -> None:
         """Another process fails a pod for good (eviction's reason Evicted, say)."""

@@ -807,6 +807,8 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                            fail_grace)
     if not actions.noop:
         return None
+    if failed and not rt.running():
+        volumes.release_empty_dirs(pod, deps.pods_dir)
     return SyncResult(ok=True, waiting=actions.waiting,
                       sandbox_id=rt.sandboxes[0].id if rt.sandboxes else None,
                       retry_after=actions.retry_after, pod_failed=actions.pod_failed,
@@ -872,6 +874,8 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
         if sandbox is not None and not actions.failed:
             _refresh_api_volumes(deps, pod)
+        if failed and not rt.running():
+            volumes.release_empty_dirs(pod, deps.pods_dir)
         return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
                           retry_after=actions.retry_after, pod_failed=actions.pod_failed,
                           deadline_exceeded=actions.deadline_exceeded)

@@ -23,6 +23,7 @@ directory``.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -131,6 +132,17 @@ def _write_api_volume(pod: Pod, name: str, source: ApiVolume, pods_dir: Path, no
     except (OSError, ValueError) as err:
         return str(err)
     return ""
+
+
+def release_empty_dirs(pod: Pod, pods_dir: Path) -> None:
+    """A pod failed for good, its containers all stopped: its emptyDir volumes' contents go,
+    as the kubelet's volume manager tears down a terminal pod's volumes (an evicted pod's
+    space is freed; issue 27). Cheap once done (the folders are gone)."""
+    for v in pod.spec.volumes:
+        if isinstance(v.source, EmptyDirVolume):
+            path = cri_config.empty_dir_path(pods_dir, pod.uid, v.name)
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def setup_volumes(pod: Pod, pods_dir: Path, node: NodeFacts | None = None,

@@ -67,6 +67,8 @@ def test_ctl_faults(agent: Any) -> None:
         (("kill", "web", "--signal", "999"), "BAD_SIGNAL(11)"),
         (("tail", "nope"), "BAD_NAME(10)"),
         (("events", "--limit", "-1"), "BAD_ARGUMENTS(3)"),
+        # graceful node shutdown is off (no shutdownGracePeriod): said, and nothing stops
+        (("shutdown", "--node"), "NOT_AVAILABLE(110): graceful node shutdown is off"),
     ]
     for args, fault in cases:
         out = a.ctl(*args)
@@ -79,8 +81,10 @@ def test_ctl_faults(agent: Any) -> None:
         assert exc.fault == Fault.UNKNOWN_METHOD
     else:
         raise AssertionError("expected a fault")
-    for bad in ({"command": "kill", "args": {"name": 5}}, {"command": "tail",
-                                                            "args": {"name": "web", "lines": "x"}}):
+    for bad in ({"command": "kill", "args": {"name": 5}},
+                {"command": "tail", "args": {"name": "web", "lines": "x"}},
+                {"command": "shutdown", "args": {"node": "yes"}},
+                {"command": "shutdown", "args": {"node": True, "pods": True}}):
         try:
             client.call(bad["command"], **bad["args"])  # type: ignore[arg-type]
         except ControlFault as exc:

@@ -11,8 +11,10 @@ from podvisor.ipc.maps import (
     API_MIRRORS,
     DESIRED,
     MAPS,
+    NODE_SHUTDOWN,
     PLEG,
     POD_SOURCES,
+    PRESSURE,
     PROBES,
     STATUSES,
     ContainerVerdict,
@@ -22,6 +24,8 @@ from podvisor.ipc.maps import (
     MapValueError,
     MirrorPod,
     MirrorSet,
+    NodePressure,
+    NodeShutdownState,
     PlegContainer,
     PlegHealth,
     PlegPod,
@@ -117,7 +121,8 @@ def test_the_desired_map_has_its_codec_in_its_spec() -> None:
 def test_every_map_is_declared_once_by_name() -> None:
     """``MAPS`` holds one spec per map (its name is its topic and snapshot socket);
     ``declared`` and ``pods_map`` refuse a name nobody declared."""
-    names = {"desired", "pleg", "probes", "statuses", "api-mirrors",
+    names = {"desired", "pleg", "probes", "statuses", "api-mirrors", "pressure",
+             "node-shutdown",
              *(f"pods-{s}" for s in POD_SOURCES)}
     assert set(MAPS) == names and all(MAPS[n].name == n for n in names)
     assert all(isinstance(spec, MapSpec) and spec.owner for spec in MAPS.values())
@@ -127,6 +132,27 @@ def test_every_map_is_declared_once_by_name() -> None:
         declared("mystery")
     with pytest.raises(UndeclaredMap, match="no pod source"):
         pods_map("ftp")
+
+
+def test_node_pressure_round_trip_and_what_it_rejects() -> None:
+    value = NodePressure(("MemoryPressure", "DiskPressure"), 5.0)
+    assert PRESSURE.decode(PRESSURE.encode(value)) == value and PRESSURE.owner == "eviction"
+    assert NodePressure.from_wire({"v": 1}) == NodePressure()
+    for raw in ({"v": 2}, {"v": 1, "conditions": ["Hungry"]}, {"v": 1, "conditions": "x"},
+                {"v": 1, "ts": True}):
+        with pytest.raises(MapValueError):
+            NodePressure.from_wire(raw)
+
+
+def test_node_shutdown_state_round_trip_and_what_it_rejects() -> None:
+    value = NodeShutdownState(True, "logind", 12.5)
+    assert NODE_SHUTDOWN.decode(NODE_SHUTDOWN.encode(value)) == value
+    assert NodeShutdownState.from_wire({"v": 1}) == NodeShutdownState()
+    for raw, reason in (({"v": 2}, "version"), ({"v": 1, "active": "yes"}, "fields"),
+                        ({"v": 1, "since": "now"}, "fields"), ("x", "fields")):
+        with pytest.raises(MapValueError) as err:
+            NodeShutdownState.from_wire(raw)
+        assert err.value.reason == reason
 
 
 def test_mirror_set_round_trip_and_what_it_rejects() -> None:

@@ -107,3 +107,16 @@ def test_start_advice_lines() -> None:
     off = config_from_mapping({"rootDir": "/r", "readOnlyPort": 0})
     assert len(advice.start_advice(off, manages_pods=True)) == 3  # no curl without the port
     assert len(advice.start_advice(off, manages_pods=False)) == 2  # only status
+    assert "pods keep running" in advice.start_advice(off, manages_pods=True)[0]
+
+
+def test_start_advice_with_graceful_node_shutdown() -> None:
+    """The `shutdown --node` line (run as printed by test_e2e_node_shutdown.py), and what
+    Ctrl-C does under shutdownOnSignal."""
+    cfg = config_from_mapping({"rootDir": "/r", "shutdownGracePeriod": "30s"})
+    lines = advice.start_advice(cfg, manages_pods=True)
+    assert re.search(r"--root-dir /r shutdown --node$", lines[-1])
+    assert "pods keep running" in lines[0]
+    on_signal = config_from_mapping({"rootDir": "/r", "shutdownGracePeriod": "30s",
+                                     "shutdownOnSignal": True})
+    assert "Ctrl-C drains the node" in advice.start_advice(on_signal, manages_pods=True)[0]

@@ -146,3 +146,22 @@ def test_a_node_ip_that_is_not_this_hosts_is_refused() -> None:
     shape = node_shape(config_from_mapping({"nodeIP": "127.0.0.1", "nodeLabels": "a=b"}))
     assert shape.node_ips == ("127.0.0.1",) and shape.labels == {"a": "b"}
     assert shape.eviction_hard == DEFAULT_EVICTION_HARD
+
+
+def test_pressure_conditions_and_taints_follow_the_eviction_manager() -> None:
+    """The Node's pressure conditions say what the eviction manager holds True, in the
+    kubelet's words; the NoSchedule taints follow them, other taints untouched."""
+    from podvisor.services.node.status import pressure_conditions, pressure_taints
+
+    conds = {c["type"]: c for c in pressure_conditions(("MemoryPressure",))}
+    assert (conds["MemoryPressure"]["status"], conds["MemoryPressure"]["reason"],
+            conds["MemoryPressure"]["message"]) == (
+        "True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
+    assert (conds["DiskPressure"]["status"], conds["DiskPressure"]["reason"]) == (
+        "False", "KubeletHasNoDiskPressure")
+    assert conds["PIDPressure"]["reason"] == "KubeletHasSufficientPID"
+    mine = {"key": "dedicated", "value": "x", "effect": "NoExecute"}
+    tainted = pressure_taints([mine], ("MemoryPressure", "DiskPressure"))
+    assert tainted == [mine, {"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"},
+                       {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}]
+    assert pressure_taints(tainted, ()) == [mine]

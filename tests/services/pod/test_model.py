@@ -83,7 +83,8 @@ def errors_of(obj: Any) -> list[str]:
 def test_full_manifest_parses_with_defaults() -> None:
     parsed = decode_pod(WEB.encode(), "pods/web.yaml")
     assert [(w.field, w.reason) for w in parsed.warnings] == [
-        ("spec.volumes[0].emptyDir.sizeLimit", "not enforced by podvisor; ignored")]
+        ("spec.volumes[0].emptyDir.sizeLimit",
+         "enforced by eviction for API pods only (a static pod is never evicted)")]
     pod = parsed.pod
     web = pod.spec.containers[0]
     assert pod.name == "web" and pod.metadata.labels == {"app": "web"}
@@ -364,8 +365,6 @@ WARNED = [
     ("creationTimestamp", lambda d: d["metadata"].update(creationTimestamp="2024-01-01T00:00Z"),
      "metadata.creationTimestamp"),
     ("affinity", lambda d: d["spec"].update(affinity={"nodeAffinity": {}}), "spec.affinity"),
-    ("ephemeral-storage", lambda d: d["spec"]["containers"][0].update(
-        resources={"limits": {"ephemeral-storage": "1Gi"}}), "limits.ephemeral-storage"),
     ("unknown top-level", lambda d: d.update(extra=1), "extra"),
 ]
 
@@ -378,6 +377,19 @@ def test_unsupported_fields_warned_not_ignored(mutate: Any, field: str) -> None:
     parsed = pod_from_dict(doc, "pods/x.yaml")
     assert any(w.field.endswith(field) for w in parsed.warnings), parsed.warnings
     assert pod_from_dict(parsed.pod.to_dict()).warnings == ()
+
+
+def test_ephemeral_storage_is_kept_for_eviction() -> None:
+    """``ephemeral-storage`` requests and limits are kept (eviction enforces them, issue 27);
+    requests default to the limits."""
+    doc = manifest()
+    doc["spec"]["containers"][0]["resources"] = {"limits": {"ephemeral-storage": "1Gi"}}
+    parsed = pod_from_dict(doc, "pods/x.yaml")
+    assert parsed.warnings == ()
+    res = parsed.pod.spec.containers[0].resources
+    assert res.limits.ephemeral_storage_bytes == res.requests.ephemeral_storage_bytes == 1 << 30
+    again = pod_from_dict(parsed.pod.to_dict())
+    assert again.pod == parsed.pod and again.warnings == ()
 
 
 def test_empty_dir_medium_and_size_warned_and_kept() -> None:

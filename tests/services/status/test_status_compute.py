@@ -444,3 +444,18 @@ def test_a_pod_past_its_deadline_is_failed_with_the_kubelets_reason() -> None:
     assert (s["phase"], s["reason"]) == ("Failed", "DeadlineExceeded")
     assert s["message"] == "Pod was active on the node longer than the specified deadline"
     assert cond(s, "Ready")["reason"] == "PodFailed"
+
+
+def test_an_evicted_pod_has_the_disruption_target_condition() -> None:
+    """A pod failed with reason Evicted (the eviction manager's FailPod): phase Failed with the
+    message, and DisruptionTarget True, reason TerminationByKubelet, as the kubelet adds it;
+    a pod failed for another reason has none."""
+    message = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 9Mi. "
+    st = computed(desired(failed=True, reason="Evicted", message=message), None, None, 100.0)
+    assert (st["phase"], st["reason"], st["message"]) == ("Failed", "Evicted", message)
+    target = [c for c in st["conditions"] if c["type"] == "DisruptionTarget"]
+    assert [(c["status"], c["reason"], c["message"]) for c in target] == [
+        ("True", "TerminationByKubelet", message)]
+    other = computed(desired(failed=True, reason="DeadlineExceeded", message="x"), None, None,
+                     100.0)
+    assert not [c for c in other["conditions"] if c["type"] == "DisruptionTarget"]

@@ -46,3 +46,29 @@ def test_out_of_pods_cpu_memory_with_kubelet_messages() -> None:
     # a pod without requests fits whatever the others use; standalone (no capacity): no check
     assert admit(pod("free"), running, CAP) is None
     assert admit(pod("huge", cpu="64"), running, None) is None
+
+
+def test_under_node_pressure_new_pods_are_refused_as_the_kubelets_eviction_admit_handler(
+) -> None:
+    """MemoryPressure alone refuses BestEffort pods only (not one tolerating the
+    memory-pressure taint); any other condition refuses every pod but a critical one."""
+    besteffort, burstable = pod("be"), pod("bu", memory="64Mi")
+    memory = ("MemoryPressure",)
+    assert admit(burstable, [], pressure=memory) is None
+    refused = admit(besteffort, [], pressure=memory)
+    assert refused is not None and (refused.reason, refused.message) == (
+        "Evicted", "The node had condition: [MemoryPressure]. ")
+    tolerant = pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "t", "namespace": "default", "uid": "t"}, "spec": {
+        "containers": [{"name": "c", "image": "i"}], "tolerations": [
+            {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists",
+             "effect": "NoSchedule"}]}}).pod
+    assert admit(tolerant, [], pressure=memory) is None
+    disk = admit(burstable, [], pressure=("MemoryPressure", "DiskPressure"))
+    assert disk is not None and disk.message == (
+        "The node had condition: [MemoryPressure DiskPressure]. ")
+    critical = pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "k", "namespace": "kube-system", "uid": "k"}, "spec": {
+        "priority": 2000001000, "containers": [{"name": "c", "image": "i"}]}}).pod
+    assert admit(critical, [], pressure=("DiskPressure",)) is None
+    assert admit(besteffort, [], pressure=()) is None

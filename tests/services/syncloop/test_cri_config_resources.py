@@ -79,9 +79,11 @@ def test_hugepages_bad_page_size_is_an_error() -> None:
     assert "hugepages-x" in str(err.value)
 
 
-def test_ephemeral_storage_is_a_warning() -> None:
+def test_ephemeral_storage_is_kept_not_sent_to_the_runtime() -> None:
+    """Eviction enforces it (issue 27); the runtime gets nothing of it."""
     parsed = pod({"limits": {"ephemeral-storage": "1Gi"}})
-    assert any("ephemeral-storage" in str(w) for w in parsed.warnings)
+    assert not any("ephemeral-storage" in str(w) for w in parsed.warnings)
+    assert parsed.pod.spec.containers[0].resources.limits.ephemeral_storage_bytes == 1 << 30
 
 
 def test_pod_level_resources_are_refused() -> None:
