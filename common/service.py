@@ -256,6 +256,7 @@ class ServiceLoop:
         self._subs: dict[Any, Subscriber] = {}  # socket -> subscriber (held messages)
         self.gate = BusGate(self.clock)
         self._fault_listeners: list[Callable[[tuple[ActiveFault, ...]], object]] = []
+        self._faults_said = False  # a faults.in_force line named a fault: say when none is left
         self.fault_watch = FaultWatch(ctx.paths, ctx.name)
         self._closables.append(self.fault_watch)
         if self.fault_watch.fd is not None:
@@ -285,9 +286,10 @@ class ServiceLoop:
         self.gate.set_rules([f.spec for f in faults])
         for callback in self._fault_listeners:
             callback(faults)
-        if faults or self._fault_listeners:
+        if faults or self._fault_listeners or self._faults_said:
             self.ctx.log.info("faults.in_force", faults=[f.id for f in faults],
                               what=[f.spec.describe() for f in faults])
+            self._faults_said = bool(faults)
 
     # --- declarations -------------------------------------------------------------------------
     def publisher(self) -> Publisher:

@@ -5,8 +5,6 @@ it aims at."""
 
 from __future__ import annotations
 
-import json
-
 from podvisor.ipc.faults import ActiveFault
 from podvisor.testing import Node, wait_until
 
@@ -33,26 +31,14 @@ def running(node: Node) -> list[int]:
 
 
 def in_force(node: Node, process: str) -> list[str] | None:
-    """The fault ids ``process`` last said it applied (its ``faults.in_force`` log line,
-    common/service.py); None before its first such line."""
-    path = node.paths.logs_dir / f"{process}.log"
-    if not path.exists():
-        return None
-    last = None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("event") == "faults.in_force":
-            last = [str(f) for f in doc.get("faults") or []]
-    return last
+    """The fault ids ``process`` last said it applied (``Node.applied_faults``)."""
+    return node.applied_faults(process)
 
 
 def wait_in_force(node: Node, process: str, fault: ActiveFault, present: bool = True) -> None:
-    """Wait until ``process`` applied ``fault`` (``present``) or dropped it: ``fault-inject``
-    and ``fault-clear`` answer once the supervisor wrote the faults file, and the process
-    reads it on its own loop's next turn (a call made in between meets the old faults)."""
+    """Wait until ``process`` applied ``fault`` (``present``) or dropped it (``Node.inject``
+    and ``Node.clear`` already wait so; for faults sent around them)."""
     wait_until(lambda: (ids := in_force(node, process)) is not None and
                (fault.id in ids) == present, 30, 0.05,
                f"{process} {'applying' if present else 'dropping'} {fault.id}")
+
