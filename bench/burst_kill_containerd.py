@@ -350,7 +350,10 @@ class Bench:
         agent's cgroupRoot, as "pid cmdline" (the pids hierarchy)."""
         out = []
         root = Path("/sys/fs/cgroup/pids") / self.cgroup_root.strip("/")
-        for procs in root.rglob("cgroup.procs"):
+        for here, _dirs, files in os.walk(root):  # a folder removed meanwhile is skipped
+            if "cgroup.procs" not in files:
+                continue
+            procs = Path(here) / "cgroup.procs"
             with contextlib.suppress(OSError):
                 for pid in procs.read_text().split():
                     with contextlib.suppress(psutil.Error):

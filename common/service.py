@@ -40,7 +40,9 @@ Injected faults (issue 28): the loop reads the faults aimed at its process (``Fa
 inotify fd it polls) and applies the ``bus`` ones itself: every publisher, subscriber and replica
 declared here consults its ``gate`` (``ipc/busgate.py``: drop, delay, duplicate), the loop sends
 held frames when due and hands held messages over. Other seams take theirs with
-``on_faults(callback)`` (the embedded runtime's servicer: ``cri``).
+``on_faults(callback)`` (the embedded runtime's servicer: ``cri``). The process logs
+``faults.in_force`` (the ids) once every seam has them: the control request that injected or
+cleared a fault answers before that (tests/support/faultpods.py ``wait_in_force``).
 """
 
 from __future__ import annotations
@@ -254,6 +256,7 @@ class ServiceLoop:
         self._subs: dict[Any, Subscriber] = {}  # socket -> subscriber (held messages)
         self.gate = BusGate(self.clock)
         self._fault_listeners: list[Callable[[tuple[ActiveFault, ...]], object]] = []
+        self._faults_said = False  # a faults.in_force line named a fault: say when none is left
         self.fault_watch = FaultWatch(ctx.paths, ctx.name)
         self._closables.append(self.fault_watch)
         if self.fault_watch.fd is not None:
@@ -274,15 +277,19 @@ class ServiceLoop:
     def _faults_changed(self) -> None:
         if self.fault_watch.changed():
             self._apply_faults()
-            for callback in self._fault_listeners:
-                callback(self.faults)
 
     def _apply_faults(self) -> None:
+        """Hand the faults to every seam, then log ``faults.in_force``: the line says they
+        are applied (the supervisor's ``fault-inject`` answers once the file is written, before
+        this process read it; tests wait for the line)."""
         faults = self.faults
         self.gate.set_rules([f.spec for f in faults])
-        if faults or self._fault_listeners:
+        for callback in self._fault_listeners:
+            callback(faults)
+        if faults or self._fault_listeners or self._faults_said:
             self.ctx.log.info("faults.in_force", faults=[f.id for f in faults],
                               what=[f.spec.describe() for f in faults])
+            self._faults_said = bool(faults)
 
     # --- declarations -------------------------------------------------------------------------
     def publisher(self) -> Publisher:

@@ -43,7 +43,7 @@ import psutil
 import yaml
 
 from podvisor.ipc.control import ControlFault
-from podvisor.ipc.faults import ActiveFault, FaultSpecError
+from podvisor.ipc.faults import API_TARGET, ActiveFault, FaultSpecError
 from podvisor.ipc.maps import MapValueError, PodStatus
 from podvisor.testing.agent import AgentProcess, processes_of_root, wait_until
 from podvisor.testing.invariants import InvariantError, InvariantReport
@@ -51,6 +51,8 @@ from podvisor.testing.invariants import InvariantError, InvariantReport
 __all__ = ["MARKER", "Node", "NodeOptions"]
 
 MARKER = "PODVISOR_TESTING"
+# the processes with an API connection (api faults aimed at "apiserver" reach each)
+API_PROCESSES = ("source-api", "status-api", "node", "events-api")
 STATES = ("Running", "Ready", "Pending", "Succeeded", "Failed", "Gone")
 _runs = itertools.count(1)
 
@@ -305,20 +307,85 @@ class Node:
     # --- faults -----------------------------------------------------------------------------
 
     def inject(self, kind: str, target: str, duration: float | None = None,
-               **fields: Any) -> ActiveFault:
+               wait: bool = True, **fields: Any) -> ActiveFault:
         """Inject a fault (``podvisorctl fault inject``: see the README's fault table);
-        ``duration`` seconds ends it by itself, else it lasts until ``clear``."""
+        ``duration`` seconds ends it by itself, else it lasts until ``clear``. The agent
+        answers once it has recorded the fault; a process applies it on its own loop's next
+        turn. With ``wait`` (the default) a ``bus``, ``cri`` or ``api`` fault returns only
+        once every process it is aimed at has applied it, so what the test does next meets
+        it."""
         args = {"kind": kind, "target": target, **fields}
         if duration:
             args["for"] = float(duration)
-        return ActiveFault.from_wire(self.agent.call("fault-inject", **args))
+        active = ActiveFault.from_wire(self.agent.call("fault-inject", **args))
+        if wait:
+            self._wait_applied(active, present=True)
+        return active
 
-    def clear(self, fault: ActiveFault | str | None = None) -> list[ActiveFault]:
-        """End one fault (or its id), or every fault."""
+    def clear(self, fault: ActiveFault | str | None = None,
+              wait: bool = True) -> list[ActiveFault]:
+        """End one fault (or its id), or every fault; with ``wait``, return once every
+        process that had applied it has dropped it (or was restarted without it)."""
         fid = fault.id if isinstance(fault, ActiveFault) else fault
+        rows = self.agent.rows()
         result = (self.agent.call("fault-clear", id=fid) if fid else
                   self.agent.call("fault-clear"))
-        return [ActiveFault.from_wire(f) for f in result["cleared"]]
+        cleared = [ActiveFault.from_wire(f) for f in result["cleared"]]
+        if wait:
+            for active in cleared:
+                self._wait_applied(active, present=False, pids={
+                    name: row.get("pid") for name, row in rows.items()})
+        return cleared
+
+    def applied_faults(self, process: str) -> list[str] | None:
+        """The fault ids ``process`` last said it applied (its ``faults.in_force`` log line,
+        written once every part of it has them); None before its first such line."""
+        said = self._faults_said(process)
+        return said[-1] if said else None
+
+    def _faults_said(self, process: str) -> list[list[str]]:
+        """Every ``faults.in_force`` line of ``process``'s log, oldest first."""
+        path = self.paths.logs_dir / f"{process}.log"
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        said = []
+        for line in text.splitlines():
+            if '"faults.in_force"' not in line:
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and doc.get("event") == "faults.in_force":
+                said.append([str(f) for f in doc.get("faults") or []])
+        return said
+
+    def _wait_applied(self, fault: ActiveFault, present: bool,
+                      pids: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
+        """Wait until each process ``fault`` is aimed at has applied it (``present``) or
+        dropped it. Only the kinds a process applies in its own loop (bus, cri, api); an api
+        fault aimed at the API server is applied by every process with an API connection."""
+        spec = fault.spec
+        if spec.kind not in ("bus", "cri", "api"):
+            return
+        rows = self.agent.rows()
+        names = ([n for n in API_PROCESSES if n in rows and rows[n].get("enabled")]
+                 if spec.target == API_TARGET else [spec.target])
+        for name in names:
+            if not present and fault.id not in (self.applied_faults(name) or []):
+                continue  # it never applied it: nothing to drop
+
+            def done(name: str = name) -> bool:
+                if present:  # applied at some point (a short fault may be over already)
+                    return any(fault.id in ids for ids in self._faults_said(name))
+                ids = self.applied_faults(name)
+                row = self.agent.rows().get(name) or {}
+                restarted = pids is not None and row.get("pid") not in (None, pids.get(name))
+                return restarted or fault.id not in (ids or [])
+            wait_until(done, timeout, 0.05,
+                       f"{name} {'applying' if present else 'dropping'} fault {fault.id}")
 
     def faults(self) -> list[ActiveFault]:
         return [ActiveFault.from_wire(f) for f in self.agent.call("fault-list")["faults"]]

@@ -1,10 +1,12 @@
 """A small pod and the readings the fault tests of several folders take on a `podvisor_node`
 (issue 28): tests/ipc (bus faults), tests/services/runtime (cri faults), tests/supervisor (kill,
-stop)."""
+stop); ``wait_in_force``: a fault the supervisor took (or dropped) is applied by the process
+it aims at."""
 
 from __future__ import annotations
 
-from podvisor.testing import Node
+from podvisor.ipc.faults import ActiveFault
+from podvisor.testing import Node, wait_until
 
 POD = """apiVersion: v1
 kind: Pod
@@ -26,3 +28,17 @@ def running(node: Node) -> list[int]:
     node.apply(POD)
     node.wait_pod("web", "Running")
     return node.container_pids("web")
+
+
+def in_force(node: Node, process: str) -> list[str] | None:
+    """The fault ids ``process`` last said it applied (``Node.applied_faults``)."""
+    return node.applied_faults(process)
+
+
+def wait_in_force(node: Node, process: str, fault: ActiveFault, present: bool = True) -> None:
+    """Wait until ``process`` applied ``fault`` (``present``) or dropped it (``Node.inject``
+    and ``Node.clear`` already wait so; for faults sent around them)."""
+    wait_until(lambda: (ids := in_force(node, process)) is not None and
+               (fault.id in ids) == present, 30, 0.05,
+               f"{process} {'applying' if present else 'dropping'} {fault.id}")
+

@@ -27,12 +27,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-OPS_PORT = _free_port()
-
-
 @pytest.fixture
 def podvisor_node_options() -> NodeOptions:
-    return NodeOptions(config={"opsPort": OPS_PORT, "opsAddress": "127.0.0.1"})
+    # a port chosen when the test starts (one chosen at import was taken by another server
+    # by the time this test ran in the full suite)
+    return NodeOptions(config={"opsPort": _free_port(), "opsAddress": "127.0.0.1"})
+
+
+def _ops_port(node: Node) -> int:
+    """The node's ops port, once it answers: the ops process is RUNNING before its web
+    thread has bound the port."""
+    port = int(node.options.config["opsPort"])
+
+    def accepts() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    wait_until(accepts, 30, 0.05, f"the ops port {port} accepting")
+    return port
 
 
 def _password(node: Node) -> str:
@@ -43,7 +54,7 @@ def _password(node: Node) -> str:
 def _api(node: Node, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
     auth = base64.b64encode(f"admin:{_password(node)}".encode()).decode()
     req = urllib.request.Request(
-        f"http://127.0.0.1:{OPS_PORT}{path}", method="GET" if body is None else "POST",
+        f"http://127.0.0.1:{_ops_port(node)}{path}", method="GET" if body is None else "POST",
         data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": f"Basic {auth}", "Content-Type": "application/json"})
     try:
@@ -74,7 +85,7 @@ def browser(podvisor_node: Node) -> Iterator[Browser]:
         pytest.skip("needs Debian's chromium and chromium-driver (.ci/test-packages.txt)")
     b = Browser(CHROMEDRIVER, CHROMIUM)
     try:
-        b.get(f"http://admin:{_password(podvisor_node)}@127.0.0.1:{OPS_PORT}/")
+        b.get(f"http://admin:{_password(podvisor_node)}@127.0.0.1:{_ops_port(podvisor_node)}/")
         yield b
     finally:
         b.close()

@@ -11,7 +11,7 @@ import pytest
 
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.testing import Node, wait_until
-from tests.support.faultpods import restarts, running
+from tests.support.faultpods import restarts, running, wait_in_force
 
 
 def cri_client(node: Node) -> Any:
@@ -31,18 +31,23 @@ def test_cri_latency_and_error_on_chosen_methods(podvisor_node: Node) -> None:
     before = restarts(node)
     cri = cri_client(node)
     try:
+        # the servicer takes a fault on the runtime process's next turn: wait for it each time
         with node.fault("cri", "runtime", action="latency", delay=2.0,
-                        methods=["ListPodSandbox"]):
+                        methods=["ListPodSandbox"]) as latency:
+            wait_in_force(node, "runtime", latency)
             t0 = time.monotonic()
             cri.list_pod_sandbox()
             assert time.monotonic() - t0 >= 2.0  # the latency is injected, not measured
             cri.version()  # another method is not slowed (no bound asserted: no timing)
+        wait_in_force(node, "runtime", latency, present=False)
         with node.fault("cri", "runtime", action="error", code="RESOURCE_EXHAUSTED",
-                        methods=["ListContainers"]):
+                        methods=["ListContainers"]) as error:
+            wait_in_force(node, "runtime", error)
             with pytest.raises(CriError) as err:
                 cri.list_containers()
             assert "RESOURCE_EXHAUSTED" in str(err.value) and "injected fault" in str(err.value)
             assert cri.list_pod_sandbox()  # the others answer
+        wait_in_force(node, "runtime", error, present=False)
         assert cri.list_containers()  # cleared: answers again
     finally:
         cri.close()

@@ -18,7 +18,7 @@ import pytest
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.testing import Node, NodeOptions, wait_until
 from tests.support.containerd import ContainerdHandle, containerd_or_skip, remove_pod_cgroup
-from tests.support.faultpods import restarts
+from tests.support.faultpods import restarts, wait_in_force
 
 pytestmark = pytest.mark.containerd
 
@@ -68,20 +68,25 @@ def test_cri_faults_on_containerd_through_the_proxy(podvisor_node: Node,
     direct = new_runtime_client(containerd.endpoint, timeout=30.0)
     try:
         assert _answers(proxied) == _answers(direct) == "containerd"
+        # the proxy takes a fault on the runtime process's next turn: wait for it each time
         with node.fault("cri", "runtime", action="latency", delay=2.0,
-                        methods=["ListPodSandbox"]):
+                        methods=["ListPodSandbox"]) as latency:
+            wait_in_force(node, "runtime", latency)
             t0 = time.monotonic()
             proxied.list_pod_sandbox()
             assert time.monotonic() - t0 >= 2.0  # injected at the proxy
             direct.list_pod_sandbox()  # containerd itself is not slowed (no bound: no timing)
+        wait_in_force(node, "runtime", latency, present=False)
         with node.fault("cri", "runtime", action="error", code="UNAVAILABLE",
-                        methods=["ListContainers"]):
+                        methods=["ListContainers"]) as error:
+            wait_in_force(node, "runtime", error)
             with pytest.raises(CriError) as err:
                 proxied.list_containers()
             assert err.value.code == grpc.StatusCode.UNAVAILABLE
             assert "injected fault" in err.value.message
             assert direct.list_containers()  # containerd answers
             assert proxied.list_pod_sandbox()  # and the other methods through the proxy
+        wait_in_force(node, "runtime", error, present=False)
         assert proxied.list_containers()  # cleared
         assert node.container_pids("web") == [pid] and restarts(node) == before
         runtime = node.processes()["runtime"]

@@ -250,8 +250,11 @@ def test_the_sweep_corrects_another_clients_write(api: KubeApi, tmp_path: Path,
         wait_for(lambda: ready(api, "s2") == "True", timeout=30, pump=svc.bus.serve)
         for turn in range(2):  # twice: each write of another client is corrected
             assert mark_pods_not_ready(api.store, NODE, api.wall) == ["s2"]
-            wait_for(lambda: ready(api, "s2") == "True", timeout=30, pump=svc.bus.serve,
-                     message="Ready written again by a sweep")
+            # the writer logs after the server answered its PATCH, i.e. after the store
+            # shows Ready again: wait for the line, not for the store
+            wait_for(lambda turn=turn: len(svc.log.named("status.api.reconciled")) == turn + 1,
+                     timeout=30, pump=svc.bus.serve, message="Ready written again by a sweep")
+            assert ready(api, "s2") == "True"
             if turn == 0:  # a condition not the kubelet's, before the second correction
                 set_condition(api.store, "default", "s2", gate(), api.wall)
         assert [c["status"] for c in api_status(api, "s2")["conditions"]

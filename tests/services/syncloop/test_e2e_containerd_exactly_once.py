@@ -297,7 +297,12 @@ class Burst:
         out = []
         mounts = parse_mountinfo(new_cgroup_fs().mountinfo())
         for folder in hierarchy_dirs(mounts, self.cgroup_root):
-            for procs in Path(folder).rglob("cgroup.procs"):
+            # os.walk, not rglob: a pod's folder removed while it is walked is skipped
+            # (rglob raised FileNotFoundError when the sync loop removed one meanwhile)
+            for here, _dirs, files in os.walk(folder):
+                if "cgroup.procs" not in files:
+                    continue
+                procs = Path(here) / "cgroup.procs"
                 with contextlib.suppress(OSError):
                     for pid in procs.read_text().split():
                         with contextlib.suppress(psutil.Error):
