@@ -21,6 +21,7 @@ from tests.services.volumes.claimpods import (
     events,
     gone,
     host_path_pv,
+    log_lines,
     phase,
     pod_volumes,
     read,
@@ -100,6 +101,9 @@ def test_an_api_fault_on_volumes_holds_the_pod_until_it_ends(api: KubeApi, agent
     wait_for(lambda: handle.state("volumes")["state"] == "RUNNING", timeout=30)
     fault = handle.call("fault-inject", kind="api", target="volumes", action="error",
                         status=503)
+    wait_for(lambda: any(line.get("event") == "faults.in_force" and fault["id"] in
+                         (line.get("faults") or []) for line in log_lines(handle)),
+             timeout=30, message="the volumes process applying the fault")
     volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}
     api.create_pod("default", counting_pod("db-0", NODE, volume, mount, marks))
     wait_for(lambda: any("error processing volume" in e["message"] and "503" in e["message"]
