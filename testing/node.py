@@ -52,7 +52,7 @@ __all__ = ["MARKER", "Node", "NodeOptions"]
 
 MARKER = "PODVISOR_TESTING"
 # the processes with an API connection (api faults aimed at "apiserver" reach each)
-API_PROCESSES = ("source-api", "status-api", "node", "events-api")
+API_PROCESSES = ("source-api", "status-api", "node", "events-api", "volumes")
 STATES = ("Running", "Ready", "Pending", "Succeeded", "Failed", "Gone")
 _runs = itertools.count(1)
 
