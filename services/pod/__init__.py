@@ -107,6 +107,13 @@ from podvisor.services.pod.static import (
     apply_static_defaults,
     static_pod_uid,
 )
+from podvisor.services.pod.volume_plugins import (
+    FCVolume,
+    FlexVolume,
+    ISCSIVolume,
+    NFSVolume,
+    PluginVolume,
+)
 from podvisor.services.pod.wire import WirePods, pod_from_wire
 
 __all__ = [
@@ -132,21 +139,26 @@ __all__ = [
     "EphemeralContainer",
     "EphemeralVolume",
     "ExecAction",
+    "FCVolume",
     "FSGroupChangePolicy",
     "FieldIssue",
+    "FlexVolume",
     "GRPCAction",
     "HTTPGetAction",
     "HTTPHeader",
     "HostPathType",
     "HostPathVolume",
+    "ISCSIVolume",
     "Lifecycle",
     "LifecycleHandler",
     "MountedSource",
+    "NFSVolume",
     "NodeFacts",
     "ObjectMeta",
     "ObjectReader",
     "Origin",
     "ParsedPod",
+    "PluginVolume",
     "Pod",
     "PodSecurityContext",
     "PodSpec",

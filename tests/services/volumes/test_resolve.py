@@ -92,7 +92,7 @@ def test_a_csi_pv_without_a_csidriver_needs_attach() -> None:
     ({f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
         {"hostPath": {"path": "/x"}}, claim_uid="other")}, 'does not point to claim.UID'),
     ({f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
-        {"nfs": {"server": "s", "path": "/"}})}, "its nfs source is not supported"),
+        {"rbd": {"monitors": ["m"], "image": "i"}})}, "its rbd source is not supported"),
     ({f"{PVC}/data": bound_claim(), "/api/v1/nodes/n1": {"metadata": {"labels": {
         "kubernetes.io/hostname": "n2"}}}, "/api/v1/persistentvolumes/pv1": pv(
         {"local": {"path": "/x"}}, nodeAffinity={"required": {"nodeSelectorTerms": [{
