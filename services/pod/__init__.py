@@ -108,11 +108,13 @@ from podvisor.services.pod.static import (
     static_pod_uid,
 )
 from podvisor.services.pod.volume_plugins import (
+    PLUGIN_KINDS,
     FCVolume,
     FlexVolume,
     ISCSIVolume,
     NFSVolume,
     PluginVolume,
+    plugin_volume_from_wire,
 )
 from podvisor.services.pod.wire import WirePods, pod_from_wire
 
@@ -123,6 +125,7 @@ __all__ = [
     "CONFIG_SOURCE_ANNOTATION",
     "LOCAL_ANNOTATION_PREFIX",
     "MAX_MANIFEST_BYTES",
+    "PLUGIN_KINDS",
     "SOURCE_FILE",
     "SOURCE_HTTP",
     "ApiVolume",
@@ -202,6 +205,7 @@ __all__ = [
     "needs_pod_ip",
     "no_new_privs",
     "oom_score_adj",
+    "plugin_volume_from_wire",
     "pod_from_dict",
     "pod_from_wire",
     "projected_downward_files",

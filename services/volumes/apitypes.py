@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.services.apiserver import ApiMeta
-from podvisor.services.pod import PluginVolume
-from podvisor.services.pod.volume_plugins import PLUGIN_KINDS, plugin_volume_from_wire
+from podvisor.services.pod import PLUGIN_KINDS, PluginVolume, plugin_volume_from_wire
 
 
 def dig(obj: Any, *keys: str) -> Any:

@@ -102,8 +102,8 @@ class FakeDevices:
 
     def listdir(self, path: str) -> list[str]:
         base = path.rstrip("/") + "/"
-        return sorted(p[len(base):] for p in self.links if p.startswith(base)
-                      and "/" not in p[len(base):])
+        return sorted({p[len(base):].split("/", 1)[0] for p in self.links
+                       if p.startswith(base)})
 
     def realpath(self, path: str) -> str:
         return self.links.get(path, path)

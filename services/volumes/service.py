@@ -22,8 +22,7 @@ from podvisor.ipc.maps import DESIRED, VOLUMES, DesiredPod
 from podvisor.ipc.volumemaps import NODE_KEY
 from podvisor.services.apiserver import ApiConnection
 from podvisor.services.events import EventPublisher, Recorder
-from podvisor.services.pod import Pod, PodValidationError, pod_from_wire
-from podvisor.services.pod.volume_plugins import PLUGIN_KINDS
+from podvisor.services.pod import PLUGIN_KINDS, Pod, PodValidationError, pod_from_wire
 from podvisor.services.volumes.apiclient import VolumeApi
 from podvisor.services.volumes.flexvolume import FlexDrivers
 from podvisor.services.volumes.hostexec import HostRunner
