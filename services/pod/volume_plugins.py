@@ -100,6 +100,11 @@ PluginVolume = NFSVolume | ISCSIVolume | FCVolume | FlexVolume
 PLUGIN_KINDS = ("nfs", "iscsi", "fc", "flexVolume")
 
 
+def _secret_name(source: Mapping[str, Any]) -> str:
+    ref = source.get("secretRef")
+    return str(ref["name"]) if isinstance(ref, Mapping) and "name" in ref else ""
+
+
 def plugin_volume_from_wire(v: Mapping[str, Any]) -> PluginVolume | None:
     """The source of a validated volume's wire form, None when it is none of these."""
     if (n := v.get("nfs")) is not None:
@@ -109,13 +114,13 @@ def plugin_volume_from_wire(v: Mapping[str, Any]) -> PluginVolume | None:
                            i.get("iscsiInterface", "default"), i.get("fsType", ""),
                            i.get("readOnly", False), tuple(i.get("portals", ())),
                            i.get("chapAuthDiscovery", False), i.get("chapAuthSession", False),
-                           (i.get("secretRef") or {}).get("name", ""),
+                           _secret_name(i),
                            i.get("initiatorName", ""))
     if (c := v.get("fc")) is not None:
         return FCVolume(tuple(c.get("targetWWNs", ())), c.get("lun"), tuple(c.get("wwids", ())),
                         c.get("fsType", ""), c.get("readOnly", False))
     if (x := v.get("flexVolume")) is not None:
         return FlexVolume(x["driver"], x.get("fsType", ""),
-                          (x.get("secretRef") or {}).get("name", ""), x.get("readOnly", False),
+                          _secret_name(x), x.get("readOnly", False),
                           dict(x.get("options", {})))
     return None
