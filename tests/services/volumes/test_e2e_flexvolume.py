@@ -99,8 +99,9 @@ def test_flexvolume_mount_failure_kill9_and_unmount(agent: Any, wait_for: Callab
     try:
         wait_for(lambda: read(marks / "good") == "from the driver", timeout=90,
                  message="the good pod reading its FlexVolume")
-        uid = next(p["metadata"]["uid"] for p in get_pods(port)["items"]  # type: ignore[index]
-                   if p["metadata"]["name"] == "good-e2e")
+        uid = wait_for(lambda: next((p["metadata"]["uid"] for p in (get_pods(port) or {})
+                                     .get("items", []) if p["metadata"]["name"] == "good-e2e"),
+                                    None), timeout=30, message="the good pod in /pods")
         folder = handle.paths.pods_dir / uid / "volumes" / "example.com~lvm" / "data"
         assert mounts_under(folder) == [str(folder.resolve())]
         assert len(_calls(log, "init")) == 2  # once per driver
@@ -116,7 +117,8 @@ def test_flexvolume_mount_failure_kill9_and_unmount(agent: Any, wait_for: Callab
                    "status: Failure, reason: the array is offline")
         wait_for(lambda: any(e["message"] == message for e in _events(handle, "FailedMount")),
                  timeout=30, message="the FailedMount event of the broken driver")
-        assert _waiting(port, "bad-e2e") == "ContainerCreating"
+        wait_for(lambda: _waiting(port, "bad-e2e") == "ContainerCreating", timeout=30,
+                 message="the broken driver's pod ContainerCreating in /pods")
         wait_for(lambda: len([c for c in _calls(log, "mount") if "/example.com~broken/" in c[1]])
                  >= 2, timeout=30, message="the failed mount retried")
         assert not list((handle.paths.pods_dir).glob("*/volumes/example.com~broken/data"))

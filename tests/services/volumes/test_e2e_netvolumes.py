@@ -71,8 +71,9 @@ def test_network_volumes_wait_with_failed_mount_and_other_pods_run(
     events = wait_for(lambda: (e := _failed_mounts(handle)).keys() >= {
         "nfs-e2e", "iscsi-e2e", "fc-e2e"} and e, timeout=60,
         message="a FailedMount event for each network volume")
-    uid = {p["metadata"]["name"]: p["metadata"]["uid"]
-           for p in get_pods(port)["items"]}  # type: ignore[index]
+    uid = wait_for(lambda: (u := {p["metadata"]["name"]: p["metadata"]["uid"]
+                                  for p in (get_pods(port) or {}).get("items", [])})
+                   .keys() >= {"nfs-e2e"} and u, timeout=30, message="the pods in /pods")
     folder = handle.paths.pods_dir / uid["nfs-e2e"] / "volumes" / "kubernetes.io~nfs" / "disk"
     # the kubelet's message: mount-utils' doMount error with mount(8)'s own output
     assert events["nfs-e2e"].startswith(
@@ -85,10 +86,12 @@ def test_network_volumes_wait_with_failed_mount_and_other_pods_run(
     assert "iscsi" in events["iscsi-e2e"]
     assert events["fc-e2e"] == ('MountVolume.WaitForAttach failed for volume "disk" : '
                                 "no fc disk found")
-    statuses = _statuses(port)
-    for name in ("nfs-e2e", "iscsi-e2e", "fc-e2e"):
-        assert statuses[name] == ("Pending", "ContainerCreating"), statuses
-        assert not (marks / name.removesuffix("-e2e")).exists()
+    waiting = ("Pending", "ContainerCreating")
+    statuses = wait_for(lambda: (s := _statuses(port)) and all(
+        s.get(n) == waiting for n in ("nfs-e2e", "iscsi-e2e", "fc-e2e")) and s, timeout=30,
+        message="the three pods Pending, ContainerCreating in /pods")
+    for name in ("nfs", "iscsi", "fc"):
+        assert not (marks / name).exists()
     assert statuses["plain-e2e"][0] == "Running"
     assert not folder.exists()  # a failed SetUp removes the folder, as the kubelet's
     wait_for(lambda: sum(1 for line in log_lines(handle)
