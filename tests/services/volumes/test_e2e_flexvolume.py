@@ -9,6 +9,7 @@ again); the manifest removed, the driver's ``unmount`` is called once and the fo
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -137,5 +138,46 @@ def test_flexvolume_mount_failure_kill9_and_unmount(agent: Any, wait_for: Callab
                  message="the volume's folder removed")
     finally:
         handle.stop()
+        for point in reversed(mounts_under(tmp_path)):
+            subprocess.run(["umount", "-l", point], check=False)
+
+
+def test_an_api_pods_flexvolume_gets_its_secret_and_read_only(
+        agent: Any, wait_for: Callable[..., Any], tmp_path: Path) -> None:
+    """An API pod: the secretRef's data read from the API server and passed as
+    ``kubernetes.io/secret/<key>`` (base64), ``readOnly`` as ``kubernetes.io/readwrite: ro``."""
+    from tests.services.volumes.claimpods import agent_config as api_config
+    from tests.support.kubeapi import KubeApi
+    plugins, source, marks = tmp_path / "exec", tmp_path / "disk", tmp_path / "marks"
+    for d in (source, marks):
+        d.mkdir()
+    (source / "hello").write_text("secret volume\n")
+    log = tmp_path / "driver.log"
+    _driver(plugins, "example.com", "lvm", source, log)
+    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
+    server.start()
+    handle = None
+    try:
+        server.store.create("secrets", "default", {"metadata": {"name": "creds"}, "data": {
+            "password": base64.b64encode(b"s3cret").decode()}})
+        pod = _pod("db", "example.com/lvm", tmp_path / "c" / "data", marks)
+        pod["spec"]["volumes"][0]["flexVolume"].update(secretRef={"name": "creds"},
+                                                       readOnly=True)
+        pod["spec"].update(nodeName="e2e-flex", automountServiceAccountToken=False)
+        uid = server.create_pod("default", pod)["metadata"]["uid"]
+        handle = agent(config=api_config(server, tmp_path, "e2e-flex",
+                                         volumePluginDir=str(plugins)))
+        wait_for(lambda: read(marks / "db") == "secret volume", timeout=90,
+                 message="the API pod reading its FlexVolume")
+        folder = handle.paths.pods_dir / uid / "volumes" / "example.com~lvm" / "data"
+        (call,) = [c for c in _calls(log, "mount") if c[1] == str(folder)]
+        options = json.loads(call[2])
+        assert options["kubernetes.io/secret/password"] == base64.b64encode(b"s3cret").decode()
+        assert options["kubernetes.io/readwrite"] == "ro"
+        assert options["kubernetes.io/pod.name"] == "db"
+    finally:
+        if handle is not None:
+            handle.stop()
+        server.stop()
         for point in reversed(mounts_under(tmp_path)):
             subprocess.run(["umount", "-l", point], check=False)
