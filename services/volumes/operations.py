@@ -306,10 +306,16 @@ class Operations:
         if self.plugins is None:
             raise OpFailed(FAILED_MOUNT, f'MountVolume.SetUp failed for volume '
                                          f'"{spec.spec_name}" : no volume plugins here')
+        try:
+            secret = self._secret_data(spec.secret)
+        except OpFailed as err:  # the kubelet's addSecretsToOptions wording
+            assert spec.secret is not None
+            raise OpFailed(FAILED_MOUNT, f'MountVolume.SetUp failed for volume '
+                                         f'"{spec.spec_name}" : couldn\'t get secret '
+                                         f"{'/'.join(spec.secret)} err: {err.message}") from None
         record = actual.mounts.setdefault(key, MountRecord(key, device_of(spec),
                                                            Mounted.UNCERTAIN, spec))
         record.spec = spec
-        secret = self._secret_data(spec.secret)
         try:
             self.plugins.setup(spec, folder, secret)
         except PluginFailed as err:

@@ -184,3 +184,36 @@ def test_a_pv_of_nfs_mounts_with_its_mount_options(tmp_path: Path) -> None:
     assert folder == tmp_path / "pods" / "u" / "volumes" / "kubernetes.io~nfs" / "pv1"
     mounts.setup(spec, folder, {})
     assert runner.calls == [["mount", "-t", "nfs", "-o", "ro,hard", "s:/e", str(folder)]]
+
+
+class NoSecrets:
+    def get(self, path: str) -> None:
+        return None
+
+
+def test_operations_mount_and_unmount_a_flexvolume_and_say_why_not(tmp_path: Path) -> None:
+    """Through the reconciler's operations: a missing Secret is the kubelet's FailedMount
+    (no record left), a mount is recorded, the unmount forgets it and prunes the folders."""
+    from podvisor.services.volumes.operations import Operations, OpFailed
+    from podvisor.services.volumes.state import ActualState, Op, Step, device_of
+    mounts, runner, mounter = _mounts(tmp_path, Driver(mount='{"status": "Success"}'))
+    ops = Operations(mounts.paths, mounter, None, NoSecrets(), "n1",  # type: ignore[arg-type]
+                     plugins=mounts)
+    spec, actual = _spec(), ActualState()
+    step = Step(Op.MOUNT, device_of(spec), MountKey.of(spec), spec)
+    with pytest.raises(OpFailed) as err:
+        ops.run(step, actual)
+    assert (err.value.reason, err.value.message) == (
+        "FailedMount", 'MountVolume.SetUp failed for volume "data" : couldn\'t get secret '
+                       'ns/creds err: secrets "creds" not found')
+    assert actual.mounts == {} and runner.calls == []
+    no_secret = plugin_spec(FlexVolume("example.com/lvm"), {
+        "pod_uid": "u1", "pod_name": "web", "pod_namespace": "ns", "volume": "data"},
+        "data", False, "ns")
+    key = MountKey.of(no_secret)
+    ops.run(Step(Op.MOUNT, device_of(no_secret), key, no_secret), actual)
+    assert actual.mounts[key].state is Mounted.YES
+    folder = mounts.paths.target(no_secret)
+    ops.run(Step(Op.UNMOUNT, device_of(no_secret), key), actual)
+    assert [c[1:3] for c in runner.calls] == [["mount", str(folder)], ["unmount", str(folder)]]
+    assert actual.mounts == {} and not (mounts.paths.pods / "u1").exists()
