@@ -217,3 +217,18 @@ def test_operations_mount_and_unmount_a_flexvolume_and_say_why_not(tmp_path: Pat
     ops.run(Step(Op.UNMOUNT, device_of(no_secret), key), actual)
     assert [c[1:3] for c in runner.calls] == [["mount", str(folder)], ["unmount", str(folder)]]
     assert actual.mounts == {} and not (mounts.paths.pods / "u1").exists()
+
+
+def test_mount_not_supported_binds_the_device_mount_path_as_the_kubelets_default(
+        tmp_path: Path) -> None:
+    mounts, _, mounter = _mounts(tmp_path, Driver())  # mount: "Not supported"
+    folder = tmp_path / "f"
+    device = tmp_path / "root" / "plugins" / "kubernetes.io" / "flexvolume" / "example.com" / \
+        "lvm" / "mounts" / "data"
+    mounter.fail[str(folder)] = OSError(2, f"mount {device} on {folder}: No such file or "
+                                           "directory")
+    with pytest.raises(PluginFailed, match="No such file or directory"):
+        mounts.setup(_spec(), folder, {})
+    assert mounter.calls == [("bind", str(folder))] and not folder.exists()
+    mounts.setup(_spec(), folder, {})  # "Not supported" remembered: bound at once
+    assert mounter.table[0].source == str(device)
