@@ -9,15 +9,11 @@ from podvisor.common.service import ServiceLoop
 from podvisor.ipc.maps import DESIRED, PLEG, PRESSURE, DesiredPod, PlegPod
 from podvisor.ipc.messages import NodeResourcesReclaimed
 from podvisor.services.events import EventPublisher, Recorder
+from podvisor.services.eviction.cgroups import detect_memory_cgroups
 from podvisor.services.eviction.manager import EvictionManager
 from podvisor.services.eviction.reclaim import node_reclaim_funcs
 from podvisor.services.eviction.service import EventSink, EvictionService, Inputs
-from podvisor.services.eviction.signals import (
-    MEMORY_CGROUP_MOUNT,
-    NodeSources,
-    mem_total,
-    memory_folder,
-)
+from podvisor.services.eviction.signals import NodeSources, mem_total
 from podvisor.services.eviction.thresholds import parse_thresholds
 from podvisor.services.eviction.usage import UsageReader
 
@@ -31,10 +27,11 @@ def run(ctx: ChildContext) -> None:
         ctx.log.error("eviction.threshold_ignored", reason=problem)
     ctx.log.info("eviction.thresholds", thresholds=[t.describe() for t in thresholds])
     root = str(ctx.paths.root)
-    sources = NodeSources(memory_folder(cfg.cgroup_root), mem_total, root,
+    cgroups = detect_memory_cgroups()
+    ctx.log.info("eviction.cgroups", version=cgroups.version, mount=str(cgroups.mount))
+    sources = NodeSources(cgroups, cgroups.folder(cfg.cgroup_root), mem_total, root,
                           lambda: root)  # images are kept under rootDir (embedded runtime)
-    reader = UsageReader(MEMORY_CGROUP_MOUNT, cfg.cgroup_root, ctx.paths.pods_dir,
-                         ctx.paths.pod_logs_dir)
+    reader = UsageReader(cgroups, cfg.cgroup_root, ctx.paths.pods_dir, ctx.paths.pod_logs_dir)
     # the kubelet's HasDedicatedImageFs: the image filesystem is another device than rootDir's
     dedicated = os.stat(sources.imagefs() or root).st_dev != os.stat(root).st_dev
     recorder = Recorder(ctx.name, clock.wall)
