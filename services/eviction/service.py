@@ -118,6 +118,8 @@ class EvictionService:
         a = r.answer or NodeResourcesReclaimed(id=r.request.id, errors="no answer")
         outcome = ("able to reduce resource pressure without evicting pods."
                    if decision.reclaimed else f"must evict pod(s) to reclaim {r.resource}.")
+        if r.answer is None:
+            outcome = f"imagegc did not answer; {outcome}"
         self.log.info("eviction.reclaim.done", request=r.request.id, resource=r.resource,
                       reclaimed=decision.reclaimed, containers=a.containers,
                       sandboxes=a.sandboxes, images=a.images, image_bytes=a.image_bytes,
