@@ -64,7 +64,9 @@ class MountedVolume:
     ``unique_name``: the kubelet's unique volume name (``kubernetes.io/csi/<driver>^<handle>``,
     ``kubernetes.io/local-volume/<pv>``, ...); ``claim``: the PersistentVolumeClaim it comes
     from ('' for an inline csi volume); ``reason``/``message``: why it is not ready
-    (``FailedMount``, ``FailedAttachVolume``); ``stats``: its usage (None before a reading)."""
+    (``FailedMount``, ``FailedAttachVolume``); ``stats``: its usage (None before a reading);
+    ``block``: a raw block volume (``volumeMode: Block``): ``host_path`` is the pod's device
+    map path (a symlink to the device), given to the containers as a CRI device, not a mount."""
 
     name: str
     ready: bool = False
@@ -75,12 +77,14 @@ class MountedVolume:
     reason: str = ""
     message: str = ""
     stats: VolumeStats | None = None
+    block: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "ready": self.ready,
                                "host_path": self.host_path, "read_only": self.read_only,
                                "unique_name": self.unique_name, "claim": self.claim,
-                               "reason": self.reason, "message": self.message}
+                               "reason": self.reason, "message": self.message,
+                               "block": self.block}
         if self.stats is not None:
             out["stats"] = self.stats.to_wire()
         return out
@@ -93,7 +97,8 @@ class MountedVolume:
                    read_str(m, "host_path", what), read_bool(m, "read_only", what),
                    read_str(m, "unique_name", what), read_str(m, "claim", what),
                    read_str(m, "reason", what), read_str(m, "message", what),
-                   VolumeStats.from_wire(m["stats"]) if m.get("stats") is not None else None)
+                   VolumeStats.from_wire(m["stats"]) if m.get("stats") is not None else None,
+                   read_bool(m, "block", what) if "block" in m else False)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from podvisor.services.pod.container import (
     TCPSocketAction,
     TerminationMessagePolicy,
     URIScheme,
+    VolumeDevice,
     VolumeMount,
 )
 from podvisor.services.pod.downward import NodeFacts, projected_downward_files, volume_files
@@ -188,6 +189,7 @@ __all__ = [
     "TerminationMessagePolicy",
     "URIScheme",
     "Volume",
+    "VolumeDevice",
     "VolumeMount",
     "WirePods",
     "apply_static_defaults",

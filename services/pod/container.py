@@ -336,6 +336,18 @@ MOUNT_PROPAGATIONS = ("None", "HostToContainer", "Bidirectional")
 
 
 @dataclass(frozen=True)
+class VolumeDevice:
+    """``volumeDevices[]``: a raw block volume (a claim bound to a ``volumeMode: Block`` PV)
+    given to the container as the device node ``device_path``."""
+
+    name: str
+    device_path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "devicePath": self.device_path}
+
+
+@dataclass(frozen=True)
 class Container:
     name: str
     image: str
@@ -351,6 +363,7 @@ class Container:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
     volume_mounts: tuple[VolumeMount, ...] = ()
+    volume_devices: tuple[VolumeDevice, ...] = ()  # raw block volumes (claims only)
     security_context: SecurityContext | None = None
     termination_message_path: str = TERMINATION_MESSAGE_PATH
     termination_message_policy: TerminationMessagePolicy = TerminationMessagePolicy.FILE
@@ -387,6 +400,7 @@ class Container:
             "startupProbe": self.startup_probe and self.startup_probe.to_dict(),
             "lifecycle": self.lifecycle.to_dict(),
             "volumeMounts": [m.to_dict() for m in self.volume_mounts],
+            "volumeDevices": [d.to_dict() for d in self.volume_devices],
             "securityContext": self.security_context and self.security_context.to_dict(),
             "stdin": self.stdin,
             "stdinOnce": self.stdin_once,

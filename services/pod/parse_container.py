@@ -24,6 +24,7 @@ from podvisor.services.pod.container import (
     ResourceList,
     Resources,
     TerminationMessagePolicy,
+    VolumeDevice,
     VolumeMount,
 )
 from podvisor.services.pod.fields import (
@@ -93,6 +94,7 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
         image_pull_policy=get_enum(f, m, "imagePullPolicy", path, PullPolicy,
                                    default_pull_policy(image)),
         volume_mounts=_parse_mounts(f, m, path, volume_names),
+        volume_devices=_parse_devices(f, m, path, volume_names),
         security_context=parse_container_security(f, m.get("securityContext"),
                                                   join(path, "securityContext")),
         termination_message_path=message_path,
@@ -340,6 +342,48 @@ def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,
             propagation = ""
         out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path,
                                expr, propagation))
+    return tuple(out)
+
+
+def _parse_devices(f: Findings, m: Mapping[str, Any], path: str,
+                   volume_names: Collection[str]) -> tuple[VolumeDevice, ...]:
+    """``volumeDevices`` as the API server's ``validateVolumeDevices`` checks them (the volume
+    being a claim is checked with the pod's volumes: ``check_block_devices``)."""
+    out: list[VolumeDevice] = []
+    names: set[str] = set()
+    paths: set[str] = set()
+    raw_mounts = m.get("volumeMounts")
+    mounts: list[Any] = raw_mounts if isinstance(raw_mounts, list) else []
+    mount_names = {v.get("name") for v in mounts if isinstance(v, Mapping)}
+    mount_paths = {v.get("mountPath") for v in mounts if isinstance(v, Mapping)}
+    for where, item in get_list(f, m, "volumeDevices", path):
+        v = as_map(f, item, where)
+        if v is None:
+            continue
+        check_fields(f, v, where, frozenset({"name", "devicePath"}), {})
+        name = get_str(f, v, "name", where, required=True)
+        device_path = get_str(f, v, "devicePath", where, required=True)
+        if name and name in names:
+            f.error(join(where, "name"), f"Invalid value: {name!r}: must be unique")
+        elif name and name not in volume_names:
+            f.error(join(where, "name"), f"Not found: {name!r}")
+        if device_path in paths:
+            f.error(join(where, "devicePath"), f"Invalid value: {device_path!r}: must be unique")
+        elif device_path and ".." in device_path.split("/"):
+            f.error(join(where, "devicePath"), f"Invalid value: {device_path!r}: can not "
+                                               "contain backsteps ('..')")
+        elif device_path and not device_path.startswith("/"):
+            f.error(join(where, "devicePath"), "must be an absolute path")
+        if name and name in mount_names:
+            f.error(join(path, "volumeDevices.name"), f"Invalid value: {name!r}: must not "
+                                                         "already exist in volumeMounts")
+        if device_path and device_path in mount_paths:
+            f.error(join(path, "volumeDevices.devicePath"),
+                    f"Invalid value: {device_path!r}: must not already exist as a path in "
+                    "volumeMounts")
+        names.add(name)
+        paths.add(device_path)
+        out.append(VolumeDevice(name, device_path))
     return tuple(out)
 
 

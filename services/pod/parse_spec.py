@@ -29,10 +29,12 @@ from podvisor.services.pod.fields import (
 )
 from podvisor.services.pod.model import (
     ApiVolume,
+    ClaimVolume,
     DNSPolicy,
     DownwardAPIFile,
     DownwardAPIVolume,
     EmptyDirVolume,
+    EphemeralVolume,
     HostPathType,
     HostPathVolume,
     PodSpec,
@@ -108,6 +110,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
                                  {c.name for c in (*init, *containers)})
     _check_unique_names(f, m, path, init, containers,
                         tuple(e.container for e in ephemeral))
+    _check_block_devices(f, path, volumes, init, containers)
     if m.get("hostUsers") is False:
         f.error(join(path, "hostUsers"), "user namespaces are not supported by podvisor (the "
                                          "pod would run in the node's user namespace)")
@@ -172,6 +175,20 @@ def _parse_readiness_gates(f: Findings, m: Mapping[str, Any], path: str) -> tupl
             f.error(join(where, "conditionType"), reason)
         out.append(ctype)
     return tuple(out)
+
+
+def _check_block_devices(f: Findings, path: str, volumes: tuple[Volume, ...],
+                         init: tuple[Container, ...], containers: tuple[Container, ...]) -> None:
+    """The API server's ``validateVolumeDevices``: a raw block device comes from a claim (a
+    ``persistentVolumeClaim`` or an ``ephemeral`` volume)."""
+    claims = {v.name for v in volumes if isinstance(v.source, ClaimVolume | EphemeralVolume)}
+    for key, group in (("initContainers", init), ("containers", containers)):
+        for i, c in enumerate(group):
+            for j, d in enumerate(c.volume_devices):
+                if d.name in {v.name for v in volumes} and d.name not in claims:
+                    f.error(f"{path}.{key}[{i}].volumeDevices[{j}].name",
+                            f"Invalid value: {d.name!r}: can only use volume source type of "
+                            "PersistentVolumeClaim or Ephemeral for block mode")
 
 
 def _parse_ephemeral(f: Findings, m: Mapping[str, Any], path: str, volume_names: set[str],

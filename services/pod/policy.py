@@ -77,7 +77,8 @@ CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "working
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
                              "terminationMessagePath", "terminationMessagePolicy",
-                             "stdin", "stdinOnce", "tty"})  # [issue 24]
+                             "stdin", "stdinOnce", "tty",  # [issue 24]
+                             "volumeDevices"})  # raw block volumes (the volumes process)
 # an init container's restartPolicy (sidecars); regular and ephemeral containers may not set it
 CONTAINER_RESTART_POLICY = "restartPolicy"
 # what the API server forbids on an ephemeral container ("cannot be set for an Ephemeral
@@ -87,8 +88,6 @@ EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe
 EPHEMERAL_TARGET = "targetContainerName"
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
-    "volumeDevices": _reject("raw block volumes (volumeDevices) are not supported; mount the "
-                             "claim as a filesystem (volumeMounts)"),
     "resizePolicy": _warn("in-place resize is not supported; ignored"),
 }
 

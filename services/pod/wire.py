@@ -46,6 +46,7 @@ from podvisor.services.pod.container import (
     TCPSocketAction,
     TerminationMessagePolicy,
     URIScheme,
+    VolumeDevice,
     VolumeMount,
 )
 from podvisor.services.pod.dns import pod_dns_from_wire
@@ -406,6 +407,8 @@ def _container(c: Mapping[str, Any]) -> Container:
                                         sub_path_expr=m.get("subPathExpr", ""),
                                         mount_propagation=m.get("mountPropagation", ""))
                             for m in c.get("volumeMounts", ())),
+        volume_devices=tuple(VolumeDevice(name=d["name"], device_path=d["devicePath"])
+                             for d in c.get("volumeDevices", ())),
         security_context=_security(c.get("securityContext")),
         termination_message_path=c["terminationMessagePath"],
         termination_message_policy=TerminationMessagePolicy(c["terminationMessagePolicy"]),

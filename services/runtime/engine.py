@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -511,6 +512,7 @@ class Engine:
         doc: dict[str, Any] = {"argv": argv, "env": [f"{k}={v}" for k, v in env.items()],
                                "cwd": cwd, "log_path": log_path}
         mounts = _mounts(md.name, self._mountable(config))
+        mounts += _devices(md.name, config.devices, rec is not None)
         if mounts:
             doc["mounts"] = mounts
         if (config.linux.security_context.privileged
@@ -1028,6 +1030,44 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
         out.append({"host": os.path.normpath(m.host_path),
                     "container": os.path.normpath(m.container_path),
                     "ro": bool(m.readonly), "propagation": _PROPAGATION[m.propagation]})
+    return out
+
+
+def _devices(name: str, devices: Iterable[pb.Device], own_root: bool) -> list[dict[str, Any]]:
+    """CRI ``devices`` (the kubelet's raw block volumes): each host device (its symlinks
+    resolved, as containerd does) bound on its ``container_path`` after the volume mounts, so
+    inside the tmpfs /dev the monitor makes for an image's root filesystem: the node appears
+    there, with the host node's type and numbers, and the container opens it (the embedded
+    runtime confines no devices: no devices cgroup rule to add). A container of image 'host'
+    shares the node's /dev: its device must be at the same path there (nothing is made in
+    the node's /dev). ``permissions`` are not enforced (no devices cgroup): said in
+    docs/ARCHITECTURE.md."""
+    out = []
+    for d in devices:
+        where = f"container {name!r}: device {d.host_path[:200]!r} on {d.container_path[:200]!r}"
+        if not os.path.isabs(d.host_path) or not os.path.isabs(d.container_path):
+            raise invalid(f"{where}: both paths must be absolute")
+        if "\0" in d.host_path + d.container_path:
+            raise invalid(f"{where}: a NUL byte in a path")
+        if d.permissions.strip("rwm") or not d.permissions:
+            raise invalid(f"{where}: invalid permissions {d.permissions[:16]!r} (r, w, m)")
+        host = os.path.realpath(d.host_path)
+        try:
+            mode = os.stat(host).st_mode
+        except OSError as err:
+            raise invalid(f"{where}: error gathering device information: {err.strerror}") \
+                from None
+        if not (stat.S_ISBLK(mode) or stat.S_ISCHR(mode)):
+            raise invalid(f"{where}: error gathering device information: not a device node")
+        container = os.path.normpath(d.container_path)
+        if not own_root:
+            if os.path.realpath(container) == host:
+                continue  # already there: the node's /dev is the container's
+            raise invalid(f"{where}: a container of image 'host' shares the node's /dev, so "
+                          "the embedded runtime can give it a device only at the device's own "
+                          "path (use an image for its own /dev, or containerd)")
+        out.append({"host": host, "container": container, "ro": False,
+                    "propagation": "private"})
     return out
 
 

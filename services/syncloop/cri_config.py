@@ -348,6 +348,18 @@ def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
     return out
 
 
+def block_devices(c: Container, block: Mapping[str, tuple[str, bool]]) -> list[pb.Device]:
+    """The kubelet's ``makeBlockVolumes``: the host path is the pod device map path (a symlink
+    to the device, which the runtime resolves), permissions ``mrw`` (``r`` for a claim used
+    read-only)."""
+    out = []
+    for d in c.volume_devices:
+        host, read_only = block[d.name]
+        out.append(pb.Device(container_path=d.device_path, host_path=host,
+                             permissions="r" if read_only else "mrw"))
+    return out
+
+
 def stop_signal(name: str) -> pb.Signal.ValueType:
     """``lifecycle.stopSignal`` as CRI's enum (SIGRTMIN+1 -> SIGRTMINPLUS1); unset: the
     runtime's default (the image's, else SIGTERM)."""
@@ -364,7 +376,8 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                      oom_score_adj: int | None = None,
                      termination_log: Path | None = None,
                      target_id: str = "",
-                     read_only: Collection[str] = ()) -> pb.ContainerConfig:
+                     read_only: Collection[str] = (),
+                     block: Mapping[str, tuple[str, bool]] | None = None) -> pb.ContainerConfig:
     """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
     where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
     environment as ``envvars.container_env`` built it (None: the plain values); command and args
@@ -374,7 +387,10 @@ def container_config(pod: Pod, c: Container, restart_count: int,
     ``target_id``: an ephemeral container's target (``targetContainerName``): its PID namespace
     is that container's when the pod gives each container its own (the kubelet's
     NamespaceMode TARGET). ``read_only``: more volumes mounted read-only (a claim
-    the volume manager mounts read-only)."""
+    the volume manager mounts read-only). ``block``: the raw block volumes the volume manager
+    mapped, by volume name: (pod device map path, read-only); each of the container's
+    ``volumeDevices`` becomes a CRI device (``makeBlockVolumes``/``makeDevices``; raises
+    KeyError when one is not mapped)."""
     ns = namespace_options(pod)
     if env is None:
         env = [(e.name, e.value) for e in c.env]
@@ -393,6 +409,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
         command=command, args=args, working_dir=c.working_dir,
         envs=[pb.KeyValue(key=k, value=v) for k, v in env],
         mounts=mounts,
+        devices=block_devices(c, block or {}),
         labels=L.container_labels(pod.name, pod.namespace, pod.uid, c.name),
         annotations=L.container_annotations(container_hash(c), restart_count,
                                             pod.spec.termination_grace_period_seconds,

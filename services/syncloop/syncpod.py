@@ -182,6 +182,7 @@ class _Run:
         self.from_event = False  # the runtime state came from a stream event (for the log)
         self.runtime_down = False  # a call found the runtime unreachable (SyncResult)
         self._keyring: Keyring | None = None
+        self.block_volumes: set[str] = set()  # raw block volumes (mounted_volumes)
 
     @property
     def sandbox_cfg(self) -> pb.PodSandboxConfig:
@@ -274,6 +275,7 @@ class _Run:
                  if v.ready and v.host_path}
         waiting = [n for n in names if n not in ready]
         if not waiting:
+            self.block_volumes = {n for n in names if ready[n].block}
             return {n: (ready[n].host_path, ready[n].read_only) for n in names}
         why = [f"{n}: {v.message}" for n, v in sorted((found.volumes if found else {}).items())
                if n in waiting and v.message]
@@ -469,7 +471,8 @@ class _Run:
             config = cri_config.container_config(
                 self.pod, spec, action.restart_count, volumes, deps.pods_dir.parent / "seccomp",
                 env, oom, self.termination_log(spec), target,
-                read_only={n for n, (_, ro) in mounted.items() if ro})
+                read_only={n for n, (_, ro) in mounted.items() if ro},
+                block={n: v for n, v in mounted.items() if n in self.block_volumes})
             hosts = self.hosts_mount(spec)
             if hosts is not None:
                 config.mounts.append(hosts)

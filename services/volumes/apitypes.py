@@ -127,6 +127,7 @@ class Volume:
     source: PluginVolume | None = None  # [issue 24] nfs, iscsi, fc, flexVolume
     mount_options: tuple[str, ...] = ()  # spec.mountOptions
     secret_namespace: str = ""  # iscsi/flexVolume secretRef.namespace
+    volume_mode: str = "Filesystem"  # spec.volumeMode (Filesystem or Block)
 
     SOURCES = ("hostPath", "local", "csi", "nfs", "iscsi", "fc", "rbd", "cephfs", "cinder",
                "awsElasticBlockStore", "gcePersistentDisk", "azureDisk", "azureFile",
@@ -161,7 +162,8 @@ class Volume:
         return cls(ApiMeta.of(obj), kind, path, _str(spec, "hostPath", "type"), csi,
                    _str(spec, "claimRef", "uid"), isinstance(dig(spec, "claimRef"), Mapping),
                    _strs(spec, "accessModes"), affinity, source, _strs(spec, "mountOptions"),
-                   _str(spec, kind, "secretRef", "namespace"))
+                   _str(spec, kind, "secretRef", "namespace"),
+                   _str(spec, "volumeMode") or "Filesystem")
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,8 @@ class VolumeManager:
                 volumes[spec.volume] = MountedVolume(
                     spec.volume, ready, str(self.paths.target(spec)) if ready else "",
                     spec.read_only, spec.unique_name, spec.claim, reason if not ready else "",
-                    message if not ready else "", self._stats.get((uid, spec.volume)))
+                    message if not ready else "", self._stats.get((uid, spec.volume)),
+                    spec.block)
             for failure in wants.failures:
                 pending = True
                 reason, message = self._errors.get((uid, failure.volume),
@@ -239,7 +240,7 @@ class VolumeManager:
         """The usage of every mounted volume (``every``), or of those with no reading yet."""
         stats: dict[tuple[str, str], VolumeStats] = {}
         for key, spec in desired.items():
-            if not self.actual.mounted(spec):
+            if not self.actual.mounted(spec) or spec.block:  # a device: no file system
                 continue
             if not every and (known := self._stats.get((spec.pod_uid, spec.volume))):
                 stats[(spec.pod_uid, spec.volume)] = known

@@ -2,6 +2,12 @@
 stage, mount and their inverses, per plugin. Each updates the actual state and raises
 ``OpFailed`` (with the kubelet's event reason and message) when it did not finish.
 
+- local PV of ``volumeMode: Block`` (a raw block volume, ``map``): the device (the PV's path)
+  bound on ``plugins/kubernetes.io/local-volume/volumeDevices/<pv>/<pod uid>`` (the global map
+  path, which keeps it busy while a pod uses it) and a symlink to it at
+  ``pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv>`` (the pod device map path, the
+  containers' CRI device), as the kubelet's volumepathhandler ``MapBlockVolume``; ``unmap``
+  removes the symlink, unmounts and removes the bind file.
 - hostPath PV: nothing to mount (the containers bind the PV's path); ``mount`` records it.
 - local PV: the PV's directory bound into ``pods/<uid>/volumes/kubernetes.io~local-volume/
   <pv>`` (read-only when asked), then ``fsGroup`` applied (not read-only).
@@ -26,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +57,7 @@ from podvisor.services.volumes.state import (
 
 FAILED_MOUNT = "FailedMount"
 FAILED_ATTACH = "FailedAttachVolume"
+FAILED_MAP = "FailedMapVolume"
 VOL_DATA = "vol_data.json"
 STORAGE = "/apis/storage.k8s.io/v1"
 
@@ -293,6 +301,9 @@ class Operations:
         if spec.plugin is Plugin.HOST_PATH:
             actual.mounts[key] = MountRecord(key, device_of(spec), Mounted.YES, spec)
             return
+        if spec.block:
+            self._map_local(spec, key, actual)
+            return
         folder = self.paths.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)
         if spec.plugin is Plugin.LOCAL:
             self._mount_local(spec, key, folder, actual)
@@ -346,6 +357,56 @@ class Operations:
                                          f'"{spec.spec_name}" : {err}') from None
         record.state = Mounted.YES
 
+    def _map_local(self, spec: VolumeSpec, key: MountKey, actual: ActualState) -> None:
+        """volumepathhandler's ``MapBlockVolume`` for a local block PV: the global map bind,
+        then the pod's symlink (both idempotent: a restart finds them made)."""
+        record = actual.mounts.setdefault(key, MountRecord(key, device_of(spec),
+                                                           Mounted.UNCERTAIN, spec))
+        record.spec = spec
+        device = spec.path
+        try:
+            st = os.stat(device)
+            if not stat.S_ISBLK(st.st_mode):
+                raise OpFailed(FAILED_MAP, f'MapVolume.MapPodDevice failed for volume '
+                                           f'"{spec.spec_name}" : local PersistentVolume path '
+                                           f'"{device}" is not a block device')
+            bind = self.paths.global_map(spec.plugin, spec.spec_name) / spec.pod_uid
+            bind.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            if not is_mount_point(self.mounter, str(bind)):
+                bind.touch(mode=0o600)
+                self.mounter.bind(device, str(bind), False)
+            link = self.paths.pod_device_map(spec.pod_uid, spec.plugin, spec.spec_name)
+            link.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            if not link.is_symlink() or os.readlink(link) != device:
+                link.unlink(missing_ok=True)
+                os.symlink(device, link)
+        except FileNotFoundError:
+            raise OpFailed(FAILED_MAP, f'MapVolume.MapPodDevice failed for volume '
+                                       f'"{spec.spec_name}" : local PersistentVolume path '
+                                       f'"{device}" does not exist') from None
+        except OSError as err:
+            raise OpFailed(FAILED_MAP, f'MapVolume.MapBlockVolume failed for volume '
+                                       f'"{spec.spec_name}" : {err}') from None
+        record.state = Mounted.YES
+        self.log("volumes.mapped", pod_uid=spec.pod_uid, volume=spec.volume, device=device,
+                 device_map_path=str(link))
+
+    def _unmap_local(self, key: MountKey) -> None:
+        """``UnmapBlockVolume``: the pod's symlink, then the global map bind and its file."""
+        link = self.paths.pod_device_map(key.pod_uid, key.plugin, key.spec_name)
+        bind = self.paths.global_map(key.plugin, key.spec_name) / key.pod_uid
+        try:
+            link.unlink(missing_ok=True)
+            while is_mount_point(self.mounter, str(bind)):
+                self.mounter.unmount(str(bind))
+            bind.unlink(missing_ok=True)
+        except OSError as err:
+            raise OpFailed("", f'UnmapVolume.UnmapBlockVolume failed for volume '
+                               f'"{key.spec_name}" : {err}') from None
+        _rmdir(bind.parent)
+        for path in (link.parent, link.parent.parent):
+            _rmdir(path)
+
     def _publish(self, spec: VolumeSpec, key: MountKey, folder: Path,
                  actual: ActualState) -> None:
         assert spec.csi is not None
@@ -389,7 +450,9 @@ class Operations:
         key, dev = step.key, step.device
         assert key is not None
         folder = self.paths.pod_volume(key.pod_uid, key.plugin, key.spec_name, key.driver)
-        if (key.plugin in NET_PLUGINS or key.plugin is Plugin.FLEX) and self.plugins is not None:
+        if key.block:
+            self._unmap_local(key)
+        elif (key.plugin in NET_PLUGINS or key.plugin is Plugin.FLEX) and self.plugins is not None:
             try:
                 self.plugins.teardown(key, folder)
             except PluginFailed as err:
@@ -445,9 +508,11 @@ def _prune_pod_folders(paths: VolumePaths, pod_uid: str, folder: str) -> None:
     for path in (base, paths.pods / pod_uid):
         try:
             path.rmdir()
+        except FileNotFoundError:
+            continue  # a pod with raw block volumes only has no ``volumes``
         except OSError:
             return
 
 
-__all__ = ["FAILED_ATTACH", "FAILED_MOUNT", "VOL_DATA", "ApiWriter", "Drivers", "OpFailed",
-           "Operations", "attachment_name"]
+__all__ = ["FAILED_ATTACH", "FAILED_MAP", "FAILED_MOUNT", "VOL_DATA", "ApiWriter", "Drivers",
+           "OpFailed", "Operations", "attachment_name"]

@@ -6,11 +6,13 @@ Found: each pod's nfs, iscsi and fc volume folders (``kubernetes.io~nfs/<name>``
 those of the FlexVolume drivers probed (``<vendor~driver>/<name>``: a driver gone leaves its
 folders alone); each pod's CSI volume folders with their ``vol_data.json``
 (``pods/<uid>/volumes/kubernetes.io~csi/<name>/``), each pod's local volume folders
-(``.../kubernetes.io~local-volume/<pv>``, mounted or not), and each CSI device's folder with
-its ``vol_data.json`` (``plugins/kubernetes.io/csi/<driver>/<digest>/``: staged, or attached
-by podvisor when it names an ``attachmentID``: its VolumeAttachment is asked again, or
-deleted). A folder without a readable ``vol_data.json``
-is logged and left alone (never guessed at).
+(``.../kubernetes.io~local-volume/<pv>``, mounted or not), each raw block local volume (a
+pod's symlink ``pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv>`` or its global map
+bind ``plugins/kubernetes.io/local-volume/volumeDevices/<pv>/<uid>``), and each CSI device's
+folder with its ``vol_data.json`` (``plugins/kubernetes.io/csi/<driver>/<digest>/``: staged,
+or attached by podvisor when it names an ``attachmentID``: its VolumeAttachment is asked
+again, or deleted). A folder without a readable ``vol_data.json`` is logged and left alone
+(never guessed at).
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ def _children(path: Path) -> list[Path]:
         return []
 
 
+def _entries(path: Path) -> list[Path]:
+    try:
+        return sorted(path.iterdir())
+    except OSError:
+        return []
+
+
+def _links(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_symlink())
+    except OSError:
+        return []
+
+
 def reconstruct(paths: VolumePaths,
                 log: Callable[..., None] = lambda event, **fields: None,
                 flex: Mapping[str, str] | None = None) -> ActualState:
@@ -69,6 +85,10 @@ def reconstruct(paths: VolumePaths,
             key = MountKey(pod.name, Plugin.LOCAL, folder.name)  # mounted or not: uncertain
             actual.mounts[key] = MountRecord(key, Device(f"{Plugin.LOCAL}/{folder.name}"),
                                              Mounted.UNCERTAIN)
+        for link in _links(pod / "volumeDevices" / Plugin.LOCAL.folder):  # raw block
+            key = MountKey(pod.name, Plugin.LOCAL, link.name, block=True)
+            actual.mounts[key] = MountRecord(key, Device(f"{Plugin.LOCAL}/{link.name}"),
+                                             Mounted.UNCERTAIN)
         for folder in _children(volumes / Plugin.CSI.folder):
             data = _read(folder / VOL_DATA)
             if data is None:
@@ -82,6 +102,12 @@ def reconstruct(paths: VolumePaths,
             key = MountKey(pod.name, Plugin.CSI, folder.name)
             actual.mounts[key] = MountRecord(key, Device(unique, driver, handle),
                                              Mounted.UNCERTAIN)
+    for pv_dir in _children(paths.global_map(Plugin.LOCAL, "x").parent):
+        for bind in _entries(pv_dir):  # a crash before the pod's symlink
+            key = MountKey(bind.name, Plugin.LOCAL, pv_dir.name, block=True)
+            actual.mounts.setdefault(key, MountRecord(key, Device(f"{Plugin.LOCAL}/"
+                                                                  f"{pv_dir.name}"),
+                                                      Mounted.UNCERTAIN))
     csi_root = paths.root / "plugins" / "kubernetes.io" / "csi"
     for driver_dir in _children(csi_root):
         for folder in _children(driver_dir):

@@ -10,6 +10,9 @@ API server (the kubelet's ``desiredStateOfWorldPopulator``: ``getPVCExtractPV``,
   ``csi-<sha256(pod UID + volume)>``.
 A PV is mounted from ``hostPath`` (used in place), ``local`` (bound into the pod's folder;
 its ``nodeAffinity`` must match this Node) or ``csi``; any other source fails the volume.
+A PV of ``volumeMode: Block`` is a raw block volume (mapped, not mounted: local PVs only);
+a claim used in ``volumeMounts`` must be ``Filesystem`` and one in ``volumeDevices``
+``Block`` (the populator's ``checkVolumeModeMismatches`` wording).
 """
 
 from __future__ import annotations
@@ -94,18 +97,23 @@ class Resolver:
     def pod(self, pod: Pod) -> PodWants:
         specs: list[VolumeSpec] = []
         failures: list[Failure] = []
+        containers = (*pod.spec.init_containers, *pod.spec.containers,
+                      *(e.container for e in pod.spec.ephemeral_containers))
+        uses = ({m.name for c in containers for m in c.volume_mounts},
+                {d.name for c in containers for d in c.volume_devices})
         for v in pod.spec.volumes:
             if not v.mounted:
                 continue
             try:
-                specs.append(self._volume(pod, v.name, v.source))
+                specs.append(self._volume(pod, v.name, v.source, uses))
             except VolumeError as err:
                 failures.append(Failure(v.name, str(err)))
             except OSError as err:
                 failures.append(Failure(v.name, f"error processing volume {v.name!r}: {err}"))
         return PodWants(pod.uid, pod.name, pod.namespace, tuple(specs), tuple(failures))
 
-    def _volume(self, pod: Pod, name: str, source: object) -> VolumeSpec:
+    def _volume(self, pod: Pod, name: str, source: object,
+                uses: tuple[set[str], set[str]] = (set(), set())) -> VolumeSpec:
         psc = pod.spec.security_context
         base = dict(pod_uid=pod.uid, pod_name=pod.name, pod_namespace=pod.namespace,
                     volume=name, fs_group=psc.fs_group if psc is not None else None,
@@ -124,7 +132,34 @@ class Resolver:
             raise VolumeError(f"volume {name!r} is not one the volume manager mounts")
         claim = self._claim(pod, claim_name, ephemeral=isinstance(source, EphemeralVolume))
         pv = self._pv(pod, claim)
+        mode = pv.volume_mode
+        if name in uses[0] and mode != "Filesystem":
+            raise VolumeError(f"volume {name} has volumeMode {mode}, but is specified in "
+                              "volumeMounts")
+        if name in uses[1] and mode != "Block":
+            raise VolumeError(f"volume {name} has volumeMode {mode}, but is specified in "
+                              "volumeDevices")
+        if mode == "Block":
+            return self._block(pv, claim_name, read_only, base)
         return self._from_pv(pv, claim_name, read_only, base)
+
+    def _block(self, pv: Volume, claim: str, read_only: bool,
+               base: dict[str, Any]) -> VolumeSpec:
+        """A raw block volume: a local PV whose path is the block device (the kubelet's local
+        plugin's ``BlockVolumeMapper``); no other source is mapped here."""
+        name = pv.meta.name
+        if pv.kind != "local":
+            raise VolumeError(f'MapVolume.FindMapperPluginBySpec failed for volume "{name}": '
+                              f"no block volume plugin matched (podvisor maps raw block "
+                              f"volumes from local PersistentVolumes only, not "
+                              f"{pv.kind or 'unknown'})")
+        if pv.affinity is not None and not affinity_matches(pv.affinity, self.node,
+                                                            self.node_labels()):
+            raise VolumeError(f'local PersistentVolume "{name}" is not on this node: its '
+                              f'nodeAffinity does not match node "{self.node}"')
+        return VolumeSpec(**base, spec_name=name, plugin=Plugin.LOCAL,
+                          unique_name=f"{Plugin.LOCAL}/{name}", read_only=read_only,
+                          claim=claim, path=pv.path, block=True)
 
     def _claim(self, pod: Pod, claim_name: str, *, ephemeral: bool) -> Claim:
         where = f"{pod.namespace}/{claim_name}"

@@ -74,6 +74,7 @@ class VolumeSpec:
     driver: str = ""  # flexVolume: ``vendor/driver``
     mount_options: tuple[str, ...] = ()  # the PV's mountOptions
     secret: tuple[str, str] | None = None  # iscsi/flexVolume secretRef (namespace, name)
+    block: bool = False  # a raw block volume (volumeMode: Block, used by volumeDevices)
 
     @property
     def attachable(self) -> bool:
@@ -128,9 +129,22 @@ class VolumePaths:
         folder = driver.replace("/", "~") if plugin is Plugin.FLEX else plugin.folder
         return self.pods / pod_uid / "volumes" / folder / spec_name
 
+    def pod_device_map(self, pod_uid: str, plugin: Plugin, spec_name: str) -> Path:
+        """A raw block volume's symlink to its device (the kubelet's pod device map path
+        ``pods/<uid>/volumeDevices/<plugin>/<name>``): the containers' CRI device host path."""
+        return self.pods / pod_uid / "volumeDevices" / plugin.folder / spec_name
+
+    def global_map(self, plugin: Plugin, spec_name: str) -> Path:
+        """A raw block volume's global map path (``plugins/kubernetes.io/<plugin>/
+        volumeDevices/<pv>``): the device is bound on ``<it>/<pod uid>`` per pod using it
+        (the kubelet's volumepathhandler ``MapDevice`` with a bind mount)."""
+        return self.root / "plugins" / str(plugin) / "volumeDevices" / spec_name
+
     def target(self, spec: VolumeSpec) -> Path:
         """What the containers bind: a CSI volume's ``mount`` folder, a local volume's
-        folder, a hostPath PV's path."""
+        folder, a hostPath PV's path; a raw block volume's pod device map path."""
+        if spec.block:
+            return self.pod_device_map(spec.pod_uid, spec.plugin, spec.spec_name)
         if spec.plugin is Plugin.HOST_PATH:
             return Path(spec.path)
         base = self.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)

@@ -32,10 +32,11 @@ class MountKey:
     plugin: Plugin
     spec_name: str
     driver: str = ""  # a flexVolume's driver (its folder)
+    block: bool = False  # a raw block volume: ``pods/<uid>/volumeDevices/<plugin>/<name>``
 
     @classmethod
     def of(cls, spec: VolumeSpec) -> MountKey:
-        return cls(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)
+        return cls(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver, spec.block)
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,8 @@ def plan(desired: Mapping[MountKey, VolumeSpec], actual: ActualState,
     return _unique(steps)
 
 
-def _order(key: MountKey) -> tuple[str, str, str, str]:
-    return key.pod_uid, str(key.plugin), key.driver, key.spec_name
+def _order(key: MountKey) -> tuple[str, str, str, str, bool]:
+    return key.pod_uid, str(key.plugin), key.driver, key.spec_name, key.block
 
 
 def _unique(steps: list[Step]) -> list[Step]:

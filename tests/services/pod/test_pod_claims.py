@@ -86,9 +86,52 @@ def test_invalid_sources_are_refused_as_the_api_server_does(volume: dict[str, An
     assert (field, reason) in [(e.field, e.reason) for e in err.value.errors]
 
 
-def test_volume_devices_are_refused_with_the_reason() -> None:
-    raw = pod({"name": "d", "persistentVolumeClaim": {"claimName": "data"}})
-    raw["spec"]["containers"][0]["volumeDevices"] = [{"name": "d", "devicePath": "/dev/x"}]
+def _block_pod(devices: list[dict[str, Any]], *volumes: dict[str, Any],
+               mounts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    raw = pod(*volumes)
+    raw["spec"]["containers"][0]["volumeMounts"] = mounts or []
+    raw["spec"]["containers"][0]["volumeDevices"] = devices
+    return raw
+
+
+def test_volume_devices_of_claims_are_taken_and_round_trip() -> None:
+    """Raw block volumes (issue 24): a claim's or an ephemeral volume's, as a device path."""
+    parsed = pod_from_dict(_block_pod(
+        [{"name": "d", "devicePath": "/dev/xvda"}, {"name": "e", "devicePath": "/dev/xvdb"}],
+        {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "e", "ephemeral": {"volumeClaimTemplate": TEMPLATE}}), api_objects=True).pod
+    [c] = parsed.spec.containers
+    assert [(d.name, d.device_path) for d in c.volume_devices] == [("d", "/dev/xvda"),
+                                                                   ("e", "/dev/xvdb")]
+    assert c.to_dict()["volumeDevices"] == [{"name": "d", "devicePath": "/dev/xvda"},
+                                            {"name": "e", "devicePath": "/dev/xvdb"}]
+    assert pod_from_wire(parsed.to_dict()) == parsed
+
+
+CLAIM_D = {"name": "d", "persistentVolumeClaim": {"claimName": "data"}}
+
+
+@pytest.mark.parametrize(("devices", "volumes", "mounts", "field", "reason"), [
+    ([{"name": "d"}], [CLAIM_D], None, "spec.containers[0].volumeDevices[0].devicePath",
+     "required"),
+    ([{"name": "x", "devicePath": "/dev/x"}], [CLAIM_D], None,
+     "spec.containers[0].volumeDevices[0].name", "Not found: 'x'"),
+    ([{"name": "h", "devicePath": "/dev/x"}], [{"name": "h", "hostPath": {"path": "/x"}}],
+     None, "spec.containers[0].volumeDevices[0].name", "Invalid value: 'h': can only use "
+     "volume source type of PersistentVolumeClaim or Ephemeral for block mode"),
+    ([{"name": "d", "devicePath": "/dev/x"}, {"name": "d", "devicePath": "/dev/y"}],
+     [CLAIM_D], None, "spec.containers[0].volumeDevices[1].name",
+     "Invalid value: 'd': must be unique"),
+    ([{"name": "d", "devicePath": "/dev/../x"}], [CLAIM_D], None,
+     "spec.containers[0].volumeDevices[0].devicePath",
+     "Invalid value: '/dev/../x': can not contain backsteps ('..')"),
+    ([{"name": "d", "devicePath": "/dev/x"}], [CLAIM_D], [{"name": "d", "mountPath": "/m"}],
+     "spec.containers[0].volumeDevices.name",
+     "Invalid value: 'd': must not already exist in volumeMounts"),
+])
+def test_invalid_volume_devices_are_refused_as_the_api_server_does(
+        devices: list[dict[str, Any]], volumes: list[dict[str, Any]],
+        mounts: list[dict[str, Any]] | None, field: str, reason: str) -> None:
     with pytest.raises(PodValidationError) as err:
-        pod_from_dict(raw, api_objects=True)
-    assert "raw block volumes (volumeDevices) are not supported" in err.value.summary()
+        pod_from_dict(_block_pod(devices, *volumes, mounts=mounts), api_objects=True)
+    assert (field, reason) in [(e.field, e.reason) for e in err.value.errors]

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
+import pytest
+
 from podvisor.services.volumes.mounter import FakeMounter
-from podvisor.services.volumes.operations import Operations
+from podvisor.services.volumes.operations import Operations, OpFailed
 from podvisor.services.volumes.reconstruct import reconstruct
 from podvisor.services.volumes.spec import Plugin, VolumePaths, VolumeSpec
 from podvisor.services.volumes.state import (
@@ -75,3 +78,44 @@ def test_reconstruction_finds_what_was_left(tmp_path: Path) -> None:
     assert device.staged is Mounted.UNCERTAIN and device.device.attach_id == "csi-1"
     assert device.device.unique_name == "kubernetes.io/csi/d^h" and not device.attached
     assert skipped == [str(paths.pod_volume("uid1", Plugin.CSI, "broken"))]
+
+
+def test_a_local_block_volume_is_mapped_once_and_unmapped(tmp_path: Path) -> None:
+    """volumepathhandler's layout: the device bound on the global map path's ``<pod uid>``
+    file, a symlink to it at the pod device map path; a second pass binds nothing; the
+    reconstruction finds the symlink (or a bind left without one); unmap removes both."""
+    device = "/dev/null"  # a character device: refused (a block device is needed)
+    paths, mounter = VolumePaths(tmp_path / "root"), FakeMounter()
+    ops = Operations(paths, mounter, NoDrivers(), None, "n1")  # type: ignore[arg-type]
+    actual = ActualState()
+    bad = VolumeSpec("uid1", "p", "default", "data", "pv1", Plugin.LOCAL,
+                     "kubernetes.io/local-volume/pv1", path=device, block=True)
+    with pytest.raises(OpFailed, match='"/dev/null" is not a block device') as err:
+        ops.run(Step(Op.MOUNT, device_of(bad), MountKey.of(bad), bad), actual)
+    assert err.value.reason == "FailedMapVolume"
+    block = next((f"/dev/{n}" for n in sorted(os.listdir("/dev"))
+                  if os.path.exists(f"/dev/{n}") and stat.S_ISBLK(os.stat(f"/dev/{n}").st_mode)),
+                 None)
+    if block is None:
+        pytest.skip("no block device in /dev to map")
+    spec = VolumeSpec("uid1", "p", "default", "data", "pv1", Plugin.LOCAL,
+                      "kubernetes.io/local-volume/pv1", path=block, block=True)
+    key = MountKey.of(spec)
+    step = Step(Op.MOUNT, device_of(spec), key, spec)
+    ops.run(step, actual)
+    ops.run(step, actual)
+    bind = paths.global_map(Plugin.LOCAL, "pv1") / "uid1"
+    assert bind == tmp_path / "root/plugins/kubernetes.io/local-volume/volumeDevices/pv1/uid1"
+    link = paths.pod_device_map("uid1", Plugin.LOCAL, "pv1")
+    assert link == tmp_path / "root/pods/uid1/volumeDevices/kubernetes.io~local-volume/pv1"
+    assert [c for c in mounter.calls if c[0] == "bind"] == [("bind", str(bind))]
+    assert os.readlink(link) == block and paths.target(spec) == link
+    assert actual.mounts[key].state is Mounted.YES
+    found = reconstruct(paths)
+    assert found.mounts[key].state is Mounted.UNCERTAIN and key.block
+    link.unlink()  # a crash between the bind and the symlink: the bind is found too
+    assert key in reconstruct(paths).mounts
+    ops.run(Step(Op.UNMOUNT, device_of(spec), key), actual)
+    assert not mounter.mounts() and not actual.mounts
+    assert not bind.exists() and not bind.parent.exists() and not link.exists()
+    assert not (paths.pods / "uid1").exists()

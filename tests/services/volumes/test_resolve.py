@@ -168,3 +168,44 @@ def test_plugin_pvs_and_inline_plugin_volumes() -> None:
         True, ("default", "s"), "flexvolume-v/d/pod-uid-x")
     [failure] = Resolver(None, NODE).pod(pod(CLAIM)).failures
     assert "no API server" in failure.message
+
+
+def _container(**uses: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "image": "host", **uses}]}
+
+
+def test_a_block_claim_is_a_raw_block_volume_of_a_local_pv() -> None:
+    objects = {f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
+        {"local": {"path": "/dev/loop7"}}, volumeMode="Block")}
+    wants = resolve(objects, **_container(volumeDevices=[{"name": "data",
+                                                          "devicePath": "/dev/xvda"}]))
+    [spec] = wants.specs
+    assert (spec.plugin, spec.block, spec.path) == (Plugin.LOCAL, True, "/dev/loop7")
+    assert spec.unique_name == "kubernetes.io/local-volume/pv1"
+
+
+@pytest.mark.parametrize(("mode", "uses", "message"), [
+    ("Block", {"volumeMounts": [{"name": "data", "mountPath": "/d"}]},
+     "volume data has volumeMode Block, but is specified in volumeMounts"),
+    ("", {"volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]},
+     "volume data has volumeMode Filesystem, but is specified in volumeDevices"),
+    ("Filesystem", {"volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]},
+     "volume data has volumeMode Filesystem, but is specified in volumeDevices"),
+])
+def test_a_volume_mode_mismatch_fails_the_volume(mode: str, uses: dict[str, Any],
+                                                 message: str) -> None:
+    """The populator's check (its words): the PV's volumeMode against the containers' use."""
+    extra = {"volumeMode": mode} if mode else {}
+    objects = {f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
+        {"local": {"path": "/dev/loop7"}}, **extra)}
+    wants = resolve(objects, **_container(**uses))
+    assert not wants.specs and wants.failures[0].message == message
+
+
+def test_only_local_pvs_are_mapped() -> None:
+    objects = {f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
+        {"hostPath": {"path": "/dev/loop7"}}, volumeMode="Block")}
+    wants = resolve(objects, **_container(volumeDevices=[{"name": "data",
+                                                          "devicePath": "/dev/xvda"}]))
+    assert not wants.specs
+    assert "no block volume plugin matched" in wants.failures[0].message

@@ -173,6 +173,9 @@ class VolumeControllers:
             if (ps.get("storageClassName") or "") != cls or not modes <= set(
                     ps.get("accessModes", [])):
                 continue
+            if (ps.get("volumeMode") or "Filesystem") != (spec.get("volumeMode")
+                                                          or "Filesystem"):
+                continue  # the PV controller's checkVolumeModeMismatches
             size = quantity(ps.get("capacity", {}).get("storage", "0"))
             if size >= want:
                 fits.append((size, pv["metadata"]["name"], pv))

@@ -1,0 +1,106 @@
+"""Raw block volumes end to end (issue 24; root, a real loop device the test makes): a claim
+bound to a ``volumeMode: Block`` local PV whose path is the loop device, used by a pod's
+``volumeDevices``. The volumes process maps it (the device bound on the global map path, the
+pod's symlink to it), the sync loop gives it to the container as a CRI device, and the
+container (busybox from a local registry: its own root and /dev) writes bytes through
+``/dev/xvda`` that the test reads back from the loop device's backing file. A claim whose PV is
+``Filesystem`` used in ``volumeDevices`` fails with the kubelet's words (a FailedMount event),
+the pod waiting. The pod deleted, the map goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services.volumes.claimpods import (
+    agent_config,
+    claim,
+    events,
+    gone,
+    local_pv,
+    mounts_under,
+    read,
+    waiting_reason,
+)
+from tests.support.kubeapi import KubeApi
+from tests.support.kubeapi.volumes import VolumeControllers
+from tests.support.loopdev import loop_device, read_back
+from tests.support.registry import registries
+
+NODE = "e2e-block"
+DATA = b"podvisor-e2e-raw-block"
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and binds need root")
+SCRIPT = (f"printf {DATA.decode()} | dd of=/dev/xvda conv=fsync 2>/dev/null && "
+          "echo ok > {marks}/ran; while true; do sleep 1; done")
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[KubeApi]:
+    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
+    server.start()
+    controllers = VolumeControllers(server).start()
+    yield server
+    controllers.stop()
+    server.stop()
+    for point in reversed(mounts_under(tmp_path)):  # a failed test's leftovers
+        subprocess.run(["umount", "-l", point], check=False)
+
+
+def test_a_block_claim_is_a_device_in_the_container(api: KubeApi, agent: Any,
+                                                    wait_for: Callable[..., Any],
+                                                    tmp_path: Path) -> None:
+    backing, marks, disk = tmp_path / "disk.img", tmp_path / "marks", tmp_path / "fsdisk"
+    marks.mkdir()
+    disk.mkdir()
+    with loop_device(backing) as dev, registries(tmp_path / "reg") as (anon, _):
+        image = f"{anon.host}/podvisor/busybox:1"
+        block_pv = local_pv("pv-block", Path(dev), NODE)
+        block_pv["spec"]["volumeMode"] = "Block"
+        api.store.create("persistentvolumes", "", block_pv)
+        api.store.create("persistentvolumeclaims", "default",
+                         claim("blk", "local", volumeMode="Block"))
+        api.store.create("persistentvolumes", "", local_pv("pv-fs", disk, NODE))
+        api.store.create("persistentvolumeclaims", "default", claim("fs", "local"))
+        pod = api.create_pod("default", {"metadata": {"name": "db"}, "spec": {
+            "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "blk"}},
+                        {"name": "marks", "hostPath": {"path": str(marks)}}],
+            "containers": [{"name": "c", "image": image, "command": [
+                "sh", "-c", SCRIPT.format(marks=marks)],
+                "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}],
+                "volumeMounts": [{"name": "marks", "mountPath": str(marks)}]}]}})
+        api.create_pod("default", {"metadata": {"name": "wrong"}, "spec": {
+            "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "fs"}}],
+            "containers": [{"name": "c", "image": "host", "command": ["sleep", "600"],
+                            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvdz"}]}]}})
+        uid = pod["metadata"]["uid"]
+        handle = agent(config=agent_config(api, tmp_path, NODE))
+        wait_for(lambda: read(marks / "ran") == "ok", timeout=120,
+                 message="the pod writing through its block device")
+        assert read_back(backing, len(DATA)) == DATA
+        root = handle.paths.pods_dir.parent
+        link = handle.paths.pods_dir / uid / "volumeDevices" / "kubernetes.io~local-volume" / \
+            "pv-block"
+        bind = root / "plugins" / "kubernetes.io" / "local-volume" / "volumeDevices" / \
+            "pv-block" / uid
+        assert os.readlink(link) == dev and mounts_under(bind) == [str(bind.resolve())]
+        message = "volume data has volumeMode Filesystem, but is specified in volumeDevices"
+        wait_for(lambda: any(message in e.get("message", "") and
+                             e["involvedObject"]["name"] == "wrong"
+                             for e in events(api, "FailedMount")),
+                 timeout=60, message="the mismatch's FailedMount event")
+        wait_for(lambda: waiting_reason(api, "wrong") == "ContainerCreating", timeout=30,
+                 message="the pod waiting for its volume")
+        for name in ("db", "wrong"):
+            api.store.delete("pods", "default", name, grace=1)
+            wait_for(gone(api, "pods", name), timeout=60, message=f"pod {name} deleted")
+        wait_for(lambda: not mounts_under(bind.parent.parent), timeout=30,
+                 message="the device unmapped")
+        assert not os.path.lexists(link) and not bind.exists()
+        assert os.path.exists(dev)  # the node's device is left as it was
