@@ -5,10 +5,11 @@ pod's symlink to it), the sync loop gives it to the container as a CRI device, a
 container (busybox from a local registry: its own root and /dev) writes bytes through
 ``/dev/xvda`` that the test reads back from the loop device's backing file. A claim whose PV is
 ``Filesystem`` used in ``volumeDevices`` fails with the kubelet's words (a FailedMount event),
-the pod waiting. The pod deleted, the map goes."""
+the pod waiting. The pod deleted, the map goes. On the embedded runtime and containerd."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -51,14 +52,20 @@ def api(tmp_path: Path) -> Iterator[KubeApi]:
         subprocess.run(["umount", "-l", point], check=False)
 
 
-def test_a_block_claim_is_a_device_in_the_container(api: KubeApi, agent: Any,
-                                                    wait_for: Callable[..., Any],
+def test_a_block_claim_is_a_device_in_the_container(pod_runtime: dict[str, Any], api: KubeApi,
+                                                    agent: Any, wait_for: Callable[..., Any],
                                                     tmp_path: Path) -> None:
+    """On both runtimes (the embedded one runs busybox from a local registry: an image of its
+    own root and /dev; containerd its test image)."""
     backing, marks, disk = tmp_path / "disk.img", tmp_path / "marks", tmp_path / "fsdisk"
     marks.mkdir()
     disk.mkdir()
-    with loop_device(backing) as dev, registries(tmp_path / "reg") as (anon, _):
-        image = f"{anon.host}/podvisor/busybox:1"
+    with contextlib.ExitStack() as stack:
+        dev = stack.enter_context(loop_device(backing))
+        image = pod_runtime["image"]
+        if image == "host":
+            anon, _ = stack.enter_context(registries(tmp_path / "reg"))
+            image = f"{anon.host}/podvisor/busybox:1"
         block_pv = local_pv("pv-block", Path(dev), NODE)
         block_pv["spec"]["volumeMode"] = "Block"
         api.store.create("persistentvolumes", "", block_pv)
@@ -80,7 +87,7 @@ def test_a_block_claim_is_a_device_in_the_container(api: KubeApi, agent: Any,
             "containers": [{"name": "c", "image": "host", "command": ["sleep", "600"],
                             "volumeDevices": [{"name": "data", "devicePath": "/dev/xvdz"}]}]}})
         uid = pod["metadata"]["uid"]
-        handle = agent(config=agent_config(api, tmp_path, NODE))
+        handle = agent(config=agent_config(api, tmp_path, NODE, **pod_runtime["config"]))
         wait_for(lambda: read(marks / "ran") == "ok", timeout=120,
                  message="the pod writing through its block device")
         assert read_back(backing, len(DATA)) == DATA
