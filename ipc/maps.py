@@ -265,7 +265,10 @@ class DesiredPod:
     ``updated_at``: wall time of the change. ``qos_class``: the pod's QoS class. ``failed``:
     the pod was failed for good (``SyncLoop.fail_pod``: past its ``activeDeadlineSeconds``, or
     a ``FailPod``), with ``reason``/``message`` saying why (an older sync loop's value reads as
-    False)."""
+    False). ``resize``: the pod's in-place resize (``syncloop/resizes.py``): ``allocated`` and
+    ``actual`` (container name -> ``{"requests": {...}, "limits": {...}}`` of API quantities),
+    ``pending`` (``[reason, message]`` of PodResizePending, or ``[]``), ``inProgress``,
+    ``error`` (empty: no resize state, an older sync loop's value)."""
 
     VERSION: ClassVar[int] = 1
     KIND: ClassVar[str] = "pod"
@@ -280,6 +283,7 @@ class DesiredPod:
     updated_at: float = 0.0
     qos_class: str = ""
     failed: bool = False
+    resize: Mapping[str, Any] = field(default_factory=dict)
 
     __hash__ = None  # type: ignore[assignment]  # holds dicts
 
@@ -289,7 +293,8 @@ class DesiredPod:
                 "message": self.message,
                 "waiting": {n: w.to_wire() for n, w in self.waiting.items()},
                 "sandbox_id": self.sandbox_id, "updated_at": self.updated_at,
-                "qos_class": self.qos_class, "failed": self.failed}
+                "qos_class": self.qos_class, "failed": self.failed,
+                "resize": dict(self.resize)}
 
     @classmethod
     def from_wire(cls, raw: Any) -> DesiredPod:
@@ -304,7 +309,8 @@ class DesiredPod:
                    _str(raw, "message", "desired pod"),
                    {str(n): ContainerWaiting.from_wire(w) for n, w in waiting.items()},
                    _str(raw, "sandbox_id", "desired pod"), _float(raw, "updated_at"),
-                   _str(raw, "qos_class", "desired pod"), raw.get("failed") is True)
+                   _str(raw, "qos_class", "desired pod"), raw.get("failed") is True,
+                   dict(resize) if isinstance(resize := raw.get("resize"), Mapping) else {})
 
     @property
     def active(self) -> bool:

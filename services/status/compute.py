@@ -33,6 +33,7 @@ from podvisor.services.status.conditions import (
     condition,
     external_conditions,
     kubelet_conditions,
+    resize_conditions,
     stamp,
 )
 from podvisor.services.status.containers import EXITED, by_name, container_status
@@ -44,7 +45,8 @@ CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "Contain
 # The fields of a ``DesiredPod`` that ``compute_pod_status`` reads: a change of any other
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
 # (``pod`` is read through the typed ``Pod`` rebuilt from it.)
-DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class", "failed")
+DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class", "failed",
+                "resize")
 
 
 def desired_inputs(entry: Any) -> Any:
@@ -179,9 +181,9 @@ def compute_pod_status(
     if any(records.get(c.name) for c in spec.containers):
         init_pending = []  # the kubelet: regular containers ran, so the pod was initialized
     default = "PodInitializing" if init_pending else "ContainerCreating"
-    regular = [container_status(c, records.get(c.name, []), waiting.get(c.name), default,
-                                runtime, ready.get(c.name), started.get(c.name))
-               for c in spec.containers]
+    regular = [with_resources(container_status(
+        c, records.get(c.name, []), waiting.get(c.name), default, runtime, ready.get(c.name),
+        started.get(c.name)), desired.resize) for c in spec.containers]
     ephemeral = [container_status(e.container, records.get(e.name, []), waiting.get(e.name),
                                   "ContainerCreating", runtime, False)
                  for e in spec.ephemeral_containers]
@@ -196,6 +198,7 @@ def compute_pod_status(
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
                              spec.readiness_gates, external)
+    own.extend(resize_conditions(desired.resize))
     if desired.failed and desired.reason in (EVICTED, NODE_SHUTDOWN_REASON):
         # the kubelet's eviction manager and node shutdown manager: DisruptionTarget, reason
         # TerminationByKubelet
@@ -210,6 +213,20 @@ def compute_pod_status(
         init_container_statuses=tuple(init), ephemeral_container_statuses=tuple(ephemeral),
         conditions=(*external, *stamp(own, before, now)))
     return with_version(status, ref, previous)
+
+
+def with_resources(cs: ContainerStatus, resize: Mapping[str, Any]) -> ContainerStatus:
+    """The kubelet's (1.33) ``allocatedResources`` (the allocated requests) and ``resources``
+    (a running container's actual requests and limits, else its allocation) of a regular
+    container, from ``DesiredPod.resize``."""
+    allocated = (resize.get("allocated") or {}).get(cs.name)
+    if not isinstance(allocated, Mapping):
+        return cs
+    actual = (resize.get("actual") or {}).get(cs.name)
+    running = cs.state.running is not None
+    now = actual if running and isinstance(actual, Mapping) else allocated
+    return replace(cs, allocated_resources=dict(allocated.get("requests") or {}),
+                   resources={k: dict(v) for k, v in now.items() if v})
 
 
 def _init_status(c: Container, records: Mapping[str, list[PlegContainer]],

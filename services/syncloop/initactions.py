@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from podvisor.services.pod import Container, Pod, RestartPolicy
 from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
+from podvisor.services.syncloop.spec import same_spec
 
 LIVENESS_FAILED = "liveness probe failed"
 STARTUP_FAILED = "startup probe failed"
@@ -158,7 +159,7 @@ def _running_sidecar(plan: InitPlan, starts: list[int], i: int, last: int, previ
         plan.initialized = True
     elif not previously:
         starts.append(i + 1)  # this sidecar is up for the first time: the next one may start
-    if status.hash != hasher(c):
+    if not same_spec(status.hash, c, hasher):
         plan.kills[status.id] = (c.name, SPEC_CHANGED)
         starts.append(i)
     elif verdict == "liveness":

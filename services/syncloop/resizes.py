@@ -1,0 +1,113 @@
+"""The sync loop's side of in-place resize: decisions on the loop thread, and what ``desired``
+says of each pod's resize (``DesiredPod.resize``, read by status).
+
+``Resizes.decide`` is the kubelet's ``handlePodResourcesResize`` before each sync: a pod's first
+sync allocates its spec as it is; a spec whose CPU/memory differ from the allocation is decided
+(``resize.decide``): accepted (the allocation checkpoint takes the spec, the changed containers'
+crash back-off is reset, as the kubelet does), or pending (``PodResizePending`` with the
+reason and message; the pod syncs with its allocation, and the next sync decides again). The
+sync's ``ResizeReport`` (what each running container runs with) comes back through
+``reported``; the pod is in progress (``PodResizeInProgress``) while a running container's
+resources differ from its allocation, or an update failed (reason ``Error``).
+
+Logged once per change of decision: ``syncloop.pod.resize.accepted``,
+``syncloop.pod.resize.pending`` (reason, message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from podvisor.common.logs import Log
+from podvisor.services.pod import Pod
+from podvisor.services.syncloop.admission import Capacity
+from podvisor.services.syncloop.allocation import AllocationStore
+from podvisor.services.syncloop.backoff import SharedBackoff
+from podvisor.services.syncloop.resize import (
+    Amounts,
+    Decision,
+    Verdict,
+    allocated_pod,
+    changed_resources,
+    decide,
+    pod_amounts,
+    to_quantities,
+)
+from podvisor.services.syncloop.resizing import ResizeReport
+
+
+class Resizes:
+    """Loop thread only (the store is thread-safe for the pool threads' records)."""
+
+    def __init__(self, store: AllocationStore | None, log: Log, capacity: Capacity) -> None:
+        self.store = store
+        self.log = log
+        self.capacity = capacity
+        self._pending: dict[str, Decision] = {}
+        self._reports: dict[str, ResizeReport] = {}
+
+    def allocated(self, pod: Pod) -> Pod:
+        """``pod`` with its allocated resources (as it runs)."""
+        if self.store is None:
+            return pod
+        return allocated_pod(pod, self.store.allocated(pod.uid) or {})
+
+    def decide(self, pod: Pod, others: Iterable[Pod], backoff: SharedBackoff) -> Pod:
+        """The pod this sync runs: ``pod`` itself, or with its allocated resources while a
+        resize of it is pending."""
+        store = self.store
+        if store is None:
+            return pod
+        allocation = store.allocated(pod.uid)
+        if allocation is None:  # first sync (or a pod adopted from before resize existed)
+            store.set_allocated(pod.uid, pod_amounts(pod))
+            return pod
+        current = allocated_pod(pod, allocation)
+        api = pod.origin is not None and pod.origin.source == "api"
+        d = decide(pod, current, others, self.capacity, api)
+        if d.verdict is Verdict.NONE:
+            self._pending.pop(pod.uid, None)
+            return pod
+        if d.verdict is Verdict.ACCEPT:
+            want = pod_amounts(pod)
+            store.set_allocated(pod.uid, want)
+            for name, a in want.items():
+                if changed_resources(a, allocation.get(name, {})):
+                    backoff.forget_key((pod.uid, name))
+            self._pending.pop(pod.uid, None)
+            self.log.info("syncloop.pod.resize.accepted", pod=pod.full_name, pod_uid=pod.uid,
+                          allocated={n: to_quantities(a) for n, a in want.items()})
+            return pod
+        if self._pending.get(pod.uid) != d:
+            self.log.warning("syncloop.pod.resize.pending", pod=pod.full_name,
+                             pod_uid=pod.uid, reason=str(d.verdict), message=d.message)
+        self._pending[pod.uid] = d
+        return current
+
+    def reported(self, uid: str, report: ResizeReport) -> None:
+        self._reports[uid] = report
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone: its allocation too."""
+        self._pending.pop(uid, None)
+        self._reports.pop(uid, None)
+        if self.store is not None:
+            self.store.forget(uid)
+
+    def wire(self, pod: Pod) -> dict[str, Any]:
+        """``DesiredPod.resize``: ``allocated`` and ``actual`` (container name -> requests and
+        limits as API quantities), ``pending`` ([reason, message] or []), ``inProgress``,
+        ``error``. Empty without a store."""
+        if self.store is None:
+            return {}
+        allocation = self.store.allocated(pod.uid) or {}
+        report = self._reports.get(pod.uid)
+        actual: Mapping[str, Amounts] = report.actual if report is not None else {}
+        in_progress = any(a != allocation.get(name, a) for name, a in actual.items())
+        pending = self._pending.get(pod.uid)
+        error = report.error if report is not None else ""
+        return {"allocated": {n: to_quantities(a) for n, a in sorted(allocation.items())},
+                "actual": {n: to_quantities(a) for n, a in sorted(actual.items())},
+                "pending": [str(pending.verdict), pending.message] if pending else [],
+                "inProgress": in_progress or bool(error), "error": error}
