@@ -384,7 +384,7 @@ class SyncLoop:
             return False
         self._finish(work, Outcome(ok=True, retry_after=r.retry_after, waiting=r.waiting,
                                    sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
-                                   deadline_exceeded=r.deadline_exceeded))
+                                   deadline_exceeded=r.deadline_exceeded, resize=r.resize))
         return True
 
     def _probe_runtime(self) -> None:
@@ -433,7 +433,8 @@ class SyncLoop:
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
                        effects=r.effects, acted=r.acted, network=bool(r.network_error),
-                       runtime_down=r.runtime_down, deadline_exceeded=r.deadline_exceeded)
+                       runtime_down=r.runtime_down, deadline_exceeded=r.deadline_exceeded,
+                       resize=r.resize)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync

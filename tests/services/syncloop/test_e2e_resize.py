@@ -120,7 +120,8 @@ class Kubectl:
     def __init__(self, config: Path) -> None:
         self.config = config
 
-    def resize(self, name: str, containers: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    def resize(self, name: str,
+               containers: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
         patch = json.dumps({"spec": {"containers": containers}})
         return subprocess.run(
             ["kubectl", "--kubeconfig", str(self.config), "patch", "pod", name,
