@@ -22,6 +22,7 @@ from podvisor.ipc.maps import (
     PlegPod,
     PlegSandbox,
     PodRef,
+    PodResize,
     PodStatusValue,
 )
 from podvisor.ipc.podstatus import ContainerStatus, PodStatus
@@ -175,8 +176,8 @@ def compute_pod_status(
     ready_sb = [s for s in sandboxes if s.state == "SANDBOX_READY"]
     waiting = desired.waiting
     ready, started = readiness or {}, started or {}
-    init = [_init_status(c, records, waiting, runtime, ready, started)
-            for c in spec.init_containers]
+    init = [with_resources(_init_status(c, records, waiting, runtime, ready, started),
+                           desired.resize) for c in spec.init_containers]
     init_pending = _init_done(spec.init_containers, records, init)
     if any(records.get(c.name) for c in spec.containers):
         init_pending = []  # the kubelet: regular containers ran, so the pod was initialized
@@ -215,17 +216,16 @@ def compute_pod_status(
     return with_version(status, ref, previous)
 
 
-def with_resources(cs: ContainerStatus, resize: Mapping[str, Any]) -> ContainerStatus:
+def with_resources(cs: ContainerStatus, resize: PodResize) -> ContainerStatus:
     """The kubelet's (1.33) ``allocatedResources`` (the allocated requests) and ``resources``
-    (a running container's actual requests and limits, else its allocation) of a regular
-    container, from ``DesiredPod.resize``."""
-    allocated = (resize.get("allocated") or {}).get(cs.name)
-    if not isinstance(allocated, Mapping):
+    (a running container's actual requests and limits, else its allocation) of a container a
+    resize may change (regular, sidecar), from ``DesiredPod.resize``."""
+    allocated = resize.allocated.get(cs.name)
+    if allocated is None:
         return cs
-    actual = (resize.get("actual") or {}).get(cs.name)
-    running = cs.state.running is not None
-    now = actual if running and isinstance(actual, Mapping) else allocated
-    return replace(cs, allocated_resources=dict(allocated.get("requests") or {}),
+    actual = resize.actual.get(cs.name)
+    now = actual if actual is not None and cs.state.running is not None else allocated
+    return replace(cs, allocated_resources=dict(allocated.get("requests", {})),
                    resources={k: dict(v) for k, v in now.items() if v})
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339
+from podvisor.ipc.maps import PodResize
 from podvisor.ipc.podstatus import ContainerStatus, PodCondition, PodStatus
 
 KUBELET_CONDITIONS = frozenset({"PodScheduled", "PodReadyToStartContainers", "Initialized",
@@ -96,18 +97,18 @@ def kubelet_conditions(phase: str, sandbox_ready: bool, init_pending: Sequence[s
     return [*conds, *ready, condition("PodScheduled", True)]
 
 
-def resize_conditions(resize: Mapping[str, Any]) -> list[PodCondition]:
+def resize_conditions(resize: PodResize) -> list[PodCondition]:
     """The kubelet's in-place resize conditions (1.33) from ``DesiredPod.resize``:
     ``PodResizePending`` (reason Infeasible or Deferred, the kubelet's message) while a resize
     is refused, ``PodResizeInProgress`` (reason Error and the message when an update failed)
     while an accepted one is not applied yet; neither otherwise."""
     out = []
-    pending = resize.get("pending")
-    if isinstance(pending, (list, tuple)) and len(pending) == 2:
-        out.append(condition(RESIZE_PENDING, True, str(pending[0]), str(pending[1])))
-    if resize.get("inProgress"):
-        error = str(resize.get("error") or "")
-        out.append(condition(RESIZE_IN_PROGRESS, True, "Error" if error else "", error))
+    if resize.pending_reason:
+        out.append(condition(RESIZE_PENDING, True, resize.pending_reason,
+                             resize.pending_message))
+    if resize.in_progress:
+        out.append(condition(RESIZE_IN_PROGRESS, True, "Error" if resize.error else "",
+                             resize.error))
     return out
 
 

@@ -53,6 +53,7 @@ from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.backoff import BackoffKey
 from podvisor.services.syncloop.initactions import (
     LIVENESS_FAILED,
+    RESIZE_RESTART,
     SPEC_CHANGED,
     STARTUP_FAILED,
     next_init,
@@ -62,7 +63,6 @@ from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerSta
 from podvisor.services.syncloop.spec import container_hash, same_spec
 
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
-RESIZE_RESTART = "resize requires restart"  # the kubelet: "Container X resize requires restart"
 POD_INITIALIZING = "PodInitializing"
 
 
@@ -319,9 +319,10 @@ def compute_pod_actions(
     ``failed``: the pod is Failed for good (past ``activeDeadlineSeconds``, or failed through
     ``SyncLoop.fail_pod``): every container is stopped (sidecars last) and nothing is started
     again.
-    ``resize_restart``: IDs of running regular containers an in-place resize restarts (their
-    ``resizePolicy`` is RestartContainer for a resource that changed: ``resize.py``): killed
-    and started again at once with the pod's (allocated) resources, a restart counted.
+    ``resize_restart``: IDs of running regular containers and sidecars an in-place resize
+    restarts (their ``resizePolicy`` is RestartContainer for a resource that changed:
+    ``resize.py``): killed and started again at once with the pod's (allocated) resources, a
+    restart counted.
     """
     if failed:
         live = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
@@ -365,7 +366,7 @@ def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
         b.start = [a for a in b.start if not a.ephemeral]
         return b.actions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
     if pod.spec.sidecars:
-        plan = sidecar_actions(pod, rt, failed, started, hasher)
+        plan = sidecar_actions(pod, rt, failed, started, hasher, resize_restart)
         b.kill.extend(KillAction(cid, name, why) for cid, (name, why) in plan.kills.items())
         if not plan.kill_pod:
             for c in plan.starts:

@@ -24,6 +24,7 @@ from podvisor.services.syncloop.spec import same_spec
 LIVENESS_FAILED = "liveness probe failed"
 STARTUP_FAILED = "startup probe failed"
 SPEC_CHANGED = "container spec changed"
+RESIZE_RESTART = "resize requires restart"  # the kubelet: "Container X resize requires restart"
 UNKNOWN_STATE = "unknown state, killed before restart"
 
 
@@ -91,9 +92,11 @@ def _probe_verdict(c: Container, status: ContainerInfo, failed: Mapping[str, str
 
 
 def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
-                    started: Collection[str], hasher: Hasher) -> InitPlan:
+                    started: Collection[str], hasher: Hasher,
+                    resize_restart: Collection[str] = ()) -> InitPlan:
     """The kubelet's ``computeInitContainerActions``. ``failed``: container ID -> the probe
-    that failed ("liveness"/"startup"); ``started``: IDs whose startup probe succeeded."""
+    that failed ("liveness"/"startup"); ``started``: IDs whose startup probe succeeded;
+    ``resize_restart``: IDs of sidecars an in-place resize restarts."""
     inits = pod.spec.init_containers
     plan = InitPlan()
     if not inits:
@@ -121,7 +124,7 @@ def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
         elif status.state is ContainerState.RUNNING:
             if c.sidecar:
                 _running_sidecar(plan, starts, i, last, previously, c, status, failed, started,
-                                 hasher)
+                                 hasher, status.id in resize_restart)
         elif status.state is ContainerState.EXITED:
             if c.sidecar:
                 starts.append(i)
@@ -147,7 +150,7 @@ def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
 
 def _running_sidecar(plan: InitPlan, starts: list[int], i: int, last: int, previously: bool,
                      c: Container, status: ContainerInfo, failed: Mapping[str, str],
-                     started: Collection[str], hasher: Hasher) -> None:
+                     started: Collection[str], hasher: Hasher, resize: bool = False) -> None:
     verdict = _probe_verdict(c, status, failed, started)
     if verdict == "wait":
         return
@@ -164,4 +167,7 @@ def _running_sidecar(plan: InitPlan, starts: list[int], i: int, last: int, previ
         starts.append(i)
     elif verdict == "liveness":
         plan.kills[status.id] = (c.name, LIVENESS_FAILED)
+        starts.append(i)
+    elif resize:
+        plan.kills[status.id] = (c.name, RESIZE_RESTART)
         starts.append(i)

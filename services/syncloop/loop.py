@@ -22,7 +22,13 @@ from typing import Any, Protocol
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.ipc.maps import RUNTIME_KEY, ContainerWaiting, DesiredPod, DesiredValue
+from podvisor.ipc.maps import (
+    RUNTIME_KEY,
+    ContainerWaiting,
+    DesiredPod,
+    DesiredValue,
+    PodResize,
+)
 from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_wire, qos_class
 from podvisor.services.syncloop import labels as L
@@ -105,9 +111,9 @@ class LoopDeps:
 
 def desired_value(w: Worker, updated_at: float,
                   wire: tuple[dict[str, Any], str] | None = None,
-                  resize: Mapping[str, Any] | None = None) -> DesiredPod:
+                  resize: PodResize | None = None) -> DesiredPod:
     """``wire``: the pod's ``(to_dict(), QoS class)`` when the caller has them already;
-    ``resize``: the pod's in-place resize state (``Resizes.wire``)."""
+    ``resize``: the pod's in-place resize state (``Resizes.state``)."""
     assert w.pod is not None
     pod, qos = wire if wire is not None else (w.pod.to_dict(), str(qos_class(w.pod)))
     return DesiredPod(
@@ -115,7 +121,7 @@ def desired_value(w: Worker, updated_at: float,
         reason=w.reason, message=w.message or w.last_error,
         waiting={n: ContainerWaiting(x.reason, x.message) for n, x in w.waiting.items()},
         sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos, failed=w.failed,
-        resize=dict(resize or {}),
+        resize=resize or PodResize(),
     )
 
 
@@ -612,7 +618,7 @@ class SyncLoop:
         if cached is None or cached[0] is not w.pod:
             cached = (w.pod, w.pod.to_dict(), str(qos_class(w.pod)))
             self._wire[uid] = cached
-        value = desired_value(w, 0.0, cached[1:], self._resizes.wire(w.pod))
+        value = desired_value(w, 0.0, cached[1:], self._resizes.state(w.pod))
         old = self._published.get(uid)
         if old is not None and replace(old, updated_at=0.0) == value:
             return

@@ -63,6 +63,12 @@ def amounts(r: Resources) -> Amounts:
     return out
 
 
+def _amount(a: Amounts, part: str, key: str) -> int | None:
+    """``a``'s ``part`` ("requests"/"limits") of ``key`` ("cpu"/"memory"), None unset."""
+    got = a.get(part)
+    return got.get(key) if got is not None else None
+
+
 def with_amounts(r: Resources, a: Mapping[str, Mapping[str, int]]) -> Resources:
     """``r`` with its CPU and memory replaced by ``a`` (hugepages, storage kept)."""
     def rl(old: ResourceList, part: str) -> ResourceList:
@@ -71,20 +77,32 @@ def with_amounts(r: Resources, a: Mapping[str, Mapping[str, int]]) -> Resources:
     return Resources(limits=rl(r.limits, "limits"), requests=rl(r.requests, "requests"))
 
 
+def resizable(pod: Pod) -> tuple[Container, ...]:
+    """The containers a resize may change: the sidecars and the regular containers (an init
+    container that runs to completion keeps its resources, as the API server's rule)."""
+    return (*pod.spec.sidecars, *pod.spec.containers)
+
+
 def pod_amounts(pod: Pod) -> dict[str, Amounts]:
-    """Container name -> its CPU/memory, for the regular containers (the ones resized)."""
-    return {c.name: amounts(c.resources) for c in pod.spec.containers}
+    """Container name -> its CPU/memory, for the containers a resize may change."""
+    return {c.name: amounts(c.resources) for c in resizable(pod)}
 
 
 def allocated_pod(pod: Pod, allocated: Mapping[str, Amounts]) -> Pod:
-    """``pod`` with each regular container's CPU/memory as allocated (containers with no
+    """``pod`` with each resizable container's CPU/memory as allocated (containers with no
     allocation keep their spec)."""
     if all(allocated.get(c.name, amounts(c.resources)) == amounts(c.resources)
-           for c in pod.spec.containers):
+           for c in resizable(pod)):
         return pod
-    containers = tuple(replace(c, resources=with_amounts(c.resources, allocated[c.name]))
-                       if c.name in allocated else c for c in pod.spec.containers)
-    return replace(pod, spec=replace(pod.spec, containers=containers))
+
+    def alloc(c: Container) -> Container:
+        if c.name not in allocated:
+            return c
+        return replace(c, resources=with_amounts(c.resources, allocated[c.name]))
+
+    return replace(pod, spec=replace(
+        pod.spec, containers=tuple(alloc(c) for c in pod.spec.containers),
+        init_containers=tuple(alloc(c) if c.sidecar else c for c in pod.spec.init_containers)))
 
 
 class Verdict(StrEnum):
@@ -109,8 +127,8 @@ def _api_rule(pod: Pod, current: Pod) -> str:
     sync loop without it): "" when the change is one it allows."""
     if qos_class(pod) != qos_class(current):
         return QOS_MESSAGE
-    old = {c.name: c for c in current.spec.containers}
-    for c in pod.spec.containers:
+    old = {c.name: c for c in resizable(current)}
+    for c in resizable(pod):
         before = old.get(c.name)
         if before is None:
             continue
@@ -118,8 +136,8 @@ def _api_rule(pod: Pod, current: Pod) -> str:
         for part, got in was.items():
             if any(k not in now.get(part, {}) for k in got):
                 return REMOVAL
-        old_mem = was.get("limits", {}).get("memory")
-        new_mem = now.get("limits", {}).get("memory")
+        old_mem = _amount(was, "limits", "memory")
+        new_mem = _amount(now, "limits", "memory")
         if old_mem is not None and new_mem is not None and new_mem < old_mem \
                 and not c.resize_restart("memory"):
             return MEMORY_DECREASE
@@ -160,7 +178,7 @@ def changed_resources(want: Amounts, have: Amounts) -> set[str]:
     out = set()
     for part in ("requests", "limits"):
         for key in ("cpu", "memory"):
-            if want.get(part, {}).get(key) != have.get(part, {}).get(key):
+            if _amount(want, part, key) != _amount(have, part, key):
                 out.add(key)
     return out
 
@@ -189,7 +207,7 @@ def plan(pod: Pod, rt: PodRuntime, actuated: Mapping[str, Amounts]) -> ResizePla
     ID -> the CPU/memory it runs with (an ID not in it: the allocation, nothing to do)."""
     update: list[tuple[str, str]] = []
     restart: list[str] = []
-    for c in pod.spec.containers:
+    for c in resizable(pod):
         status = rt.latest(c.name)
         if status is None or status.state is not ContainerState.RUNNING \
                 or status.id not in actuated:

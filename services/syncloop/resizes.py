@@ -17,9 +17,9 @@ Logged once per change of decision: ``syncloop.pod.resize.accepted``,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from podvisor.common.logs import Log
+from podvisor.ipc.maps import PodResize
 from podvisor.services.pod import Pod
 from podvisor.services.syncloop.admission import Capacity
 from podvisor.services.syncloop.allocation import AllocationStore
@@ -95,19 +95,19 @@ class Resizes:
         if self.store is not None:
             self.store.forget(uid)
 
-    def wire(self, pod: Pod) -> dict[str, Any]:
-        """``DesiredPod.resize``: ``allocated`` and ``actual`` (container name -> requests and
-        limits as API quantities), ``pending`` ([reason, message] or []), ``inProgress``,
-        ``error``. Empty without a store."""
+    def state(self, pod: Pod) -> PodResize:
+        """``DesiredPod.resize`` (empty without a store)."""
         if self.store is None:
-            return {}
+            return PodResize()
         allocation = self.store.allocated(pod.uid) or {}
         report = self._reports.get(pod.uid)
         actual: Mapping[str, Amounts] = report.actual if report is not None else {}
         in_progress = any(a != allocation.get(name, a) for name, a in actual.items())
         pending = self._pending.get(pod.uid)
         error = report.error if report is not None else ""
-        return {"allocated": {n: to_quantities(a) for n, a in sorted(allocation.items())},
-                "actual": {n: to_quantities(a) for n, a in sorted(actual.items())},
-                "pending": [str(pending.verdict), pending.message] if pending else [],
-                "inProgress": in_progress or bool(error), "error": error}
+        return PodResize(
+            allocated={n: to_quantities(a) for n, a in sorted(allocation.items())},
+            actual={n: to_quantities(a) for n, a in sorted(actual.items())},
+            pending_reason=str(pending.verdict) if pending else "",
+            pending_message=pending.message if pending else "",
+            in_progress=in_progress or bool(error), error=error)

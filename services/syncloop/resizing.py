@@ -31,6 +31,7 @@ from podvisor.services.syncloop.resize import (
     allocated_pod,
     amounts,
     plan,
+    resizable,
 )
 from podvisor.services.syncloop.runtime_events import Effect, Effects
 from podvisor.services.syncloop.runtime_state import ContainerState, PodRuntime
@@ -66,7 +67,7 @@ def report(store: AllocationStore | None, pod: Pod, rt: PodRuntime, error: str =
     records = store.actuated(pod.uid)
     known = {cid: a for cid, a in records.values()}
     actual: dict[str, Amounts] = {}
-    for c in pod.spec.containers:
+    for c in resizable(pod):
         status = rt.latest(c.name)
         record = records.get(c.name)
         if record is not None and effects.get(record[0]) is Effect.STARTED:
@@ -96,7 +97,7 @@ def apply_updates(client: RuntimeClient, store: AllocationStore, cgroups: PodCgr
     known = actuated_by_id(store, pod.uid)
     before = allocated_pod(pod, {name: known[cid] for cid, name in todo.update})
     grows = (_memory(pod) or 0) >= (_memory(before) or 0) or _memory(pod) is None
-    specs = {c.name: c for c in pod.spec.containers}
+    specs = {c.name: c for c in resizable(pod)}
     try:
         if grows:
             _pod_cgroup(cgroups, pod)

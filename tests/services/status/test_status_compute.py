@@ -471,8 +471,7 @@ def test_in_place_resize_shows_allocated_and_actual_resources_and_its_conditions
     new = {"requests": {"cpu": "200m", "memory": "64Mi"},
            "limits": {"cpu": "400m", "memory": "128Mi"}}
     p = pod([{"name": "app", "image": "host", "resources": new}])
-    resize = {"allocated": {"app": new}, "actual": {"app": old}, "pending": [],
-              "inProgress": True, "error": ""}
+    resize = {"allocated": {"app": new}, "actual": {"app": old}, "inProgress": True}
     s = computed(desired(p, resize=resize), pleg(ctr("c1")), None, T0)
     cs = s["containerStatuses"][0]
     assert cs["allocatedResources"] == {"cpu": "200m", "memory": "64Mi"}
@@ -485,14 +484,14 @@ def test_in_place_resize_shows_allocated_and_actual_resources_and_its_conditions
     assert (progress["reason"], progress["message"]) == ("Error",
                                                           "UpdateContainerResources failed: no")
     pending = {"allocated": {"app": old}, "actual": {"app": old},
-               "pending": ["Infeasible", "Node didn't have enough capacity: cpu, requested: "
-                                         "5000, capacity: 4000"], "inProgress": False,
-               "error": ""}
+               "pendingReason": "Infeasible",
+               "pendingMessage": "Node didn't have enough capacity: cpu, requested: 5000, "
+                                 "capacity: 4000"}
     s = computed(desired(p, resize=pending), pleg(ctr("c1")), s, T0 + 2)
     assert conds(s).get("PodResizeInProgress") is None
     [waiting] = [c for c in s["conditions"] if c["type"] == "PodResizePending"]
     assert (waiting["status"], waiting["reason"]) == ("True", "Infeasible")
-    done = {**pending, "allocated": {"app": new}, "actual": {"app": new}, "pending": []}
+    done = {"allocated": {"app": new}, "actual": {"app": new}}
     s = computed(desired(p, resize=done), pleg(ctr("c1")), s, T0 + 3)
     assert "PodResizePending" not in conds(s) and "PodResizeInProgress" not in conds(s)
     assert s["containerStatuses"][0]["resources"] == new

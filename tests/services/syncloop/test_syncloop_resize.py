@@ -283,8 +283,8 @@ def test_the_sync_loop_resizes_in_place_and_says_so_in_desired(tmp_path: Path) -
     h.loop.handle_pod_set("file", [_manifest("u1", res("100m", "200m", "64Mi", "128Mi"))], h.now)
     h.run_for(2.0)
     first = loop.container()
-    assert h.desired.items["u1"].resize["allocated"]["c"]["limits"] == {"cpu": "200m",
-                                                                        "memory": "128Mi"}
+    assert h.desired.items["u1"].resize.allocated["c"]["limits"] == {"cpu": "200m",
+                                                                     "memory": "128Mi"}
     h.loop.handle_pod_set("file", [_manifest("u1", res("200m", "400m", "64Mi", "256Mi"))], h.now)
     h.loop.step(h.now)  # decided and handed out: in progress until the sync reports
     h.run_for(2.0)
@@ -293,8 +293,8 @@ def test_the_sync_loop_resizes_in_place_and_says_so_in_desired(tmp_path: Path) -
     assert cid == first.id
     assert (linux.cpu_quota, linux.memory_limit_in_bytes) == (40_000, 256 * MI)
     resize = h.desired.items["u1"].resize
-    assert resize["actual"]["c"]["limits"] == {"cpu": "400m", "memory": "256Mi"}
-    assert not resize["inProgress"] and resize["pending"] == []
+    assert resize.actual["c"]["limits"] == {"cpu": "400m", "memory": "256Mi"}
+    assert not resize.in_progress and not resize.pending_reason
     [accepted] = h.log.named("syncloop.pod.resize.accepted")
     assert accepted["pod_uid"] == "u1"
 
@@ -310,9 +310,9 @@ def test_an_infeasible_resize_is_pending_and_the_pod_runs_on(tmp_path: Path) -> 
     assert loop.container().id == first.id
     assert not h.cri.method_calls("UpdateContainerResources")
     resize = h.desired.items["u1"].resize
-    assert resize["pending"] == ["Infeasible", "Node didn't have enough capacity: cpu, "
-                                               "requested: 3000, capacity: 2000"]
-    assert resize["allocated"]["c"]["limits"]["cpu"] == "200m"
+    assert (resize.pending_reason, resize.pending_message) == (
+        "Infeasible", "Node didn't have enough capacity: cpu, requested: 3000, capacity: 2000")
+    assert resize.allocated["c"]["limits"]["cpu"] == "200m"
     assert len(h.log.named("syncloop.pod.resize.pending")) == 1  # said once
 
 
@@ -357,3 +357,31 @@ def test_a_restarted_sync_loop_applies_what_it_had_accepted(tmp_path: Path) -> N
     [(cid, linux)] = h.cri.method_calls("UpdateContainerResources")
     assert cid == first.id and linux.memory_limit_in_bytes == 256 * MI
     assert again.actuated("u1")["c"] == (first.id, pod_amounts(bigger)["c"])
+
+
+def test_sidecars_are_resized_and_run_to_completion_init_containers_are_not() -> None:
+    raw = base().to_dict()
+    raw["spec"]["initContainers"] = [
+        {"name": "setup", "image": "host", "resources": res("100m", "1", "64Mi", "64Mi")},
+        {"name": "proxy", "image": "host", "restartPolicy": "Always",
+         "resources": res("100m", "1", "64Mi", "64Mi"), "resizePolicy": RESTART_MEMORY}]
+    pod = pod_from_dict(raw).pod
+    assert set(pod_amounts(pod)) == {"proxy", "a", "b"}
+    raw["spec"]["initContainers"][1]["resources"] = res("100m", "1", "64Mi", "128Mi")
+    want = pod_from_dict(raw).pod
+    back = allocated_pod(want, pod_amounts(pod))
+    assert back.spec.init_containers[1].resources == pod.spec.init_containers[1].resources
+    proxy = ContainerInfo("cp", "proxy", "s1", ContainerState.RUNNING,
+                          container_hash(pod.spec.init_containers[1]), 0, 3)
+    rt = PodRuntime((SandboxInfo("s1", True, 0, 1),),
+                    (running(pod, "a", "ca"), running(pod, "b", "cb"), proxy))
+    actual = {"cp": amounts(pod.spec.init_containers[1].resources)}
+    p = plan(want, rt, actual)
+    assert (p.update, p.restart) == ((), ("cp",))  # memory: RestartContainer
+    backoff = CrashBackoff(BackoffPolicy(initial=10, cap=300, reset_after=600))
+    setup = ContainerInfo("cs", "setup", "s1", ContainerState.EXITED,
+                          container_hash(pod.spec.init_containers[0]), 0, 5)
+    rt = PodRuntime(rt.sandboxes, (*rt.containers, setup))
+    actions = compute_pod_actions(want, rt, 100.0, backoff, resize_restart=p.restart)
+    assert [(k.container_id, k.reason) for k in actions.kill] == [("cp", RESIZE_RESTART)]
+    assert [s.name for s in actions.start] == ["proxy"]
