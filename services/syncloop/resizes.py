@@ -11,16 +11,22 @@ sync's ``ResizeReport`` (what each running container runs with) comes back throu
 resources differ from its allocation, or an update failed (reason ``Error``).
 
 Logged once per change of decision: ``syncloop.pod.resize.accepted``,
-``syncloop.pod.resize.pending`` (reason, message).
+``syncloop.pod.resize.pending`` (reason, message); once an accepted resize is applied,
+``syncloop.pod.resize.completed`` (the 1.33 kubelet's Normal ``ResizeCompleted`` event, "Pod
+resize completed: " and the allocation as JSON, ``{"containers": [{"name", "resources"}]}``,
+``initContainers`` first when a sidecar has one). No event for a refused resize: the 1.33
+kubelet records none (its PodResizePending condition says it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from podvisor.common.logs import Log
 from podvisor.ipc.maps import PodResize
-from podvisor.services.pod import Pod
+from podvisor.services.pod import Container, Pod
 from podvisor.services.syncloop.admission import Capacity
 from podvisor.services.syncloop.allocation import AllocationStore
 from podvisor.services.syncloop.backoff import SharedBackoff
@@ -46,6 +52,7 @@ class Resizes:
         self.capacity = capacity
         self._pending: dict[str, Decision] = {}
         self._reports: dict[str, ResizeReport] = {}
+        self._started: dict[str, Pod] = {}  # accepted, not applied yet (for its completion)
 
     def allocated(self, pod: Pod) -> Pod:
         """``pod`` with its allocated resources (as it runs)."""
@@ -76,6 +83,7 @@ class Resizes:
                 if changed_resources(a, allocation.get(name, {})):
                     backoff.forget_key((pod.uid, name))
             self._pending.pop(pod.uid, None)
+            self._started[pod.uid] = pod
             self.log.info("syncloop.pod.resize.accepted", pod=pod.full_name, pod_uid=pod.uid,
                           allocated={n: to_quantities(a) for n, a in want.items()})
             return pod
@@ -87,11 +95,21 @@ class Resizes:
 
     def reported(self, uid: str, report: ResizeReport) -> None:
         self._reports[uid] = report
+        pod = self._started.get(uid)
+        if pod is None or self.store is None or report.error:
+            return
+        allocation = self.store.allocated(uid) or {}
+        if any(a != allocation.get(name, a) for name, a in report.actual.items()):
+            return
+        del self._started[uid]
+        self.log.info("syncloop.pod.resize.completed", pod=pod.full_name, pod_uid=uid,
+                      message="Pod resize completed: " + completed_summary(pod, allocation))
 
     def forget(self, uid: str) -> None:
         """The pod is gone: its allocation too."""
         self._pending.pop(uid, None)
         self._reports.pop(uid, None)
+        self._started.pop(uid, None)
         if self.store is not None:
             self.store.forget(uid)
 
@@ -111,3 +129,20 @@ class Resizes:
             pending_reason=str(pending.verdict) if pending else "",
             pending_message=pending.message if pending else "",
             in_progress=in_progress or bool(error), error=error)
+
+
+def completed_summary(pod: Pod, allocation: Mapping[str, Amounts]) -> str:
+    """The ResizeCompleted event's JSON: each resizable container's allocated resources."""
+    def entries(containers: Iterable[Container]) -> list[dict[str, Any]]:
+        out = []
+        for c in containers:
+            if c.name in allocation:
+                q = to_quantities(allocation[c.name])  # as Go orders it: limits, requests
+                res = {part: q[part] for part in ("limits", "requests") if part in q}
+                out.append({"name": c.name, "resources": res})
+        return out
+    doc: dict[str, Any] = {}
+    if inits := entries(pod.spec.sidecars):
+        doc["initContainers"] = inits
+    doc["containers"] = entries(pod.spec.containers)
+    return json.dumps(doc, separators=(",", ":"))

@@ -74,6 +74,11 @@ def named(st: dict[str, Any], name: str) -> dict[str, Any]:
     return next((c for c in st.get("containerStatuses") or [] if c["name"] == name), {})
 
 
+def events(api: KubeApi, reason: str) -> list[dict[str, Any]]:
+    items, _ = api.store.list("events", "default")
+    return [e for e in items if e.get("reason") == reason]
+
+
 def pid(marks: Path, name: str) -> int:
     text = (marks / f"{name}.pid").read_text().strip() if (marks / f"{name}.pid").exists() else ""
     return int(text) if text else 0
@@ -197,6 +202,11 @@ def test_in_place_resize_end_to_end(api: KubeApi, agent: Any, base: Path,
         raise
     assert pid(marks, "web") == web
     assert (read_int(quota), read_int(limit)) == (40_000, 256 * MI)
+    done = wait_for(lambda: events(api, "ResizeCompleted"), timeout=30,
+                    message="a ResizeCompleted event")
+    assert done[0]["type"] == "Normal" and done[0]["message"].startswith(
+        'Pod resize completed: {"containers":[{"name":"web","resources":{"limits":'
+        '{"cpu":"400m","memory":"256Mi"}')
     cs = named(status(api, "app"), "web")
     assert cs["restartCount"] == 0
     assert cs["allocatedResources"] == {"cpu": "200m", "memory": "96Mi"}

@@ -297,6 +297,10 @@ def test_the_sync_loop_resizes_in_place_and_says_so_in_desired(tmp_path: Path) -
     assert not resize.in_progress and not resize.pending_reason
     [accepted] = h.log.named("syncloop.pod.resize.accepted")
     assert accepted["pod_uid"] == "u1"
+    [completed] = h.log.named("syncloop.pod.resize.completed")  # the ResizeCompleted event
+    assert completed["message"] == (
+        'Pod resize completed: {"containers":[{"name":"c","resources":{"limits":{"cpu":"400m",'
+        '"memory":"256Mi"},"requests":{"cpu":"200m","memory":"64Mi"}}}]}')
 
 
 def test_an_infeasible_resize_is_pending_and_the_pod_runs_on(tmp_path: Path) -> None:
@@ -314,6 +318,7 @@ def test_an_infeasible_resize_is_pending_and_the_pod_runs_on(tmp_path: Path) -> 
         "Infeasible", "Node didn't have enough capacity: cpu, requested: 3000, capacity: 2000")
     assert resize.allocated["c"]["limits"]["cpu"] == "200m"
     assert len(h.log.named("syncloop.pod.resize.pending")) == 1  # said once
+    assert not h.log.named("syncloop.pod.resize.completed")
 
 
 def test_restart_container_policy_restarts_with_the_new_limit(tmp_path: Path) -> None:
