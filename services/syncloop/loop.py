@@ -219,9 +219,10 @@ class SyncLoop:
                           str(pod.status.get("message") or ""), announce=False)
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:
-        admitted = (w.pod for w in self.deps.table.workers.values()
+        admitted = (self._resizes.allocated(w.pod) for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
                     and w.state is WorkerState.SYNCING and not w.failed)  # (filterOutInactivePods)
+        # (the others with their allocated resources, as the kubelet's allocation manager)
         rejection = admit(pod, admitted, self.deps.capacity, self.deps.pressure())
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
@@ -605,6 +606,8 @@ class SyncLoop:
         for uid in runtime_uids - set(self.deps.table.workers) - set(self._removed):
             self.log.info("syncloop.pod.orphan", pod_uid=uid)
             self.deps.table.kill(uid, None, now, orphan=True)
+        if self.deps.pod_config.sources_ready():  # allocations of pods gone while it was down
+            self._resizes.retain(set(self.deps.table.workers) | runtime_uids)
 
     # --- desired map ---
     def _publish(self, uid: str) -> None:

@@ -113,6 +113,14 @@ class Resizes:
         if self.store is not None:
             self.store.forget(uid)
 
+    def retain(self, uids: set[str]) -> None:
+        """Forget the allocations of pods neither a worker nor the runtime has (gone while no
+        sync loop ran: the kubelet's allocation manager removes orphaned pods the same way)."""
+        if self.store is None:
+            return
+        for uid in sorted(self.store.uids() - uids):
+            self.forget(uid)
+
     def state(self, pod: Pod) -> PodResize:
         """``DesiredPod.resize`` (empty without a store)."""
         if self.store is None:

@@ -390,3 +390,16 @@ def test_sidecars_are_resized_and_run_to_completion_init_containers_are_not() ->
     actions = compute_pod_actions(want, rt, 100.0, backoff, resize_restart=p.restart)
     assert [(k.container_id, k.reason) for k in actions.kill] == [("cp", RESIZE_RESTART)]
     assert [s.name for s in actions.start] == ["proxy"]
+
+
+def test_allocations_of_pods_gone_while_no_sync_loop_ran_are_forgotten(tmp_path: Path) -> None:
+    path = tmp_path / "allocation.json"
+    AllocationStore(path, MemoryLogger()).set_allocated("gone", {"c": {"limits": {"cpu": 1}}})
+    loop = _Loop(tmp_path, path)
+    h = loop.h
+    h.loop.handle_pod_set("file", [_manifest("u1", res("100m", "200m", "64Mi", "128Mi"))], h.now)
+    h.run_for(3.0)  # a housekeeping once the source's set is in
+    assert AllocationStore(path, h.log).uids() == {"u1"}
+    h.loop.handle_pod_set("file", [], h.now)
+    h.run_for(5.0)  # terminated: its allocation goes with it
+    assert AllocationStore(path, h.log).uids() == set()
