@@ -923,7 +923,7 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
     if rt is None:
         rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
-    todo = resize_plan(deps.allocation, pod, rt) if not failed else ResizePlan()
+    todo = resize_plan(deps.allocation, pod, rt) if not failed else NO_RESIZE
     actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
                            fail_grace, todo)
     resize_error = ""
