@@ -195,6 +195,13 @@ def compute_pod_status(
     if prev_phase in TERMINAL:
         phase = str(prev_phase)
     ips = pod_ips(spec.host_network, ready_sb or sandboxes, hosts)
+    if prev_phase in TERMINAL and before is not None:
+        # a terminal pod's containers and sandbox may be removed (the eviction manager's
+        # reclaim: container GC of terminated pods): it keeps what it last reported
+        init = _kept(init, before.init_container_statuses, records)
+        regular = _kept(regular, before.container_statuses, records)
+        if not sandboxes and before.pod_ips:
+            ips = list(before.pod_ips)
     external = external_conditions(pod.status)
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
@@ -227,6 +234,13 @@ def with_resources(cs: ContainerStatus, resize: PodResize) -> ContainerStatus:
     now = actual if actual is not None and cs.state.running is not None else allocated
     return replace(cs, allocated_resources=dict(allocated.get("requests", {})),
                    resources={k: dict(v) for k, v in now.items() if v})
+
+
+def _kept(now: list[ContainerStatus], before: Sequence[ContainerStatus],
+          records: Mapping[str, list[PlegContainer]]) -> list[ContainerStatus]:
+    """Each status of a container the runtime no longer holds: its previous one."""
+    prev = {cs.name: cs for cs in before}
+    return [prev.get(cs.name, cs) if not records.get(cs.name) else cs for cs in now]
 
 
 def _init_status(c: Container, records: Mapping[str, list[PlegContainer]],
