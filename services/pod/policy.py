@@ -78,6 +78,8 @@ CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "working
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
                              "terminationMessagePath", "terminationMessagePolicy",
                              "stdin", "stdinOnce", "tty",  # [issue 24]
+                             # [issue 24] in-place resize (syncloop/resize.py)
+                             "resizePolicy",
                              "volumeDevices"})  # raw block volumes (the volumes process)
 # an init container's restartPolicy (sidecars); regular and ephemeral containers may not set it
 CONTAINER_RESTART_POLICY = "restartPolicy"
@@ -88,7 +90,6 @@ EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe
 EPHEMERAL_TARGET = "targetContainerName"
 CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
-    "resizePolicy": _warn("in-place resize is not supported; ignored"),
 }
 
 _WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")

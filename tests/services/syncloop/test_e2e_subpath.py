@@ -46,7 +46,7 @@ def test_sub_path_expr(pod_runtime: dict[str, Any], agent: Any, wait_for: Any) -
         for name in ("alpha", "beta"):
             report = shared / "pods" / f"{name}-e2e" / "report"
             # the content, not the file: the shell's `>` makes the file before `echo` writes
-            wait_for(lambda: report.exists() and report.read_text() == "hi\n", 120.0, 0.2,
+            wait_for(lambda r=report: r.exists() and r.read_text() == "hi\n", 120.0, 0.2,
                      f"{name}'s report")
         assert not (shared / "report").exists()
 
