@@ -60,6 +60,7 @@ class Capability:
     access_mode: str = "ReadWriteOnce"
     fs_type: str = ""
     mount_group: str = ""
+    block: bool = False  # a raw block volume: block access type, not mount
 
     def to_pb(self, caps: frozenset[int]) -> pb.VolumeCapability:
         mode = _MODES.get(self.access_mode, pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
@@ -68,10 +69,14 @@ class Capability:
         if mode == pb.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER and \
                 Cap.SINGLE_NODE_MULTI_WRITER not in caps:
             mode = pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+        access = pb.VolumeCapability.AccessMode(mode=mode)
+        if self.block:
+            return pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(),
+                                       access_mode=access)
         return pb.VolumeCapability(
             mount=pb.VolumeCapability.MountVolume(fs_type=self.fs_type,
                                                   volume_mount_group=self.mount_group),
-            access_mode=pb.VolumeCapability.AccessMode(mode=mode))
+            access_mode=access)
 
 
 @dataclass(frozen=True)

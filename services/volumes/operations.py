@@ -7,7 +7,10 @@ stage, mount and their inverses, per plugin. Each updates the actual state and r
   path, which keeps it busy while a pod uses it) and a symlink to it at
   ``pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv>`` (the pod device map path, the
   containers' CRI device), as the kubelet's volumepathhandler ``MapBlockVolume``; ``unmap``
-  removes the symlink, unmounts and removes the bind file.
+  removes the symlink, unmounts and removes the bind file. A CSI PV of ``volumeMode: Block``
+  (the kubelet's ``csiBlockMapper``): staged with block access at ``plugins/kubernetes.io/
+  csi/volumeDevices/staging/<pv>``, published at ``.../publish/<pv>/<pod uid>``, that path
+  mapped as a local device; unmapped, then ``NodeUnpublishVolume``.
 - hostPath PV: nothing to mount (the containers bind the PV's path); ``mount`` records it.
 - local PV: the PV's directory bound into ``pods/<uid>/volumes/kubernetes.io~local-volume/
   <pv>`` (read-only when asked), then ``fsGroup`` applied (not read-only).
@@ -108,6 +111,13 @@ def _rmdir(path: Path) -> None:
         path.rmdir()
 
 
+def _prune(path: Path) -> None:
+    """Remove ``path`` if it is there and empty (a folder other pods' volumes may still use;
+    rmdir only)."""
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
 class Operations:
     def __init__(self, paths: VolumePaths, mounter: Mounter, drivers: Drivers,
                  api: ApiWriter | None, node: str, crash: CrashPoints = NEVER,
@@ -176,6 +186,8 @@ class Operations:
         group = ""
         if spec.fs_group is not None and Cap.VOLUME_MOUNT_GROUP in client.capabilities():
             group = str(spec.fs_group)
+        if spec.block:  # the kubelet's fsTypeBlockName: block access, no fs type, no group
+            return Capability(spec.csi.access_mode, block=True)
         return Capability(spec.csi.access_mode, spec.csi.source.fs_type, group)
 
     # -- attach / detach ---------------------------------------------------------------------
@@ -186,11 +198,11 @@ class Operations:
             raise OpFailed(FAILED_ATTACH, "no API server to attach through")
         src = spec.csi.source
         name = attachment_name(src.handle, src.driver, self.node)
-        device = Device(spec.unique_name, src.driver, src.handle, name)
-        folder = self.paths.staging(src.driver, src.handle).parent
+        device = Device(spec.unique_name, src.driver, src.handle, name,
+                        spec.spec_name if spec.block else "")
+        folder = self._device_folder(device)
         folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / VOL_DATA, {"driverName": src.driver, "volumeHandle": src.handle,
-                                       "attachmentID": name})
+        write_json(folder / VOL_DATA, self._device_data(device))
         record = actual.devices.setdefault(spec.unique_name, DeviceRecord(device))
         record.device = device
         path = f"{STORAGE}/volumeattachments/{name}"
@@ -230,13 +242,36 @@ class Operations:
         self._forget_device(dev, actual)
 
     def _forget_device(self, dev: Device, actual: ActualState) -> None:
-        folder = self.paths.staging(dev.driver, dev.handle).parent if dev.driver else None
+        folder = self._device_folder(dev) if dev.driver else None
         actual.devices.pop(dev.unique_name, None)
         self.contexts.pop(dev.unique_name, None)
         if folder is not None:
             (folder / VOL_DATA).unlink(missing_ok=True)
-            _rmdir(folder / "globalmount")
+            _rmdir(self._staging(dev))
             _rmdir(folder)
+            if dev.block_name:
+                _prune(folder.parent)  # volumeDevices/<pv> (its dev/ goes with the last pod)
+
+    def _staging(self, dev: Device) -> Path:
+        """NodeStageVolume's path: ``.../<driver>/<sha256(handle)>/globalmount``, or a raw
+        block volume's ``volumeDevices/staging/<pv>``."""
+        if dev.block_name:
+            return self.paths.csi_block_staging(dev.block_name)
+        return self.paths.staging(dev.driver, dev.handle)
+
+    def _device_folder(self, dev: Device) -> Path:
+        """Where a CSI device's ``vol_data.json`` is (found again by the reconstruction)."""
+        if dev.block_name:
+            return self.paths.csi_block_data(dev.block_name)
+        return self.paths.staging(dev.driver, dev.handle).parent
+
+    @staticmethod
+    def _device_data(dev: Device) -> dict[str, str]:
+        data = {"driverName": dev.driver, "volumeHandle": dev.handle,
+                "attachmentID": dev.attach_id}
+        if dev.block_name:
+            data.update(specVolID=dev.block_name, volumeMode="Block")
+        return data
 
     # -- stage / unstage -----------------------------------------------------------------------
     def stage(self, step: Step, actual: ActualState) -> None:
@@ -253,11 +288,11 @@ class Operations:
         if not stages:
             record.staged = Mounted.YES  # nothing to stage: the plugin publishes directly
             return
-        staging = self.paths.staging(src.driver, src.handle)
+        device = record.device if record.device.driver else device_of(spec)
+        staging, folder = self._staging(device), self._device_folder(device)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / VOL_DATA, self._device_data(device))
         staging.parent.mkdir(parents=True, exist_ok=True)
-        write_json(staging.parent / VOL_DATA, {
-            "driverName": src.driver, "volumeHandle": src.handle,
-            "attachmentID": record.device.attach_id})
         staging.mkdir(mode=0o750, exist_ok=True)
         record.staged = Mounted.UNCERTAIN
         try:
@@ -277,7 +312,7 @@ class Operations:
     def unstage(self, step: Step, actual: ActualState) -> None:
         dev = step.device
         record = actual.devices.get(dev.unique_name)
-        staging = self.paths.staging(dev.driver, dev.handle)
+        staging = self._staging(dev)
         if dev.driver:
             client = self._client(dev.driver, "UnmountDevice")
             try:
@@ -302,7 +337,10 @@ class Operations:
             actual.mounts[key] = MountRecord(key, device_of(spec), Mounted.YES, spec)
             return
         if spec.block:
-            self._map_local(spec, key, actual)
+            if spec.plugin is Plugin.CSI:
+                self._publish_block(spec, key, actual)
+            else:
+                self._map_local(spec, key, actual)
             return
         folder = self.paths.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)
         if spec.plugin is Plugin.LOCAL:
@@ -370,16 +408,7 @@ class Operations:
                 raise OpFailed(FAILED_MAP, f'MapVolume.MapPodDevice failed for volume '
                                            f'"{spec.spec_name}" : local PersistentVolume path '
                                            f'"{device}" is not a block device')
-            bind = self.paths.global_map(spec.plugin, spec.spec_name) / spec.pod_uid
-            bind.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-            if not is_mount_point(self.mounter, str(bind)):
-                bind.touch(mode=0o600)
-                self.mounter.bind(device, str(bind), False)
-            link = self.paths.pod_device_map(spec.pod_uid, spec.plugin, spec.spec_name)
-            link.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-            if not link.is_symlink() or os.readlink(link) != device:
-                link.unlink(missing_ok=True)
-                os.symlink(device, link)
+            link = self._map_device(spec, device)
         except FileNotFoundError:
             raise OpFailed(FAILED_MAP, f'MapVolume.MapPodDevice failed for volume '
                                        f'"{spec.spec_name}" : local PersistentVolume path '
@@ -391,8 +420,59 @@ class Operations:
         self.log("volumes.mapped", pod_uid=spec.pod_uid, volume=spec.volume, device=device,
                  device_map_path=str(link))
 
-    def _unmap_local(self, key: MountKey) -> None:
-        """``UnmapBlockVolume``: the pod's symlink, then the global map bind and its file."""
+    def _map_device(self, spec: VolumeSpec, device: str) -> Path:
+        """volumepathhandler's ``MapBlockVolume``: ``device`` bound on the global map path's
+        ``<pod uid>`` file, then the pod device map symlink to it (returned). Idempotent.
+        Raises OSError."""
+        bind = self.paths.global_map(spec.plugin, spec.spec_name) / spec.pod_uid
+        bind.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        if not is_mount_point(self.mounter, str(bind)):
+            bind.touch(mode=0o600)
+            self.mounter.bind(device, str(bind), False)
+        link = self.paths.pod_device_map(spec.pod_uid, spec.plugin, spec.spec_name)
+        link.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        if not link.is_symlink() or os.readlink(link) != device:
+            link.unlink(missing_ok=True)
+            os.symlink(device, link)
+        return link
+
+    def _publish_block(self, spec: VolumeSpec, key: MountKey, actual: ActualState) -> None:
+        """A CSI raw block volume (the kubelet's ``csiBlockMapper``): ``NodePublishVolume``
+        with block access at ``volumeDevices/publish/<pv>/<pod uid>`` (the plugin puts the
+        device there, the CO makes the parent), then mapped as a local one."""
+        assert spec.csi is not None
+        src = spec.csi.source
+        client = self._client(src.driver, "MapVolume.MapPodDevice")
+        target = self.paths.csi_block_publish(spec.spec_name, spec.pod_uid)
+        record = actual.mounts.setdefault(key, MountRecord(key, device_of(spec),
+                                                           Mounted.UNCERTAIN, spec))
+        record.spec = spec
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            staging = str(self._staging(device_of(spec))) if client.stages() else ""
+            client.publish(src.handle, str(target), staging, self._capability(spec, client),
+                           spec.read_only, self.contexts.get(spec.unique_name, {}),
+                           self._secrets(src.publish_secret), self._context(spec))
+        except CsiError as err:
+            if err.final and record.state is not Mounted.YES:
+                del actual.mounts[key]
+            raise OpFailed(FAILED_MAP, f'MapVolume.MapPodDevice failed for volume '
+                                       f'"{spec.spec_name}" : {err}', not err.final) from None
+        except OSError as err:
+            raise OpFailed(FAILED_MAP, f'MapVolume.MapPodDevice failed for volume '
+                                       f'"{spec.spec_name}" : {err}') from None
+        try:
+            link = self._map_device(spec, str(target))
+        except OSError as err:
+            raise OpFailed(FAILED_MAP, f'MapVolume.MapBlockVolume failed for volume '
+                                       f'"{spec.spec_name}" : {err}') from None
+        record.state = Mounted.YES
+        self.log("volumes.mapped", pod_uid=spec.pod_uid, volume=spec.volume, driver=src.driver,
+                 publish_path=str(target), device_map_path=str(link))
+
+    def _unmap(self, key: MountKey, dev: Device) -> None:
+        """``UnmapBlockVolume``: the pod's symlink, then the global map bind and its file;
+        a CSI volume's ``NodeUnpublishVolume`` after (the kubelet's ``UnmapPodDevice``)."""
         link = self.paths.pod_device_map(key.pod_uid, key.plugin, key.spec_name)
         bind = self.paths.global_map(key.plugin, key.spec_name) / key.pod_uid
         try:
@@ -403,9 +483,22 @@ class Operations:
         except OSError as err:
             raise OpFailed("", f'UnmapVolume.UnmapBlockVolume failed for volume '
                                f'"{key.spec_name}" : {err}') from None
-        _rmdir(bind.parent)
+        _prune(bind.parent)
+        if key.plugin is Plugin.CSI:
+            _prune(bind.parent.parent)  # volumeDevices/<pv> once its data/ is gone too
+            target = self.paths.csi_block_publish(key.spec_name, key.pod_uid)
+            if os.path.lexists(target):
+                client = self._client(dev.driver, "UnmapVolume.UnmapDevice")
+                try:
+                    client.unpublish(dev.handle, str(target))
+                except CsiError as err:
+                    raise OpFailed("", f'UnmapVolume.UnmapDevice failed for volume '
+                                       f'"{key.spec_name}" : {err}') from None
+            _prune(target.parent)
+            self.log("volumes.unpublished", pod_uid=key.pod_uid, volume=key.spec_name,
+                     driver=dev.driver, target_path=str(target))
         for path in (link.parent, link.parent.parent):
-            _rmdir(path)
+            _prune(path)
 
     def _publish(self, spec: VolumeSpec, key: MountKey, folder: Path,
                  actual: ActualState) -> None:
@@ -422,7 +515,7 @@ class Operations:
         record.spec = spec
         target = folder / "mount"
         try:
-            staging = str(self.paths.staging(src.driver, src.handle)) \
+            staging = str(self._staging(device_of(spec))) \
                 if client.stages() and not spec.csi.ephemeral else ""
             capability = self._capability(spec, client)
             client.publish(src.handle, str(target), staging, capability, spec.read_only,
@@ -451,7 +544,7 @@ class Operations:
         assert key is not None
         folder = self.paths.pod_volume(key.pod_uid, key.plugin, key.spec_name, key.driver)
         if key.block:
-            self._unmap_local(key)
+            self._unmap(key, dev)
         elif (key.plugin in NET_PLUGINS or key.plugin is Plugin.FLEX) and self.plugins is not None:
             try:
                 self.plugins.teardown(key, folder)

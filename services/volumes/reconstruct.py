@@ -63,6 +63,40 @@ def _links(path: Path) -> list[Path]:
         return []
 
 
+def _csi_block(paths: VolumePaths, actual: ActualState, log: Callable[..., None]) -> None:
+    """CSI raw block volumes: each ``volumeDevices/<pv>/data/vol_data.json`` (a device,
+    staged when its staging folder is there), and each pod that may use one: its symlink, its
+    global map bind file or its publish path (a crash between the steps leaves any of them)."""
+    devices: dict[str, Device] = {}
+    for folder in _children(paths.csi_block):
+        data = _read(paths.csi_block_data(folder.name) / VOL_DATA)
+        if folder.name in ("staging", "publish") or data is None:
+            continue
+        driver, handle = str(data.get("driverName", "")), str(data.get("volumeHandle", ""))
+        dev = Device(f"{Plugin.CSI}/{driver}^{handle}", driver, handle,
+                     str(data.get("attachmentID", "")), folder.name)
+        devices[folder.name] = dev
+        staged = paths.csi_block_staging(folder.name).exists()
+        actual.devices[dev.unique_name] = DeviceRecord(
+            dev, attached=False, staged=Mounted.UNCERTAIN if staged else Mounted.NO)
+    pods: set[tuple[str, str]] = set()
+    for pod in _children(paths.pods):
+        pods |= {(pod.name, link.name)
+                 for link in _links(pod / "volumeDevices" / Plugin.CSI.folder)}
+    for name in devices:
+        pods |= {(bind.name, name) for bind in _entries(paths.global_map(Plugin.CSI, name))}
+    for pv in _children(paths.csi_block / "publish"):
+        pods |= {(target.name, pv.name) for target in _entries(pv)}
+    for uid, name in sorted(pods):
+        found = devices.get(name)
+        if found is None:
+            log("volumes.reconstruct.skipped", path=str(paths.csi_block_data(name)),
+                reason=f"no readable {VOL_DATA}")
+            continue
+        key = MountKey(uid, Plugin.CSI, name, block=True)
+        actual.mounts[key] = MountRecord(key, found, Mounted.UNCERTAIN)
+
+
 def reconstruct(paths: VolumePaths,
                 log: Callable[..., None] = lambda event, **fields: None,
                 flex: Mapping[str, str] | None = None) -> ActualState:
@@ -108,8 +142,11 @@ def reconstruct(paths: VolumePaths,
             actual.mounts.setdefault(key, MountRecord(key, Device(f"{Plugin.LOCAL}/"
                                                                   f"{pv_dir.name}"),
                                                       Mounted.UNCERTAIN))
+    _csi_block(paths, actual, log)
     csi_root = paths.root / "plugins" / "kubernetes.io" / "csi"
     for driver_dir in _children(csi_root):
+        if driver_dir == paths.csi_block:
+            continue  # raw block volumes (_csi_block)
         for folder in _children(driver_dir):
             data = _read(folder / VOL_DATA)
             if data is None:

@@ -10,7 +10,7 @@ API server (the kubelet's ``desiredStateOfWorldPopulator``: ``getPVCExtractPV``,
   ``csi-<sha256(pod UID + volume)>``.
 A PV is mounted from ``hostPath`` (used in place), ``local`` (bound into the pod's folder;
 its ``nodeAffinity`` must match this Node) or ``csi``; any other source fails the volume.
-A PV of ``volumeMode: Block`` is a raw block volume (mapped, not mounted: local PVs only);
+A PV of ``volumeMode: Block`` is a raw block volume (mapped, not mounted: local and csi PVs);
 a claim used in ``volumeMounts`` must be ``Filesystem`` and one in ``volumeDevices``
 ``Block`` (the populator's ``checkVolumeModeMismatches`` wording).
 """
@@ -18,6 +18,7 @@ a claim used in ``volumeMounts`` must be ``Filesystem`` and one in ``volumeDevic
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from podvisor.services.pod import (
@@ -146,12 +147,16 @@ class Resolver:
     def _block(self, pv: Volume, claim: str, read_only: bool,
                base: dict[str, Any]) -> VolumeSpec:
         """A raw block volume: a local PV whose path is the block device (the kubelet's local
-        plugin's ``BlockVolumeMapper``); no other source is mapped here."""
+        plugin's ``BlockVolumeMapper``) or a csi PV (``csiBlockMapper``: block access); no
+        other source is mapped here."""
         name = pv.meta.name
+        if pv.kind == "csi" and pv.csi is not None:
+            spec = self._from_pv(pv, claim, read_only, base)
+            return replace(spec, block=True)
         if pv.kind != "local":
             raise VolumeError(f'MapVolume.FindMapperPluginBySpec failed for volume "{name}": '
                               f"no block volume plugin matched (podvisor maps raw block "
-                              f"volumes from local PersistentVolumes only, not "
+                              f"volumes from local and csi PersistentVolumes, not "
                               f"{pv.kind or 'unknown'})")
         if pv.affinity is not None and not affinity_matches(pv.affinity, self.node,
                                                             self.node_labels()):

@@ -136,9 +136,28 @@ class VolumePaths:
 
     def global_map(self, plugin: Plugin, spec_name: str) -> Path:
         """A raw block volume's global map path (``plugins/kubernetes.io/<plugin>/
-        volumeDevices/<pv>``): the device is bound on ``<it>/<pod uid>`` per pod using it
-        (the kubelet's volumepathhandler ``MapDevice`` with a bind mount)."""
-        return self.root / "plugins" / str(plugin) / "volumeDevices" / spec_name
+        volumeDevices/<pv>``, ``.../<pv>/dev`` for CSI): the device is bound on
+        ``<it>/<pod uid>`` per pod using it (the kubelet's volumepathhandler ``MapDevice``
+        with a bind mount)."""
+        base = self.root / "plugins" / str(plugin) / "volumeDevices" / spec_name
+        return base / "dev" if plugin is Plugin.CSI else base
+
+    @property
+    def csi_block(self) -> Path:
+        """The CSI raw block volumes' folder (the kubelet's ``GetVolumeDevicePluginDir``):
+        ``staging/<pv>`` (NodeStageVolume's path, made by the CO), ``publish/<pv>/<pod uid>``
+        (NodePublishVolume's target: the plugin makes it, the CO its parent),
+        ``<pv>/data/vol_data.json``, ``<pv>/dev/<pod uid>`` (the global map)."""
+        return self.root / "plugins" / str(Plugin.CSI) / "volumeDevices"
+
+    def csi_block_staging(self, spec_name: str) -> Path:
+        return self.csi_block / "staging" / spec_name
+
+    def csi_block_publish(self, spec_name: str, pod_uid: str) -> Path:
+        return self.csi_block / "publish" / spec_name / pod_uid
+
+    def csi_block_data(self, spec_name: str) -> Path:
+        return self.csi_block / spec_name / "data"
 
     def target(self, spec: VolumeSpec) -> Path:
         """What the containers bind: a CSI volume's ``mount`` folder, a local volume's

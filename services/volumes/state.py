@@ -47,6 +47,7 @@ class Device:
     driver: str = ""
     handle: str = ""
     attach_id: str = ""  # the VolumeAttachment podvisor made ("" when none)
+    block_name: str = ""  # a CSI raw block volume: its PV's name (its staging path's)
 
 
 @dataclass
@@ -81,7 +82,8 @@ def device_of(spec: VolumeSpec) -> Device:
     csi = spec.csi
     if csi is None:
         return Device(spec.unique_name)
-    return Device(spec.unique_name, csi.source.driver, csi.source.handle)
+    return Device(spec.unique_name, csi.source.driver, csi.source.handle,
+                  block_name=spec.spec_name if spec.block else "")
 
 
 class Op(StrEnum):

@@ -21,7 +21,10 @@ promise fails here:
   logged as ``violation``);
 - ``NodeGetVolumeStats`` of a path the volume is not published at: ``NOT_FOUND``.
 Volumes are folders; staging and publishing are real bind mounts (root), undone by the
-inverse calls. Every call is appended to the call log (JSON lines: ``call``, ``volume_id``,
+inverse calls. A raw block volume (block access type) is a folder holding ``device``, a
+symlink to a block device: staging it binds nothing, publishing makes the target a file and
+binds the device on it (the spec's "bind-mounting the device file on the publish path").
+Every call is appended to the call log (JSON lines: ``call``, ``volume_id``,
 ``path``, ``code``), the tests' proof of what was called in which order.
 
 Run: ``python tests/support/csidriver.py --name N --endpoint SOCK --registration SOCK
@@ -157,7 +160,8 @@ class Driver(rpc.IdentityServicer, rpc.NodeServicer, regrpc.RegistrationServicer
                     return pb.NodeStageVolumeResponse()
                 raise Abort(Code.ALREADY_EXISTS, f"volume {request.volume_id} is staged at "
                                                  f"{done[0]} with another capability")
-            if not is_mount_point(self.mounter, path):
+            if not request.volume_capability.HasField("block") and \
+                    not is_mount_point(self.mounter, path):
                 self.mounter.bind(str(folder), path, False)
             self.staged[request.volume_id] = (path, cap)
             return pb.NodeStageVolumeResponse()
@@ -209,7 +213,15 @@ class Driver(rpc.IdentityServicer, rpc.NodeServicer, regrpc.RegistrationServicer
                 if done == settings:
                     return pb.NodePublishVolumeResponse()
                 raise Abort(Code.ALREADY_EXISTS, f"{target} is published with other settings")
-            os.makedirs(target, exist_ok=True)
+            if request.volume_capability.HasField("block"):
+                source = os.path.realpath(folder / "device")
+                if not os.path.exists(source):
+                    raise Abort(Code.FAILED_PRECONDITION, f"volume {request.volume_id} has no "
+                                                          "block device")
+                if not os.path.exists(target):
+                    open(target, "w").close()
+            else:
+                os.makedirs(target, exist_ok=True)
             if not is_mount_point(self.mounter, target):
                 self.mounter.bind(source, target, request.readonly)
             self.published[(request.volume_id, target)] = settings
@@ -228,6 +240,8 @@ class Driver(rpc.IdentityServicer, rpc.NodeServicer, regrpc.RegistrationServicer
                 self.mounter.unmount(target)
             if os.path.isdir(target):
                 os.rmdir(target)  # the spec: the plugin removes what it made
+            elif os.path.isfile(target):
+                os.unlink(target)  # a raw block volume's target file
             self.published.pop((request.volume_id, target), None)
             if request.volume_id.startswith("csi-") and not any(
                     v == request.volume_id for v, _ in self.published):

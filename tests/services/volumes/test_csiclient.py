@@ -79,3 +79,10 @@ def test_node_calls_and_the_specs_errors(driver: CsiDriver) -> None:
         assert err.value.code is grpc.StatusCode.UNAVAILABLE and not err.value.final
     finally:
         gone.close()
+
+
+def test_a_block_capability_asks_block_access() -> None:
+    """The kubelet's csiBlockMapper: block access type, no mount (no fs type, no group)."""
+    cap = Capability("ReadWriteOnce", block=True).to_pb(frozenset())
+    assert cap.HasField("block") and not cap.HasField("mount")
+    assert Capability("ReadWriteOnce", "ext4").to_pb(frozenset()).mount.fs_type == "ext4"

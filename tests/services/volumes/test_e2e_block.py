@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,13 @@ from tests.services.volumes.claimpods import (
     claim,
     events,
     gone,
+    kill9,
     local_pv,
     mounts_under,
     read,
     waiting_reason,
 )
+from tests.support.csidriver import CsiDriver
 from tests.support.kubeapi import KubeApi
 from tests.support.kubeapi.volumes import VolumeControllers
 from tests.support.loopdev import loop_device, read_back
@@ -111,3 +115,87 @@ def test_a_block_claim_is_a_device_in_the_container(pod_runtime: dict[str, Any],
                  message="the device unmapped")
         assert not os.path.lexists(link) and not bind.exists()
         assert os.path.exists(dev)  # the node's device is left as it was
+
+
+DRIVER = "block.csi.podvisor.io"
+
+
+@pytest.fixture
+def short() -> Iterator[Path]:
+    """A short rootDir (unix socket paths) for the CSI test; its leftovers unmounted."""
+    path = Path(tempfile.mkdtemp(prefix="pvblk", dir="/tmp"))
+    yield path
+    if os.environ.get("PV_DEBUG"):  # keep the agent's logs and the driver's calls
+        shutil.copytree(path, "/tmp/pvblk-debug", dirs_exist_ok=True, symlinks=True,
+                        ignore_dangling_symlinks=True,
+                        ignore=shutil.ignore_patterns("*.sock", "*.img"))
+    for point in reversed(mounts_under(path)):
+        subprocess.run(["umount", "-l", point], check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_csi_block_volume_is_staged_published_and_mapped(
+        api: KubeApi, agent: Any, wait_for: Callable[..., Any], tmp_path: Path,
+        short: Path) -> None:
+    """A CSI PV of volumeMode Block (the test driver: its volume's ``device`` a loop device):
+    attached, staged and published with block access at the kubelet's paths
+    (``volumeDevices/staging/<pv>``, ``volumeDevices/publish/<pv>/<pod uid>``), the publish
+    path mapped into the pod; kill -9 of the volumes process finds it all again (one bind
+    each, the container still writing); the pod deleted: unpublish, then unstage."""
+    backing, marks = tmp_path / "disk.img", tmp_path / "marks"
+    marks.mkdir()
+    root = short / "root"
+    (root / "plugins_registry").mkdir(parents=True)
+    with contextlib.ExitStack() as stack:
+        dev = stack.enter_context(loop_device(backing))
+        anon, _ = stack.enter_context(registries(tmp_path / "reg"))
+        driver = CsiDriver(DRIVER, short / "drv", root / "plugins_registry")
+        stack.callback(driver.stop)
+        (driver.data / "blk-1").mkdir()
+        os.symlink(dev, driver.data / "blk-1" / "device")
+        api.store.create("csidrivers", "", {"metadata": {"name": DRIVER}, "spec": {
+            "attachRequired": False, "volumeLifecycleModes": ["Persistent"]}})
+        api.store.create("persistentvolumes", "", {"metadata": {"name": "pv-csi-blk"}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "volumeMode": "Block", "storageClassName": "csi",
+            "csi": {"driver": DRIVER, "volumeHandle": "blk-1"}}})
+        api.store.create("persistentvolumeclaims", "default",
+                         claim("blk", "csi", volumeMode="Block"))
+        pod = api.create_pod("default", {"metadata": {"name": "db"}, "spec": {
+            "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "blk"}},
+                        {"name": "marks", "hostPath": {"path": str(marks)}}],
+            "containers": [{"name": "c", "image": f"{anon.host}/podvisor/busybox:1",
+                            "command": ["sh", "-c", SCRIPT.format(marks=marks)],
+                            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}],
+                            "volumeMounts": [{"name": "marks", "mountPath": str(marks)}]}]}})
+        uid = pod["metadata"]["uid"]
+        handle = agent(config=agent_config(api, tmp_path, NODE, rootDir=str(root)))
+        wait_for(lambda: read(marks / "ran") == "ok", timeout=120,
+                 message="the pod writing through its CSI block device")
+        assert read_back(backing, len(DATA)) == DATA
+        block = root / "plugins" / "kubernetes.io" / "csi" / "volumeDevices"
+        staging, publish = block / "staging" / "pv-csi-blk", block / "publish" / "pv-csi-blk"
+        bind = block / "pv-csi-blk" / "dev" / uid
+        link = root / "pods" / uid / "volumeDevices" / "kubernetes.io~csi" / "pv-csi-blk"
+        # every call at the kubelet's paths (a restart of the process under load calls again)
+        stages = driver.calls("NodeStageVolume")
+        assert stages and {(c["path"], c["code"]) for c in stages} == {(str(staging), "OK")}
+        published = driver.calls("NodePublishVolume")
+        assert published and {(c["path"], c["staging"]) for c in published} == {
+            (str(publish / uid), str(staging))}
+        before = len(published)
+        assert os.readlink(link) == str(publish / uid)
+        assert mounts_under(publish) == [str(publish / uid)] and mounts_under(bind) == [str(bind)]
+        kill9(handle, "volumes", wait_for)
+        wait_for(lambda: len(driver.calls("NodePublishVolume")) > before, timeout=30,
+                 message="the restarted volumes process publishing again what it found")
+        assert mounts_under(publish) == [str(publish / uid)] and mounts_under(bind) == [str(bind)]
+        api.store.delete("pods", "default", "db", grace=1)
+        wait_for(gone(api, "pods", "db"), timeout=60, message="the pod deleted")
+        wait_for(lambda: driver.calls("NodeUnstageVolume"), timeout=30,
+                 message="the device unstaged")
+        order = [c["call"] for c in driver.calls("NodeUnpublishVolume", "NodeUnstageVolume")]
+        assert order[-2:] == ["NodeUnpublishVolume", "NodeUnstageVolume"], order
+        assert not mounts_under(root) and not os.path.lexists(link)
+        assert not staging.exists() and not (block / "pv-csi-blk").exists()

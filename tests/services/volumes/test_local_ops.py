@@ -119,3 +119,31 @@ def test_a_local_block_volume_is_mapped_once_and_unmapped(tmp_path: Path) -> Non
     assert not mounter.mounts() and not actual.mounts
     assert not bind.exists() and not bind.parent.exists() and not link.exists()
     assert not (paths.pods / "uid1").exists()
+
+
+def test_reconstruction_finds_csi_raw_block_volumes(tmp_path: Path) -> None:
+    """A CSI raw block device from its ``volumeDevices/<pv>/data/vol_data.json`` (staged when
+    its staging folder is there), and each pod using it from its symlink, its global map bind
+    file or its publish path alone (whichever a crash left)."""
+    paths = VolumePaths(tmp_path / "root")
+    data = paths.csi_block_data("pv1")
+    data.mkdir(parents=True)
+    (data / "vol_data.json").write_text(json.dumps({
+        "driverName": "d", "volumeHandle": "h", "attachmentID": "", "specVolID": "pv1",
+        "volumeMode": "Block"}))
+    paths.csi_block_staging("pv1").mkdir(parents=True)
+    link = paths.pod_device_map("uid1", Plugin.CSI, "pv1")
+    link.parent.mkdir(parents=True)
+    os.symlink(paths.csi_block_publish("pv1", "uid1"), link)
+    paths.global_map(Plugin.CSI, "pv1").mkdir(parents=True)
+    (paths.global_map(Plugin.CSI, "pv1") / "uid2").touch()
+    paths.csi_block_publish("pv1", "uid3").parent.mkdir(parents=True)
+    paths.csi_block_publish("pv1", "uid3").touch()
+    actual = reconstruct(paths)
+    [device] = actual.devices.values()
+    assert device.device.block_name == "pv1" and device.staged is Mounted.UNCERTAIN
+    assert device.device.unique_name == "kubernetes.io/csi/d^h"
+    assert sorted((k.pod_uid, k.block, r.device.handle) for k, r in actual.mounts.items()) == [
+        ("uid1", True, "h"), ("uid2", True, "h"), ("uid3", True, "h")]
+    assert paths.global_map(Plugin.CSI, "pv1") == \
+        tmp_path / "root/plugins/kubernetes.io/csi/volumeDevices/pv1/dev"

@@ -209,3 +209,14 @@ def test_only_local_pvs_are_mapped() -> None:
                                                           "devicePath": "/dev/xvda"}]))
     assert not wants.specs
     assert "no block volume plugin matched" in wants.failures[0].message
+
+
+def test_a_block_claim_of_a_csi_pv() -> None:
+    objects = {f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
+        {"csi": {"driver": "d.example", "volumeHandle": "h1"}}, volumeMode="Block")}
+    wants = resolve(objects, **_container(volumeDevices=[{"name": "data",
+                                                          "devicePath": "/dev/xvda"}]))
+    [spec] = wants.specs
+    assert (spec.plugin, spec.block, spec.unique_name) == (Plugin.CSI, True,
+                                                           "kubernetes.io/csi/d.example^h1")
+    assert spec.device_mountable and spec.attachable  # no CSIDriver: attach, as the kubelet
