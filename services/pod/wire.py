@@ -177,6 +177,7 @@ def _spec(s: Mapping[str, Any]) -> PodSpec:
         # to_dict writes {} for "no security context" and a non-empty map otherwise
         security_context=_pod_security(sc) if sc else None,
         service_account_name=s.get("serviceAccountName", ""),
+        runtime_class_name=s.get("runtimeClassName", ""),
         dns_policy=DNSPolicy(s["dnsPolicy"]),
         scheduler_name=s["schedulerName"],
         enable_service_links=s["enableServiceLinks"],
@@ -306,8 +307,8 @@ def _lifecycle_handler(w: Mapping[str, Any] | None) -> LifecycleHandler | None:
     if w is None:
         return None
     handler = _handler(w)
-    if isinstance(handler, (TCPSocketAction, GRPCAction)):
-        raise ValueError("a lifecycle handler cannot be tcpSocket or grpc")
+    if isinstance(handler, GRPCAction):
+        raise ValueError("a lifecycle handler cannot be grpc")
     return handler
 
 
@@ -401,7 +402,8 @@ def _container(c: Mapping[str, Any]) -> Container:
                                         read_only=m.get("readOnly", False),
                                         sub_path=m.get("subPath", ""),
                                         sub_path_expr=m.get("subPathExpr", ""),
-                                        mount_propagation=m.get("mountPropagation", ""))
+                                        mount_propagation=m.get("mountPropagation", ""),
+                                        recursive_read_only=m.get("recursiveReadOnly", ""))
                             for m in c.get("volumeMounts", ())),
         security_context=_security(c.get("securityContext")),
         termination_message_path=c["terminationMessagePath"],

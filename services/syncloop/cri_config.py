@@ -29,6 +29,7 @@ from podvisor.services.pod import (
     SecurityContext,
     SELinuxOptions,
     SupplementalGroupsPolicy,
+    VolumeMount,
     effective_security_context,
     expand,
     expand_command,
@@ -332,10 +333,38 @@ def expand_sub_path(expr: str, env: Mapping[str, str]) -> str:
     return sub
 
 
+class RecursiveReadOnlyError(ValueError):
+    """A ``recursiveReadOnly`` mount the runtime cannot make (the kubelet's
+    CreateContainerConfigError)."""
+
+
+def resolve_recursive_read_only(m: VolumeMount, supported: bool) -> bool:
+    """The kubelet's ``resolveRecursiveReadOnly``: whether the mount is made recursively
+    read-only (CRI ``Mount.recursive_read_only``). Disabled or unset: no; IfPossible: when the
+    runtime's handler supports it, else a plain read-only mount; Enabled: it must."""
+    if m.recursive_read_only in ("", "Disabled"):
+        return False
+    where = "failed to resolve recursive read-only mode: volume"
+    if not m.read_only:
+        raise RecursiveReadOnlyError(f'{where} "{m.name}" requested recursive read-only mode, '
+                                     "but it is not read-only")
+    if m.mount_propagation not in ("", "None"):
+        raise RecursiveReadOnlyError(f'{where} "{m.name}" requested recursive read-only mode, '
+                                     "but it is not compatible with propagation "
+                                     f'"{m.mount_propagation}"')
+    if m.recursive_read_only == "IfPossible":
+        return supported
+    if not supported:
+        raise RecursiveReadOnlyError(f'{where} "{m.name}" requested recursive read-only mode, '
+                                     "but it is not supported by the runtime")
+    return True
+
+
 def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
-            env: Mapping[str, str]) -> list[pb.Mount]:
+            env: Mapping[str, str], rro_supported: bool) -> list[pb.Mount]:
     """``makeMounts``: subPath (or subPathExpr expanded from ``env``) under the volume, the
-    propagation as the kubelet's ``translateMountPropagation``."""
+    propagation as the kubelet's ``translateMountPropagation``, ``recursiveReadOnly`` as its
+    ``resolveRecursiveReadOnly`` (``rro_supported``: the pod's runtime handler supports it)."""
     out = []
     for m in c.volume_mounts:
         host = volumes[m.name]
@@ -344,7 +373,8 @@ def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
             host = host / sub
         out.append(pb.Mount(container_path=m.mount_path, host_path=str(host),
                             readonly=m.read_only or m.name in read_only,
-                            propagation=_PROPAGATION[m.mount_propagation]))
+                            propagation=_PROPAGATION[m.mount_propagation],
+                            recursive_read_only=resolve_recursive_read_only(m, rro_supported)))
     return out
 
 
@@ -364,7 +394,8 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                      oom_score_adj: int | None = None,
                      termination_log: Path | None = None,
                      target_id: str = "",
-                     read_only: Collection[str] = ()) -> pb.ContainerConfig:
+                     read_only: Collection[str] = (),
+                     rro_supported: bool = False) -> pb.ContainerConfig:
     """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
     where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
     environment as ``envvars.container_env`` built it (None: the plain values); command and args
@@ -374,12 +405,15 @@ def container_config(pod: Pod, c: Container, restart_count: int,
     ``target_id``: an ephemeral container's target (``targetContainerName``): its PID namespace
     is that container's when the pod gives each container its own (the kubelet's
     NamespaceMode TARGET). ``read_only``: more volumes mounted read-only (a claim
-    the volume manager mounts read-only)."""
+    the volume manager mounts read-only). ``rro_supported``: the pod's runtime handler supports
+    recursive read-only mounts (``resolve_recursive_read_only``; raises
+    ``RecursiveReadOnlyError``)."""
     ns = namespace_options(pod)
     if env is None:
         env = [(e.name, e.value) for e in c.env]
     command, args = expand_command(c, dict(env))
-    mounts = _mounts(c, volumes, read_only_volumes(pod) | set(read_only), dict(env))
+    mounts = _mounts(c, volumes, read_only_volumes(pod) | set(read_only), dict(env),
+                     rro_supported)
     if termination_log is not None:
         mounts.append(pb.Mount(container_path=c.termination_message_path,
                                host_path=str(termination_log)))

@@ -7,7 +7,11 @@ of the pod starts only after it returns, as in the kubelet's ``startContainer``)
 - ``httpGet``: a GET to ``host`` (default: the pod's IP) on the port (a number or one of the
   container's port names) with the headers; HTTPS is not verified; only a failure to get an
   answer fails the hook (the kubelet does not look at the status code);
-- ``sleep``: waits that long.
+- ``sleep``: waits that long;
+- ``tcpSocket``: which the API server takes in a hook, the kubelet's runner does not run: its
+  default branch fails the hook with ``Cannot run handler: invalid handler: <the handler as
+  Go's %v prints it>`` (``invalid_handler``), so a postStart fails (FailedPostStartHook, the
+  container killed) and a preStop fails (FailedPreStopHook, the stop goes on) every time.
 
 ``run_hook`` returns None on success, else the kubelet's message (``Exec lifecycle hook
 ([cmd]) for Container "c" in Pod "p_ns(uid)" failed - error: ..., message: "..."``); the
@@ -28,6 +32,7 @@ from podvisor.services.pod import (
     LifecycleHandler,
     Pod,
     SleepAction,
+    TCPSocketAction,
     URIScheme,
 )
 
@@ -86,6 +91,20 @@ def _http(pod: Pod, c: Container, hook: HTTPGetAction, pod_ips: Sequence[str]) -
     return None
 
 
+def _go_int_or_string(port: int | str) -> str:
+    """Go's ``%v`` of an ``intstr.IntOrString`` value: ``{Type IntVal StrVal}``."""
+    return f"{{0 {port} }}" if isinstance(port, int) else f"{{1 0 {port}}}"
+
+
+def invalid_handler(hook: TCPSocketAction) -> str:
+    """The kubelet's message for a handler its runner has no branch for (``handlers.go``:
+    ``fmt.Errorf("invalid handler: %v", handler)`` wrapped in ``Cannot run handler: %v``;
+    ``%v`` of a ``*v1.LifecycleHandler`` is its generated ``String()``)."""
+    tcp = f"&TCPSocketAction{{Port:{_go_int_or_string(hook.port)},Host:{hook.host},}}"
+    return ("Cannot run handler: invalid handler: "
+            f"&LifecycleHandler{{Exec:nil,HTTPGet:nil,TCPSocket:{tcp},Sleep:nil,}}")
+
+
 def run_hook(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: LifecycleHandler,
              pod_ips: Callable[[], Sequence[str]], sleep: Callable[[float], None],
              ) -> str | None:
@@ -95,6 +114,8 @@ def run_hook(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: Lifecyc
         return _exec(cri, cid, pod, c, hook)
     if isinstance(hook, HTTPGetAction):
         return _http(pod, c, hook, pod_ips() if not hook.host else ())
+    if isinstance(hook, TCPSocketAction):
+        return invalid_handler(hook)
     if isinstance(hook, SleepAction):
         sleep(float(hook.seconds))
     return None

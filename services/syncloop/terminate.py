@@ -25,8 +25,9 @@ from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
 from podvisor.common.mountinfo import host_mounts, mounts_under
 from podvisor.services.cri import CriError, RuntimeClient
-from podvisor.services.pod import ExecAction, Pod, SleepAction
+from podvisor.services.pod import ExecAction, Pod, SleepAction, TCPSocketAction
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.hooks import invalid_handler
 from podvisor.services.syncloop.initactions import LIVENESS_FAILED, STARTUP_FAILED
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
@@ -51,6 +52,9 @@ def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, g
                             container=c.name, exit_code=resp.exit_code)
         elif isinstance(hook, SleepAction):
             sleep(min(float(hook.seconds), grace))
+        elif isinstance(hook, TCPSocketAction):  # the kubelet's runner fails it at once
+            log.warning("syncloop.prestop.failed", pod_uid=pod.uid if pod else "",
+                        container=c.name, message=invalid_handler(hook))
         else:
             log.warning("syncloop.prestop.unsupported", container=c.name, kind=hook.KIND)
     except CriError as err:
