@@ -53,8 +53,9 @@ def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, g
         elif isinstance(hook, SleepAction):
             sleep(min(float(hook.seconds), grace))
         elif isinstance(hook, TCPSocketAction):  # the kubelet's runner fails it at once
-            log.warning("syncloop.prestop.failed", pod_uid=pod.uid if pod else "",
-                        container=c.name, message=invalid_handler(hook))
+            log.warning("syncloop.prestop.failed", pod=pod.full_name if pod else "",
+                        pod_uid=pod.uid if pod else "", container=c.name,
+                        message=invalid_handler(hook))  # the pod named: it may be gone
         else:
             log.warning("syncloop.prestop.unsupported", container=c.name, kind=hook.KIND)
     except CriError as err:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.pod import TCPSocketAction, VolumeMount
 from podvisor.services.syncloop import cri_config

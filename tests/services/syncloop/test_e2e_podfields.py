@@ -1,0 +1,244 @@
+"""The last Pod fields of issue 24 end to end, through the stand-in API server, on a runtime:
+the embedded one here (``test_e2e_containerd_podfields.py``: the same on containerd).
+
+- ``tcpSocket`` lifecycle handlers: the pod runs; its postStart fails every start as the
+  kubelet's handler runner fails it (FailedPostStartHook, the container killed and restarted);
+  its preStop fails when the pod is deleted (FailedPreStopHook with the kubelet's message) and
+  the container is stopped all the same;
+- the downward API's ``resourceFieldRef`` of ephemeral-storage (a limit, and the node's
+  allocatable for none) and hugepages, in env and in a downwardAPI volume;
+- ``recursiveReadOnly``: Enabled makes a submount under the volume read-only in the container,
+  IfPossible too (the embedded runtime supports it), while a plain read-only mount leaves it
+  writable;
+- ``runtimeClassName``: a class naming the runtime's ``podvisor`` handler runs the pod; a
+  missing class holds it ContainerCreating with FailedCreatePodSandBox until the class is
+  created; a class naming a handler the runtime lacks fails with the runtime's error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.kubeapi import ApiError, KubeApi
+
+NODE = "e2e-fields"
+SLEEP = "trap 'exit 0' TERM; sleep 3600 & wait"
+TCP_MESSAGE = ("Cannot run handler: invalid handler: &LifecycleHandler{Exec:nil,HTTPGet:nil,"
+               "TCPSocket:&TCPSocketAction{Port:{0 8080 },Host:,},Sleep:nil,}")
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[KubeApi]:
+    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
+    server.start()
+    yield server
+    server.stop()
+
+
+@contextlib.contextmanager
+def tmpfs_under(base: Path) -> Iterator[Path]:
+    """``base/vol`` with a tmpfs mounted on ``base/vol/sub`` (unmounted after)."""
+    vol = base / "vol"
+    (vol / "sub").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "pvrro", str(vol / "sub")],
+                   check=True)
+    try:
+        yield vol
+    finally:
+        subprocess.run(["umount", "-l", str(vol / "sub")], check=False)
+
+
+def status(api: KubeApi, name: str) -> dict[str, Any]:
+    try:
+        return api.store.get("pods", "default", name).get("status") or {}
+    except ApiError:
+        return {}
+
+
+def named(items: list[dict[str, Any]] | None, name: str) -> dict[str, Any]:
+    return next((c for c in items or [] if c["name"] == name), {})
+
+
+def events(api: KubeApi, reason: str, pod: str = "") -> list[dict[str, Any]]:
+    items, _ = api.store.list("events", "default")
+    return [e for e in items if e.get("reason") == reason and
+            (not pod or e.get("involvedObject", {}).get("name") == pod)]
+
+
+def writer(name: str, image: str, at: str, mounts: list[dict[str, Any]], *targets: str,
+           ) -> dict[str, Any]:
+    """A container that tries to write each target and says so in <at>/out/<name>."""
+    tries = "; ".join(f"if echo x 2>/dev/null > {at}{t}; then echo {t}:writable; "
+                      f"else echo {t}:refused; fi" for t in targets)
+    return {"name": name, "image": image, "volumeMounts": mounts,
+            "command": ["sh", "-c", f"({tries}) > {at}/out/{name}.tmp; "
+                                    f"mv {at}/out/{name}.tmp {at}/out/{name}; {SLEEP}"]}
+
+
+def pods(image: str, out: Path, vol: Path, at: str = "") -> dict[str, dict[str, Any]]:
+    """``at``: where the mounts go in the container (the embedded runtime's ``host`` image
+    is the node's root: its mount points are made there, so under the test's folder)."""
+    out_mount = {"name": "out", "mountPath": f"{at}/out"}
+    volumes = [{"name": "out", "hostPath": {"path": str(out)}},
+               {"name": "vol", "hostPath": {"path": str(vol)}}]
+    ro = [{"name": "vol", "mountPath": f"{at}/rro", "readOnly": True,
+           "recursiveReadOnly": "Enabled"},
+          {"name": "vol", "mountPath": f"{at}/maybe", "readOnly": True,
+           "recursiveReadOnly": "IfPossible"},
+          {"name": "vol", "mountPath": f"{at}/plain", "readOnly": True}]
+    env = [{"name": n, "valueFrom": {"resourceFieldRef": ref}} for n, ref in (
+        ("DISK_MI", {"resource": "limits.ephemeral-storage", "divisor": "1Mi"}),
+        ("DISK_REQ", {"resource": "requests.ephemeral-storage"}),
+        ("NODE_DISK", {"resource": "limits.ephemeral-storage", "containerName": "other"}),
+        ("PAGES", {"resource": "requests.hugepages-2Mi"}))]
+    dump = f"echo $DISK_MI $DISK_REQ $NODE_DISK $PAGES $(cat {at}/info/disk) > {at}/out/e; " \
+           f"mv {at}/out/e {at}/out/env; {SLEEP}"
+    return {
+        # two pods: the failing postStart's restarts would use up the hooks pod's share of
+        # the event spam filter (25 per object), as they would with the kubelet
+        "hooks": {"containers": [
+            {"name": "start", "image": image, "command": ["sh", "-c", SLEEP],
+             "lifecycle": {"postStart": {"tcpSocket": {"port": 8080}}}}]},
+        "stopper": {"terminationGracePeriodSeconds": 5, "containers": [
+            {"name": "stop", "image": image, "command": ["sh", "-c", SLEEP],
+             "lifecycle": {"preStop": {"tcpSocket": {"port": 8080}}}}]},
+        "downward": {"volumes": [{"name": "out", "hostPath": {"path": str(out)}},
+                                 {"name": "info", "downwardAPI": {"items": [{
+                                     "path": "disk", "resourceFieldRef": {
+                                         "containerName": "c", "divisor": "1Ki",
+                                         "resource": "limits.ephemeral-storage"}}]}}],
+                     "containers": [
+                         {"name": "c", "image": image, "env": env, "command": ["sh", "-c", dump],
+                          "resources": {"limits": {"ephemeral-storage": "64Mi"},
+                                        "requests": {"ephemeral-storage": "1000"}},
+                          "volumeMounts": [out_mount, {"name": "info",
+                                                       "mountPath": f"{at}/info"}]},
+                         {"name": "other", "image": image, "command": ["sh", "-c", SLEEP]}]},
+        "rro": {"volumes": volumes, "containers": [writer(
+            "rro", image, at, [out_mount, *ro], "/rro/top", "/rro/sub/a", "/maybe/sub/b",
+            "/plain/sub/c")]},
+    }
+
+
+def create(api: KubeApi, name: str, spec: dict[str, Any]) -> None:
+    api.create_pod("default", {"metadata": {"name": name}, "spec": {
+        "nodeName": NODE, "automountServiceAccountToken": False, **spec}})
+
+
+def run_agent(api: KubeApi, agent: Any, base: Path, **extra: Any) -> Any:
+    kubeconfig = api.kubeconfig(base / "node.kubeconfig", user=f"system:node:{NODE}",
+                                groups=("system:nodes",))
+    return agent(config={
+        "nodeName": NODE, "kubeconfig": str(kubeconfig), "apiWatchTimeout": "5s",
+        "statusSweepFrequency": "1s", "apiRetryMaxDelay": "1s", "nodeLeaseRenewInterval": "1s",
+        "stopPodsOnExit": True,
+        "supervision": {"heartbeatInterval": "200ms", "shutdownTimeout": "30s"}, **extra})
+
+
+def check_hooks_and_downward(api: KubeApi, wait_for: Callable[..., Any], out: Path,
+                             handle: Any) -> None:
+    # -- tcpSocket hooks: postStart fails at every start, the container is killed --------------
+    def hook_failed_twice() -> dict[str, Any] | None:
+        c = named(status(api, "hooks").get("containerStatuses"), "start")
+        return c if c.get("restartCount", 0) >= 1 else None
+
+    try:
+        wait_for(hook_failed_twice, timeout=120, message="start's postStart failed, restarted")
+    except AssertionError:
+        print(json.dumps(status(api, "hooks"), indent=1))
+        print((handle.paths.logs_dir / "syncloop.log").read_text()[-6000:])
+        raise
+    failed = wait_for(lambda: events(api, "FailedPostStartHook", "hooks"), timeout=60,
+                      message="FailedPostStartHook")
+    assert failed[0]["message"] == "PostStartHook failed"
+    assert failed[0]["involvedObject"]["fieldPath"] == "spec.containers{start}"
+    stop = wait_for(lambda: named(status(api, "stopper").get("containerStatuses"), "stop"),
+                    timeout=60, message="stopper's status")
+    assert stop["restartCount"] == 0
+
+    # -- resourceFieldRef of ephemeral-storage and hugepages -----------------------------------
+    env = wait_for(lambda: (out / "env").exists() and (out / "env").read_text().split(),
+                   timeout=120, message="the downward pod's values")
+    disk_mi, disk_req, node_disk, pages, file_ki = env
+    assert (disk_mi, disk_req, pages, file_ki) == ("64", "1000", "0", str(64 * 1024))
+    st = os.statvfs(handle.config["rootDir"])
+    capacity = st.f_blocks * st.f_frsize
+    assert 0 < int(node_disk) <= capacity  # allocatable: capacity less the eviction reserve
+    assert int(node_disk) >= capacity * 0.85  # the default nodefs.available reserve is 10 %
+
+    # -- preStop tcpSocket: fails when the pod is deleted, the stop goes on --------------------
+    wait_for(lambda: "running" in named(status(api, "stopper").get("containerStatuses"),
+                                        "stop").get("state", {}),
+             timeout=60, message="stopper running")
+    api.store.delete("pods", "default", "stopper", grace=5)
+    wait_for(lambda: events(api, "FailedPreStopHook", "stopper"), timeout=60,
+             message="FailedPreStopHook")
+    [stopped] = events(api, "FailedPreStopHook", "stopper")
+    assert stopped["message"] == TCP_MESSAGE
+    assert stopped["involvedObject"]["fieldPath"] == "spec.containers{stop}"
+    wait_for(lambda: not status(api, "stopper"), timeout=60,
+             message="stopper stopped and gone from the API (the stop went on)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tmpfs and bind mounts need root")
+@pytest.mark.timeout(400)
+def test_pod_fields_on_the_embedded_runtime(api: KubeApi, agent: Any,
+                                            wait_for: Callable[..., Any]) -> None:
+    base = Path(tempfile.mkdtemp(prefix="pvfields", dir="/tmp"))
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, base, True)
+        vol = stack.enter_context(tmpfs_under(base))
+        out = base / "out"
+        out.mkdir()
+        for name, spec in pods("host", out, vol, str(base / "ctr")).items():
+            create(api, name, spec)
+        api.store.create("runtimeclasses", "", {"metadata": {"name": "embedded"},
+                                                "handler": "podvisor"})
+        api.store.create("runtimeclasses", "", {"metadata": {"name": "sandboxed"},
+                                                "handler": "gvisor"})
+        create(api, "classy", {"runtimeClassName": "embedded", "containers": [
+            {"name": "c", "image": "host", "command": ["sh", "-c", SLEEP]}]})
+        create(api, "missing", {"runtimeClassName": "later", "containers": [
+            {"name": "c", "image": "host", "command": ["sh", "-c", SLEEP]}]})
+        create(api, "nohandler", {"runtimeClassName": "sandboxed", "containers": [
+            {"name": "c", "image": "host", "command": ["sh", "-c", SLEEP]}]})
+        handle = run_agent(api, agent, base)
+
+        check_hooks_and_downward(api, wait_for, out, handle)
+
+        # -- recursiveReadOnly: the submount read-only too (the runtime supports it) ---------
+        said = wait_for(lambda: (out / "rro").exists() and (out / "rro").read_text().split(),
+                        timeout=120, message="the rro pod's writes")
+        assert said == ["/rro/top:refused", "/rro/sub/a:refused", "/maybe/sub/b:refused",
+                        "/plain/sub/c:writable"]
+        assert (vol / "sub" / "c").read_text() == "x\n"
+
+        # -- runtimeClassName ----------------------------------------------------------------
+        wait_for(lambda: status(api, "classy").get("phase") == "Running", timeout=60,
+                 message="classy Running (its class names the podvisor handler)")
+        missing = 'Failed to create pod sandbox: runtimeclass.node.k8s.io "later" not found'
+        wait_for(lambda: any(e["message"] == missing
+                             for e in events(api, "FailedCreatePodSandBox", "missing")),
+                 timeout=60, message="missing's FailedCreatePodSandBox")
+        waiting = named(status(api, "missing").get("containerStatuses"), "c")
+        assert waiting.get("state", {}).get("waiting", {}).get("reason") == "ContainerCreating"
+        wait_for(lambda: any('no runtime for "gvisor" is configured' in e["message"]
+                             for e in events(api, "FailedCreatePodSandBox", "nohandler")),
+                 timeout=60, message="nohandler's FailedCreatePodSandBox")
+        assert status(api, "nohandler").get("phase") == "Pending"
+        # the class created: the retry runs the pod (the informer saw it)
+        api.store.create("runtimeclasses", "", {"metadata": {"name": "later"},
+                                                "handler": "podvisor"})
+        wait_for(lambda: status(api, "missing").get("phase") == "Running", timeout=90,
+                 message="missing Running once its class exists")
+        assert handle.stop() == 0
