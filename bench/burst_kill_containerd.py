@@ -31,14 +31,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
-import itertools
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,29 +58,20 @@ from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.syncloop import labels as L
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # tests.support: the private containerd, the burst's counting
+from tests.support.burst import (  # noqa: E402
+    CriCounts,
+    PrivateContainerd,
+    base_name,
+    in_cgroups,
+    running_pods,
+    sleep_manifest,
+    sleepers,
+)
+from tests.support.lifecycle import free_port, get_pods  # noqa: E402
+
 BIN = Path(sys.executable).parent
-DEPLOY = REPO / "deploy" / "containerd"
 IMAGE = "localhost/podvisor/busybox:1"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _pods(port: int) -> dict[str, Any] | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", "/pods")
-        resp = conn.getresponse()
-        body = resp.read()
-        return json.loads(body) if resp.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
 
 
 def _wait(what: str, pred: Callable[[], Any], timeout: float, interval: float) -> Any:
@@ -97,56 +85,22 @@ def _wait(what: str, pred: Callable[[], Any], timeout: float, interval: float) -
         time.sleep(interval)
 
 
-def _base(pod_name: str) -> str:
-    return pod_name.rsplit("-", 1)[0]  # a static pod's name without "-<nodeName>"
-
-
-class Private:
-    """A containerd instance of this script alone (deploy/containerd), no pod network."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.dir = tmp / "ctrd"
-        self.env = {**os.environ, "PODVISOR_CONTAINERD_CNI": "off"}
-        self.endpoint = f"unix://{self.dir}/run/containerd.sock"
-
-    def run(self, script: str, *args: str) -> None:
-        done = subprocess.run([str(DEPLOY / script), *args, str(self.dir)], env=self.env,
-                              capture_output=True, text=True, timeout=180, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{script} failed: {done.stderr.strip()[-1500:]}")
-
-    def pid(self) -> int:
-        return int((self.dir / "containerd.pid").read_text().strip())
+class Private(PrivateContainerd):
+    """The script's own containerd; PVBENCH_KEEP keeps the log of each incarnation (start.sh
+    keeps only the last two)."""
 
     def kill9(self) -> None:
-        """SIGKILL the containerd this script started (by its pid); wait until it is gone."""
-        proc = psutil.Process(self.pid())
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+        super().kill9()
         self.keep_log()
 
     def keep_log(self) -> None:
-        """PVBENCH_KEEP: the log of each incarnation (start.sh keeps only the last two)."""
         if os.environ.get("PVBENCH_KEEP") and (self.dir / "containerd.log").exists():
             with (self.dir.parent / "containerd.logs").open("ab") as out:
                 out.write((self.dir / "containerd.log").read_bytes())
 
-    def shims(self) -> list[psutil.Process]:
-        """containerd-shim processes serving this instance (matched on their -address)."""
-        sock = self.endpoint.removeprefix("unix://")
-        out = []
-        for proc in psutil.process_iter(["cmdline"]):
-            argv = proc.info["cmdline"] or []
-            if (argv and "containerd-shim" in argv[0]
-                    and any(pair == ("-address", sock) for pair in itertools.pairwise(argv))):
-                out.append(proc)
-        return out
-
     def stop(self) -> None:
         self.keep_log()
-        if (self.dir / "config.toml").exists():
-            subprocess.run([str(DEPLOY / "stop.sh"), "--purge", str(self.dir)], env=self.env,
-                           capture_output=True, timeout=180, check=False)
+        super().stop()
 
 
 @dataclass
@@ -177,7 +131,7 @@ class Bench:
         self.manifests, self.staging = tmp / "manifests", tmp / "staging"
         self.manifests.mkdir()
         self.staging.mkdir()
-        self.port = _port()
+        self.port = free_port()
         self.cgroup_root = f"/podvisor-bench-{os.getpid()}"
         self.paths = RunPaths(tmp / "root")
         self.cri: RuntimeClient = new_runtime_client(endpoint, timeout=10.0)
@@ -195,7 +149,7 @@ class Bench:
             [str(BIN / "podvisor"), "run", "--config", str(self.tmp / "config.yaml")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
-        _wait("the agent's /pods", lambda: _pods(self.port) is not None, 60.0, 0.05)
+        _wait("the agent's /pods", lambda: get_pods(self.port) is not None, 60.0, 0.05)
 
     def stop_agent(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -211,7 +165,7 @@ class Bench:
                                                              signal="KILL")
 
     def ours(self, labels: Any) -> str | None:
-        name = _base(labels.get(L.POD_NAME, ""))
+        name = base_name(labels.get(L.POD_NAME, ""))
         return name if name in self.tags else None
 
     def running_containers(self) -> int:
@@ -222,65 +176,31 @@ class Bench:
             return 0
 
     def all_running(self) -> bool:
-        body = _pods(self.port)
-        seen = set()
-        for pod in (body or {}).get("items", []):
-            st = pod.get("status", {})
-            cs = st.get("containerStatuses", [])
-            if (st.get("phase") == "Running" and cs
-                    and all("running" in c.get("state", {}) for c in cs)):
-                seen.add(_base(pod["metadata"]["name"]))
-        return seen >= set(self.tags)
+        return running_pods(get_pods(self.port)) >= set(self.tags)
 
     def sleepers(self) -> Counter[str]:
-        by_tag = {tag: pod for pod, tag in self.tags.items()}
-        out: Counter[str] = Counter()
-        for proc in psutil.process_iter(["cmdline", "status"]):
-            cmd = proc.info["cmdline"] or []
-            if (len(cmd) == 2 and cmd[0] == "sleep" and cmd[1] in by_tag
-                    and proc.info["status"] != psutil.STATUS_ZOMBIE):
-                out[by_tag[cmd[1]]] += 1
-        return out
+        return Counter({pod: n for pod, n in sleepers(self.tags).items() if n})
 
     def per_pod(self, counts: Counter[str]) -> dict[int, int]:
         """count per pod -> how many pods have it."""
         return dict(sorted(Counter(counts.get(pod, 0) for pod in self.tags).items()))
 
     def tally(self, r: Round) -> None:
-        sandboxes: Counter[str] = Counter()
-        ready: Counter[str] = Counter()
-        containers: Counter[str] = Counter()
-        tasks: Counter[str] = Counter()
-        restarted: set[str] = set()
-        for s in self.cri.list_pod_sandbox():
-            if (pod := self.ours(s.labels)) is not None:
-                sandboxes[pod] += 1
-                ready[pod] += s.state == pb.SANDBOX_READY
-        for c in self.cri.list_containers():
-            if (pod := self.ours(c.labels)) is not None:
-                containers[pod] += 1
-                if c.state == pb.CONTAINER_RUNNING:
-                    tasks[pod] += 1
-                    if L.parse_int(c.annotations.get(L.RESTART_COUNT)) > 0:
-                        restarted.add(pod)
-                    continue
-                with contextlib.suppress(CriError):
-                    st = self.cri.container_status(c.id)
-                    r.dead.append(f"{pod} {pb.ContainerState.Name(st.state)} exit {st.exit_code}"
-                                  f" {st.reason!r} started {st.started_at > 0} "
-                                  f"{st.message[:160]!r}")
-        for pod in (_pods(self.port) or {}).get("items", []):
-            name = _base(pod["metadata"]["name"])
+        c = CriCounts.of(self.cri, self.ours, describe_dead=True)
+        r.dead.extend(c.dead)
+        restarted = {pod for pod, counts in c.restarts.items() if any(counts)}
+        for pod in (get_pods(self.port) or {}).get("items", []):
+            name = base_name(pod["metadata"]["name"])
             if name in self.tags and any(c.get("restartCount", 0) > 0 for c in
                                          pod["status"].get("containerStatuses", [])):
                 restarted.add(name)
-        r.sandboxes, r.ready = self.per_pod(sandboxes), self.per_pod(ready)
-        r.containers, r.tasks = self.per_pod(containers), self.per_pod(tasks)
+        r.sandboxes, r.ready = self.per_pod(c.sandboxes), self.per_pod(c.ready)
+        r.containers, r.tasks = self.per_pod(c.containers), self.per_pod(c.running)
         r.processes, r.restarted = self.per_pod(self.sleepers()), len(restarted)
 
     def gone(self) -> bool:
-        body = _pods(self.port)
-        if body is None or any(_base(p["metadata"]["name"]) in self.tags
+        body = get_pods(self.port)
+        if body is None or any(base_name(p["metadata"]["name"]) in self.tags
                                for p in body.get("items", [])):
             return False
         try:
@@ -295,12 +215,8 @@ class Bench:
         base = 800000000 + secrets.randbelow(100000) * 1000
         self.tags = {f"r{i}p{j}": str(base + j) for j in range(self.n)}
         for name, tag in self.tags.items():
-            (self.staging / f"{name}.yaml").write_text(yaml.safe_dump({
-                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 1,
-                         "containers": [{"name": "c", "image": IMAGE,
-                                         "imagePullPolicy": "IfNotPresent",
-                                         "command": ["sleep", tag]}]}}), encoding="utf-8")
+            (self.staging / f"{name}.yaml").write_text(
+                yaml.safe_dump(sleep_manifest(name, IMAGE, tag)), encoding="utf-8")
         r = Round()
         for name in self.tags:
             (self.staging / f"{name}.yaml").rename(self.manifests / f"{name}.yaml")
@@ -334,7 +250,7 @@ class Bench:
             r.left_sandboxes = sum(1 for s in self.cri.list_pod_sandbox() if self.ours(s.labels))
         except CriError:
             r.left_sandboxes = -1
-        r.left_in_cgroups = self.cgroup_procs()
+        r.left_in_cgroups = in_cgroups(self.cgroup_root)
         with contextlib.suppress(TimeoutError):  # a shim exits a moment after its sandbox
             _wait("the shims gone", lambda: not self.shims(), 10.0, 0.05)
         shims = self.shims()
@@ -344,21 +260,6 @@ class Bench:
                 r.left_in_cgroups.extend(f"{c.pid} {' '.join(c.cmdline())} (child of shim "
                                          f"{shim.pid})" for c in shim.children())
         return r
-
-    def cgroup_procs(self) -> list[str]:
-        """Every process left in the pods' cgroups (pause, runc init, anything) under the
-        agent's cgroupRoot, as "pid cmdline" (the pids hierarchy)."""
-        out = []
-        root = Path("/sys/fs/cgroup/pids") / self.cgroup_root.strip("/")
-        for here, _dirs, files in os.walk(root):  # a folder removed meanwhile is skipped
-            if "cgroup.procs" not in files:
-                continue
-            procs = Path(here) / "cgroup.procs"
-            with contextlib.suppress(OSError):
-                for pid in procs.read_text().split():
-                    with contextlib.suppress(psutil.Error):
-                        out.append(f"{pid} {' '.join(psutil.Process(int(pid)).cmdline())}")
-        return out
 
     def _sandbox_counts(self) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -380,20 +281,16 @@ def _remove_cgroup(root: str) -> None:
     ctrd.remove_pod_cgroup(root)
 
 
-sys.path.insert(0, str(REPO))  # tests.support.containerd: the session's instance, cgroups
-
-
 def measure(rounds: int, pods: int, after: int, kill: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="pvbk", dir="/tmp"))
     private: Private | None = None
     out: dict[str, Any] = {"kill": kill, "pods": pods, "after": after}
     bench: Bench | None = None
     try:
-        private = Private(tmp)
+        private = Private(tmp / "ctrd")
         t0 = time.monotonic()
         try:
-            private.run("setup.sh", "--no-install")
-            private.run("start.sh")
+            private.setup_and_start()
         except RuntimeError as err:
             return {"error": f"containerd unavailable: {err}"}
         out["private_setup_start_s"] = round(time.monotonic() - t0, 2)
@@ -408,7 +305,7 @@ def measure(rounds: int, pods: int, after: int, kill: str) -> dict[str, Any]:
                 bench.kill_syncloop()
                 return None
             ctrd.kill9()
-            ctrd.run("start.sh")
+            ctrd.start()
             return time.monotonic()
 
         results = []

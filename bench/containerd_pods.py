@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,10 +45,12 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO))  # tests.support: the session's containerd, /pods
 
 import outside  # noqa: E402
 
 from podvisor.services.cri import new_runtime_client  # noqa: E402
+from tests.support.lifecycle import free_port, get_pods  # noqa: E402
 
 
 def daemon_pid(socket_path: str) -> int | None:
@@ -70,26 +70,6 @@ def runtime_group(socket_path: str) -> outside.Group:
     pid = daemon_pid(socket_path)
     return outside.Group("containerd (daemon + shims)",
                          outside.containerd_selector(socket_path, lambda: pid))
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _pods(port: int) -> dict[str, Any] | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", "/pods")
-        resp = conn.getresponse()
-        body = resp.read()
-        return json.loads(body) if resp.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
 
 
 def _running(doc: dict[str, Any] | None) -> set[str]:
@@ -114,7 +94,6 @@ def _wait(what: str, pred: Any, timeout: float, interval: float) -> Any:
 
 def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float = 0.0,
             settle: float = 0.0) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO))
     from tests.support import containerd as ctrd  # type: ignore[import-not-found]
 
     try:
@@ -125,7 +104,7 @@ def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float 
     manifests, staging = tmp / "manifests", tmp / "staging"
     manifests.mkdir()
     staging.mkdir()
-    port = _port()
+    port = free_port()
     cgroup_root = f"/podvisor-bench-{os.getpid()}"
     config = {"rootDir": str(tmp / "root"), "nodeName": "bench", "staticPodPath": str(manifests),
               "readOnlyPort": port, "stopPodsOnExit": True, "runtimeEndpoint": handle.endpoint,
@@ -149,18 +128,18 @@ def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float 
         return path
 
     def gone() -> bool:
-        doc = _pods(port)
+        doc = get_pods(port)
         return doc is not None and not doc.get("items")
 
     out: dict[str, Any] = {}
     try:
-        _wait("the agent's /pods", lambda: _pods(port) is not None, 60.0, 0.05)
+        _wait("the agent's /pods", lambda: get_pods(port) is not None, 60.0, 0.05)
         singles = []
         for i in range(n + 1):
             path = stage(f"one{i}")
             t0 = time.monotonic()
             path.rename(manifests / path.name)
-            _wait(f"one{i} running", lambda i=i: f"one{i}" in _running(_pods(port)), 60.0,
+            _wait(f"one{i} running", lambda i=i: f"one{i}" in _running(get_pods(port)), 60.0,
                   0.005)
             if i:
                 singles.append(time.monotonic() - t0)
@@ -173,7 +152,7 @@ def measure(n: int, many: int, idle: int = 0, windows: int = 0, window_s: float 
         t0 = time.monotonic()
         for path in staged:
             path.rename(manifests / path.name)
-        _wait(f"{many} running", lambda: len(_running(_pods(port))) >= many, 300.0, 0.02)
+        _wait(f"{many} running", lambda: len(_running(get_pods(port))) >= many, 300.0, 0.02)
         out["many_s"], out["many"] = time.monotonic() - t0, many
         for path in manifests.glob("*.yaml"):
             path.unlink()
@@ -214,7 +193,7 @@ def _idle_agent(agent_pid: int, socket_path: str, port: int, manifests: Path,
     """K pods running under the agent, then the windows: the agent's tree and containerd's."""
     for path in staged:
         path.rename(manifests / path.name)
-    _wait(f"{len(staged)} idle pods running", lambda: len(_running(_pods(port))) >= len(staged),
+    _wait(f"{len(staged)} idle pods running", lambda: len(_running(get_pods(port))) >= len(staged),
           600.0, 0.5)
     time.sleep(settle)  # nobody polls the agent from here: its idle is its own
     groups = [outside.Group("podvisor agent (its whole tree)",

@@ -57,7 +57,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import outside  # noqa: E402
-from containerd_pods import _pods, _port, _running, _wait, runtime_group  # noqa: E402
+from containerd_pods import _running, _wait, runtime_group  # noqa: E402
+
+from tests.support.lifecycle import free_port, get_pods  # noqa: E402 (containerd_pods: REPO on the path)
 
 REPO = HERE.parent
 DEPLOY = REPO / "deploy" / "containerd"
@@ -201,7 +203,7 @@ class Kubelet:
     cgroup_fs: Path = Path("/sys/fs/cgroup")
     proc: subprocess.Popen[bytes] | None = None
     version: tuple[int, int] = (0, 0)
-    ports: Ports = field(default_factory=lambda: Ports(_port(), _port(), _port()))
+    ports: Ports = field(default_factory=lambda: Ports(free_port(), free_port(), free_port()))
     pod_logs: Path = POD_LOGS
     logs_before: set[str] = field(default_factory=set)
 
@@ -231,7 +233,7 @@ class Kubelet:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          start_new_session=True)
         deadline = time.monotonic() + timeout
-        while _pods(self.ports.read_only) is None:
+        while get_pods(self.ports.read_only) is None:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the kubelet exited {self.proc.returncode} at start: "
                                    f"{self.log_tail()}")
@@ -263,14 +265,14 @@ class Kubelet:
         staged.rename(self.manifests / staged.name)
 
     def running(self) -> set[str]:
-        return _running(_pods(self.ports.read_only))
+        return _running(get_pods(self.ports.read_only))
 
     def remove_all(self, timeout: float = 300.0) -> None:
         for path in self.manifests.glob("*.yaml"):
             path.unlink()
 
         def gone() -> bool:
-            doc = _pods(self.ports.read_only)
+            doc = get_pods(self.ports.read_only)
             return doc is not None and not doc.get("items")
         _wait("the kubelet's pods gone", gone, timeout, 0.1)
 

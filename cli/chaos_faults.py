@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podvisor.ipc.control import ControlError
-from podvisor.ipc.faults import API_TARGET
+from podvisor.ipc.faults import API_PROCESSES, API_TARGET
 
 if TYPE_CHECKING:
     from podvisor.cli.chaos import Chaos
@@ -50,7 +50,6 @@ __all__ = ["fault_api", "fault_bus", "fault_cri", "fault_disk", "fault_resource"
 ERROR_METHODS = ("ListContainers", "ListPodSandbox", "ContainerStatus", "PodSandboxStatus",
                  "Status", "ImageFsInfo", "ListImages")
 ERROR_CODES = ("UNAVAILABLE", "INTERNAL", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED")
-API_PROCESSES = ("source-api", "status-api", "node", "events-api")  # what an api fault hits
 API_STATUSES = (429, 500, 502, 503, 504)
 
 

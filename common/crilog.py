@@ -9,9 +9,19 @@ import gzip
 import os
 from pathlib import Path
 
-__all__ = ["MAX_READ", "read_tail", "rotated_files", "tail_text", "with_rotated"]
+__all__ = ["MAX_READ", "parse_line", "read_tail", "rotated_files", "tail_text", "with_rotated"]
 
 MAX_READ = 64 << 20  # bytes read from the end of one file at most
+
+
+def parse_line(line: bytes) -> tuple[str, bytes, bool] | None:
+    """One CRI log entry ``<time> <stdout|stderr> <F|P> <text>`` -> (stream, text, full): a
+    full entry (F) ends its line, a partial one (P) continues on the next. None if it is not
+    one."""
+    parts = line.split(b" ", 3)
+    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
+        return None
+    return parts[1].decode(), parts[3] if len(parts) == 4 else b"", parts[2] != b"P"
 
 
 def rotated_files(log: Path) -> list[Path]:

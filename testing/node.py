@@ -43,7 +43,7 @@ import psutil
 import yaml
 
 from podvisor.ipc.control import ControlFault
-from podvisor.ipc.faults import API_TARGET, ActiveFault, FaultSpecError
+from podvisor.ipc.faults import API_PROCESSES, API_TARGET, ActiveFault, FaultSpecError
 from podvisor.ipc.maps import MapValueError, PodStatus
 from podvisor.testing.agent import AgentProcess, processes_of_root, wait_until
 from podvisor.testing.invariants import InvariantError, InvariantReport
@@ -51,8 +51,6 @@ from podvisor.testing.invariants import InvariantError, InvariantReport
 __all__ = ["MARKER", "Node", "NodeOptions"]
 
 MARKER = "PODVISOR_TESTING"
-# the processes with an API connection (api faults aimed at "apiserver" reach each)
-API_PROCESSES = ("source-api", "status-api", "node", "events-api", "volumes")
 STATES = ("Running", "Ready", "Pending", "Succeeded", "Failed", "Gone")
 _runs = itertools.count(1)
 

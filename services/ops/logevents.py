@@ -27,12 +27,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podvisor.common import crilog
 from podvisor.ipc.maps import DesiredPod
 from podvisor.services.ops.logtail import TRUNCATED, LogFollower
 from podvisor.services.ops.procs import AGENT_GROUP, Proc
 
 __all__ = ["STDERR_ANNOTATION", "STDOUT_ANNOTATION", "LogSource", "LogTap", "agent_sources",
-           "container_sources", "events_enabled", "log_payload", "parse_cri_line", "wants_logs"]
+           "container_sources", "events_enabled", "log_payload", "wants_logs"]
 
 STDOUT_ANNOTATION = "ops.podvisor.io/stdout-events-enabled"
 STDERR_ANNOTATION = "ops.podvisor.io/stderr-events-enabled"
@@ -49,16 +50,6 @@ def wants_logs(events: Iterable[str]) -> bool:
 def log_payload(name: str, group: str, pid: int, channel: str, data: str) -> str:
     """supervisord's ``ProcessLogEvent.payload()``."""
     return f"processname:{name} groupname:{group} pid:{pid} channel:{channel}\n{data}"
-
-
-def parse_cri_line(line: bytes) -> tuple[str, bytes, bool] | None:
-    """A CRI log line ``<time> <stream> <F|P> <text>`` -> (stream, text, full); None if it is
-    not one."""
-    parts = line.split(b" ", 3)
-    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
-        return None
-    text = parts[3] if len(parts) == 4 else b""
-    return parts[1].decode(), text, parts[2] != b"P"
 
 
 @dataclass(frozen=True)
@@ -140,7 +131,7 @@ class _Tail:
         if not self.source.cri:
             out[STDOUT] = out.get(STDOUT, b"") + line + b"\n"
             return
-        parsed = parse_cri_line(line)
+        parsed = crilog.parse_line(line)
         if parsed is None:
             return
         stream, text, full = parsed

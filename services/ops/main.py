@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from podvisor.common.child import ChildContext
@@ -33,6 +34,14 @@ from podvisor.services.ops.usage import UsageStore
 
 CRI_CALL_TIMEOUT = 30.0
 SHUTDOWN_TIMEOUT = 1.0
+
+
+def _held(view: Callable[[], PodMaps]) -> Callable[[], tuple[str, ...]]:
+    """The pressure conditions the eviction manager holds True, from the maps now."""
+    def held() -> tuple[str, ...]:
+        pressure = view().pressure
+        return pressure.conditions if pressure is not None else ()
+    return held
 
 
 def _tls(ctx: ChildContext) -> ssl.SSLContext | None:
@@ -68,7 +77,7 @@ def run(ctx: ChildContext) -> None:
     # the charts: a sample of every subsystem, pod and container every INTERVAL (sampler.py)
     sampler = Sampler(UsageStore(INTERVAL), cri, lambda: web.view.statuses,
                       lambda: rpc.d.control.processes(timeout=5.0),
-                      ctx.clock, ctx.paths.root)
+                      ctx.clock, ctx.paths.root, held=_held(lambda: web.view))
     follow_states(web.loop, sampler.on_state)
     charts: list[ChartFeed] = []
 

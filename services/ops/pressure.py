@@ -1,24 +1,20 @@
-"""The node's pressure conditions, from the kubelet's default hard eviction thresholds (pure).
+"""The node's pressure conditions on the dashboard, as the Node reports them (pure).
 
-The kubelet's eviction manager sets MemoryPressure when ``memory.available`` < 100Mi,
-DiskPressure when ``nodefs.available`` < 10 % or ``nodefs.inodesFree`` < 5 % (podvisor's
-nodefs is the file system of ``rootDir``), PIDPressure when the free PIDs fall under a
-configured threshold (none by default: here, under 5 % of ``pid_max``). ``conditions`` takes
-the readings as a value (``NodeReadings``) and says each one with the signal that set it;
-the sampler reads them (``/proc/meminfo``, ``statvfs``, ``/proc/loadavg``, ``pid_max``).
+Whether MemoryPressure, DiskPressure or PIDPressure is True is the eviction manager's word (its
+``pressure`` map: the thresholds configured in ``evictionHard``/``evictionSoft`` met, held for
+``evictionPressureTransitionPeriod``), the same the node process puts in the Node's conditions;
+no map value (eviction not running) is no pressure, as for the Node. Beside each, the readings
+the sampler takes (``/proc/meminfo``, ``statvfs`` of ``rootDir``, ``/proc/loadavg``,
+``pid_max``) say where the node stands. ``conditions`` takes both as values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["NodeReadings", "conditions"]
-
-MEMORY_AVAILABLE_MIN = 100 << 20
-NODEFS_AVAILABLE_MIN = 0.10
-NODEFS_INODES_MIN = 0.05
-PIDS_FREE_MIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -33,24 +29,21 @@ class NodeReadings:
     pid_max: int
 
 
-def conditions(r: NodeReadings) -> list[dict[str, Any]]:
+def conditions(r: NodeReadings, held: Collection[str]) -> list[dict[str, Any]]:
     """``[{"type", "status": "True"|"False", "reason", "message"}]`` for MemoryPressure,
-    DiskPressure and PIDPressure."""
-    out = []
-    mem = r.mem_total > 0 and r.mem_available < MEMORY_AVAILABLE_MIN
-    out.append({"type": "MemoryPressure", "status": str(mem),
-                "reason": "KubeletHasInsufficientMemory" if mem else "KubeletHasSufficientMemory",
-                "message": f"memory.available {r.mem_available >> 20}Mi (threshold 100Mi)"})
-    fs = r.fs_size > 0 and r.fs_available < NODEFS_AVAILABLE_MIN * r.fs_size
-    inodes = r.inodes > 0 and r.inodes_free < NODEFS_INODES_MIN * r.inodes
-    disk = fs or inodes
-    pct = 100 * r.fs_available // r.fs_size if r.fs_size else 100
-    out.append({"type": "DiskPressure", "status": str(disk),
-                "reason": "KubeletHasDiskPressure" if disk else "KubeletHasNoDiskPressure",
-                "message": f"nodefs.available {pct}% (threshold 10%)"
-                + (", nodefs.inodesFree under 5%" if inodes else "")})
-    pid = r.pid_max > 0 and r.pid_max - r.pids < PIDS_FREE_MIN * r.pid_max
-    out.append({"type": "PIDPressure", "status": str(pid),
-                "reason": "KubeletHasInsufficientPID" if pid else "KubeletHasSufficientPID",
-                "message": f"{r.pids} of {r.pid_max} PIDs in use"})
-    return out
+    DiskPressure and PIDPressure: True for those in ``held`` (the eviction manager's), the
+    kubelet's reasons, the readings as the message."""
+    mem, disk, pid = ("MemoryPressure" in held, "DiskPressure" in held, "PIDPressure" in held)
+    fs_pct = 100 * r.fs_available // r.fs_size if r.fs_size else 100
+    inode_pct = 100 * r.inodes_free // r.inodes if r.inodes else 100
+    return [
+        {"type": "MemoryPressure", "status": str(mem),
+         "reason": "KubeletHasInsufficientMemory" if mem else "KubeletHasSufficientMemory",
+         "message": f"memory.available {r.mem_available >> 20}Mi of {r.mem_total >> 20}Mi"},
+        {"type": "DiskPressure", "status": str(disk),
+         "reason": "KubeletHasDiskPressure" if disk else "KubeletHasNoDiskPressure",
+         "message": f"nodefs.available {fs_pct}%, nodefs.inodesFree {inode_pct}%"},
+        {"type": "PIDPressure", "status": str(pid),
+         "reason": "KubeletHasInsufficientPID" if pid else "KubeletHasSufficientPID",
+         "message": f"{r.pids} of {r.pid_max} PIDs in use"},
+    ]

@@ -23,7 +23,17 @@ from typing import Any
 
 from podvisor.common.service import ServiceLoop
 from podvisor.ipc.clone import MapReplica
-from podvisor.ipc.maps import DESIRED, PLEG, STATUSES, DesiredValue, PlegValue, PodStatusValue
+from podvisor.ipc.maps import (
+    DESIRED,
+    PLEG,
+    PRESSURE,
+    PRESSURE_KEY,
+    STATUSES,
+    DesiredValue,
+    NodePressure,
+    PlegValue,
+    PodStatusValue,
+)
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.pod import WirePods
 
@@ -43,6 +53,7 @@ class PodMaps:
     pods_version: int = 0  # + 1 on a pod entry's change (or ``synced``) only
     procs_version: int = 0  # + 1 on a drain that received process state messages
     pods: WirePods = field(default_factory=WirePods)  # typed pods of ``desired`` (shared)
+    pressure: NodePressure | None = None  # the eviction manager's conditions (not in synced)
 
 
 class MapPump:
@@ -55,6 +66,9 @@ class MapPump:
         self.pleg = loop.replica(PLEG, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.replicas: dict[str, MapReplica[Any]] = {
             r.map_name: r for r in (self.desired, self.statuses, self.pleg)}
+        # the node's pressure: not one of ``replicas`` (``synced`` waits for the pods' maps
+        # only: the eviction process may be turned off)
+        self.pressure = loop.replica(PRESSURE, snapshot_timeout=SNAPSHOT_TIMEOUT)
         self.states = loop.subscriber([ProcessStateChanged.TOPIC])
         self._keys: dict[str, tuple[Any, ...]] = {}
         self._fingerprint: tuple[Any, ...] = ()
@@ -66,6 +80,7 @@ class MapPump:
         while self.states.recv(0) is not None:
             moved = True
         fresh = {n: (r.epoch, r.seq, r.synced) for n, r in replicas.items()}
+        fresh[PRESSURE.name] = (self.pressure.epoch, self.pressure.seq, self.pressure.synced)
         if fresh == self._keys and not moved:
             return
         old, self._keys = self.maps, fresh
@@ -83,6 +98,6 @@ class MapPump:
         self.maps = PodMaps(d, s, p, synced=synced, version=old.version + (1 if bump else 0),
                             pods_version=old.pods_version + (1 if pods else 0),
                             procs_version=old.procs_version + (1 if moved else 0),
-                            pods=old.pods)
+                            pods=old.pods, pressure=self.pressure.get(PRESSURE_KEY))
         if self._publish is not None:
             self._publish(self.maps, bump)

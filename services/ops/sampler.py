@@ -30,7 +30,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,12 +110,14 @@ class Sampler:
                  statuses: Callable[[], Mapping[str, Any]],
                  status_rows: Callable[[], Iterable[ProcessRow]], clock: Clock,
                  root_dir: Path, read_proc: ProcReader = read_proc,
-                 read_node: Callable[[Path], NodeReadings] = read_node) -> None:
+                 read_node: Callable[[Path], NodeReadings] = read_node,
+                 held: Callable[[], Collection[str]] = lambda: ()) -> None:
         """``statuses``: the ``statuses`` replica's mapping now; ``status_rows``: the control
-        ``status`` rows (blocking)."""
+        ``status`` rows (blocking); ``held``: the pressure conditions the eviction manager
+        holds True now (its ``pressure`` map)."""
         self.store, self._cri, self._statuses = store, cri, statuses
         self._status_rows, self.clock, self.root_dir = status_rows, clock, root_dir
-        self._read_proc, self._read_node = read_proc, read_node
+        self._read_proc, self._read_node, self._held = read_proc, read_node, held
         self._lock = threading.Lock()
         self._pids: dict[str, int] = {}  # subsystem -> pid (0: not running)
         self._seen: dict[str, int] = {}  # subsystem -> the last pid it ran under
@@ -229,7 +231,7 @@ class Sampler:
             values[key] = (cpu + (old[0] if old else 0), (mem >> 10) + (old[1] if old else 0))
         values.update(sum_pods(values))
         self._prev = fresh
-        pressure = conditions(self._read_node(self.root_dir))
+        pressure = conditions(self._read_node(self.root_dir), self._held())
         sample = Sample(wall, values)
         with self._lock:
             self._container_marks()

@@ -27,12 +27,9 @@ plugins' rule: a missing address, rule or interface is no error).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import ipaddress
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -40,14 +37,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from podvisor.common import cninet
+from podvisor.common.cninet import CONFLIST, tag_of
 from podvisor.services.runtime import netns
 
 DEFAULT_BIN_DIRS = "/usr/lib/cni:/opt/cni/bin"
-CONFLIST = "10-podvisor.conflist"
 POOL = ipaddress.IPv4Network("10.208.0.0/13")  # deploy/containerd's instances use 10.200.0.0/13
 IFNAME = "eth0"
 PLUGIN_TIMEOUT = 60.0
-HOSTPORT_CHAINS = ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-SETMARK")
 LOOPBACK = {"cniVersion": "1.0.0", "name": "cni-loopback", "plugins": [{"type": "loopback"}]}
 
 
@@ -107,55 +104,21 @@ def ips_of(result: Mapping[str, Any]) -> list[str]:
     return sorted((a for a in out if a), key=lambda a: ":" in a)
 
 
-def tag_of(directory: str) -> str:
-    return hashlib.sha256(directory.encode()).hexdigest()[:8]
-
-
-def _used_networks() -> list[ipaddress.IPv4Network]:
-    out: list[ipaddress.IPv4Network] = []
-    for cmd in (["ip", "-4", "-o", "route", "show", "table", "all"], ["ip", "-4", "-o", "addr"]):
-        with contextlib.suppress(OSError):
-            text = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-            for word in re.findall(r"\b(\d+\.\d+\.\d+\.\d+(?:/\d+)?)\b", text):
-                net = ipaddress.ip_network(word, strict=False)
-                if isinstance(net, ipaddress.IPv4Network) and net.prefixlen > 0:
-                    out.append(net)
-    return out
-
-
 def pick_subnet(tag: str) -> ipaddress.IPv4Network:
     """A /24 of ``POOL`` that no route or address of this machine overlaps (the tag picks
     where to start looking)."""
-    subnets = list(POOL.subnets(new_prefix=24))
-    used = _used_networks()
-    start = int(tag, 16) % len(subnets)
-    for i in range(len(subnets)):
-        candidate = subnets[(start + i) % len(subnets)]
-        if not any(candidate.overlaps(net) for net in used):
-            return candidate
-    raise CniError(f"every /24 of {POOL} overlaps a route or address of this machine")
+    subnet = cninet.pick_subnet(POOL, tag, cninet.used_networks())
+    if subnet is None:
+        raise CniError(f"every /24 of {POOL} overlaps a route or address of this machine")
+    return subnet
 
 
 def default_conflist(runtime_root: Path) -> dict[str, Any]:
-    """The network podvisor writes when ``cniConfDir`` has none: a bridge ``pv<tag>`` whose
-    gateway address the runtime sets itself (``isGateway: false``: the plugin never turns on
-    IP forwarding; ``ipMasq: false``: no masquerading; pods reach this machine and each other,
-    nothing beyond), host-local addresses in a free /24, and portmap for hostPort (``snat``:
-    127.0.0.1:<hostPort> works from the host)."""
+    """The network podvisor writes when ``cniConfDir`` has none (``common/cninet.py``: a
+    bridge ``pv<tag>`` that never forwards nor masquerades, host-local addresses in a free /24,
+    portmap for hostPort), its IPAM state under ``<root>/network/ipam``."""
     tag = tag_of(str(runtime_root))
-    subnet = pick_subnet(tag)
-    return {
-        "cniVersion": "1.0.0",
-        "name": f"podvisor-{tag}",
-        "plugins": [
-            {"type": "bridge", "bridge": f"pv{tag}", "isGateway": False, "ipMasq": False,
-             "hairpinMode": True,
-             "ipam": {"type": "host-local", "dataDir": str(runtime_root / "network" / "ipam"),
-                      "ranges": [[{"subnet": str(subnet),
-                                   "gateway": str(subnet.network_address + 1)}]]}},
-            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
-        ],
-    }
+    return cninet.conflist(tag, pick_subnet(tag), str(runtime_root / "network" / "ipam"))
 
 
 def bridge_of(conf: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -399,45 +362,12 @@ def _run(argv: Sequence[str], what: str) -> None:
 
 # --- removal of a whole network (tests, ``podvisorctl``-less cleanup) ---
 
-def _iptables_rules() -> list[str]:
-    done = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True,
-                          check=False)
-    return [line for line in done.stdout.splitlines() if line.startswith("-A ")]
-
-
-def _target(rule: str) -> str:
-    parts = shlex.split(rule)
-    return parts[parts.index("-j") + 1] if "-j" in parts else ""
-
-
-def _drop_chain(chain: str) -> None:
-    for rule in _iptables_rules():
-        if _target(rule) == chain:
-            subprocess.run(["iptables", "-w", "5", "-t", "nat", "-D", *shlex.split(rule[3:])],
-                           capture_output=True, check=False)
-    for flag in ("-F", "-X"):
-        subprocess.run(["iptables", "-w", "5", "-t", "nat", flag, chain], capture_output=True,
-                       check=False)
-
-
 def remove_network(conf: Mapping[str, Any]) -> None:
     """Everything a network of ours leaves on the machine once no pod uses it: portmap's
     rules that name it (and their ``CNI-DN-*`` chains), the shared ``CNI-HOSTPORT-*`` chains
     when no other network has a mapping left, and the bridge the runtime made. For tests and
     for operators retiring a rootDir (by the network's name: nothing else is touched)."""
-    if shutil.which("iptables-save") is not None:
-        marker = f'name: \\"{conf["name"]}\\"'
-        ours = [r for r in _iptables_rules() if marker in r]
-        chains = {_target(r) for r in ours}
-        for rule in ours:
-            subprocess.run(["iptables", "-w", "5", "-t", "nat", "-D", *shlex.split(rule[3:])],
-                           capture_output=True, check=False)
-        for chain in sorted(c for c in chains if c.startswith("CNI-") and
-                            c not in HOSTPORT_CHAINS):
-            _drop_chain(chain)
-        if not any(shlex.split(r[3:])[0].startswith("CNI-DN-") for r in _iptables_rules()):
-            for chain in HOSTPORT_CHAINS:
-                _drop_chain(chain)
+    cninet.remove_port_rules(str(conf["name"]))
     spec = bridge_of(conf)
     if spec is not None:
         subprocess.run(["ip", "link", "del", spec[0]], capture_output=True, check=False)

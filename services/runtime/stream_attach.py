@@ -13,6 +13,7 @@ import os
 import struct
 from typing import Any
 
+from podvisor.common import crilog
 from podvisor.services.runtime.stream_base import (
     CHUNK,
     STDERR,
@@ -37,14 +38,13 @@ def _log_end(path: str) -> tuple[int, tuple[int, int]]:
 
 
 def parse_cri_line(line: bytes) -> tuple[int, bytes] | None:
-    """``<time> <stdout|stderr> <P|F> <content>`` -> (channel, bytes); a full line (F) gets
-    its newline back, a partial one (P) does not."""
-    parts = line.split(b" ", 3)
-    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
+    """A CRI log entry -> (channel, bytes); a full entry gets its newline back, a partial one
+    does not."""
+    parsed = crilog.parse_line(line)
+    if parsed is None:
         return None
-    content = parts[3] if len(parts) == 4 else b""
-    return (STDOUT if parts[1] == b"stdout" else STDERR,
-            content + (b"" if parts[2] == b"P" else b"\n"))
+    stream, text, full = parsed
+    return STDOUT if stream == "stdout" else STDERR, text + (b"\n" if full else b"")
 
 
 class Follower:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -290,6 +291,26 @@ def cri_runtime(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
                     module.remove_pod_cgroup(cgroup)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
+def pod_runtime(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """An agent's runtime for an end-to-end test of pods on both runtimes: ``config`` (the
+    agent's config keys), ``image`` (one the runtime runs ``sh`` from) and, on containerd,
+    ``endpoint``. containerd is the session's instance (skipped with the reason when there is
+    none), its pods under a per-test ``cgroupRoot`` removed at the end: name it before ``agent``
+    in a test's parameters, so that it is set up first and torn down after the agent stopped."""
+    if request.param == "embedded":
+        yield {"config": {}, "image": "host"}
+        return
+    from tests.support.containerd import containerd_or_skip, remove_pod_cgroup
+
+    handle = containerd_or_skip()
+    cgroup_root = f"/podvisor-test-{secrets.token_hex(4)}"
+    yield {"config": {"runtimeEndpoint": handle.endpoint, "cgroupRoot": cgroup_root,
+                      "stopPodsOnExit": True}, "image": handle.image,
+           "endpoint": handle.endpoint}
+    remove_pod_cgroup(cgroup_root)
 
 
 def only_embedded(rt: RuntimeUnderTest, why: str) -> None:

@@ -127,11 +127,12 @@ def remove_pod_cgroup(pod_cgroup_parent: str) -> None:
     if not relative or ".." in relative.split("/"):
         raise ValueError(f"refusing to remove cgroup {pod_cgroup_parent!r}")
     for folder in [CGROUP_ROOT / relative, *CGROUP_ROOT.glob(f"*/{relative}")]:
-        if folder.is_dir():
-            for sub in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                if sub.is_dir():
-                    _rmdir_quietly(sub)
-            _rmdir_quietly(folder)
+        # bottom up; os.walk, not rglob: a folder the runtime removes meanwhile is skipped
+        # (rglob raised FileNotFoundError for it)
+        for here, dirs, _files in os.walk(folder, topdown=False):
+            for name in dirs:
+                _rmdir_quietly(Path(here) / name)
+        _rmdir_quietly(folder)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

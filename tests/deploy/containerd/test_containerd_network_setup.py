@@ -48,7 +48,7 @@ def test_conflist_is_a_local_bridge_on_a_free_subnet(tmp_path: Path, monkeypatch
     subnets = list(cni.POOL.subnets(new_prefix=24))
     first = subnets[int(tag, 16) % len(subnets)]
     # the /24 the tag picks first is in use here (a route covering it): the next one is taken
-    monkeypatch.setattr(cni, "_used_networks", lambda: [first.supernet(new_prefix=23),
+    monkeypatch.setattr(cni, "used_networks", lambda: [first.supernet(new_prefix=23),
                                                         ipaddress.ip_network("192.0.2.0/24")])
     cni.cmd_conflist(str(tmp_path))
     line = capsys.readouterr().out.split()
@@ -66,7 +66,7 @@ def test_conflist_is_a_local_bridge_on_a_free_subnet(tmp_path: Path, monkeypatch
     assert "routes" not in bridge["ipam"]  # no default route: pods reach this machine only
     assert portmap == {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True}
     assert len(f"pv{tag}") <= 15  # IFNAMSIZ
-    monkeypatch.setattr(cni, "_used_networks", lambda: [])
+    monkeypatch.setattr(cni, "used_networks", lambda: [])
     cni.cmd_conflist(str(tmp_path))  # idempotent: the existing conflist is kept
     assert capsys.readouterr().out.split() == line
 

@@ -19,7 +19,6 @@ from podvisor.services.ops.logevents import (
     container_sources,
     events_enabled,
     log_payload,
-    parse_cri_line,
     wants_logs,
 )
 from podvisor.services.ops.logtail import TRUNCATED, LogFollower
@@ -37,14 +36,6 @@ def test_types_nest_under_process_log() -> None:
     assert not matches(["PROCESS_STATE"], "PROCESS_LOG_STDOUT")
     assert not matches(["PROCESS_LOG_STDERR"], "PROCESS_LOG_STDOUT")
     assert wants_logs(["TICK_5", "PROCESS_LOG_STDOUT"]) and not wants_logs(["PROCESS_STATE"])
-
-
-def test_parse_cri_line() -> None:
-    assert parse_cri_line(b"2026-01-01T00:00:00.1Z stdout F hi there") == (
-        "stdout", b"hi there", True)
-    assert parse_cri_line(b"2026-01-01T00:00:00.1Z stderr P part") == ("stderr", b"part", False)
-    assert parse_cri_line(b"2026-01-01T00:00:00.1Z stdout F") == ("stdout", b"", True)
-    assert parse_cri_line(b"not a cri line") is None
 
 
 def _append(path: Path, data: bytes) -> None:

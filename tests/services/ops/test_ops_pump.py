@@ -16,7 +16,7 @@ import pytest
 from podvisor.common import FakeClock
 from podvisor.common.child import FakeChildContext
 from podvisor.common.web import WebService
-from podvisor.ipc.maps import DesiredPod, PlegHealth
+from podvisor.ipc.maps import PRESSURE_KEY, DesiredPod, NodePressure, PlegHealth
 from podvisor.ipc.messages import ProcessStateChanged
 from podvisor.services.ops.pump import MapPump, PodMaps
 from tests.conftest import MapBus
@@ -99,3 +99,29 @@ def test_next_change_wakes_the_web_thread_on_a_changed_publish(owners: MapBus) -
         asyncio.run(scenario())
     finally:
         web.close()
+
+
+def test_pod_maps_carry_the_eviction_managers_pressure(wait_for: Callable[..., Any]) -> None:
+    """The dashboard's pressure conditions are the eviction manager's (its ``pressure`` map),
+    and the maps are synced without it (eviction may be turned off: the other test)."""
+    root = Path(tempfile.mkdtemp(prefix="pvop", dir="/tmp"))
+    owners = MapBus(root, ("desired", "statuses", "pleg", "pressure"), heartbeat_interval=0.05)
+    ctx = FakeChildContext(owners.paths, "ops", zctx=owners.zctx, clock=FakeClock(100.0))
+    web = WebService(ctx, PodMaps(), name="ops")
+    pump = MapPump(web.loop, web.publish)
+    web._drain = pump.drain
+
+    def turn() -> None:
+        owners.serve()
+        web.loop.turn(web.step)
+
+    try:
+        wait_for(lambda: web.view.synced, pump=turn, message="synced maps")
+        assert web.view.pressure is None
+        owners.maps["pressure"].set(PRESSURE_KEY, NodePressure(("DiskPressure",), 5.0))
+        seen = wait_for(lambda: web.view.pressure, pump=turn, message="pressure in the maps")
+        assert seen.conditions == ("DiskPressure",)
+    finally:
+        web.close()
+        owners.close()
+        shutil.rmtree(root, ignore_errors=True)

@@ -55,13 +55,21 @@ def test_store_columns_fill_missing_with_null() -> None:
     assert series["a"] == [[1, None], [1, None]] and series["b"] == [[None, 2], [None, 2]]
 
 
-def test_pressure() -> None:
-    assert [c["status"] for c in conditions(OK)] == ["False", "False", "False"]
+def test_pressure_is_the_eviction_managers_with_the_readings_beside() -> None:
+    assert [c["status"] for c in conditions(OK, ())] == ["False", "False", "False"]
+    # low readings alone are no pressure: the eviction manager's thresholds decide (configured)
     low = NodeReadings(50 << 20, 16 << 30, 5 << 30, 100 << 30, 10, 1000, 3_900_000, 4_000_000)
-    got = {c["type"]: (c["status"], c["reason"]) for c in conditions(low)}
-    assert got == {"MemoryPressure": ("True", "KubeletHasInsufficientMemory"),
-                   "DiskPressure": ("True", "KubeletHasDiskPressure"),
-                   "PIDPressure": ("True", "KubeletHasInsufficientPID")}
+    assert [c["status"] for c in conditions(low, ())] == ["False", "False", "False"]
+    got = {c["type"]: (c["status"], c["reason"], c["message"])
+           for c in conditions(low, ("MemoryPressure", "DiskPressure", "PIDPressure"))}
+    assert got == {
+        "MemoryPressure": ("True", "KubeletHasInsufficientMemory",
+                           "memory.available 50Mi of 16384Mi"),
+        "DiskPressure": ("True", "KubeletHasDiskPressure",
+                         "nodefs.available 5%, nodefs.inodesFree 1%"),
+        "PIDPressure": ("True", "KubeletHasInsufficientPID", "3900000 of 4000000 PIDs in use")}
+    only_disk = {c["type"]: c["status"] for c in conditions(OK, ("DiskPressure",))}
+    assert only_disk == {"MemoryPressure": "False", "DiskPressure": "True", "PIDPressure": "False"}
 
 
 class FakeCri:

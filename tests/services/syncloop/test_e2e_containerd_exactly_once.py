@@ -23,20 +23,15 @@ one (not root, tools missing). Pods go under a per-test ``cgroupRoot``, removed 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
 from cri_api.v1 import api_pb2 as pb
@@ -44,10 +39,16 @@ from cri_api.v1 import api_pb2 as pb
 from podvisor.common.crashpoints import ENV_AT, ENV_ONCE_DIR
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.syncloop import labels as L
-from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
-from podvisor.services.syncloop.podcgroups import hierarchy_dirs, parse_mountinfo
+from tests.support.burst import (
+    CriCounts,
+    PrivateContainerd,
+    base_name,
+    in_cgroups,
+    running_pods,
+    sleep_manifest,
+    sleepers,
+)
 from tests.support.containerd import (
-    DEPLOY_DIR,
     ContainerdHandle,
     containerd_or_skip,
     remove_pod_cgroup,
@@ -66,42 +67,6 @@ def containerd() -> ContainerdHandle:
 # --- a containerd of the test's own ----------------------------------------------------------
 
 
-class PrivateContainerd:
-    """A containerd instance of this test alone (deploy/containerd), no pod network."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="pvxk", dir="/tmp"))
-        self.env = {**os.environ, "PODVISOR_CONTAINERD_CNI": "off"}
-        self.endpoint = f"unix://{self.dir}/run/containerd.sock"
-
-    def script(self, name: str, *args: str) -> None:
-        done = subprocess.run([str(DEPLOY_DIR / name), *args, str(self.dir)], env=self.env,
-                              capture_output=True, text=True, timeout=180, check=False)
-        if done.returncode != 0:
-            raise AssertionError(f"{name} failed: {done.stderr.strip()[-2000:]}")
-
-    def start(self) -> None:
-        self.script("start.sh")
-
-    def pid(self) -> int:
-        return int((self.dir / "containerd.pid").read_text().strip())
-
-    def kill9(self) -> None:
-        """SIGKILL this instance's containerd (started here, by its pid) and reap it."""
-        proc = psutil.Process(self.pid())
-        proc.send_signal(signal.SIGKILL)
-        try:
-            os.waitpid(proc.pid, 0)  # our child: pytest is a subreaper (tests/conftest.py)
-        except ChildProcessError:
-            proc.wait(30)
-
-    def stop(self) -> None:
-        if (self.dir / "config.toml").exists():
-            subprocess.run([str(DEPLOY_DIR / "stop.sh"), "--purge", str(self.dir)],
-                           env=self.env, capture_output=True, timeout=180, check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
 def private_containerd(containerd: ContainerdHandle) -> Iterator[PrivateContainerd]:
     """Skipped (with the reason) where the session's containerd runs but this test cannot
@@ -112,43 +77,15 @@ def private_containerd(containerd: ContainerdHandle) -> Iterator[PrivateContaine
                if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"a private containerd needs {', '.join(missing)} here")
-    inst = PrivateContainerd()
+    inst = PrivateContainerd(Path(tempfile.mkdtemp(prefix="pvxk", dir="/tmp")))
     try:
-        inst.script("setup.sh", "--no-install")
-        inst.start()
+        inst.setup_and_start()
         yield inst
     finally:
         inst.stop()
 
 
 # --- the burst -------------------------------------------------------------------------------
-
-
-def manifest(name: str, image: str, tag: str) -> dict[str, Any]:
-    """`sleep <tag>` as the container's own process (PID 1 of its namespace: TERM does nothing,
-    so a 1 s grace keeps removal short)."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "c", "image": image,
-                                     "imagePullPolicy": "IfNotPresent",
-                                     "command": ["sleep", tag]}]}}
-
-
-def sleepers(tags: dict[str, str]) -> dict[str, int]:
-    """pod -> live (not zombie) processes running its `sleep <tag>`."""
-    by_tag = {tag: pod for pod, tag in tags.items()}
-    out = dict.fromkeys(tags, 0)
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmd = proc.info["cmdline"] or []
-        if (len(cmd) == 2 and cmd[0] == "sleep" and cmd[1] in by_tag
-                and proc.info["status"] != psutil.STATUS_ZOMBIE):
-            out[by_tag[cmd[1]]] += 1
-    return out
-
-
-def base_name(pod_name: str) -> str:
-    """A static pod's name without the "-<nodeName>" suffix."""
-    return pod_name.rsplit("-", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -177,7 +114,7 @@ class Burst:
         self.staging.mkdir()
         for name, tag in self.tags.items():
             (self.staging / f"{name}.yaml").write_text(
-                yaml.safe_dump(manifest(name, image, tag)), "utf-8")
+                yaml.safe_dump(sleep_manifest(name, image, tag)), "utf-8")
         self.cgroup_root = f"/podvisor-test-{secrets.token_hex(4)}"
         self.port = free_port()
         self.cri = new_runtime_client(endpoint, timeout=10.0)
@@ -210,17 +147,7 @@ class Burst:
 
     def all_running(self) -> bool:
         """Every pod Running in /pods, each container running."""
-        body = get_pods(self.port)
-        if body is None:
-            return False
-        seen = set()
-        for pod in body.get("items", []):
-            st = pod.get("status", {})
-            cs = st.get("containerStatuses", [])
-            if (st.get("phase") == "Running" and cs
-                    and all("running" in c.get("state", {}) for c in cs)):
-                seen.add(base_name(pod["metadata"]["name"]))
-        return seen >= set(self.tags)
+        return running_pods(get_pods(self.port)) >= set(self.tags)
 
     def pods_restart_counts(self) -> dict[str, list[int]]:
         body = get_pods(self.port) or {}
@@ -229,24 +156,10 @@ class Burst:
                 for p in body.get("items", []) if base_name(p["metadata"]["name"]) in self.tags}
 
     def tally(self) -> Tally:
-        ready: Counter[str] = Counter()
-        sandboxes: Counter[str] = Counter()
-        running: Counter[str] = Counter()
-        containers: Counter[str] = Counter()
-        restarts: dict[str, list[int]] = {}
-        for s in self.cri.list_pod_sandbox():
-            if (pod := self.ours(s.labels)) is not None:
-                sandboxes[pod] += 1
-                ready[pod] += s.state == pb.SANDBOX_READY
-        for c in self.cri.list_containers():
-            if (pod := self.ours(c.labels)) is not None:
-                containers[pod] += 1
-                if c.state == pb.CONTAINER_RUNNING:
-                    running[pod] += 1
-                    restarts.setdefault(pod, []).append(int(c.annotations[L.RESTART_COUNT]))
-        zero = dict.fromkeys(self.tags, 0)
-        return Tally({**zero, **ready}, {**zero, **sandboxes}, {**zero, **running},
-                     {**zero, **containers}, restarts, sleepers(self.tags))
+        c = CriCounts.of(self.cri, self.ours)
+        return Tally(c.per_pod(c.ready, self.tags), c.per_pod(c.sandboxes, self.tags),
+                     c.per_pod(c.running, self.tags), c.per_pod(c.containers, self.tags),
+                     c.restarts, sleepers(self.tags))
 
     def check_once(self, wait_for: Callable[..., Any], after: str) -> Tally:
         wait_for(self.all_running, 120.0, 0.05, f"every pod Running after {after}")
@@ -291,31 +204,13 @@ class Burst:
         except CriError:
             return False
 
-    def in_cgroups(self) -> list[str]:
-        """Every process left in the pods' cgroups under the agent's cgroupRoot (pause, runc
-        init, anything), as "pid cmdline"."""
-        out = []
-        mounts = parse_mountinfo(new_cgroup_fs().mountinfo())
-        for folder in hierarchy_dirs(mounts, self.cgroup_root):
-            # os.walk, not rglob: a pod's folder removed while it is walked is skipped
-            # (rglob raised FileNotFoundError when the sync loop removed one meanwhile)
-            for here, _dirs, files in os.walk(folder):
-                if "cgroup.procs" not in files:
-                    continue
-                procs = Path(here) / "cgroup.procs"
-                with contextlib.suppress(OSError):
-                    for pid in procs.read_text().split():
-                        with contextlib.suppress(psutil.Error):
-                            out.append(f"{pid} {' '.join(psutil.Process(int(pid)).cmdline())}")
-        return sorted(set(out))
-
     def remove(self, wait_for: Callable[..., Any]) -> None:
         for name in self.tags:
             (self.manifests / f"{name}.yaml").unlink()
         wait_for(lambda: not any(sleepers(self.tags).values()), 60.0, 0.05,
                  "no process left once the manifests are gone")
         wait_for(self.gone, 60.0, 0.05, "no sandbox nor container of the pods left")
-        wait_for(lambda: not self.in_cgroups(), 30.0, 0.05,
+        wait_for(lambda: not in_cgroups(self.cgroup_root), 30.0, 0.05,
                  "no process of any kind left in the pods' cgroups")
 
     def close(self) -> None:

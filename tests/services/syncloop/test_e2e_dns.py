@@ -8,11 +8,9 @@ cluster's search paths; a hostNetwork pod keeps the node's resolver and hostname
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,29 +48,15 @@ def pods(image: str) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
-def runtime(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    if request.param == "embedded":
-        yield {"config": {}, "image": "host"}
-        return
-    from tests.support.containerd import containerd_or_skip, remove_pod_cgroup
-
-    handle = containerd_or_skip()
-    cgroup_root = f"/podvisor-test-{secrets.token_hex(4)}"
-    yield {"config": {"runtimeEndpoint": handle.endpoint, "cgroupRoot": cgroup_root,
-                      "stopPodsOnExit": True}, "image": handle.image}
-    remove_pod_cgroup(cgroup_root)
-
-
 @pytest.mark.timeout(170)
-def test_pod_dns_and_names(agent: Any, runtime: dict[str, Any], wait_for: Any) -> None:
+def test_pod_dns_and_names(pod_runtime: dict[str, Any], agent: Any, wait_for: Any) -> None:
     manifests = Path(tempfile.mkdtemp(prefix="pvdns", dir="/tmp"))
     try:
-        for name, doc in pods(runtime["image"]).items():
+        for name, doc in pods(pod_runtime["image"]).items():
             (manifests / f"{name}.yaml").write_text(yaml.safe_dump(doc), "utf-8")
         handle = agent(config=agent_config(
             manifests, free_port(), clusterDNS=["10.96.0.10"], clusterDomain="cluster.local",
-            **runtime["config"]))
+            **pod_runtime["config"]))
         root = Path(handle.config["rootDir"])
 
         def report(pod: str) -> list[str] | None:

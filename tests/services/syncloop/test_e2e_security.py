@@ -12,10 +12,8 @@ in ``/pods``."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,31 +54,15 @@ def pods(image: str) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
-def runtime(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    """Extra agent config and the image for the runtime under test."""
-    if request.param == "embedded":
-        yield {"config": {}, "image": "host"}
-        return
-    from tests.support.containerd import containerd_or_skip, remove_pod_cgroup
-
-    handle = containerd_or_skip()
-    cgroup_root = f"/podvisor-test-{secrets.token_hex(4)}"
-    yield {"config": {"runtimeEndpoint": handle.endpoint, "cgroupRoot": cgroup_root,
-                      "stopPodsOnExit": True}, "image": handle.image,
-           "endpoint": handle.endpoint}
-    remove_pod_cgroup(cgroup_root)
-
-
 @pytest.mark.timeout(170)
-def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
+def test_security_context_end_to_end(pod_runtime: dict[str, Any], agent: Any,
                                      wait_for: Any) -> None:
     manifests = Path(tempfile.mkdtemp(prefix="pvsec", dir="/tmp"))
     try:
-        for name, doc in pods(runtime["image"]).items():
+        for name, doc in pods(pod_runtime["image"]).items():
             (manifests / f"{name}.yaml").write_text(yaml.safe_dump(doc), "utf-8")
         port = free_port()
-        handle = agent(config=agent_config(manifests, port, **runtime["config"]))
+        handle = agent(config=agent_config(manifests, port, **pod_runtime["config"]))
         root = Path(handle.config["rootDir"])
 
         def refused() -> dict[str, Any] | None:
@@ -109,7 +91,7 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
                     return {"message": e["message"]}
             return None
 
-        if "endpoint" not in runtime:  # the embedded runtime's monitors name the failed step
+        if "endpoint" not in pod_runtime:  # the embedded runtime's monitors name the failed step
             waiting = wait_for(start_failed, 120.0, 0.2, "toomanygroups failing to start")
             assert "security context: setgroups: Invalid argument (errno 22 EINVAL)" in \
                 waiting["message"], waiting
@@ -128,9 +110,9 @@ def test_security_context_end_to_end(agent: Any, runtime: dict[str, Any],
                          "Seccomp:", "2"], lines  # 2: a seccomp filter
         assert reports[0].stat().st_gid == 2345  # fsGroup: the volume's setgid group
         assert reports[0].stat().st_uid == 65534
-        if "endpoint" in runtime:
+        if "endpoint" in pod_runtime:
             assert handle.stop() == 0  # stopPodsOnExit: containerd's pods go with the agent
-            cri = new_runtime_client(runtime["endpoint"], timeout=30.0)
+            cri = new_runtime_client(pod_runtime["endpoint"], timeout=30.0)
             try:
                 wait_for(lambda: not [s for s in cri.list_pod_sandbox()
                                       if s.metadata.name in ("nonroot-e2e", "unprivileged-e2e",

@@ -6,10 +6,8 @@ waiting with CreateContainerConfigError and the kubelet's message."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,31 +32,17 @@ def pod(name: str, image: str, expr: str, shared: str) -> dict[str, Any]:
                                            "subPathExpr": expr}]}]}}
 
 
-@pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])
-def runtime(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    if request.param == "embedded":
-        yield {"config": {}, "image": "host"}
-        return
-    from tests.support.containerd import containerd_or_skip, remove_pod_cgroup
-
-    handle = containerd_or_skip()
-    cgroup_root = f"/podvisor-test-{secrets.token_hex(4)}"
-    yield {"config": {"runtimeEndpoint": handle.endpoint, "cgroupRoot": cgroup_root,
-                      "stopPodsOnExit": True}, "image": handle.image}
-    remove_pod_cgroup(cgroup_root)
-
-
 @pytest.mark.timeout(170)
-def test_sub_path_expr(agent: Any, runtime: dict[str, Any], wait_for: Any) -> None:
+def test_sub_path_expr(pod_runtime: dict[str, Any], agent: Any, wait_for: Any) -> None:
     manifests = Path(tempfile.mkdtemp(prefix="pvsub", dir="/tmp"))
     shared = Path(tempfile.mkdtemp(prefix="pvsubvol", dir="/tmp"))
     try:
         for name, expr in (("alpha", "pods/$(POD_NAME)"), ("beta", "pods/$(POD_NAME)"),
                            ("broken", "$(NOPE)")):
             (manifests / f"{name}.yaml").write_text(
-                yaml.safe_dump(pod(name, runtime["image"], expr, str(shared))), "utf-8")
+                yaml.safe_dump(pod(name, pod_runtime["image"], expr, str(shared))), "utf-8")
         port = free_port()
-        agent(config=agent_config(manifests, port, **runtime["config"]))
+        agent(config=agent_config(manifests, port, **pod_runtime["config"]))
         for name in ("alpha", "beta"):
             report = shared / "pods" / f"{name}-e2e" / "report"
             wait_for(report.exists, 120.0, 0.2, f"{name}'s report")
