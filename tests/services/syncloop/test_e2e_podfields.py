@@ -1,5 +1,5 @@
-"""The last Pod fields of issue 24 end to end, through the stand-in API server, on a runtime:
-the embedded one here (``test_e2e_containerd_podfields.py``: the same on containerd).
+"""The last Pod fields of issue 24 end to end, through the stand-in API server, on both
+runtimes (``pod_runtime``):
 
 - ``tcpSocket`` lifecycle handlers: the pod runs; its postStart fails every start as the
   kubelet's handler runner fails it (FailedPostStartHook, the container killed and restarted);
@@ -7,10 +7,12 @@ the embedded one here (``test_e2e_containerd_podfields.py``: the same on contain
   the container is stopped all the same;
 - the downward API's ``resourceFieldRef`` of ephemeral-storage (a limit, and the node's
   allocatable for none) and hugepages, in env and in a downwardAPI volume;
-- ``recursiveReadOnly``: Enabled makes a submount under the volume read-only in the container,
-  IfPossible too (the embedded runtime supports it), while a plain read-only mount leaves it
-  writable;
-- ``runtimeClassName``: a class naming the runtime's ``podvisor`` handler runs the pod; a
+- ``recursiveReadOnly``: on the embedded runtime (which supports it) Enabled makes a submount
+  under the volume read-only in the container, IfPossible too, while a plain read-only mount
+  leaves it writable; containerd 1.6 lists no runtime handlers, so, as the kubelet, Enabled
+  fails the container (CreateContainerConfigError) and IfPossible is a plain read-only mount;
+- ``runtimeClassName``: a class naming the runtime's handler (the embedded runtime's
+  ``podvisor``, containerd's ``runc``) runs the pod; a
   missing class holds it ContainerCreating with FailedCreatePodSandBox until the class is
   created; a class naming a handler the runtime lacks fails with the runtime's error.
 """
@@ -190,55 +192,83 @@ def check_hooks_and_downward(api: KubeApi, wait_for: Callable[..., Any], out: Pa
              message="stopper stopped and gone from the API (the stop went on)")
 
 
+def check_recursive_read_only(api: KubeApi, wait_for: Callable[..., Any], out: Path,
+                              vol: Path, embedded: bool) -> None:
+    if embedded:  # the runtime supports it: the submount read-only too
+        said = wait_for(lambda: (out / "rro").exists() and (out / "rro").read_text().split(),
+                        timeout=120, message="the rro pod's writes")
+        assert said == ["/rro/top:refused", "/rro/sub/a:refused", "/maybe/sub/b:refused",
+                        "/plain/sub/c:writable"]
+        assert (vol / "sub" / "c").read_text() == "x\n"
+        return
+
+    # containerd 1.6 lists no handlers: Enabled fails the container, IfPossible is plain
+    def config_error() -> dict[str, Any] | None:
+        c = named(status(api, "rro").get("containerStatuses"), "rro")
+        waiting = c.get("state", {}).get("waiting", {})
+        return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+
+    waiting = wait_for(config_error, timeout=120, message="rro CreateContainerConfigError")
+    assert waiting["message"] == (
+        'failed to resolve recursive read-only mode: volume "vol" requested recursive '
+        "read-only mode, but it is not supported by the runtime")
+    said = wait_for(lambda: (out / "maybe").exists() and (out / "maybe").read_text().split(),
+                    timeout=120, message="the maybe pod's writes")
+    assert said == ["/maybe/top:refused", "/maybe/sub/b:writable", "/plain/sub/c:writable"]
+
+
+def check_runtime_classes(api: KubeApi, wait_for: Callable[..., Any], handler: str) -> None:
+    wait_for(lambda: status(api, "classy").get("phase") == "Running", timeout=90,
+             message=f"classy Running (its class names the runtime's {handler} handler)")
+    wait_for(lambda: any('no runtime for "gvisor" is configured' in e["message"]
+                         for e in events(api, "FailedCreatePodSandBox", "nohandler")),
+             timeout=60, message="nohandler's FailedCreatePodSandBox")
+    assert status(api, "nohandler").get("phase") == "Pending"
+    missing = 'Failed to create pod sandbox: runtimeclass.node.k8s.io "later" not found'
+    wait_for(lambda: any(e["message"] == missing
+                         for e in events(api, "FailedCreatePodSandBox", "missing")),
+             timeout=60, message="missing's FailedCreatePodSandBox")
+    waiting = named(status(api, "missing").get("containerStatuses"), "c")
+    assert waiting.get("state", {}).get("waiting", {}).get("reason") == "ContainerCreating"
+    # the class created: the retry runs the pod (the informer saw it)
+    api.store.create("runtimeclasses", "", {"metadata": {"name": "later"}, "handler": handler})
+    wait_for(lambda: status(api, "missing").get("phase") == "Running", timeout=90,
+             message="missing Running once its class exists")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="tmpfs and bind mounts need root")
 @pytest.mark.timeout(400)
-def test_pod_fields_on_the_embedded_runtime(api: KubeApi, agent: Any,
-                                            wait_for: Callable[..., Any]) -> None:
+def test_pod_fields(pod_runtime: dict[str, Any], api: KubeApi, agent: Any,
+                    wait_for: Callable[..., Any]) -> None:
+    image = pod_runtime["image"]
+    embedded = image == "host"
+    handler = "podvisor" if embedded else "runc"
     base = Path(tempfile.mkdtemp(prefix="pvfields", dir="/tmp"))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, True)
         vol = stack.enter_context(tmpfs_under(base))
         out = base / "out"
         out.mkdir()
-        for name, spec in pods("host", out, vol, str(base / "ctr")).items():
+        at = str(base / "ctr") if embedded else ""
+        specs = pods(image, out, vol, at)
+        for name, spec in specs.items():
             create(api, name, spec)
-        api.store.create("runtimeclasses", "", {"metadata": {"name": "embedded"},
-                                                "handler": "podvisor"})
-        api.store.create("runtimeclasses", "", {"metadata": {"name": "sandboxed"},
-                                                "handler": "gvisor"})
-        create(api, "classy", {"runtimeClassName": "embedded", "containers": [
-            {"name": "c", "image": "host", "command": ["sh", "-c", SLEEP]}]})
-        create(api, "missing", {"runtimeClassName": "later", "containers": [
-            {"name": "c", "image": "host", "command": ["sh", "-c", SLEEP]}]})
-        create(api, "nohandler", {"runtimeClassName": "sandboxed", "containers": [
-            {"name": "c", "image": "host", "command": ["sh", "-c", SLEEP]}]})
-        handle = run_agent(api, agent, base)
+        if not embedded:
+            create(api, "maybe", {"volumes": specs["rro"]["volumes"], "containers": [writer(
+                "maybe", image, at,
+                [{"name": "out", "mountPath": "/out"},
+                 *specs["rro"]["containers"][0]["volumeMounts"][2:]],
+                "/maybe/top", "/maybe/sub/b", "/plain/sub/c")]})
+        for name, cls_handler in (("this-runtime", handler), ("sandboxed", "gvisor")):
+            api.store.create("runtimeclasses", "", {"metadata": {"name": name},
+                                                    "handler": cls_handler})
+        for name, cls in (("classy", "this-runtime"), ("missing", "later"),
+                          ("nohandler", "sandboxed")):
+            create(api, name, {"runtimeClassName": cls, "containers": [
+                {"name": "c", "image": image, "command": ["sh", "-c", SLEEP]}]})
+        handle = run_agent(api, agent, base, **pod_runtime["config"])
 
         check_hooks_and_downward(api, wait_for, out, handle)
-
-        # -- recursiveReadOnly: the submount read-only too (the runtime supports it) ---------
-        said = wait_for(lambda: (out / "rro").exists() and (out / "rro").read_text().split(),
-                        timeout=120, message="the rro pod's writes")
-        assert said == ["/rro/top:refused", "/rro/sub/a:refused", "/maybe/sub/b:refused",
-                        "/plain/sub/c:writable"]
-        assert (vol / "sub" / "c").read_text() == "x\n"
-
-        # -- runtimeClassName ----------------------------------------------------------------
-        wait_for(lambda: status(api, "classy").get("phase") == "Running", timeout=60,
-                 message="classy Running (its class names the podvisor handler)")
-        missing = 'Failed to create pod sandbox: runtimeclass.node.k8s.io "later" not found'
-        wait_for(lambda: any(e["message"] == missing
-                             for e in events(api, "FailedCreatePodSandBox", "missing")),
-                 timeout=60, message="missing's FailedCreatePodSandBox")
-        waiting = named(status(api, "missing").get("containerStatuses"), "c")
-        assert waiting.get("state", {}).get("waiting", {}).get("reason") == "ContainerCreating"
-        wait_for(lambda: any('no runtime for "gvisor" is configured' in e["message"]
-                             for e in events(api, "FailedCreatePodSandBox", "nohandler")),
-                 timeout=60, message="nohandler's FailedCreatePodSandBox")
-        assert status(api, "nohandler").get("phase") == "Pending"
-        # the class created: the retry runs the pod (the informer saw it)
-        api.store.create("runtimeclasses", "", {"metadata": {"name": "later"},
-                                                "handler": "podvisor"})
-        wait_for(lambda: status(api, "missing").get("phase") == "Running", timeout=90,
-                 message="missing Running once its class exists")
+        check_recursive_read_only(api, wait_for, out, vol, embedded)
+        check_runtime_classes(api, wait_for, handler)
         assert handle.stop() == 0
