@@ -884,6 +884,8 @@ class Chaos:
         for proc in self.run_processes():  # never leave anything behind, whatever happened
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+        if self.agent is not None:
+            self.agent.remove_cgroup_root()
         if not self.opts.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -141,6 +141,42 @@ class FailPod(Message):
 
 
 @dataclass(frozen=True)
+class ReclaimNodeResources(Message):
+    """The eviction manager asks for node-level reclaim before it evicts a pod for a disk
+    signal (the kubelet's ``reclaimNodeLevelResources`` over its ``nodeReclaimFuncs``): the
+    ``imagegc`` process removes every unused dead container (``containers``: the kubelet's
+    ``DeleteAllUnusedContainers``: all of those of terminated and removed pods) and then every
+    unused image (``images``: ``DeleteUnusedImages``), and answers ``NodeResourcesReclaimed``
+    with the same ``id``. Published again (same ``id``) until answered: a repeated ``id`` is
+    answered again, not reclaimed twice. ``signal``: the threshold's signal (logs)."""
+
+    TYPE: ClassVar[str] = "eviction.node.reclaim"
+    TOPIC: ClassVar[str] = "eviction.node.reclaim"
+    id: str
+    signal: str
+    containers: bool = True
+    images: bool = True
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeResourcesReclaimed(Message):
+    """``imagegc``'s answer to ``ReclaimNodeResources`` ``id``, once done: how many dead
+    containers, sandboxes and images it removed, the images' bytes, and ``errors`` (a CRI
+    call that failed; what could be removed was)."""
+
+    TYPE: ClassVar[str] = "imagegc.node.reclaimed"
+    TOPIC: ClassVar[str] = "imagegc.node.reclaimed"
+    id: str
+    containers: int = 0
+    sandboxes: int = 0
+    images: int = 0
+    image_bytes: int = 0
+    errors: str = ""
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
 class NodeShutdown(Message):
     """Ask the ``nodeshutdown`` process for a graceful node shutdown (``podvisorctl shutdown
     --node``; SIGTERM with ``shutdownOnSignal``): the Node goes NotReady, pods are failed

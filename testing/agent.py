@@ -2,6 +2,13 @@
 subprocess on its own config and rootDir, and a control client), ``wait_until`` and the
 process-table scans that find what a run left behind.
 
+An agent started here gets a ``cgroupRoot`` of its own (``/podvisor-run-<hex>``) unless its
+config names one, and ``remove_cgroup_root`` removes that root's (empty) folders once it has
+stopped: an agent's leftover scan removes the empty ``pod<uid>`` folders it does not know under
+its root (the kubelet's orphaned pod cgroups), so two agents on one root (two tests, a test run
+beside the machine's own agent) would remove each other's pods' folders between the sandbox and
+the container's start.
+
 One core, three users: the ``podvisor_node`` fixture (``node.py``, ``plugin.py``), the suite's
 ``agent`` fixture (tests/conftest.py's ``AgentHandle`` is this class) and ``podvisor chaos``
 (``cli/chaos.py``). Nothing here imports pytest.
@@ -11,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -26,10 +34,29 @@ from podvisor.ipc.clock import SYSTEM_CLOCK
 from podvisor.ipc.control import AgentNotRunning, ControlClient, ControlError
 from podvisor.ipc.paths import RunPaths
 
-__all__ = ["AgentProcess", "agent_argv", "ctl_argv", "processes_of_root", "wait_until"]
+__all__ = ["AgentProcess", "agent_argv", "ctl_argv", "processes_of_root", "remove_cgroup_tree",
+           "wait_until"]
 
 T = TypeVar("T")
 BIN = Path(sys.executable).parent
+CGROUP_MOUNT = Path("/sys/fs/cgroup")
+
+
+def remove_cgroup_tree(relative: str, mount: Path = CGROUP_MOUNT) -> None:
+    """Remove cgroup ``relative`` and the folders under it in every hierarchy (v1: each
+    controller's mount under ``mount``; v2: ``mount`` itself), deepest first. A folder still
+    holding processes, or gone meanwhile, is left as it is."""
+    rel = relative.strip("/")
+    if not rel or ".." in rel.split("/"):
+        raise ValueError(f"refusing to remove cgroup {relative!r}")
+    for folder in [mount / rel, *mount.glob(f"*/{rel}")]:
+        # os.walk, not rglob: a folder removed while it is walked is skipped
+        for here, dirs, _files in os.walk(folder, topdown=False):
+            for name in dirs:
+                with contextlib.suppress(OSError):
+                    (Path(here) / name).rmdir()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
@@ -75,6 +102,9 @@ class AgentProcess:
                  new_session: bool = True) -> None:
         self.root = workdir
         config.setdefault("rootDir", str(workdir / "root"))
+        self.own_cgroup_root = ""  # the cgroupRoot made up here (removed by remove_cgroup_root)
+        if "cgroupRoot" not in config:
+            self.own_cgroup_root = config["cgroupRoot"] = f"/podvisor-run-{secrets.token_hex(4)}"
         self.paths = RunPaths(Path(config["rootDir"]))
         self.config = config
         self.config_path = workdir / "config.yaml"
@@ -90,6 +120,8 @@ class AgentProcess:
             self.start()
 
     def write_config(self, config: dict[str, Any]) -> None:
+        if self.own_cgroup_root:  # a new config keeps the agent's own root
+            config.setdefault("cgroupRoot", self.own_cgroup_root)
         self.config = config
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
@@ -170,6 +202,12 @@ class AgentProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def remove_cgroup_root(self) -> None:
+        """Once the agent stopped: the cgroupRoot made up for it, with whatever empty pod
+        folders it left (containerd 1.6 leaves them); nothing when the config named one."""
+        if self.own_cgroup_root:
+            remove_cgroup_tree(self.own_cgroup_root)
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM the agent (by PID) and wait for it; SIGKILL if it does not exit in time."""

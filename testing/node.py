@@ -468,5 +468,6 @@ class Node:
             with contextlib.suppress(psutil.Error):
                 self.left_behind.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
                 proc.kill()
+        self.agent.remove_cgroup_root()
         if not self.options.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)

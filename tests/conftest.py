@@ -312,6 +312,7 @@ def agent() -> Iterator[Callable[..., AgentHandle]]:
     yield start
     for handle in handles:
         handle.stop()
+        handle.remove_cgroup_root()
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -29,8 +29,11 @@ class CriError(Exception):
     @property
     def unavailable(self) -> bool:
         """The runtime could not be reached, or went away during the call (its answer is
-        lost: the call may or may not have taken effect)."""
-        return bool(self.code == grpc.StatusCode.UNAVAILABLE)
+        lost: the call may or may not have taken effect): UNAVAILABLE, or gRPC's UNKNOWN
+        "Stream removed" (the connection closed under a call in flight, as when the runtime
+        is killed while it serves one)."""
+        return bool(self.code == grpc.StatusCode.UNAVAILABLE or (
+            self.code == grpc.StatusCode.UNKNOWN and self.message.startswith("Stream removed")))
 
     @property
     def name_reserved(self) -> bool:

@@ -10,6 +10,12 @@ pods are evicted at once, and nothing else this pass); then, with a threshold to
 (memory first), the first pod of the ranking for its resource. One pod per pass, and none
 while an earlier eviction is not done (at most ``CLEANUP_WAIT``), as the kubelet waits for
 the pod's cleanup.
+
+A threshold whose signal has node-level reclaim (``reclaim.py``: the disk signals) first
+returns ``Decision.reclaim`` instead of an eviction; once the reclaim is done the caller reads
+the signals again and calls ``after_reclaim``, which evicts the pod the pass ranked (its usage
+and message as the pass read them, as the kubelet's) only if a threshold is still met with its
+minimum reclaim.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from podvisor.services.eviction.rank import (
     local_storage_violation,
     rank,
 )
-from podvisor.services.eviction.signals import Observations
+from podvisor.services.eviction.reclaim import ReclaimFuncs, reclaim_sufficed
+from podvisor.services.eviction.signals import Observation, Observations
 from podvisor.services.eviction.thresholds import (
     PressureState,
     Threshold,
@@ -41,6 +48,23 @@ class Decision:
     conditions: tuple[str, ...]
     evictions: tuple[Eviction, ...] = ()
     acting_on: tuple[str, ...] = ()  # the thresholds past their grace period (describe())
+    # the resource the pass attempts to reclaim (the kubelet's EvictionThresholdMet event)
+    starved: str = ""
+    # node-level reclaim to ask for first (reclaim.py), then ``after_reclaim``
+    reclaim: tuple[str, ...] = ()
+    reclaimed: bool = False  # after_reclaim: the reclaim sufficed, no pod evicted
+    signal: str = ""  # the signal of the threshold acted on (with ``reclaim``)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A pass waiting for its node-level reclaim."""
+
+    threshold: Threshold
+    observation: Observation
+    conditions: tuple[str, ...]
+    acting: tuple[str, ...]
+    pods: tuple[PodUsage, ...]
 
 
 @dataclass
@@ -48,8 +72,10 @@ class EvictionManager:
     thresholds: Sequence[Threshold]
     transition: float = 300.0  # evictionPressureTransitionPeriod
     max_pod_grace: int = 0  # evictionMaxPodGracePeriod
+    reclaim_funcs: ReclaimFuncs = field(default_factory=dict)  # signal -> node-level reclaim
     state: PressureState = field(default_factory=lambda: PressureState([], {}, {}))
     waiting: dict[str, float] = field(default_factory=dict)  # uid -> evicted at (monotonic)
+    pending: _Pending | None = None
 
     def done(self, uid: str) -> None:
         """The evicted pod is down (its worker terminated, or it is gone)."""
@@ -69,18 +95,39 @@ class EvictionManager:
         if not act or self.waiting:
             return Decision(tuple(conditions), (), acting)
         threshold = by_eviction_priority(act)[0]
-        o = obs[threshold.signal]
-        for pod in rank(threshold.resource, pods):
+        pending = _Pending(threshold, obs[threshold.signal], tuple(conditions), acting,
+                           tuple(pods))
+        if funcs := tuple(self.reclaim_funcs.get(threshold.signal, ())):
+            self.pending = pending
+            return Decision(pending.conditions, (), acting, threshold.resource, funcs,
+                            signal=threshold.signal)
+        return self._rank_and_evict(now, pending)
+
+    def after_reclaim(self, obs: Observations, now: float) -> Decision:
+        """The pass that asked for a reclaim, with the signals read after it: no eviction if
+        no threshold is met any more (minimum reclaim included), else the ranked pod."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return Decision(())
+        if reclaim_sufficed(self.thresholds, obs):
+            return Decision(pending.conditions, (), pending.acting,
+                            pending.threshold.resource, reclaimed=True)
+        return self._rank_and_evict(now, pending)
+
+    def _rank_and_evict(self, now: float, p: _Pending) -> Decision:
+        threshold, o = p.threshold, p.observation
+        for pod in rank(threshold.resource, p.pods):
             grace = HARD_GRACE if threshold.hard else min(self.max_pod_grace,
                                                           pod.termination_grace)
             eviction = Eviction(pod.uid, pod.name,
                                 eviction_message(threshold, o.available, o.capacity, pod),
                                 grace)
-            return self._evicting(now, conditions, (eviction,), acting)
-        return Decision(tuple(conditions), (), acting)
+            return self._evicting(now, p.conditions, (eviction,), p.acting, threshold.resource)
+        return Decision(p.conditions, (), p.acting, threshold.resource)
 
     def _evicting(self, now: float, conditions: Sequence[str],
-                  evictions: tuple[Eviction, ...], acting: tuple[str, ...]) -> Decision:
+                  evictions: tuple[Eviction, ...], acting: tuple[str, ...],
+                  starved: str = "") -> Decision:
         for e in evictions:
             self.waiting[e.uid] = now
-        return Decision(tuple(conditions), evictions, acting)
+        return Decision(tuple(conditions), evictions, acting, starved)

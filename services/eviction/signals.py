@@ -2,9 +2,9 @@
 ``makeSignalObservations`` and ``summary`` provider, over files instead of cadvisor).
 
 - ``memory.available``: the node's memory less the working set of the pods' cgroup root
-  (``cgroupRoot`` under the memory controller: ``memory.usage_in_bytes`` less
-  ``total_inactive_file``); the node's memory is ``MemTotal``, or the memory limit of that
-  folder or of a folder above it when lower (a node inside a limited cgroup).
+  (``cgroupRoot`` under the memory controller, v1 or v2: ``cgroups.py``); the node's memory is
+  ``MemTotal``, or the memory limit of that folder or of a folder above it when lower (a node
+  inside a limited cgroup).
 - ``nodefs.available`` / ``nodefs.inodesFree``: ``statvfs`` of ``rootDir`` (blocks available to
   unprivileged users, free inodes); ``imagefs.*``: ``statvfs`` of the runtime's image
   filesystem (CRI ``ImageFsInfo``; rootDir's when the runtime does not say).
@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-MEMORY_CGROUP_MOUNT = Path("/sys/fs/cgroup/memory")
-UNLIMITED = 1 << 62  # a v1 memory.limit_in_bytes this large means no limit
+from podvisor.services.eviction.cgroups import MemoryCgroups
 
 MEMORY, ALLOC_MEMORY = "memory.available", "allocatableMemory.available"
 NODEFS, NODEFS_INODES = "nodefs.available", "nodefs.inodesFree"
@@ -60,47 +59,10 @@ def mem_total(meminfo: Path = Path("/proc/meminfo")) -> int:
     return 0
 
 
-def cgroup_limit(folder: Path, mount: Path = MEMORY_CGROUP_MOUNT) -> int | None:
-    """The lowest ``memory.limit_in_bytes`` of ``folder`` and the folders above it up to
-    ``mount`` (None: no limit)."""
-    lowest: int | None = None
-    here = folder
-    while True:
-        limit = _int(here / "memory.limit_in_bytes")
-        if limit is not None and limit < UNLIMITED:
-            lowest = limit if lowest is None else min(lowest, limit)
-        if here == mount or here.parent == here or mount not in here.parents:
-            return lowest
-        here = here.parent
-
-
-def working_set(folder: Path) -> int:
-    """``memory.usage_in_bytes`` less ``total_inactive_file`` (cadvisor's working set); 0 for a
-    folder that does not exist (no pod ran yet)."""
-    usage = _int(folder / "memory.usage_in_bytes")
-    if usage is None:
-        return 0
-    inactive = 0
-    try:
-        for line in (folder / "memory.stat").read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == "total_inactive_file":
-                inactive = int(value)
-    except (OSError, ValueError):
-        pass
-    return max(0, usage - inactive)
-
-
-def memory_folder(cgroup_root: str, mount: Path = MEMORY_CGROUP_MOUNT) -> Path:
-    """The pods' cgroup root under the memory controller (the mount itself when '')."""
-    return mount / cgroup_root.strip("/") if cgroup_root.strip("/") else mount
-
-
-def memory_observation(folder: Path, total: int,
-                       mount: Path = MEMORY_CGROUP_MOUNT) -> Observation:
-    limit = cgroup_limit(folder, mount)
+def memory_observation(cgroups: MemoryCgroups, folder: Path, total: int) -> Observation:
+    limit = cgroups.limit(folder)
     capacity = min(total, limit) if limit is not None and total else (limit or total)
-    return Observation(max(0, capacity - working_set(folder)), capacity)
+    return Observation(max(0, capacity - cgroups.working_set(folder)), capacity)
 
 
 def fs_observations(path: str) -> tuple[Observation, Observation]:
@@ -125,16 +87,16 @@ class NodeSources:
     node's memory), ``nodefs`` (a path on rootDir's filesystem) and ``imagefs`` (a callable:
     the image filesystem's path, asked at each pass)."""
 
+    cgroups: MemoryCgroups
     memory: Path
     total_memory: Callable[[], int]
     nodefs: str
     imagefs: Callable[[], str]
-    mount: Path = MEMORY_CGROUP_MOUNT
     pids: Callable[[], Observation] = pid_observation
 
     def observe(self) -> dict[str, Observation]:
         out: dict[str, Observation] = {}
-        mem = memory_observation(self.memory, self.total_memory(), self.mount)
+        mem = memory_observation(self.cgroups, self.memory, self.total_memory())
         if mem.capacity:
             out[MEMORY] = out[ALLOC_MEMORY] = mem
         with contextlib.suppress(OSError):

@@ -1,7 +1,7 @@
 """What each active pod uses, read from the machine (the kubelet's summary API, over files):
-memory from the pod's cgroup (its containers' from theirs), storage from its emptyDir
-folders and log folder, processes from its cgroup. Read once per pass; a pod or container that
-is gone reads as 0."""
+memory from the pod's cgroup (its containers' from theirs; v1 or v2, ``cgroups.py``), storage
+from its emptyDir folders and log folder, processes from its cgroup. Read once per pass; a pod
+or container that is gone reads as 0."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from podvisor.ipc.maps import DesiredPod, PlegPod
+from podvisor.services.eviction.cgroups import MemoryCgroups
 from podvisor.services.eviction.rank import CRITICAL_PRIORITY, ContainerUsage, PodUsage
-from podvisor.services.eviction.signals import working_set
 from podvisor.services.pod import EmptyDirVolume, Pod, StorageMedium, pod_from_wire
 from podvisor.services.syncloop import empty_dir_path, pod_cgroup_parent, pod_log_dir
 
@@ -57,14 +57,16 @@ def is_critical(pod: Pod, source: str) -> bool:
 class UsageReader:
     """Reads ``PodUsage`` for the active pods of the ``desired`` map."""
 
-    def __init__(self, memory_mount: Path, cgroup_root: str, pods_dir: Path,
+    def __init__(self, cgroups: MemoryCgroups, cgroup_root: str, pods_dir: Path,
                  pod_logs_dir: Path) -> None:
-        self.memory_mount, self.cgroup_root = memory_mount, cgroup_root
+        self.cgroups, self.cgroup_root = cgroups, cgroup_root
         self.pods_dir, self.pod_logs_dir = pods_dir, pod_logs_dir
 
     def cgroup(self, uid: str, qos: str) -> Path | None:
+        """The pod's memory folder on this host's hierarchy (its processes' ``cgroup.procs``
+        are there on v1 and v2 alike)."""
         parent = pod_cgroup_parent(self.cgroup_root, uid, qos)
-        return self.memory_mount / parent.strip("/") if parent else None
+        return self.cgroups.folder(parent) if parent else None
 
     def read(self, desired: Mapping[str, DesiredPod], pleg: Mapping[str, PlegPod]
              ) -> list[PodUsage]:
@@ -80,7 +82,7 @@ class UsageReader:
         containers = []
         for c in pod.spec.containers:
             cid = running.get(c.name)
-            memory = working_set(folder / cid) if folder is not None and cid else 0
+            memory = self.cgroups.working_set(folder / cid) if folder is not None and cid else 0
             storage, _ = tree_usage(logs / c.name)
             containers.append(ContainerUsage(
                 c.name, c.resources.requests.memory_bytes or 0, memory,
@@ -100,7 +102,7 @@ class UsageReader:
         return PodUsage(
             uid=pod.uid, name=f"{pod.namespace}/{pod.name}", priority=pod.spec.priority,
             qos=d.qos_class, critical=is_critical(pod, d.source),
-            memory=working_set(folder) if folder is not None else 0,
+            memory=self.cgroups.working_set(folder) if folder is not None else 0,
             storage=log_bytes + volume_bytes, inodes=log_inodes + volume_inodes,
             pids=pids_in(folder) if folder is not None else 0,
             containers=tuple(containers), volumes=tuple(volumes),

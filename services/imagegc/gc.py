@@ -96,6 +96,14 @@ def plan_image_gc(images: list[pb.Image], tracker: ImageTracker, in_use: Collect
     to_free = int(usage.used - low * usage.capacity / 100)
     if to_free <= 0:
         return ImagePlan([], 0, 0)
+    return plan_free_space(images, tracker, in_use, to_free, min_age, now)
+
+
+def plan_free_space(images: list[pb.Image], tracker: ImageTracker, in_use: Collection[str],
+                    to_free: int | None, min_age: float, now: float) -> ImagePlan:
+    """The kubelet's ``freeSpace``: unused, unpinned images at least ``min_age`` old, least
+    recently used first (ties: first detected), until their sizes cover ``to_free`` (None:
+    every one, ``DeleteUnusedImages``)."""
     candidates = []
     for img in images:
         rec = tracker.records.get(img.id)
@@ -109,11 +117,11 @@ def plan_image_gc(images: list[pb.Image], tracker: ImageTracker, in_use: Collect
     remove: list[pb.Image] = []
     freed = 0
     for _, _, img in candidates:
-        if freed >= to_free:
+        if to_free is not None and freed >= to_free:
             break
         remove.append(img)
         freed += int(img.size)
-    return ImagePlan(remove, to_free, freed)
+    return ImagePlan(remove, to_free or 0, freed)
 
 
 def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, PlegValue],
@@ -128,6 +136,26 @@ def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, 
     tracker.detect(images, in_use, now)
     usage = usage_of()
     plan = plan_image_gc(images, tracker, in_use, usage, high, low, min_age, now)
+    return plan, remove_images(cri, tracker, plan, log, on_removed)
+
+
+def delete_unused_images(cri: RuntimeClient, tracker: ImageTracker,
+                         pleg: Mapping[str, PlegValue], min_age: float, now: float, log: Log,
+                         on_removed: Callable[[], None] = lambda: None) -> tuple[ImagePlan, int]:
+    """The kubelet's ``DeleteUnusedImages`` (node-level reclaim before an eviction): every
+    image no container uses, whatever the disk usage (still not one younger than ``min_age``
+    or pinned); returns (the plan, bytes freed)."""
+    log.info("imagegc.reclaim.images", message="Attempting to delete unused images")
+    in_use = images_in_use(pleg, cri.list_containers())
+    images = cri.list_images()
+    tracker.detect(images, in_use, now)
+    plan = plan_free_space(images, tracker, in_use, None, min_age, now)
+    return plan, remove_images(cri, tracker, plan, log, on_removed)
+
+
+def remove_images(cri: RuntimeClient, tracker: ImageTracker, plan: ImagePlan, log: Log,
+                  on_removed: Callable[[], None]) -> int:
+    """Remove the plan's images; the bytes freed (an image that fails to go is logged)."""
     freed = 0
     for img in plan.remove:
         try:
@@ -140,7 +168,7 @@ def image_gc_pass(cri: RuntimeClient, tracker: ImageTracker, pleg: Mapping[str, 
         tracker.records.pop(img.id, None)
         log.info("imagegc.image.removed", image=img.id, tags=list(img.repo_tags),
                  size=int(img.size))
-    return plan, freed
+    return freed
 
 
 @dataclass(frozen=True)
@@ -151,13 +179,16 @@ class ContainerPlan:
 
 def plan_container_gc(containers: list[pb.Container], sandboxes: list[pb.PodSandbox],
                       desired: Collection[str] | None,
-                      owned: Callable[[str], bool] = lambda _uid: True) -> ContainerPlan:
+                      owned: Callable[[str], bool] = lambda _uid: True,
+                      terminated: Collection[str] = ()) -> ContainerPlan:
     """At most ``KEEP_DEAD_PER_CONTAINER`` dead (exited) containers per pod container besides
     the running one, none for pods no longer desired; dead sandboxes of pods no longer desired
     once they hold no container, and dead sandboxes older than a pod's newest. ``desired``
     None: not known yet (the replica has no snapshot): only the per-container rule applies.
     ``owned``: the pods this agent may collect (on a runtime shared with other clients, only
-    the pods it made)."""
+    the pods it made). ``terminated``: pods whose worker is done (Succeeded, Failed) whose
+    dead containers and sandboxes all go too: the kubelet's ``DeleteAllUnusedContainers``
+    (``evictTerminatedPods``), asked by the eviction manager's reclaim."""
     groups: dict[tuple[str, str], list[pb.Container]] = {}
     for c in containers:
         uid = c.labels.get(POD_UID, "")
@@ -167,7 +198,8 @@ def plan_container_gc(containers: list[pb.Container], sandboxes: list[pb.PodSand
     remove: list[pb.Container] = []
     for (uid, _), dead in groups.items():
         dead.sort(key=lambda c: c.created_at, reverse=True)
-        keep = 0 if desired is not None and uid not in desired else KEEP_DEAD_PER_CONTAINER
+        gone_pod = (desired is not None and uid not in desired) or uid in terminated
+        keep = 0 if gone_pod else KEEP_DEAD_PER_CONTAINER
         remove += dead[keep:]
     gone = {c.id for c in remove}
     holding = {c.pod_sandbox_id for c in containers if c.id not in gone}
@@ -180,7 +212,8 @@ def plan_container_gc(containers: list[pb.Container], sandboxes: list[pb.PodSand
         uid = s.labels.get(POD_UID, "") or s.metadata.uid
         if not uid or s.state != pb.SANDBOX_NOTREADY or s.id in holding or not owned(uid):
             continue
-        if (desired is not None and uid not in desired) or s.created_at < newest[uid]:
+        if (desired is not None and uid not in desired) or uid in terminated \
+                or s.created_at < newest[uid]:
             dead_boxes.append(s)
     return ContainerPlan(remove, dead_boxes)
 
@@ -193,9 +226,13 @@ def owned_by(pod_logs_dir: Path) -> Callable[[str], bool]:
 
 
 def container_gc_pass(cri: RuntimeClient, desired: Collection[str] | None, log: Log,
-                      owned: Callable[[str], bool] = lambda _uid: True) -> ContainerPlan:
-    """Remove what ``plan_container_gc`` names, each container with its log file."""
-    plan = plan_container_gc(cri.list_containers(), cri.list_pod_sandbox(), desired, owned)
+                      owned: Callable[[str], bool] = lambda _uid: True,
+                      terminated: Collection[str] = ()) -> tuple[ContainerPlan, int, int]:
+    """Remove what ``plan_container_gc`` names, each container with its log file; returns
+    (the plan, containers removed, sandboxes removed)."""
+    plan = plan_container_gc(cri.list_containers(), cri.list_pod_sandbox(), desired, owned,
+                             terminated)
+    removed = boxes = 0
     for c in plan.containers:
         path = ""
         with contextlib.suppress(CriError):
@@ -209,6 +246,7 @@ def container_gc_pass(cri: RuntimeClient, desired: Collection[str] | None, log: 
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        removed += 1
         log.info("imagegc.container.removed", container_id=c.id,
                  pod_uid=c.labels.get(POD_UID, ""), container=c.metadata.name)
     for s in plan.sandboxes:
@@ -218,6 +256,7 @@ def container_gc_pass(cri: RuntimeClient, desired: Collection[str] | None, log: 
             log.warning("imagegc.sandbox.remove_failed", sandbox_id=s.id,
                         pod_uid=s.metadata.uid, error=err.message)
             continue
+        boxes += 1
         log.info("imagegc.sandbox.removed", sandbox_id=s.id, pod_uid=s.metadata.uid,
                  pod=f"{s.metadata.namespace}/{s.metadata.name}")
-    return plan
+    return plan, removed, boxes

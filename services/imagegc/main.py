@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import cast
 
 from podvisor.common.child import ChildContext
 from podvisor.common.endpoint import cri_endpoint, is_embedded
 from podvisor.common.service import ServiceLoop
-from podvisor.ipc.maps import DESIRED, PLEG
+from podvisor.ipc.maps import DESIRED, PLEG, DesiredPod
+from podvisor.ipc.messages import ReclaimNodeResources
 from podvisor.services.cri import OnDemandRuntimeClient, RuntimeClient, new_runtime_client
 from podvisor.services.events import EventPublisher, Recorder
 from podvisor.services.imagegc.gc import owned_by
@@ -30,6 +32,7 @@ def run(ctx: ChildContext) -> None:
     loop = ServiceLoop(ctx)
     pleg = loop.replica(PLEG)
     desired = loop.replica(DESIRED)
+    pub = loop.publisher()
     gc = ImageGC(cri, usage_source(cri, os.environ), ctx.log,
                  EventSink(recorder.record, lambda: recorder.flush(publisher)), cfg.node_name,
                  cfg.image_gc_high_threshold_percent, cfg.image_gc_low_threshold_percent,
@@ -40,6 +43,29 @@ def run(ctx: ChildContext) -> None:
                  else owned_by(ctx.paths.pod_logs_dir))
     gc.log_limits = (cfg.container_log_max_size, cfg.container_log_max_files)
     gc.stamp = lambda: time.strftime(STAMP, time.gmtime(clock.wall()))
+
+    def on_bus() -> None:
+        """The eviction manager's ``ReclaimNodeResources``: reclaim now, answer (a request
+        before the maps' first snapshots waits: it is published again)."""
+        while (env := sub.recv(0)) is not None:
+            request = env.message
+            if not isinstance(request, ReclaimNodeResources) or not (pleg.synced
+                                                                      and desired.synced):
+                continue
+            pods = desired.items()
+            # pods the sync loop never starts anything of again: failed for good (evicted,
+            # past their deadline, a node shutdown's). A Succeeded pod's dead containers stay:
+            # their history is what tells the sync loop not to run them again
+            terminated = {uid for uid, d in pods.items() if isinstance(d, DesiredPod)
+                          and (d.failed or d.worker == "terminated")}
+            try:
+                answer = gc.reclaim(clock.monotonic(), request, pleg.items(), set(pods),
+                                    terminated)
+            finally:
+                on_demand.release()
+            pub.publish(replace(answer, ts=clock.wall()))
+
+    sub = loop.subscriber([ReclaimNodeResources.TOPIC], on_bus)
 
     def step(now: float) -> float | None:
         publisher.pump()

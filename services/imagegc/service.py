@@ -17,12 +17,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
+from podvisor.ipc.messages import NodeResourcesReclaimed, ReclaimNodeResources
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.imagegc.gc import (
     ImageTracker,
     Log,
     Usage,
     container_gc_pass,
+    delete_unused_images,
     image_gc_pass,
 )
 from podvisor.services.imagegc.logrotate import ROTATE_PERIOD, rotate_pass
@@ -76,6 +78,7 @@ class ImageGC:
         self.next_rotation = 0.0
         self.next_container_gc = 0.0
         self.next_image_gc = 0.0
+        self.last_reclaim: NodeResourcesReclaimed | None = None
         self.metrics_path = metrics_path
         self.registry = CollectorRegistry()
         self.failures = Counter("podvisor_image_gc_failures", "image GC passes that could not "
@@ -108,6 +111,40 @@ class ImageGC:
             # a container's failure is logged and skipped inside (no listing call to fail)
             rotate_pass(self.cri, pleg, *self.log_limits, self.stamp(), self.log)
         return min(self.next_container_gc, self.next_image_gc, self.next_rotation)
+
+    def reclaim(self, now: float, request: ReclaimNodeResources, pleg: Mapping[str, Any],
+                desired: Collection[str], terminated: Collection[str]
+                ) -> NodeResourcesReclaimed:
+        """The eviction manager's node-level reclaim, in the kubelet's order: every unused
+        dead container (all of those of ``terminated`` and removed pods), then every unused
+        image. A request already answered (its ``id``) is answered again, not redone."""
+        if self.last_reclaim is not None and self.last_reclaim.id == request.id:
+            return self.last_reclaim
+        self.log.info("imagegc.reclaim.begin", request=request.id, signal=request.signal)
+        containers = boxes = images = freed = 0
+        errors: list[str] = []
+        if request.containers:
+            try:
+                _, containers, boxes = container_gc_pass(self.cri, desired, self.log,
+                                                         self.owned, terminated)
+            except CriError as err:
+                errors.append(f"container GC: {err.message}")
+        if request.images:
+            try:
+                plan, freed = delete_unused_images(self.cri, self.tracker, pleg, self.min_age,
+                                                   now, self.log,
+                                                   self.collected.labels("space").inc)
+                images = sum(1 for img in plan.remove if img.id not in self.tracker.records)
+                self.freed.inc(freed)
+            except CriError as err:
+                errors.append(f"image GC: {err.message}")
+        answer = NodeResourcesReclaimed(id=request.id, containers=containers,
+                                        sandboxes=boxes, images=images, image_bytes=freed,
+                                        errors="; ".join(errors))
+        self.log.info("imagegc.reclaim.done", request=request.id, containers=containers,
+                      sandboxes=boxes, images=images, image_bytes=freed, errors=answer.errors)
+        self.last_reclaim = answer
+        return answer
 
     def image_pass(self, now: float, pleg: Mapping[str, Any]) -> None:
         try:

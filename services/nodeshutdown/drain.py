@@ -70,6 +70,8 @@ class Drain:
         for uid, desired in sorted(pods.items()):
             if desired.worker == "terminated" and not desired.failed:
                 continue  # already ended (Succeeded, or stopped): nothing to terminate
+            if not desired.admitted:
+                continue  # refused at admission (NodeShutdown, say): it never ran
             spec = pod_from_wire(desired.pod).spec
             if group_of(self.groups, spec.priority) == self.current:
                 self.members.append(uid)

@@ -192,6 +192,13 @@ def compute_pod_status(
     if prev_phase in TERMINAL:
         phase = str(prev_phase)
     ips = pod_ips(spec.host_network, ready_sb or sandboxes, hosts)
+    if prev_phase in TERMINAL and before is not None:
+        # a terminal pod's containers and sandbox may be removed (the eviction manager's
+        # reclaim: container GC of terminated pods): it keeps what it last reported
+        init = _kept(init, before.init_container_statuses, records)
+        regular = _kept(regular, before.container_statuses, records)
+        if not sandboxes and before.pod_ips:
+            ips = list(before.pod_ips)
     external = external_conditions(pod.status)
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
@@ -210,6 +217,13 @@ def compute_pod_status(
         init_container_statuses=tuple(init), ephemeral_container_statuses=tuple(ephemeral),
         conditions=(*external, *stamp(own, before, now)))
     return with_version(status, ref, previous)
+
+
+def _kept(now: list[ContainerStatus], before: Sequence[ContainerStatus],
+          records: Mapping[str, list[PlegContainer]]) -> list[ContainerStatus]:
+    """Each status of a container the runtime no longer holds: its previous one."""
+    prev = {cs.name: cs for cs in before}
+    return [prev.get(cs.name, cs) if not records.get(cs.name) else cs for cs in now]
 
 
 def _init_status(c: Container, records: Mapping[str, list[PlegContainer]],

@@ -131,11 +131,19 @@ def pressure_rejection(pod: Pod, conditions: Sequence[str]) -> Rejection | None:
     return Rejection("Evicted", f"The node had condition: [{' '.join(conditions)}]. ")
 
 
+# the kubelet's nodeshutdown manager's Admit (nodeShutdownNotAdmittedReason/Message)
+NODE_SHUTDOWN_REJECTED = Rejection("NodeShutdown",
+                                   "Pod was rejected as the node is shutting down.")
+
+
 def admit(pod: Pod, admitted: Iterable[Pod], capacity: Capacity | None = None,
-          pressure: Sequence[str] = ()) -> Rejection | None:
+          pressure: Sequence[str] = (), shutting_down: bool = False) -> Rejection | None:
     """Check ``pod`` against the pods already admitted on this node (and, with ``capacity``,
     against the Node's allocatable; with ``pressure``, the node conditions the eviction
-    manager holds True)."""
+    manager holds True; ``shutting_down``: a graceful node shutdown is under way, the
+    ``node-shutdown`` map's ``active``). The checks go in the kubelet's handler order:
+    eviction's, the resource fit and host ports, then the node shutdown manager's (which
+    refuses every pod, a critical or static one too)."""
     if (rejection := pressure_rejection(pod, pressure)) is not None:
         return rejection
     if capacity is not None:
@@ -150,4 +158,6 @@ def admit(pod: Pod, admitted: Iterable[Pod], capacity: Capacity | None = None,
     if conflicts := _port_conflicts(pod, admitted):
         return Rejection("HostPortConflict",
                          "host port(s) already in use on this node: " + ", ".join(conflicts))
+    if shutting_down:
+        return NODE_SHUTDOWN_REJECTED
     return None

@@ -96,6 +96,9 @@ class LoopDeps:
     # the node conditions the eviction manager holds True (the ``pressure`` map): admission
     # refuses pods under them as the kubelet's eviction admit handler
     pressure: Callable[[], Sequence[str]] = lambda: ()
+    # a graceful node shutdown is under way (the ``node-shutdown`` map): admission refuses
+    # every new pod as the kubelet's node shutdown manager (reason NodeShutdown)
+    shutting_down: Callable[[], bool] = lambda: False
     # kubelet_pod_worker_duration_seconds: (operation_type, seconds) per finished work, and
     # kubelet_restarted_pods_total: (static) per pod restarted under the same UID (metrics.py)
     observe_work: Callable[[str, float], None] = lambda operation, seconds: None
@@ -211,7 +214,8 @@ class SyncLoop:
         admitted = (w.pod for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
                     and w.state is WorkerState.SYNCING and not w.failed)  # (filterOutInactivePods)
-        rejection = admit(pod, admitted, self.deps.capacity, self.deps.pressure())
+        rejection = admit(pod, admitted, self.deps.capacity, self.deps.pressure(),
+                          self.deps.shutting_down())
         if rejection is None:
             if (w := self.deps.table.get(pod.uid)) is not None and not w.admitted:
                 del self.deps.table.workers[pod.uid]

@@ -33,6 +33,8 @@ from podvisor.common.pool import ElasticPool
 from podvisor.common.service import ServiceLoop, WakePipe
 from podvisor.ipc.maps import (
     DESIRED,
+    NODE_SHUTDOWN,
+    NODE_SHUTDOWN_KEY,
     POD_SET_KEY,
     PRESSURE,
     PRESSURE_KEY,
@@ -310,7 +312,7 @@ class SyncLoopService:
             changed_runtime=self.hint.set,
             capacity=admission_capacity(sync.node, cfg) if cfg.kubeconfig else None,
             observe_work=metrics.observe_work, restarted=metrics.restarted,
-            pressure=self._pressure))
+            pressure=self._pressure, shutting_down=self._shutting_down))
         self.cache = sync.cache
         self.stops, self.seen = new_stop_watcher(sync.cri, ctx.log), SeenStops()
         self.stopping = _Stopping()
@@ -326,6 +328,9 @@ class SyncLoopService:
         # the eviction manager's node conditions (admission); never waited for: without the
         # eviction process (or before its first pass) no pressure is known
         self.pressure_map = self.service.replica(PRESSURE)
+        # a graceful node shutdown under way (admission refuses new pods, reason NodeShutdown);
+        # never waited for either: without the nodeshutdown process there is none
+        self.shutdown_map = self.service.replica(NODE_SHUTDOWN)
         self.handlers: dict[type[Message], Callable[[Any, float], None]] = {
             PodLifecycleEvent: self._on_pleg_event,
             StopAllPods: self._on_stop_all,
@@ -373,6 +378,10 @@ class SyncLoopService:
     def _pressure(self) -> tuple[str, ...]:
         value = self.pressure_map.get(PRESSURE_KEY)
         return value.conditions if value is not None else ()
+
+    def _shutting_down(self) -> bool:
+        value = self.shutdown_map.get(NODE_SHUTDOWN_KEY)
+        return value is not None and value.active
 
     def _on_fail_pod(self, request: FailPod, now: float) -> None:
         """Another process fails a pod for good (eviction's reason Evicted, say)."""

@@ -391,8 +391,11 @@ class _Run:
         try:
             self.pull(c.image)
         except CriError as err:
-            done = deps.mono()
-            deps.image_backoff.record_restart(key, done, done)
+            if err.unavailable:  # the runtime went away: no fault of the image, no back-off;
+                self.runtime_down = True  # retried as soon as the runtime answers again
+            else:
+                done = deps.mono()
+                deps.image_backoff.record_restart(key, done, done)
             self.fail(c.name, ERR_IMAGE_PULL, f'Failed to pull image "{c.image}": '
                                               f"{err.message}")
             return False

@@ -40,6 +40,8 @@ import psutil
 import pytest
 from cri_api.v1 import api_pb2, api_pb2_grpc
 
+from podvisor.testing.agent import remove_cgroup_tree
+
 ENV_ENDPOINT = "PODVISOR_CONTAINERD_ENDPOINT"
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "containerd"
 DEFAULT_IMAGE = "localhost/podvisor/busybox:1"
@@ -123,16 +125,7 @@ def instance_shims(handle: ContainerdHandle) -> list[int]:
 
 def remove_pod_cgroup(pod_cgroup_parent: str) -> None:
     """Remove a pod's (empty) cgroup folders in every hierarchy: containerd 1.6 leaves them."""
-    relative = pod_cgroup_parent.strip("/")
-    if not relative or ".." in relative.split("/"):
-        raise ValueError(f"refusing to remove cgroup {pod_cgroup_parent!r}")
-    for folder in [CGROUP_ROOT / relative, *CGROUP_ROOT.glob(f"*/{relative}")]:
-        # bottom up; os.walk, not rglob: a folder the runtime removes meanwhile is skipped
-        # (rglob raised FileNotFoundError for it)
-        for here, dirs, _files in os.walk(folder, topdown=False):
-            for name in dirs:
-                _rmdir_quietly(Path(here) / name)
-        _rmdir_quietly(folder)
+    remove_cgroup_tree(pod_cgroup_parent, CGROUP_ROOT)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -151,11 +144,6 @@ def _arg(argv: list[str], flag: str) -> str | None:
         if value == flag:
             return argv[i + 1]
     return None
-
-
-def _rmdir_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not empty (processes in it) or gone: leave it
-        path.rmdir()
 
 
 @functools.cache

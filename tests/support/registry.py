@@ -118,3 +118,16 @@ def registries(base: Path) -> Iterator[tuple[Registry, Registry]]:
     finally:
         anon.proc.terminate()
         anon.proc.wait(10)
+
+
+def push_bulky_image(reg: Registry, base: Path, name: str, size: int) -> None:
+    """Push ``name`` to ``reg``: one layer holding ``size`` random bytes (incompressible, so
+    the image takes about twice ``size`` in a runtime's store: the blob and the unpacked
+    layer)."""
+    import os
+
+    build = _build_images()
+    entries = [*build.base_entries(), build.Entry("bulk", 0o644, os.urandom(size))]
+    archive = base / "bulky.tar"
+    archive.write_bytes(build.image_layout(f"localhost/{name}", entries, {"Cmd": ["sh"]}))
+    _push(reg, archive, name)

@@ -197,3 +197,52 @@ def test_step_deadline_includes_the_next_rotation_when_it_is_not_due(tmp_path: A
     assert gc.step(1.0, {}, None) == ROTATE_PERIOD  # not due: still the rotation's time
     gc.log_limits = None
     assert gc.step(2.0, {}, None) == gc.next_container_gc
+
+
+def test_reclaim_for_eviction_removes_every_dead_container_of_terminated_pods() -> None:
+    """The kubelet's ``DeleteAllUnusedContainers`` (the eviction manager's reclaim): a
+    terminated pod keeps no dead container nor dead sandbox; a running pod keeps its newest
+    dead one per container as always."""
+    E, R = pb.CONTAINER_EXITED, pb.CONTAINER_RUNNING
+    containers = [ctr("r", "u1", "app", R, 50), ctr("d1", "u1", "app", E, 40),
+                  ctr("d2", "u1", "app", E, 30),
+                  ctr("t1", "done", "app", E, 20, "s5"), ctr("t2", "done", "app", E, 10, "s5")]
+    sandboxes = [box("s1", "u1", True, 10), box("s5", "done", False, 5)]
+    plan = plan_container_gc(containers, sandboxes, {"u1", "done"})
+    assert sorted(c.id for c in plan.containers) == ["d2", "t2"]
+    assert plan.sandboxes == []
+    plan = plan_container_gc(containers, sandboxes, {"u1", "done"}, terminated={"done"})
+    assert sorted(c.id for c in plan.containers) == ["d2", "t1", "t2"]
+    assert [s.id for s in plan.sandboxes] == ["s5"]
+
+
+def test_reclaim_removes_unused_containers_then_every_unused_image_and_answers_once(
+        tmp_path: Any) -> None:
+    """``ImageGC.reclaim``: the dead container of a terminated pod goes, then every unused
+    image whatever the usage (not one in use, pinned or younger than the minimum age); the
+    answer names the request, and the same request again is answered, not redone."""
+    from podvisor.ipc.messages import ReclaimNodeResources
+
+    cri = FakeRuntimeClient()
+    cri.images.update({"sha256:a": img("a", 100), "sha256:b": img("b", 200),
+                       "sha256:c": img("c", 300, pinned=True)})
+    sid = cri.run_pod_sandbox(pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(
+        name="p", namespace="d", uid="done"), labels={"io.kubernetes.pod.uid": "done"}))
+    cid = cri.create_container(sid, pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image="r/a:1"),
+        labels={"io.kubernetes.pod.uid": "done", "io.kubernetes.container.name": "c"}),
+        pb.PodSandboxConfig())
+    cri.start_container(cid)
+    cri.stop_container(cid, 0)
+    cri.stop_pod_sandbox(sid)
+    gc = ImageGC(cri, lambda: Usage(1000, 10), MemoryLogger(),  # 1 %: no threshold met
+                 EventSink(lambda t, r, m, o: None, lambda: None), "node", 85, 80, 0.0,
+                 tmp_path / "imagegc.prom")
+    request = ReclaimNodeResources(id="r1", signal="nodefs.available")
+    answer = gc.reclaim(5.0, request, {}, {"done"}, {"done"})
+    assert (answer.id, answer.containers, answer.sandboxes) == ("r1", 1, 1)
+    # a, b and the fake's own "host" image (size 0); c is pinned
+    assert (answer.images, answer.image_bytes, answer.errors) == (3, 300, "")
+    assert [i.id for i in cri.list_images()] == ["sha256:c"]  # pinned stays
+    assert cri.list_containers() == []
+    assert gc.reclaim(6.0, request, {}, {"done"}, {"done"}) is answer

@@ -95,3 +95,17 @@ def test_a_group_of_no_time_still_gets_its_requests() -> None:
 def test_no_pods_means_done_at_once() -> None:
     drain = Drain(GROUPS, started=0.0)
     assert drain.step(0.0, {}) == [] and drain.done
+
+
+def test_a_pod_refused_at_admission_is_not_part_of_any_group() -> None:
+    """A pod that arrived during the drain and was refused (reason NodeShutdown) never ran:
+    no FailPod for it, and its group does not wait for it."""
+    pods = {"low": desired("low"),
+            "late": replace(desired("late"), admitted=False, reason="NodeShutdown")}
+    drain = Drain(GROUPS, started=100.0)
+    assert [r.uid for r in drain.step(100.0, pods)] == ["low"]
+    assert drain.members == ["low"]
+    pods["low"] = replace(pods["low"], failed=True, reason=NODE_SHUTDOWN_REASON,
+                          worker="terminated")
+    drain.step(101.0, pods)
+    assert drain.done

@@ -172,6 +172,21 @@ def test_terminal_phase_never_goes_back() -> None:
     assert gone["phase"] == "Failed"
 
 
+def test_a_terminal_pod_whose_containers_were_removed_keeps_what_it_reported() -> None:
+    """The eviction manager's reclaim removes a Succeeded pod's dead container and sandbox
+    (container GC of terminated pods): its status keeps the terminated container state and
+    the pod IP it reported, not a "ContainerCreating" waiting state."""
+    d = desired(pod(policy="Never"), worker="terminated")
+    done = computed(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=0), sandbox="SANDBOX_NOTREADY"),
+                    None, T0)
+    assert done["phase"] == "Succeeded"
+    removed = computed(d, None, done, T0 + 1)
+    assert removed["phase"] == "Succeeded"
+    assert removed["containerStatuses"] == done["containerStatuses"]
+    assert removed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert removed["podIP"] == done["podIP"] == "10.0.0.5"
+
+
 def test_mixed_containers_some_running_is_running() -> None:
     p = pod([{"name": "a", "image": "host"}, {"name": "b", "image": "host"}], policy="Never")
     s = computed(desired(p), pleg(ctr("c1", name="a"),

@@ -72,3 +72,19 @@ def test_under_node_pressure_new_pods_are_refused_as_the_kubelets_eviction_admit
         "priority": 2000001000, "containers": [{"name": "c", "image": "i"}]}}).pod
     assert admit(critical, [], pressure=("DiskPressure",)) is None
     assert admit(besteffort, [], pressure=()) is None
+
+
+def test_while_the_node_shuts_down_every_new_pod_is_refused_as_the_kubelets_shutdown_manager(
+) -> None:
+    """The kubelet's nodeshutdown ``Admit``: reason NodeShutdown, its message; a critical pod
+    too (no exemption there), and after the other handlers (a host port clash says so)."""
+    critical = pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "k", "namespace": "kube-system", "uid": "k"}, "spec": {
+        "priority": 2000001000, "containers": [{"name": "c", "image": "i"}]}}).pod
+    for p in (pod("be"), pod("bu", cpu="100m", memory="64Mi"), critical):
+        refused = admit(p, [], CAP, shutting_down=True)
+        assert refused is not None and (refused.reason, refused.message) == (
+            "NodeShutdown", "Pod was rejected as the node is shutting down.")
+    assert admit(pod("be"), [], CAP, shutting_down=False) is None
+    full = admit(pod("d"), [pod("a"), pod("b"), pod("c")], CAP, shutting_down=True)
+    assert full is not None and full.reason == "OutOfpods"  # the resource fit comes first

@@ -120,6 +120,35 @@ def test_missing_tag_err_image_pull_then_back_off_growing(tmp_path: Path) -> Non
                                  "manifest unknown: manifest unknown") in h.events()
 
 
+@pytest.mark.parametrize("code,message", [
+    (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"),
+    (grpc.StatusCode.UNKNOWN, "Stream removed"),  # the runtime killed during the pull
+])
+def test_a_pull_cut_off_by_the_runtime_going_away_is_no_back_off(
+        tmp_path: Path, code: grpc.StatusCode, message: str) -> None:
+    """Issue 22: the runtime's crash is not the image's fault. The sync says the runtime is
+    down (retried at the runtime's back-off, as soon as it answers) and the next sync pulls
+    again, with no ImagePullBackOff; a real failure still backs off."""
+    h = Harness(tmp_path, {"reg.local/app:1"})
+    real_pull = h.cri.pull_image
+    cut = [True]
+
+    def pull(image: str, *args: Any, **kwargs: Any) -> str:
+        if cut.pop() if cut else False:
+            h.cri.pulls.append(image)
+            raise CriError("PullImage", code, message)
+        return real_pull(image, *args, **kwargs)
+
+    h.cri.pull_image = pull  # type: ignore[method-assign]
+    p = pod("reg.local/app:1")
+    r = sync_pod(h.deps, p)
+    assert r.waiting["c"].reason == "ErrImagePull" and r.runtime_down
+    r = sync_pod(h.deps, p)  # at once: no back-off recorded
+    assert r.ok and h.cri.pulls == ["reg.local/app:1", "reg.local/app:1"]
+    assert CriError("PullImage", code, message).unavailable
+    assert not CriError("PullImage", grpc.StatusCode.UNKNOWN, "no such image").unavailable
+
+
 def test_never_and_invalid_names(tmp_path: Path) -> None:
     h = Harness(tmp_path, set())
     r = sync_pod(h.deps, pod("reg.local/app:1", "Never"))
