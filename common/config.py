@@ -225,6 +225,9 @@ TOP_KEYS: tuple[Key, ...] = (
     # [issue 25] the volume manager (process `volumes`)
     Key("volumeStatsAggPeriod", "volume_stats_agg_period", DURATION,
         "how often the mounted volumes' usage is read (/stats/summary's volume entries)"),
+    Key("volumePluginDir", "volume_plugin_dir", STR,  # [issue 24] FlexVolume drivers
+        "the FlexVolume drivers' folder: <vendor~driver>/<driver> executables, probed by the "
+        "volumes process"),
     # [issue 26] TLS bootstrap and certificate rotation (process `certificates`)
     Key("bootstrapKubeconfig", "bootstrap_kubeconfig", STR,
         "kubeconfig with a bootstrap token: when `kubeconfig` is missing or its certificate "
@@ -510,6 +513,7 @@ class Config:
     config_map_and_secret_change_detection_strategy: str = "Watch"
     api_object_cache_ttl: float = 10.0
     volume_stats_agg_period: float = 60.0  # [issue 25] volumeStatsAggPeriod (1m)
+    volume_plugin_dir: str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
     # [issue 26] TLS bootstrap and rotation; the Node's settings
     bootstrap_kubeconfig: str = ""
     cert_dir: str = ""

@@ -131,7 +131,8 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("certificates", "podvisor.services.certificates.main", _certificates),
     Builtin("source-api", "podvisor.services.sources.api_main", _has_kubeconfig),
     Builtin("node", "podvisor.services.node.main", _registers_node),
-    Builtin("volumes", "podvisor.services.volumes.main", _has_kubeconfig),
+    # [issue 24] always: static pods' nfs/iscsi/fc/flexVolume volumes are mounted by it too
+    Builtin("volumes", "podvisor.services.volumes.main"),
     Builtin("nodeshutdown", "podvisor.services.nodeshutdown.main", _node_shutdown),
     Builtin("status-api", "podvisor.services.status.api_main", _has_kubeconfig),
     Builtin("events-api", "podvisor.services.events.api_main", _has_kubeconfig),

@@ -26,6 +26,7 @@ from podvisor.services.pod.container import (
 )
 from podvisor.services.pod.dns import PodDNS
 from podvisor.services.pod.security import PodSecurityContext
+from podvisor.services.pod.volume_plugins import PluginVolume
 
 CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
 CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
@@ -171,9 +172,9 @@ class CSIVolume:
 
 
 # the sources the ``volumes`` process mounts (the others are files the sync loop writes)
-MountedSource = ClaimVolume | EphemeralVolume | CSIVolume
+MountedSource = ClaimVolume | EphemeralVolume | CSIVolume | PluginVolume
 VolumeSource = (EmptyDirVolume | HostPathVolume | DownwardAPIVolume | ApiVolume | ClaimVolume
-                | EphemeralVolume | CSIVolume)
+                | EphemeralVolume | CSIVolume | PluginVolume)
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,9 @@ class Volume:
 
     @property
     def mounted(self) -> bool:
-        """Whether the ``volumes`` process mounts it (a claim, an ephemeral or a csi volume)."""
-        return isinstance(self.source, ClaimVolume | EphemeralVolume | CSIVolume)
+        """Whether the ``volumes`` process mounts it (a claim, an ephemeral or a csi volume, and
+        the plugins' nfs, iscsi, fc and flexVolume)."""
+        return isinstance(self.source, MountedSource)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from podvisor.services.pod.model import (
 )
 from podvisor.services.pod.parse_claims import parse_claim, parse_csi, parse_ephemeral
 from podvisor.services.pod.parse_container import EPHEMERAL, INIT, REGULAR, parse_container
+from podvisor.services.pod.parse_plugins import parse_plugin_volume
 from podvisor.services.pod.parse_security import parse_pod_security
 
 _DEFAULT_SERVICE_ACCOUNTS = ("", "default")
@@ -280,7 +281,7 @@ def _parse_volumes(f: Findings, m: Mapping[str, Any], path: str,
 
 def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
                          container_names: frozenset[str]) -> VolumeSource | None:
-    kinds = ("emptyDir", "hostPath", "downwardAPI",
+    kinds = ("emptyDir", "hostPath", "downwardAPI", *policy.PLUGIN_VOLUME_KINDS,
              *(policy.API_VOLUME_KINDS + policy.MOUNTED_VOLUME_KINDS if f.api_objects else ()))
     present = [k for k in kinds if v.get(k) is not None or k in v]
     if not present and not any(e.field.startswith(where) for e in f.errors):
@@ -304,6 +305,8 @@ def _parse_volume_source(f: Findings, v: Mapping[str, Any], where: str,
         return parse_ephemeral(f, body, join(where, kind))
     if kind == "csi":
         return parse_csi(f, body, join(where, kind))
+    if kind in policy.PLUGIN_VOLUME_KINDS:
+        return parse_plugin_volume(f, kind, body, join(where, kind))
     if kind == "hostPath":
         check_fields(f, body, join(where, kind), policy.HOST_PATH_KNOWN, {})
         host_path = get_str(f, body, "path", join(where, kind), required=True)

@@ -140,7 +140,10 @@ RESOURCES_UNSUPPORTED = {"claims": _reject(f"{_API} (ResourceClaim)")}
 EPHEMERAL_STORAGE = "ephemeral-storage"  # enforced by eviction (services/eviction), as the kubelet
 HUGEPAGES_PREFIX = "hugepages-"  # passed to the runtime (CRI hugepage_limits): enforced or refused
 
-VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI"})
+# [issue 24] the kubelet's volume plugins for network and driver volumes, mounted by the
+# ``volumes`` process (static pods too: they name no API object, but for a secretRef)
+PLUGIN_VOLUME_KINDS = ("nfs", "iscsi", "fc", "flexVolume")
+VOLUME_KNOWN = frozenset({"name", "emptyDir", "hostPath", "downwardAPI", *PLUGIN_VOLUME_KINDS})
 VOLUME_UNSUPPORTED = {
     "secret": _reject(f"{_API} (Secret volume)"),
     "configMap": _reject(f"{_API} (ConfigMap volume)"),
@@ -152,9 +155,9 @@ VOLUME_UNSUPPORTED = {
                          "ephemeral-volume controller, for API pods only)"),
     "csi": _reject(f"{_API} (inline csi volume: it needs its driver's CSIDriver object)"),
 }
-VOLUME_UNKNOWN_REASON = ("unsupported volume type (podvisor supports emptyDir, hostPath and "
-                         "downwardAPI; API pods also configMap, secret, projected, "
-                         "persistentVolumeClaim, ephemeral and csi)")
+VOLUME_UNKNOWN_REASON = ("unsupported volume type (podvisor supports emptyDir, hostPath, "
+                         "downwardAPI, nfs, iscsi, fc and flexVolume; API pods also configMap, "
+                         "secret, projected, persistentVolumeClaim, ephemeral and csi)")
 # [issue 15] API pods: the API-backed volume sources and env sources
 API_VOLUME_KINDS = ("configMap", "secret", "projected")
 # [issue 25] API pods: the volumes the ``volumes`` process mounts
@@ -164,6 +167,15 @@ EPHEMERAL_KNOWN = frozenset({"volumeClaimTemplate"})
 CLAIM_TEMPLATE_KNOWN = frozenset({"metadata", "spec"})
 CSI_VOLUME_KNOWN = frozenset({"driver", "readOnly", "fsType", "volumeAttributes",
                               "nodePublishSecretRef"})
+NFS_KNOWN = frozenset({"server", "path", "readOnly"})
+ISCSI_KNOWN = frozenset({"targetPortal", "iqn", "lun", "iscsiInterface", "fsType", "readOnly",
+                         "portals", "chapAuthDiscovery", "chapAuthSession", "initiatorName"})
+FC_KNOWN = frozenset({"targetWWNs", "lun", "wwids", "fsType", "readOnly"})
+FLEX_VOLUME_KNOWN = frozenset({"driver", "fsType", "readOnly", "options"})
+# a Secret named by an iscsi or flexVolume volume: API pods only (the API server refuses a
+# mirror pod that references a Secret)
+SECRET_REF = "secretRef"
+PLUGIN_SECRET_UNSUPPORTED = {SECRET_REF: _reject(f"{_API} (Secret via secretRef)")}
 API_VALUE_FROM = ("configMapKeyRef", "secretKeyRef")
 CONFIG_MAP_VOLUME_KNOWN = frozenset({"name", "items", "defaultMode", "optional"})
 SECRET_VOLUME_KNOWN = frozenset({"secretName", "items", "defaultMode", "optional"})

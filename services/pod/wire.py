@@ -86,6 +86,7 @@ from podvisor.services.pod.security import (
     SupplementalGroupsPolicy,
     Sysctl,
 )
+from podvisor.services.pod.volume_plugins import plugin_volume_from_wire
 
 _API_VOLUME_KINDS = ("configMap", "secret", "projected")
 _API_REF_KINDS = ("configMapKeyRef", "secretKeyRef")
@@ -219,6 +220,8 @@ def _volume(v: Mapping[str, Any]) -> Volume:
                            dict(c.get("volumeAttributes", {})),
                            c["nodePublishSecretRef"]["name"] if "nodePublishSecretRef" in c
                            else "")
+    elif (plugin := plugin_volume_from_wire(v)) is not None:
+        source = plugin
     else:
         kind = _one_of(v, _API_VOLUME_KINDS)
         source = ApiVolume(kind, dict(v[kind]))

@@ -323,8 +323,9 @@ class SyncLoopService:
         self.sources = [self.service.replica(pods_map(src), self._feeder(src))
                         for src in sorted(_sources(ctx))]
         self.service.replica(PROBES, self._on_probes)
-        if cfg.kubeconfig:  # the volumes process runs: pods with claims wait for its mounts
-            self.service.replica(VOLUMES, self._on_volumes)
+        # the volumes process: pods with mounted volumes (claims, csi, nfs, iscsi, fc,
+        # flexVolume) wait for its mounts
+        self.service.replica(VOLUMES, self._on_volumes)
         # the eviction manager's node conditions (admission); never waited for: without the
         # eviction process (or before its first pass) no pressure is known
         self.pressure_map = self.service.replica(PRESSURE)

@@ -32,7 +32,10 @@ from podvisor.services.syncloop.initactions import LIVENESS_FAILED, STARTUP_FAIL
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
 MIN_KILL_GRACE = 2
-MANAGED = ("kubernetes.io~csi", "kubernetes.io~local-volume")  # the volume manager's folders
+# the volume manager's folders (issue 24: the volume plugins' too; a FlexVolume driver's is its
+# ``vendor~driver`` name, any folder not named ``kubernetes.io~...``)
+MANAGED = ("kubernetes.io~csi", "kubernetes.io~local-volume", "kubernetes.io~nfs",
+           "kubernetes.io~iscsi", "kubernetes.io~fc")
 DEFAULT_GRACE = 30
 
 
@@ -193,14 +196,23 @@ def teardown(cri: RuntimeClient, log: Log, pod: Pod | None, rt: PodRuntime, grac
         remove_pod_dir(pod_dir)
 
 
+def _flex_folders(volumes: Path) -> set[str]:
+    try:
+        return {str(p) for p in volumes.iterdir()
+                if p.is_dir() and not p.name.startswith("kubernetes.io~")}
+    except OSError:
+        return set()
+
+
 def remove_pod_dir(pod_dir: Path) -> None:
     """Remove ``pods/<uid>`` without crossing a mount point under it, and without the volume
-    manager's folders (``volumes/kubernetes.io~csi``, ``.../kubernetes.io~local-volume``: it
+    manager's folders (``volumes/kubernetes.io~csi``, ``.../kubernetes.io~local-volume``, the
+    nfs/iscsi/fc ones and FlexVolume drivers' ``vendor~driver``: it
     unmounts them once the pod is gone, then removes them with their ``vol_data.json``, which
     its reconstruction needs after a crash). A pod with neither: ``rmtree``."""
     volumes = pod_dir / "volumes"
     keep = mounts_under(pod_dir, host_mounts()) | {
-        str(p) for p in (volumes / MANAGED[0], volumes / MANAGED[1]) if p.exists()}
+        str(p) for p in (volumes / m for m in MANAGED) if p.exists()} | _flex_folders(volumes)
     if not keep:
         shutil.rmtree(pod_dir, ignore_errors=True)
         return

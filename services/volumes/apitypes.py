@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.services.apiserver import ApiMeta
+from podvisor.services.pod import PLUGIN_KINDS, PluginVolume, plugin_volume_from_wire
 
 
 def dig(obj: Any, *keys: str) -> Any:
@@ -123,6 +124,9 @@ class Volume:
     bound: bool = False  # spec.claimRef is set
     access_modes: tuple[str, ...] = ()
     affinity: tuple[SelectorTerm, ...] | None = None  # None: no nodeAffinity
+    source: PluginVolume | None = None  # [issue 24] nfs, iscsi, fc, flexVolume
+    mount_options: tuple[str, ...] = ()  # spec.mountOptions
+    secret_namespace: str = ""  # iscsi/flexVolume secretRef.namespace
 
     SOURCES = ("hostPath", "local", "csi", "nfs", "iscsi", "fc", "rbd", "cephfs", "cinder",
                "awsElasticBlockStore", "gcePersistentDisk", "azureDisk", "azureFile",
@@ -148,9 +152,16 @@ class Volume:
                                           _requirements(dig(t, "matchFields")))
                              for t in terms)
         path = _str(spec, kind, "path") if kind in ("hostPath", "local") else ""
+        source = None
+        if kind in PLUGIN_KINDS:
+            try:
+                source = plugin_volume_from_wire({kind: dig(spec, kind)})
+            except (KeyError, TypeError, ValueError, AttributeError):
+                source = None  # malformed: resolving it fails the volume
         return cls(ApiMeta.of(obj), kind, path, _str(spec, "hostPath", "type"), csi,
                    _str(spec, "claimRef", "uid"), isinstance(dig(spec, "claimRef"), Mapping),
-                   _strs(spec, "accessModes"), affinity)
+                   _strs(spec, "accessModes"), affinity, source, _strs(spec, "mountOptions"),
+                   _str(spec, kind, "secretRef", "namespace"))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Process ``volumes`` (runs with ``kubeconfig``): the volume manager (see ``service.py``)."""
+"""Process ``volumes``: the volume manager (see ``service.py``). It runs always (issue 24: the
+volume plugins mount static pods' volumes too); the API-backed volumes need ``kubeconfig``."""
 
 from __future__ import annotations
 

@@ -3,13 +3,13 @@ volumes resolved), the actual state (reconstructed at start, kept by the operati
 reconciler's pass over both. Runs on the volumes process's worker thread (``step``); the
 service loop hands it the pods and publishes what it returns.
 
-Per pass: the plugin folder is scanned (CSI drivers come and go); pods new or changed, and
-pods whose volumes failed to resolve, are resolved; ``state.plan`` gives the steps; each runs
-unless its volume backs off (0.5 s doubling to 2 min 2 s after a failure, as the kubelet's
-pending operations); every ``stats_period`` the mounted volumes' usage is read (a volume just
-mounted at once). What it returns: each wanted pod's ``PodVolumes`` (ready, host path, or why
-not) and the node's ``NodeVolumes``. Failures are logged and recorded as the kubelet's events
-(FailedMount, FailedAttachVolume) on the pod.
+Per pass: the plugin folders are scanned (CSI and FlexVolume drivers come and go); pods new or
+changed, and pods whose volumes failed to resolve, are resolved; ``state.plan`` gives the
+steps; each runs unless its volume backs off (0.5 s doubling to 2 min 2 s after a failure, as
+the kubelet's pending operations); every ``stats_period`` the mounted volumes' usage is read
+(a volume just mounted at once). What it returns: each wanted pod's ``PodVolumes`` (ready,
+host path, or why not) and the node's ``NodeVolumes``. Failures are logged and recorded as the
+kubelet's events (FailedMount, FailedAttachVolume) on the pod.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from podvisor.ipc.volumemaps import (
 )
 from podvisor.services.pod import Pod
 from podvisor.services.volumes.csiclient import CsiError
+from podvisor.services.volumes.flexvolume import FlexDrivers
 from podvisor.services.volumes.operations import Operations, OpFailed
 from podvisor.services.volumes.reconstruct import reconstruct
 from podvisor.services.volumes.registration import Registry
@@ -62,8 +63,10 @@ Record = Callable[[str, str, Mapping[str, Any]], None]  # reason, message, pod o
 class VolumeManager:
     def __init__(self, paths: VolumePaths, resolver: Resolver | None, ops: Operations,
                  registry: Registry | None, log: Log, record: Record,
-                 wall: Callable[[], float], stats_period: float = 60.0) -> None:
+                 wall: Callable[[], float], stats_period: float = 60.0,
+                 flex: FlexDrivers | None = None) -> None:
         self.paths = paths
+        self.flex = flex
         self.resolver = resolver
         self.ops = ops
         self.registry = registry
@@ -81,7 +84,10 @@ class VolumeManager:
         self.started = False
 
     def start(self) -> None:
-        self.actual = reconstruct(self.paths, lambda event, **f: self.log.info(event, **f))
+        if self.flex is not None:
+            self.flex.probe()  # first: the drivers' folders are reconstructed
+        self.actual = reconstruct(self.paths, lambda event, **f: self.log.info(event, **f),
+                                  self.flex.folders() if self.flex is not None else None)
         self.started = True
 
     # -- the desired state -----------------------------------------------------------------
@@ -119,6 +125,8 @@ class VolumeManager:
                     self._backoff.clear()  # a driver came or went: retry its volumes now
             except OSError as err:
                 self.log.warning("volumes.registry.failed", error=str(err))
+        if self.flex is not None and self.flex.probe():
+            self._backoff.clear()  # a FlexVolume driver came, went or changed
         self._populate(pods)
         desired = self.desired()
         for step in plan(desired, self.actual, synced):

@@ -35,7 +35,8 @@ from podvisor.common.ownership import set_volume_ownership
 from podvisor.services.volumes.apitypes import dig
 from podvisor.services.volumes.csiclient import Cap, Capability, CsiClient, CsiError
 from podvisor.services.volumes.mounter import Mounter, is_mount_point
-from podvisor.services.volumes.spec import Plugin, VolumePaths, VolumeSpec
+from podvisor.services.volumes.pluginops import PluginFailed, PluginMounts
+from podvisor.services.volumes.spec import NET_PLUGINS, Plugin, VolumePaths, VolumeSpec
 from podvisor.services.volumes.state import (
     ActualState,
     Device,
@@ -102,8 +103,10 @@ def _rmdir(path: Path) -> None:
 class Operations:
     def __init__(self, paths: VolumePaths, mounter: Mounter, drivers: Drivers,
                  api: ApiWriter | None, node: str, crash: CrashPoints = NEVER,
-                 log: Callable[..., None] = lambda event, **fields: None) -> None:
+                 log: Callable[..., None] = lambda event, **fields: None,
+                 plugins: PluginMounts | None = None) -> None:
         self.paths = paths
+        self.plugins = plugins  # nfs, iscsi, fc, flexVolume (issue 24)
         self.mounter = mounter
         self.drivers = drivers
         self.api = api
@@ -125,9 +128,15 @@ class Operations:
                                          "registered CSI drivers") from None
 
     def _secrets(self, ref: tuple[str, str] | None) -> dict[str, str]:
-        if ref is None or self.api is None:
+        return {k: v.decode(errors="replace") for k, v in self._secret_data(ref).items()}
+
+    def _secret_data(self, ref: tuple[str, str] | None) -> dict[str, bytes]:
+        if ref is None:
             return {}
         ns, name = ref
+        if self.api is None:
+            raise OpFailed(FAILED_MOUNT, f"fetching secret {ns}/{name}: no API server "
+                                         "(kubeconfig)")
         try:
             obj = self.api.get(f"/api/v1/namespaces/{ns}/secrets/{name}")
         except OSError as err:
@@ -135,7 +144,7 @@ class Operations:
         if obj is None:
             raise OpFailed(FAILED_MOUNT, f'secrets "{name}" not found')
         data = dig(obj, "data")
-        return {str(k): base64.b64decode(v).decode(errors="replace")
+        return {str(k): base64.b64decode(v)
                 for k, v in (data.items() if isinstance(data, Mapping) else ())}
 
     @staticmethod
@@ -284,11 +293,38 @@ class Operations:
         if spec.plugin is Plugin.HOST_PATH:
             actual.mounts[key] = MountRecord(key, device_of(spec), Mounted.YES, spec)
             return
-        folder = self.paths.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name)
+        folder = self.paths.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)
         if spec.plugin is Plugin.LOCAL:
             self._mount_local(spec, key, folder, actual)
+        elif spec.plugin in NET_PLUGINS or spec.plugin is Plugin.FLEX:
+            self._mount_plugin(spec, key, folder, actual)
         else:
             self._publish(spec, key, folder, actual)
+
+    def _mount_plugin(self, spec: VolumeSpec, key: MountKey, folder: Path,
+                      actual: ActualState) -> None:
+        if self.plugins is None:
+            raise OpFailed(FAILED_MOUNT, f'MountVolume.SetUp failed for volume '
+                                         f'"{spec.spec_name}" : no volume plugins here')
+        try:
+            secret = self._secret_data(spec.secret)
+        except OpFailed as err:  # the kubelet's addSecretsToOptions wording
+            assert spec.secret is not None
+            raise OpFailed(FAILED_MOUNT, f'MountVolume.SetUp failed for volume '
+                                         f'"{spec.spec_name}" : couldn\'t get secret '
+                                         f"{'/'.join(spec.secret)} err: {err.message}") from None
+        record = actual.mounts.setdefault(key, MountRecord(key, device_of(spec),
+                                                           Mounted.UNCERTAIN, spec))
+        record.spec = spec
+        try:
+            self.plugins.setup(spec, folder, secret)
+        except PluginFailed as err:
+            if not err.uncertain and record.state is not Mounted.YES \
+                    and not is_mount_point(self.mounter, str(folder)):
+                del actual.mounts[key]
+            raise OpFailed(FAILED_MOUNT, f'{err.op} failed for volume "{spec.spec_name}" : '
+                                         f"{err.message}", err.uncertain) from None
+        record.state = Mounted.YES
 
     def _mount_local(self, spec: VolumeSpec, key: MountKey, folder: Path,
                      actual: ActualState) -> None:
@@ -352,8 +388,14 @@ class Operations:
     def unmount(self, step: Step, actual: ActualState) -> None:
         key, dev = step.key, step.device
         assert key is not None
-        folder = self.paths.pod_volume(key.pod_uid, key.plugin, key.spec_name)
-        if key.plugin is Plugin.LOCAL:
+        folder = self.paths.pod_volume(key.pod_uid, key.plugin, key.spec_name, key.driver)
+        if (key.plugin in NET_PLUGINS or key.plugin is Plugin.FLEX) and self.plugins is not None:
+            try:
+                self.plugins.teardown(key, folder)
+            except PluginFailed as err:
+                raise OpFailed("", f'{err.op} failed for volume "{key.spec_name}" : '
+                                   f"{err.message}") from None
+        elif key.plugin is Plugin.LOCAL:
             try:
                 while is_mount_point(self.mounter, str(folder)):
                     self.mounter.unmount(str(folder))
@@ -376,7 +418,7 @@ class Operations:
             self.log("volumes.unpublished", pod_uid=key.pod_uid, volume=key.spec_name,
                      driver=dev.driver, target_path=str(target))
         actual.mounts.pop(key, None)
-        _prune_pod_folders(self.paths, key.pod_uid)
+        _prune_pod_folders(self.paths, key.pod_uid, folder.parent.name)
 
 
 def _fs_group_applies(spec: VolumeSpec) -> bool:
@@ -391,13 +433,13 @@ def _fs_group_applies(spec: VolumeSpec) -> bool:
     return bool(spec.csi.source.fs_type) and spec.csi.access_mode == "ReadWriteOnce"
 
 
-def _prune_pod_folders(paths: VolumePaths, pod_uid: str) -> None:
+def _prune_pod_folders(paths: VolumePaths, pod_uid: str, folder: str) -> None:
     """Once a pod's last mounted volume is gone, its empty ``volumes/<plugin>`` folders go (the
     rest of ``pods/<uid>`` is the sync loop's, which removes it without crossing mounts)."""
     base = paths.pods / pod_uid / "volumes"
-    for plugin in (Plugin.CSI, Plugin.LOCAL):
+    for name in {Plugin.CSI.folder, Plugin.LOCAL.folder, folder}:
         try:
-            (base / plugin.folder).rmdir()
+            (base / name).rmdir()
         except OSError:
             continue
     for path in (base, paths.pods / pod_uid):

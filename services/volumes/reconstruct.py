@@ -2,7 +2,9 @@
 volume reconstruction): every record found is ``UNCERTAIN``, so a volume a pod still wants is
 staged and published again (the CSI calls are idempotent) and one no pod wants is torn down.
 
-Found: each pod's CSI volume folders with their ``vol_data.json``
+Found: each pod's nfs, iscsi and fc volume folders (``kubernetes.io~nfs/<name>``, ...) and
+those of the FlexVolume drivers probed (``<vendor~driver>/<name>``: a driver gone leaves its
+folders alone); each pod's CSI volume folders with their ``vol_data.json``
 (``pods/<uid>/volumes/kubernetes.io~csi/<name>/``), each pod's local volume folders
 (``.../kubernetes.io~local-volume/<pv>``, mounted or not), and each CSI device's folder with
 its ``vol_data.json`` (``plugins/kubernetes.io/csi/<driver>/<digest>/``: staged, or attached
@@ -14,12 +16,12 @@ is logged and left alone (never guessed at).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from podvisor.services.volumes.operations import VOL_DATA
-from podvisor.services.volumes.spec import Plugin, VolumePaths
+from podvisor.services.volumes.spec import NET_PLUGINS, Plugin, VolumePaths
 from podvisor.services.volumes.state import (
     ActualState,
     Device,
@@ -46,10 +48,23 @@ def _children(path: Path) -> list[Path]:
 
 
 def reconstruct(paths: VolumePaths,
-                log: Callable[..., None] = lambda event, **fields: None) -> ActualState:
+                log: Callable[..., None] = lambda event, **fields: None,
+                flex: Mapping[str, str] | None = None) -> ActualState:
+    """``flex``: the FlexVolume drivers probed, folder (``vendor~driver``) -> driver name."""
     actual = ActualState()
     for pod in _children(paths.pods):
         volumes = pod / "volumes"
+        for plugin in NET_PLUGINS:  # [issue 24] mounted or not: uncertain
+            for folder in _children(volumes / plugin.folder):
+                key = MountKey(pod.name, plugin, folder.name)
+                actual.mounts[key] = MountRecord(
+                    key, Device(f"{plugin}/{pod.name}-{folder.name}"), Mounted.UNCERTAIN)
+        for driver_folder, driver in sorted((flex or {}).items()):
+            for folder in _children(volumes / driver_folder):
+                key = MountKey(pod.name, Plugin.FLEX, folder.name, driver)
+                actual.mounts[key] = MountRecord(
+                    key, Device(f"flexvolume-{driver}/{pod.name}-{folder.name}"),
+                    Mounted.UNCERTAIN)
         for folder in _children(volumes / Plugin.LOCAL.folder):
             key = MountKey(pod.name, Plugin.LOCAL, folder.name)  # mounted or not: uncertain
             actual.mounts[key] = MountRecord(key, Device(f"{Plugin.LOCAL}/{folder.name}"),

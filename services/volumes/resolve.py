@@ -21,7 +21,11 @@ from podvisor.services.pod import (
     ClaimVolume,
     CSIVolume,
     EphemeralVolume,
+    FlexVolume,
     FSGroupChangePolicy,
+    ISCSIVolume,
+    NFSVolume,
+    PluginVolume,
     Pod,
 )
 from podvisor.services.volumes.apitypes import (
@@ -33,6 +37,7 @@ from podvisor.services.volumes.apitypes import (
     dig,
 )
 from podvisor.services.volumes.spec import (
+    NET_PLUGINS,
     CsiVolume,
     Failure,
     Plugin,
@@ -62,10 +67,18 @@ def driver_info(api: ApiReader, name: str) -> Driver:
 class Resolver:
     """Resolves pods' volumes for node ``node`` (its labels read once per pass)."""
 
-    def __init__(self, api: ApiReader, node: str) -> None:
-        self.api = api
+    def __init__(self, api: ApiReader | None, node: str) -> None:
+        self._api = api
         self.node = node
         self._labels: Mapping[str, str] | None = None
+
+    @property
+    def api(self) -> ApiReader:
+        """The API server; without one (no ``kubeconfig``) only the volumes that name no API
+        object resolve (nfs, iscsi, fc, flexVolume: static pods' too)."""
+        if self._api is None:
+            raise VolumeError("no API server (kubeconfig) to read the volume's objects from")
+        return self._api
 
     def new_pass(self) -> None:
         """Forget the Node's labels: the next pass reads them again."""
@@ -101,6 +114,8 @@ class Resolver:
                     service_account=pod.spec.service_account_name or "default")
         if isinstance(source, CSIVolume):
             return self._inline(pod, name, source, base)
+        if isinstance(source, PluginVolume):
+            return plugin_spec(source, base, name, source.read_only, pod.namespace)
         if isinstance(source, EphemeralVolume):
             claim_name, read_only = f"{pod.name}-{name}", False
         elif isinstance(source, ClaimVolume):
@@ -161,6 +176,9 @@ class Resolver:
             return VolumeSpec(**base, spec_name=name, plugin=Plugin.LOCAL,
                               unique_name=f"{Plugin.LOCAL}/{name}", read_only=read_only,
                               claim=claim, path=pv.path)
+        if pv.source is not None:
+            return plugin_spec(pv.source, base, name, read_only, pv.secret_namespace
+                               or base["pod_namespace"], claim, pv.mount_options)
         if pv.kind == "csi" and pv.csi is not None:
             driver = driver_info(self.api, pv.csi.driver)
             if "Persistent" not in driver.lifecycle_modes:
@@ -173,7 +191,8 @@ class Resolver:
                               unique_name=f"{Plugin.CSI}/{pv.csi.driver}^{pv.csi.handle}",
                               read_only=read_only or pv.csi.read_only, claim=claim, csi=csi)
         raise VolumeError(f'PersistentVolume "{name}": its {pv.kind or "unknown"} source is not '
-                          "supported (podvisor mounts hostPath, local and csi volumes)")
+                          "supported (podvisor mounts hostPath, local, csi, nfs, iscsi, fc and "
+                          "flexVolume volumes)")
 
     def _inline(self, pod: Pod, name: str, source: CSIVolume,
                 base: dict[str, Any]) -> VolumeSpec:
@@ -193,3 +212,24 @@ class Resolver:
         return VolumeSpec(**base, spec_name=name, plugin=Plugin.CSI,
                           unique_name=f"{Plugin.CSI}/{pod.uid}-{name}",
                           read_only=source.read_only, csi=csi)
+
+
+_PLUGINS = {NFSVolume: Plugin.NFS, ISCSIVolume: Plugin.ISCSI, FlexVolume: Plugin.FLEX}
+
+
+def plugin_spec(source: PluginVolume, base: Mapping[str, Any], spec_name: str, read_only: bool,
+                secret_namespace: str, claim: str = "",
+                mount_options: tuple[str, ...] = ()) -> VolumeSpec:
+    """An nfs, iscsi, fc or flexVolume volume (inline, or a PV's: ``spec_name`` the PV's
+    name). Unique names as the kubelet's for plugins that attach nothing:
+    ``<plugin>/<pod uid>-<spec name>`` (``flexvolume-<driver>/...`` for a FlexVolume)."""
+    plugin = _PLUGINS.get(type(source), Plugin.FC)
+    driver = source.driver if isinstance(source, FlexVolume) else ""
+    prefix = f"flexvolume-{driver}" if driver else str(plugin)
+    secret_name = source.secret_ref if isinstance(source, FlexVolume | ISCSIVolume) else ""
+    assert plugin in NET_PLUGINS or plugin is Plugin.FLEX
+    return VolumeSpec(**base, spec_name=spec_name, plugin=plugin,
+                      unique_name=f"{prefix}/{base['pod_uid']}-{spec_name}",
+                      read_only=read_only, claim=claim, source=source, driver=driver,
+                      mount_options=mount_options,
+                      secret=(secret_namespace, secret_name) if secret_name else None)

@@ -12,6 +12,7 @@ Nothing is unmounted before the ``desired`` replica has synced (``NodeVolumes.sy
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from podvisor.common import crashpoints
@@ -21,11 +22,15 @@ from podvisor.ipc.maps import DESIRED, VOLUMES, DesiredPod
 from podvisor.ipc.volumemaps import NODE_KEY
 from podvisor.services.apiserver import ApiConnection
 from podvisor.services.events import EventPublisher, Recorder
-from podvisor.services.pod import Pod, PodValidationError, pod_from_wire
+from podvisor.services.pod import PLUGIN_KINDS, Pod, PodValidationError, pod_from_wire
 from podvisor.services.volumes.apiclient import VolumeApi
+from podvisor.services.volumes.flexvolume import FlexDrivers
+from podvisor.services.volumes.hostexec import HostRunner
 from podvisor.services.volumes.manager import Outcome, VolumeManager
 from podvisor.services.volumes.mounter import HostMounter
+from podvisor.services.volumes.netplugins import HostDevices
 from podvisor.services.volumes.operations import Operations
+from podvisor.services.volumes.pluginops import PluginMounts
 from podvisor.services.volumes.registration import Registry
 from podvisor.services.volumes.resolve import Resolver
 from podvisor.services.volumes.spec import VolumePaths
@@ -51,13 +56,16 @@ class VolumeService:
         paths.registry.mkdir(parents=True, exist_ok=True)
         node = cfg.node_name
         self.registry = Registry(paths.registry, node, self.api, ctx.log.info)
-        ops = Operations(paths, HostMounter(), self.registry, self.api, node,
-                         crashpoints.from_env("volumes"), ctx.log.info)
+        mounter, runner = HostMounter(), HostRunner()
+        flex = FlexDrivers(Path(cfg.volume_plugin_dir), runner, ctx.log.info)
+        plugins = PluginMounts(paths, mounter, runner, flex,
+                               HostDevices(lambda s: not ctx.stop.wait(s)), ctx.log.info)
+        ops = Operations(paths, mounter, self.registry, self.api, node,
+                         crashpoints.from_env("volumes"), ctx.log.info, plugins)
         self.manager = VolumeManager(
-            paths, Resolver(self.api, node) if self.api is not None else None, ops,
-            self.registry, ctx.log,
+            paths, Resolver(self.api, node), ops, self.registry, ctx.log,
             lambda reason, message, obj: self.events.record("Warning", reason, message, obj),
-            clock.wall, cfg.volume_stats_agg_period)
+            clock.wall, cfg.volume_stats_agg_period, flex)
         self._lock = threading.Lock()
         self._pods: dict[str, Pod] = {}  # the loop's thread writes, the worker reads a copy
         self._wire: dict[str, dict[str, Any]] = {}
@@ -115,5 +123,7 @@ def _mounts(value: DesiredPod) -> bool:
     """Whether the pod has a volume the volume manager mounts (read off its wire form)."""
     spec = value.pod.get("spec")
     volumes = spec.get("volumes") if isinstance(spec, dict) else None
-    return any(isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v
-                                        or "csi" in v) for v in volumes or ())
+    return any(isinstance(v, dict) and any(k in v for k in _MOUNTED) for v in volumes or ())
+
+
+_MOUNTED = ("persistentVolumeClaim", "ephemeral", "csi", *PLUGIN_KINDS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from podvisor.services.pod import PluginVolume
 from podvisor.services.volumes.apitypes import CSISource
 
 
@@ -23,11 +24,18 @@ class Plugin(StrEnum):
     HOST_PATH = "kubernetes.io/host-path"
     LOCAL = "kubernetes.io/local-volume"
     CSI = "kubernetes.io/csi"
+    NFS = "kubernetes.io/nfs"  # [issue 24] the volume plugins mounted by command
+    ISCSI = "kubernetes.io/iscsi"
+    FC = "kubernetes.io/fc"
+    FLEX = "kubernetes.io/flexvolume"  # its folder: the driver's (``vendor~driver``)
 
     @property
     def folder(self) -> str:
         """The plugin's folder under a pod's ``volumes`` (``kubernetes.io~csi``)."""
         return self.value.replace("/", "~")
+
+
+NET_PLUGINS = (Plugin.NFS, Plugin.ISCSI, Plugin.FC)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,10 @@ class VolumeSpec:
     fs_group: int | None = None
     on_root_mismatch: bool = False
     service_account: str = ""
+    source: PluginVolume | None = None  # nfs, iscsi, fc, flexVolume: the volume's source
+    driver: str = ""  # flexVolume: ``vendor/driver``
+    mount_options: tuple[str, ...] = ()  # the PV's mountOptions
+    secret: tuple[str, str] | None = None  # iscsi/flexVolume secretRef (namespace, name)
 
     @property
     def attachable(self) -> bool:
@@ -112,17 +124,27 @@ class VolumePaths:
         """The plugin-registration socket folder (the kubelet's ``plugins_registry``)."""
         return self.root / "plugins_registry"
 
-    def pod_volume(self, pod_uid: str, plugin: Plugin, spec_name: str) -> Path:
-        return self.pods / pod_uid / "volumes" / plugin.folder / spec_name
+    def pod_volume(self, pod_uid: str, plugin: Plugin, spec_name: str, driver: str = "") -> Path:
+        folder = driver.replace("/", "~") if plugin is Plugin.FLEX else plugin.folder
+        return self.pods / pod_uid / "volumes" / folder / spec_name
 
     def target(self, spec: VolumeSpec) -> Path:
         """What the containers bind: a CSI volume's ``mount`` folder, a local volume's
         folder, a hostPath PV's path."""
         if spec.plugin is Plugin.HOST_PATH:
             return Path(spec.path)
-        base = self.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name)
+        base = self.pod_volume(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)
         return base / "mount" if spec.plugin is Plugin.CSI else base
 
     def staging(self, driver: str, handle: str) -> Path:
         digest = hashlib.sha256(handle.encode()).hexdigest()
         return self.root / "plugins" / "kubernetes.io" / "csi" / driver / digest / "globalmount"
+
+    @property
+    def iscsi_disks(self) -> Path:
+        """Where an iscsi volume keeps what its logout needs (``<pod uid>~<volume>.json``)."""
+        return self.root / "plugins" / "kubernetes.io" / "iscsi"
+
+    def flex_device_mount(self, driver: str, volume: str) -> Path:
+        """A FlexVolume's device mount path (the kubelet's default SetUpAt binds it)."""
+        return self.root / "plugins" / "kubernetes.io" / "flexvolume" / driver / "mounts" / volume

@@ -31,10 +31,11 @@ class MountKey:
     pod_uid: str
     plugin: Plugin
     spec_name: str
+    driver: str = ""  # a flexVolume's driver (its folder)
 
     @classmethod
     def of(cls, spec: VolumeSpec) -> MountKey:
-        return cls(spec.pod_uid, spec.plugin, spec.spec_name)
+        return cls(spec.pod_uid, spec.plugin, spec.spec_name, spec.driver)
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,8 @@ def plan(desired: Mapping[MountKey, VolumeSpec], actual: ActualState,
     return _unique(steps)
 
 
-def _order(key: MountKey) -> tuple[str, str, str]:
-    return key.pod_uid, str(key.plugin), key.spec_name
+def _order(key: MountKey) -> tuple[str, str, str, str]:
+    return key.pod_uid, str(key.plugin), key.driver, key.spec_name
 
 
 def _unique(steps: list[Step]) -> list[Step]:

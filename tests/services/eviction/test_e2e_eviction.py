@@ -12,6 +12,7 @@ condition and the taint are gone."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import subprocess
@@ -51,19 +52,29 @@ def limited_cgroup_root() -> Iterator[str]:
     remove_pod_cgroup(root)
 
 
-@pytest.fixture
-def small_fs() -> Iterator[Path]:
-    """A 64Mi tmpfs the test mounts (rootDir's filesystem), unmounted at the end."""
-    where = Path(f"/tmp/pvfs-{secrets.token_hex(3)}")
+@contextlib.contextmanager
+def tmpfs(size: str, prefix: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` the test mounts (to be rootDir's filesystem), unmounted at the end;
+    the test is skipped with the reason where it cannot be mounted."""
+    where = Path(f"/tmp/{prefix}-{secrets.token_hex(3)}")
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         where.rmdir()
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    yield where
-    subprocess.run(["umount", "-l", str(where)], check=False)
-    shutil.rmtree(where, ignore_errors=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def small_fs() -> Iterator[Path]:
+    """A 64Mi tmpfs (rootDir's filesystem)."""
+    with tmpfs("64m", "pvfs") as where:
+        yield where
 
 
 def pod(name: str, node: str, command: list[str], resources: dict[str, Any] | None = None,

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.services.eviction.test_e2e_eviction import GUARANTEED, Cluster, pod, start
+from tests.services.eviction.test_e2e_eviction import GUARANTEED, Cluster, pod, start, tmpfs
 from tests.support.registry import push_bulky_image, registries
 
 MI = 1 << 20
@@ -36,17 +34,9 @@ WRITE = "import sys; sys.stdout.write(('x' * 1023 + '\\n') * {kib})"
 
 @pytest.fixture
 def disk128() -> Iterator[Path]:
-    """A 128Mi tmpfs the test mounts (rootDir's filesystem), unmounted at the end."""
-    where = Path(f"/tmp/pvrc-{secrets.token_hex(3)}")
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", str(where)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        where.rmdir()
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    yield where
-    subprocess.run(["umount", "-l", str(where)], check=False)
-    shutil.rmtree(where, ignore_errors=True)
+    """A 128Mi tmpfs (rootDir's filesystem)."""
+    with tmpfs("128m", "pvrc") as where:
+        yield where
 
 
 def chatty(name: str, node: str, kib: int, limit: str) -> dict[str, Any]:

@@ -110,6 +110,10 @@ POLICY = {
     "spec.volumes[].ephemeral": (policy.EPHEMERAL_KNOWN, {}),
     "spec.volumes[].ephemeral.volumeClaimTemplate": (policy.CLAIM_TEMPLATE_KNOWN, {}),
     "spec.volumes[].csi": (policy.CSI_VOLUME_KNOWN, {}),
+    "spec.volumes[].nfs": (policy.NFS_KNOWN, {}),
+    "spec.volumes[].iscsi": (policy.ISCSI_KNOWN, policy.PLUGIN_SECRET_UNSUPPORTED),
+    "spec.volumes[].fc": (policy.FC_KNOWN, {}),
+    "spec.volumes[].flexVolume": (policy.FLEX_VOLUME_KNOWN, policy.PLUGIN_SECRET_UNSUPPORTED),
     "spec.volumes[].projected.sources[]": (policy.PROJECTION_KINDS, {}),
     **{f"spec.volumes[].{at}.items[]": (policy.KEY_TO_PATH_KNOWN, {})
        for at in ("configMap", "secret", "projected.sources[].configMap",
@@ -132,7 +136,8 @@ POLICY = {
 # as the kubelet's rule): policy.py lists them as rejected for the static case.
 API_POD_FIELDS = {*(f"spec.volumes[].{k}"
                     for k in policy.API_VOLUME_KINDS + policy.MOUNTED_VOLUME_KINDS),
-                  "spec.containers[].envFrom[]"}
+                  "spec.containers[].envFrom[]",
+                  *(f"spec.volumes[].{k}.{policy.SECRET_REF}" for k in ("iscsi", "flexVolume"))}
 
 
 def policy_decision(path: str) -> str | None:

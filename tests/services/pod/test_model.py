@@ -210,8 +210,12 @@ REJECTED = [
      "the mirror pod of a static pod that references a claim)"),
     ("projected volume", lambda d: d["spec"].update(volumes=[{"name": "s", "projected": {}}]),
      "(projected volume)"),
-    ("nfs volume", lambda d: d["spec"].update(volumes=[{"name": "s", "nfs": {}}]),
-     "spec.volumes[0].nfs: unsupported volume type"),
+    ("glusterfs volume", lambda d: d["spec"].update(volumes=[{"name": "s", "glusterfs": {}}]),
+     "spec.volumes[0].glusterfs: unsupported volume type"),
+    ("flexVolume secretRef", lambda d: d["spec"].update(volumes=[{"name": "s", "flexVolume": {
+        "driver": "example.com/x", "secretRef": {"name": "creds"}}}]),
+     "spec.volumes[0].flexVolume.secretRef: static pods may not reference API objects "
+     "(Secret via secretRef)"),
     ("service account", lambda d: d["spec"].update(serviceAccountName="robot"),
      "spec.serviceAccountName: static pods may not reference API objects (ServiceAccount"),
     ("envFrom", lambda d: d["spec"]["containers"][0].update(envFrom=[{"secretRef": {}}]),

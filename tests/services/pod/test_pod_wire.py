@@ -185,7 +185,7 @@ def _broken() -> list[tuple[str, Any]]:
             ("bad cpu", edit(["spec", "containers", 0, "resources", "limits", "cpu"], "lots")),
             ("probe sleeps", edit(["spec", "containers", 0, "livenessProbe"],
                                   {"sleep": {"seconds": 1}})),
-            ("unknown volume", edit(["spec", "volumes", 0], {"name": "v", "nfs": {}}))]
+            ("unknown volume", edit(["spec", "volumes", 0], {"name": "v", "glusterfs": {}}))]
 
 
 @pytest.mark.parametrize(("name", "wire"), _broken(), ids=[n for n, _ in _broken()])

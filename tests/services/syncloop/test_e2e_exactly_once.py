@@ -12,13 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.crashpoints import ENV_AT, ENV_ONCE_DIR
 from podvisor.services.cri import CriError
 from podvisor.services.syncloop import labels as L
+from tests.support.burst import sleepers
 from tests.support.lifecycle import (
     agent_config,
     all_running,
@@ -29,18 +29,6 @@ from tests.support.lifecycle import (
 )
 
 PODS = ("x1", "x2", "x3")
-
-
-def sleepers(tags: dict[str, str]) -> dict[str, int]:
-    """pod -> live processes running its `sleep <tag>`."""
-    by_tag = {tag: pod for pod, tag in tags.items()}
-    out = dict.fromkeys(tags, 0)
-    for p in psutil.process_iter(["cmdline", "status"]):
-        cmd = p.info["cmdline"] or []
-        if (len(cmd) == 2 and cmd[0] == "sleep" and cmd[1] in by_tag
-                and p.info["status"] != psutil.STATUS_ZOMBIE):
-            out[by_tag[cmd[1]]] += 1
-    return out
 
 
 class Run:

@@ -147,8 +147,8 @@ def test_pod_lifecycle_fields_end_to_end(api: KubeApi, agent: Any,
                 ("deadline", {"activeDeadlineSeconds": 3, "terminationGracePeriodSeconds": 1,
                               "containers": [{"name": "c", "image": "host",
                                               "command": ["sh", "-c", SLEEP]}]}),
-                ("legacy", {"volumes": [{"name": "v", "iscsi": {
-                    "targetPortal": "10.0.0.1:3260", "iqn": "iqn.x", "lun": 0}}],
+                ("legacy", {"volumes": [{"name": "v", "glusterfs": {
+                    "endpoints": "glusterfs-cluster", "path": "kube_vol"}}],
                     "containers": [{"name": "c", "image": "host",
                                     "command": ["sh", "-c", SLEEP]}]})):
             api.create_pod("default", {"metadata": {"name": name}, "spec": {
@@ -230,16 +230,16 @@ def test_pod_lifecycle_fields_end_to_end(api: KubeApi, agent: Any,
         assert any(e["name"] == "dbg" for e in get(api, "helm")["spec"]["ephemeralContainers"])
 
         # -- an update it cannot honour: refused, the pod runs on untouched --------------------
-        def add_iscsi(p: dict[str, Any]) -> dict[str, Any]:
-            p["spec"]["volumes"] = [*p["spec"]["volumes"], {"name": "v", "iscsi": {
-                "targetPortal": "10.0.0.1:3260", "iqn": "iqn.x", "lun": 0}}]
+        def add_glusterfs(p: dict[str, Any]) -> dict[str, Any]:
+            p["spec"]["volumes"] = [*p["spec"]["volumes"], {"name": "v", "glusterfs": {
+                "endpoints": "glusterfs-cluster", "path": "kube_vol"}}]
             return p
 
-        api.store.update("pods", "default", "helm", add_iscsi)
+        api.store.update("pods", "default", "helm", add_glusterfs)
         wait_for(lambda: status(api, "helm").get("reason") == "UnsupportedPodUpdate",
                  timeout=60, message="the refused update in helm's status")
         st = status(api, "helm")
-        assert "spec.volumes[1].iscsi" in st["message"] and st["phase"] == "Running"
+        assert "spec.volumes[1].glusterfs" in st["message"] and st["phase"] == "Running"
         assert events(api, "UnsupportedPodUpdate")
         now = named(st["containerStatuses"], "app")
         assert (now["containerID"], now["restartCount"]) == (app["containerID"], 0)
@@ -249,8 +249,8 @@ def test_pod_lifecycle_fields_end_to_end(api: KubeApi, agent: Any,
         st = wait_for(lambda: (s := status(api, "legacy")).get("phase") == "Failed" and s,
                       timeout=60, message="legacy Failed")
         assert st["reason"] == "UnsupportedPodSpec"
-        assert st["message"].startswith("Pod was rejected: spec.volumes[0].iscsi:")
-        assert any("iscsi" in e["message"] for e in events(api, "UnsupportedPodSpec"))
+        assert st["message"].startswith("Pod was rejected: spec.volumes[0].glusterfs:")
+        assert any("glusterfs" in e["message"] for e in events(api, "UnsupportedPodSpec"))
 
         # -- termination messages ---------------------------------------------------------------
         def terminated(name: str) -> dict[str, Any] | None:

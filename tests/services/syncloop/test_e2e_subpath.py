@@ -45,8 +45,9 @@ def test_sub_path_expr(pod_runtime: dict[str, Any], agent: Any, wait_for: Any) -
         agent(config=agent_config(manifests, port, **pod_runtime["config"]))
         for name in ("alpha", "beta"):
             report = shared / "pods" / f"{name}-e2e" / "report"
-            wait_for(report.exists, 120.0, 0.2, f"{name}'s report")
-            assert report.read_text() == "hi\n"
+            # the content, not the file: the shell's `>` makes the file before `echo` writes
+            wait_for(lambda r=report: r.exists() and r.read_text() == "hi\n", 120.0, 0.2,
+                     f"{name}'s report")
         assert not (shared / "report").exists()
 
         def waiting() -> dict[str, Any] | None:

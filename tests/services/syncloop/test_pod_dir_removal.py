@@ -40,3 +40,16 @@ def test_a_mounted_volume_under_the_pod_folder_is_left_whole(tmp_path: Path) -> 
     shutil.rmtree(pod / "volumes" / "kubernetes.io~csi")  # as the volume manager does
     remove_pod_dir(pod)
     assert not pod.exists()
+
+
+def test_the_volume_plugins_folders_are_left_to_the_volume_manager(tmp_path: Path) -> None:
+    """[issue 24] A FlexVolume driver's folder (``vendor~driver``) and the nfs/iscsi/fc ones
+    wait for their unmount (a driver may keep files there rather than a mount)."""
+    pod = tmp_path / "u1"
+    for folder in ("example.com~lvm/data", "kubernetes.io~nfs/n", "kubernetes.io~empty-dir/e"):
+        (pod / "volumes" / folder).mkdir(parents=True)
+    (pod / "volumes" / "example.com~lvm" / "data" / "state").write_text("the driver's")
+    remove_pod_dir(pod)
+    assert (pod / "volumes" / "example.com~lvm" / "data" / "state").exists()
+    assert (pod / "volumes" / "kubernetes.io~nfs" / "n").exists()
+    assert not (pod / "volumes" / "kubernetes.io~empty-dir").exists()

@@ -92,7 +92,7 @@ def test_a_csi_pv_without_a_csidriver_needs_attach() -> None:
     ({f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
         {"hostPath": {"path": "/x"}}, claim_uid="other")}, 'does not point to claim.UID'),
     ({f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
-        {"nfs": {"server": "s", "path": "/"}})}, "its nfs source is not supported"),
+        {"rbd": {"monitors": ["m"], "image": "i"}})}, "its rbd source is not supported"),
     ({f"{PVC}/data": bound_claim(), "/api/v1/nodes/n1": {"metadata": {"labels": {
         "kubernetes.io/hostname": "n2"}}}, "/api/v1/persistentvolumes/pv1": pv(
         {"local": {"path": "/x"}}, nodeAffinity={"required": {"nodeSelectorTerms": [{
@@ -143,3 +143,28 @@ def test_an_inline_csi_volume_needs_the_ephemeral_mode() -> None:
     assert spec.csi is not None and spec.csi.ephemeral and not spec.device_mountable
     assert spec.csi.source.handle.startswith("csi-") and spec.unique_name == \
         "kubernetes.io/csi/pod-uid-i"
+
+
+def test_plugin_pvs_and_inline_plugin_volumes() -> None:
+    """[issue 24] nfs/iscsi/fc/flexVolume: a PV's source with its mountOptions and the claim's
+    readOnly, its secretRef's namespace; an inline one needs no API object at all."""
+    from podvisor.services.pod import FlexVolume, NFSVolume
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}
+    wants = resolve({f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
+        {"nfs": {"server": "s", "path": "/e"}}, mountOptions=["hard", "nfsvers=4.1"])}, claim)
+    [spec] = wants.specs
+    assert (spec.plugin, spec.source, spec.mount_options, spec.read_only, spec.claim) == (
+        Plugin.NFS, NFSVolume("s", "/e"), ("hard", "nfsvers=4.1"), True, "data")
+    assert spec.unique_name == "kubernetes.io/nfs/pod-uid-pv1"
+    wants = resolve({f"{PVC}/data": bound_claim(), "/api/v1/persistentvolumes/pv1": pv(
+        {"flexVolume": {"driver": "v/d", "secretRef": {"name": "s", "namespace": "o"}}})})
+    [spec] = wants.specs
+    assert (spec.plugin, spec.driver, spec.secret) == (Plugin.FLEX, "v/d", ("o", "s"))
+    inline = Resolver(None, NODE).pod(pod({"name": "x", "flexVolume": {
+        "driver": "v/d", "readOnly": True, "secretRef": {"name": "s"}}}))
+    [spec] = inline.specs
+    assert spec.source == FlexVolume("v/d", read_only=True, secret_ref="s")
+    assert (spec.read_only, spec.secret, spec.unique_name) == (
+        True, ("default", "s"), "flexvolume-v/d/pod-uid-x")
+    [failure] = Resolver(None, NODE).pod(pod(CLAIM)).failures
+    assert "no API server" in failure.message
