@@ -79,3 +79,14 @@ def memory_bytes(value: object) -> int:
 def format_cpu(millis: int) -> str:
     """Canonical wire form of a CPU amount: whole cores as "2", otherwise "1500m"."""
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def format_memory(amount: int) -> str:
+    """Canonical wire form of a memory amount in bytes, binary-SI as the API server writes a
+    quantity given that way: the largest power of 1024 that divides it ("128Mi", "1Gi"),
+    else plain bytes."""
+    for suffix, power in (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20),
+                          ("Ki", 10)):
+        if amount and amount % (1 << power) == 0:
+            return f"{amount >> power}{suffix}"
+    return str(amount)

@@ -252,6 +252,56 @@ class ContainerWaiting:
         return cls(_str(raw, "reason", "waiting"), _str(raw, "message", "waiting"))
 
 
+# a container's CPU/memory in API quantities: {"requests": {"cpu": "500m"}, "limits": {...}}
+ResourceQuantities = Mapping[str, Mapping[str, str]]
+
+
+def _quantities(raw: Any) -> dict[str, dict[str, str]]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(part): {str(k): str(v) for k, v in got.items()}
+            for part, got in raw.items() if isinstance(got, Mapping) and got}
+
+
+@dataclass(frozen=True)
+class PodResize:
+    """A pod's in-place resize as the sync loop holds it (``syncloop/resizes.py``): what the
+    node allocated and what each running container runs with (container name ->
+    ``ResourceQuantities``), a refused resize (``pending_reason`` Infeasible or Deferred, with
+    the kubelet's message), an accepted one not applied yet (``in_progress``; ``error``: the
+    runtime's refusal of the update)."""
+
+    allocated: Mapping[str, ResourceQuantities] = field(default_factory=dict)
+    actual: Mapping[str, ResourceQuantities] = field(default_factory=dict)
+    pending_reason: str = ""
+    pending_message: str = ""
+    in_progress: bool = False
+    error: str = ""
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"allocated": {n: {p: dict(q) for p, q in a.items()}
+                              for n, a in self.allocated.items()},
+                "actual": {n: {p: dict(q) for p, q in a.items()}
+                           for n, a in self.actual.items()},
+                "pendingReason": self.pending_reason, "pendingMessage": self.pending_message,
+                "inProgress": self.in_progress, "error": self.error}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> PodResize:
+        if not isinstance(raw, Mapping):
+            return cls()
+        def per(key: str) -> dict[str, dict[str, dict[str, str]]]:
+            got = raw.get(key)
+            if not isinstance(got, Mapping):
+                return {}
+            return {str(n): _quantities(a) for n, a in got.items()}
+        return cls(per("allocated"), per("actual"), _str(raw, "pendingReason", "resize"),
+                   _str(raw, "pendingMessage", "resize"), raw.get("inProgress") is True,
+                   _str(raw, "error", "resize"))
+
+
 @dataclass(frozen=True)
 class DesiredPod:
     """A ``desired`` value under a pod UID: the pod the sync loop runs and its worker's state.
@@ -265,7 +315,8 @@ class DesiredPod:
     ``updated_at``: wall time of the change. ``qos_class``: the pod's QoS class. ``failed``:
     the pod was failed for good (``SyncLoop.fail_pod``: past its ``activeDeadlineSeconds``, or
     a ``FailPod``), with ``reason``/``message`` saying why (an older sync loop's value reads as
-    False)."""
+    False). ``resize``: the pod's in-place resize (``PodResize``; empty: an older sync loop's
+    value)."""
 
     VERSION: ClassVar[int] = 1
     KIND: ClassVar[str] = "pod"
@@ -280,6 +331,7 @@ class DesiredPod:
     updated_at: float = 0.0
     qos_class: str = ""
     failed: bool = False
+    resize: PodResize = field(default_factory=PodResize)
 
     __hash__ = None  # type: ignore[assignment]  # holds dicts
 
@@ -289,7 +341,8 @@ class DesiredPod:
                 "message": self.message,
                 "waiting": {n: w.to_wire() for n, w in self.waiting.items()},
                 "sandbox_id": self.sandbox_id, "updated_at": self.updated_at,
-                "qos_class": self.qos_class, "failed": self.failed}
+                "qos_class": self.qos_class, "failed": self.failed,
+                "resize": self.resize.to_wire()}
 
     @classmethod
     def from_wire(cls, raw: Any) -> DesiredPod:
@@ -304,7 +357,8 @@ class DesiredPod:
                    _str(raw, "message", "desired pod"),
                    {str(n): ContainerWaiting.from_wire(w) for n, w in waiting.items()},
                    _str(raw, "sandbox_id", "desired pod"), _float(raw, "updated_at"),
-                   _str(raw, "qos_class", "desired pod"), raw.get("failed") is True)
+                   _str(raw, "qos_class", "desired pod"), raw.get("failed") is True,
+                   PodResize.from_wire(raw.get("resize")))
 
     @property
     def active(self) -> bool:

@@ -15,7 +15,7 @@ see ``PodStatusValue`` in ``ipc/maps.py`` and the status store.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from podvisor.ipc.wire import (
@@ -150,6 +150,12 @@ class ContainerStatus:
     container_id: str = ""
     state: ContainerState = ContainerState()
     last_state: ContainerState = ContainerState()
+    # in-place resize: what the node allocated (requests) and what the container runs with
+    # (requests and limits), API quantities; left out when empty
+    allocated_resources: Mapping[str, str] = field(default_factory=dict)
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
 
     @property
     def runtime_id(self) -> str:
@@ -164,6 +170,10 @@ class ContainerStatus:
             out["containerID"] = self.container_id
         out["state"] = self.state.to_dict()
         out["lastState"] = self.last_state.to_dict()
+        if self.allocated_resources:
+            out["allocatedResources"] = dict(self.allocated_resources)
+        if self.resources:
+            out["resources"] = {k: dict(v) for k, v in self.resources.items()}
         return out
 
     @classmethod
@@ -173,7 +183,18 @@ class ContainerStatus:
                    read_str(raw, "imageID", what), read_int(raw, "restartCount", what),
                    read_bool(raw, "ready", what), read_bool(raw, "started", what),
                    read_str(raw, "containerID", what), ContainerState.from_dict(raw.get("state")),
-                   ContainerState.from_dict(raw.get("lastState")))
+                   ContainerState.from_dict(raw.get("lastState")),
+                   _quantities(raw.get("allocatedResources")),
+                   {part: _quantities(v) for part, v in (raw.get("resources") or {}).items()
+                    if part in ("requests", "limits") and _quantities(v)}
+                   if isinstance(raw.get("resources"), Mapping) else {})
+
+
+def _quantities(raw: Any) -> dict[str, str]:
+    """A ResourceList of quantities (malformed entries dropped)."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in raw.items() if isinstance(v, (str, int))}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ syncloop.image.pulled          Normal   Pulled              Successfully pulled 
 syncloop.image.present         Normal   Pulled              Container image "X" already present
                                                             on machine
 syncloop.pod.rejected          Warning  <admission reason>  the admission message
+syncloop.pod.resize.completed  Normal   ResizeCompleted     Pod resize completed: {"containers":
+                                                            [{"name": ..., "resources": ...}]}
 syncloop.volume.failed         Warning  FailedMount         MountVolume.SetUp failed for volume
                                                             "V" : <why>
 syncloop.work.failed/crashed   Warning  FailedSync          error syncing|terminating pod: ...
@@ -109,6 +111,8 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
     if event == "syncloop.pod.update_refused":
         return [(ev.WARNING, str(fields.get("reason") or "UnsupportedPodUpdate"),
                  str(fields.get("message", "")))]
+    if event == "syncloop.pod.resize.completed":
+        return [(ev.NORMAL, "ResizeCompleted", str(fields.get("message", "")))]
     if event == "syncloop.pod.rejected":
         return [(ev.WARNING, str(fields.get("reason") or "Rejected"),
                  str(fields.get("message", "")))]

@@ -33,6 +33,8 @@ from podvisor.services.pod.container import (
     Probe,
     ProbeHandler,
     PullPolicy,
+    ResizePolicy,
+    ResizeRestartPolicy,
     ResourceList,
     Resources,
     SleepAction,
@@ -50,7 +52,7 @@ from podvisor.services.pod.envvars import (
     needs_pod_ip,
 )
 from podvisor.services.pod.errors import FieldIssue, PodValidationError
-from podvisor.services.pod.hashing import canonical_json, container_hash
+from podvisor.services.pod.hashing import canonical_json, container_hash, legacy_container_hash
 from podvisor.services.pod.imageref import image_reference_error
 from podvisor.services.pod.manifest import (
     MAX_MANIFEST_BYTES,
@@ -174,6 +176,8 @@ __all__ = [
     "ProfileType",
     "PullPolicy",
     "QOSClass",
+    "ResizePolicy",
+    "ResizeRestartPolicy",
     "ResourceList",
     "Resources",
     "RestartPolicy",
@@ -200,6 +204,7 @@ __all__ = [
     "expand",
     "expand_command",
     "image_reference_error",
+    "legacy_container_hash",
     "load_document",
     "masked_paths",
     "needs_pod_ip",

@@ -44,6 +44,25 @@ class ContainerRestartPolicy(StrEnum):
     ALWAYS = "Always"
 
 
+class ResizeRestartPolicy(StrEnum):
+    """What an in-place resize of one resource does to the container (``resizePolicy``)."""
+
+    NOT_REQUIRED = "NotRequired"
+    RESTART_CONTAINER = "RestartContainer"
+
+
+RESIZABLE = ("cpu", "memory")  # the resources a resizePolicy names (and a resize may change)
+
+
+@dataclass(frozen=True)
+class ResizePolicy:
+    resource_name: str  # "cpu" or "memory"
+    restart_policy: ResizeRestartPolicy = ResizeRestartPolicy.NOT_REQUIRED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"resourceName": self.resource_name, "restartPolicy": str(self.restart_policy)}
+
+
 @dataclass(frozen=True)
 class ExecAction:
     KIND: ClassVar[str] = "exec"
@@ -370,11 +389,20 @@ class Container:
     tty: bool = False
     # init containers only: Always makes it a sidecar (kept running beside the app)
     restart_policy: ContainerRestartPolicy | None = None
+    # in-place resize: per resource, whether a change restarts the container (default
+    # NotRequired for a resource not listed, as the API defaults it)
+    resize_policy: tuple[ResizePolicy, ...] = ()
 
     @property
     def sidecar(self) -> bool:
         """A restartable init container (``restartPolicy: Always``)."""
         return self.restart_policy is ContainerRestartPolicy.ALWAYS
+
+    def resize_restart(self, resource: str) -> bool:
+        """Does an in-place change of ``resource`` restart this container?"""
+        return any(p.resource_name == resource
+                   and p.restart_policy is ResizeRestartPolicy.RESTART_CONTAINER
+                   for p in self.resize_policy)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "image": self.image,
@@ -400,6 +428,7 @@ class Container:
             "stdinOnce": self.stdin_once,
             "tty": self.tty,
             "restartPolicy": self.restart_policy and str(self.restart_policy),
+            "resizePolicy": [p.to_dict() for p in self.resize_policy],
         }
         out.update((key, value) for key, value in optional.items() if value)
         return out

@@ -13,6 +13,7 @@ from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
     MOUNT_PROPAGATIONS,
     RECURSIVE_READ_ONLY,
+    RESIZABLE,
     ApiKeyRef,
     Container,
     ContainerPort,
@@ -22,6 +23,8 @@ from podvisor.services.pod.container import (
     EnvVarSource,
     PortProtocol,
     PullPolicy,
+    ResizePolicy,
+    ResizeRestartPolicy,
     ResourceList,
     Resources,
     TerminationMessagePolicy,
@@ -101,6 +104,8 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
                                             TerminationMessagePolicy,
                                             TerminationMessagePolicy.FILE),
         restart_policy=_restart_policy(f, m, path, kind),
+        resize_policy=_resize_policy(f, m.get("resizePolicy"), join(path, "resizePolicy"))
+        if kind != EPHEMERAL else (),
     )
     check_bidirectional(f, container, path)
     return replace(container, stdin=get_bool(f, m, "stdin", path),
@@ -123,6 +128,35 @@ def _restart_policy(f: Findings, m: Mapping[str, Any], path: str,
         f.error(where, f'Unsupported value: "{value}": supported values: "Always"')
         return None
     return ContainerRestartPolicy.ALWAYS
+
+
+def _resize_policy(f: Findings, raw: Any, path: str) -> tuple[ResizePolicy, ...]:
+    """The API server's ``validateResizePolicy`` (1.33): cpu or memory, once each, NotRequired
+    (the default) or RestartContainer."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        f.error(path, "must be a list")
+        return ()
+    out: list[ResizePolicy] = []
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        m = as_map(f, item, where)
+        if m is None:
+            continue
+        name = get_str(f, m, "resourceName", where, required=True)
+        if name and name not in RESIZABLE:
+            f.error(join(where, "resourceName"),
+                    f'Unsupported value: "{name}": supported values: "cpu", "memory"')
+            continue
+        if any(p.resource_name == name for p in out):
+            f.error(join(where, "resourceName"), f'Duplicate value: "{name}"')
+            continue
+        policy_value = get_enum(f, m, "restartPolicy", where, ResizeRestartPolicy,
+                                ResizeRestartPolicy.NOT_REQUIRED)
+        if name:
+            out.append(ResizePolicy(name, policy_value))
+    return tuple(out)
 
 
 def default_pull_policy(image: str) -> PullPolicy:

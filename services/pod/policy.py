@@ -77,7 +77,9 @@ CONTAINER_KNOWN = frozenset({"name", "image", "command", "args", "env", "working
                              "resources", "livenessProbe", "readinessProbe", "startupProbe",
                              "lifecycle", "imagePullPolicy", "volumeMounts", "securityContext",
                              "terminationMessagePath", "terminationMessagePolicy",
-                             "stdin", "stdinOnce", "tty"})  # [issue 24]
+                             "stdin", "stdinOnce", "tty",  # [issue 24]
+                             # [issue 24] in-place resize (syncloop/resize.py)
+                             "resizePolicy"})
 # an init container's restartPolicy (sidecars); regular and ephemeral containers may not set it
 CONTAINER_RESTART_POLICY = "restartPolicy"
 # what the API server forbids on an ephemeral container ("cannot be set for an Ephemeral
@@ -89,7 +91,6 @@ CONTAINER_UNSUPPORTED = {
     "envFrom": _reject(f"{_API} (ConfigMap/Secret via envFrom)"),
     "volumeDevices": _reject("raw block volumes (volumeDevices) are not supported; mount the "
                              "claim as a filesystem (volumeMounts)"),
-    "resizePolicy": _warn("in-place resize is not supported; ignored"),
 }
 
 _WINDOWS = _warn("Windows-only; ignored on a Linux node (as the kubelet does)")

@@ -39,6 +39,8 @@ from podvisor.services.pod.container import (
     Probe,
     ProbeHandler,
     PullPolicy,
+    ResizePolicy,
+    ResizeRestartPolicy,
     ResourceFieldSelector,
     ResourceList,
     Resources,
@@ -416,4 +418,7 @@ def _container(c: Mapping[str, Any]) -> Container:
         env_from=tuple(_env_from(e) for e in c.get("envFrom", ())),
         restart_policy=(ContainerRestartPolicy(c["restartPolicy"]) if "restartPolicy" in c
                         else None),
+        resize_policy=tuple(ResizePolicy(p["resourceName"],
+                                         ResizeRestartPolicy(p["restartPolicy"]))
+                            for p in c.get("resizePolicy", ())),
     )

@@ -22,6 +22,7 @@ from podvisor.ipc.maps import (
     PlegPod,
     PlegSandbox,
     PodRef,
+    PodResize,
     PodStatusValue,
 )
 from podvisor.ipc.podstatus import ContainerStatus, PodStatus
@@ -33,6 +34,7 @@ from podvisor.services.status.conditions import (
     condition,
     external_conditions,
     kubelet_conditions,
+    resize_conditions,
     stamp,
 )
 from podvisor.services.status.containers import EXITED, by_name, container_status
@@ -44,7 +46,8 @@ CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "Contain
 # The fields of a ``DesiredPod`` that ``compute_pod_status`` reads: a change of any other
 # (the sync loop's ``sandbox_id``, ``updated_at``, ``worker``, ...) cannot change the status.
 # (``pod`` is read through the typed ``Pod`` rebuilt from it.)
-DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class", "failed")
+DESIRED_KEYS = ("pod", "admitted", "reason", "message", "waiting", "qos_class", "failed",
+                "resize")
 
 
 def desired_inputs(entry: Any) -> Any:
@@ -173,15 +176,15 @@ def compute_pod_status(
     ready_sb = [s for s in sandboxes if s.state == "SANDBOX_READY"]
     waiting = desired.waiting
     ready, started = readiness or {}, started or {}
-    init = [_init_status(c, records, waiting, runtime, ready, started)
-            for c in spec.init_containers]
+    init = [with_resources(_init_status(c, records, waiting, runtime, ready, started),
+                           desired.resize) for c in spec.init_containers]
     init_pending = _init_done(spec.init_containers, records, init)
     if any(records.get(c.name) for c in spec.containers):
         init_pending = []  # the kubelet: regular containers ran, so the pod was initialized
     default = "PodInitializing" if init_pending else "ContainerCreating"
-    regular = [container_status(c, records.get(c.name, []), waiting.get(c.name), default,
-                                runtime, ready.get(c.name), started.get(c.name))
-               for c in spec.containers]
+    regular = [with_resources(container_status(
+        c, records.get(c.name, []), waiting.get(c.name), default, runtime, ready.get(c.name),
+        started.get(c.name)), desired.resize) for c in spec.containers]
     ephemeral = [container_status(e.container, records.get(e.name, []), waiting.get(e.name),
                                   "ContainerCreating", runtime, False)
                  for e in spec.ephemeral_containers]
@@ -203,6 +206,7 @@ def compute_pod_status(
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
                              spec.readiness_gates, external)
+    own.extend(resize_conditions(desired.resize))
     if desired.failed and desired.reason in (EVICTED, NODE_SHUTDOWN_REASON):
         # the kubelet's eviction manager and node shutdown manager: DisruptionTarget, reason
         # TerminationByKubelet
@@ -217,6 +221,19 @@ def compute_pod_status(
         init_container_statuses=tuple(init), ephemeral_container_statuses=tuple(ephemeral),
         conditions=(*external, *stamp(own, before, now)))
     return with_version(status, ref, previous)
+
+
+def with_resources(cs: ContainerStatus, resize: PodResize) -> ContainerStatus:
+    """The kubelet's (1.33) ``allocatedResources`` (the allocated requests) and ``resources``
+    (a running container's actual requests and limits, else its allocation) of a container a
+    resize may change (regular, sidecar), from ``DesiredPod.resize``."""
+    allocated = resize.allocated.get(cs.name)
+    if allocated is None:
+        return cs
+    actual = resize.actual.get(cs.name)
+    now = actual if actual is not None and cs.state.running is not None else allocated
+    return replace(cs, allocated_resources=dict(allocated.get("requests", {})),
+                   resources={k: dict(v) for k, v in now.items() if v})
 
 
 def _kept(now: list[ContainerStatus], before: Sequence[ContainerStatus],

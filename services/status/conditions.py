@@ -20,10 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from podvisor.common.timefmt import rfc3339
+from podvisor.ipc.maps import PodResize
 from podvisor.ipc.podstatus import ContainerStatus, PodCondition, PodStatus
 
 KUBELET_CONDITIONS = frozenset({"PodScheduled", "PodReadyToStartContainers", "Initialized",
-                                "ContainersReady", "Ready"})
+                                "ContainersReady", "Ready", "PodResizePending",
+                                "PodResizeInProgress"})
+RESIZE_PENDING, RESIZE_IN_PROGRESS = "PodResizePending", "PodResizeInProgress"
 SUCCEEDED, FAILED = "Succeeded", "Failed"
 # an evicted pod (a FailPod with reason Evicted): the condition the kubelet adds (it shares the
 # type with the controllers that set it through the API)
@@ -92,6 +95,21 @@ def kubelet_conditions(phase: str, sandbox_ready: bool, init_pending: Sequence[s
     else:
         ready = [condition("ContainersReady", True), condition("Ready", True)]
     return [*conds, *ready, condition("PodScheduled", True)]
+
+
+def resize_conditions(resize: PodResize) -> list[PodCondition]:
+    """The kubelet's in-place resize conditions (1.33) from ``DesiredPod.resize``:
+    ``PodResizePending`` (reason Infeasible or Deferred, the kubelet's message) while a resize
+    is refused, ``PodResizeInProgress`` (reason Error and the message when an update failed)
+    while an accepted one is not applied yet; neither otherwise."""
+    out = []
+    if resize.pending_reason:
+        out.append(condition(RESIZE_PENDING, True, resize.pending_reason,
+                             resize.pending_message))
+    if resize.in_progress:
+        out.append(condition(RESIZE_IN_PROGRESS, True, "Error" if resize.error else "",
+                             resize.error))
+    return out
 
 
 def stamp(conds: list[PodCondition], previous: PodStatus | None,

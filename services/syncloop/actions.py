@@ -53,13 +53,14 @@ from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.backoff import BackoffKey
 from podvisor.services.syncloop.initactions import (
     LIVENESS_FAILED,
+    RESIZE_RESTART,
     SPEC_CHANGED,
     STARTUP_FAILED,
     next_init,
     sidecar_actions,
 )
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
-from podvisor.services.syncloop.spec import container_hash
+from podvisor.services.syncloop.spec import container_hash, same_spec
 
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 POD_INITIALIZING = "PodInitializing"
@@ -221,7 +222,7 @@ class _Builder:
         status = self.rt.latest(container.name)
         if (status is not None and status.state is ContainerState.CREATED and self.sandbox_id
                 and status.sandbox_id == self.sandbox_id
-                and status.hash == self.hasher(container)):
+                and same_spec(status.hash, container, self.hasher)):
             self.start.append(replace(_start(container, init, None, ephemeral),
                                       restart_count=status.restart_count,
                                       container_id=status.id))
@@ -306,7 +307,7 @@ def compute_pod_actions(
     pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
     liveness_failed: Collection[str] = (), hasher: Hasher = container_hash,
     sandbox_wait: SandboxWait = _no_wait, started: Collection[str] = (),
-    failed: bool = False,
+    failed: bool = False, resize_restart: Collection[str] = (),
 ) -> PodActions:
     """What to do for ``pod`` given its runtime state ``rt`` at monotonic time ``now``.
 
@@ -318,14 +319,18 @@ def compute_pod_actions(
     ``failed``: the pod is Failed for good (past ``activeDeadlineSeconds``, or failed through
     ``SyncLoop.fail_pod``): every container is stopped (sidecars last) and nothing is started
     again.
+    ``resize_restart``: IDs of running regular containers and sidecars an in-place resize
+    restarts (their ``resizePolicy`` is RestartContainer for a resource that changed:
+    ``resize.py``): killed and started again at once with the pod's (allocated) resources, a
+    restart counted.
     """
     if failed:
         live = bool(rt.running()) or any(s.ready for s in rt.sandboxes)
         return _with_dead(PodActions(kill_pod=live, pod_failed=True, failed=True,
                                      sandbox_id=rt.sandboxes[0].id if rt.sandboxes else ""),
                           rt, sandbox_wait)
-    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher, started), rt,
-                      sandbox_wait)
+    return _with_dead(_compute(pod, rt, now, backoff, liveness_failed, hasher, started,
+                               resize_restart), rt, sandbox_wait)
 
 
 def _regular_done(pod: Pod, rt: PodRuntime) -> bool:
@@ -344,7 +349,7 @@ def _failed_map(liveness_failed: Collection[str]) -> Mapping[str, str]:
 
 def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
              liveness_failed: Collection[str], hasher: Hasher,
-             started: Collection[str]) -> PodActions:
+             started: Collection[str], resize_restart: Collection[str] = ()) -> PodActions:
     b = _Builder(pod, rt, now, backoff, hasher)
     create, attempt, sandbox_id = _sandbox_changed(rt)
     if create:
@@ -361,7 +366,7 @@ def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
         b.start = [a for a in b.start if not a.ephemeral]
         return b.actions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
     if pod.spec.sidecars:
-        plan = sidecar_actions(pod, rt, failed, started, hasher)
+        plan = sidecar_actions(pod, rt, failed, started, hasher, resize_restart)
         b.kill.extend(KillAction(cid, name, why) for cid, (name, why) in plan.kills.items())
         if not plan.kill_pod:
             for c in plan.starts:
@@ -387,8 +392,10 @@ def _compute(pod: Pod, rt: PodRuntime, now: float, backoff: BackoffView,
                 wanted += 1
                 b.want_start(c, init=False)
             continue
-        if status.hash != hasher(c):
+        if not same_spec(status.hash, c, hasher):
             reason, restart = SPEC_CHANGED, True
+        elif status.id in resize_restart:
+            reason, restart = RESIZE_RESTART, True
         elif status.id in failed:
             reason = STARTUP_FAILED if failed[status.id] == "startup" else LIVENESS_FAILED
             restart = _restarts_on_failure(pod)

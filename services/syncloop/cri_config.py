@@ -291,6 +291,14 @@ def _resources(c: Container, oom_score_adj: int | None) -> pb.LinuxContainerReso
     return res
 
 
+def linux_resources(c: Container) -> pb.LinuxContainerResources:
+    """What UpdateContainerResources sends for an in-place resize: the CPU and memory of
+    ``c`` as at create (its OOM score adjustment is left as it is)."""
+    res = _resources(c, None)
+    del res.hugepage_limits[:]
+    return res
+
+
 def hugepage_size_name(size: int) -> str:
     """The CRI's page size name, as the kubelet writes it (2Mi -> "2MB", 1Gi -> "1GB")."""
     value, unit = float(size), 0

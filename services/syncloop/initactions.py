@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from podvisor.services.pod import Container, Pod, RestartPolicy
 from podvisor.services.syncloop.attempts import lost_attempt
 from podvisor.services.syncloop.runtime_state import ContainerInfo, ContainerState, PodRuntime
+from podvisor.services.syncloop.spec import same_spec
 
 LIVENESS_FAILED = "liveness probe failed"
 STARTUP_FAILED = "startup probe failed"
 SPEC_CHANGED = "container spec changed"
+RESIZE_RESTART = "resize requires restart"  # the kubelet: "Container X resize requires restart"
 UNKNOWN_STATE = "unknown state, killed before restart"
 
 
@@ -90,9 +92,11 @@ def _probe_verdict(c: Container, status: ContainerInfo, failed: Mapping[str, str
 
 
 def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
-                    started: Collection[str], hasher: Hasher) -> InitPlan:
+                    started: Collection[str], hasher: Hasher,
+                    resize_restart: Collection[str] = ()) -> InitPlan:
     """The kubelet's ``computeInitContainerActions``. ``failed``: container ID -> the probe
-    that failed ("liveness"/"startup"); ``started``: IDs whose startup probe succeeded."""
+    that failed ("liveness"/"startup"); ``started``: IDs whose startup probe succeeded;
+    ``resize_restart``: IDs of sidecars an in-place resize restarts."""
     inits = pod.spec.init_containers
     plan = InitPlan()
     if not inits:
@@ -120,7 +124,7 @@ def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
         elif status.state is ContainerState.RUNNING:
             if c.sidecar:
                 _running_sidecar(plan, starts, i, last, previously, c, status, failed, started,
-                                 hasher)
+                                 hasher, status.id in resize_restart)
         elif status.state is ContainerState.EXITED:
             if c.sidecar:
                 starts.append(i)
@@ -146,7 +150,7 @@ def sidecar_actions(pod: Pod, rt: PodRuntime, failed: Mapping[str, str],
 
 def _running_sidecar(plan: InitPlan, starts: list[int], i: int, last: int, previously: bool,
                      c: Container, status: ContainerInfo, failed: Mapping[str, str],
-                     started: Collection[str], hasher: Hasher) -> None:
+                     started: Collection[str], hasher: Hasher, resize: bool = False) -> None:
     verdict = _probe_verdict(c, status, failed, started)
     if verdict == "wait":
         return
@@ -158,9 +162,12 @@ def _running_sidecar(plan: InitPlan, starts: list[int], i: int, last: int, previ
         plan.initialized = True
     elif not previously:
         starts.append(i + 1)  # this sidecar is up for the first time: the next one may start
-    if status.hash != hasher(c):
+    if not same_spec(status.hash, c, hasher):
         plan.kills[status.id] = (c.name, SPEC_CHANGED)
         starts.append(i)
     elif verdict == "liveness":
         plan.kills[status.id] = (c.name, LIVENESS_FAILED)
+        starts.append(i)
+    elif resize:
+        plan.kills[status.id] = (c.name, RESIZE_RESTART)
         starts.append(i)

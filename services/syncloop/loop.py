@@ -16,13 +16,19 @@ delay; when it becomes ready they all sync at once.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from cri_api.v1 import api_pb2 as pb
 
-from podvisor.ipc.maps import RUNTIME_KEY, ContainerWaiting, DesiredPod, DesiredValue
+from podvisor.ipc.maps import (
+    RUNTIME_KEY,
+    ContainerWaiting,
+    DesiredPod,
+    DesiredValue,
+    PodResize,
+)
 from podvisor.services.cri import CriError
 from podvisor.services.pod import Pod, PodValidationError, pod_from_wire, qos_class
 from podvisor.services.syncloop import labels as L
@@ -30,6 +36,7 @@ from podvisor.services.syncloop.admission import Capacity, admit
 from podvisor.services.syncloop.network import Network, not_ready_error
 from podvisor.services.syncloop.podconfig import PodConfig, PodOp, PodUpdate
 from podvisor.services.syncloop.refusals import Refusals, refusals
+from podvisor.services.syncloop.resizes import Resizes
 from podvisor.services.syncloop.runtime_events import is_stop
 from podvisor.services.syncloop.states import WorkerState
 from podvisor.services.syncloop.syncpod import (
@@ -106,8 +113,10 @@ class LoopDeps:
 
 
 def desired_value(w: Worker, updated_at: float,
-                  wire: tuple[dict[str, Any], str] | None = None) -> DesiredPod:
-    """``wire``: the pod's ``(to_dict(), QoS class)`` when the caller has them already."""
+                  wire: tuple[dict[str, Any], str] | None = None,
+                  resize: PodResize | None = None) -> DesiredPod:
+    """``wire``: the pod's ``(to_dict(), QoS class)`` when the caller has them already;
+    ``resize``: the pod's in-place resize state (``Resizes.state``)."""
     assert w.pod is not None
     pod, qos = wire if wire is not None else (w.pod.to_dict(), str(qos_class(w.pod)))
     return DesiredPod(
@@ -115,6 +124,7 @@ def desired_value(w: Worker, updated_at: float,
         reason=w.reason, message=w.message or w.last_error,
         waiting={n: ContainerWaiting(x.reason, x.message) for n, x in w.waiting.items()},
         sandbox_id=w.sandbox_id or "", updated_at=updated_at, qos_class=qos, failed=w.failed,
+        resize=resize or PodResize(),
     )
 
 
@@ -149,6 +159,7 @@ class SyncLoop:
         if deps.sync.objects is not None:  # a watched ConfigMap/Secret changed: sync its pods
             deps.sync.objects.on_pods_changed = self._objects_changed
         self._refusals = Refusals(deps.table, self.log)
+        self._resizes = Resizes(deps.sync.allocation, self.log, self._capacity())
 
     # --- inputs (loop thread) ---
     def handle_pod_set(self, source: str, pods: Sequence[Any], now: float,
@@ -211,9 +222,10 @@ class SyncLoop:
                           str(pod.status.get("message") or ""), announce=False)
 
     def _admit(self, pod: Pod, source: str, now: float) -> None:
-        admitted = (w.pod for w in self.deps.table.workers.values()
+        admitted = (self._resizes.allocated(w.pod) for w in self.deps.table.workers.values()
                     if w.admitted and w.pod is not None and w.uid != pod.uid
                     and w.state is WorkerState.SYNCING and not w.failed)  # (filterOutInactivePods)
+        # (the others with their allocated resources, as the kubelet's allocation manager)
         rejection = admit(pod, admitted, self.deps.capacity, self.deps.pressure(),
                           self.deps.shutting_down())
         if rejection is None:
@@ -286,7 +298,7 @@ class SyncLoop:
                 self._results.get_nowait()()
             except queue.Empty:
                 break
-        works = self.deps.table.due(now)
+        works = [self._allocate(work) for work in self.deps.table.due(now)]
         for work in works:
             self._handed[work.uid] = (self._operation(work), now)
         for work in works:  # first: a pool thread starts while the loop publishes
@@ -317,6 +329,31 @@ class SyncLoop:
         if down and not self._probing:
             waits.append(self._next_probe - now)
         return max(0.0, min(waits)) if waits else None
+
+    def _capacity(self) -> Capacity:
+        """What a resize must fit in: the Node's allocatable when it is a cluster node, else
+        the node's CPUs and memory."""
+        if self.deps.capacity is not None:
+            return self.deps.capacity
+        node = self.deps.sync.node
+        return Capacity(node.cpu_millis, node.memory_bytes, 1 << 30)
+
+    def _allocate(self, work: Work) -> Work:
+        """A sync runs the pod with its allocated resources; a spec that differs from them is
+        a resize request, decided here on the loop thread (one at a time, as the kubelet's
+        podResizeMutex) against the other pods' allocations (``Resizes.decide``)."""
+        if work.kind is not WorkKind.SYNC or work.pod is None or work.failed:
+            return work
+        table = self.deps.table
+
+        def others() -> Iterator[Pod]:
+            for w in table.workers.values():
+                if w.admitted and w.pod is not None and w.uid != work.uid \
+                        and w.state is WorkerState.SYNCING and not w.failed:
+                    yield self._resizes.allocated(w.pod)
+
+        pod = self._resizes.decide(work.pod, others(), self.deps.sync.backoff)
+        return work if pod is work.pod else replace(work, pod=pod)
 
     def _operation(self, work: Work) -> str:
         """The kubelet's ``operation_type`` of a work being handed out (see metrics.py)."""
@@ -358,7 +395,7 @@ class SyncLoop:
             return False
         self._finish(work, Outcome(ok=True, retry_after=r.retry_after, waiting=r.waiting,
                                    sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
-                                   deadline_exceeded=r.deadline_exceeded))
+                                   deadline_exceeded=r.deadline_exceeded, resize=r.resize))
         return True
 
     def _probe_runtime(self) -> None:
@@ -407,7 +444,8 @@ class SyncLoop:
         return Outcome(ok=r.ok, error="; ".join(r.errors), retry_after=r.retry_after,
                        waiting=r.waiting, sandbox_id=r.sandbox_id, pod_failed=r.pod_failed,
                        effects=r.effects, acted=r.acted, network=bool(r.network_error),
-                       runtime_down=r.runtime_down, deadline_exceeded=r.deadline_exceeded)
+                       runtime_down=r.runtime_down, deadline_exceeded=r.deadline_exceeded,
+                       resize=r.resize)
 
     def _terminate(self, work: Work) -> Outcome:
         d = self.deps.sync
@@ -429,6 +467,8 @@ class SyncLoop:
         if outcome.acted or work.kind is WorkKind.TERMINATE:
             self.deps.changed_runtime()
         now = self.deps.sync.mono()
+        if outcome.resize is not None:
+            self._resizes.reported(work.uid, outcome.resize)
         w = self.deps.table.finish(work, outcome, now)
         handed = self._handed.pop(work.uid, None)
         if handed is not None:
@@ -445,6 +485,7 @@ class SyncLoop:
                 self.log.info("syncloop.pod.restarted", pod=w.pod.full_name if w.pod else "",
                               pod_uid=work.uid, source=w.source)
         if work.kind is WorkKind.TERMINATE and w is None:
+            self._resizes.forget(work.uid)
             self._removed[work.uid] = self.deps.sync.mono()
             if self.deps.sync.objects is not None:  # its ConfigMaps/Secrets: unwatched
                 self.deps.sync.objects.unregister_pod(work.uid)
@@ -569,6 +610,8 @@ class SyncLoop:
         for uid in runtime_uids - set(self.deps.table.workers) - set(self._removed):
             self.log.info("syncloop.pod.orphan", pod_uid=uid)
             self.deps.table.kill(uid, None, now, orphan=True)
+        if self.deps.pod_config.sources_ready():  # allocations of pods gone while it was down
+            self._resizes.retain(set(self.deps.table.workers) | runtime_uids)
 
     # --- desired map ---
     def _publish(self, uid: str) -> None:
@@ -582,7 +625,7 @@ class SyncLoop:
         if cached is None or cached[0] is not w.pod:
             cached = (w.pod, w.pod.to_dict(), str(qos_class(w.pod)))
             self._wire[uid] = cached
-        value = desired_value(w, 0.0, cached[1:])
+        value = desired_value(w, 0.0, cached[1:], self._resizes.state(w.pod))
         old = self._published.get(uid)
         if old is not None and replace(old, updated_at=0.0) == value:
             return

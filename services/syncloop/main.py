@@ -57,6 +57,8 @@ from podvisor.services.apiserver import ApiConnection
 from podvisor.services.cri import new_instrumented_client, new_runtime_client
 from podvisor.services.events import EventingLog, EventPublisher, Recorder
 from podvisor.services.prober import failed_probes, liveness_failed
+from podvisor.services.syncloop.allocation import FILE as ALLOCATION_FILE
+from podvisor.services.syncloop.allocation import AllocationStore
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
@@ -164,7 +166,8 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True,
                     dns=DnsSettings(tuple(cfg.cluster_dns), cfg.cluster_domain,
                                     cfg.resolv_conf),
                     docker_config_paths=docker_config_paths(ctx.paths.root),
-                    volumes=volumes.get if volumes is not None else lambda uid: None)
+                    volumes=volumes.get if volumes is not None else lambda uid: None,
+                    allocation=AllocationStore(ctx.paths.state_dir / ALLOCATION_FILE, log))
 
 
 def _runtime_classes(cfg: Any) -> RuntimeClasses | None:

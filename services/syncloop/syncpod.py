@@ -51,6 +51,7 @@ from podvisor.services.syncloop.actions import (
     Waiting,
     compute_pod_actions,
 )
+from podvisor.services.syncloop.allocation import AllocationStore
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.dns import DnsSettings
@@ -59,6 +60,13 @@ from podvisor.services.syncloop.keyring import Credential, Keyring, pod_keyring,
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import PodCgroupError, PodCgroups
+from podvisor.services.syncloop.resize import NO_RESIZE, ResizePlan, amounts
+from podvisor.services.syncloop.resizing import (
+    ResizeReport,
+    apply_updates,
+    report,
+    resize_plan,
+)
 from podvisor.services.syncloop.runtime_events import (
     Effect,
     Effects,
@@ -139,6 +147,8 @@ class SyncDeps:
     # where the node's own registry credentials are looked for (config.json, .dockercfg):
     # <rootDir>, the working directory, $HOME/.docker, /.docker (keyring.py)
     docker_config_paths: tuple[Path, ...] = ()
+    # in-place resize: the allocation checkpoint (allocation.py; None: resize off, as before)
+    allocation: AllocationStore | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,7 @@ class SyncResult:
     # the runtime's, not the pod's (retried at the runtime back-off, not after error_delay)
     runtime_down: bool = False
     deadline_exceeded: bool = False  # past activeDeadlineSeconds: the loop fails the pod
+    resize: ResizeReport | None = None  # the containers' actual resources after this sync
 
 
 def _seed_backoff(deps: SyncDeps, pod: Pod, rt: PodRuntime) -> None:
@@ -531,6 +542,8 @@ class _Run:
             self.fail_call(spec.name, CREATE_CONTAINER_ERROR, err)
             return False
         self.effects[cid] = Effect.STARTED
+        if deps.allocation is not None:  # it runs with the pod's allocation (resize.py)
+            deps.allocation.set_actuated(self.pod.uid, spec.name, cid, amounts(spec.resources))
         deps.crash.hit("sync.after_create")
         return self.start_container(action, spec, cid)
 
@@ -889,6 +902,8 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
                          running_status)
     except _WouldCall:
         return None
+    if not failed and not resize_plan(deps.allocation, pod, rt).empty:
+        return None  # a resize to apply: the runtime is called
     actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
                            fail_grace)
     if not actions.noop:
@@ -898,7 +913,8 @@ def quiet_resync(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str],
     return SyncResult(ok=True, waiting=actions.waiting,
                       sandbox_id=rt.sandboxes[0].id if rt.sandboxes else None,
                       retry_after=actions.retry_after, pod_failed=actions.pod_failed,
-                      deadline_exceeded=actions.deadline_exceeded)
+                      deadline_exceeded=actions.deadline_exceeded,
+                      resize=report(deps.allocation, pod, rt))
 
 
 def deadline_left(pod: Pod, rt: PodRuntime, active_since: float | None, now: float,
@@ -919,7 +935,7 @@ def deadline_left(pod: Pod, rt: PodRuntime, active_since: float | None, now: flo
 
 def _pod_actions(deps: SyncDeps, pod: Pod, rt: PodRuntime, liveness_failed: Collection[str],
                  started: Collection[str], active_since: float | None, failed: bool = False,
-                 fail_grace: int | None = None) -> PodActions:
+                 fail_grace: int | None = None, resize: ResizePlan = NO_RESIZE) -> PodActions:
     """``failed``: the pod was failed for good (``SyncLoop.fail_pod``), its containers stopped
     within ``fail_grace`` (None: the pod's own); past its ``activeDeadlineSeconds`` it is too,
     and the actions say so (``deadline_exceeded``) so the loop fails it."""
@@ -928,7 +944,8 @@ def _pod_actions(deps: SyncDeps, pod: Pod, rt: PodRuntime, liveness_failed: Coll
     deadline = not failed and left is not None and left <= 0
     actions = compute_pod_actions(pod, rt, now, deps.backoff, liveness_failed,
                                   sandbox_wait=sandbox_wait(deps, pod.uid, now),
-                                  started=started, failed=failed or deadline)
+                                  started=started, failed=failed or deadline,
+                                  resize_restart=resize.restart)
     if failed or deadline:
         return replace(actions, deadline_exceeded=deadline,
                        kill_grace=fail_grace if failed else None)
@@ -954,19 +971,33 @@ def sync_pod(deps: SyncDeps, pod: Pod, liveness_failed: Collection[str] = (),
     if rt is None:
         rt = read_runtime(deps, pod.uid, newer_than)
     _seed_backoff(deps, pod, rt)
+    todo = resize_plan(deps.allocation, pod, rt) if not failed else NO_RESIZE
     actions = _pod_actions(deps, pod, rt, liveness_failed, started, active_since, failed,
-                           fail_grace)
+                           fail_grace, todo)
+    resize_error = ""
+    if not todo.empty and deps.allocation is not None and not actions.kill_pod \
+            and not actions.create_sandbox:
+        resize_error = apply_updates(deps.cri, deps.allocation, deps.cgroups, deps.log, pod,
+                                     todo, lambda: deps.crash.hit("resize.after_update"))
     if actions.noop:
         sandbox = rt.sandboxes[0].id if rt.sandboxes else None
         if sandbox is not None and not actions.failed:
             _refresh_api_volumes(deps, pod)
         if failed and not rt.running():
             volumes.release_empty_dirs(pod, deps.pods_dir)
-        return SyncResult(ok=True, waiting=actions.waiting, sandbox_id=sandbox,
+        return SyncResult(ok=not resize_error, errors=(resize_error,) if resize_error else (),
+                          waiting=actions.waiting, sandbox_id=sandbox,
                           retry_after=actions.retry_after, pod_failed=actions.pod_failed,
-                          deadline_exceeded=actions.deadline_exceeded)
+                          deadline_exceeded=actions.deadline_exceeded, acted=bool(todo.update),
+                          resize=report(deps.allocation, pod, rt, resize_error))
     deps.log.debug("syncloop.pod.actions", pod=pod.full_name, pod_uid=pod.uid,
                    kill_pod=actions.kill_pod, create_sandbox=actions.create_sandbox,
                    kill=[k.name for k in actions.kill], start=[s.name for s in actions.start],
                    remove_sandboxes=list(actions.remove_sandboxes))
-    return execute(deps, pod, rt, actions, from_event)
+    result = execute(deps, pod, rt, actions, from_event)
+    if deps.allocation is None:
+        return result
+    if resize_error:
+        result = replace(result, ok=False, errors=(*result.errors, resize_error))
+    return replace(result, resize=report(deps.allocation, pod, rt, resize_error,
+                                         result.effects))

@@ -39,6 +39,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.services.pod import Pod
 from podvisor.services.syncloop.actions import Waiting
+from podvisor.services.syncloop.resizing import ResizeReport
 from podvisor.services.syncloop.runtime_events import Effects, EventSnapshot
 from podvisor.services.syncloop.states import WorkerState, check_transition
 
@@ -77,6 +78,7 @@ class Outcome:
     acted: bool = False  # the work called the runtime to change something
     network: bool = False  # held: a non-hostNetwork pod while the runtime's network is not ready
     deadline_exceeded: bool = False  # past activeDeadlineSeconds: the pod is Failed for good
+    resize: ResizeReport | None = None  # a sync: its containers' actual resources (resize.py)
 
 
 @dataclass

@@ -101,7 +101,10 @@ def kitchen_sink() -> dict[str, Any]:
                  lifecycle={"preStop": {"httpGet": {"port": 80}}},
                  securityContext={}),
             _ctr("last", lifecycle={"preStop": {"exec": {"command": ["stop"]}}},
-                 livenessProbe={"grpc": {"port": 9000}}),
+                 livenessProbe={"grpc": {"port": 9000}},
+                 resizePolicy=[{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                               {"resourceName": "memory",
+                                "restartPolicy": "RestartContainer"}]),
         ]}, "status": {"phase": "Pending", "conditions": [{"type": "Ready"}]}}
 
 

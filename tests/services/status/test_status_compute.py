@@ -474,3 +474,42 @@ def test_an_evicted_pod_has_the_disruption_target_condition() -> None:
     other = computed(desired(failed=True, reason="DeadlineExceeded", message="x"), None, None,
                      100.0)
     assert not [c for c in other["conditions"] if c["type"] == "DisruptionTarget"]
+
+
+def test_in_place_resize_shows_allocated_and_actual_resources_and_its_conditions() -> None:
+    """The kubelet's (1.33) resize status: ``allocatedResources`` (allocated requests),
+    ``resources`` (a running container's actual requests and limits), ``PodResizePending``
+    while refused, ``PodResizeInProgress`` until applied (reason Error when an update failed),
+    neither once done."""
+    old = {"requests": {"cpu": "100m", "memory": "64Mi"},
+           "limits": {"cpu": "200m", "memory": "128Mi"}}
+    new = {"requests": {"cpu": "200m", "memory": "64Mi"},
+           "limits": {"cpu": "400m", "memory": "128Mi"}}
+    p = pod([{"name": "app", "image": "host", "resources": new}])
+    resize = {"allocated": {"app": new}, "actual": {"app": old}, "inProgress": True}
+    s = computed(desired(p, resize=resize), pleg(ctr("c1")), None, T0)
+    cs = s["containerStatuses"][0]
+    assert cs["allocatedResources"] == {"cpu": "200m", "memory": "64Mi"}
+    assert cs["resources"] == old
+    [progress] = [c for c in s["conditions"] if c["type"] == "PodResizeInProgress"]
+    assert progress["status"] == "True" and "reason" not in progress
+    failed = {**resize, "error": "UpdateContainerResources failed: no"}
+    s = computed(desired(p, resize=failed), pleg(ctr("c1")), s, T0 + 1)
+    [progress] = [c for c in s["conditions"] if c["type"] == "PodResizeInProgress"]
+    assert (progress["reason"], progress["message"]) == ("Error",
+                                                          "UpdateContainerResources failed: no")
+    pending = {"allocated": {"app": old}, "actual": {"app": old},
+               "pendingReason": "Infeasible",
+               "pendingMessage": "Node didn't have enough capacity: cpu, requested: 5000, "
+                                 "capacity: 4000"}
+    s = computed(desired(p, resize=pending), pleg(ctr("c1")), s, T0 + 2)
+    assert conds(s).get("PodResizeInProgress") is None
+    [waiting] = [c for c in s["conditions"] if c["type"] == "PodResizePending"]
+    assert (waiting["status"], waiting["reason"]) == ("True", "Infeasible")
+    done = {"allocated": {"app": new}, "actual": {"app": new}}
+    s = computed(desired(p, resize=done), pleg(ctr("c1")), s, T0 + 3)
+    assert "PodResizePending" not in conds(s) and "PodResizeInProgress" not in conds(s)
+    assert s["containerStatuses"][0]["resources"] == new
+    # not running: its allocation
+    s = computed(desired(p, resize=done), pleg(ctr("c1", state="CONTAINER_EXITED")), s, T0 + 4)
+    assert s["containerStatuses"][0]["resources"] == new

@@ -81,6 +81,7 @@ from tests.support.kubeapi.csr import (
 )
 from tests.support.kubeapi.patch import PatchError, merge_patch, strategic_merge_patch
 from tests.support.kubeapi.protowire import PROTOBUF, csr_approval
+from tests.support.kubeapi.resize import ResizeError, resized
 from tests.support.kubeapi.store import KINDS, ApiError, Event, Obj, Store, not_found, now_rfc3339
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -102,6 +103,7 @@ SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"
 NODE_PROXIED = ("exec", "attach", "portforward")
 EPHEMERAL = "ephemeralcontainers"
+RESIZE = "resize"
 # what an ephemeral container may not set (validateEphemeralContainers)
 EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
                        "resources", "resizePolicy", "restartPolicy")
@@ -425,6 +427,8 @@ class KubeApi:
             return await self._proxy_to_node(request, route)
         if route.resource == "pods" and route.sub == EPHEMERAL and route.name:
             return await self._ephemeral_containers(request, route)
+        if route.resource == "pods" and route.sub == RESIZE and route.name:
+            return await self._resize(request, route)
         if route.resource == "certificatesigningrequests" and request.method in ("POST", "PUT"):
             return await self._csr_write(request, route, who)
         if route.sub not in ("", "status", "approval"):
@@ -495,6 +499,36 @@ class KubeApi:
             new = copy.deepcopy(old)
             new["spec"][EPHEMERAL_KEY] = wanted
             return new
+
+        return web.json_response(self.store.update("pods", ns, route.name, mutate))
+
+    async def _resize(self, request: web.Request, route: _Route) -> web.Response:
+        """``pods/<name>/resize`` (in-place resize, ``resize.py``): GET the pod; PATCH (merge
+        or strategic merge) or PUT a Pod of which only the containers' CPU and memory are
+        taken."""
+        ns = route.namespace or ""
+        if request.method == "GET":
+            return web.json_response(self.store.get("pods", ns, route.name))
+        body = await self._body(request)
+        if request.method == "PATCH":
+            ctype = request.content_type
+            if ctype == "application/merge-patch+json":
+                apply: Callable[[Obj], Obj] = lambda old: merge_patch(old, body)  # noqa: E731
+            elif ctype == "application/strategic-merge-patch+json":
+                apply = lambda old: strategic_merge_patch(old, body)  # noqa: E731
+            else:
+                raise ApiError(415, "UnsupportedMediaType",
+                               f"the stand-in does not implement the patch type {ctype!r}")
+        elif request.method == "PUT":
+            apply = lambda old: copy.deepcopy(body)  # noqa: E731
+        else:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+        def mutate(old: Obj) -> Obj:
+            try:
+                return resized(route.name, old, apply(copy.deepcopy(old)))
+            except ResizeError as err:
+                raise ApiError(422, "Invalid", err.message) from None
 
         return web.json_response(self.store.update("pods", ns, route.name, mutate))
 

@@ -239,6 +239,51 @@ def test_ephemeral_containers_subresource_and_service_account_pull_secrets(
     assert created["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
 
 
+def test_resize_subresource_takes_cpu_and_memory_only(api: KubeApi, tmp_path: Path) -> None:
+    """[issue 24] ``pods/resize`` (in-place resize, 1.33): the containers' CPU and memory
+    change, nothing else of the pod does; the API server's refusals (a memory limit decrease
+    under NotRequired, a QoS class change, any other field, a static pod) are 422."""
+    v1 = core(api, tmp_path)
+    res = {"requests": {"cpu": "100m", "memory": "64Mi"},
+           "limits": {"cpu": "200m", "memory": "128Mi"}}
+    body = pod("rs")
+    body["spec"]["containers"][0]["resources"] = res
+    v1.create_namespaced_pod("default", body)
+
+    def patch(resources: dict[str, Any], **extra: Any) -> Any:
+        return v1.patch_namespaced_pod_resize("rs", "default", {"spec": {"containers": [
+            {"name": "c", "resources": resources, **extra}]}}, _content_type=SMP)
+
+    bigger = {"requests": {"cpu": "200m", "memory": "64Mi"},
+              "limits": {"cpu": "400m", "memory": "256Mi"}}
+    out = patch(bigger)
+    assert out.spec.containers[0].resources.limits == {"cpu": "400m", "memory": "256Mi"}
+    assert v1.read_namespaced_pod_resize("rs", "default").spec.containers[0].resources.requests \
+        == {"cpu": "200m", "memory": "64Mi"}
+    for bad, why in (
+            ({**bigger, "limits": {"cpu": "400m", "memory": "128Mi"}},
+             "memory limits cannot be decreased unless resizePolicy is RestartContainer"),
+            ({"requests": {"cpu": "400m", "memory": "256Mi"},
+              "limits": {"cpu": "400m", "memory": "256Mi"}},
+             "Pod QOS Class may not change as a result of resizing"),
+            ({**bigger, "limits": {"cpu": "400m", "memory": "256Mi", "ephemeral-storage": "1Gi"}},
+             "only cpu and memory resources are mutable")):
+        with pytest.raises(ApiException) as err:
+            patch(bad)
+        assert err.value.status == 422 and why in err.value.body
+    with pytest.raises(ApiException) as err:
+        patch(bigger, image="other")
+    assert err.value.status == 422 and "only cpu and memory resources are mutable" in \
+        err.value.body
+    mirror = pod("rs-mirror")
+    mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "x"}
+    api.store.create("pods", "default", mirror)
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_pod_resize("rs-mirror", "default", {"spec": {"containers": [
+            {"name": "c", "resources": bigger}]}}, _content_type=SMP)
+    assert err.value.status == 422 and "static pods cannot be resized" in err.value.body
+
+
 def test_strategic_merge_of_a_pod_status(api: KubeApi, tmp_path: Path) -> None:
     """As kube-apiserver: container statuses have no merge key (replaced whole, a waiting
     state never merged into a running one); conditions merge on ``type`` (``$patch: delete``
