@@ -135,7 +135,7 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
     if event == "syncloop.sandbox.config_failed":
         return [(ev.WARNING, "FailedCreatePodSandBox", str(fields.get("message", "")))]
     if event == "syncloop.prestop.failed":
-        if fields.get("message"):  # the kubelet's own message (a tcpSocket handler)
+        if fields.get("message"):  # the kubelet's handler runner's message
             return [(ev.WARNING, "FailedPreStopHook", str(fields["message"]))]
         detail = fields.get("error") or f"exit code {fields.get('exit_code')}"
         return [(ev.WARNING, "FailedPreStopHook", f"PreStop hook of container {c} failed: "

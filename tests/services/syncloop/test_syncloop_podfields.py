@@ -177,3 +177,57 @@ def test_a_handler_the_runtime_lacks_fails_the_sandbox_with_its_error(tmp_path: 
     assert not r.ok and message in r.errors
     assert ("Warning", "FailedCreatePodSandBox", message) in h.events()
     assert not h.cri.method_calls("CreateContainer")
+
+
+def test_pre_stop_http_get_is_run_before_the_signal_and_a_failure_is_an_event(
+        tmp_path: Path) -> None:
+    """preStop httpGet, as the kubelet's handler runner: a GET to the pod's IP (a hostNetwork
+    pod's sandbox reports none here, so 127.0.0.1) on the container's named port,
+    with the headers, before StopContainer; a GET that gets no answer is FailedPreStopHook
+    with the kubelet's message, and the stop goes on."""
+    import http.server
+    import threading
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("X-Drain")))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        h = Harness(tmp_path)
+        pod = make_pod([{"name": "app", "image": "host", "command": ["sleep", "9"],
+                         "ports": [{"name": "admin", "containerPort": port}],
+                         "lifecycle": {"preStop": {"httpGet": {
+                             "path": "/drain", "port": "admin",
+                             "httpHeaders": [{"name": "X-Drain", "value": "now"}]}}}}],
+                       terminationGracePeriodSeconds=5, hostNetwork=True)
+        assert sync_pod(h.deps, pod).ok
+        h.cri.calls.clear()
+        terminate_pod(h.cri, h.log, pod.uid, pod, 5, h.deps.sleep, h.deps.mono, h.deps.wall,
+                      h.deps.pods_dir)
+        assert seen == [("/drain", "now")] and h.running() == {}
+        assert not [e for e in h.events() if e[1] == "FailedPreStopHook"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # nobody listens on that port now: the hook fails, the stop goes on
+    h = Harness(tmp_path)
+    pod = make_pod([{"name": "app", "image": "host", "command": ["sleep", "9"], "lifecycle": {
+        "preStop": {"httpGet": {"path": "/drain", "port": port}}}}],
+        terminationGracePeriodSeconds=5, hostNetwork=True)
+    assert sync_pod(h.deps, pod).ok
+    terminate_pod(h.cri, h.log, pod.uid, pod, 5, h.deps.sleep, h.deps.mono, h.deps.wall,
+                  h.deps.pods_dir)
+    assert h.running() == {}
+    [failed] = [m for _t, r, m in h.events() if r == "FailedPreStopHook"]
+    assert failed.startswith(f'HTTP lifecycle hook (/drain) for Container "app" in Pod '
+                             f'"{pod.full_name}({pod.uid})" failed - error: ')
