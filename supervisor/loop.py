@@ -49,7 +49,7 @@ from podvisor.supervisor.eventstore import EventStore
 from podvisor.supervisor.faults import FaultTable
 from podvisor.supervisor.heartbeat import BEAT, Beat, BeatReader, decode_beat
 from podvisor.supervisor.leftpods import count_running_pods, left_message
-from podvisor.supervisor.nodewait import NodeShutdownWait
+from podvisor.supervisor.nodewait import ASK_EVERY, NodeShutdownWait
 from podvisor.supervisor.process import SupervisedProcess
 from podvisor.supervisor.reconcile import apply_specs
 from podvisor.supervisor.registry import ProcessSpec
@@ -113,6 +113,7 @@ class Agent:
                                  parts.clock, parts.wall, self._pod_cgroups, self._pod_volume,
                                  paths.state_dir)
         self._pods_deadline: float | None = None  # waiting for AllPodsStopped until then
+        self._pods_asked = 0.0  # when StopAllPods was last published (asked again each ASK_EVERY)
         self.node = NodeShutdownWait(parts.publisher.publish, parts.clock, parts.wall)
         self._pods_done = False  # AllPodsStopped came
         self._left_pods: str | None = None  # said on exit: pods left running, how to stop them
@@ -132,19 +133,25 @@ class Agent:
     def request_shutdown(self, pods: bool) -> None:
         """Stop every process (reverse start order). With `pods`, first ask the sync loop to
         stop every pod (`StopAllPods`) and wait for `AllPodsStopped`, at most
-        `supervision.stopPodsTimeout`."""
+        `supervision.stopPodsTimeout`; asked again every ``ASK_EVERY`` until it answers (the
+        bus drops a message a sync loop just restarted has not subscribed for yet, and the
+        sync loop answers a repeat once its pods are stopped)."""
         if self.sup.shutting_down or self._pods_deadline is not None:
             return
         syncloop = self.sup.procs.get("syncloop")
         self.p.log.info("agent.shutdown", stop_pods=pods)
         self.faults.clear()  # a stopped process resumes (to stop), a cut bus heals
         if pods and syncloop is not None and syncloop.alive:
-            self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
+            self._ask_stop_pods()
             self._pods_deadline = self.p.clock() + self.p.config.supervision.stop_pods_timeout
             self._pods_done = False
             return
         self._count_left_pods()
         self.sup.begin_shutdown(self.p.config.supervision.shutdown_timeout)
+
+    def _ask_stop_pods(self) -> None:
+        self._pods_asked = self.p.clock()
+        self.p.publisher.publish(StopAllPods(reason="agent shutdown", ts=self.p.wall()))
 
     def request_node_shutdown(self) -> None:
         """A graceful node shutdown (``podvisorctl shutdown --node``; SIGTERM/SIGINT with
@@ -234,6 +241,8 @@ class Agent:
         if self._pods_deadline is None:
             return
         done, self._pods_done = self._pods_done, False
+        if not done and self._pods_asked + ASK_EVERY <= self.p.clock() < self._pods_deadline:
+            self._ask_stop_pods()
         if not done and self.p.clock() >= self._pods_deadline:
             self.p.log.warning("agent.pods_stop_timeout",
                                timeout=self.p.config.supervision.stop_pods_timeout)
@@ -377,7 +386,9 @@ class Agent:
         persist = self.events.next_deadline() if self.events is not None else None
         quiet = None if self._events_polled() else self._events_quiet_until
         self.faults.expire()
-        deadlines = [d for d in (self.sup.tick(), control.next_deadline(), self._pods_deadline,
+        asking = None if self._pods_deadline is None else min(
+            self._pods_deadline, self._pods_asked + ASK_EVERY)
+        deadlines = [d for d in (self.sup.tick(), control.next_deadline(), asking,
                                  self.node.next_deadline(),
                                  persist, self._beats_due(), quiet, self.faults.next_expiry())
                      if d is not None]

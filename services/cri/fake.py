@@ -76,6 +76,9 @@ class FakeRuntimeClient:
         self.exec_results: dict[str, pb.ExecSyncResponse] = {}
         self.unpullable: set[str] = set()  # images whose pull fails NOT_FOUND (no such image)
         self.network = pb.RuntimeCondition(type="NetworkReady", status=True)
+        # Status's runtime_handlers (name -> recursive read-only mounts); RunPodSandbox refuses
+        # a handler not listed, as a runtime not configured for it (empty: any handler)
+        self.runtime_handlers: dict[str, bool] = {}
         self._reserved: dict[str, str] = {}  # sandbox name -> the sandbox holding it
         self._no_network: set[str] = set()  # sandboxes whose network setup failed
         self._ips = itertools.count(2)
@@ -165,7 +168,10 @@ class FakeRuntimeClient:
         self._enter("Status", verbose)
         with self._lock:
             conds = [pb.RuntimeCondition(type="RuntimeReady", status=True), self.network]
-        return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds))
+            handlers = [pb.RuntimeHandler(name=n, features=pb.RuntimeHandlerFeatures(
+                recursive_read_only_mounts=rro)) for n, rro in self.runtime_handlers.items()]
+        return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds),
+                                 runtime_handlers=handlers)
 
     # --- sandboxes ---
     def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "") -> str:
@@ -173,6 +179,9 @@ class FakeRuntimeClient:
         with self._lock:
             m = config.metadata
             name = f"{m.name}_{m.namespace}_{m.uid}_{m.attempt}"
+            if self.runtime_handlers and runtime_handler not in self.runtime_handlers:
+                raise CriError("RunPodSandbox", grpc.StatusCode.NOT_FOUND,
+                               f'no runtime for "{runtime_handler}" is configured')
             if name in self._reserved:
                 raise CriError("RunPodSandbox", grpc.StatusCode.UNKNOWN,
                                f'failed to reserve sandbox name "{name}": name "{name}" is '

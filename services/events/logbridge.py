@@ -26,6 +26,8 @@ syncloop.volume.failed         Warning  FailedMount         MountVolume.SetUp fa
                                                             "V" : <why>
 syncloop.work.failed/crashed   Warning  FailedSync          error syncing|terminating pod: ...
 syncloop.prestop.failed        Warning  FailedPreStopHook   PreStop hook of container X failed
+                                                            (a tcpSocket hook: the kubelet's
+                                                            "Cannot run handler: ...")
 syncloop.pod.dns               Warning  MissingClusterDNS,  the kubelet's messages (pod DNS)
                                         DNSConfigForming
 syncloop.sandbox.config_failed Warning  FailedCreatePodSand Failed to create pod sandbox: <why>
@@ -133,6 +135,8 @@ def events_for(event: str, fields: Mapping[str, Any]) -> list[Found]:
     if event == "syncloop.sandbox.config_failed":
         return [(ev.WARNING, "FailedCreatePodSandBox", str(fields.get("message", "")))]
     if event == "syncloop.prestop.failed":
+        if fields.get("message"):  # the kubelet's handler runner's message
+            return [(ev.WARNING, "FailedPreStopHook", str(fields["message"]))]
         detail = fields.get("error") or f"exit code {fields.get('exit_code')}"
         return [(ev.WARNING, "FailedPreStopHook", f"PreStop hook of container {c} failed: "
                                                   f"{detail}")]

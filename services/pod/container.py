@@ -134,7 +134,9 @@ class SleepAction:
 
 
 ProbeHandler = ExecAction | HTTPGetAction | TCPSocketAction | GRPCAction
-LifecycleHandler = ExecAction | HTTPGetAction | SleepAction
+# tcpSocket: the API server takes it in a lifecycle hook; the kubelet's handler runner fails it
+# when the hook runs ("Cannot run handler: invalid handler: ...", syncloop/hooks.py)
+LifecycleHandler = ExecAction | HTTPGetAction | SleepAction | TCPSocketAction
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,9 @@ class VolumeMount:
     sub_path: str = ""
     sub_path_expr: str = ""  # expanded from the container's environment at start ($(VAR))
     mount_propagation: str = ""  # "", None, HostToContainer, Bidirectional (MOUNT_PROPAGATIONS)
+    # "" (unset), Disabled, IfPossible or Enabled (RECURSIVE_READ_ONLY): the kubelet's
+    # resolveRecursiveReadOnly at container creation (syncloop/cri_config.py)
+    recursive_read_only: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
@@ -348,10 +353,13 @@ class VolumeMount:
             out["subPathExpr"] = self.sub_path_expr
         if self.mount_propagation:
             out["mountPropagation"] = self.mount_propagation
+        if self.recursive_read_only:
+            out["recursiveReadOnly"] = self.recursive_read_only
         return out
 
 
 MOUNT_PROPAGATIONS = ("None", "HostToContainer", "Bidirectional")
+RECURSIVE_READ_ONLY = ("Disabled", "IfPossible", "Enabled")
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 (``pkg/apis/core/validation``), and their values as the kubelet computes them
 (``podFieldSelectorRuntimeValue``, ``pkg/fieldpath``, ``pkg/api/v1/resource``). Pure.
 
-Values need what the pod alone does not hold: the node's allocatable CPU and memory (the
-kubelet's default for an unset limit), the host's IPs and the pod's IPs; ``NodeFacts`` and
-``pod_ips`` carry them in.
+Values need what the pod alone does not hold: the node's allocatable CPU, memory and
+ephemeral-storage (the kubelet's default for an unset limit: ``MergeContainerResourceLimits``;
+hugepages have none, their limit is always set), the host's IPs and the pod's IPs;
+``NodeFacts`` and ``pod_ips`` carry them in.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from typing import Any
 from podvisor.common.quantity import QuantityError, parse_quantity
 from podvisor.services.pod import defaults as D
 from podvisor.services.pod import names
-from podvisor.services.pod.container import Container, ObjectFieldSelector, ResourceFieldSelector
+from podvisor.services.pod.container import (
+    Container,
+    ObjectFieldSelector,
+    ResourceFieldSelector,
+    ResourceList,
+)
 from podvisor.services.pod.fields import Findings, as_map, check_fields, get_str, join
 from podvisor.services.pod.model import DownwardAPIFile, Pod
 
@@ -35,8 +41,7 @@ _CONVERTIBLE = frozenset({"metadata.annotations", "metadata.labels", "metadata.n
                           "status.podIPs"})
 RESOURCES = ("limits.cpu", "limits.memory", "limits.ephemeral-storage", "requests.cpu",
              "requests.memory", "requests.ephemeral-storage")
-# podvisor keeps no ephemeral-storage or hugepages amounts, so it cannot answer for them.
-_NOT_KEPT = ("limits.ephemeral-storage", "requests.ephemeral-storage")
+# validContainerResourceFieldPathPrefixesWithDownwardAPIHugePages: any page size is taken
 _HUGEPAGES = ("limits.hugepages-", "requests.hugepages-")
 _CPU_DIVISORS = {Decimal("0.001"): "1m", Decimal(1): "1"}
 _MEMORY_DIVISORS = {parse_quantity(s): s for s in ("1", "1k", "1M", "1G", "1T", "1P", "1E",
@@ -115,11 +120,7 @@ def parse_resource_field_ref(f: Findings, raw: Any, where: str,
     if not resource:
         f.error(join(where, "resource"), "Required value")
         return None
-    if resource.startswith(_HUGEPAGES) or resource in _NOT_KEPT:
-        f.error(join(where, "resource"), f'"{resource}" is not supported by podvisor (it '
-                                         "keeps no ephemeral-storage or hugepages amounts)")
-        return None
-    if resource not in RESOURCES:
+    if resource not in RESOURCES and not resource.startswith(_HUGEPAGES):
         f.error(join(where, "resource"),
                 f'Unsupported value: "{resource}": supported values: {_quote_list(RESOURCES)}')
         return None
@@ -144,7 +145,9 @@ def _divisor(f: Findings, raw: Any, resource: str, where: str) -> str | None:
     canonical = table.get(amount)
     if canonical is None:
         allowed = "1m and 1" if cpu else ", ".join(_MEMORY_DIVISORS.values())
-        kind = "cpu" if cpu else "memory"
+        kind = ("cpu" if cpu else "hugepages" if resource.startswith(_HUGEPAGES)
+                else "local ephemeral storage" if "ephemeral-storage" in resource
+                else "memory")  # validateContainerResourceDivisor's words
         f.error(where, f'Invalid value: "{resource}": only divisor\'s values {allowed} are '
                        f"supported with the {kind} resource")
         return None
@@ -156,12 +159,14 @@ def _divisor(f: Findings, raw: Any, resource: str, where: str) -> str | None:
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What the node adds to downward API values: allocatable CPU (millicores) and memory
-    (bytes), the defaults for unset limits, and its IPs (``status.hostIP(s)``)."""
+    """What the node adds to downward API values: allocatable CPU (millicores), memory and
+    ephemeral-storage (bytes; None: the node reports none, an unset limit then reads 0), the
+    defaults for unset limits, and its IPs (``status.hostIP(s)``)."""
 
     cpu_millis: int
     memory_bytes: int
     host_ips: tuple[str, ...] = ("127.0.0.1",)
+    ephemeral_storage_bytes: int | None = None
 
 
 def go_quote(text: str) -> str:
@@ -221,25 +226,40 @@ def field_value(pod: Pod, selector: ObjectFieldSelector, node: NodeFacts,
     raise ValueError(f"unsupported fieldPath {path!r}")
 
 
+def _amount(resource: str, rl: ResourceList) -> int | None:
+    """The bytes of ``memory``, ``ephemeral-storage`` or ``hugepages-<size>`` in ``rl``."""
+    if resource == "memory":
+        return rl.memory_bytes
+    if resource == "ephemeral-storage":
+        return rl.ephemeral_storage_bytes
+    size = resource.removeprefix("hugepages-")
+    return next((amount for s, amount in rl.hugepages if s == size), None)
+
+
 def resource_value(selector: ResourceFieldSelector, container: Container,
                    node: NodeFacts) -> str:
     """``ExtractContainerResourceValue`` with the kubelet's node-allocatable defaults for an
-    unset limit: ceil(amount / divisor), CPU counted in millicores."""
+    unset (or zero) cpu, memory or ephemeral-storage limit (``MergeContainerResourceLimits``;
+    not hugepages, "never overcommitted"): ceil(amount / divisor), CPU counted in
+    millicores; an amount not set reads 0."""
     limits, requests = container.resources.limits, container.resources.requests
     divisor = Decimal(0) if selector.divisor == "0" else parse_quantity(selector.divisor)
     if divisor == 0:
         divisor = Decimal(1)
-    if selector.resource.endswith(".cpu"):
-        if selector.resource.startswith("limits."):
-            millis = limits.cpu_millis if limits.cpu_millis is not None else node.cpu_millis
+    side, _, resource = selector.resource.partition(".")
+    if resource == "cpu":
+        if side == "limits":
+            millis = limits.cpu_millis or node.cpu_millis
         else:
             millis = requests.cpu_millis or 0
         return str(math.ceil(Decimal(millis) / (divisor * 1000)))
-    if selector.resource.startswith("limits."):
-        amount = limits.memory_bytes if limits.memory_bytes is not None else node.memory_bytes
-    else:
-        amount = requests.memory_bytes or 0
-    return str(math.ceil(Decimal(amount) / divisor))
+    amount = _amount(resource, limits if side == "limits" else requests)
+    if amount is None and side == "requests" and resource.startswith("hugepages-"):
+        amount = _amount(resource, limits)  # the API server's defaulting: request = limit
+    if side == "limits" and not amount:
+        amount = {"memory": node.memory_bytes,
+                  "ephemeral-storage": node.ephemeral_storage_bytes}.get(resource)
+    return str(math.ceil(Decimal(amount or 0) / divisor))
 
 
 def find_container(pod: Pod, name: str) -> Container | None:

@@ -283,6 +283,9 @@ class PodSpec:
     image_pull_secrets: tuple[str, ...] = ()   # Secret names ("" entries kept, as the API does)
     active_deadline_seconds: int | None = None
     readiness_gates: tuple[str, ...] = ()      # condition types
+    # the RuntimeClass whose handler runs the sandbox ("": the runtime's default handler;
+    # looked up in the API only when the agent has one: syncloop/runtimeclass.py)
+    runtime_class_name: str = ""
 
     @property
     def sidecars(self) -> tuple[Container, ...]:
@@ -322,6 +325,8 @@ class PodSpec:
             out["nodeName"] = self.node_name
         if self.service_account_name:
             out["serviceAccountName"] = self.service_account_name
+        if self.runtime_class_name:
+            out["runtimeClassName"] = self.runtime_class_name
         if self.priority:
             out["priority"] = self.priority
         if self.security_context is not None:

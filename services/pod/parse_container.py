@@ -12,6 +12,7 @@ from podvisor.services.pod import defaults as D
 from podvisor.services.pod import downward, names, policy
 from podvisor.services.pod.container import (
     MOUNT_PROPAGATIONS,
+    RECURSIVE_READ_ONLY,
     RESIZABLE,
     ApiKeyRef,
     Container,
@@ -374,8 +375,9 @@ def _parse_mounts(f: Findings, m: Mapping[str, Any], path: str,
                     f"Unsupported value: {propagation!r}: supported values: "
                     f"{', '.join(repr(p) for p in MOUNT_PROPAGATIONS)}")
             propagation = ""
-        out.append(VolumeMount(name, mount_path, get_bool(f, v, "readOnly", where), sub_path,
-                               expr, propagation))
+        read_only = get_bool(f, v, "readOnly", where)
+        rro = _recursive_read_only(f, v, where, read_only, propagation)
+        out.append(VolumeMount(name, mount_path, read_only, sub_path, expr, propagation, rro))
     return tuple(out)
 
 
@@ -419,6 +421,25 @@ def _parse_devices(f: Findings, m: Mapping[str, Any], path: str,
         paths.add(device_path)
         out.append(VolumeDevice(name, device_path))
     return tuple(out)
+
+
+def _recursive_read_only(f: Findings, v: Mapping[str, Any], where: str, read_only: bool,
+                         propagation: str) -> str:
+    """``recursiveReadOnly`` as the API server's ``validateVolumeMounts`` checks it: IfPossible
+    and Enabled only on a read-only mount whose propagation is None or unset."""
+    rro = get_str(f, v, "recursiveReadOnly", where)
+    field = join(where, "recursiveReadOnly")
+    if rro and rro not in RECURSIVE_READ_ONLY:
+        f.error(field, f"Unsupported value: {rro!r}: supported values: "
+                       f"{', '.join(repr(x) for x in RECURSIVE_READ_ONLY)}")
+        return ""
+    if rro in ("IfPossible", "Enabled"):
+        if not read_only:
+            f.error(field, "Forbidden: may only be specified when readOnly is true")
+        if propagation not in ("", "None"):
+            f.error(field, "Forbidden: may only be specified when mountPropagation is None or "
+                           "not specified")
+    return rro
 
 
 def check_bidirectional(f: Findings, c: Container, path: str) -> None:

@@ -33,7 +33,7 @@ from podvisor.services.pod.fields import (
 )
 
 PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
-PRE_STOP_HANDLERS = ("exec", "httpGet", "sleep")
+LIFECYCLE_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
 
 
 def parse_probe(f: Findings, raw: Any, path: str, port_names: Collection[str],
@@ -73,10 +73,9 @@ def parse_lifecycle(f: Findings, raw: Any, path: str, port_names: Collection[str
 
 def _lifecycle_handler(f: Findings, m: Mapping[str, Any], key: str, path: str,
                        port_names: Collection[str]) -> LifecycleHandler | None:
-    """``preStop`` or ``postStart``: exec, httpGet or sleep. tcpSocket, which the API server
-    takes and the kubelet fails when the hook runs: warned and no hook for preStop (the kill
-    goes on as without one), refused for postStart (the kubelet would kill the container at
-    every start)."""
+    """``preStop`` or ``postStart``: exec, httpGet, sleep, or tcpSocket, which the API server
+    takes (validated as a probe's) and the kubelet's handler runner fails when the hook runs
+    (syncloop/hooks.py)."""
     if m.get(key) is None:
         return None
     where = join(path, key)
@@ -85,13 +84,8 @@ def _lifecycle_handler(f: Findings, m: Mapping[str, Any], key: str, path: str,
         return None
     check_fields(f, body, where, policy.PRE_STOP_KNOWN,
                  policy.PRE_STOP_UNSUPPORTED if key == "preStop" else policy.POST_START_UNSUPPORTED)
-    if body.get("tcpSocket") is not None:
-        others = [k for k in PRE_STOP_HANDLERS if body.get(k) is not None]
-        if others:
-            f.error(where, f"must specify only one handler, found {others[0]} and tcpSocket")
-        return None
-    handler = _parse_handler(f, body, where, PRE_STOP_HANDLERS, port_names)
-    if handler is None or isinstance(handler, (TCPSocketAction, GRPCAction)):
+    handler = _parse_handler(f, body, where, LIFECYCLE_HANDLERS, port_names)
+    if handler is None or isinstance(handler, GRPCAction):
         return None
     return handler
 

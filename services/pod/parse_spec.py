@@ -136,6 +136,7 @@ def parse_spec(f: Findings, raw: Any, path: str) -> PodSpec | None:
                                             join(path, "securityContext"), host_network,
                                             host_ipc),
         service_account_name=account,
+        runtime_class_name=_runtime_class_name(f, m, path),
         dns_policy=dns_policy,
         scheduler_name=get_str(f, m, "schedulerName", path) or D.SCHEDULER_NAME,
         enable_service_links=(D.ENABLE_SERVICE_LINKS if m.get("enableServiceLinks") is None
@@ -482,3 +483,12 @@ def _parse_api_volume(f: Findings, kind: str, body: Mapping[str, Any], where: st
     if len(f.errors) > errors:
         return None
     return ApiVolume(kind, dict(body))
+
+
+def _runtime_class_name(f: Findings, m: Mapping[str, Any], path: str) -> str:
+    """``runtimeClassName``: a DNS subdomain (the API server's ``ValidateRuntimeClassName``)."""
+    name = get_str(f, m, "runtimeClassName", path)
+    if name and (why := names.dns1123_subdomain(name)) is not None:
+        f.error(join(path, "runtimeClassName"), why)
+        return ""
+    return name

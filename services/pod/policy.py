@@ -52,7 +52,9 @@ SPEC_KNOWN = frozenset({"containers", "initContainers", "restartPolicy",
                         "hostAliases",
                         # [issue 24] the pod lifecycle fields (the sync loop and status)
                         "imagePullSecrets", "ephemeralContainers", "activeDeadlineSeconds",
-                        "readinessGates"})
+                        "readinessGates",
+                        # [issue 24] the sandbox's runtime handler (syncloop/runtimeclass.py)
+                        "runtimeClassName"})
 SPEC_UNSUPPORTED = {
     "resourceClaims": _reject(f"{_API} (ResourceClaim)"),
     "affinity": _SCHEDULING,
@@ -63,8 +65,6 @@ SPEC_UNSUPPORTED = {
                                "graceful node shutdown reads it); other classes ignored"),
     "preemptionPolicy": _SCHEDULING,
     "topologySpreadConstraints": _SCHEDULING,
-    "runtimeClassName": _warn("runtime classes are not supported; the default runtime handler "
-                              "is used"),
     "overhead": _NOT_ENFORCED,
     "resources": _reject("pod-level resources (spec.resources) are not supported; set "
                          "resources on each container (they are enforced)"),
@@ -112,26 +112,20 @@ LIFECYCLE_UNSUPPORTED: dict[str, Unsupported] = {}
 PROBE_KNOWN = frozenset({"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds",
                          "periodSeconds", "timeoutSeconds", "successThreshold",
                          "failureThreshold", "terminationGracePeriodSeconds"})
-PRE_STOP_KNOWN = frozenset({"exec", "httpGet", "sleep"})
-PRE_STOP_UNSUPPORTED = {  # [issue 24] the API server takes it; the kubelet fails the hook
-    "tcpSocket": _warn("tcpSocket is not a valid lifecycle handler: the kubelet's hook fails "
-                       "at stop (FailedPreStopHook) and the container is stopped as without "
-                       "one; ignored"),
-}
-POST_START_UNSUPPORTED = {
-    "tcpSocket": _reject("tcpSocket is not a valid lifecycle handler: the kubelet's postStart "
-                         "hook would fail (FailedPostStartHook) and kill the container at "
-                         "every start"),
-}
+# [issue 24] tcpSocket: the API server takes it; the kubelet's handler runner fails the hook when
+# it runs ("Cannot run handler: invalid handler: ..."): FailedPostStartHook and the container
+# killed, or FailedPreStopHook and the stop goes on (syncloop/hooks.py)
+PRE_STOP_KNOWN = frozenset({"exec", "httpGet", "sleep", "tcpSocket"})
+PRE_STOP_UNSUPPORTED: dict[str, Unsupported] = {}
+POST_START_UNSUPPORTED: dict[str, Unsupported] = {}
 
 PORT_KNOWN = frozenset({"containerPort", "hostPort", "protocol", "name", "hostIP"})
 PORT_UNSUPPORTED: dict[str, Unsupported] = {}
 
 MOUNT_KNOWN = frozenset({"name", "mountPath", "readOnly", "subPath",
-                         "subPathExpr", "mountPropagation"})  # [issue 24]
-MOUNT_UNSUPPORTED = {
-    "recursiveReadOnly": _warn("recursive read-only mounts are not supported; ignored"),
-}
+                         "subPathExpr", "mountPropagation",  # [issue 24]
+                         "recursiveReadOnly"})  # [issue 24] resolved at creation (cri_config)
+MOUNT_UNSUPPORTED: dict[str, Unsupported] = {}
 
 ENV_KNOWN = frozenset({"name", "value", "valueFrom"})
 VALUE_FROM_KNOWN = ("fieldRef", "resourceFieldRef")

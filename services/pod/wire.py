@@ -181,6 +181,7 @@ def _spec(s: Mapping[str, Any]) -> PodSpec:
         # to_dict writes {} for "no security context" and a non-empty map otherwise
         security_context=_pod_security(sc) if sc else None,
         service_account_name=s.get("serviceAccountName", ""),
+        runtime_class_name=s.get("runtimeClassName", ""),
         dns_policy=DNSPolicy(s["dnsPolicy"]),
         scheduler_name=s["schedulerName"],
         enable_service_links=s["enableServiceLinks"],
@@ -312,8 +313,8 @@ def _lifecycle_handler(w: Mapping[str, Any] | None) -> LifecycleHandler | None:
     if w is None:
         return None
     handler = _handler(w)
-    if isinstance(handler, (TCPSocketAction, GRPCAction)):
-        raise ValueError("a lifecycle handler cannot be tcpSocket or grpc")
+    if isinstance(handler, GRPCAction):
+        raise ValueError("a lifecycle handler cannot be grpc")
     return handler
 
 
@@ -407,7 +408,8 @@ def _container(c: Mapping[str, Any]) -> Container:
                                         read_only=m.get("readOnly", False),
                                         sub_path=m.get("subPath", ""),
                                         sub_path_expr=m.get("subPathExpr", ""),
-                                        mount_propagation=m.get("mountPropagation", ""))
+                                        mount_propagation=m.get("mountPropagation", ""),
+                                        recursive_read_only=m.get("recursiveReadOnly", ""))
                             for m in c.get("volumeMounts", ())),
         volume_devices=tuple(VolumeDevice(name=d["name"], device_path=d["devicePath"])
                              for d in c.get("volumeDevices", ())),

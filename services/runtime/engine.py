@@ -45,7 +45,7 @@ from podvisor.services.runtime.model import (
     SandboxState,
     StartInfo,
 )
-from podvisor.services.runtime.monitor import LOG_FLAGS
+from podvisor.services.runtime.monitor import LOG_FLAGS, mount_setattr_works
 from podvisor.services.runtime.native import monitor_binary
 from podvisor.services.runtime.procfs import group_members, is_alive, signal_group
 from podvisor.services.runtime.seccomp import SeccompSupport, python_seccomp
@@ -145,6 +145,7 @@ class Engine:
         self._spawner = Spawner(crash=crash)
         self._host = read_host()  # the ids and capabilities containers can be given
         self._seccomp = NO_SECCOMP  # whether the monitors load seccomp filters (start())
+        self.rro = mount_setattr_works()  # recursive read-only mounts (runtime_handlers)
         self._watcher = ExitWatcher(self._on_monitor_exit, self._on_exit_note)
 
     # --- lifecycle ---
@@ -354,10 +355,20 @@ class Engine:
             return [self._containers[i] for i in ids]
 
     # --- sandboxes ---
+    def runtime_handlers(self) -> list[pb.RuntimeHandler]:
+        """CRI Status's ``runtime_handlers``: the default "" and its named alias ``podvisor``
+        (what a RuntimeClass's ``handler`` names: a DNS label cannot be ""), alike; recursive
+        read-only mounts when the kernel has ``mount_setattr`` (Linux 5.12)."""
+        features = pb.RuntimeHandlerFeatures(recursive_read_only_mounts=self.rro)
+        return [pb.RuntimeHandler(name=h, features=features) for h in HANDLERS]
+
     def run_sandbox(self, config: pb.PodSandboxConfig, handler: str) -> str:
         md = config.metadata
         if not md.name or not md.namespace or not md.uid:
             raise invalid("sandbox config needs metadata.name, .namespace and .uid")
+        if handler not in HANDLERS:  # containerd's words for a handler it is not configured for
+            raise Fault(grpc.StatusCode.NOT_FOUND, f"failed to get sandbox runtime: no runtime "
+                                                   f'for "{handler}" is configured')
         own_net = (self.cni is not None and self.pod_network
                    and config.linux.security_context.namespace_options.network != pb.NODE)
         sandbox_security(config, bool(own_net))
@@ -1003,6 +1014,7 @@ def _log_path(log_directory: str, log_path: str) -> str:
 
 
 _PROPAGATION = {pb.PROPAGATION_PRIVATE: "private", pb.PROPAGATION_HOST_TO_CONTAINER: "rslave"}
+HANDLERS = ("", "podvisor")  # the runtime handlers (RunPodSandbox's runtime_handler)
 
 
 def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
@@ -1027,9 +1039,14 @@ def _mounts(name: str, mounts: Iterable[pb.Mount]) -> list[dict[str, Any]]:
             raise invalid(f"{where}: propagation {prop} is "
                           "not supported by the embedded runtime (private and host-to-container "
                           "are)")
+        if m.recursive_read_only and not m.readonly:
+            raise invalid(f"{where}: recursive read-only mount must be read-only")
+        if m.recursive_read_only and m.propagation != pb.PROPAGATION_PRIVATE:
+            raise invalid(f"{where}: recursive read-only mount requires private propagation")
         out.append({"host": os.path.normpath(m.host_path),
                     "container": os.path.normpath(m.container_path),
-                    "ro": bool(m.readonly), "propagation": _PROPAGATION[m.propagation]})
+                    "ro": bool(m.readonly), "propagation": _PROPAGATION[m.propagation],
+                    "rro": bool(m.recursive_read_only)})
     return out
 
 

@@ -284,8 +284,9 @@ static const char *errno_name(int err) {
     }
 }
 
-/* A bind mount: SRC (host) on DST (container path), read-only or not, propagation "private"
- * or "rslave" (CRI PROPAGATION_PRIVATE / PROPAGATION_HOST_TO_CONTAINER). */
+/* A bind mount: SRC (host) on DST (container path), RO "0" (read-write), "1" (read-only) or "R"
+ * (recursively read-only: CRI recursive_read_only), propagation "private" or "rslave" (CRI
+ * PROPAGATION_PRIVATE / PROPAGATION_HOST_TO_CONTAINER). */
 struct bind {
     const char *src, *dst, *ro, *propagation;
 };
@@ -339,6 +340,23 @@ static int make_mount_point(const char *src, const char *dst) {
     return 0;
 }
 
+/* <linux/mount.h>'s mount_setattr(2) (Linux 5.12), declared here: glibc's <sys/mount.h> and
+ * <linux/mount.h> do not mix, and the syscall number is the same on every architecture. */
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#define PV_AT_RECURSIVE 0x8000
+#define PV_MOUNT_ATTR_RDONLY 0x1
+struct pv_mount_attr {
+    unsigned long long attr_set, attr_clr, propagation, userns_fd;
+};
+
+/* DST and every mount under it read-only (runc's "rro"); 0 or -1 with errno. */
+static int recursive_read_only(const char *dst) {
+    struct pv_mount_attr attr = {PV_MOUNT_ATTR_RDONLY, 0, 0, 0};
+    return (int)syscall(SYS_mount_setattr, AT_FDCWD, dst, PV_AT_RECURSIVE, &attr, sizeof attr);
+}
+
 /* In the container's child, before exec: a private mount namespace (nothing mounted here reaches
  * the host: "/" becomes a slave of the host's), then each bind mount in order, as runc does. A
  * missing host path is created as a directory (containerd's rule); a missing mount point is
@@ -361,7 +379,7 @@ static int apply_mounts(int *failed) {
         unsigned long prop = strcmp(m->propagation, "rslave") == 0 ? MS_SLAVE : MS_PRIVATE;
         if (mount(NULL, m->dst, NULL, MS_REC | prop, NULL) != 0)
             return -1;
-        if (strcmp(m->ro, "1") == 0) {
+        if (strcmp(m->ro, "0") != 0) {
             struct statvfs vfs;
             unsigned long keep = 0;
             if (statvfs(m->dst, &vfs) == 0)
@@ -371,6 +389,8 @@ static int apply_mounts(int *failed) {
             if (mount(NULL, m->dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | keep, NULL) != 0)
                 return -1;
         }
+        if (strcmp(m->ro, "R") == 0 && recursive_read_only(m->dst) != 0)
+            return -1;
     }
     return 0;
 }
@@ -1262,7 +1282,10 @@ static pid_t start(const char *cwd, char **argv, int reply_fd, int *out_r, int *
         } else if (report[0] == 3) {
             const struct bind *m = &mounts[report[2]];
             reply_error(reply_fd, "mount \"%s\" on \"%s\"%s: %s (errno %d %s)", m->src, m->dst,
-                        strcmp(m->ro, "1") == 0 ? " read-only" : "", strerror(report[1]),
+                        strcmp(m->ro, "R") == 0   ? " recursively read-only"
+                        : strcmp(m->ro, "1") == 0 ? " read-only"
+                                                  : "",
+                        strerror(report[1]),
                         report[1], errno_name(report[1]));
         } else if (report[0] == 4) {
             reply_error(reply_fd, "security context: mounting %s: %s (errno %d %s)",

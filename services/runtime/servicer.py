@@ -146,7 +146,8 @@ class RuntimeServicer(pb_grpc.RuntimeServiceServicer):  # type: ignore[misc]
     def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
         conds = [pb.RuntimeCondition(type="RuntimeReady", status=True),
                  self.engine.network_condition()]
-        return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds))
+        return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds),
+                                 runtime_handlers=self.engine.runtime_handlers())
 
     @_guard
     def RunPodSandbox(self, request: pb.RunPodSandboxRequest, context: Any) -> Any:

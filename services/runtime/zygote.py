@@ -334,8 +334,8 @@ class Spawner:
         if mounts or sec or cgroups or rootfs or oom is not None or netns:
             fields.append(str(len(mounts)))
             for m in mounts:
-                fields += [m["host"], m["container"], "1" if m["ro"] else "0",
-                           m["propagation"]]
+                fields += [m["host"], m["container"],
+                           "R" if m.get("rro") else "1" if m["ro"] else "0", m["propagation"]]
         if sec:
             fields += security_fields(sec)
         if cgroups:  # the files the container's process writes itself into before its exec

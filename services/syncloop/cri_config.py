@@ -29,6 +29,7 @@ from podvisor.services.pod import (
     SecurityContext,
     SELinuxOptions,
     SupplementalGroupsPolicy,
+    VolumeMount,
     effective_security_context,
     expand,
     expand_command,
@@ -340,10 +341,38 @@ def expand_sub_path(expr: str, env: Mapping[str, str]) -> str:
     return sub
 
 
+class RecursiveReadOnlyError(ValueError):
+    """A ``recursiveReadOnly`` mount the runtime cannot make (the kubelet's
+    CreateContainerConfigError)."""
+
+
+def resolve_recursive_read_only(m: VolumeMount, supported: bool) -> bool:
+    """The kubelet's ``resolveRecursiveReadOnly``: whether the mount is made recursively
+    read-only (CRI ``Mount.recursive_read_only``). Disabled or unset: no; IfPossible: when the
+    runtime's handler supports it, else a plain read-only mount; Enabled: it must."""
+    if m.recursive_read_only in ("", "Disabled"):
+        return False
+    where = "failed to resolve recursive read-only mode: volume"
+    if not m.read_only:
+        raise RecursiveReadOnlyError(f'{where} "{m.name}" requested recursive read-only mode, '
+                                     "but it is not read-only")
+    if m.mount_propagation not in ("", "None"):
+        raise RecursiveReadOnlyError(f'{where} "{m.name}" requested recursive read-only mode, '
+                                     "but it is not compatible with propagation "
+                                     f'"{m.mount_propagation}"')
+    if m.recursive_read_only == "IfPossible":
+        return supported
+    if not supported:
+        raise RecursiveReadOnlyError(f'{where} "{m.name}" requested recursive read-only mode, '
+                                     "but it is not supported by the runtime")
+    return True
+
+
 def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
-            env: Mapping[str, str]) -> list[pb.Mount]:
+            env: Mapping[str, str], rro_supported: bool) -> list[pb.Mount]:
     """``makeMounts``: subPath (or subPathExpr expanded from ``env``) under the volume, the
-    propagation as the kubelet's ``translateMountPropagation``."""
+    propagation as the kubelet's ``translateMountPropagation``, ``recursiveReadOnly`` as its
+    ``resolveRecursiveReadOnly`` (``rro_supported``: the pod's runtime handler supports it)."""
     out = []
     for m in c.volume_mounts:
         host = volumes[m.name]
@@ -352,7 +381,8 @@ def _mounts(c: Container, volumes: dict[str, Path], read_only: set[str],
             host = host / sub
         out.append(pb.Mount(container_path=m.mount_path, host_path=str(host),
                             readonly=m.read_only or m.name in read_only,
-                            propagation=_PROPAGATION[m.mount_propagation]))
+                            propagation=_PROPAGATION[m.mount_propagation],
+                            recursive_read_only=resolve_recursive_read_only(m, rro_supported)))
     return out
 
 
@@ -385,6 +415,7 @@ def container_config(pod: Pod, c: Container, restart_count: int,
                      termination_log: Path | None = None,
                      target_id: str = "",
                      read_only: Collection[str] = (),
+                     rro_supported: bool = False,
                      block: Mapping[str, tuple[str, bool]] | None = None) -> pb.ContainerConfig:
     """Raises KeyError when a mount names a volume the pod does not declare. ``seccomp_root``:
     where Localhost seccomp profiles live (``<rootDir>/seccomp``). ``env``: the container's
@@ -395,7 +426,9 @@ def container_config(pod: Pod, c: Container, restart_count: int,
     ``target_id``: an ephemeral container's target (``targetContainerName``): its PID namespace
     is that container's when the pod gives each container its own (the kubelet's
     NamespaceMode TARGET). ``read_only``: more volumes mounted read-only (a claim
-    the volume manager mounts read-only). ``block``: the raw block volumes the volume manager
+    the volume manager mounts read-only). ``rro_supported``: the pod's runtime handler supports
+    recursive read-only mounts (``resolve_recursive_read_only``; raises
+    ``RecursiveReadOnlyError``). ``block``: the raw block volumes the volume manager
     mapped, by volume name: (pod device map path, read-only); each of the container's
     ``volumeDevices`` becomes a CRI device (``makeBlockVolumes``/``makeDevices``; raises
     KeyError when one is not mapped)."""
@@ -403,7 +436,8 @@ def container_config(pod: Pod, c: Container, restart_count: int,
     if env is None:
         env = [(e.name, e.value) for e in c.env]
     command, args = expand_command(c, dict(env))
-    mounts = _mounts(c, volumes, read_only_volumes(pod) | set(read_only), dict(env))
+    mounts = _mounts(c, volumes, read_only_volumes(pod) | set(read_only), dict(env),
+                     rro_supported)
     if termination_log is not None:
         mounts.append(pb.Mount(container_path=c.termination_message_path,
                                host_path=str(termination_log)))

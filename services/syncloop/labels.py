@@ -18,7 +18,7 @@ from podvisor.common.labels import (
     TERMINATION_MESSAGE_PATH,
     TERMINATION_MESSAGE_POLICY,
 )
-from podvisor.services.pod import ExecAction, LifecycleHandler, SleepAction
+from podvisor.services.pod import ExecAction, LifecycleHandler, SleepAction, TCPSocketAction
 
 __all__ = ["CONTAINER_HASH", "CONTAINER_NAME", "GRACE_PERIOD", "POD_NAME", "POD_NAMESPACE",
            "POD_UID", "PRE_STOP", "RESTART_COUNT", "TERMINATION_MESSAGE_PATH",
@@ -54,9 +54,9 @@ def container_annotations(spec_hash: str, restart_count: int, grace: int,
     return out
 
 
-def pre_stop_handler(text: str) -> ExecAction | SleepAction | None:
-    """The preStop handler recorded in ``PRE_STOP`` (exec and sleep; None for anything else,
-    a missing or a malformed one)."""
+def pre_stop_handler(text: str) -> ExecAction | SleepAction | TCPSocketAction | None:
+    """The preStop handler recorded in ``PRE_STOP`` (exec, sleep and tcpSocket, which fails as
+    the kubelet's runner fails it; None for anything else, a missing or a malformed one)."""
     try:
         raw = json.loads(text) if text else None
     except ValueError:
@@ -71,6 +71,10 @@ def pre_stop_handler(text: str) -> ExecAction | SleepAction | None:
     if isinstance(sleep, dict) and isinstance(secs := sleep.get("seconds"), int) \
             and not isinstance(secs, bool) and secs >= 0:
         return SleepAction(secs)
+    tcp = raw.get("tcpSocket")
+    if isinstance(tcp, dict) and isinstance(port := tcp.get("port"), (int, str)) \
+            and not isinstance(port, bool):
+        return TCPSocketAction(port, str(tcp.get("host", "")))
     return None
 
 

@@ -149,6 +149,9 @@ class SyncLoop:
         self._next_probe = 0.0
         self._removed: dict[str, float] = {}  # UID -> when its pod was terminated (monotonic)
         self.stopping = False
+        # stop_all: a runtime listing begun after it killed every pod it found (the pods a
+        # sync loop restarted just now has not loaded yet, or no source names any more)
+        self._stop_swept = False
         self._network: Network | None = None  # as last published under RUNTIME_KEY
         self._held: set[str] = set()  # pods held while the network is not ready
         # the worker metrics: work handed out (UID -> operation_type, when), workers whose
@@ -279,15 +282,23 @@ class SyncLoop:
             self.deps.table.supersede(uid, event)
 
     def stop_all(self, now: float) -> None:
-        """Terminate every pod (each within its grace) and admit nothing new."""
+        """Terminate every pod (each within its grace) and admit nothing new: the ones the
+        sources name now, then every other pod the runtime lists (a housekeeping pass begun
+        after this, whether or not the sources are ready: a sync loop restarted moments ago
+        knows none of its pods yet)."""
         self.stopping = True
+        self._stop_swept = False
         for uid in list(self.deps.table.workers):
             self._kill(uid, None, now)
             self._publish(uid)
+        if not self._housekeeping_busy:
+            self._next_housekeeping = now
         self.log.info("syncloop.pods.stopall", pods=len(self.deps.table.workers))
 
     def all_stopped(self) -> bool:
-        return not self.deps.table.workers and not self._housekeeping_busy
+        """Every pod stopped since ``stop_all``: none left of those known, and a runtime
+        listing begun after it found none else (or had them killed: they are workers then)."""
+        return self._stop_swept and not self.deps.table.workers and not self._housekeeping_busy
 
     # --- the step (loop thread) ---
     def step(self, now: float) -> float | None:
@@ -319,7 +330,8 @@ class SyncLoop:
             if check:
                 self._next_runtime_check = now + self.deps.runtime_check_interval
             scan = now >= self._next_leftover_scan
-            self.deps.submit(lambda: self._housekeeping(known, check, scan))
+            sweep = self.stopping
+            self.deps.submit(lambda: self._housekeeping(known, check, scan, sweep))
         deadline = self.deps.table.next_deadline()
         # a housekeeping still running is due again only once it is done (its result wakes
         # the loop): its past deadline would make the loop spin meanwhile
@@ -556,19 +568,21 @@ class SyncLoop:
         self._held.clear()
 
     def _housekeeping(self, known: frozenset[str], check: bool = True,
-                      scan: bool = True) -> None:
+                      scan: bool = True, sweep: bool = False) -> None:
         """Pool thread. ``known``: the workers' UIDs when it was submitted. The runtime's pod
         UIDs come from the shared listing when it is at most one interval old. ``check``: ask
         the runtime's Status (network readiness); ``scan``: look for leftover cgroup folders
-        (done only once the sources are ready and the listing worked)."""
+        (done only once the sources are ready and the listing worked); ``sweep``: begun after
+        ``stop_all``: the runtime is listed afresh, sources ready or not, and every pod it
+        lists that no worker stops is killed as an orphan."""
         uids: set[str] = set()
         error: Exception | None = None
         ready = self.deps.pod_config.sources_ready()
         d = self.deps.sync
         listed_at = d.mono()
-        if ready:
+        if ready or sweep:
             try:
-                if d.cache is not None:
+                if d.cache is not None and not sweep:
                     uids, listed_at = d.cache.pod_uids(self.deps.housekeeping_interval)
                 else:
                     uids = {s.labels.get(L.POD_UID, "") for s in d.cri.list_pod_sandbox()}
@@ -586,11 +600,12 @@ class SyncLoop:
         d.sandbox_backoff.gc(d.mono())
         network = d.network.refresh(d.cri) if d.network is not None and check else None
         self._post(lambda: self._housekeeping_done(uids, error, stale, listed_at, network,
-                                                   scanned))
+                                                   scanned, sweep))
 
     def _housekeeping_done(self, runtime_uids: set[str], error: Exception | None,
                            stale_cgroups: set[str], listed_at: float,
-                           network: Network | None = None, scanned: bool = False) -> None:
+                           network: Network | None = None, scanned: bool = False,
+                           sweep: bool = False) -> None:
         self._housekeeping_busy = False
         if scanned:
             self._next_leftover_scan = self.deps.sync.mono() + self.deps.leftover_scan_interval
@@ -610,6 +625,8 @@ class SyncLoop:
         for uid in runtime_uids - set(self.deps.table.workers) - set(self._removed):
             self.log.info("syncloop.pod.orphan", pod_uid=uid)
             self.deps.table.kill(uid, None, now, orphan=True)
+        if sweep and self.stopping:
+            self._stop_swept = True
         if self.deps.pod_config.sources_ready():  # allocations of pods gone while it was down
             self._resizes.retain(set(self.deps.table.workers) | runtime_uids)
 

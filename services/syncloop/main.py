@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,11 @@ from podvisor.services.syncloop.dns import DnsSettings
 from podvisor.services.syncloop.loop import LoopDeps, SyncLoop
 from podvisor.services.syncloop.metrics import WorkerMetrics
 from podvisor.services.syncloop.network import NetworkState
-from podvisor.services.syncloop.node import admission_capacity, discover_node_facts
+from podvisor.services.syncloop.node import (
+    admission_capacity,
+    discover_node_facts,
+    ephemeral_storage_allocatable,
+)
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
 from podvisor.services.syncloop.podcgroups import new_pod_cgroups
 from podvisor.services.syncloop.podconfig import new_pod_config
@@ -76,6 +81,7 @@ from podvisor.services.syncloop.runtime_events import (
     new_stop_watcher,
     pod_events,
 )
+from podvisor.services.syncloop.runtimeclass import RuntimeClasses
 from podvisor.services.syncloop.syncpod import SyncDeps
 from podvisor.services.syncloop.terminate import Log
 from podvisor.services.syncloop.workers import Timing, WorkerTable
@@ -143,8 +149,9 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True,
                     backoff=SharedBackoff(CrashBackoff(policy)),
                     image_backoff=SharedBackoff(CrashBackoff(IMAGE_BACKOFF)),
                     mono=clock.monotonic, wall=clock.wall, sleep=time.sleep, log=log,
-                    cgroups=cgroups, node=discover_node_facts(cfg.address, cfg.node_name,
-                                                             cfg.node_ips),
+                    cgroups=cgroups, node=replace(
+                        discover_node_facts(cfg.address, cfg.node_name, cfg.node_ips),
+                        ephemeral_storage_bytes=ephemeral_storage_allocatable(cfg.root_dir, cfg)),
                     cache=RuntimeCache(cri, clock.monotonic, clock.wall) if shared else None,
                     images=ImagePresence(cri, clock.monotonic) if shared else None,
                     network=NetworkState(), pull_slots=pull_slots(cfg),
@@ -154,12 +161,24 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True,
                         strategy=cfg.config_map_and_secret_change_detection_strategy,
                         watch_timeout=cfg.api_watch_timeout, max_delay=cfg.api_retry_max_delay)
                     if cfg.kubeconfig else None,
+                    runtime_classes=_runtime_classes(cfg),
                     started=started.inc, crash=crashpoints.from_env("syncloop"),
                     dns=DnsSettings(tuple(cfg.cluster_dns), cfg.cluster_domain,
                                     cfg.resolv_conf),
                     docker_config_paths=docker_config_paths(ctx.paths.root),
                     volumes=volumes.get if volumes is not None else lambda uid: None,
                     allocation=AllocationStore(ctx.paths.state_dir / ALLOCATION_FILE, log))
+
+
+def _runtime_classes(cfg: Any) -> RuntimeClasses | None:
+    """The RuntimeClass manager, started (its informer); None without an API server, as the
+    kubelet builds none without a client."""
+    if not cfg.kubeconfig:
+        return None
+    classes = RuntimeClasses(ApiConnection(cfg.kubeconfig), watch_timeout=cfg.api_watch_timeout,
+                             max_delay=cfg.api_retry_max_delay)
+    classes.start()
+    return classes
 
 
 def docker_config_paths(root: Path) -> tuple[Path, ...]:

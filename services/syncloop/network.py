@@ -9,6 +9,10 @@ host-network pods run as usual. podvisor does the same: the sync loop refreshes 
 non-hostNetwork pods while it is not ready; a sync about to create such a pod's sandbox before
 the first check reads ``Status`` itself.
 
+The same ``Status`` answer carries the runtime's handlers (``runtime_handlers``, with their
+recursive read-only support): ``NetworkState.handlers`` keeps the last ones, as the kubelet's
+``runtimeState.runtimeHandlers`` (runtimeclass.py reads them).
+
 ``NetworkState`` is thread-safe (pool threads refresh it, the loop thread reads it).
 """
 
@@ -21,6 +25,7 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.ipc.maps import RuntimeNetwork
 from podvisor.services.cri import CriError, RuntimeClient
+from podvisor.services.syncloop.runtimeclass import handlers_of
 
 NETWORK_READY = "NetworkReady"
 NOT_READY_PREFIX = "network is not ready"  # the kubelet's NetworkNotReadyErrorMsg
@@ -59,6 +64,7 @@ class NetworkState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._current: Network | None = None
+        self._handlers: dict[str, bool] | None = None
 
     @property
     def current(self) -> Network | None:
@@ -69,12 +75,25 @@ class NetworkState:
         """Ask the runtime; returns the new state (None, and the old one kept, when the runtime
         did not answer: an unreachable runtime is the runtime back-off's business)."""
         try:
-            network = network_of(cri.status())
+            resp = cri.status()
         except CriError:
             return None
+        network = network_of(resp)
         with self._lock:
             self._current = network
+            self._handlers = handlers_of(resp)
         return network
+
+    def handlers(self, cri: RuntimeClient) -> dict[str, bool]:
+        """The runtime's handlers (runtimeclass.py ``handlers_of``); asked from ``cri`` when
+        not known yet (none when it does not answer)."""
+        with self._lock:
+            known = self._handlers
+        if known is None:
+            self.refresh(cri)
+            with self._lock:
+                known = self._handlers
+        return dict(known or {})
 
     def not_ready(self, cri: RuntimeClient | None = None) -> Network | None:
         """The not-ready state, or None when ready. Unknown yet: asked from ``cri`` when given,

@@ -4,6 +4,10 @@
   and the memory capacity in the OOM score of Burstable containers: podvisor reserves nothing
   for the system, so allocatable = capacity = the machine's CPUs (``os.cpu_count``, as
   cAdvisor's NumCores) x 1000 millicores and ``MemTotal`` from /proc/meminfo.
+- Allocatable ephemeral-storage, the default for an unset ``limits.ephemeral-storage`` in
+  ``resourceFieldRef``: the size of the filesystem holding ``rootDir`` (the node process's
+  capacity, ``node/status.py``) less kubeReserved, systemReserved and ``nodefs.available``
+  (``ephemeral_storage_allocatable``: the Node's allocatable).
 - The host's IPs (``status.hostIP(s)``): ``nodeIP``'s addresses when set (the Node's
   InternalIPs, as the kubelet's); else the config's ``address`` when it is a concrete IP (the
   status process reports the same ones as ``status.hostIP(s)``, so env and ``/pods`` agree);
@@ -88,3 +92,15 @@ def admission_capacity(node: NodeFacts, config: Config) -> Capacity:
                         "memory": Decimal(node.memory_bytes)},
                        config.kube_reserved, config.system_reserved, config.eviction_hard)
     return Capacity(int(left["cpu"] * 1000), int(left["memory"]), config.max_pods)
+
+
+def ephemeral_storage_allocatable(root_dir: str, config: Config) -> int | None:
+    """The Node's allocatable ephemeral-storage in bytes (None when ``root_dir``'s filesystem
+    cannot be read)."""
+    try:
+        st = os.statvfs(root_dir if os.path.exists(root_dir) else "/")
+    except OSError:
+        return None
+    left = allocatable({"ephemeral-storage": Decimal(st.f_blocks * st.f_frsize)},
+                       config.kube_reserved, config.system_reserved, config.eviction_hard)
+    return int(left["ephemeral-storage"])

@@ -80,6 +80,7 @@ from podvisor.services.syncloop.runtime_state import (
     pod_runtime,
     read_pod_runtime,
 )
+from podvisor.services.syncloop.runtimeclass import RuntimeClassError, RuntimeClasses, supports_rro
 from podvisor.services.syncloop.terminate import kill_containers, kill_grace
 
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
@@ -128,6 +129,9 @@ class SyncDeps:
     network: NetworkState | None = None  # None: never hold pods for the network
     # API pods' ConfigMaps, Secrets and tokens (None: standalone, such pods never get here)
     objects: ApiObjects | None = None
+    # the RuntimeClass manager (None without an API server: runtimeClassName is not looked up
+    # and the default handler runs every sandbox, as the kubelet without a client)
+    runtime_classes: RuntimeClasses | None = None
     # serializeImagePulls / maxParallelImagePulls: pulls hold a slot (None: unbounded)
     pull_slots: threading.Semaphore | None = None
     # called once per container started (kubelet_started_containers_total)
@@ -297,6 +301,14 @@ class _Run:
                            pod_uid=self.pod.uid, volumes=waiting, message=message)
         return None
 
+    def sandbox_failed(self, why: str) -> None:
+        """No sandbox (FailedCreatePodSandBox, the kubelet's "Failed to create pod sandbox:
+        <error>"); the pod stays ContainerCreating and is retried after the error delay."""
+        message = f"Failed to create pod sandbox: {why}"
+        self.errors.append(message)
+        self.deps.log.warning("syncloop.sandbox.config_failed", pod=self.pod.full_name,
+                              pod_uid=self.pod.uid, message=message)
+
     def create_sandbox(self) -> bool:
         """False (and the errors recorded) when a volume could not be set up: no sandbox then,
         and the worker retries after its error delay, as the kubelet's volume manager does."""
@@ -328,9 +340,22 @@ class _Run:
             self.deps.log.warning("syncloop.sandbox.config_failed", pod=self.pod.full_name,
                                   pod_uid=self.pod.uid, message=message)
             return False
+        try:
+            handler = self.runtime_handler()
+        except RuntimeClassError as err:  # the kubelet's createPodSandbox: not created
+            self.sandbox_failed(str(err))
+            return False
         log_dir = Path(sandbox_cfg.log_directory)
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.sandbox_id = self.deps.cri.run_pod_sandbox(sandbox_cfg)
+        try:
+            self.sandbox_id = self.deps.cri.run_pod_sandbox(sandbox_cfg, handler)
+        except CriError as err:
+            if err.unavailable or err.name_reserved:
+                raise
+            code = "".join(w.capitalize() for w in err.code.name.split("_"))  # Go's codes
+            # e.g. a handler the runtime does not have (the kubelet's %v of the gRPC error)
+            self.sandbox_failed(f"rpc error: code = {code} desc = {err.message}")
+            return False
         self.deps.crash.hit("sync.after_sandbox")
         try:
             ips = list(self.pod_ips())
@@ -483,6 +508,7 @@ class _Run:
                 self.pod, spec, action.restart_count, volumes, deps.pods_dir.parent / "seccomp",
                 env, oom, self.termination_log(spec), target,
                 read_only={n for n, (_, ro) in mounted.items() if ro},
+                rro_supported=self.rro_supported(spec),
                 block={n: v for n, v in mounted.items() if n in self.block_volumes})
             hosts = self.hosts_mount(spec)
             if hosts is not None:
@@ -490,8 +516,8 @@ class _Run:
         except KeyError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"volume {err} not found")
             return False
-        except cri_config.SubPathError as err:  # the kubelet's makeMounts: a config error
-            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, str(err))
+        except (cri_config.SubPathError, cri_config.RecursiveReadOnlyError) as err:
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, str(err))  # makeMounts'
             return False
         except ValueError as err:
             self.fail(spec.name, CREATE_CONTAINER_ERROR, f"environment: {err}")
@@ -523,6 +549,25 @@ class _Run:
             deps.allocation.set_actuated(self.pod.uid, spec.name, cid, amounts(spec.resources))
         deps.crash.hit("sync.after_create")
         return self.start_container(action, spec, cid)
+
+    def runtime_handler(self) -> str:
+        """The pod's runtime handler: its RuntimeClass's (raises RuntimeClassError), or ""
+        (the default) without a RuntimeClass manager (no API server), as the kubelet."""
+        classes = self.deps.runtime_classes
+        return classes.lookup(self.pod.spec.runtime_class_name) if classes is not None else ""
+
+    def rro_supported(self, spec: Container) -> bool:
+        """``runtimeClassSupportsRecursiveReadOnlyMounts``: false without a RuntimeClass
+        manager, when the class cannot be resolved, or when the runtime does not list the
+        handler as supporting it (asked only for a container that asks for it)."""
+        if self.deps.runtime_classes is None or self.deps.network is None or not any(
+                m.recursive_read_only in ("IfPossible", "Enabled") for m in spec.volume_mounts):
+            return False
+        try:
+            handler = self.runtime_handler()
+        except RuntimeClassError:
+            return False
+        return supports_rro(handler, self.deps.network.handlers(self.deps.cri))
 
     def target_id(self, action: StartAction, spec: Container) -> str | None:
         """An ephemeral container's ``targetContainerName`` as a runtime ID ("" none; None:

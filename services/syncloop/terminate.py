@@ -25,8 +25,9 @@ from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
 from podvisor.common.mountinfo import host_mounts, mounts_under
 from podvisor.services.cri import CriError, RuntimeClient
-from podvisor.services.pod import ExecAction, Pod, SleepAction
+from podvisor.services.pod import ExecAction, Pod, SleepAction, TCPSocketAction
 from podvisor.services.syncloop import labels as L
+from podvisor.services.syncloop.hooks import invalid_handler, run_hook
 from podvisor.services.syncloop.initactions import LIVENESS_FAILED, STARTUP_FAILED
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
@@ -38,6 +39,16 @@ MANAGED = ("kubernetes.io~csi", "kubernetes.io~local-volume", "kubernetes.io~nfs
 DEFAULT_GRACE = 30
 
 
+def _sandbox_ips(cri: RuntimeClient, sandbox_id: str) -> list[str]:
+    """The pod's IPs from its sandbox's status (none: a hostNetwork pod, or the runtime's
+    sandboxes share the host's network; the hook then reaches 127.0.0.1)."""
+    try:
+        net = cri.pod_sandbox_status(sandbox_id).network
+    except CriError:
+        return []
+    return [ip for ip in (net.ip, *(a.ip for a in net.additional_ips)) if ip]
+
+
 def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, grace: float,
               sleep: Callable[[float], None]) -> None:
     spec = next((s for s in pod.all_containers() if s.name == c.name), None) if pod else None
@@ -46,18 +57,32 @@ def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, g
     hook = spec.lifecycle.pre_stop if spec is not None else L.pre_stop_handler(c.pre_stop)
     if hook is None:
         return
-    try:
+    named = {"pod": pod.full_name if pod else "", "pod_uid": pod.uid if pod else ""}
+    if pod is None or spec is None:  # an orphan: no pod to name in a message, no ports
         if isinstance(hook, ExecAction):
-            resp = cri.exec_sync(c.id, hook.command, max(1.0, grace))
+            try:
+                resp = cri.exec_sync(c.id, hook.command, max(1.0, grace))
+            except CriError as err:
+                log.warning("syncloop.prestop.failed", **named, container=c.name,
+                            error=err.message)
+                return
             if resp.exit_code != 0:
-                log.warning("syncloop.prestop.failed", pod_uid=pod.uid if pod else "",
-                            container=c.name, exit_code=resp.exit_code)
+                log.warning("syncloop.prestop.failed", **named, container=c.name,
+                            exit_code=resp.exit_code)
         elif isinstance(hook, SleepAction):
             sleep(min(float(hook.seconds), grace))
+        elif isinstance(hook, TCPSocketAction):
+            log.warning("syncloop.prestop.failed", **named, container=c.name,
+                        message=invalid_handler(hook))
         else:
-            log.warning("syncloop.prestop.unsupported", container=c.name, kind=hook.KIND)
-    except CriError as err:
-        log.warning("syncloop.prestop.failed", container=c.name, error=err.message)
+            log.warning("syncloop.prestop.unsupported", **named, container=c.name,
+                        kind=hook.KIND)
+        return
+    # the kubelet's handler runner, within what the grace leaves
+    message = run_hook(cri, c.id, pod, spec, hook, lambda: _sandbox_ips(cri, c.sandbox_id),
+                       sleep, limit=grace)
+    if message is not None:  # FailedPreStopHook; the stop goes on
+        log.warning("syncloop.prestop.failed", **named, container=c.name, message=message)
 
 
 class TerminationOrdering:

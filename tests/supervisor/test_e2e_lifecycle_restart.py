@@ -186,6 +186,28 @@ def test_stop_pods_on_exit_flag_kills_after_grace(agent: Any, pods: Pods, wait_f
 
 
 @pytest.mark.timeout(150)
+def test_stop_pods_on_exit_right_after_the_sync_loop_restarted(
+        agent: Any, pods: Pods, wait_for: Any) -> None:
+    """SIGTERM with stopPodsOnExit moments after a kill -9 of the sync loop: the new one may not
+    have subscribed yet (the bus drops the StopAllPods it missed: the supervisor asks again
+    until answered) nor loaded a pod (it stops every pod the runtime lists). The agent used to
+    wait out stopPodsTimeout, then left the pods running."""
+    write_pods(pods, stubborn_grace=2)
+    handle = start(agent, pods, stopPodsOnExit=True)
+    running_podlist(pods, wait_for)
+    pids = wait_for(lambda: (d := pods.pids()) and len(d) == 3 and d, 10.0)
+    old = handle.state("syncloop")["pid"]
+    handle.call("kill", name="syncloop", signal="KILL")
+    handle.wait_state("syncloop", "RUNNING", where=lambda r: r["pid"] != old)
+    handle.proc.send_signal(signal.SIGTERM)
+    assert handle.proc.wait(60) == 0
+    assert not any(pid_alive(pid) for pid in pids.values()), "a container outlived the agent"
+    assert runtime_records(handle.paths.root) == []
+    handle.stop()
+    assert "agent.pods_stopped" in output(handle) and "left 3 pods" not in output(handle)
+
+
+@pytest.mark.timeout(150)
 def test_kill9_fork_server_restarts_every_subsystem_pods_untouched(
         agent: Any, pods: Pods, wait_for: Any) -> None:
     """The fork server's children are every subsystem: killed, it takes them all down (their

@@ -23,6 +23,7 @@ from podvisor.services.pod import (
     decode_pod,
     decode_pod_or_list,
     pod_from_dict,
+    pod_from_wire,
 )
 
 WEB = """\
@@ -238,9 +239,29 @@ REJECTED = [
     ("restartPolicy on a regular container", lambda d: d["spec"]["containers"][0].update(
         restartPolicy="Always"),
      "spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers"),
-    ("postStart tcpSocket", lambda d: d["spec"]["containers"][0].update(
-        lifecycle={"postStart": {"tcpSocket": {"port": 1}}}),
-     "lifecycle.postStart.tcpSocket: tcpSocket is not a valid lifecycle handler"),
+    ("postStart tcpSocket without a port", lambda d: d["spec"]["containers"][0].update(
+        lifecycle={"postStart": {"tcpSocket": {}}}),
+     "lifecycle.postStart.tcpSocket.port"),
+    ("recursiveReadOnly without readOnly", lambda d: d["spec"].update(
+        volumes=[{"name": "v", "emptyDir": {}}],
+        containers=[{"name": "c", "image": "host", "volumeMounts": [
+            {"name": "v", "mountPath": "/v", "recursiveReadOnly": "Enabled"}]}]),
+     "volumeMounts[0].recursiveReadOnly: Forbidden: may only be specified when readOnly is "
+     "true"),
+    ("recursiveReadOnly with propagation", lambda d: d["spec"].update(
+        volumes=[{"name": "v", "emptyDir": {}}],
+        containers=[{"name": "c", "image": "host", "volumeMounts": [
+            {"name": "v", "mountPath": "/v", "readOnly": True, "recursiveReadOnly": "IfPossible",
+             "mountPropagation": "HostToContainer"}]}]),
+     "recursiveReadOnly: Forbidden: may only be specified when mountPropagation is None or not "
+     "specified"),
+    ("recursiveReadOnly value", lambda d: d["spec"].update(
+        volumes=[{"name": "v", "emptyDir": {}}],
+        containers=[{"name": "c", "image": "host", "volumeMounts": [
+            {"name": "v", "mountPath": "/v", "readOnly": True, "recursiveReadOnly": "Always"}]}]),
+     "recursiveReadOnly: Unsupported value: 'Always'"),
+    ("runtimeClassName", lambda d: d["spec"].update(runtimeClassName="Not_A_Name"),
+     "spec.runtimeClassName: 'Not_A_Name' is not a valid DNS-1123 subdomain"),
     ("activeDeadlineSeconds 0", lambda d: d["spec"].update(activeDeadlineSeconds=0),
      "spec.activeDeadlineSeconds: must be at least 1"),
     ("readiness gate type", lambda d: d["spec"].update(
@@ -502,24 +523,43 @@ def test_stop_signal() -> None:
     assert any("stopSignal: Unsupported value: 'SIGFLY'" in e for e in errors_of(bad))
 
 
-def test_pre_stop_tcp_socket_is_warned_not_refused() -> None:
-    """``preStop.tcpSocket`` passes the API server's validation and the kubelet runs the pod
-    (its hook fails at stop, FailedPreStopHook, and the kill goes on): the pod runs without a
-    hook, with a warning, and keeps its stopSignal; refused before (issue 24's policy rule)."""
-    doc = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
-        "preStop": {"tcpSocket": {"port": 80}}, "stopSignal": "SIGINT"}}])
+def test_tcp_socket_lifecycle_handlers_are_kept() -> None:
+    """``tcpSocket`` in ``preStop`` and ``postStart`` passes the API server's validation and
+    the kubelet runs the pod (its handler runner fails the hook when it runs: syncloop/hooks.py):
+    kept, round-tripped, no warning; refused (postStart) or dropped (preStop) before issue 24's
+    last round."""
+    doc = manifest(containers=[{"name": "c", "image": "host", "ports": [
+        {"name": "http", "containerPort": 8080}], "lifecycle": {
+        "preStop": {"tcpSocket": {"port": 80}}, "postStart": {"tcpSocket": {
+            "port": "http", "host": "10.0.0.1"}}, "stopSignal": "SIGINT"}}])
     parsed = pod_from_dict(doc)
     lifecycle = parsed.pod.spec.containers[0].lifecycle
-    assert lifecycle.pre_stop is None and lifecycle.stop_signal == "SIGINT"
-    assert any("tcpSocket is not a valid lifecycle handler" in w.reason for w in parsed.warnings)
+    assert lifecycle.pre_stop == TCPSocketAction(80)
+    assert lifecycle.post_start == TCPSocketAction("http", "10.0.0.1")
+    assert lifecycle.stop_signal == "SIGINT" and not parsed.warnings
+    assert pod_from_dict(parsed.pod.to_dict()).pod == parsed.pod
+    assert pod_from_wire(parsed.pod.to_dict()) == parsed.pod
     both = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
         "preStop": {"tcpSocket": {"port": 80}, "exec": {"command": ["x"]}}}}])
     assert any("must specify only one handler" in e for e in errors_of(both))
-    # postStart: the kubelet's hook would fail and kill the container at every start
-    start = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
-        "postStart": {"tcpSocket": {"port": 80}}}}])
-    assert any("postStart.tcpSocket" in e and "FailedPostStartHook" in e
-               for e in errors_of(start)), errors_of(start)
+    named = manifest(containers=[{"name": "c", "image": "host", "lifecycle": {
+        "postStart": {"tcpSocket": {"port": "nope"}}}}])
+    assert any("no container port named 'nope'" in e for e in errors_of(named))
+
+
+def test_recursive_read_only_and_runtime_class_are_kept() -> None:
+    """``recursiveReadOnly`` and ``runtimeClassName`` (issue 24): kept and round-tripped."""
+    doc = manifest(runtimeClassName="gvisor", volumes=[{"name": "v", "emptyDir": {}}],
+                   containers=[{"name": "c", "image": "host", "volumeMounts": [
+                       {"name": "v", "mountPath": "/v", "readOnly": True,
+                        "recursiveReadOnly": "IfPossible", "mountPropagation": "None"}]}])
+    parsed = pod_from_dict(doc)
+    assert not parsed.warnings
+    p = parsed.pod
+    assert p.spec.runtime_class_name == "gvisor"
+    assert p.spec.containers[0].volume_mounts[0].recursive_read_only == "IfPossible"
+    assert pod_from_dict(p.to_dict()).pod == p
+    assert pod_from_wire(p.to_dict()) == p
 
 
 def test_a_pod_for_another_os_is_refused() -> None:

@@ -101,6 +101,53 @@ def test_resource_field_ref_values(env: dict[str, Any], value: str) -> None:
     assert env_of(doc)["V"] == value
 
 
+STORAGE_NODE = replace(NODE, ephemeral_storage_bytes=50 * 2**30)
+
+
+@pytest.mark.parametrize("env,value", [
+    (resource("limits.ephemeral-storage"), str(2 * 2**30)),
+    (resource("limits.ephemeral-storage", "1Mi"), "2048"),
+    (resource("requests.ephemeral-storage", "1Gi"), "1"),
+    (resource("requests.ephemeral-storage", "1G"), "2"),       # ceil(1Gi / 1G)
+    (resource("limits.hugepages-2Mi", "1Mi"), "4"),
+    (resource("requests.hugepages-2Mi"), str(4 * 2**20)),     # requests default to limits
+    (resource("limits.hugepages-1Gi"), "0"),                  # not set: 0 (no node default)
+    # no limit: the node's allocatable ephemeral-storage (MergeContainerResourceLimits)
+    (resource("limits.ephemeral-storage", "1Gi", "other"), "50"),
+    (resource("requests.ephemeral-storage", container="other"), "0"),
+    (resource("limits.hugepages-2Mi", container="other"), "0"),
+])
+def test_resource_field_ref_storage_and_hugepages(env: dict[str, Any], value: str) -> None:
+    """``resourceFieldRef`` of ``ephemeral-storage`` and ``hugepages-<size>`` (issue 24), as
+    ``ExtractContainerResourceValue``: ceil(amount / divisor); an unset ephemeral-storage
+    limit is the node's allocatable, an unset hugepages one 0 (hugepages are never
+    defaulted)."""
+    doc = pod([env], {"limits": {"ephemeral-storage": "2Gi", "hugepages-2Mi": "4Mi",
+                                 "memory": "64Mi"},
+                      "requests": {"ephemeral-storage": "1Gi"}})
+    doc["spec"]["containers"].append({"name": "other", "image": "host", "command": ["sh"]})
+    p = pod_from_dict(doc).pod
+    c = p.spec.containers[0]
+    assert dict(container_env(p, c, STORAGE_NODE, ("10.1.0.7",)))["V"] == value
+
+
+def test_resource_field_ref_storage_in_a_volume(tmp_path: Path) -> None:
+    """A downwardAPI volume's ``resourceFieldRef`` file of ``limits.ephemeral-storage`` and
+    ``requests.hugepages-2Mi``."""
+    doc = volume([{"path": "disk", "resourceFieldRef": {
+                       "containerName": "c", "resource": "limits.ephemeral-storage",
+                       "divisor": "1Mi"}},
+                  {"path": "pages", "resourceFieldRef": {
+                      "containerName": "c", "resource": "requests.hugepages-2Mi"}}])
+    doc["spec"]["containers"][0]["resources"] = {
+        "limits": {"ephemeral-storage": "512Mi", "hugepages-2Mi": "2Mi", "memory": "64Mi"}}
+    p = pod_from_dict(doc).pod
+    from podvisor.services.pod.downward import volume_files
+    vol = p.spec.volumes[0].source
+    files = volume_files(p, vol.items, vol.default_mode, STORAGE_NODE)  # type: ignore[union-attr]
+    assert files["disk"][0] == b"512" and files["pages"][0] == str(2 * 2**20).encode()
+
+
 def test_volume_labels_and_annotations_format() -> None:
     assert format_map({"b": "2", "a": 'x"y'}) == 'a="x\\"y"\nb="2"'
     assert go_quote("tab\there\x00é") == '"tab\\there\\x00é"'
@@ -120,7 +167,11 @@ def test_volume_labels_and_annotations_format() -> None:
     (resource("limits.gpu"), 'Unsupported value: "limits.gpu": supported values:'),
     (resource("limits.cpu", "2"), "only divisor's values 1m and 1 are supported with the cpu"),
     (resource("limits.memory", "3Mi"), "only divisor's values 1, 1k, 1M"),
-    (resource("limits.ephemeral-storage"), "not supported by podvisor"),
+    (resource("limits.ephemeral-storage", "3Mi"),
+     "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are "
+     "supported with the local ephemeral storage resource"),
+    (resource("requests.hugepages-2Mi", "1m"), "are supported with the hugepages resource"),
+    (resource("limits.hugepage-2Mi"), 'Unsupported value: "limits.hugepage-2Mi"'),
     (resource("limits.cpu", container="nope"), 'Invalid value: "nope": no container'),
     ({"name": "V", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
      "may not be specified when `value` is not empty"),

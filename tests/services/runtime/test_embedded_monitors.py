@@ -21,7 +21,7 @@ from podvisor.services.runtime.native import MonitorBinary, monitor_binary
 from tests.conftest import process_gone
 from tests.services.conftest import RuntimeUnderTest, poll, running_embedded
 from tests.services.cri.test_contract_io import parse_log
-from tests.services.cri.test_contract_mounts import check_bind_mounts
+from tests.services.cri.test_contract_mounts import check_bind_mounts, check_recursive_read_only
 from tests.services.cri.test_contract_seccomp import (
     check_exec_is_filtered,
     check_localhost,
@@ -344,3 +344,10 @@ def test_a_failed_security_step_fails_the_start(monitored: RuntimeUnderTest) -> 
         in err.value.message
     status = monitored.client.container_status(cid)
     assert (status.state, status.reason) == (pb.CONTAINER_EXITED, "StartError")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
+def test_recursive_read_only_mounts(monitored: RuntimeUnderTest, tmp_path: Path) -> None:
+    """CRI ``recursive_read_only``: the submount under the volume is read-only too (the C
+    monitor's and the Python monitor's ``mount_setattr``)."""
+    check_recursive_read_only(monitored, tmp_path)

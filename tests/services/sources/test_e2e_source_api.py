@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.kubeapi import KubeApi
@@ -104,10 +105,15 @@ def test_api_pods_run_mirror_and_foreign_pods_do_not(api: KubeApi, agent: Any,
     wait_for(lambda: _saved_with(resume, "late"), timeout=30,
              message="the resume point holds late")
     pid = handle.wait_state("source-api", "RUNNING")["pid"]
+    # the last point written before the kill: read while the process is stopped (a kill alone
+    # lets a save in flight land after the read: resourceVersion 42 resumed, 40 read)
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=30,
+             message="source-api stopped")
+    saved = _saved_with(resume, "late")
+    assert saved is not None
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    saved = _saved_with(resume, "late")  # the last point written before the kill
-    assert saved is not None
     handle.wait_state("source-api", "RUNNING", where=lambda r: r["pid"] != pid)
     first_after = wait_for(lambda: _pod_requests_since(api, killed), timeout=30,
                            message="source-api's first request after the kill")[0]
@@ -118,6 +124,8 @@ def test_api_pods_run_mirror_and_foreign_pods_do_not(api: KubeApi, agent: Any,
     wait_for(lambda: _pod_requests_since(api, killed), timeout=30)
     pid = handle.wait_state("source-api", "RUNNING")["pid"]
     os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=30,
+             message="source-api stopped")
     stale = _saved_with(resume, "late")
     assert stale is not None
     api.store.create("pods", "default", api_pod("moved-on", node="other"))

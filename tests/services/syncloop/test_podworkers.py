@@ -373,6 +373,21 @@ def test_stop_all_terminates_everything_and_admits_nothing(tmp_path: Path) -> No
     assert not h.cri.containers
 
 
+def test_stop_all_in_a_sync_loop_that_knows_no_pod_yet_stops_the_runtimes(
+        tmp_path: Path) -> None:
+    """stopPodsOnExit right after the sync loop restarted: StopAllPods comes before its sources
+    delivered a pod. It still stops every pod the runtime runs (a fresh listing, the sources
+    ready or not), and says all stopped only after that listing."""
+    first = Harness(tmp_path)
+    first.set(manifest("one", "u1"), manifest("two", "u2"))
+    assert first.cri.containers
+    h = Harness(tmp_path, cri=first.cri)  # the new sync loop: no source has spoken
+    h.loop.stop_all(h.now)
+    assert not h.loop.all_stopped()  # it knows no pod yet: not "all stopped" before listing
+    h.settle()
+    assert h.loop.all_stopped() and not h.cri.containers and not h.cri.sandboxes
+
+
 @pytest.mark.parametrize("policy, code, restarts", [
     ("Always", 0, True), ("OnFailure", 0, False), ("OnFailure", 1, True), ("Never", 1, False)])
 def test_restart_policy_over_fake(tmp_path: Path, policy: str, code: int, restarts: bool) -> None:

@@ -14,7 +14,8 @@ semantics):
   does, see ``_proxy_to_node``), ``nodes`` (+ ``status``),
   ``namespaces``, ``configmaps``,
   ``secrets``, ``serviceaccounts`` (+ ``token``: TokenRequest), ``events``;
-  ``coordination.k8s.io/v1`` ``leases``; TokenReview and SubjectAccessReview;
+  ``coordination.k8s.io/v1`` ``leases``; ``node.k8s.io/v1`` ``runtimeclasses`` (``handler`` a
+  DNS label, immutable); TokenReview and SubjectAccessReview;
 - list (``resourceVersion`` in the list metadata) and watch (``watch=1``) with
   ``resourceVersion``, ``allowWatchBookmarks`` (BOOKMARK every ``bookmark_interval``),
   ``timeoutSeconds`` (else a server timeout randomised in [t, 2t) of ``watch_timeout``),
@@ -96,7 +97,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "certificatesigningrequests": ("metadata.name", "spec.signerName"),
 }
 GROUPS = ("coordination.k8s.io/v1", "certificates.k8s.io/v1", "rbac.authorization.k8s.io/v1",
-          "storage.k8s.io/v1")
+          "storage.k8s.io/v1", "node.k8s.io/v1")
 DEFAULT_FIELDS = ("metadata.name", "metadata.namespace")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 MIRROR = "kubernetes.io/config.mirror"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import re
 import threading
 import uuid
 from collections import deque
@@ -101,7 +102,25 @@ KINDS: dict[str, tuple[str, str, bool, bool, bool]] = {
     "csidrivers": ("CSIDriver", "storage.k8s.io/v1", False, False, True),
     "csinodes": ("CSINode", "storage.k8s.io/v1", False, False, True),
     "volumeattachments": ("VolumeAttachment", "storage.k8s.io/v1", False, True, True),
+    # issue 24: the kubelet's RuntimeClass manager watches them (validate_runtime_class)
+    "runtimeclasses": ("RuntimeClass", "node.k8s.io/v1", False, False, True),
 }
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def validate_runtime_class(obj: Obj, old: Obj | None) -> None:
+    """node/validation ``ValidateRuntimeClass``: ``handler`` a DNS-1123 label (so required);
+    ``ValidateRuntimeClassUpdate``: ``handler`` immutable."""
+    name = obj.get("metadata", {}).get("name", "")
+    handler = obj.get("handler", "")
+    where = f'RuntimeClass.node.k8s.io "{name}" is invalid: handler: Invalid value: "{handler}"'
+    if not isinstance(handler, str) or len(handler) > 63 or not _DNS_LABEL.fullmatch(handler):
+        raise ApiError(422, "Invalid", f"{where}: a lowercase RFC 1123 label must consist of "
+                       "lower case alphanumeric characters or '-', and must start and end with "
+                       "an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
+                       "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+    if old is not None and handler != old.get("handler"):
+        raise ApiError(422, "Invalid", f"{where}: field is immutable")
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -220,6 +239,8 @@ class Store:
                 spec.setdefault("volumeLifecycleModes", ["Persistent"])
                 spec.setdefault("requiresRepublish", False)
                 spec.setdefault("storageCapacity", False)
+            if resource == "runtimeclasses":
+                validate_runtime_class(obj, None)
             if resource == "secrets" and "stringData" in obj:  # as the registry merges it
                 data = obj.setdefault("data", {})
                 for k, v in (obj.pop("stringData") or {}).items():
@@ -287,6 +308,8 @@ class Store:
                         new["status"] = copy.deepcopy(old["status"])
                     else:
                         new.pop("status", None)
+            if resource == "runtimeclasses":
+                validate_runtime_class(new, old)
             if new.get("spec") != old.get("spec"):
                 meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
             if old["metadata"].get("deletionTimestamp") and not meta.get("finalizers") \
