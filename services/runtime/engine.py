@@ -1083,7 +1083,7 @@ def _devices(name: str, devices: Iterable[pb.Device], own_root: bool) -> list[di
             raise invalid(f"{where}: a container of image 'host' shares the node's /dev, so "
                           "the embedded runtime can give it a device only at the device's own "
                           "path (use an image for its own /dev, or containerd)")
-        out.append({"host": host, "container": container, "ro": False,
+        out.append({"host": host, "container": container, "ro": False, "rro": False,
                     "propagation": "private"})
     return out
 
