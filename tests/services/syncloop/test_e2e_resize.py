@@ -181,8 +181,9 @@ def test_in_place_resize_end_to_end(api: KubeApi, agent: Any, base: Path,
     except AssertionError:
         dump(handle, api)
         raise
-    web, db = pid(marks, "web"), pid(marks, "db")
-    assert web and db
+    # Running says the containers started, not that their shells wrote their PIDs yet
+    web, db = wait_for(lambda: (w := pid(marks, "web")) and (d := pid(marks, "db")) and (w, d),
+                       timeout=30, message="web's and db's PIDs")
     assert named(st, "web")["allocatedResources"] == {"cpu": "100m", "memory": "64Mi"}
     assert named(st, "web")["resources"] == {"requests": {"cpu": "100m", "memory": "64Mi"},
                                              "limits": {"cpu": "200m", "memory": "128Mi"}}
@@ -310,7 +311,7 @@ def test_kill_9_of_the_sync_loop_mid_resize_converges(
     api.create_pod("default", app_pod(marks))
     handle, kubectl = start(api, agent, base)
     wait_for(lambda: running(api, "app"), timeout=120, message="app Running")
-    web = pid(marks, "web")
+    web = wait_for(lambda: pid(marks, "web"), timeout=30, message="web's PID")
     pid_before = handle.status()["syncloop"]["pid"]
     out = kubectl.resize("app", [{"name": "web", "resources": resources(
         "200m", "300m", "64Mi", "192Mi")}])
