@@ -1057,8 +1057,9 @@ def _devices(name: str, devices: Iterable[pb.Device], own_root: bool) -> list[di
     there, with the host node's type and numbers, and the container opens it (the embedded
     runtime confines no devices: no devices cgroup rule to add). A container of image 'host'
     shares the node's /dev: its device must be at the same path there (nothing is made in
-    the node's /dev). ``permissions`` are not enforced (no devices cgroup): said in
-    docs/ARCHITECTURE.md."""
+    the node's /dev). Without a devices cgroup a device cannot be made read-only (a read-only
+    bind does not stop writes to a device node): ``permissions`` without ``w`` (a read-only
+    claim) are refused, never given writable."""
     out = []
     for d in devices:
         where = f"container {name!r}: device {d.host_path[:200]!r} on {d.container_path[:200]!r}"
@@ -1068,6 +1069,10 @@ def _devices(name: str, devices: Iterable[pb.Device], own_root: bool) -> list[di
             raise invalid(f"{where}: a NUL byte in a path")
         if d.permissions.strip("rwm") or not d.permissions:
             raise invalid(f"{where}: invalid permissions {d.permissions[:16]!r} (r, w, m)")
+        if "w" not in d.permissions:
+            raise precondition(f"{where}: permissions {d.permissions!r}: the embedded runtime "
+                               "sets no devices cgroup, so it cannot give a device read-only "
+                               "(a read-only claim's block volume: use containerd)")
         host = os.path.realpath(d.host_path)
         try:
             mode = os.stat(host).st_mode

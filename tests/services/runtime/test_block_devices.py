@@ -129,5 +129,12 @@ def test_device_on_each_runtime(cri_runtime: Any, device: tuple[str, Path, Path]
             with pytest.raises(CriError, match="shares the node's /dev"):
                 rt.client.create_container(sandbox[0], elsewhere, sandbox[1])
             assert not os.path.lexists("/dev/xvda-pv-test")
+        if rt.name == "embedded":  # no devices cgroup: a read-only device is refused, not
+            # given writable (a read-only claim's block volume)
+            read_only = rt.container_config("ro", ["true"])
+            read_only.devices.append(pb.Device(container_path=path, host_path=str(link),
+                                               permissions="r"))
+            with pytest.raises(CriError, match="cannot give a device read-only"):
+                rt.client.create_container(sandbox[0], read_only, sandbox[1])
     finally:
         cleanup(rt.client, rt.run_label)
