@@ -62,9 +62,15 @@ def _fresh(pgid: int) -> tuple[int, int]:
 
 
 def test_group_scan_matches_psutil_and_finds_new_groups(
-        groups: list[subprocess.Popen[bytes]], wait_for: object) -> None:
-    a = _group(groups, "sleep 600 & sleep 600 & wait")
-    wait_for(lambda: len(psutil.Process(a).children()) == 2, 10.0, 0.02)  # type: ignore[operator]
+        groups: list[subprocess.Popen[bytes]], wait_for: object, tmp_path: Path) -> None:
+    # a member holding 32 MiB resident: its death moves the sum far beyond stat's error bound
+    # (it says when its pages are all touched: the figures are compared once they hold still)
+    held = tmp_path / "held"
+    big = (f"{sys.executable} -c 'import time; b = b\"x\" * (32 << 20); "
+           f"open(\"{held}\", \"w\").close(); time.sleep(600)'")
+    a = _group(groups, f"sleep 600 & {big} & wait")
+    wait_for(lambda: len(psutil.Process(a).children()) == 2  # type: ignore[operator]
+             and held.exists(), 10.0, 0.02)
     scanner = GroupScanner(full_every=3600.0)
     first = scanner.usage({a}, now=0.0)
     cpu, rss = _fresh(a)
@@ -78,11 +84,13 @@ def test_group_scan_matches_psutil_and_finds_new_groups(
              and psutil.Process(b).memory_info().rss > 0, 10.0, 0.02)
     second = scanner.usage({a, b}, now=1.0)
     assert set(second) == {a, b} and second[b][1] > 0
-    # a member that dies leaves the sum
-    psutil.Process(a).children()[0].kill()
+    # a member that dies leaves the sum (the 32 MiB one: a sleep's ~1 MiB is within stat's
+    # error bound, so a sleep's death could read as a rise: 2.5 MB, then 3.3 MB, in a run)
+    [holder] = [c for c in psutil.Process(a).children() if "python" in c.name()]
+    holder.kill()
     wait_for(lambda: len([c for c in psutil.Process(a).children()  # type: ignore[operator]
                           if c.status() != psutil.STATUS_ZOMBIE]) == 1, 10.0, 0.02)
-    assert scanner.usage({a, b}, now=2.0)[a][1] < first[a][1]  # a whole sleep's pages went
+    assert scanner.usage({a, b}, now=2.0)[a][1] < first[a][1] - (16 << 20)
     assert scanner.usage({b}, now=3.0).keys() == {b}
 
 
