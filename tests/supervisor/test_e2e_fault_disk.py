@@ -109,7 +109,9 @@ def test_rootdir_read_only_then_full_then_whole(podvisor_node: Node) -> None:
         wait_until(lambda: _save_failures(node, "Read-only file system"), 30, 0.1,
                    "the status store's save to fail")
         assert not _persisted(node, 1)  # /pods says it, the disk does not
-        assert sorted(p.name for p in state.iterdir()) == files  # what was there reads
+        # what was there reads (a subsystem may have written one more file before the fault
+        # was in force: imagegc's first imagegc.prom in a loaded run; none vanishes)
+        assert set(files) <= {p.name for p in state.iterdir()}
     wait_until(lambda: _persisted(node, 1), 60, 0.1, "the restart saved once writable")
     with node.fault("disk", "rootDir", action="full"):
         with pytest.raises(OSError) as err:
