@@ -14,6 +14,9 @@ GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
 # The container's preStop handler as JSON (the kubelet's annotation), so a container whose pod
 # spec is gone (an orphan; `podvisorctl shutdown --pods` without an agent) still gets its hook.
 PRE_STOP = "io.kubernetes.container.preStopHandler"
+# The container's ports as JSON (the kubelet's annotation): an orphan's httpGet preStop hook
+# finds its named port there.
+CONTAINER_PORTS = "io.kubernetes.container.ports"
 # The container's terminationMessagePath and terminationMessagePolicy (the kubelet's
 # annotations): PLEG reads the message of an exited container from them.
 TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"

@@ -87,6 +87,7 @@ from podvisor.services.pod.model import (
 )
 from podvisor.services.pod.parse import ParsedPod, pod_from_dict
 from podvisor.services.pod.qos import QOSClass, oom_score_adj, qos_class
+from podvisor.services.pod.recorded import recorded_handler, recorded_ports
 from podvisor.services.pod.security import (
     Capabilities,
     FSGroupChangePolicy,
@@ -218,6 +219,8 @@ __all__ = [
     "projected_downward_files",
     "qos_class",
     "readonly_paths",
+    "recorded_handler",
+    "recorded_ports",
     "rfc3339",
     "static_pod_uid",
     "volume_files",

@@ -73,7 +73,7 @@ def parse_container(f: Findings, raw: Any, path: str, volume_names: Collection[s
     image = get_str(f, m, "image", path, required=True)
     if image and image.strip() != image:
         f.error(join(path, "image"), "must not have leading or trailing whitespace")
-    ports = _parse_ports(f, m, path, host_network)
+    ports = parse_ports(f, m, path, host_network)
     port_names = {p.name for p in ports if p.name}
     probes = {key: parse_probe(f, m[key], join(path, key), port_names,
                                readiness=key == "readinessProbe")
@@ -170,7 +170,7 @@ def default_pull_policy(image: str) -> PullPolicy:
     return PullPolicy.ALWAYS if tag in ("", "latest") else PullPolicy.IF_NOT_PRESENT
 
 
-def _parse_ports(f: Findings, m: Mapping[str, Any], path: str,
+def parse_ports(f: Findings, m: Mapping[str, Any], path: str,
                  host_network: bool) -> tuple[ContainerPort, ...]:
     out: list[ContainerPort] = []
     seen_names: set[str] = set()

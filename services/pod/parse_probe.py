@@ -42,7 +42,7 @@ def parse_probe(f: Findings, raw: Any, path: str, port_names: Collection[str],
     if m is None:
         return None
     check_fields(f, m, path, policy.PROBE_KNOWN, {})
-    handler = _parse_handler(f, m, path, PROBE_HANDLERS, port_names)
+    handler = parse_handler(f, m, path, PROBE_HANDLERS, port_names)
     success = get_int(f, m, "successThreshold", path, 1, minimum=1)
     if not readiness and success != 1:
         f.error(join(path, "successThreshold"), "must be 1 for liveness and startup probes")
@@ -84,7 +84,7 @@ def _lifecycle_handler(f: Findings, m: Mapping[str, Any], key: str, path: str,
         return None
     check_fields(f, body, where, policy.PRE_STOP_KNOWN,
                  policy.PRE_STOP_UNSUPPORTED if key == "preStop" else policy.POST_START_UNSUPPORTED)
-    handler = _parse_handler(f, body, where, LIFECYCLE_HANDLERS, port_names)
+    handler = parse_handler(f, body, where, LIFECYCLE_HANDLERS, port_names)
     if handler is None or isinstance(handler, GRPCAction):
         return None
     return handler
@@ -111,7 +111,7 @@ def parse_stop_signal(f: Findings, m: Mapping[str, Any], path: str) -> str:
     return value
 
 
-def _parse_handler(f: Findings, m: Mapping[str, Any], path: str, kinds: tuple[str, ...],
+def parse_handler(f: Findings, m: Mapping[str, Any], path: str, kinds: tuple[str, ...],
                    port_names: Collection[str]) -> ProbeHandler | SleepAction | None:
     present = [k for k in kinds if m.get(k) is not None]
     if not present:

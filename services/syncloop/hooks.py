@@ -25,10 +25,12 @@ from __future__ import annotations
 import http.client
 import ssl
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from podvisor.services.cri import CriError, RuntimeClient
 from podvisor.services.pod import (
     Container,
+    ContainerPort,
     ExecAction,
     HTTPGetAction,
     LifecycleHandler,
@@ -41,11 +43,23 @@ from podvisor.services.pod import (
 HTTP_HOOK_TIMEOUT = 60.0  # the kubelet's client has none; a hook that hangs must not stall
 
 
-def _pod_ref(pod: Pod) -> str:
-    return f"{pod.full_name}({pod.uid})"
+@dataclass(frozen=True)
+class HookTarget:
+    """The container a hook runs for, as its messages name it: the pod (the kubelet's
+    ``format.Pod``, ``<name>_<namespace>(<uid>)``), the container's name, and its ports (an
+    httpGet hook's named port). From the spec (``of``), or, for a container whose spec is
+    gone, from what was recorded on it (the kubelet's ``restoreSpecsFromContainerLabels``)."""
+
+    pod_ref: str
+    container: str
+    ports: tuple[ContainerPort, ...] = ()
+
+    @classmethod
+    def of(cls, pod: Pod, c: Container) -> HookTarget:
+        return cls(f"{pod.full_name}({pod.uid})", c.name, c.ports)
 
 
-def _exec(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: ExecAction,
+def _exec(cri: RuntimeClient, cid: str, t: HookTarget, hook: ExecAction,
           timeout: float = 0) -> str | None:
     cmd = list(hook.command)
     try:
@@ -58,24 +72,24 @@ def _exec(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: ExecAction
         error = (f"command '{' '.join(cmd)}' exited with {resp.exit_code}: "
                  f"{resp.stderr.decode(errors='replace')}")
         output = (resp.stdout + resp.stderr).decode(errors="replace")
-    return (f"Exec lifecycle hook ([{' '.join(cmd)}]) for Container \"{c.name}\" in Pod "
-            f"\"{_pod_ref(pod)}\" failed - error: {error}, message: \"{output}\"")
+    return (f"Exec lifecycle hook ([{' '.join(cmd)}]) for Container \"{t.container}\" in Pod "
+            f"\"{t.pod_ref}\" failed - error: {error}, message: \"{output}\"")
 
 
-def _port(c: Container, port: int | str) -> int:
+def _port(t: HookTarget, port: int | str) -> int:
     if isinstance(port, int):
         return port
-    for p in c.ports:
+    for p in t.ports:
         if p.name == port:
             return p.container_port
-    raise ValueError(f"unable to find port {port!r} in container {c.name}")
+    raise ValueError(f"unable to find port {port!r} in container {t.container}")
 
 
-def _http(pod: Pod, c: Container, hook: HTTPGetAction, pod_ips: Sequence[str],
+def _http(t: HookTarget, hook: HTTPGetAction, pod_ips: Sequence[str],
           timeout: float = HTTP_HOOK_TIMEOUT) -> str | None:
     try:
         host = hook.host or (pod_ips[0] if pod_ips else "127.0.0.1")
-        port = _port(c, hook.port)
+        port = _port(t, hook.port)
         conn: http.client.HTTPConnection
         if hook.scheme is URIScheme.HTTPS:
             conn = http.client.HTTPSConnection(host, port, timeout=timeout,
@@ -90,8 +104,8 @@ def _http(pod: Pod, c: Container, hook: HTTPGetAction, pod_ips: Sequence[str],
         finally:
             conn.close()
     except (OSError, ValueError, http.client.HTTPException) as err:
-        return (f"HTTP lifecycle hook ({hook.path}) for Container \"{c.name}\" in Pod "
-                f"\"{_pod_ref(pod)}\" failed - error: {err}")
+        return (f"HTTP lifecycle hook ({hook.path}) for Container \"{t.container}\" in Pod "
+                f"\"{t.pod_ref}\" failed - error: {err}")
     return None
 
 
@@ -109,18 +123,18 @@ def invalid_handler(hook: TCPSocketAction) -> str:
             f"&LifecycleHandler{{Exec:nil,HTTPGet:nil,TCPSocket:{tcp},Sleep:nil,}}")
 
 
-def run_hook(cri: RuntimeClient, cid: str, pod: Pod, c: Container, hook: LifecycleHandler,
+def run_hook(cri: RuntimeClient, cid: str, t: HookTarget, hook: LifecycleHandler,
              pod_ips: Callable[[], Sequence[str]], sleep: Callable[[float], None],
              limit: float | None = None) -> str | None:
-    """Run ``hook`` for container ``c`` (runtime ID ``cid``); None when it succeeded, else
+    """Run ``hook`` for container ``t`` (runtime ID ``cid``); None when it succeeded, else
     the kubelet's failure message. ``pod_ips`` is asked only by an httpGet without a host.
     ``limit``: seconds the hook may take (a preStop: what is left of the grace; None: a
     postStart, with no limit but the HTTP client's)."""
     if isinstance(hook, ExecAction):
-        return _exec(cri, cid, pod, c, hook, max(1.0, limit) if limit is not None else 0)
+        return _exec(cri, cid, t, hook, max(1.0, limit) if limit is not None else 0)
     if isinstance(hook, HTTPGetAction):
         timeout = HTTP_HOOK_TIMEOUT if limit is None else max(1.0, min(limit, HTTP_HOOK_TIMEOUT))
-        return _http(pod, c, hook, pod_ips() if not hook.host else (), timeout)
+        return _http(t, hook, pod_ips() if not hook.host else (), timeout)
     if isinstance(hook, TCPSocketAction):
         return invalid_handler(hook)
     if isinstance(hook, SleepAction):

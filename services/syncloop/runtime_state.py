@@ -8,7 +8,7 @@ mixes clocks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -57,6 +57,8 @@ class ContainerInfo:
     never_started: bool = False  # the runtime says it exited without ever starting
     grace: int = -1           # terminationGracePeriodSeconds recorded at creation (-1 unknown)
     pre_stop: str = ""        # the preStop handler recorded at creation (JSON, "" none)
+    ports: str = ""           # the container's ports recorded at creation (JSON, "" none)
+    pod_ref: str = ""         # "<name>_<namespace>(<uid>)" from its labels (a hook's message)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: flo
         sandbox_id=c.pod_sandbox_id, state=_STATES.get(c.state, ContainerState.UNKNOWN),
         hash=ann.get(L.CONTAINER_HASH, ""), restart_count=L.parse_int(ann.get(L.RESTART_COUNT)),
         created_at=c.created_at, grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
-        pre_stop=ann.get(L.PRE_STOP, ""),
+        pre_stop=ann.get(L.PRE_STOP, ""), ports=ann.get(L.CONTAINER_PORTS, ""),
+        pod_ref=_pod_ref(c.labels),
     )
     if status is None:
         return info
@@ -106,6 +109,12 @@ def _container(c: pb.Container, status: pb.ContainerStatus | None, now_mono: flo
         finished_at=_to_mono(status.finished_at, now_mono, now_wall), reason=status.reason,
         message=status.message, never_started=_never_started(status),
     )
+
+
+def _pod_ref(labels: Mapping[str, str]) -> str:
+    """The kubelet's ``format.Pod`` of the pod a container's labels name."""
+    return (f"{labels.get(L.POD_NAME, '')}_{labels.get(L.POD_NAMESPACE, '')}"
+            f"({labels.get(L.POD_UID, '')})")
 
 
 def _never_started(status: pb.ContainerStatus) -> bool:
@@ -125,7 +134,8 @@ def container_from_status(s: pb.ContainerStatus, sandbox_id: str, now_mono: floa
         finished_at=_to_mono(s.finished_at, now_mono, now_wall), reason=s.reason,
         message=s.message, never_started=_never_started(s),
         grace=L.parse_int(ann.get(L.GRACE_PERIOD), -1),
-        pre_stop=ann.get(L.PRE_STOP, ""),
+        pre_stop=ann.get(L.PRE_STOP, ""), ports=ann.get(L.CONTAINER_PORTS, ""),
+        pod_ref=_pod_ref(s.labels),
     )
 
 

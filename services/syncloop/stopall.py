@@ -3,7 +3,7 @@ does when no agent answers.
 
 Each pod is terminated as the sync loop terminates an orphan (``terminate.terminate_pod``): the
 grace is the largest ``terminationGracePeriodSeconds`` recorded on its containers (default 30),
-each container's preStop hook as recorded on it (``labels.PRE_STOP``, exec or sleep, within the
+each container's preStop hook as recorded on it (``labels.PRE_STOP`` and its ports, within the
 grace), SIGTERM, then SIGKILL once the grace is over (never less than 2 s between them); then
 its sandboxes and containers are stopped and removed, its ``pods/<uid>`` directory and (when
 pod cgroups are on) its cgroup folders removed. Pods are stopped in parallel, so the whole run

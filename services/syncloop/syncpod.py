@@ -55,7 +55,7 @@ from podvisor.services.syncloop.allocation import AllocationStore
 from podvisor.services.syncloop.apiobjects import ApiObjects
 from podvisor.services.syncloop.backoff import BackoffPolicy, CrashBackoff, SharedBackoff
 from podvisor.services.syncloop.dns import DnsSettings
-from podvisor.services.syncloop.hooks import run_hook
+from podvisor.services.syncloop.hooks import HookTarget, run_hook
 from podvisor.services.syncloop.keyring import Credential, Keyring, pod_keyring, repository
 from podvisor.services.syncloop.network import NetworkState, not_ready_error
 from podvisor.services.syncloop.podcache import ImagePresence, RuntimeCache
@@ -603,7 +603,8 @@ class _Run:
         if hook is None:
             return True
         deps = self.deps
-        why = run_hook(deps.cri, cid, self.pod, spec, hook, self.pod_ips, deps.sleep)
+        why = run_hook(deps.cri, cid, HookTarget.of(self.pod, spec), hook, self.pod_ips,
+                       deps.sleep)
         if why is None:
             return True
         deps.log.warning("syncloop.container.poststart_failed", pod=self.pod.full_name,

@@ -25,9 +25,9 @@ from podvisor.common.crashpoints import NEVER, CrashPoints
 from podvisor.common.logs import Log
 from podvisor.common.mountinfo import host_mounts, mounts_under
 from podvisor.services.cri import CriError, RuntimeClient
-from podvisor.services.pod import ExecAction, Pod, SleepAction, TCPSocketAction
+from podvisor.services.pod import Pod, recorded_handler, recorded_ports
 from podvisor.services.syncloop import labels as L
-from podvisor.services.syncloop.hooks import invalid_handler, run_hook
+from podvisor.services.syncloop.hooks import HookTarget, run_hook
 from podvisor.services.syncloop.initactions import LIVENESS_FAILED, STARTUP_FAILED
 from podvisor.services.syncloop.runtime_state import ContainerInfo, PodRuntime, read_pod_runtime
 
@@ -51,38 +51,24 @@ def _sandbox_ips(cri: RuntimeClient, sandbox_id: str) -> list[str]:
 
 def _pre_stop(cri: RuntimeClient, log: Log, pod: Pod | None, c: ContainerInfo, grace: float,
               sleep: Callable[[float], None]) -> None:
+    """The kubelet's ``executePreStopHook``, within ``grace``. Without the spec (an orphan,
+    or no agent), the handler and ports recorded on the container, as the kubelet restores
+    them from its annotations."""
     spec = next((s for s in pod.all_containers() if s.name == c.name), None) if pod else None
-    # without the spec (an orphan, no agent): the handler recorded on the container, as the
-    # kubelet restores it from its annotations
-    hook = spec.lifecycle.pre_stop if spec is not None else L.pre_stop_handler(c.pre_stop)
+    if pod is not None and spec is not None:
+        hook = spec.lifecycle.pre_stop
+        target = HookTarget.of(pod, spec)
+    else:
+        ports = recorded_ports(c.ports)
+        hook = recorded_handler(c.pre_stop, ports)
+        target = HookTarget(c.pod_ref, c.name, ports)
     if hook is None:
         return
-    named = {"pod": pod.full_name if pod else "", "pod_uid": pod.uid if pod else ""}
-    if pod is None or spec is None:  # an orphan: no pod to name in a message, no ports
-        if isinstance(hook, ExecAction):
-            try:
-                resp = cri.exec_sync(c.id, hook.command, max(1.0, grace))
-            except CriError as err:
-                log.warning("syncloop.prestop.failed", **named, container=c.name,
-                            error=err.message)
-                return
-            if resp.exit_code != 0:
-                log.warning("syncloop.prestop.failed", **named, container=c.name,
-                            exit_code=resp.exit_code)
-        elif isinstance(hook, SleepAction):
-            sleep(min(float(hook.seconds), grace))
-        elif isinstance(hook, TCPSocketAction):
-            log.warning("syncloop.prestop.failed", **named, container=c.name,
-                        message=invalid_handler(hook))
-        else:
-            log.warning("syncloop.prestop.unsupported", **named, container=c.name,
-                        kind=hook.KIND)
-        return
-    # the kubelet's handler runner, within what the grace leaves
-    message = run_hook(cri, c.id, pod, spec, hook, lambda: _sandbox_ips(cri, c.sandbox_id),
+    message = run_hook(cri, c.id, target, hook, lambda: _sandbox_ips(cri, c.sandbox_id),
                        sleep, limit=grace)
     if message is not None:  # FailedPreStopHook; the stop goes on
-        log.warning("syncloop.prestop.failed", **named, container=c.name, message=message)
+        log.warning("syncloop.prestop.failed", pod=pod.full_name if pod else "",
+                    pod_uid=pod.uid if pod else "", container=c.name, message=message)
 
 
 class TerminationOrdering:

@@ -11,13 +11,15 @@
 - kill -9 of the supervisor: every agent process exits (parent-death signal), pods keep running,
   and a new agent adopts them without restarting them.
 - SIGINT (Ctrl-C), then the exact command the agent printed, run as printed with no agent: every
-  pod stopped (its preStop hook, TERM, KILL after the grace for the one ignoring TERM), exit 0,
+  pod stopped (its preStop hook as recorded on its container: exec, and httpGet to a named
+  port; TERM, KILL after the grace for the one ignoring TERM), exit 0,
   nothing left in the runtime, under `pods/` or as a process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import re
 import shlex
@@ -25,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,11 +270,46 @@ PRINTED = re.compile(r"podvisor: left (\d+) pods? running; stop them with `([^`]
 def test_sigint_then_the_printed_command_stops_every_pod(
         agent: Any, pods: Pods, wait_for: Any) -> None:
     write_pods(pods, stubborn_grace=3)
-    # pod a has a preStop hook: with no agent (no pod spec) it runs from the container's record
+    # pods a and b have a preStop hook: with no agent (no pod spec) it runs from the container's
+    # record: a's exec, b's httpGet to its named port (recorded with the container's ports)
     a = yaml.safe_load((pods.manifests / "a.yaml").read_text("utf-8"))
     a["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": [
         "sh", "-c", f"echo hook > {pods.marks}/a.prestop"]}}}
     (pods.manifests / "a.yaml").write_text(yaml.safe_dump(a), "utf-8")
+    hits: list[str] = []
+    server = hook_server(hits)
+    b = yaml.safe_load((pods.manifests / "b.yaml").read_text("utf-8"))
+    b["spec"]["containers"][0]["ports"] = [{"name": "web",
+                                            "containerPort": server.server_address[1]}]
+    b["spec"]["containers"][0]["lifecycle"] = {"preStop": {"httpGet": {
+        "port": "web", "path": "/bye", "host": "127.0.0.1"}}}
+    (pods.manifests / "b.yaml").write_text(yaml.safe_dump(b), "utf-8")
+    try:
+        stop_with_the_printed_command(agent, pods, wait_for)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hits == ["/bye"], "b's httpGet preStop hook did not run once"
+
+
+def hook_server(hits: list[str]) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 recording the paths it is asked for (a hook's target)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop_with_the_printed_command(agent: Any, pods: Pods, wait_for: Any) -> None:
     handle = start(agent, pods)
     running_podlist(pods, wait_for)
     pids = wait_for(lambda: (d := pods.pids()) and len(d) == 3 and d, 10.0)

@@ -4,7 +4,10 @@ removed, its `pods/<uid>` directory deleted; one pod's failure never stops the o
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 import pytest
@@ -12,7 +15,18 @@ from cri_api.v1 import api_pb2 as pb
 
 from podvisor.common.logs import MemoryLogger
 from podvisor.services.cri.fake import FakeRuntimeClient
-from podvisor.services.pod.container import ExecAction, SleepAction
+from podvisor.services.pod import (
+    ContainerPort,
+    ExecAction,
+    HTTPGetAction,
+    HTTPHeader,
+    LifecycleHandler,
+    SleepAction,
+    TCPSocketAction,
+    URIScheme,
+    recorded_handler,
+    recorded_ports,
+)
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.stopall import (
     StoppedPod,
@@ -23,7 +37,8 @@ from podvisor.services.syncloop.stopall import (
 
 
 def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: int = 1,
-            pre_stop: ExecAction | SleepAction | None = None) -> str:
+            pre_stop: LifecycleHandler | None = None,
+            ports: tuple[ContainerPort, ...] = ()) -> str:
     labels = L.pod_labels(name, "default", uid)
     sid = cri.run_pod_sandbox(pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"), labels=labels))
@@ -31,7 +46,8 @@ def add_pod(cri: FakeRuntimeClient, name: str, uid: str, grace: int, running: in
         cid = cri.create_container(sid, pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=f"c{i}"),
             labels=L.container_labels(name, "default", uid, f"c{i}"),
-            annotations=L.container_annotations("h", 0, grace, pre_stop)), pb.PodSandboxConfig())
+            annotations=L.container_annotations("h", 0, grace, pre_stop, ports=ports)),
+            pb.PodSandboxConfig())
         cri.start_container(cid)
     return sid
 
@@ -121,19 +137,78 @@ def test_the_recorded_pre_stop_hook_runs_before_the_stop(tmp_path: Path) -> None
     assert 4 in slept
 
 
+WEB = (ContainerPort(8080, name="web"),)
+
+
 @pytest.mark.parametrize(("handler", "text"), [
     (ExecAction(("a", "b")), '{"exec": {"command": ["a", "b"]}}'),
-    (SleepAction(3), '{"sleep": {"seconds": 3}}')])
-def test_pre_stop_annotation_round_trip(handler: ExecAction | SleepAction, text: str) -> None:
-    assert L.container_annotations("h", 0, 1, handler)[L.PRE_STOP] == text
-    assert L.pre_stop_handler(text) == handler
+    (SleepAction(3), '{"sleep": {"seconds": 3}}'),
+    (TCPSocketAction("web"), '{"tcpSocket": {"port": "web"}}'),
+    (HTTPGetAction("web", "/bye", "10.0.0.1", URIScheme.HTTPS, (HTTPHeader("X-A", "1"),)),
+     '{"httpGet": {"host": "10.0.0.1", "httpHeaders": [{"name": "X-A", "value": "1"}], '
+     '"path": "/bye", "port": "web", "scheme": "HTTPS"}}')])
+def test_pre_stop_and_ports_annotations_round_trip(handler: LifecycleHandler, text: str) -> None:
+    ann = L.container_annotations("h", 0, 1, handler, ports=WEB)
+    assert ann[L.PRE_STOP] == text
+    assert ann[L.CONTAINER_PORTS] == '[{"containerPort": 8080, "name": "web", "protocol": "TCP"}]'
+    ports = recorded_ports(ann[L.CONTAINER_PORTS])
+    assert ports == WEB
+    assert recorded_handler(text, ports) == handler
+    assert recorded_handler(text) == handler  # the named port is looked up when it runs
 
 
 @pytest.mark.parametrize("bad", ["", "{", "[]", '{"exec": {"command": []}}',
                                  '{"exec": {"command": [1]}}', '{"sleep": {"seconds": true}}',
-                                 '{"httpGet": {"port": 80}}'])
-def test_a_bad_or_unsupported_pre_stop_annotation_is_none(bad: str) -> None:
-    assert L.pre_stop_handler(bad) is None
+                                 '{"httpGet": {"port": 0}}', '{"grpc": {"port": 80}}',
+                                 '{"exec": {"command": ["a"]}, "sleep": {"seconds": 1}}'])
+def test_a_bad_pre_stop_annotation_is_none(bad: str) -> None:
+    assert recorded_handler(bad) is None
+
+
+@pytest.mark.parametrize("bad", ["", "{", "{}", '[{"containerPort": 0}]', '[{"name": 1}]'])
+def test_a_bad_ports_annotation_is_none(bad: str) -> None:
+    assert recorded_ports(bad) == ()
+
+
+class _Hits(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("X-Bye")))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_orphans_http_pre_stop_runs_with_its_recorded_named_port(tmp_path: Path) -> None:
+    """No pod spec: the handler and the ports recorded on the container (the kubelet's
+    restoreSpecsFromContainerLabels), the GET before the container's TERM; a named port nobody
+    recorded fails the hook with the kubelet's message, and the stop goes on."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = ContainerPort(server.server_address[1], name="web")
+        hook = HTTPGetAction("web", "/bye", "127.0.0.1",
+                             http_headers=(HTTPHeader("X-Bye", "now"),))
+        cri = FakeRuntimeClient()
+        add_pod(cri, "a", "u-a", grace=10, pre_stop=hook, ports=(port,))
+        add_pod(cri, "b", "u-b", grace=10, pre_stop=hook)  # recorded without its ports
+        log = MemoryLogger()
+        results = stop(cri, tmp_path, log)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert all(r.ok for r in results)
+    assert _Hits.seen == [("/bye", "now")]
+    [failed] = log.named("syncloop.prestop.failed")
+    assert failed["message"] == ('HTTP lifecycle hook (/bye) for Container "c0" in Pod '
+                                 '"b_default(u-b)" failed - error: unable to find port \'web\' '
+                                 'in container c0')
+    assert cri.list_containers() == []
 
 
 def test_nothing_to_stop(tmp_path: Path) -> None:
