@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from podvisor.ipc.volumemaps import VolumeStats
 from podvisor.services.volumes.stubs import csi_pb2 as pb
 from podvisor.services.volumes.stubs import csi_pb2_grpc as rpc
 
@@ -77,16 +78,6 @@ class Capability:
             mount=pb.VolumeCapability.MountVolume(fs_type=self.fs_type,
                                                   volume_mount_group=self.mount_group),
             access_mode=access)
-
-
-@dataclass(frozen=True)
-class Usage:
-    used_bytes: int = 0
-    capacity_bytes: int = 0
-    available_bytes: int = 0
-    inodes: int = 0
-    inodes_free: int = 0
-    inodes_used: int = 0
 
 
 class CsiClient:
@@ -166,8 +157,10 @@ class CsiClient:
                    pb.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=target),
                    self.timeout)
 
-    def volume_stats(self, volume_id: str, volume_path: str, staging_path: str) -> Usage | None:
-        """None when the plugin does not offer ``GET_VOLUME_STATS``."""
+    def volume_stats(self, volume_id: str, volume_path: str, staging_path: str,
+                     now: float) -> VolumeStats | None:
+        """The volume's usage at wall time ``now``; None when the plugin does not offer
+        ``GET_VOLUME_STATS``."""
         if Cap.GET_VOLUME_STATS not in self.capabilities():
             return None
         resp = self._call("NodeGetVolumeStats", self._node.NodeGetVolumeStats,
@@ -181,4 +174,4 @@ class CsiClient:
             key = "bytes" if u.unit == pb.VolumeUsage.BYTES else "inodes"
             out[key] = (u.used, u.total, u.available)
         (used, total, avail), (iused, itotal, ifree) = out["bytes"], out["inodes"]
-        return Usage(used, total, avail, itotal, ifree, iused)
+        return VolumeStats(now, used, total, avail, itotal, ifree, iused)

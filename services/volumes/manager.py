@@ -261,11 +261,9 @@ class VolumeManager:
             client = self.registry.client(spec.csi.source.driver)
             staging = str(self.paths.staging(spec.csi.source.driver, spec.csi.source.handle)) \
                 if spec.device_mountable and client.stages() else ""
-            got = client.volume_stats(spec.csi.source.handle, target, staging)
+            got = client.volume_stats(spec.csi.source.handle, target, staging, self.wall())
             if got is not None:
-                return VolumeStats(self.wall(), got.used_bytes, got.capacity_bytes,
-                                   got.available_bytes, got.inodes, got.inodes_free,
-                                   got.inodes_used)
+                return got
         return disk_usage(target, self.wall())
 
 

@@ -60,8 +60,9 @@ def test_node_calls_and_the_specs_errors(driver: CsiDriver) -> None:
         client.publish("v1", str(target), str(staging), cap, False, {}, {}, {})
         client.publish("v1", str(target), str(staging), cap, False, {}, {}, {})
         (target / "f").write_text("12345")
-        usage = client.volume_stats("v1", str(target), str(staging))
+        usage = client.volume_stats("v1", str(target), str(staging), 1_700_000_000.0)
         assert usage is not None and usage.used_bytes == 5 and usage.capacity_bytes > 0
+        assert usage.time == 1_700_000_000.0
         with pytest.raises(CsiError) as err:  # the spec: unpublish before unstage
             client.unstage("v1", str(staging))
         assert err.value.code is grpc.StatusCode.FAILED_PRECONDITION
