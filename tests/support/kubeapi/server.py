@@ -470,42 +470,37 @@ class KubeApi:
 
     async def _ephemeral_containers(self, request: web.Request,
                                     route: _Route) -> web.Response:
-        """``pods/<name>/ephemeralcontainers`` (``kubectl debug``): GET the pod; PATCH (merge
-        or strategic merge) or PUT a Pod whose ``spec.ephemeralContainers`` is all that is
-        taken: ephemeral containers may be added, never changed or removed, with unique names
-        and none of the fields an ephemeral container may not set (the API server's
-        ``ValidatePodEphemeralContainersUpdate``)."""
-        ns = route.namespace or ""
-        if request.method == "GET":
-            return web.json_response(self.store.get("pods", ns, route.name))
-        body = await self._body(request)
-        if request.method == "PATCH":
-            ctype = request.content_type
-            if ctype == "application/merge-patch+json":
-                apply: Callable[[Obj], Obj] = lambda old: merge_patch(old, body)  # noqa: E731
-            elif ctype == "application/strategic-merge-patch+json":
-                apply = lambda old: strategic_merge_patch(old, body)  # noqa: E731
-            else:
-                raise ApiError(415, "UnsupportedMediaType",
-                               f"the stand-in does not implement the patch type {ctype!r}")
-        elif request.method == "PUT":
-            apply = lambda old: copy.deepcopy(body)  # noqa: E731
-        else:
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        """``pods/<name>/ephemeralcontainers`` (``kubectl debug``): of the Pod written, its
+        ``spec.ephemeralContainers`` is all that is taken: ephemeral containers may be added,
+        never changed or removed, with unique names and none of the fields an ephemeral
+        container may not set (the API server's ``ValidatePodEphemeralContainersUpdate``)."""
 
-        def mutate(old: Obj) -> Obj:
-            wanted = (apply(copy.deepcopy(old)).get("spec") or {}).get(EPHEMERAL_KEY) or []
+        def take(old: Obj, written: Obj) -> Obj:
+            wanted = (written.get("spec") or {}).get(EPHEMERAL_KEY) or []
             _check_ephemeral(route.name, old, wanted)
             new = copy.deepcopy(old)
             new["spec"][EPHEMERAL_KEY] = wanted
             return new
 
-        return web.json_response(self.store.update("pods", ns, route.name, mutate))
+        return await self._pod_subresource(request, route, take)
 
     async def _resize(self, request: web.Request, route: _Route) -> web.Response:
-        """``pods/<name>/resize`` (in-place resize, ``resize.py``): GET the pod; PATCH (merge
-        or strategic merge) or PUT a Pod of which only the containers' CPU and memory are
-        taken."""
+        """``pods/<name>/resize`` (in-place resize, ``resize.py``): of the Pod written, only
+        the containers' CPU and memory are taken."""
+
+        def take(old: Obj, written: Obj) -> Obj:
+            try:
+                return resized(route.name, old, written)
+            except ResizeError as err:
+                raise ApiError(422, "Invalid", err.message) from None
+
+        return await self._pod_subresource(request, route, take)
+
+    async def _pod_subresource(self, request: web.Request, route: _Route,
+                               take: Callable[[Obj, Obj], Obj]) -> web.Response:
+        """A pod subresource that writes part of the pod: GET is the pod; PATCH (merge or
+        strategic merge) or PUT gives a whole Pod, of which ``take(old, written)`` makes the
+        new pod (or raises the ApiError the API server answers)."""
         ns = route.namespace or ""
         if request.method == "GET":
             return web.json_response(self.store.get("pods", ns, route.name))
@@ -523,14 +518,8 @@ class KubeApi:
             apply = lambda old: copy.deepcopy(body)  # noqa: E731
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
-
-        def mutate(old: Obj) -> Obj:
-            try:
-                return resized(route.name, old, apply(copy.deepcopy(old)))
-            except ResizeError as err:
-                raise ApiError(422, "Invalid", err.message) from None
-
-        return web.json_response(self.store.update("pods", ns, route.name, mutate))
+        return web.json_response(self.store.update(
+            "pods", ns, route.name, lambda old: take(old, apply(copy.deepcopy(old)))))
 
     async def _csr_write(self, request: web.Request, route: _Route,
                          who: tuple[str, list[str]]) -> web.Response:
