@@ -33,7 +33,6 @@ from tests.services.volumes.claimpods import (
 )
 from tests.support.csidriver import CsiDriver
 from tests.support.kubeapi import KubeApi
-from tests.support.kubeapi.volumes import VolumeControllers
 from tests.support.loopdev import loop_device, read_back
 from tests.support.registry import registries
 
@@ -42,18 +41,6 @@ DATA = b"podvisor-e2e-raw-block"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and binds need root")
 SCRIPT = (f"printf {DATA.decode()} | dd of=/dev/xvda conv=fsync 2>/dev/null && "
           "echo ok > {marks}/ran; while true; do sleep 1; done")
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[KubeApi]:
-    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
-    server.start()
-    controllers = VolumeControllers(server).start()
-    yield server
-    controllers.stop()
-    server.stop()
-    for point in reversed(mounts_under(tmp_path)):  # a failed test's leftovers
-        subprocess.run(["umount", "-l", point], check=False)
 
 
 def test_a_block_claim_is_a_device_in_the_container(pod_runtime: dict[str, Any], api: KubeApi,

@@ -8,11 +8,9 @@ ends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.services.volumes.claimpods import (
     agent_config,
@@ -29,20 +27,9 @@ from tests.services.volumes.claimpods import (
     waiting_reason,
 )
 from tests.support.kubeapi import KubeApi
-from tests.support.kubeapi.volumes import VolumeControllers
 from tests.support.lifecycle import free_port
 
 NODE = "e2e-claims"
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[KubeApi]:
-    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
-    server.start()
-    controllers = VolumeControllers(server).start()
-    yield server
-    controllers.stop()
-    server.stop()
 
 
 def test_statefulset_style_pod_keeps_its_data(api: KubeApi, agent: Any,

@@ -56,17 +56,6 @@ def short() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[KubeApi, VolumeControllers]]:
-    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
-    server.start()
-    controllers = VolumeControllers(server).start()
-    controllers.attach = lambda va: (True, "")  # the external attacher
-    yield server, controllers
-    controllers.stop()
-    server.stop()
-
-
 def node_status(api: KubeApi) -> dict[str, Any]:
     try:
         return dict(api.store.get("nodes", "", NODE).get("status") or {})
@@ -74,11 +63,12 @@ def node_status(api: KubeApi) -> dict[str, Any]:
         return {}
 
 
-def test_csi_stage_publish_crash_and_teardown(api: tuple[KubeApi, VolumeControllers],
+def test_csi_stage_publish_crash_and_teardown(api: KubeApi, controllers: VolumeControllers,
                                               agent: Any, wait_for: Callable[..., Any],
                                               tmp_path: Path, short: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    server, _ = api
+    server = api
+    controllers.attach = lambda va: (True, "")  # the external attacher
     root, once, marks = short / "root", short / "once", tmp_path / "marks"
     for d in (root / "plugins_registry", once, marks):
         d.mkdir(parents=True)

@@ -7,8 +7,7 @@ collected) and its PV (reclaim policy Delete) go."""
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +29,10 @@ NODE = "e2e-ephemeral"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[KubeApi, VolumeControllers]]:
-    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
-    server.start()
-    controllers = VolumeControllers(server).start()
-    yield server, controllers
-    controllers.stop()
-    server.stop()
-    for point in reversed(mounts_under(tmp_path)):  # a failed test's leftovers
-        subprocess.run(["umount", "-l", point], check=False)
-
-
 def test_ephemeral_volume_is_made_mounted_and_cleaned_up(
-        api: tuple[KubeApi, VolumeControllers], agent: Any, wait_for: Callable[..., Any],
-        tmp_path: Path) -> None:
-    server, controllers = api
+        api: KubeApi, controllers: VolumeControllers, agent: Any,
+        wait_for: Callable[..., Any], tmp_path: Path) -> None:
+    server = api
     disks, marks, mount = tmp_path / "disks", tmp_path / "marks", tmp_path / "c" / "scratch"
     disks.mkdir()
     marks.mkdir()

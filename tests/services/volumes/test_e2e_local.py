@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +27,12 @@ from tests.services.volumes.claimpods import (
     read,
 )
 from tests.support.kubeapi import KubeApi
-from tests.support.kubeapi.volumes import VolumeControllers
 
 NODE = "e2e-local"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 SCRIPT = ("touch {data}/file; ls -ld {data} > {marks}/mode; "
           "(echo x > {ro}/file && echo written || echo refused) > {marks}/ro; "
           "echo ok > {marks}/ran; while true; do sleep 1; done")
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[KubeApi]:
-    server = KubeApi(tmp_path / "kubeapi", bookmark_interval=1.0)
-    server.start()
-    controllers = VolumeControllers(server).start()
-    yield server
-    controllers.stop()
-    server.stop()
-    for point in reversed(mounts_under(tmp_path)):  # a failed test's leftovers
-        subprocess.run(["umount", "-l", point], check=False)
 
 
 def test_local_pv_fs_group_sub_path_and_read_only(api: KubeApi, agent: Any,
