@@ -9,6 +9,8 @@
   that runs no process cannot show). containerd comes from
   ``tests/support/containerd.py`` (``containerd_or_skip()``, owned by the containerd engineer) and
   is skipped with its reason when unavailable.
+- ``manifests`` (a static-pod folder) and ``cgroup_root`` (a per-test ``cgroupRoot``, removed on
+  every hierarchy): what the end-to-end tests of pods give their agent.
 - ``sandbox_config`` / ``container_config``: the one place test configs are built; they apply
   what containerd on these machines needs (host network with empty hostname, PID namespace
   CONTAINER in sandbox and container) to both runtimes alike.
@@ -311,6 +313,26 @@ def pod_runtime(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
                       "stopPodsOnExit": True}, "image": handle.image,
            "endpoint": handle.endpoint}
     remove_pod_cgroup(cgroup_root)
+
+
+@pytest.fixture
+def manifests() -> Iterator[Path]:
+    """A static-pod folder (``staticPodPath``) in a short temp dir, removed after the test."""
+    d = short_tmp("pvman")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def cgroup_root() -> Iterator[str]:
+    """A per-test ``cgroupRoot`` (``/podvisor-test-<random>``), its folders removed on every
+    hierarchy after the test: name it before ``agent``, so it is removed after the agent
+    stopped."""
+    from tests.support.containerd import remove_pod_cgroup
+
+    root = f"/podvisor-test-{secrets.token_hex(4)}"
+    yield root
+    remove_pod_cgroup(root)
 
 
 def only_embedded(rt: RuntimeUnderTest, why: str) -> None:

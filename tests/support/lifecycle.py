@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from podvisor.services.cri import new_runtime_client
 from podvisor.services.cri.client import RuntimeClient
 
@@ -98,6 +100,16 @@ def read_pid(marks: Path, name: str) -> int | None:
         return int((marks / f"{name}.pid").read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def container_pid(marker: str) -> int | None:
+    """The pid of a container's ``sh -c SCRIPT MARKER`` (its $0 is the marker), seen from the
+    host; None while there is none."""
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if len(argv) >= 4 and argv[0] == "sh" and argv[-1] == marker:
+            return proc.pid
+    return None
 
 
 def pid_alive(pid: int) -> bool:

@@ -16,9 +16,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,13 +185,6 @@ def process_pid(handle: Any, name: str) -> int:
     out = handle.ctl("status", "--json")
     procs = {p["name"]: p for p in json.loads(out.stdout)["processes"]}
     return int(procs[name]["pid"])
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvdown", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.timeout(200)

@@ -19,10 +19,8 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +92,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvenet", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.timeout(240)

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
 
@@ -27,8 +23,14 @@ from podvisor.services.cri.client import RuntimeClient
 from podvisor.services.syncloop import labels as L
 from podvisor.services.syncloop.cgroupfs import new_cgroup_fs
 from podvisor.services.syncloop.podcgroups import hierarchy_dirs, parse_mountinfo
-from tests.support.containerd import ContainerdHandle, containerd_or_skip, remove_pod_cgroup
-from tests.support.lifecycle import agent_config, all_running, free_port, get_pods
+from tests.support.containerd import ContainerdHandle, containerd_or_skip
+from tests.support.lifecycle import (
+    agent_config,
+    all_running,
+    container_pid,
+    free_port,
+    get_pods,
+)
 
 pytestmark = pytest.mark.containerd
 
@@ -37,20 +39,6 @@ pytestmark = pytest.mark.containerd
 def containerd() -> ContainerdHandle:
     """Module scope: the session's containerd starts before the per-test leak snapshot."""
     return containerd_or_skip()
-
-
-@pytest.fixture
-def cgroup_root() -> Iterator[str]:
-    root = f"/podvisor-test-{secrets.token_hex(4)}"
-    yield root
-    remove_pod_cgroup(root)
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvcg", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def folders(cgroup_path: str) -> list[str]:
@@ -65,15 +53,6 @@ def pod_manifest(image: str, marker: str) -> dict[str, Any]:
                      "containers": [{"name": "c", "image": image,
                                      "imagePullPolicy": "IfNotPresent",
                                      "command": ["sh", "-c", loop, marker]}]}}
-
-
-def container_pid(marker: str) -> int | None:
-    """The container's sh (its $0 is the marker), seen from the host."""
-    for proc in psutil.process_iter(["cmdline"]):
-        argv = proc.info["cmdline"] or []
-        if len(argv) >= 4 and argv[0] == "sh" and argv[-1] == marker:
-            return proc.pid
-    return None
 
 
 def cgroup_lines(pid: int) -> dict[str, str]:

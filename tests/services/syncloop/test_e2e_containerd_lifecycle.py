@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +27,6 @@ UID = "6f1c1d2e-0000-4000-8000-00000000c0de"  # fixed: an edit of the file is an
 @pytest.fixture(scope="module")
 def containerd() -> ContainerdHandle:
     return containerd_or_skip()
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvctlife", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def life(image: str, debug: bool = False) -> dict[str, Any]:

@@ -118,13 +118,6 @@ def without_cni() -> Iterator[PrivateInstance]:
                 os.waitpid(pid, os.WNOHANG)
 
 
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvnet", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def pod(name: str, *, host_network: bool = False, host_port: int = 0,
         probe: bool = False, host_ip: str = "") -> dict[str, Any]:
     container: dict[str, Any] = {

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +51,6 @@ def clean(cri: RuntimeClient, cgroup_root: str, uids: set[str]) -> None:
         except CriError:
             pass
     remove_pod_cgroup(cgroup_root)
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvctrd", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.timeout(170)

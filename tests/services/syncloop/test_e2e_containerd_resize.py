@@ -10,18 +10,20 @@ Skipped with the reason when no containerd is available (``containerd_or_skip()`
 from __future__ import annotations
 
 import secrets
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
 
-from tests.support.containerd import ContainerdHandle, containerd_or_skip, remove_pod_cgroup
-from tests.support.lifecycle import agent_config, all_running, free_port, get_pods
+from tests.support.containerd import ContainerdHandle, containerd_or_skip
+from tests.support.lifecycle import (
+    agent_config,
+    all_running,
+    container_pid,
+    free_port,
+    get_pods,
+)
 
 pytestmark = pytest.mark.containerd
 MI = 1 << 20
@@ -30,20 +32,6 @@ MI = 1 << 20
 @pytest.fixture(scope="module")
 def containerd() -> ContainerdHandle:
     return containerd_or_skip()
-
-
-@pytest.fixture
-def cgroup_root() -> Iterator[str]:
-    root = f"/podvisor-test-{secrets.token_hex(4)}"
-    yield root
-    remove_pod_cgroup(root)
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvrs", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def manifest(image: str, marker: str, uid: str, cpu_limit: str, mem_limit: str
@@ -59,14 +47,6 @@ def manifest(image: str, marker: str, uid: str, cpu_limit: str, mem_limit: str
                          "resizePolicy": [
                              {"resourceName": "cpu", "restartPolicy": "NotRequired"},
                              {"resourceName": "memory", "restartPolicy": "NotRequired"}]}]}}
-
-
-def container_pid(marker: str) -> int | None:
-    for proc in psutil.process_iter(["cmdline"]):
-        argv = proc.info["cmdline"] or []
-        if len(argv) >= 4 and argv[0] == "sh" and argv[-1] == marker:
-            return proc.pid
-    return None
 
 
 def cgroup_file(pid: int, controller: str, file: str) -> Path:

@@ -7,9 +7,6 @@ says them too, and the pod beside it runs on untouched."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +29,6 @@ from tests.support.lifecycle import (
 )
 
 MESSAGE = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 90Mi."
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvfail", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def pods(port: int) -> dict[str, dict[str, Any]]:

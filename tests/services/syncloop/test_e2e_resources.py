@@ -11,37 +11,19 @@ the reason when no containerd is available.
 
 from __future__ import annotations
 
-import secrets
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.containerd import containerd_or_skip, remove_pod_cgroup
+from tests.support.containerd import containerd_or_skip
 from tests.support.lifecycle import agent_config, free_port, get_pods
 
+pytestmark = pytest.mark.skipif(not Path("/sys/fs/cgroup/memory").is_dir(),
+                                reason="no cgroup v1 memory hierarchy on this host")
+
 ALLOC = "dd if=/dev/zero of=/dev/null bs=200M count=1"
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvres", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def cgroup_root() -> Iterator[str]:
-    """Requested before ``agent``: removed after the agent stopped."""
-    if not Path("/sys/fs/cgroup/memory").is_dir():
-        pytest.skip("no cgroup v1 memory hierarchy on this host")
-    root = f"/podvisor-test-{secrets.token_hex(4)}"
-    yield root
-    remove_pod_cgroup(root)
 
 
 @pytest.fixture(params=["embedded", pytest.param("containerd", marks=pytest.mark.containerd)])

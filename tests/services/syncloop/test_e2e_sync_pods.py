@@ -7,9 +7,6 @@ order; kill -9 of syncloop -> same container IDs, no restarts."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +20,6 @@ from tests.cli.test_e2e_logs_events import has_event
 
 # The file source is not (yet) in the supervisor's builtin list: declare it here.
 SOURCES = {"source-file": {"module": "podvisor.services.sources.file_main"}}
-
-
-@pytest.fixture
-def manifests() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="pvsync", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def start(agent: Any, manifests: Path, wait_for: Any, **extra: Any) -> tuple[Any, RuntimeClient]:
