@@ -35,8 +35,12 @@ lint: venv typecheck
 test-deps:
 	bash .ci/test-deps.sh
 
+# The suite in TEST_WORKERS processes (pytest-xdist): most tests wait on real processes, so 3
+# workers fill 2 cores; tests/conftest.py groups the tests that share a machine-wide resource.
+TEST_WORKERS ?= 3
+
 test: test-deps lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # issue 28: docs/examples/test_workload.py with podvisor installed in a fresh venv (.ci/run too)
 example:

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -128,6 +129,52 @@ def _default_sigint() -> None:
     child at its exec, so the children get Python's usual KeyboardInterrupt."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# --- workers (pytest-xdist) --------------------------------------------------------------------
+
+# The suite runs in several worker processes (`make test`: `-n`, `--dist loadgroup`). Each test
+# gets a group here; a group runs in one worker, its tests one after another, as if alone:
+# - a module is its own group: its tests may share what they name (a marker in argv, a cgroup
+#   folder, a port base) and were written to run one after another;
+# - "containerd": every module that reaches the one containerd of the session. An agent on it
+#   owns every pod in its k8s.io namespace (it stops the sandboxes it did not make), and the
+#   contract and exactly-once tests count what is there;
+# - "host-network": the modules that make bridges and routes (the /24 is picked from this
+#   machine's routes, then added).
+CONTAINERD_USE = re.compile(r"containerd_or_skip|\bpod_runtime\b|\bcri_runtime\b|"
+                            r"support\.containerd|support import containerd")
+HOST_NETWORK = ("tests/services/runtime/test_e2e_embedded_network.py",
+                "tests/services/runtime/test_embedded_network.py",
+                "tests/deploy/containerd/test_containerd_network_setup.py")
+
+
+def worker_group(path: Path) -> str:
+    """The group a test module's tests run in (see above)."""
+    rel = path.resolve().relative_to(REPO).as_posix()
+    if rel in HOST_NETWORK:
+        return "host-network"
+    if CONTAINERD_USE.search(path.read_text(encoding="utf-8")):
+        return "containerd"
+    return rel
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In the controller of workers, before they start: one containerd for all of them."""
+    if session.config.pluginmanager.has_plugin("dsession"):
+        from tests.support.containerd import share_with_workers
+        share_with_workers()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[Path, str] = {}
+    for item in items:
+        path = Path(item.path)
+        if path not in groups:
+            groups[path] = worker_group(path)
+        item.add_marker(pytest.mark.xdist_group(groups[path]))
 
 
 # --- polling -----------------------------------------------------------------------------------

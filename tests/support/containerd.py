@@ -94,6 +94,18 @@ def containerd_or_skip() -> ContainerdHandle:
     return outcome.handle
 
 
+def share_with_workers() -> None:
+    """Under pytest-xdist, in the controller before its workers start: the session's instance
+    (the one CI started, or a private one started here) is handed to every worker through
+    `PODVISOR_CONTAINERD_ENDPOINT`, so the workers share one containerd and none starts its own.
+    When this machine has none, nothing is set and each worker skips with the reason."""
+    if os.environ.get(ENV_ENDPOINT, "").strip():
+        return
+    outcome = _session_outcome()
+    if outcome.handle is not None:
+        os.environ[ENV_ENDPOINT] = outcome.handle.endpoint
+
+
 def stop_session_instance() -> None:
     """Stop the instance this session started, if any (idempotent; also runs at exit)."""
     outcome = _session_outcome() if _session_outcome.cache_info().currsize else None
