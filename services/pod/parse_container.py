@@ -171,7 +171,7 @@ def default_pull_policy(image: str) -> PullPolicy:
 
 
 def parse_ports(f: Findings, m: Mapping[str, Any], path: str,
-                 host_network: bool) -> tuple[ContainerPort, ...]:
+                host_network: bool) -> tuple[ContainerPort, ...]:
     out: list[ContainerPort] = []
     seen_names: set[str] = set()
     for where, item in get_list(f, m, "ports", path):

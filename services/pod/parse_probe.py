@@ -112,7 +112,7 @@ def parse_stop_signal(f: Findings, m: Mapping[str, Any], path: str) -> str:
 
 
 def parse_handler(f: Findings, m: Mapping[str, Any], path: str, kinds: tuple[str, ...],
-                   port_names: Collection[str]) -> ProbeHandler | SleepAction | None:
+                  port_names: Collection[str]) -> ProbeHandler | SleepAction | None:
     present = [k for k in kinds if m.get(k) is not None]
     if not present:
         f.error(path, f"must specify a handler (one of {', '.join(kinds)})")
