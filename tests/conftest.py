@@ -34,6 +34,10 @@ Layout (issue 23; checked by tests/shape/test_tests_shape.py):
 
 Plumbing:
 
+- Workers: `make test` runs the suite in 3 pytest-xdist workers; each module's tests stay in one
+  worker, and the tests that share a machine-wide resource (the session's containerd, bridges
+  and routes) run in one worker one after another (`worker_group`, below). Every fixture here
+  is per worker: each worker is its own subreaper with its own leak check.
 - The pytest process is a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants orphaned by
   a test re-parent to it and can be found.
 - SIGINT is not ignored in the pytest process, however it was started (`_default_sigint`), so
