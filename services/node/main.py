@@ -11,6 +11,7 @@ its ``leaseDurationSeconds`` (40 s).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import urlparse
 
 from podvisor.common.child import ChildContext
@@ -29,7 +30,13 @@ from podvisor.ipc.volumemaps import NODE_KEY, NodeVolumes
 from podvisor.services.apiserver import ApiConnection, ApiError, ApiUnreachable
 from podvisor.services.cri import CriError, new_runtime_client
 from podvisor.services.node.agent import NodeAgent, NodeSettings
-from podvisor.services.node.status import RuntimeFacts, machine_facts, node_shape
+from podvisor.services.node.status import (
+    RuntimeFacts,
+    RuntimeHandlerFacts,
+    keep_handlers,
+    machine_facts,
+    node_shape,
+)
 from podvisor.services.node.version import SkewRefused
 
 STALL_LIMIT = 60.0
@@ -56,17 +63,21 @@ def runtime_probe(endpoint: str) -> RuntimeFacts:
             close()
     conds = {c.type: c for c in status.status.conditions}
     name = f"{version.runtime_name}://{version.runtime_version}"
+    handlers = tuple(RuntimeHandlerFacts(h.name, h.features.recursive_read_only_mounts,
+                                         h.features.user_namespaces)
+                     for h in status.runtime_handlers)
     runtime = conds.get("RuntimeReady")
     if runtime is None or not runtime.status:
         why = f"{runtime.reason}: {runtime.message}" if runtime else "no RuntimeReady condition"
-        return RuntimeFacts(name, f"container runtime not ready: {why}")
+        return RuntimeFacts(name, f"container runtime not ready: {why}", handlers=handlers)
     network = conds.get("NetworkReady")
     if network is not None and not network.status:
         return RuntimeFacts(name, "container runtime network not ready: NetworkReady=false "
-                                  f"reason:{network.reason} message:{network.message}")
+                                  f"reason:{network.reason} message:{network.message}",
+                            handlers=handlers)
     if network is not None and network.reason == HOST_NETWORK_REASON:
-        return RuntimeFacts(name, "", f"host network mode: {network.message}")
-    return RuntimeFacts(name, "")
+        return RuntimeFacts(name, "", f"host network mode: {network.message}", handlers)
+    return RuntimeFacts(name, "", handlers=handlers)
 
 
 def _conditions(value: NodePressure | None) -> tuple[str, ...]:
@@ -102,6 +113,7 @@ class NodeService:
                                                        name="node")
         self.next_lease = self.next_status = self.clock.monotonic()
         self.failing = ""
+        self.handlers: tuple[RuntimeHandlerFacts, ...] = ()  # as the runtime last listed them
 
     def _volumes(self) -> NodeVolumes | None:
         """The volume manager's ``_node`` entry (read from the worker: one dict lookup)."""
@@ -109,9 +121,10 @@ class NodeService:
         return value if isinstance(value, NodeVolumes) else None
 
     def _runtime(self, endpoint: str) -> RuntimeFacts:
-        facts = runtime_probe(endpoint)
+        facts = keep_handlers(runtime_probe(endpoint), self.handlers)
+        self.handlers = facts.handlers
         if self.shutting_down:  # the kubelet: NotReady, KubeletNotReady, "node is shutting down"
-            return RuntimeFacts(facts.version, SHUTTING_DOWN)
+            return replace(facts, not_ready=SHUTTING_DOWN, note="")
         return facts
 
     def _on_shutdown(self, key: str, old: NodeShutdownState | None,

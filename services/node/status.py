@@ -1,8 +1,8 @@
 """The Node object and its status, as the kubelet builds them (KUBELET.md, "API server
 membership"): labels, taints and providerID at registration, addresses (``nodeIP`` when set),
 capacity and allocatable (``common/allocatable.py``: less kubeReserved, systemReserved and the
-hard eviction thresholds), nodeInfo (``kubeletVersion`` from ``version.py``), daemonEndpoints
-and the four conditions. Pure: the machine's facts and the runtime's answers come in as values,
+hard eviction thresholds), nodeInfo (``kubeletVersion`` from ``version.py``), the runtime's
+handlers (``runtimeHandlers``), daemonEndpoints and the four conditions. Pure: the machine's facts and the runtime's answers come in as values,
 the time as a parameter, so the status is computed and compared in tests without a machine or a
 clock.
 """
@@ -13,7 +13,7 @@ import os
 import platform
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -88,12 +88,38 @@ def machine_facts(root_dir: str, api_host: str) -> MachineFacts:
 
 
 @dataclass(frozen=True)
+class RuntimeHandlerFacts:
+    """One of the runtime's handlers as CRI Status lists it, with the features the Node shows
+    (``NodeRuntimeHandlerFeatures``)."""
+
+    name: str  # "" is the default handler
+    recursive_read_only_mounts: bool = False
+    user_namespaces: bool = False
+
+    def to_node(self) -> Obj:
+        """``status.runtimeHandlers[]`` as the kubelet's ``RuntimeHandlers`` setter writes it
+        (both features always given)."""
+        return {"name": self.name, "features": {
+            "recursiveReadOnlyMounts": self.recursive_read_only_mounts,
+            "userNamespaces": self.user_namespaces}}
+
+
+@dataclass(frozen=True)
 class RuntimeFacts:
-    """What CRI says: ``name://version`` and the Ready condition's reason ('' when ready)."""
+    """What CRI says: ``name://version``, the Ready condition's reason ('' when ready) and the
+    runtime's handlers."""
 
     version: str  # containerRuntimeVersion, '' when the runtime did not answer
     not_ready: str  # '' or e.g. "container runtime is down" / "network plugin not ready: ..."
     note: str = ""  # said after the Ready message, as the kubelet's ". AppArmor enabled"
+    handlers: tuple[RuntimeHandlerFacts, ...] = ()
+
+
+def keep_handlers(facts: RuntimeFacts, last: tuple[RuntimeHandlerFacts, ...]) -> RuntimeFacts:
+    """``facts`` with the handlers the runtime last listed when it did not answer now: the
+    Node keeps showing them while the runtime is down, as the kubelet's ``runtimeState`` keeps
+    the last ones (and a status PATCH would not remove them anyway)."""
+    return facts if facts.version else replace(facts, handlers=last)
 
 
 @dataclass(frozen=True)
@@ -233,7 +259,10 @@ def node_status(node: str, facts: MachineFacts, runtime: RuntimeFacts, *, max_po
     shape = shape or NodeShape()
     cap, alloc = quantities(facts, max_pods, shape)
     ready = not runtime.not_ready
+    handlers = {"runtimeHandlers": [h.to_node() for h in runtime.handlers]} \
+        if runtime.handlers else {}  # an empty list is left out of the Node, as omitempty
     return {
+        **handlers,
         "addresses": addresses(node, facts, shape),
         "capacity": cap, "allocatable": alloc,
         "nodeInfo": {"machineID": facts.machine_id, "systemUUID": facts.system_uuid,

@@ -63,6 +63,7 @@ def test_node_registered_ready_lease_renewed_and_kill9(api: KubeApi, agent: Any,
     assert "kubernetes.io/arch" in node["metadata"]["labels"]
     info = status["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("podvisor-embedded://")
+    assert [h["name"] for h in status["runtimeHandlers"]] == ["", "podvisor"]
     assert info["operatingSystem"] == "linux" and info["kubeletVersion"]
     assert info["bootID"] and info["kernelVersion"]
     assert status["capacity"]["pods"] == "110" and status["allocatable"]["cpu"]
