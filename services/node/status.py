@@ -2,9 +2,9 @@
 membership"): labels, taints and providerID at registration, addresses (``nodeIP`` when set),
 capacity and allocatable (``common/allocatable.py``: less kubeReserved, systemReserved and the
 hard eviction thresholds), nodeInfo (``kubeletVersion`` from ``version.py``), the runtime's
-handlers (``runtimeHandlers``), daemonEndpoints and the four conditions. Pure: the machine's facts and the runtime's answers come in as values,
-the time as a parameter, so the status is computed and compared in tests without a machine or a
-clock.
+handlers (``runtimeHandlers``), daemonEndpoints and the four conditions. Pure: the machine's
+facts and the runtime's answers come in as values, the time as a parameter, so the status is
+computed and compared in tests without a machine or a clock.
 """
 
 from __future__ import annotations
