@@ -119,6 +119,7 @@ def _fresh_boot_clock(uptime: str) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "no_leak_check: skip the leaked-process check")
+    config.addinivalue_line("markers", "xdist_group(name): the worker group (worker_group)")
     _fresh_boot_clock(str(config.getoption("--uptime")))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from podvisor.services.node.main import runtime_probe
 from podvisor.services.node.status import (
-    MachineFacts,
     RuntimeFacts,
     RuntimeHandlerFacts,
     keep_handlers,
@@ -14,10 +13,7 @@ from podvisor.services.node.status import (
 )
 from podvisor.services.runtime.engine import mount_setattr_works
 from tests.services.conftest import EmbeddedRuntime
-
-FACTS = MachineFacts(hostname="h", internal_ip="10.0.0.9", cpus=4, memory_bytes=1 << 33,
-                     ephemeral_storage_bytes=1 << 36, machine_id="m", system_uuid="u",
-                     boot_id="b", kernel_version="6.1", os_image="Debian", architecture="amd64")
+from tests.services.node.test_node_settings import FACTS
 
 
 def status(runtime: RuntimeFacts) -> dict[str, object]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from podvisor.common.config import Config, ConfigError, cni_conf_dir, config_from_mapping
-from podvisor.services.node.status import MachineFacts, RuntimeFacts, node_status
+from podvisor.services.node.status import RuntimeFacts, node_status
 from podvisor.services.runtime.cni import (
     POOL,
     Attachment,
@@ -23,10 +23,7 @@ from podvisor.services.runtime.cni import (
     ips_of,
 )
 from podvisor.services.runtime.zygote import Spawner
-
-FACTS = MachineFacts(hostname="h", internal_ip="10.0.0.9", cpus=4, memory_bytes=1 << 33,
-                     ephemeral_storage_bytes=1 << 36, machine_id="m", system_uuid="u",
-                     boot_id="b", kernel_version="6.1", os_image="Debian", architecture="amd64")
+from tests.services.node.test_node_settings import FACTS
 
 
 def test_result_ips_ipv4_first() -> None:
