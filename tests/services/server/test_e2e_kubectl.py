@@ -119,8 +119,8 @@ def cluster() -> Iterator[Cluster]:
         handle.wait_ready()
         wait_for_impl(lambda: _running(ro_port, "web") and _serving(web_port)
                       and _running(ro_port, "talker"), 90.0, 0.1, "the web pod serving")
-        wait_for_impl(lambda: api.store.get("nodes", "", NODE)["status"].get(
-            "daemonEndpoints"), 30.0, 0.1, "the node registered")
+        wait_for_impl(lambda: api.store.get("nodes", "", NODE).get("status", {}).get(
+            "daemonEndpoints"), 30.0, 0.1, "the node registered with its status")
         yield Cluster(api, handle, kubeconfig, ro_port, web_port, tmp, port)
     finally:
         handle.stop()

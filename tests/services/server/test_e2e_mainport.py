@@ -341,8 +341,10 @@ def test_kill9_of_the_server_during_follow(node: Node, wait_for: Any) -> None:
     print(f"main port back {time.monotonic() - killed:.3f}s after kill -9 of the server")
     assert handle.state("server")["pid"] != old["pid"]
     assert read_pid(node.marks, "talker") == talker_pid
+    # /pods answers once the restarted server has its maps again (None: down or not synced)
+    pods = wait_for(lambda: get_pods(node.ro_port), 30.0, 0.02, "/pods after kill -9")
     after = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
-             for p in get_pods(node.ro_port)["items"] if p["metadata"]["name"] == "talker-e2e"}
+             for p in pods["items"] if p["metadata"]["name"] == "talker-e2e"}
     assert after == before
     restarts = wait_for(lambda: _metric(node, 'podvisor_process_restarts_total{process="server"}'),
                         10.0, 0.1, "the server's restart in /metrics")

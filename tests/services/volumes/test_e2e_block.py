@@ -184,5 +184,7 @@ def test_a_csi_block_volume_is_staged_published_and_mapped(
                  message="the device unstaged")
         order = [c["call"] for c in driver.calls("NodeUnpublishVolume", "NodeUnstageVolume")]
         assert order[-2:] == ["NodeUnpublishVolume", "NodeUnstageVolume"], order
-        assert not mounts_under(root) and not os.path.lexists(link)
-        assert not staging.exists() and not (block / "pv-csi-blk").exists()
+        # the folders go after the calls return: waited for, not read at once
+        wait_for(lambda: not mounts_under(root) and not os.path.lexists(link)
+                 and not staging.exists() and not (block / "pv-csi-blk").exists(), timeout=30,
+                 message="the maps, the pod's link and the staging folder removed")
