@@ -184,8 +184,15 @@ def check_hooks_and_downward(api: KubeApi, wait_for: Callable[..., Any], out: Pa
                                         "stop").get("state", {}),
              timeout=60, message="stopper running")
     api.store.delete("pods", "default", "stopper", grace=5)
-    wait_for(lambda: events(api, "FailedPreStopHook", "stopper"), timeout=60,
-             message="FailedPreStopHook")
+    try:
+        wait_for(lambda: events(api, "FailedPreStopHook", "stopper"), timeout=60,
+                 message="FailedPreStopHook")
+    except AssertionError:  # what the sync loop did with it, and the events the API has
+        print("\n".join(line for line in (handle.paths.logs_dir / "syncloop.log").read_text()
+                        .splitlines() if "prestop" in line or "stopper" in line)[-6000:])
+        print([(e.get("reason"), e.get("involvedObject", {}).get("name"), e.get("message"))
+               for e in api.store.list("events", "default")[0]][-40:])
+        raise
     [stopped] = events(api, "FailedPreStopHook", "stopper")
     assert stopped["message"] == TCP_MESSAGE
     assert stopped["involvedObject"]["fieldPath"] == "spec.containers{stop}"
