@@ -82,7 +82,7 @@ API_ACTIONS = ("latency", "error", "disconnect", "gone")
 API_TARGET = "apiserver"  # an api fault aimed at every process's API connection
 # the processes that keep an API connection for their main work: an api fault aimed at
 # API_TARGET reaches each (podvisor.testing waits for each to apply it; chaos aims at them)
-API_PROCESSES = ("source-api", "status-api", "node", "events-api", "volumes")
+API_PROCESSES = ("source-api", "status-api", "node", "events-api", "volumes", "syncloop")
 ROOT_DIR_TARGET = "rootDir"  # a disk fault on the node's own state (every process is told)
 API_STATUSES = (429, 500, 502, 503, 504)
 RESOURCE_ACTIONS = ("cpu", "memory")

@@ -170,6 +170,12 @@ def new_sync_deps(ctx: ChildContext, log: Log, shared: bool = True,
                     allocation=AllocationStore(ctx.paths.state_dir / ALLOCATION_FILE, log))
 
 
+def api_connections(sync: SyncDeps) -> list[ApiConnection]:
+    """The sync loop's API clients: the pods' Secrets and ConfigMaps (``ApiObjects``) and the
+    RuntimeClass manager's (none without an API server)."""
+    return [c.conn for c in (sync.objects, sync.runtime_classes) if c is not None]
+
+
 def _runtime_classes(cfg: Any) -> RuntimeClasses | None:
     """The RuntimeClass manager, started (its informer); None without an API server, as the
     kubelet builds none without a client."""
@@ -303,6 +309,8 @@ class SyncLoopService:
         self.event_pub = EventPublisher(ctx.zctx, ctx.paths, ctx.name, clock=clock)
         self.volumes = MountedVolumes()
         sync = new_sync_deps(ctx, EventingLog(ctx.log, self.events), volumes=self.volumes)
+        for conn in api_connections(sync):  # injected api faults (issue 28) reach them too
+            self.service.on_faults(conn.faults.set)
         self.owner = self.service.owner(self.publisher, DESIRED, serving=False)
         self.probes = FailedProbes()
         self.hint = _Flag()  # a work changed containers since the last RelistHint

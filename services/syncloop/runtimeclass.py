@@ -49,6 +49,7 @@ def supports_rro(handler: str, handlers: Mapping[str, bool]) -> bool:
 class RuntimeClasses:
     def __init__(self, conn: ApiConnection, *, watch_timeout: float = 300.0,
                  max_delay: float = 30.0, sync_timeout: float = SYNC_TIMEOUT) -> None:
+        self.conn = conn  # its API client (the sync loop hands it injected api faults)
         self.sync_timeout = sync_timeout
         self._lock = threading.Lock()
         self._handlers: dict[str, str] = {}

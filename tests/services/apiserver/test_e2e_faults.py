@@ -128,3 +128,35 @@ def test_api_latency_slows_the_writes_and_nothing_else(api: KubeApi,
         node.wait_pod("web", "Running")
         wait_until(lambda: _api_phase(api, "web") == "Running", 60, 0.1, "web's status")
     node.check()
+
+
+def test_an_api_fault_reaches_the_sync_loops_own_clients(api: KubeApi,
+                                                         podvisor_node: Node) -> None:
+    """The sync loop reads a pod's Secrets and ConfigMaps (and the RuntimeClasses) with its own
+    API clients: an api fault aimed at it answers them too. The pod waits on its Secret and no
+    request for it reaches the server while the fault lasts; once cleared, the pod runs."""
+    node = podvisor_node
+    api.store.create("secrets", "default", {"metadata": {"name": "creds"},
+                                            "data": {"user": "YWRh"}})  # "ada"
+    with node.fault("api", "syncloop", action="error", status=503):
+        t0 = time.monotonic()
+        api.store.create("pods", "default", node.marked({"metadata": {"name": "uses"}, "spec": {
+            "nodeName": NODE, "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "c", "image": "host", "command": ["sleep", "3600"],
+                            "env": [{"name": "USER", "valueFrom": {"secretKeyRef": {
+                                "name": "creds", "key": "user"}}}]}]}}))
+
+        def waiting() -> str:
+            pod = node.pod("uses") or {}
+            states = [c.get("state", {}).get("waiting", {}) for c in
+                      pod.get("status", {}).get("containerStatuses", [])]
+            return next((str(w.get("reason")) for w in states if w), "")
+
+        assert wait_until(waiting, 60, 0.1, "the pod waiting on its Secret") == \
+            "CreateContainerConfigError"
+        t1 = time.monotonic()
+    reached = [r for r in list(api.requests) if "/secrets" in r.path and t0 < r.started < t1]
+    assert reached == [], reached
+    node.wait_pod("uses", "Running", timeout=90)
+    node.check()
