@@ -147,14 +147,16 @@ def test_an_api_fault_reaches_the_sync_loops_own_clients(api: KubeApi,
                             "env": [{"name": "USER", "valueFrom": {"secretKeyRef": {
                                 "name": "creds", "key": "user"}}}]}]}}))
 
-        def waiting() -> str:
+        def waiting() -> dict[str, Any]:
             pod = node.pod("uses") or {}
             states = [c.get("state", {}).get("waiting", {}) for c in
                       pod.get("status", {}).get("containerStatuses", [])]
-            return next((str(w.get("reason")) for w in states if w), "")
+            return next((w for w in states if w), {})
 
-        assert wait_until(waiting, 60, 0.1, "the pod waiting on its Secret") == \
-            "CreateContainerConfigError"
+        waited = wait_until(lambda: (w := waiting()).get("reason") ==
+                            "CreateContainerConfigError" and w, 90, 0.1,
+                            "the pod waiting on its Secret")
+        assert "503" in waited.get("message", ""), waited
         t1 = time.monotonic()
     reached = [r for r in list(api.requests) if "/secrets" in r.path and t0 < r.started < t1]
     assert reached == [], reached
