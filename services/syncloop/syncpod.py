@@ -519,8 +519,8 @@ class _Run:
         except (cri_config.SubPathError, cri_config.RecursiveReadOnlyError) as err:
             self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, str(err))  # makeMounts'
             return False
-        except ValueError as err:
-            self.fail(spec.name, CREATE_CONTAINER_ERROR, f"environment: {err}")
+        except ValueError as err:  # generateContainerConfig's error: a config error
+            self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, f"environment: {err}")
             return False
         except OSError as err:  # the kubelet's makeMounts: a config error
             self.fail(spec.name, CREATE_CONTAINER_CONFIG_ERROR, f"/etc/hosts: {err}")
