@@ -35,9 +35,9 @@ Layout (issue 23; checked by tests/shape/test_tests_shape.py):
 Plumbing:
 
 - Workers: `make test` runs the suite in 3 pytest-xdist workers; each module's tests stay in one
-  worker, and the tests that share a machine-wide resource (the session's containerd, bridges
-  and routes) run in one worker one after another (`worker_group`, below). Every fixture here
-  is per worker: each worker is its own subreaper with its own leak check.
+  worker, and the tests that share a machine-wide resource (the session's containerd, bridges,
+  routes and iptables rules) run in one worker one after another (`worker_group`, below).
+  Every fixture here is per worker: each worker is its own subreaper with its own leak check.
 - The pytest process is a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants orphaned by
   a test re-parent to it and can be found.
 - SIGINT is not ignored in the pytest process, however it was started (`_default_sigint`), so
@@ -142,11 +142,12 @@ def _default_sigint() -> None:
 # gets a group here; a group runs in one worker, its tests one after another, as if alone:
 # - a module is its own group: its tests may share what they name (a marker in argv, a cgroup
 #   folder, a port base) and were written to run one after another;
-# - "containerd": every module that reaches the one containerd of the session. An agent on it
-#   owns every pod in its k8s.io namespace (it stops the sandboxes it did not make), and the
-#   contract and exactly-once tests count what is there;
-# - "host-network": the modules that make bridges and routes (the /24 is picked from this
-#   machine's routes, then added).
+# - "node": every module that reaches the one containerd of the session, and the modules that
+#   make bridges, routes and iptables rules. An agent on containerd owns every pod in its
+#   k8s.io namespace (it stops the sandboxes it did not make), and the contract and
+#   exactly-once tests count what is there; the /24 of a bridge is picked from this machine's
+#   routes, then added; CNI's portmap checks, then makes, its iptables chains (two at once
+#   fail: "Chain 'CNI-HOSTPORT-DNAT' does not exist", seen in a run in workers).
 CONTAINERD_USE = re.compile(r"containerd_or_skip|\bpod_runtime\b|\bcri_runtime\b|"
                             r"support\.containerd|support import containerd")
 HOST_NETWORK = ("tests/services/runtime/test_e2e_embedded_network.py",
@@ -157,10 +158,8 @@ HOST_NETWORK = ("tests/services/runtime/test_e2e_embedded_network.py",
 def worker_group(path: Path) -> str:
     """The group a test module's tests run in (see above)."""
     rel = path.resolve().relative_to(REPO).as_posix()
-    if rel in HOST_NETWORK:
-        return "host-network"
-    if CONTAINERD_USE.search(path.read_text(encoding="utf-8")):
-        return "containerd"
+    if rel in HOST_NETWORK or CONTAINERD_USE.search(path.read_text(encoding="utf-8")):
+        return "node"
     return rel
 
 
