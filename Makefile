@@ -35,9 +35,10 @@ lint: venv typecheck
 test-deps:
 	bash .ci/test-deps.sh
 
-# The suite in TEST_WORKERS processes (pytest-xdist): most tests wait on real processes, so 3
-# workers fill 2 cores; tests/conftest.py groups the tests that share a machine-wide resource.
-TEST_WORKERS ?= 3
+# TEST_WORKERS=3: the suite in 3 processes (pytest-xdist): most tests wait on real processes,
+# so 3 workers fill 2 cores; tests/conftest.py groups the tests that share a machine-wide
+# resource. 0 (the default until runs in workers pass as often as runs in one process): one.
+TEST_WORKERS ?= 0
 
 test: test-deps lint
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup

@@ -90,6 +90,18 @@ def _status(pod: Mapping[str, Any]) -> PodStatus:
         return PodStatus()
 
 
+def _describe(pid: int) -> str:
+    """A process for a report: its command line and its parent's."""
+    try:
+        proc = psutil.Process(pid)
+        parent = proc.parent()
+        return (f"{pid}: {' '.join(proc.cmdline())[:120]} <- "
+                f"{parent.pid if parent else '?'} "
+                f"{' '.join(parent.cmdline())[:80] if parent else ''}")
+    except psutil.Error:
+        return f"{pid}: gone"
+
+
 def _in_state(pod: Mapping[str, Any] | None, state: str) -> bool:
     if state == "Gone":
         return pod is None
@@ -454,8 +466,8 @@ class Node:
             if key.split("/")[0] not in self.expected:
                 report.add("orphans", f"{key}: processes {pids} of a removed pod", len(pids))
         for key, pids in sorted(self.duplicates().items()):
-            report.add("duplicate_containers", f"{key}: {len(pids)} processes {pids}",
-                       len(pids) - 1)
+            report.add("duplicate_containers", f"{key}: {len(pids)} processes {pids} "
+                       f"({'; '.join(_describe(pid) for pid in pids)})", len(pids) - 1)
         if not report.ok:
             report.context = self.describe()
         return report

@@ -34,10 +34,11 @@ Layout (issue 23; checked by tests/shape/test_tests_shape.py):
 
 Plumbing:
 
-- Workers: `make test` runs the suite in 3 pytest-xdist workers; each module's tests stay in one
-  worker, and the tests that share a machine-wide resource (the session's containerd, bridges,
-  routes and iptables rules) run in one worker one after another (`worker_group`, below).
-  Every fixture here is per worker: each worker is its own subreaper with its own leak check.
+- Workers: `make test TEST_WORKERS=3` runs the suite in 3 pytest-xdist workers (`make test`: one
+  process); each module's tests stay in one worker, and the tests that share a machine-wide
+  resource (the session's containerd, bridges, routes and iptables rules) run in one worker one
+  after another (`worker_group`, below). Every fixture here is per worker: each worker is its
+  own subreaper with its own leak check.
 - The pytest process is a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants orphaned by
   a test re-parent to it and can be found.
 - SIGINT is not ignored in the pytest process, however it was started (`_default_sigint`), so
@@ -138,8 +139,8 @@ def _default_sigint() -> None:
 
 # --- workers (pytest-xdist) --------------------------------------------------------------------
 
-# The suite runs in several worker processes (`make test`: `-n`, `--dist loadgroup`). Each test
-# gets a group here; a group runs in one worker, its tests one after another, as if alone:
+# The suite may run in worker processes (`make test TEST_WORKERS=3`: `-n 3 --dist loadgroup`).
+# Each test gets a group here; a group runs in one worker, its tests one after another, as if alone:
 # - a module is its own group: its tests may share what they name (a marker in argv, a cgroup
 #   folder, a port base) and were written to run one after another;
 # - "node": every module that reaches the one containerd of the session, and the modules that

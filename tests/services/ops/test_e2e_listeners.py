@@ -116,10 +116,11 @@ def _log_events(mails: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
-def _find(mails: Path, eventname: str, name: str, needle: str) -> dict[str, Any] | None:
+def _find(mails: Path, eventname: str, name: str, needle: str,
+          with_pid: bool = False) -> dict[str, Any] | None:
     for ev in _log_events(mails):
         if (ev["eventname"] == eventname and ev["headers"]["processname"] == name
-                and needle in ev["data"]):
+                and needle in ev["data"] and (not with_pid or int(ev["headers"]["pid"]) > 0)):
             return ev
     return None
 
@@ -128,8 +129,10 @@ def test_process_log_events_of_a_container_and_a_subsystem(
         ops: OpsAgent, mails: Path, wait_for: Callable[..., Any]) -> None:
     assert ops.handle.wait_state("loglisten", "RUNNING")
     group, name = APP.split(":")
-    out = wait_for(lambda: _find(mails, "PROCESS_LOG_STDOUT", name, "tick "), 60.0,
-                   message="a PROCESS_LOG_STDOUT event of the container")
+    # (the lines a container writes before the embedded runtime recorded its pid, which the
+    # ops process reads, carry pid 0: the first event with the pid)
+    out = wait_for(lambda: _find(mails, "PROCESS_LOG_STDOUT", name, "tick ", with_pid=True), 60.0,
+                   message="a PROCESS_LOG_STDOUT event of the container, with its pid")
     assert out["headers"]["groupname"] == group == GROUP
     assert out["headers"]["channel"] == "stdout" and int(out["headers"]["pid"]) > 0
     assert set(out["headers"]) == {"processname", "groupname", "pid", "channel"}

@@ -277,7 +277,8 @@ def test_kill9_of_the_server_during_a_spdy_exec(cluster: Cluster) -> None:
                   or psutil.Process(pids[0]).status() == "zombie", 30.0, 0.05,
                   "the exec'd command killed once its stream is gone")
     wait_for_impl(lambda: _main_port_answers(cluster), 30.0, 0.05, "the main port back")
-    assert _running(cluster.ro_port, "web")
+    # /pods answers once the restarted server has its maps again
+    wait_for_impl(lambda: _running(cluster.ro_port, "web"), 30.0, 0.05, "web running in /pods")
 
 
 
