@@ -25,8 +25,8 @@ from podvisor.ipc.maps import (
     PodResize,
     PodStatusValue,
 )
-from podvisor.ipc.podstatus import ContainerStatus, PodStatus
-from podvisor.services.pod import Container, Pod
+from podvisor.ipc.podstatus import ContainerState, ContainerStatus, PodStatus, Terminated
+from podvisor.services.pod import Container, Pod, PodSpec
 from podvisor.services.status.conditions import (
     DISRUPTION_TARGET,
     EVICTED,
@@ -38,9 +38,13 @@ from podvisor.services.status.conditions import (
     stamp,
 )
 from podvisor.services.status.containers import EXITED, by_name, container_status
+from podvisor.services.status.containers import RUNNING as RUNNING_STATE
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 TERMINAL = (SUCCEEDED, FAILED)
+# the kubelet's status manager TerminatePod: a finished pod's container it could not find
+STATUS_UNKNOWN = "ContainerStatusUnknown"
+NOT_LOCATED = "The container could not be located when the pod was terminated"
 CONDITION_TYPES = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
                    "PodScheduled")
 # The fields of a ``DesiredPod`` that ``compute_pod_status`` reads: a change of any other
@@ -202,6 +206,9 @@ def compute_pod_status(
         regular = _kept(regular, before.container_statuses, records)
         if not sandboxes and before.pod_ips:
             ips = list(before.pod_ips)
+    if phase in TERMINAL and not any(c.state == RUNNING_STATE for cs in records.values()
+                                     for c in cs):
+        init, regular = terminate_statuses(spec, init, regular, before)
     external = external_conditions(pod.status)
     sidecars = [cs for c, cs in zip(spec.init_containers, init, strict=True) if c.sidecar]
     own = kubelet_conditions(phase, bool(ready_sb), init_pending, [*sidecars, *regular],
@@ -241,6 +248,49 @@ def _kept(now: list[ContainerStatus], before: Sequence[ContainerStatus],
     """Each status of a container the runtime no longer holds: its previous one."""
     prev = {cs.name: cs for cs in before}
     return [prev.get(cs.name, cs) if not records.get(cs.name) else cs for cs in now]
+
+
+def terminate_statuses(spec: PodSpec, init: list[ContainerStatus],
+                       regular: list[ContainerStatus], before: PodStatus | None = None
+                       ) -> tuple[list[ContainerStatus], list[ContainerStatus]]:
+    """The kubelet's status manager ``TerminatePod``, once a terminal pod runs nothing: a
+    container status that is not terminated (its container never started, or was removed
+    before its exit was seen) is reported terminated, ``ContainerStatusUnknown``, exit code
+    137, so no container of a finished pod reads as waiting or running. Regular containers
+    only once the pod initialized (``hasPodInitialized``, by these statuses or the ones
+    ``before``); init containers up to the last one that left waiting
+    (``initializedContainers``), the first at least."""
+    if _initialized(spec, init, regular) or (before is not None and _initialized(
+            spec, before.init_container_statuses, before.container_statuses)):
+        regular = [_unknown(cs) for cs in regular]
+    tried = next((i + 1 for i in range(len(init) - 1, -1, -1)
+                  if init[i].state.waiting is None or init[i].last_state.terminated is not None),
+                 min(len(init), 1))
+    return [_unknown(cs) if i < tried else cs for i, cs in enumerate(init)], regular
+
+
+def _initialized(spec: PodSpec, init: Sequence[ContainerStatus],
+                 regular: Sequence[ContainerStatus]) -> bool:
+    """The kubelet's ``hasPodInitialized``: no init containers, a regular container that left
+    waiting, or the last init container done (a sidecar: running and started)."""
+    if not spec.init_containers:
+        return True
+    if any(cs.state.waiting is None or cs.last_state.terminated is not None for cs in regular):
+        return True
+    if not init:
+        return False
+    last = init[-1]
+    if spec.init_containers[-1].sidecar:
+        return last.state.running is not None and last.started
+    return any(t is not None and t.exit_code == 0
+               for t in (last.last_state.terminated, last.state.terminated))
+
+
+def _unknown(cs: ContainerStatus) -> ContainerStatus:
+    if cs.state.terminated is not None:
+        return cs
+    return replace(cs, ready=False, started=False, state=ContainerState(terminated=Terminated(
+        exit_code=137, reason=STATUS_UNKNOWN, message=NOT_LOCATED)))
 
 
 def _init_status(c: Container, records: Mapping[str, list[PlegContainer]],

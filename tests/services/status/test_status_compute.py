@@ -187,6 +187,57 @@ def test_a_terminal_pod_whose_containers_were_removed_keeps_what_it_reported() -
     assert removed["podIP"] == done["podIP"] == "10.0.0.5"
 
 
+UNKNOWN = {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
+                          "message": "The container could not be located when the pod was "
+                                     "terminated",
+                          "startedAt": None, "finishedAt": None, "containerID": ""}}
+
+
+def test_a_finished_pod_reports_no_container_waiting_or_running() -> None:
+    """The kubelet's TerminatePod: a pod failed before its container started (its deadline
+    came first), or whose running container was removed before its exit was seen, reports it
+    terminated, ContainerStatusUnknown, exit 137, once nothing of the pod runs; while its
+    container still runs (the kill is on its way) it shows running."""
+    d = desired(failed=True, reason="DeadlineExceeded", message="past its deadline")
+    never = computed(d, pleg(), None, T0)
+    assert never["phase"] == "Failed"
+    assert never["containerStatuses"][0]["state"] == UNKNOWN
+    assert not never["containerStatuses"][0]["ready"]
+    assert cond(never, "Ready")["reason"] == "PodFailed"
+    stopping = computed(d, pleg(ctr("c1")), None, T0)
+    assert "running" in stopping["containerStatuses"][0]["state"]
+    killed = computed(d, pleg(ctr("c1", "CONTAINER_EXITED", exit_code=137)), stopping, T0 + 1)
+    assert killed["containerStatuses"][0]["state"]["terminated"]["reason"] == "Error"
+    # the running container removed before its exit was seen: its last report is not kept
+    removed = computed(d, None, stopping, T0 + 2)
+    assert removed["containerStatuses"][0]["state"] == UNKNOWN
+    assert removed["containerStatuses"][0]["containerID"] == "embedded://c1"
+
+
+def test_a_finished_pod_that_never_initialized_keeps_its_regular_containers_waiting() -> None:
+    """hasPodInitialized / initializedContainers: of the init containers, those up to the last
+    that left waiting are terminated (the first at least); regular containers only once the
+    pod initialized (the last init container done, or a sidecar last that started)."""
+    p = pod(init=[{"name": "i1", "image": "host"}, {"name": "i2", "image": "host"}])
+    d = desired(p, failed=True, reason="DeadlineExceeded", message="x")
+    s = computed(d, pleg(ctr("x1", "CONTAINER_EXITED", name="i1", exit_code=137)), None, T0)
+    i1, i2 = s["initContainerStatuses"]
+    assert i1["state"]["terminated"]["reason"] == "Error"
+    assert i2["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert s["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+    nothing = computed(d, None, None, T0)
+    assert nothing["initContainerStatuses"][0]["state"] == UNKNOWN
+    waiting = {"waiting": {"reason": "PodInitializing"}}
+    assert nothing["initContainerStatuses"][1]["state"] == waiting
+    sidecar = pod(init=[{"name": "proxy", "image": "host", "restartPolicy": "Always"}])
+    up = computed(desired(sidecar), pleg(ctr("s1", name="proxy")), None, T0)
+    assert up["initContainerStatuses"][0]["started"]
+    gone = computed(desired(sidecar, failed=True, reason="Evicted", message="x"), None, up,
+                    T0 + 1)
+    assert gone["initContainerStatuses"][0]["state"] == UNKNOWN
+    assert gone["containerStatuses"][0]["state"] == UNKNOWN
+
+
 def test_mixed_containers_some_running_is_running() -> None:
     p = pod([{"name": "a", "image": "host"}, {"name": "b", "image": "host"}], policy="Never")
     s = computed(desired(p), pleg(ctr("c1", name="a"),

@@ -14,7 +14,8 @@ stand-in API server, with a real private registry (Debian ``docker-registry`` be
 - an update podvisor cannot honour leaves the running pod untouched, with the refusal in its
   status and an Event; a new pod it cannot run is Failed "Pod was rejected: ..." with an Event;
 - termination messages (the file, and FallbackToLogsOnError) in ``state.terminated.message``;
-- ``activeDeadlineSeconds`` fails the pod with DeadlineExceeded.
+- ``activeDeadlineSeconds`` fails the pod with DeadlineExceeded (one whose container could not
+  start yet too: its container reads terminated, ContainerStatusUnknown).
 """
 
 from __future__ import annotations
@@ -147,6 +148,10 @@ def test_pod_lifecycle_fields_end_to_end(api: KubeApi, agent: Any,
                 ("deadline", {"activeDeadlineSeconds": 3, "terminationGracePeriodSeconds": 1,
                               "containers": [{"name": "c", "image": "host",
                                               "command": ["sh", "-c", SLEEP]}]}),
+                ("unstarted", {"activeDeadlineSeconds": 3, "containers": [{
+                    "name": "c", "image": "host", "command": ["sh", "-c", SLEEP],
+                    "env": [{"name": "K", "valueFrom": {"secretKeyRef": {
+                        "name": "absent", "key": "k"}}}]}]}),
                 ("legacy", {"volumes": [{"name": "v", "glusterfs": {
                     "endpoints": "glusterfs-cluster", "path": "kube_vol"}}],
                     "containers": [{"name": "c", "image": "host",
@@ -270,6 +275,12 @@ def test_pod_lifecycle_fields_end_to_end(api: KubeApi, agent: Any,
         assert events(api, "DeadlineExceeded")
         wait_for(lambda: terminated("deadline") is not None, timeout=30,
                  message="its container stopped")
+        # its deadline before its container could start (its Secret is missing): terminated
+        # all the same, as the kubelet's TerminatePod reports a container it cannot find
+        gone = wait_for(lambda: status(api, "unstarted").get("phase") == "Failed"
+                        and terminated("unstarted"), timeout=60, message="unstarted terminated")
+        assert (gone["reason"], gone["exitCode"]) == ("ContainerStatusUnknown", 137)
+        assert gone["message"] == "The container could not be located when the pod was terminated"
 
         # -- the static pod: the same chart, its gate never set ---------------------------------
         def static_up() -> dict[str, Any] | None:
